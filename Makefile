@@ -1,0 +1,118 @@
+# ampc - a compiler from model definitions to mixed-precision training programs.
+#
+#   make            build/ampc
+#   make check      every test: unit, golden (FileCheck), round trip, the
+#                   suite again under ASan+UBSan, fuzz replay + a fixed fuzz run,
+#                   valgrind on the compiler
+#   make demo       the main job (README)
+#   make deps       install what is missing (Debian, as root)
+#   make fuzz FUZZ_SECONDS=N, make bench, make install PREFIX=...
+
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+PREFIX  ?= /usr/local
+BUILD   ?= build
+FUZZ_SECONDS ?= 60
+
+FILECHECK ?= $(firstword $(wildcard /usr/lib/llvm-14/bin/FileCheck) $(shell command -v FileCheck 2>/dev/null) FileCheck)
+export FILECHECK
+
+AMPC_CFLAGS := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iir -Igrammar -Ipasses -Icompiler \
+               -I$(BUILD)/gen -MMD -MP
+GEN_CFLAGS  := -Wno-unused-function -Wno-sign-compare -Wno-unused-parameter \
+               -Wno-unused-but-set-variable -Wno-unknown-warning-option -Wno-unreachable-code
+
+LIB_SRC  := $(wildcard ir/*.c ir/ops/*.c passes/*.c codegen/*.c) grammar/ast.c compiler/frontend.c \
+            compiler/report.c
+GEN_SRC  := $(BUILD)/gen/parser.c $(BUILD)/gen/lexer.c
+LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o)
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+
+.PHONY: all check unit golden roundtrip asan-check fuzz-check valgrind-check fuzz bench demo \
+        deps install clean format
+all: $(BUILD)/ampc
+
+# ---- the compiler ----------------------------------------------------------
+$(BUILD)/gen/parser.c $(BUILD)/gen/parser.h: grammar/parser.y
+	@mkdir -p $(@D)
+	bison -d -o $(BUILD)/gen/parser.c $<
+
+$(BUILD)/gen/lexer.c $(BUILD)/gen/lexer.h: grammar/lexer.l $(BUILD)/gen/parser.h
+	@mkdir -p $(@D)
+	flex --header-file=$(BUILD)/gen/lexer.h -o $(BUILD)/gen/lexer.c $<
+
+$(BUILD)/gen/%.o: $(BUILD)/gen/%.c
+	$(CC) $(AMPC_CFLAGS) $(GEN_CFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c | $(BUILD)/gen/parser.h $(BUILD)/gen/lexer.h
+	@mkdir -p $(@D)
+	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libampc.a: $(LIB_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/ampc: $(BUILD)/obj/compiler/main.o $(BUILD)/libampc.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ -lm
+
+# ---- tests -----------------------------------------------------------------
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libampc.a
+	@mkdir -p $(@D)
+	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampc.a $(LDFLAGS) -lcmocka -lm
+
+unit: $(UNIT_BIN)
+	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
+
+golden: $(BUILD)/ampc
+	tests/golden/run.sh $(BUILD)/ampc
+
+roundtrip: $(BUILD)/ampc
+	tests/roundtrip.sh $(BUILD)/ampc
+
+# The whole suite again with AddressSanitizer and UndefinedBehaviorSanitizer.
+ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+asan-check:
+	$(MAKE) BUILD=build/asan CC=clang CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" \
+	    unit golden roundtrip
+
+FUZZ_FLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+$(BUILD)/fuzz/fuzz_frontend: tests/fuzz/fuzz_frontend.c
+	$(MAKE) BUILD=build/fuzzlib CC=clang CFLAGS="-O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" build/fuzzlib/libampc.a
+	@mkdir -p $(@D)
+	clang $(AMPC_CFLAGS) -Ibuild/fuzzlib/gen $(FUZZ_FLAGS) -o $@ $< build/fuzzlib/libampc.a -lm
+
+# Replays the corpus, then a deterministic fuzzing pass (fixed seed and run count).
+fuzz-check: $(BUILD)/fuzz/fuzz_frontend
+	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_frontend check
+
+fuzz: $(BUILD)/fuzz/fuzz_frontend
+	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_frontend $(FUZZ_SECONDS)
+
+valgrind-check: $(BUILD)/ampc
+	tests/valgrind.sh $(BUILD)/ampc
+
+check: deps all unit golden roundtrip valgrind-check asan-check fuzz-check
+	@echo "make check: all tests passed"
+
+# ---- the main job, benchmarks, install --------------------------------------
+demo: $(BUILD)/ampc
+	$(BUILD)/ampc examples/resnet50_v1d.sym --report
+
+bench: $(BUILD)/ampc
+	bench/compile_time.sh $(BUILD)/ampc
+
+deps:
+	@tools/deps.sh
+
+install: $(BUILD)/ampc
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(BUILD)/ampc $(DESTDIR)$(PREFIX)/bin/ampc
+
+format:
+	clang-format -i $(LIB_SRC) compiler/main.c $(UNIT_SRC) tests/fuzz/*.c
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,232 @@
+/* main.c - the ampc driver: flags, then the passes as a straight list with
+ * dumps (and, with --verify or AMPC_VERIFY=1, the IR verifier) in between. */
+#include "driver.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct {
+    const char *input;
+    const char *output;
+    const char *dump;       /* pass name, "all" or NULL */
+    const char *dump_dir;
+    const char *model;
+    bool dot, from_ir, report, verify;
+    int64_t batch;
+} Options;
+
+static void usage(FILE *f)
+{
+    fputs("usage: ampc FILE.sym [options]\n"
+          "       ampc --from-ir FILE.ir [options]\n"
+          "\n"
+          "Compiles a model definition into a mixed-precision training program.\n"
+          "\n"
+          "options:\n"
+          "  -o FILE                 write the training program to FILE\n"
+          "  --model=NAME            the model to build (default: the first in FILE)\n"
+          "  --dump=PASS|all         print the IR after PASS (or after every pass)\n"
+          "  --dump-dir=DIR          write dumps to DIR/NN.PASS.ir (or .dot) instead\n"
+          "  --dump-format=text|dot  IR text (readable back) or Graphviz\n"
+          "  --from-ir FILE.ir       start from a dump instead of a .sym file\n"
+          "  --batch-size=N          bind the batch size N in reports and dumps\n"
+          "  --report                op counts, parameters, FLOPs and activation bytes\n"
+          "  --verify                check IR invariants after every pass\n"
+          "  --help, --version\n"
+          "\n"
+          "passes (--dump names):",
+          f);
+    for (int i = 0; i < pass_count; i++)
+        fprintf(f, " %s", pass_pipeline[i].name);
+    fputc('\n', f);
+}
+
+static bool parse_int(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end)
+        return false;
+    *out = v;
+    return true;
+}
+
+static int parse_options(int argc, char **argv, Options *o, Diag *d)
+{
+    enum { O_DUMP = 256, O_DUMP_DIR, O_DUMP_FORMAT, O_FROM_IR, O_BATCH, O_REPORT, O_HELP,
+           O_VERSION, O_MODEL, O_VERIFY };
+    static const struct option longs[] = {
+        {"dump", required_argument, NULL, O_DUMP},
+        {"dump-dir", required_argument, NULL, O_DUMP_DIR},
+        {"dump-format", required_argument, NULL, O_DUMP_FORMAT},
+        {"from-ir", required_argument, NULL, O_FROM_IR},
+        {"batch-size", required_argument, NULL, O_BATCH},
+        {"report", no_argument, NULL, O_REPORT},
+        {"model", required_argument, NULL, O_MODEL},
+        {"verify", no_argument, NULL, O_VERIFY},
+        {"help", no_argument, NULL, O_HELP},
+        {"version", no_argument, NULL, O_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":o:", longs, NULL)) != -1) {
+        switch (c) {
+        case 'o': o->output = optarg; break;
+        case O_DUMP: o->dump = optarg; break;
+        case O_DUMP_DIR: o->dump_dir = optarg; break;
+        case O_DUMP_FORMAT:
+            if (strcmp(optarg, "dot") && strcmp(optarg, "text")) {
+                diag_plain_error(d, "--dump-format must be text or dot, not '%s'", optarg);
+                return 1;
+            }
+            o->dot = strcmp(optarg, "dot") == 0;
+            break;
+        case O_FROM_IR: o->from_ir = true, o->input = optarg; break;
+        case O_BATCH:
+            if (!parse_int(optarg, &o->batch) || o->batch < 1 || o->batch > INT32_MAX) {
+                diag_plain_error(d, "--batch-size must be a positive integer, not '%s'", optarg);
+                return 1;
+            }
+            break;
+        case O_REPORT: o->report = true; break;
+        case O_MODEL: o->model = optarg; break;
+        case O_VERIFY: o->verify = true; break;
+        case O_HELP: usage(stdout); return -1;
+        case O_VERSION: printf("ampc %s\n", AMPC_VERSION); return -1;
+        case ':': diag_plain_error(d, "option '%s' needs a value", argv[optind - 1]); return 1;
+        default: diag_plain_error(d, "unknown option '%s' (see ampc --help)", argv[optind - 1]); return 1;
+        }
+    }
+    for (; optind < argc; optind++) {
+        if (o->input) {
+            diag_plain_error(d, "more than one input file ('%s' and '%s')", o->input, argv[optind]);
+            return 1;
+        }
+        o->input = argv[optind];
+    }
+    if (!o->input) {
+        diag_plain_error(d, "no input file (see ampc --help)");
+        return 1;
+    }
+    if (o->dump && strcmp(o->dump, "all") != 0 && pass_index(o->dump) < 0) {
+        diag_plain_error(d, "unknown pass '%s' for --dump (see ampc --help)", o->dump);
+        return 1;
+    }
+    const char *env = getenv("AMPC_VERIFY");
+    if (env && strcmp(env, "1") == 0)
+        o->verify = true;
+    return 0;
+}
+
+static bool dump_after(const Options *o, const Graph *g, int pass, Diag *d)
+{
+    const char *name = pass_pipeline[pass].name;
+    if (!o->dump || (strcmp(o->dump, "all") != 0 && strcmp(o->dump, name) != 0))
+        return true;
+    char banner[64];
+    snprintf(banner, sizeof banner, "after %s", name);
+    FILE *f = stdout;
+    char path[4096];
+    if (o->dump_dir) {
+        if (mkdir(o->dump_dir, 0777) && errno != EEXIST) {
+            diag_plain_error(d, "cannot create '%s': %s", o->dump_dir, strerror(errno));
+            return false;
+        }
+        snprintf(path, sizeof path, "%s/%02d.%s.%s", o->dump_dir, pass + 1, name, o->dot ? "dot" : "ir");
+        f = fopen(path, "w");
+        if (!f) {
+            diag_plain_error(d, "cannot write '%s': %s", path, strerror(errno));
+            return false;
+        }
+    }
+    if (o->dot)
+        ir_print_dot(f, g, banner);
+    else
+        ir_print(f, g, banner);
+    if (f != stdout && fclose(f)) {
+        diag_plain_error(d, "cannot write '%s': %s", path, strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+/* The pass a dump came from, from its banner "# ampc-ir 1: after PASS". */
+static int dumped_after(const SrcFile *f)
+{
+    const char *tag = "# ampc-ir 1: after ";
+    size_t n = strlen(tag);
+    if (f->len < n || strncmp(f->text, tag, n) != 0)
+        return -1;
+    for (int i = 0; i < pass_count; i++) {
+        size_t k = strlen(pass_pipeline[i].name);
+        if (strncmp(f->text + n, pass_pipeline[i].name, k) == 0 &&
+            (f->text[n + k] == '\n' || f->text[n + k] == '\r' || f->text[n + k] == 0))
+            return i;
+    }
+    return -1;
+}
+
+static Graph *load_ir(const Options *o, Diag *d, int *done)
+{
+    int file = diag_load_file(d, o->input);
+    if (file < 0) {
+        diag_plain_error(d, "cannot open '%s': %s", o->input, strerror(errno));
+        return NULL;
+    }
+    /* A hand-written graph (no banner) gets shapes and types inferred. */
+    int after = dumped_after(diag_file(d, file));
+    *done = after < 0 ? 0 : after;
+    return ir_read(d, file);
+}
+
+static int run(const Options *o, Diag *d)
+{
+    Graph *g;
+    int done;
+    if (o->from_ir) {
+        g = load_ir(o, d, &done);
+    } else {
+        ElabOptions eo = {.model = o->model};
+        g = frontend_elaborate(d, o->input, NULL, 0, &eo);
+        done = 0;
+    }
+    if (!g)
+        return 1;
+    g->bind_batch = o->batch;
+    bool ok = !o->verify || ir_verify(g, pass_pipeline[done].name);
+    ok = ok && dump_after(o, g, done, d);
+    for (int i = done + 1; ok && i < pass_count; i++) {
+        ok = pass_pipeline[i].run(g);
+        if (ok && o->verify && !ir_verify(g, pass_pipeline[i].name))
+            DIE("the IR verifier failed after %s", pass_pipeline[i].name);
+        ok = ok && dump_after(o, g, i, d);
+    }
+    if (ok && o->report)
+        report_print(stdout, g, o->batch);
+    if (ok && o->output) {
+        diag_plain_error(d, "code generation (-o) is not available yet: this build has the "
+                            "front end only");
+        ok = false;
+    }
+    graph_free(g);
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    Diag d;
+    diag_init(&d, stderr);
+    Options o = {0};
+    int rc = parse_options(argc, argv, &o, &d);
+    if (rc == 0)
+        rc = run(&o, &d);
+    else if (rc < 0)
+        rc = 0;
+    diag_free(&d);
+    return rc;
+}

@@ -1,0 +1,230 @@
+/* diag.c - the source-file table and user-facing diagnostics.
+ *
+ * Messages follow gcc and clang: "file:line:col: error: message", the source
+ * line, a caret under the column, then one note per DSL call frame that led
+ * there ("note: in call to 'block' from file:line:col").  User errors are
+ * counted and never abort; compiler bugs go through ampc_die(). */
+#include "ir.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void diag_init(Diag *d, FILE *out)
+{
+    memset(d, 0, sizeof *d);
+    d->out = out ? out : stderr;
+    arena_init(&d->arena);
+}
+
+void diag_free(Diag *d)
+{
+    for (int i = 0; i < d->files.len; i++) {
+        free(VEC_AT(d->files, SrcFile, i).text);
+        free(VEC_AT(d->files, SrcFile, i).path);
+    }
+    vec_free(&d->files);
+    vec_free(&d->frames);
+    arena_free(&d->arena);
+}
+
+static char *xstrdup(const char *s)
+{
+    char *p = strdup(s);
+    if (!p)
+        DIE("out of memory");
+    return p;
+}
+
+int diag_add_buffer(Diag *d, const char *path, const char *text, size_t len)
+{
+    SrcFile *f = vec_push(&d->files, sizeof(SrcFile));
+    f->path = xstrdup(path);
+    f->text = malloc(len + 1);
+    if (!f->text)
+        DIE("out of memory");
+    memcpy(f->text, text, len);
+    f->text[len] = 0;
+    f->len = len;
+    return d->files.len - 1;
+}
+
+int diag_load_file(Diag *d, const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return -1;
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (cap - len < 65536) {
+            cap = cap ? cap * 2 : 65536;
+            char *nb = realloc(buf, cap + 1);
+            if (!nb)
+                DIE("out of memory");
+            buf = nb;
+        }
+        size_t n = fread(buf + len, 1, cap - len, fp);
+        len += n;
+        if (n == 0)
+            break;
+    }
+    bool bad = ferror(fp);
+    int saved = errno;
+    fclose(fp);
+    if (bad) {
+        free(buf);
+        errno = saved ? saved : EIO;
+        return -1;
+    }
+    buf[len] = 0;
+    SrcFile *f = vec_push(&d->files, sizeof(SrcFile));
+    f->path = xstrdup(path);
+    f->text = buf;
+    f->len = len;
+    return d->files.len - 1;
+}
+
+const SrcFile *diag_file(const Diag *d, int file)
+{
+    if (file < 0 || file >= d->files.len)
+        return NULL;
+    return &VEC_AT(d->files, SrcFile, file);
+}
+
+int diag_push_frame(Diag *d, const char *fn, Loc call, int parent)
+{
+    CallFrame *f = vec_push(&d->frames, sizeof(CallFrame));
+    f->fn = fn;
+    f->call = call;
+    f->parent = parent;
+    return d->frames.len - 1;
+}
+
+static void print_loc(Diag *d, Loc loc)
+{
+    const SrcFile *f = diag_file(d, loc.file);
+    if (f)
+        fprintf(d->out, "%s:%d:%d: ", f->path, loc.line, loc.col);
+    else
+        fprintf(d->out, "ampc: ");
+}
+
+/* The source line of loc and a caret under its column.  Tabs in the line
+ * are copied into the caret line so the caret lines up in any terminal. */
+static void print_source_line(Diag *d, Loc loc)
+{
+    const SrcFile *f = diag_file(d, loc.file);
+    if (!f || loc.line < 1)
+        return;
+    const char *p = f->text, *end = f->text + f->len;
+    for (int line = 1; line < loc.line && p < end; p++)
+        if (*p == '\n')
+            line++;
+    const char *eol = p;
+    while (eol < end && *eol != '\n' && *eol != '\r')
+        eol++;
+    if (p >= end && loc.line > 1 && p == eol) {
+        /* error at end of file after a final newline: nothing to show */
+        return;
+    }
+    fputc(' ', d->out);
+    for (const char *q = p; q < eol; q++)
+        fputc((*q == '\t' || (unsigned char)*q >= 32) ? *q : ' ', d->out);
+    fputs("\n ", d->out);
+    for (int c = 1; c < loc.col && p + c - 1 < eol; c++)
+        fputc(p[c - 1] == '\t' ? '\t' : ' ', d->out);
+    fputs("^\n", d->out);
+}
+
+static void print_frames(Diag *d, int frame)
+{
+    int guard = 0;
+    for (; frame >= 0 && frame < d->frames.len && guard < 16; guard++) {
+        const CallFrame *cf = &VEC_AT(d->frames, CallFrame, frame);
+        const SrcFile *f = diag_file(d, cf->call.file);
+        fprintf(d->out, "note: in call to '%s' from %s:%d:%d\n", cf->fn, f ? f->path : "?",
+                cf->call.line, cf->call.col);
+        frame = cf->parent;
+    }
+    if (frame >= 0)
+        fprintf(d->out, "note: (further calls omitted)\n");
+}
+
+void diag_verror_in(Diag *d, Loc loc, int frame, const char *fmt, va_list ap)
+{
+    d->nerr++;
+    print_loc(d, loc);
+    fputs("error: ", d->out);
+    vfprintf(d->out, fmt, ap);
+    fputc('\n', d->out);
+    print_source_line(d, loc);
+    print_frames(d, frame);
+    fflush(d->out);
+}
+
+void diag_error_in(Diag *d, Loc loc, int frame, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    diag_verror_in(d, loc, frame, fmt, ap);
+    va_end(ap);
+}
+
+void diag_error(Diag *d, Loc loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    diag_verror_in(d, loc, -1, fmt, ap);
+    va_end(ap);
+}
+
+void diag_warning(Diag *d, Loc loc, const char *fmt, ...)
+{
+    va_list ap;
+    d->nwarn++;
+    print_loc(d, loc);
+    fputs("warning: ", d->out);
+    va_start(ap, fmt);
+    vfprintf(d->out, fmt, ap);
+    va_end(ap);
+    fputc('\n', d->out);
+    print_source_line(d, loc);
+    fflush(d->out);
+}
+
+void diag_note(Diag *d, Loc loc, const char *fmt, ...)
+{
+    va_list ap;
+    print_loc(d, loc);
+    fputs("note: ", d->out);
+    va_start(ap, fmt);
+    vfprintf(d->out, fmt, ap);
+    va_end(ap);
+    fputc('\n', d->out);
+    print_source_line(d, loc);
+    fflush(d->out);
+}
+
+void diag_plain_error(Diag *d, const char *fmt, ...)
+{
+    va_list ap;
+    d->nerr++;
+    fputs("ampc: error: ", d->out);
+    va_start(ap, fmt);
+    vfprintf(d->out, fmt, ap);
+    va_end(ap);
+    fputc('\n', d->out);
+    fflush(d->out);
+}
+
+_Noreturn void ampc_die(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "ampc: internal error at %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    abort();
+}

@@ -1,0 +1,391 @@
+/* ir.h - the IR layer: arenas, source files and diagnostics, the op table,
+ * and the dataflow graph every pass works on.
+ *
+ * Everything else in the compiler depends on this header and nothing here
+ * depends on the rest.  Sections follow the source files that implement them.
+ */
+#ifndef AMPC_IR_H
+#define AMPC_IR_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define AMPC_VERSION "0.1.0"
+#define AMPC_MAX_RANK 8
+
+/* ---- arena.c: bump allocation, freed all at once ---------------------- */
+
+typedef struct ArenaBlock ArenaBlock;
+typedef struct Arena {
+    ArenaBlock *head;
+    size_t total; /* bytes handed out, for reports */
+} Arena;
+
+void arena_init(Arena *a);
+void arena_free(Arena *a);
+void *arena_alloc(Arena *a, size_t size);            /* zeroed, 16-aligned */
+char *arena_strdup(Arena *a, const char *s);
+char *arena_strndup(Arena *a, const char *s, size_t n);
+char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A growable array whose storage is malloc'ed (it may move), for builders
+ * that do not know their final size.  vec_push returns the new element. */
+typedef struct {
+    void *data;
+    int len, cap;
+} Vec;
+void *vec_push(Vec *v, size_t elem_size);
+void vec_free(Vec *v);
+#define VEC_AT(v, T, i) (((T *)(v).data)[i])
+
+/* A string -> int map (open addressing), for names and interning. Keys are
+ * not copied: they must outlive the map (arena strings). */
+typedef struct {
+    const char **keys;
+    int *vals;
+    int cap, len;
+} StrMap;
+void strmap_free(StrMap *m);
+int *strmap_get(const StrMap *m, const char *key);   /* NULL if absent */
+bool strmap_put(StrMap *m, const char *key, int val); /* false if it was there (not replaced) */
+
+/* ---- diag.c: source files, locations, diagnostics ----------------------- */
+
+/* A location in a source file; line and col are 1-based, col counts bytes
+ * with tabs expanded to 8-column stops when printed. file indexes Diag.files. */
+typedef struct {
+    int file;
+    int line, col;
+} Loc;
+
+typedef struct {
+    char *path;   /* as the user named it, or resolved relative to an importer */
+    char *text;   /* NUL-terminated contents */
+    size_t len;
+} SrcFile;
+
+/* The chain of DSL function calls that produced a node: each frame says
+ * which function was called and where from.  Frames live in Diag so that any
+ * layer can print them. */
+typedef struct {
+    const char *fn;  /* called function */
+    Loc call;        /* where the call was written */
+    int parent;      /* enclosing frame, -1 at the top (the model body) */
+} CallFrame;
+
+typedef struct Diag {
+    FILE *out;     /* stderr, or a memstream in tests */
+    int nerr, nwarn;
+    int max_errors; /* stop reporting after this many (0 = no limit) */
+    Vec files;     /* SrcFile */
+    Vec frames;    /* CallFrame */
+    Arena arena;   /* frame function names, paths */
+} Diag;
+
+void diag_init(Diag *d, FILE *out);
+void diag_free(Diag *d);
+/* Reads a file into the table; returns its index, or -1 (no diagnostic). */
+int diag_load_file(Diag *d, const char *path);
+/* Adds an in-memory buffer (fuzzing, tests); the text is copied. */
+int diag_add_buffer(Diag *d, const char *path, const char *text, size_t len);
+const SrcFile *diag_file(const Diag *d, int file);
+int diag_push_frame(Diag *d, const char *fn, Loc call, int parent);
+
+/* file:line:col: error: message, the source line, a caret, then the call
+ * chain of `frame` (or nothing if frame < 0). */
+void diag_error(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void diag_error_in(Diag *d, Loc loc, int frame, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void diag_verror_in(Diag *d, Loc loc, int frame, const char *fmt, va_list ap);
+void diag_warning(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void diag_note(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* ampc: error: message (no location: bad flags, missing files). */
+void diag_plain_error(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline Loc loc_none(void) { return (Loc){-1, 0, 0}; }
+
+/* Internal compiler bugs, as opposed to user errors: print and abort. */
+_Noreturn void ampc_die(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define DIE(...) ampc_die(__FILE__, __LINE__, __VA_ARGS__)
+#define ASSERT(c) ((c) ? (void)0 : DIE("assertion failed: %s", #c))
+
+/* ---- dtypes and shapes (types.c) ---------------------------------------- */
+
+#define DTYPE_LIST(X)                                   \
+    X(DT_UNKNOWN, "?", "unknown", 0, false)              \
+    X(DT_F16, "f16", "float16", 2, true)                 \
+    X(DT_BF16, "bf16", "bfloat16", 2, true)              \
+    X(DT_F32, "f32", "float32", 4, true)                 \
+    X(DT_F64, "f64", "float64", 8, true)                 \
+    X(DT_I8, "i8", "int8", 1, false)                     \
+    X(DT_U8, "u8", "uint8", 1, false)                    \
+    X(DT_I32, "i32", "int32", 4, false)                  \
+    X(DT_I64, "i64", "int64", 8, false)
+
+typedef enum {
+#define X(id, s, l, sz, f) id,
+    DTYPE_LIST(X)
+#undef X
+        DT_COUNT
+} DType;
+
+const char *dtype_short(DType t);  /* "f16" */
+const char *dtype_long(DType t);   /* "float16" */
+int dtype_size(DType t);           /* bytes */
+bool dtype_is_float(DType t);
+DType dtype_parse(const char *s);  /* either spelling; DT_UNKNOWN if none */
+
+/* A dimension is a constant >= 0, or a multiple k >= 1 of the symbolic batch
+ * size N, stored as -k.  DIM_N is N itself. */
+typedef int64_t Dim;
+#define DIM_N ((Dim)-1)
+static inline bool dim_is_sym(Dim d) { return d < 0; }
+
+typedef struct {
+    int rank;  /* -1: not known yet */
+    Dim d[AMPC_MAX_RANK];
+} Shape;
+
+static inline Shape shape_unknown(void) { Shape s = {.rank = -1}; return s; }
+bool shape_equal(const Shape *a, const Shape *b);
+/* Elements per sample: the product with N taken as 1 (a multiple kN counts
+ * k). Returns false on overflow. */
+bool shape_numel_per_sample(const Shape *s, int64_t *out);
+/* Elements with N bound to batch (batch >= 1). */
+int64_t shape_numel(const Shape *s, int64_t batch);
+/* "[N,3,224,224]", "[]", or "" for unknown; returns buf. */
+char *shape_str(const Shape *s, char *buf, size_t cap);
+bool shape_has_sym(const Shape *s);
+
+/* ---- ops.def + ops/FAMILY.c: the op table ------------------------------------ */
+
+/* Attribute types.  Tuples hold up to AMPC_MAX_RANK ints. */
+typedef enum { AT_INT, AT_FLOAT, AT_BOOL, AT_ENUM, AT_TUPLE, AT_DTYPE, AT_STR } AttrType;
+
+typedef struct {
+    AttrType type;
+    union {
+        int64_t i;    /* AT_INT */
+        double f;     /* AT_FLOAT */
+        bool b;       /* AT_BOOL */
+        int e;        /* AT_ENUM: index into the spec's choices; AT_DTYPE: DType */
+        const char *s;/* AT_STR (arena) */
+        struct {
+            int n;
+            int64_t v[AMPC_MAX_RANK];
+        } t;          /* AT_TUPLE */
+    };
+} AttrVal;
+
+/* One attribute of an op: name, type, default, range and meaning. */
+typedef struct {
+    const char *name;
+    AttrType type;
+    bool required;
+    const char *def;       /* default as DSL text ("1", "(1,1)", "false", "\"relu\""), or NULL */
+    double min, max;       /* range for AT_INT/AT_FLOAT/AT_TUPLE elements (inclusive) */
+    const char *const *choices; /* AT_ENUM: NULL-terminated */
+} AttrSpec;
+
+/* One input slot.  Parameter slots are created implicitly when the caller
+ * does not pass them, and named <node>_<suffix>. */
+typedef enum {
+    SLOT_DATA,   /* an activation */
+    SLOT_PARAM,  /* a trainable parameter (weight, bias, gamma, beta) */
+    SLOT_AUX,    /* state that is not trained (BatchNorm moving statistics) */
+    SLOT_LABEL,  /* a label: never cast, no gradient */
+} SlotKind;
+
+typedef struct {
+    const char *name;   /* "data", "weight", "gamma", ... (also the named-argument key) */
+    SlotKind kind;
+    const char *suffix; /* parameter name suffix, or NULL */
+    bool keep_fp32;     /* always fp32 whatever the data dtype (BatchNorm's four) */
+} SlotSpec;
+
+/* How AMP treats an op (issue: the AMP rewrite; facts from MXNet's lists). */
+typedef enum {
+    AMP_NONE,    /* not a compute op (inputs, parameters, casts) */
+    AMP_F16,     /* run in the target low precision */
+    AMP_F32,     /* always fp32 */
+    AMP_FOLLOW,  /* run in the dtype that arrives */
+    AMP_WIDEST,  /* cast narrower float inputs up to the widest */
+} AmpClass;
+
+typedef struct Graph Graph;
+typedef struct Node Node;
+
+/* Family hooks.  Shape rules report their own errors through the graph's
+ * Diag and return false on error. */
+typedef bool (*ShapeFn)(Graph *g, Node *n);
+/* Cross-attribute checks and normalisation (stride=() becomes (1,1) for a
+ * 2-D kernel), run when a node is created; errors are reported at the node. */
+typedef bool (*CheckFn)(Graph *g, Node *n);
+/* Forward FLOPs per sample (multiply-adds count 2). */
+typedef double (*FlopsFn)(const Graph *g, const Node *n);
+
+typedef enum {
+#define OP(id, name, prefix, amp, nslots, slots, nattrs, attrs, check, shape, flops) OP_##id,
+#include "ops.def"
+#undef OP
+    OP_COUNT
+} OpKind;
+
+typedef struct {
+    const char *name;         /* DSL and dump spelling */
+    const char *prefix;       /* generated node names: conv, bn, fc, ... */
+    AmpClass amp;
+    const SlotSpec *slots;    /* fixed input slots; variadic ops have nslots 0 */
+    int nslots;
+    const AttrSpec *attrs;
+    int nattrs;
+    CheckFn check;
+    ShapeFn shape;
+    FlopsFn flops;
+} OpInfo;
+
+extern const OpInfo op_table[OP_COUNT];
+OpKind op_lookup(const char *name); /* OP_COUNT if unknown */
+static inline const OpInfo *op_info(OpKind k) { return &op_table[k]; }
+int op_attr_index(OpKind k, const char *name); /* -1 if not an attribute of k */
+int op_slot_index(OpKind k, const char *name); /* -1 if not a slot of k */
+/* Parses an attribute default into v; used when filling in defaults. */
+void op_attr_default(OpKind k, int attr, AttrVal *v);
+/* Checks that ops.def and the family schemas agree (unit tests, debug). */
+bool op_table_check(void);
+
+/* Attribute indices, in the order of each op's AttrSpec array.  The family
+ * files static-assert that their arrays agree. */
+enum { CONV_KERNEL, CONV_STRIDE, CONV_PAD, CONV_DILATE, CONV_NUM_FILTER, CONV_NUM_GROUP,
+       CONV_NO_BIAS, CONV_NATTRS };
+enum { BN_EPS, BN_MOMENTUM, BN_FIX_GAMMA, BN_USE_GLOBAL_STATS, BN_AXIS, BN_NATTRS };
+enum { ACT_TYPE, ACT_NATTRS };
+enum { ACT_RELU, ACT_SIGMOID, ACT_TANH, ACT_SOFTRELU, ACT_SOFTSIGN };
+enum { LRELU_TYPE, LRELU_SLOPE, LRELU_NATTRS };
+enum { LRELU_LEAKY, LRELU_ELU, LRELU_SELU, LRELU_PRELU };
+enum { POOL_KERNEL, POOL_POOL_TYPE, POOL_GLOBAL_POOL, POOL_STRIDE, POOL_PAD, POOL_CONVENTION,
+       POOL_COUNT_INCLUDE_PAD, POOL_NATTRS };
+enum { POOL_MAX, POOL_AVG, POOL_SUM };
+enum { POOL_VALID, POOL_FULL };
+enum { FC_NUM_HIDDEN, FC_NO_BIAS, FC_FLATTEN, FC_NATTRS };
+enum { RESHAPE_SHAPE, RESHAPE_NATTRS };
+enum { SCALAR_SCALAR, SCALAR_NATTRS };
+enum { CONCAT_DIM, CONCAT_NATTRS };
+enum { DROPOUT_P, DROPOUT_NATTRS };
+enum { CAST_DTYPE, CAST_NATTRS };
+enum { SMO_GRAD_SCALE, SMO_IGNORE_LABEL, SMO_USE_IGNORE, SMO_NORMALIZATION, SMO_SMOOTH_ALPHA,
+       SMO_NATTRS };
+enum { SMO_NORM_NULL, SMO_NORM_BATCH, SMO_NORM_VALID };
+enum { SOFTMAX_AXIS, SOFTMAX_NATTRS };
+enum { REDUCE_AXIS, REDUCE_KEEPDIMS, REDUCE_NATTRS };
+enum { INPUT_ROLE, INPUT_NATTRS };
+enum { INPUT_DATA, INPUT_LABEL };
+enum { PARAM_KIND, PARAM_INIT, PARAM_WD_MULT, PARAM_LR_MULT, PARAM_NATTRS };
+enum { PK_WEIGHT, PK_BIAS, PK_GAMMA, PK_BETA, PK_MOVING_MEAN, PK_MOVING_VAR, PK_OTHER };
+
+/* ---- graph.c: the dataflow graph ---------------------------------------- */
+
+/* Node flags. */
+enum {
+    NF_EXPLICIT_NAME = 1 << 0, /* name came from name="..." */
+    NF_OUTPUT = 1 << 1,        /* a graph output */
+};
+
+/* A node produces exactly one value, so a value id is a node id.  Inputs
+ * always have smaller ids than the node (the graph is stored in a
+ * topological order; ir_verify checks it). */
+struct Node {
+    int id;
+    OpKind op;
+    int nin;
+    int *in;          /* value ids */
+    AttrVal *attrs;   /* op_info(op)->nattrs of them, defaults filled in */
+    const char *name; /* unique in the graph */
+    Shape shape;
+    DType dtype;
+    uint32_t flags;
+    Loc loc;          /* where the op was written */
+    int frame;        /* call chain (Diag frames), -1 at model level */
+};
+
+/* A train-block entry, kept as written for later issues: a value is a number,
+ * string, bool, symbol (bare identifier) or a call with arguments. */
+typedef enum { CV_INT, CV_FLOAT, CV_BOOL, CV_STR, CV_SYM, CV_CALL } ConfigKind;
+typedef struct ConfigVal ConfigVal;
+struct ConfigVal {
+    ConfigKind kind;
+    int64_t i;
+    double f;
+    bool b;
+    const char *s;     /* CV_STR, CV_SYM, CV_CALL (callee) */
+    int nargs;
+    const char **argnames; /* NULL entries for positional arguments */
+    ConfigVal **args;
+};
+typedef struct {
+    const char *key;
+    ConfigVal *val;
+    Loc loc;
+} ConfigEntry;
+
+struct Graph {
+    Arena arena;       /* nodes, names, attributes */
+    Diag *diag;        /* not owned */
+    const char *model; /* model name */
+    Node **nodes;      /* by id */
+    int nnodes, cap;
+    int *outputs;
+    int noutputs;
+    ConfigEntry *train; /* train block, in source order */
+    int ntrain;
+    StrMap names;      /* name -> node id */
+    int64_t bind_batch; /* > 0: dumps print N as this number (--batch-size) */
+};
+
+Graph *graph_new(Diag *d, const char *model);
+void graph_free(Graph *g);
+/* Appends a node with defaults for every attribute; inputs are copied. */
+Node *graph_add(Graph *g, OpKind op, const int *in, int nin, Loc loc, int frame);
+/* Registers n's name; returns false (no diagnostic) if taken. */
+bool graph_set_name(Graph *g, Node *n, const char *name);
+Node *graph_find(const Graph *g, const char *name);
+void graph_add_output(Graph *g, int id);
+void graph_set_train(Graph *g, const ConfigEntry *e, int n); /* deep-copies into the arena */
+ConfigVal *config_copy(Arena *a, const ConfigVal *v);
+/* Drops the nodes no output depends on and renumbers the rest in storage
+ * order: returns a new graph and frees g. */
+Graph *graph_compact(Graph *g);
+/* Count of users per node (malloc'ed, caller frees). */
+int *graph_use_counts(const Graph *g);
+/* A node's attribute, checked against the expected type (DIE on a mismatch: a bug). */
+int64_t node_int(const Node *n, int attr);
+double node_float(const Node *n, int attr);
+bool node_bool(const Node *n, int attr);
+int node_enum(const Node *n, int attr);
+const AttrVal *node_tuple(const Node *n, int attr);
+/* Error at a node: its location and call chain. */
+void node_error(const Graph *g, const Node *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+bool node_is_param(const Node *n);   /* OP_Param */
+int node_param_kind(const Node *n);  /* PK_* for an OP_Param node */
+
+/* ---- print.c, read.c, dot.c, verify.c ----------------------------------- */
+
+/* Canonical order: depth-first from the outputs, inputs in argument order,
+ * then any node no output reaches, in id order.  The result does not depend
+ * on the order nodes were stored in.  Returns a malloc'ed array of ids. */
+int *graph_canonical_order(const Graph *g);
+/* The text dump; `pass` names the banner ("after infer-shapes"). */
+void ir_print(FILE *f, const Graph *g, const char *pass);
+void ir_print_dot(FILE *f, const Graph *g, const char *pass);
+void config_print(FILE *f, const ConfigVal *v);
+/* Reads a dump back; file indexes d's source table. Returns NULL on error. */
+Graph *ir_read(Diag *d, int file);
+/* Checks invariants; prints what is wrong and returns false.  A failure is a
+ * compiler bug, never a user error. */
+bool ir_verify(const Graph *g, const char *after_pass);
+
+#endif

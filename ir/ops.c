@@ -1,0 +1,112 @@
+/* ops.c - the op table built from ops.def, and lookups over it.
+ *
+ * The per-op data (slots, attribute schemas) and rules (check, shape, FLOPs)
+ * live in ir/ops/<family>.c; this file only gathers them. */
+#include "ir.h"
+#include "ops/ops_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const OpInfo op_table[OP_COUNT] = {
+#define OP(id, name, prefix, amp, nslots, slots, nattrs, attrs, check, shape, flops) \
+    [OP_##id] = {name, prefix, amp, slots, nslots, attrs, nattrs, check, shape, flops},
+#include "ops.def"
+#undef OP
+};
+
+OpKind op_lookup(const char *name)
+{
+    /* A linear scan over ~35 names is faster than hashing at this size and
+     * only runs once per call site. */
+    for (int k = 0; k < OP_COUNT; k++)
+        if (strcmp(op_table[k].name, name) == 0)
+            return (OpKind)k;
+    return OP_COUNT;
+}
+
+int op_attr_index(OpKind k, const char *name)
+{
+    const OpInfo *oi = op_info(k);
+    for (int i = 0; i < oi->nattrs; i++)
+        if (strcmp(oi->attrs[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+int op_slot_index(OpKind k, const char *name)
+{
+    const OpInfo *oi = op_info(k);
+    for (int i = 0; i < oi->nslots; i++)
+        if (strcmp(oi->slots[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* Defaults are written as DSL text in the schemas; this reads the few forms
+ * they use: integers, floats, true/false, "(a,b)", "\"choice\"" and dtype
+ * names. */
+static void parse_tuple(const char *s, AttrVal *v)
+{
+    v->t.n = 0;
+    for (s++; *s && *s != ')';) {
+        char *end;
+        long long x = strtoll(s, &end, 10);
+        if (end == s)
+            DIE("bad tuple default");
+        if (v->t.n == AMPC_MAX_RANK)
+            DIE("tuple default too long");
+        v->t.v[v->t.n++] = x;
+        s = end;
+        while (*s == ',' || *s == ' ')
+            s++;
+    }
+}
+
+void op_attr_default(OpKind k, int attr, AttrVal *v)
+{
+    const AttrSpec *as = &op_info(k)->attrs[attr];
+    memset(v, 0, sizeof *v);
+    v->type = as->type;
+    const char *d = as->def;
+    if (!d)
+        return; /* required: the caller supplies it */
+    switch (as->type) {
+    case AT_INT: v->i = strtoll(d, NULL, 10); break;
+    case AT_FLOAT: v->f = strtod(d, NULL); break;
+    case AT_BOOL: v->b = strcmp(d, "true") == 0; break;
+    case AT_TUPLE: parse_tuple(d, v); break;
+    case AT_DTYPE: v->e = dtype_parse(d); break;
+    case AT_STR: v->s = d; break;
+    case AT_ENUM:
+        for (int i = 0; as->choices[i]; i++)
+            if (strcmp(as->choices[i], d) == 0)
+                v->e = i;
+        break;
+    }
+}
+
+bool op_table_check(void)
+{
+    bool ok = true;
+    for (int k = 0; k < OP_COUNT; k++) {
+        const OpInfo *oi = &op_table[k];
+        int n = 0;
+        while (oi->attrs[n].name)
+            n++;
+        if (n != oi->nattrs) {
+            fprintf(stderr, "op %s: %d attributes in its schema, %d in ops.def\n", oi->name, n,
+                    oi->nattrs);
+            ok = false;
+        }
+        n = 0;
+        while (oi->slots[n].name)
+            n++;
+        if (n != oi->nslots) {
+            fprintf(stderr, "op %s: %d slots in its schema, %d in ops.def\n", oi->name, n,
+                    oi->nslots);
+            ok = false;
+        }
+    }
+    return ok;
+}

@@ -1,0 +1,36 @@
+/* loss.c - SoftmaxOutput, MXNet's fused softmax and cross-entropy head.
+ *
+ * Forward is a softmax over the last axis; the gradient (a later issue)
+ * ignores the head gradient and yields p - onehot, smoothed by smooth_alpha,
+ * times grad_scale, normalised as `normalization` says. */
+#include "ops_impl.h"
+
+const SlotSpec smo_slots[] = {
+    {"data", SLOT_DATA, NULL, false},
+    {"label", SLOT_LABEL, NULL, false},
+    SLOT_END,
+};
+static const char *const smo_norms[] = {"null", "batch", "valid", NULL};
+const AttrSpec smo_attrs[] = {
+    {"grad_scale", AT_FLOAT, false, "1", -1e30, 1e30, NULL},
+    {"ignore_label", AT_FLOAT, false, "-1", -1e30, 1e30, NULL},
+    {"use_ignore", AT_BOOL, false, "false", 0, 0, NULL},
+    {"normalization", AT_ENUM, false, "null", 0, 0, smo_norms},
+    {"smooth_alpha", AT_FLOAT, false, "0", 0, 1, NULL},
+    ATTR_END,
+};
+
+bool smo_shape(Graph *g, Node *n)
+{
+    Node *data = in_node(g, n, 0), *label = in_node(g, n, 1);
+    if (!require_rank(g, n, data, 2, 2) || !require_rank(g, n, label, 1, 1))
+        return false;
+    if (label->shape.d[0] != data->shape.d[0]) {
+        char a[128], b[128];
+        node_error(g, n, "SoftmaxOutput: label shape %s does not match data %s (one label per row)",
+                   shape_str(&label->shape, a, sizeof a), shape_str(&data->shape, b, sizeof b));
+        return false;
+    }
+    n->shape = data->shape;
+    return true;
+}

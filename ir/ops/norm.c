@@ -1,0 +1,59 @@
+/* norm.c - BatchNorm.
+ *
+ * Defaults are Gluon's (fix_gamma=false, eps=1e-5, momentum=0.9), not MXNet
+ * symbol's (fix_gamma=true, eps=1e-3): see docs/language.md.  gamma, beta and
+ * the moving statistics are [C] for C = data.shape[axis], and always fp32. */
+#include "ops_impl.h"
+
+const SlotSpec bn_slots[] = {
+    {"data", SLOT_DATA, NULL, false},
+    {"gamma", SLOT_PARAM, "gamma", true},
+    {"beta", SLOT_PARAM, "beta", true},
+    {"moving_mean", SLOT_AUX, "moving_mean", true},
+    {"moving_var", SLOT_AUX, "moving_var", true},
+    SLOT_END,
+};
+const AttrSpec bn_attrs[] = {
+    {"eps", AT_FLOAT, false, "1e-5", 1e-30, 1e30, NULL},
+    {"momentum", AT_FLOAT, false, "0.9", 0, 1, NULL},
+    {"fix_gamma", AT_BOOL, false, "false", 0, 0, NULL},
+    {"use_global_stats", AT_BOOL, false, "false", 0, 0, NULL},
+    {"axis", AT_INT, false, "1", -AMPC_MAX_RANK, AMPC_MAX_RANK - 1, NULL},
+    ATTR_END,
+};
+
+bool bn_shape(Graph *g, Node *n)
+{
+    Node *data = in_node(g, n, 0);
+    if (!require_rank(g, n, data, 2, AMPC_MAX_RANK))
+        return false;
+    int64_t axis = node_int(n, BN_AXIS);
+    if (axis < 0)
+        axis += data->shape.rank;
+    if (axis < 0 || axis >= data->shape.rank) {
+        node_error(g, n, "BatchNorm: axis %lld is out of range for rank %d",
+                   (long long)node_int(n, BN_AXIS), data->shape.rank);
+        return false;
+    }
+    Dim c = data->shape.d[axis];
+    if (dim_is_sym(c)) {
+        node_error(g, n, "BatchNorm: the channel axis must not be the batch dimension");
+        return false;
+    }
+    Shape p = {.rank = 1, .d = {c}};
+    char why[64];
+    snprintf(why, sizeof why, "(input has %lld channels)", (long long)c);
+    for (int s = 1; s < 5; s++)
+        if (!expect_input_shape(g, n, s, &p, why))
+            return false;
+    n->shape = data->shape;
+    return true;
+}
+
+double bn_flops(const Graph *g, const Node *n)
+{
+    (void)g;
+    int64_t e;
+    /* normalise and scale: a subtract, a multiply and an add per element */
+    return shape_numel_per_sample(&n->shape, &e) ? 4.0 * (double)e : 0;
+}

@@ -1,0 +1,1172 @@
+/* elaborate.c - from the syntax tree to the graph.
+ *
+ * The DSL is run as a small interpreter whose only side effect is adding
+ * nodes: calls to user functions are inlined, loops unrolled and scalar
+ * arithmetic folded, so what comes out is a flat dataflow graph.
+ *
+ * Names.  Each call of a user function opens a frame whose path is the
+ * caller's path plus the callee's name and a per-caller counter
+ * (stage2_block1_conv2).  When a frame ends, the ops it created directly are
+ * named: a function that made exactly one op gives it its own path (so the
+ * Convolution made by conv() is stage2_block1_conv2); otherwise each op is
+ * <path>_<prefix><k>, the counter shared with calls so names cannot clash.
+ * Implicit parameters are <node>_<suffix> (MXNet's weight, bias, gamma,
+ * beta, moving_mean, moving_var).  name="..." overrides a node's name.
+ *
+ * Limits (call depth, loop length, node count, evaluation depth) turn
+ * runaway programs into located errors instead of hangs or stack overflows. */
+#include "passes.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- values ---------------------------------------------------------------- */
+
+typedef enum { V_NONE, V_INT, V_FLOAT, V_BOOL, V_STR, V_SYM, V_TUPLE, V_TENSOR } VKind;
+
+typedef struct Value Value;
+struct Value {
+    VKind k;
+    int64_t i;      /* V_INT; V_TENSOR: node id */
+    double f;       /* V_FLOAT */
+    bool b;         /* V_BOOL */
+    const char *s;  /* V_STR, V_SYM (dtype names, initialisers) */
+    int n;          /* V_TUPLE */
+    Value *items;   /* V_TUPLE */
+};
+
+static const char *vkind_name(VKind k)
+{
+    static const char *const names[] = {"none", "int", "float", "bool", "string", "symbol",
+                                        "tuple", "tensor"};
+    return names[k];
+}
+
+/* ---- interpreter state -------------------------------------------------------- */
+
+typedef struct Var {
+    const char *name;
+    Value v;
+    struct Var *next;
+} Var;
+
+typedef struct Frame {
+    const char *path;   /* "" for the model body */
+    int diag_frame;     /* Diag call frame, -1 for the model body */
+    Var *vars;
+    StrMap counters;    /* base name -> uses so far */
+    Vec ops;            /* int: node ids created directly in this frame */
+    const AstNode *fn;  /* the def, or NULL for the model */
+    struct Frame *parent;
+} Frame;
+
+typedef struct {
+    Diag *d;
+    Graph *g;
+    Arena tmp;          /* values, frame paths: freed at the end */
+    const ElabOptions *opt;
+    StrMap defs;        /* function name -> index in prog decls */
+    const AstProgram *prog;
+    Frame *frame;
+    int call_depth, eval_depth;
+    int64_t work;
+    int batch_sym_seen; /* the model's symbolic batch dimension is named */
+    jmp_buf fail;       /* errors unwind here: everything lives in arenas */
+} Elab;
+
+enum { MAX_EVAL_DEPTH = 4000, MAX_WORK = 100000000 };
+
+static _Noreturn void fail(Elab *e) { longjmp(e->fail, 1); }
+
+static _Noreturn void error_at(Elab *e, Loc loc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static _Noreturn void error_at(Elab *e, Loc loc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    diag_verror_in(e->d, loc, e->frame ? e->frame->diag_frame : -1, fmt, ap);
+    va_end(ap);
+    fail(e);
+}
+
+static void tick(Elab *e, Loc loc)
+{
+    if (++e->work > MAX_WORK)
+        error_at(e, loc, "elaboration exceeds its work limit (%d steps): is a loop too long?",
+                 MAX_WORK);
+}
+
+/* ---- did-you-mean ------------------------------------------------------------- */
+
+static int edit_distance(const char *a, const char *b)
+{
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 40 || lb > 40)
+        return 99;
+    int row[41];
+    for (int j = 0; j <= lb; j++)
+        row[j] = j;
+    for (int i = 1; i <= la; i++) {
+        int prev = row[0];
+        row[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int cur = row[j];
+            int sub = prev + (a[i - 1] != b[j - 1]);
+            int del = row[j] + 1, ins = row[j - 1] + 1;
+            row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            prev = cur;
+        }
+    }
+    return row[lb];
+}
+
+typedef struct {
+    const char *best;
+    int dist;
+} Suggest;
+
+static void suggest_try(Suggest *s, const char *want, const char *cand)
+{
+    int d = edit_distance(want, cand);
+    int limit = (int)strlen(want) / 3 + 1;
+    if (d <= limit && (!s->best || d < s->dist))
+        s->best = cand, s->dist = d;
+}
+
+static const char *suggest_text(Elab *e, const Suggest *s)
+{
+    return s->best ? arena_printf(&e->tmp, " (did you mean '%s'?)", s->best) : "";
+}
+
+/* ---- variables ----------------------------------------------------------------- */
+
+static Value *lookup(Elab *e, const char *name)
+{
+    for (Var *v = e->frame->vars; v; v = v->next)
+        if (strcmp(v->name, name) == 0)
+            return &v->v;
+    return NULL;
+}
+
+static void assign(Elab *e, const char *name, Value v)
+{
+    Value *slot = lookup(e, name);
+    if (slot) {
+        *slot = v;
+        return;
+    }
+    Var *var = arena_alloc(&e->tmp, sizeof *var);
+    var->name = name;
+    var->v = v;
+    var->next = e->frame->vars;
+    e->frame->vars = var;
+}
+
+static int next_count(Frame *f, const char *base)
+{
+    int *c = strmap_get(&f->counters, base);
+    if (c)
+        return ++*c;
+    strmap_put(&f->counters, base, 1);
+    return 1;
+}
+
+/* ---- builtin names ------------------------------------------------------------- */
+
+static const char *const init_names[] = {"zero", "one", NULL};
+static const char *const init_funcs[] = {"msra_prelu", "xavier", "uniform", "normal", "constant",
+                                         NULL};
+
+static bool in_list(const char *const *list, const char *s)
+{
+    for (; *list; list++)
+        if (strcmp(*list, s) == 0)
+            return true;
+    return false;
+}
+
+/* ---- graph building -------------------------------------------------------------- */
+
+static Node *add_node(Elab *e, OpKind op, const int *in, int nin, Loc loc)
+{
+    if (e->opt->max_nodes && e->g->nnodes >= e->opt->max_nodes)
+        error_at(e, loc, "the model exceeds %lld nodes", (long long)e->opt->max_nodes);
+    Node *n = graph_add(e->g, op, in, nin, loc, e->frame->diag_frame);
+    return n;
+}
+
+static void record_op(Elab *e, Node *n)
+{
+    *(int *)vec_push(&e->frame->ops, sizeof(int)) = n->id;
+}
+
+static void name_node(Elab *e, Node *n, const char *name)
+{
+    if (graph_set_name(e->g, n, name))
+        return;
+    const Node *other = graph_find(e->g, name);
+    const SrcFile *f = diag_file(e->d, other->loc.file);
+    error_at(e, n->loc, "duplicate name '%s' (already used by %s at %s:%d:%d)", name,
+             op_info(other->op)->name, f ? f->path : "?", other->loc.line, other->loc.col);
+}
+
+/* Names a node created in the frame being closed, then its unnamed
+ * parameter inputs after it. */
+static void name_op_and_params(Elab *e, Node *n, const char *name)
+{
+    if (!n->name)
+        name_node(e, n, name);
+    const OpInfo *oi = op_info(n->op);
+    for (int s = 0; s < n->nin && s < oi->nslots; s++) {
+        Node *p = e->g->nodes[n->in[s]];
+        if (p->op != OP_Param || p->name)
+            continue;
+        const SlotSpec *ss = &oi->slots[s];
+        name_node(e, p, arena_printf(&e->tmp, "%s_%s", n->name, ss->suffix ? ss->suffix : ss->name));
+    }
+}
+
+static void close_frame_names(Elab *e, Frame *f)
+{
+    int nops = f->ops.len;
+    for (int i = 0; i < nops; i++) {
+        Node *n = e->g->nodes[VEC_AT(f->ops, int, i)];
+        const char *name;
+        if (n->name)
+            name = n->name;
+        else if (nops == 1 && f->fn)
+            name = f->path;
+        else {
+            const char *prefix = op_info(n->op)->prefix;
+            int k = next_count(f, prefix);
+            name = *f->path ? arena_printf(&e->tmp, "%s_%s%d", f->path, prefix, k)
+                            : arena_printf(&e->tmp, "%s%d", prefix, k);
+        }
+        name_op_and_params(e, n, name);
+    }
+}
+
+/* ---- evaluation ------------------------------------------------------------------- */
+
+static Value eval(Elab *e, const AstNode *x);
+static Value call(Elab *e, const AstNode *x);
+
+static Value v_int(int64_t i) { return (Value){.k = V_INT, .i = i}; }
+static Value v_float(double f) { return (Value){.k = V_FLOAT, .f = f}; }
+static Value v_bool(bool b) { return (Value){.k = V_BOOL, .b = b}; }
+static Value v_tensor(int id) { return (Value){.k = V_TENSOR, .i = id}; }
+
+static bool is_num(const Value *v) { return v->k == V_INT || v->k == V_FLOAT; }
+static double num(const Value *v) { return v->k == V_INT ? (double)v->i : v->f; }
+
+static Value scalar_op(Elab *e, Loc loc, OpKind op, int tensor, double s)
+{
+    Node *n = add_node(e, op, &tensor, 1, loc);
+    n->attrs[SCALAR_SCALAR].f = s;
+    record_op(e, n);
+    return v_tensor(n->id);
+}
+
+static Value tensor_binary(Elab *e, const AstNode *x, const Value *a, const Value *b)
+{
+    char opc = (char)x->op;
+    if (a->k == V_TENSOR && b->k == V_TENSOR) {
+        OpKind op = opc == '+' ? OP_elemwise_add : opc == '-' ? OP_elemwise_sub
+                  : opc == '*' ? OP_elemwise_mul : OP_COUNT;
+        if (op == OP_COUNT)
+            error_at(e, x->loc, "operator '%c' is not defined on two tensors", opc);
+        int in[2] = {(int)a->i, (int)b->i};
+        Node *n = add_node(e, op, in, 2, x->loc);
+        record_op(e, n);
+        return v_tensor(n->id);
+    }
+    const Value *t = a->k == V_TENSOR ? a : b, *s = a->k == V_TENSOR ? b : a;
+    if (!is_num(s))
+        error_at(e, x->loc, "operator '%c' between a tensor and a %s", opc, vkind_name(s->k));
+    bool right = a->k == V_TENSOR; /* tensor OP scalar */
+    OpKind op;
+    switch (opc) {
+    case '+': op = OP__plus_scalar; break;
+    case '-': op = right ? OP__minus_scalar : OP__rminus_scalar; break;
+    case '*': op = OP__mul_scalar; break;
+    case '/': op = right ? OP__div_scalar : OP__rdiv_scalar; break;
+    default: error_at(e, x->loc, "operator '%c' is not defined on tensors", opc);
+    }
+    return scalar_op(e, x->loc, op, (int)t->i, num(s));
+}
+
+static Value int_arith(Elab *e, const AstNode *x, int64_t a, int64_t b)
+{
+    int64_t r = 0;
+    bool ovf = false;
+    switch (x->op) {
+    case '+': ovf = __builtin_add_overflow(a, b, &r); break;
+    case '-': ovf = __builtin_sub_overflow(a, b, &r); break;
+    case '*': ovf = __builtin_mul_overflow(a, b, &r); break;
+    case '/':
+    case '%':
+        if (b == 0)
+            error_at(e, x->loc, "integer division by zero");
+        if (a == INT64_MIN && b == -1)
+            ovf = true;
+        else
+            r = x->op == '/' ? a / b : a % b;
+        break;
+    }
+    if (ovf)
+        error_at(e, x->loc, "integer overflow in '%c'", (char)x->op);
+    return v_int(r);
+}
+
+static bool values_equal(const Value *a, const Value *b)
+{
+    if (is_num(a) && is_num(b))
+        return a->k == V_INT && b->k == V_INT ? a->i == b->i : num(a) == num(b);
+    if (a->k != b->k)
+        return false;
+    switch (a->k) {
+    case V_BOOL: return a->b == b->b;
+    case V_STR:
+    case V_SYM: return strcmp(a->s, b->s) == 0;
+    case V_TENSOR: return a->i == b->i;
+    case V_NONE: return true;
+    case V_TUPLE:
+        if (a->n != b->n)
+            return false;
+        for (int i = 0; i < a->n; i++)
+            if (!values_equal(&a->items[i], &b->items[i]))
+                return false;
+        return true;
+    default: return false;
+    }
+}
+
+static bool truth(Elab *e, const AstNode *x, const Value *v, const char *what)
+{
+    if (v->k != V_BOOL)
+        error_at(e, x->loc, "%s must be a bool, got %s", what, vkind_name(v->k));
+    return v->b;
+}
+
+static Value eval_binary(Elab *e, const AstNode *x)
+{
+    if (x->op == AOP_AND || x->op == AOP_OR) {
+        Value a = eval(e, x->a);
+        bool av = truth(e, x->a, &a, "an operand of && and ||");
+        if (x->op == AOP_AND ? !av : av)
+            return v_bool(av);
+        Value b = eval(e, x->b);
+        return v_bool(truth(e, x->b, &b, "an operand of && and ||"));
+    }
+    Value a = eval(e, x->a), b = eval(e, x->b);
+    switch (x->op) {
+    case AOP_EQ: return v_bool(values_equal(&a, &b));
+    case AOP_NE: return v_bool(!values_equal(&a, &b));
+    case '<': case '>': case AOP_LE: case AOP_GE: {
+        if (!is_num(&a) || !is_num(&b))
+            error_at(e, x->loc, "comparison needs numbers, got %s and %s", vkind_name(a.k),
+                     vkind_name(b.k));
+        bool ints = a.k == V_INT && b.k == V_INT;
+        int c = ints ? (a.i > b.i) - (a.i < b.i) : (num(&a) > num(&b)) - (num(&a) < num(&b));
+        return v_bool(x->op == '<' ? c < 0 : x->op == '>' ? c > 0 : x->op == AOP_LE ? c <= 0 : c >= 0);
+    }
+    default: break;
+    }
+    if (a.k == V_TENSOR || b.k == V_TENSOR)
+        return tensor_binary(e, x, &a, &b);
+    if (x->op == '+' && a.k == V_STR && b.k == V_STR)
+        return (Value){.k = V_STR, .s = arena_printf(&e->tmp, "%s%s", a.s, b.s)};
+    if (!is_num(&a) || !is_num(&b))
+        error_at(e, x->loc, "operator '%c' is not defined on %s and %s", (char)x->op,
+                 vkind_name(a.k), vkind_name(b.k));
+    if (a.k == V_INT && b.k == V_INT)
+        return int_arith(e, x, a.i, b.i);
+    double p = num(&a), q = num(&b);
+    switch (x->op) {
+    case '+': return v_float(p + q);
+    case '-': return v_float(p - q);
+    case '*': return v_float(p * q);
+    case '/':
+        if (q == 0)
+            error_at(e, x->loc, "division by zero");
+        return v_float(p / q);
+    default: error_at(e, x->loc, "operator '%%' needs integers");
+    }
+}
+
+static Value eval_unary(Elab *e, const AstNode *x)
+{
+    Value a = eval(e, x->a);
+    if (x->op == '!')
+        return v_bool(!truth(e, x->a, &a, "the operand of '!'"));
+    switch (a.k) {
+    case V_INT:
+        if (a.i == INT64_MIN)
+            error_at(e, x->loc, "integer overflow in unary '-'");
+        return v_int(-a.i);
+    case V_FLOAT: return v_float(-a.f);
+    case V_TENSOR: return scalar_op(e, x->loc, OP__mul_scalar, (int)a.i, -1.0);
+    default: error_at(e, x->loc, "unary '-' is not defined on %s", vkind_name(a.k));
+    }
+}
+
+static Value eval_ident(Elab *e, const AstNode *x)
+{
+    Value *v = lookup(e, x->str);
+    if (v)
+        return *v;
+    DType dt = dtype_parse(x->str);
+    if (dt != DT_UNKNOWN && strcmp(dtype_long(dt), x->str) == 0)
+        return (Value){.k = V_SYM, .s = dtype_long(dt)};
+    if (in_list(init_names, x->str))
+        return (Value){.k = V_SYM, .s = x->str};
+    Suggest s = {0};
+    for (Var *var = e->frame->vars; var; var = var->next)
+        suggest_try(&s, x->str, var->name);
+    if (strmap_get(&e->defs, x->str))
+        error_at(e, x->loc, "'%s' is a function: call it with ()", x->str);
+    error_at(e, x->loc, "undefined name '%s'%s", x->str, suggest_text(e, &s));
+}
+
+static Value eval(Elab *e, const AstNode *x)
+{
+    if (++e->eval_depth > MAX_EVAL_DEPTH)
+        error_at(e, x->loc, "expression nested too deeply (more than %d levels)", MAX_EVAL_DEPTH);
+    Value r = {0};
+    switch (x->kind) {
+    case AST_INT: r = v_int(x->ival); break;
+    case AST_FLOAT: r = v_float(x->fval); break;
+    case AST_BOOL: r = v_bool(x->bval); break;
+    case AST_STR: r = (Value){.k = V_STR, .s = x->str}; break;
+    case AST_IDENT: r = eval_ident(e, x); break;
+    case AST_TUPLE:
+        r.k = V_TUPLE;
+        r.n = x->list.n;
+        r.items = arena_alloc(&e->tmp, sizeof(Value) * (size_t)(r.n ? r.n : 1));
+        for (int i = 0; i < r.n; i++)
+            r.items[i] = eval(e, x->list.items[i]);
+        break;
+    case AST_UNARY: r = eval_unary(e, x); break;
+    case AST_BINARY: r = eval_binary(e, x); break;
+    case AST_COND: {
+        Value c = eval(e, x->a);
+        r = truth(e, x->a, &c, "the condition of '?:'") ? eval(e, x->b) : eval(e, x->c);
+        break;
+    }
+    case AST_CALL: r = call(e, x); break;
+    default: DIE("eval: unexpected AST node %d", x->kind);
+    }
+    e->eval_depth--;
+    return r;
+}
+
+/* ---- statements ---------------------------------------------------------------------- */
+
+typedef enum { FLOW_NEXT, FLOW_RETURN } Flow;
+
+static Flow exec_block(Elab *e, const AstNode *blk, Value *ret);
+
+static Flow exec(Elab *e, const AstNode *s, Value *ret)
+{
+    tick(e, s->loc);
+    switch (s->kind) {
+    case AST_ASSIGN: assign(e, s->str, eval(e, s->a)); return FLOW_NEXT;
+    case AST_RETURN: *ret = eval(e, s->a); return FLOW_RETURN;
+    case AST_BLOCK: return exec_block(e, s, ret);
+    case AST_IF: {
+        Value c = eval(e, s->a);
+        if (truth(e, s->a, &c, "an if condition"))
+            return exec_block(e, s->b, ret);
+        return s->c ? exec(e, s->c, ret) : FLOW_NEXT;
+    }
+    case AST_FOR: {
+        Value from = eval(e, s->a), to = eval(e, s->b);
+        if (from.k != V_INT || to.k != V_INT)
+            error_at(e, s->loc, "the bounds of a for loop must be ints, got %s..%s",
+                     vkind_name(from.k), vkind_name(to.k));
+        int64_t limit = e->opt->max_loop_iters ? e->opt->max_loop_iters : 1000000;
+        if (to.i > from.i && (to.i - from.i > limit || to.i - from.i < 0))
+            error_at(e, s->loc, "loop runs %lld times (the limit is %lld)",
+                     (long long)((uint64_t)to.i - (uint64_t)from.i), (long long)limit);
+        for (int64_t i = from.i; i < to.i; i++) {
+            assign(e, s->str, v_int(i));
+            if (exec_block(e, s->c, ret) == FLOW_RETURN)
+                return FLOW_RETURN;
+        }
+        return FLOW_NEXT;
+    }
+    default: DIE("exec: unexpected AST node %d", s->kind);
+    }
+}
+
+static Flow exec_block(Elab *e, const AstNode *blk, Value *ret)
+{
+    for (int i = 0; i < blk->list.n; i++)
+        if (exec(e, blk->list.items[i], ret) == FLOW_RETURN)
+            return FLOW_RETURN;
+    return FLOW_NEXT;
+}
+
+/* ---- calls: user functions ----------------------------------------------------------------- */
+
+static void open_frame(Frame *f, const char *path, int diag_frame, const AstNode *fn)
+{
+    memset(f, 0, sizeof *f);
+    f->path = path;
+    f->diag_frame = diag_frame;
+    f->fn = fn;
+}
+
+static void drop_frame(Frame *f)
+{
+    strmap_free(&f->counters);
+    vec_free(&f->ops);
+}
+
+static Value call_user(Elab *e, const AstNode *x, const AstNode *def, const Value *pos, int npos,
+                       const char **names, const Value *named, const Loc *named_loc, int nnamed)
+{
+    int np = def->params.n;
+    if (npos > np)
+        error_at(e, x->loc, "too many arguments in call to '%s' (it takes %d, got %d)", def->str,
+                 np, npos);
+    if (e->call_depth >= (e->opt->max_call_depth ? e->opt->max_call_depth : 100))
+        error_at(e, x->loc, "recursion too deep: more than %d nested calls (calling '%s')",
+                 e->opt->max_call_depth ? e->opt->max_call_depth : 100, def->str);
+    Frame *caller = e->frame;
+    const char *path = *caller->path ? arena_printf(&e->tmp, "%s_%s%d", caller->path, def->str,
+                                                    next_count(caller, def->str))
+                                     : arena_printf(&e->tmp, "%s%d", def->str,
+                                                    next_count(caller, def->str));
+    int df = diag_push_frame(e->d, def->str, x->loc, caller->diag_frame);
+    /* frames live in the arena so an error can still walk and free them */
+    Frame *fp = arena_alloc(&e->tmp, sizeof *fp);
+    open_frame(fp, path, df, def);
+    fp->parent = caller;
+    /* bind arguments in the callee frame (defaults may use earlier params) */
+    bool *bound = arena_alloc(&e->tmp, (size_t)(np ? np : 1));
+    Value *vals = arena_alloc(&e->tmp, sizeof(Value) * (size_t)(np ? np : 1));
+    for (int i = 0; i < npos; i++)
+        vals[i] = pos[i], bound[i] = true;
+    for (int j = 0; j < nnamed; j++) {
+        int i = 0;
+        while (i < np && strcmp(def->params.items[i]->str, names[j]) != 0)
+            i++;
+        if (i == np) {
+            Suggest s = {0};
+            for (int k = 0; k < np; k++)
+                suggest_try(&s, names[j], def->params.items[k]->str);
+            error_at(e, named_loc[j], "'%s' has no parameter '%s'%s", def->str, names[j],
+                     suggest_text(e, &s));
+        }
+        if (bound[i])
+            error_at(e, named_loc[j], "argument '%s' given twice in call to '%s'", names[j], def->str);
+        vals[i] = named[j], bound[i] = true;
+    }
+    e->frame = fp;
+    e->call_depth++;
+    for (int i = 0; i < np; i++) {
+        const AstNode *p = def->params.items[i];
+        if (!bound[i]) {
+            if (!p->a) {
+                e->frame = caller;
+                drop_frame(fp);
+                error_at(e, x->loc, "missing argument '%s' in call to '%s'", p->str, def->str);
+            }
+            vals[i] = eval(e, p->a);
+        }
+        assign(e, p->str, vals[i]);
+    }
+    Value ret = {0};
+    if (def->a)
+        ret = eval(e, def->a);
+    else if (exec_block(e, def->b, &ret) != FLOW_RETURN)
+        error_at(e, def->loc, "function '%s' ends without a return", def->str);
+    close_frame_names(e, fp);
+    e->call_depth--;
+    e->frame = caller;
+    drop_frame(fp);
+    return ret;
+}
+
+/* ---- calls: ops --------------------------------------------------------------------------- */
+
+static void set_attr(Elab *e, Loc loc, Node *n, int a, const Value *v)
+{
+    const AttrSpec *as = &op_info(n->op)->attrs[a];
+    const char *op = op_info(n->op)->name;
+    AttrVal *av = &n->attrs[a];
+    switch (as->type) {
+    case AT_INT:
+        if (v->k != V_INT)
+            error_at(e, loc, "%s: attribute '%s' must be an int, got %s", op, as->name,
+                     vkind_name(v->k));
+        if ((double)v->i < as->min || (double)v->i > as->max)
+            error_at(e, loc, "%s: attribute '%s' must be between %.0f and %.0f, got %lld", op,
+                     as->name, as->min, as->max, (long long)v->i);
+        av->i = v->i;
+        break;
+    case AT_FLOAT:
+        if (!is_num(v))
+            error_at(e, loc, "%s: attribute '%s' must be a number, got %s", op, as->name,
+                     vkind_name(v->k));
+        if (!(num(v) >= as->min && num(v) <= as->max))
+            error_at(e, loc, "%s: attribute '%s' must be between %g and %g, got %g", op, as->name,
+                     as->min, as->max, num(v));
+        av->f = num(v);
+        break;
+    case AT_BOOL:
+        if (v->k != V_BOOL)
+            error_at(e, loc, "%s: attribute '%s' must be true or false, got %s", op, as->name,
+                     vkind_name(v->k));
+        av->b = v->b;
+        break;
+    case AT_ENUM: {
+        if (v->k != V_STR)
+            error_at(e, loc, "%s: attribute '%s' must be a string, got %s", op, as->name,
+                     vkind_name(v->k));
+        int i = 0;
+        while (as->choices[i] && strcmp(as->choices[i], v->s) != 0)
+            i++;
+        if (!as->choices[i]) {
+            char list[256] = "";
+            for (int j = 0; as->choices[j]; j++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"",
+                         j ? ", " : "", as->choices[j]);
+            error_at(e, loc, "%s: %s=\"%s\" is not one of %s", op, as->name, v->s, list);
+        }
+        av->e = i;
+        break;
+    }
+    case AT_DTYPE:
+        if ((v->k != V_SYM && v->k != V_STR) || dtype_parse(v->s) == DT_UNKNOWN)
+            error_at(e, loc, "%s: attribute '%s' must be a dtype such as float16", op, as->name);
+        av->e = dtype_parse(v->s);
+        break;
+    case AT_STR:
+        if (v->k != V_STR && v->k != V_SYM)
+            error_at(e, loc, "%s: attribute '%s' must be a string", op, as->name);
+        av->s = arena_strdup(&e->g->arena, v->s);
+        break;
+    case AT_TUPLE:
+        if (v->k != V_TUPLE)
+            error_at(e, loc, "%s: attribute '%s' must be a tuple such as (3,3), got %s", op,
+                     as->name, vkind_name(v->k));
+        if (v->n > AMPC_MAX_RANK)
+            error_at(e, loc, "%s: attribute '%s' has more than %d values", op, as->name,
+                     AMPC_MAX_RANK);
+        av->t.n = v->n;
+        for (int i = 0; i < v->n; i++) {
+            if (v->items[i].k != V_INT)
+                error_at(e, loc, "%s: attribute '%s' must hold ints, got a %s", op, as->name,
+                         vkind_name(v->items[i].k));
+            if ((double)v->items[i].i < as->min || (double)v->items[i].i > as->max)
+                error_at(e, loc, "%s: attribute '%s' values must be between %.0f and %.0f, got %lld",
+                         op, as->name, as->min, as->max, (long long)v->items[i].i);
+            av->t.v[i] = v->items[i].i;
+        }
+        break;
+    }
+}
+
+static Node *new_param(Elab *e, Loc loc, int kind)
+{
+    Node *p = add_node(e, OP_Param, NULL, 0, loc);
+    p->attrs[PARAM_KIND].e = kind;
+    return p;
+}
+
+static int param_kind_of_suffix(const char *suffix)
+{
+    static const char *const kinds[] = {"weight", "bias", "gamma", "beta", "moving_mean",
+                                        "moving_var", NULL};
+    for (int i = 0; kinds[i]; i++)
+        if (suffix && strcmp(suffix, kinds[i]) == 0)
+            return i;
+    return PK_OTHER;
+}
+
+/* Whether slot s of op is present given the attributes (bias vs no_bias,
+ * gamma only for prelu). */
+static bool slot_wanted(OpKind op, int s, const AttrVal *attrs)
+{
+    if ((op == OP_Convolution && s == 2) || (op == OP_FullyConnected && s == 2))
+        return !attrs[op == OP_Convolution ? CONV_NO_BIAS : FC_NO_BIAS].b;
+    if (op == OP_LeakyReLU && s == 1)
+        return attrs[LRELU_TYPE].e == LRELU_PRELU;
+    return true;
+}
+
+typedef struct {
+    const char *name; /* NULL: positional */
+    Value v;
+    Loc loc;
+} Arg;
+
+static Value call_op(Elab *e, const AstNode *x, OpKind op, const Arg *args, int nargs)
+{
+    const OpInfo *oi = op_info(op);
+    bool variadic = oi->nslots == 0;
+    int nslot = variadic ? 0 : oi->nslots;
+    int slot_val[8];
+    Loc slot_loc[8];
+    for (int s = 0; s < 8; s++)
+        slot_val[s] = -1;
+    int *var_in = arena_alloc(&e->tmp, sizeof(int) * (size_t)(nargs ? nargs : 1));
+    int nvar = 0;
+    bool attr_set[16] = {0};
+    AttrVal attrs[16];
+    const char *explicit_name = NULL;
+    for (int a = 0; a < oi->nattrs; a++)
+        op_attr_default(op, a, &attrs[a]);
+    /* a scratch node carries attributes through set_attr's checks */
+    Node scratch = {.op = op, .attrs = attrs};
+    int posi = 0;
+    for (int i = 0; i < nargs; i++) {
+        const Arg *g = &args[i];
+        if (!g->name) {
+            if (variadic && g->v.k == V_TENSOR) {
+                var_in[nvar++] = (int)g->v.i;
+                continue;
+            }
+            if (posi < nslot) {
+                if (g->v.k != V_TENSOR) {
+                    error_at(e, g->loc, "%s: input '%s' must be a tensor, got %s", oi->name,
+                             oi->slots[posi].name, vkind_name(g->v.k));
+                }
+                slot_val[posi] = (int)g->v.i, slot_loc[posi] = g->loc;
+                posi++;
+                continue;
+            }
+            int a = posi - nslot;
+            if (a >= oi->nattrs) {
+                error_at(e, g->loc, "%s takes at most %d positional arguments", oi->name,
+                         nslot + oi->nattrs);
+            }
+            set_attr(e, g->loc, &scratch, a, &g->v);
+            attr_set[a] = true;
+            posi++;
+            continue;
+        }
+        if (strcmp(g->name, "name") == 0) {
+            if (g->v.k != V_STR)
+                error_at(e, g->loc, "name must be a string");
+            explicit_name = g->v.s;
+            continue;
+        }
+        int s = op_slot_index(op, g->name);
+        if (s >= 0) {
+            if (g->v.k != V_TENSOR)
+                error_at(e, g->loc, "%s: input '%s' must be a tensor, got %s", oi->name, g->name,
+                         vkind_name(g->v.k));
+            if (slot_val[s] >= 0)
+                error_at(e, g->loc, "%s: input '%s' given twice", oi->name, g->name);
+            slot_val[s] = (int)g->v.i, slot_loc[s] = g->loc;
+            continue;
+        }
+        int a = op_attr_index(op, g->name);
+        if (a < 0) {
+            Suggest sg = {0};
+            for (int k = 0; k < oi->nattrs; k++)
+                suggest_try(&sg, g->name, oi->attrs[k].name);
+            for (int k = 0; k < nslot; k++)
+                suggest_try(&sg, g->name, oi->slots[k].name);
+            error_at(e, g->loc, "%s has no attribute or input '%s'%s", oi->name, g->name,
+                     suggest_text(e, &sg));
+        }
+        if (attr_set[a])
+            error_at(e, g->loc, "%s: attribute '%s' given twice", oi->name, g->name);
+        set_attr(e, g->loc, &scratch, a, &g->v);
+        attr_set[a] = true;
+    }
+    for (int a = 0; a < oi->nattrs; a++)
+        if (oi->attrs[a].required && !attr_set[a]) {
+            error_at(e, x->loc, "%s: missing required attribute '%s'", oi->name, oi->attrs[a].name);
+        }
+    /* inputs: given tensors, or implicit parameters */
+    int in[8], nin = 0;
+    for (int s = 0; s < nslot; s++) {
+        const SlotSpec *ss = &oi->slots[s];
+        if (!slot_wanted(op, s, attrs)) {
+            if (slot_val[s] >= 0)
+                error_at(e, slot_loc[s], "%s: input '%s' given, but %s", oi->name, ss->name,
+                         op == OP_LeakyReLU ? "only act_type=\"prelu\" takes it"
+                                            : "no_bias=true");
+            continue;
+        }
+        if (slot_val[s] < 0) {
+            if (ss->kind == SLOT_DATA || ss->kind == SLOT_LABEL)
+                error_at(e, x->loc, "%s: missing input '%s'", oi->name, ss->name);
+            slot_val[s] = new_param(e, x->loc, param_kind_of_suffix(ss->suffix))->id;
+        }
+        Node *given = e->g->nodes[slot_val[s]];
+        if (given->op == OP_Param && node_enum(given, PARAM_KIND) == PK_OTHER)
+            given->attrs[PARAM_KIND].e = param_kind_of_suffix(ss->suffix);
+        if (given->op == OP_Input && ss->kind == SLOT_LABEL)
+            given->attrs[INPUT_ROLE].e = INPUT_LABEL;
+        in[nin++] = slot_val[s];
+    }
+    Node *n;
+    if (variadic) {
+        if (nvar == 0)
+            error_at(e, x->loc, "%s needs at least one input", oi->name);
+        n = add_node(e, op, var_in, nvar, x->loc);
+    } else {
+        n = add_node(e, op, in, nin, x->loc);
+    }
+    memcpy(n->attrs, attrs, sizeof(AttrVal) * (size_t)oi->nattrs);
+    for (int a = 0; a < oi->nattrs; a++)
+        if (attrs[a].type == AT_STR)
+            n->attrs[a].s = arena_strdup(&e->g->arena, attrs[a].s);
+    if (!oi->check(e->g, n))
+        fail(e);
+    if (explicit_name) {
+        n->flags |= NF_EXPLICIT_NAME;
+        name_node(e, n, explicit_name);
+    }
+    record_op(e, n);
+    return v_tensor(n->id);
+}
+
+/* ---- calls: builtins ------------------------------------------------------------------------ */
+
+/* param(shape=, init=, wd_mult=, lr_mult=, name=): a parameter node, named
+ * after its first consumer unless given a name. */
+static Value call_param(Elab *e, const AstNode *x, const Arg *args, int nargs)
+{
+    Node *p = new_param(e, x->loc, PK_OTHER);
+    for (int i = 0; i < nargs; i++) {
+        const Arg *g = &args[i];
+        if (!g->name)
+            error_at(e, g->loc, "param() takes only named arguments (shape, init, wd_mult, "
+                                "lr_mult, name)");
+        if (strcmp(g->name, "name") == 0) {
+            if (g->v.k != V_STR)
+                error_at(e, g->loc, "name must be a string");
+            p->flags |= NF_EXPLICIT_NAME;
+            name_node(e, p, g->v.s);
+        } else if (strcmp(g->name, "shape") == 0) {
+            if (g->v.k != V_TUPLE || g->v.n > AMPC_MAX_RANK)
+                error_at(e, g->loc, "param: shape must be a tuple of at most %d ints", AMPC_MAX_RANK);
+            p->shape.rank = g->v.n;
+            for (int k = 0; k < g->v.n; k++) {
+                if (g->v.items[k].k != V_INT || g->v.items[k].i < 1 || g->v.items[k].i > INT32_MAX)
+                    error_at(e, g->loc, "param: shape values must be ints from 1 to %d", INT32_MAX);
+                p->shape.d[k] = g->v.items[k].i;
+            }
+        } else if (strcmp(g->name, "init") == 0) {
+            if (g->v.k != V_SYM && g->v.k != V_STR)
+                error_at(e, g->loc, "param: init must be an initialiser such as zero, one or "
+                                    "msra_prelu()");
+            p->attrs[PARAM_INIT].s = arena_strdup(&e->g->arena, g->v.s);
+        } else {
+            int a = op_attr_index(OP_Param, g->name);
+            if (a != PARAM_WD_MULT && a != PARAM_LR_MULT)
+                error_at(e, g->loc, "param() has no argument '%s' (it takes shape, init, "
+                                    "wd_mult, lr_mult, name)", g->name);
+            set_attr(e, g->loc, p, a, &g->v);
+        }
+    }
+    return v_tensor(p->id);
+}
+
+/* msra_prelu(slope=0.25), xavier(...), ...: an initialiser, kept as text. */
+static Value call_init(Elab *e, const AstNode *x, const Arg *args, int nargs)
+{
+    char buf[512];
+    size_t k = (size_t)snprintf(buf, sizeof buf, "%s(", x->str);
+    for (int i = 0; i < nargs && k < sizeof buf; i++) {
+        const Value *v = &args[i].v;
+        if (!args[i].name)
+            error_at(e, args[i].loc, "%s: use named arguments", x->str);
+        const char *sep = i ? ", " : "";
+        if (v->k == V_INT)
+            k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s=%lld", sep, args[i].name, (long long)v->i);
+        else if (v->k == V_FLOAT)
+            k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s=%.17g", sep, args[i].name, v->f);
+        else if (v->k == V_STR)
+            k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s=\"%s\"", sep, args[i].name, v->s);
+        else
+            error_at(e, args[i].loc, "%s: argument '%s' must be a number or a string", x->str,
+                     args[i].name);
+    }
+    if (k >= sizeof buf - 1)
+        error_at(e, x->loc, "%s: too many arguments", x->str);
+    snprintf(buf + k, sizeof buf - k, ")");
+    return (Value){.k = V_SYM, .s = arena_strdup(&e->tmp, buf)};
+}
+
+static Value call(Elab *e, const AstNode *x)
+{
+    tick(e, x->loc);
+    int n = x->list.n;
+    Arg *args = arena_alloc(&e->tmp, sizeof(Arg) * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) {
+        const AstNode *a = x->list.items[i];
+        args[i].name = a->str;
+        args[i].loc = a->a->loc;
+        args[i].v = eval(e, a->a);
+        for (int j = 0; j < i && a->str; j++)
+            if (args[j].name && strcmp(args[j].name, a->str) == 0)
+                error_at(e, args[i].loc, "argument '%s' given twice", a->str);
+        if (!a->str && i > 0 && args[i - 1].name)
+            error_at(e, args[i].loc, "positional argument after a named one");
+    }
+    int *def = strmap_get(&e->defs, x->str);
+    if (def) {
+        int npos = 0;
+        while (npos < n && !args[npos].name)
+            npos++;
+        Value *pos = arena_alloc(&e->tmp, sizeof(Value) * (size_t)(n ? n : 1));
+        Value *named = arena_alloc(&e->tmp, sizeof(Value) * (size_t)(n ? n : 1));
+        const char **names = arena_alloc(&e->tmp, sizeof(char *) * (size_t)(n ? n : 1));
+        Loc *locs = arena_alloc(&e->tmp, sizeof(Loc) * (size_t)(n ? n : 1));
+        for (int i = 0; i < npos; i++)
+            pos[i] = args[i].v;
+        for (int i = npos; i < n; i++)
+            named[i - npos] = args[i].v, names[i - npos] = args[i].name, locs[i - npos] = args[i].loc;
+        return call_user(e, x, e->prog->decls.items[*def], pos, npos, names, named, locs, n - npos);
+    }
+    OpKind op = op_lookup(x->str);
+    if (op != OP_COUNT && op != OP_Input && op != OP_Param && op != OP_amp_cast)
+        return call_op(e, x, op, args, n);
+    if (strcmp(x->str, "param") == 0)
+        return call_param(e, x, args, n);
+    if (in_list(init_funcs, x->str))
+        return call_init(e, x, args, n);
+    Suggest s = {0};
+    for (int k = 0; k < OP_COUNT; k++)
+        if (k != OP_Input && k != OP_Param && k != OP_amp_cast)
+            suggest_try(&s, x->str, op_table[k].name);
+    for (int k = 0; k < e->prog->decls.n; k++)
+        if (e->prog->decls.items[k]->kind == AST_DEF)
+            suggest_try(&s, x->str, e->prog->decls.items[k]->str);
+    error_at(e, x->loc, "unknown op or function '%s'%s", x->str, suggest_text(e, &s));
+}
+
+/* ---- the model ----------------------------------------------------------------------------- */
+
+static void add_input(Elab *e, const AstNode *p)
+{
+    DType dt = dtype_parse(p->dtype);
+    if (dt == DT_UNKNOWN)
+        error_at(e, p->loc, "unknown dtype '%s' for input '%s'", p->dtype, p->str);
+    if (p->list.n > AMPC_MAX_RANK)
+        error_at(e, p->loc, "input '%s' has more than %d dimensions", p->str, AMPC_MAX_RANK);
+    Node *n = add_node(e, OP_Input, NULL, 0, p->loc);
+    n->dtype = dt;
+    n->shape.rank = p->list.n;
+    for (int i = 0; i < p->list.n; i++) {
+        const AstNode *dim = p->list.items[i];
+        if (dim->kind == AST_IDENT) {
+            if (i != 0)
+                error_at(e, dim->loc, "only the first dimension may be symbolic (the batch size)");
+            n->shape.d[i] = DIM_N;
+        } else if (dim->ival < 1 || dim->ival > INT32_MAX) {
+            error_at(e, dim->loc, "dimension %lld of input '%s' must be between 1 and %d",
+                     (long long)dim->ival, p->str, INT32_MAX);
+        } else {
+            n->shape.d[i] = dim->ival;
+        }
+    }
+    name_node(e, n, p->str);
+    assign(e, p->str, v_tensor(n->id));
+}
+
+static void add_outputs(Elab *e, const AstNode *m, const Value *ret)
+{
+    if (ret->k == V_TENSOR) {
+        graph_add_output(e->g, (int)ret->i);
+        return;
+    }
+    if (ret->k == V_TUPLE && ret->n > 0) {
+        for (int i = 0; i < ret->n; i++) {
+            if (ret->items[i].k != V_TENSOR)
+                error_at(e, m->loc, "model '%s' must return tensors, got a %s in its tuple",
+                         m->str, vkind_name(ret->items[i].k));
+            graph_add_output(e->g, (int)ret->items[i].i);
+        }
+        return;
+    }
+    error_at(e, m->loc, "model '%s' must return a tensor or a tuple of tensors, got %s", m->str,
+             vkind_name(ret->k));
+}
+
+static ConfigVal *config_from_value(Elab *e, const AstNode *x, const Value *v);
+
+/* A train-block value: literals, bare words (symbols) and calls such as
+ * nag(momentum=0.9) are kept as written; other expressions are evaluated. */
+static ConfigVal *config_from_ast(Elab *e, const AstNode *x)
+{
+    ConfigVal *c = arena_alloc(&e->tmp, sizeof *c);
+    if (x->kind == AST_IDENT && !lookup(e, x->str)) {
+        c->kind = CV_SYM;
+        c->s = x->str;
+        return c;
+    }
+    if (x->kind == AST_CALL && !strmap_get(&e->defs, x->str)) {
+        c->kind = CV_CALL;
+        c->s = x->str;
+        c->nargs = x->list.n;
+        c->args = arena_alloc(&e->tmp, sizeof(ConfigVal *) * (size_t)(c->nargs ? c->nargs : 1));
+        c->argnames = arena_alloc(&e->tmp, sizeof(char *) * (size_t)(c->nargs ? c->nargs : 1));
+        for (int i = 0; i < c->nargs; i++) {
+            c->argnames[i] = x->list.items[i]->str;
+            c->args[i] = config_from_ast(e, x->list.items[i]->a);
+        }
+        return c;
+    }
+    Value v = eval(e, x);
+    return config_from_value(e, x, &v);
+}
+
+static ConfigVal *config_from_value(Elab *e, const AstNode *x, const Value *v)
+{
+    ConfigVal *c = arena_alloc(&e->tmp, sizeof *c);
+    switch (v->k) {
+    case V_INT: c->kind = CV_INT, c->i = v->i; break;
+    case V_FLOAT: c->kind = CV_FLOAT, c->f = v->f; break;
+    case V_BOOL: c->kind = CV_BOOL, c->b = v->b; break;
+    case V_STR: c->kind = CV_STR, c->s = v->s; break;
+    case V_SYM: c->kind = CV_SYM, c->s = v->s; break;
+    default: error_at(e, x->loc, "a train setting cannot be a %s", vkind_name(v->k));
+    }
+    return c;
+}
+
+static const char *const train_keys[] = {"optimizer", "lr", "init", "amp", "loss_scale",
+                                         "kvstore", "data", "batch_size", "epochs", NULL};
+
+static void read_train(Elab *e, const AstNode *t)
+{
+    ConfigEntry *entries = arena_alloc(&e->tmp, sizeof(ConfigEntry) * (size_t)(t->list.n + 1));
+    int nent = 0;
+    for (int i = 0; i < t->list.n; i++) {
+        const AstNode *kv = t->list.items[i];
+        if (!in_list(train_keys, kv->str)) {
+            Suggest s = {0};
+            for (int k = 0; train_keys[k]; k++)
+                suggest_try(&s, kv->str, train_keys[k]);
+            error_at(e, kv->loc, "unknown train setting '%s'%s", kv->str, suggest_text(e, &s));
+        }
+        for (int j = 0; j < nent; j++)
+            if (strcmp(entries[j].key, kv->str) == 0)
+                error_at(e, kv->loc, "train setting '%s' given twice", kv->str);
+        ConfigEntry *ce = &entries[nent++];
+        ce->key = kv->str;
+        ce->loc = kv->loc;
+        ce->val = config_from_ast(e, kv->a);
+    }
+    graph_set_train(e->g, entries, nent);
+}
+
+static const AstNode *pick_model(Elab *e)
+{
+    const AstNode *first = NULL;
+    for (int i = 0; i < e->prog->decls.n; i++) {
+        const AstNode *d = e->prog->decls.items[i];
+        if (d->kind != AST_MODEL)
+            continue;
+        if (e->opt->model && strcmp(d->str, e->opt->model) == 0)
+            return d;
+        if (!e->opt->model && d->loc.file == e->prog->main_file && !first)
+            first = d;
+    }
+    if (e->opt->model) {
+        diag_plain_error(e->d, "no model named '%s'", e->opt->model);
+        fail(e);
+    }
+    if (!first) {
+        const SrcFile *f = diag_file(e->d, e->prog->main_file);
+        diag_error(e->d, (Loc){e->prog->main_file, 1, 1}, "no model defined in '%s'",
+                   f ? f->path : "?");
+        fail(e);
+    }
+    return first;
+}
+
+static void index_defs(Elab *e)
+{
+    for (int i = 0; i < e->prog->decls.n; i++) {
+        const AstNode *d = e->prog->decls.items[i];
+        if (d->kind != AST_DEF)
+            continue;
+        if (op_lookup(d->str) != OP_COUNT || strcmp(d->str, "param") == 0 ||
+            in_list(init_funcs, d->str))
+            error_at(e, d->loc, "'%s' is a built-in op and cannot be redefined", d->str);
+        if (!strmap_put(&e->defs, d->str, i)) {
+            const AstNode *o = e->prog->decls.items[*strmap_get(&e->defs, d->str)];
+            const SrcFile *f = diag_file(e->d, o->loc.file);
+            error_at(e, d->loc, "function '%s' is already defined at %s:%d:%d", d->str,
+                     f ? f->path : "?", o->loc.line, o->loc.col);
+        }
+        for (int j = 0; j < d->params.n; j++)
+            for (int k = 0; k < j; k++)
+                if (strcmp(d->params.items[j]->str, d->params.items[k]->str) == 0)
+                    error_at(e, d->params.items[j]->loc, "parameter '%s' appears twice",
+                             d->params.items[j]->str);
+    }
+}
+
+static void elaborate_model(Elab *e, const AstNode *m)
+{
+    Frame *top = arena_alloc(&e->tmp, sizeof *top);
+    open_frame(top, "", -1, NULL);
+    e->frame = top;
+    for (int i = 0; i < m->params.n; i++) {
+        const AstNode *p = m->params.items[i];
+        if (lookup(e, p->str))
+            error_at(e, p->loc, "model parameter '%s' appears twice", p->str);
+        if (p->dtype)
+            add_input(e, p);
+        else
+            assign(e, p->str, p->a ? eval(e, p->a) : (Value){0});
+    }
+    Value ret = {0};
+    if (exec_block(e, m->b, &ret) != FLOW_RETURN)
+        error_at(e, m->loc, "model '%s' ends without a return", m->str);
+    add_outputs(e, m, &ret);
+    close_frame_names(e, top);
+    for (int i = 0; i < e->prog->decls.n; i++) {
+        const AstNode *t = e->prog->decls.items[i];
+        if (t->kind != AST_TRAIN)
+            continue;
+        bool known = false;
+        for (int k = 0; k < e->prog->decls.n; k++)
+            known |= e->prog->decls.items[k]->kind == AST_MODEL &&
+                     strcmp(e->prog->decls.items[k]->str, t->str) == 0;
+        if (!known)
+            error_at(e, t->loc, "train block for unknown model '%s'", t->str);
+        if (strcmp(t->str, m->str) == 0)
+            read_train(e, t);
+    }
+    e->frame = NULL;
+    drop_frame(top);
+}
+
+Graph *elaborate(const AstProgram *prog, Diag *d, const ElabOptions *opt)
+{
+    static const ElabOptions defaults = {0};
+    Elab e = {.d = d, .prog = prog, .opt = opt ? opt : &defaults};
+    arena_init(&e.tmp);
+    /* Frames live on the C stack of call_user and are chained by parent,
+     * so an error can free the maps of every open frame. */
+    if (setjmp(e.fail)) {
+        /* unwind: free the maps of frames still open */
+        for (Frame *f = e.frame; f; f = f->parent)
+            drop_frame(f);
+        graph_free(e.g);
+        strmap_free(&e.defs);
+        arena_free(&e.tmp);
+        return NULL;
+    }
+    index_defs(&e);
+    const AstNode *m = pick_model(&e);
+    e.g = graph_new(d, m->str);
+    elaborate_model(&e, m);
+    strmap_free(&e.defs);
+    arena_free(&e.tmp);
+    return graph_compact(e.g);
+}

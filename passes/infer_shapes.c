@@ -1,0 +1,26 @@
+/* infer_shapes.c - the infer-shapes pass.
+ *
+ * Visits nodes in storage (topological) order and runs each op's shape rule
+ * from the op table.  Rules also give implicit parameters their shapes (a
+ * convolution's weight is [num_filter, C/num_group, kh, kw]), so a parameter
+ * is known once its first consumer has been visited.  The batch dimension N
+ * stays symbolic. */
+#include "passes.h"
+
+bool infer_shapes(Graph *g)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = g->nodes[i];
+        if (!op_info(n->op)->shape(g, n))
+            return false;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = g->nodes[i];
+        if (n->op == OP_Param && n->shape.rank < 0) {
+            node_error(g, n, "cannot infer the shape of parameter '%s': give param(shape=...)",
+                       n->name);
+            return false;
+        }
+    }
+    return true;
+}

@@ -1,0 +1,80 @@
+/* infer_types.c - the infer-types pass, with MXNet's rules.
+ *
+ * An op computes in the dtype of its data input; its parameters follow that
+ * dtype (a model cast to fp16 by hand gets fp16 weights), except the slots
+ * marked keep_fp32 in the op table (BatchNorm's gamma, beta and moving
+ * statistics), which stay fp32.  Inputs and labels keep the dtype they were
+ * declared with; Cast gives the dtype it names.  Mixed float dtypes meeting
+ * in one op are an error here: inserting casts is the AMP pass's job. */
+#include "passes.h"
+
+static bool set_param_dtype(Graph *g, Node *n, int slot, DType want)
+{
+    Node *p = g->nodes[n->in[slot]];
+    if (p->dtype == DT_UNKNOWN && p->op == OP_Param) {
+        p->dtype = want;
+        return true;
+    }
+    if (p->dtype != want) {
+        node_error(g, n, "%s: input '%s' ('%s') is %s but must be %s here",
+                   op_info(n->op)->name, op_info(n->op)->slots[slot].name, p->name,
+                   dtype_long(p->dtype), dtype_long(want));
+        return false;
+    }
+    return true;
+}
+
+static bool type_node(Graph *g, Node *n)
+{
+    const OpInfo *oi = op_info(n->op);
+    if (n->op == OP_Input || n->op == OP_Param)
+        return true;
+    const Node *data = g->nodes[n->in[0]];
+    if (!dtype_is_float(data->dtype)) {
+        if (n->op == OP_Cast || n->op == OP_amp_cast) {
+            n->dtype = (DType)n->attrs[CAST_DTYPE].e;
+            return true;
+        }
+        node_error(g, n, "%s needs floating-point data, got %s", oi->name,
+                   dtype_long(data->dtype));
+        return false;
+    }
+    if (n->op == OP_Cast || n->op == OP_amp_cast) {
+        n->dtype = (DType)n->attrs[CAST_DTYPE].e;
+        return true;
+    }
+    DType dt = data->dtype;
+    if (oi->nslots == 0 || oi->amp == AMP_WIDEST) {
+        /* every input is data: they must agree */
+        for (int j = 1; j < n->nin; j++) {
+            const Node *x = g->nodes[n->in[j]];
+            if (x->dtype != dt) {
+                node_error(g, n, "dtype mismatch in %s: %s vs %s (insert a Cast, or compile "
+                                 "with --amp)", oi->name, dtype_long(dt), dtype_long(x->dtype));
+                return false;
+            }
+        }
+    }
+    for (int s = 1; s < n->nin && s < oi->nslots; s++) {
+        const SlotSpec *ss = &oi->slots[s];
+        if (ss->kind == SLOT_LABEL)
+            continue;
+        if (ss->kind == SLOT_DATA && oi->amp == AMP_WIDEST)
+            continue;
+        if (!set_param_dtype(g, n, s, ss->keep_fp32 ? DT_F32 : dt))
+            return false;
+    }
+    n->dtype = dt;
+    return true;
+}
+
+bool infer_types(Graph *g)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (!type_node(g, g->nodes[i]))
+            return false;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->dtype == DT_UNKNOWN)
+            g->nodes[i]->dtype = DT_F32; /* a parameter only a label slot reads */
+    return true;
+}

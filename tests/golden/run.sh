@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# A small lit: runs the "# RUN:" lines of every test under tests/golden (or
+# of the files given after the compiler), LLVM-style.
+#
+#   # RUN: %ampc %s --dump=infer-shapes | %FileCheck %s
+#   # RUN: not %ampc %s 2>&1 | %FileCheck %s --check-prefix=ERR
+#
+# Substitutions: %ampc (the compiler, with the IR verifier on), %s (the test
+# file), %S (its folder), %t (a scratch path unique to the test), %FileCheck,
+# and `not CMD` (succeeds when CMD fails, but not when it crashes).
+# A test passes when every RUN line exits 0; a file with no RUN line fails.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+shift
+filecheck=${FILECHECK:-/usr/lib/llvm-14/bin/FileCheck}
+if ! [ -x "$filecheck" ] && ! command -v "$filecheck" >/dev/null; then
+    echo "run.sh: FileCheck not found (install llvm-14-tools or set FILECHECK)" >&2
+    exit 1
+fi
+if [ $# -gt 0 ]; then tests=("$@"); else
+    mapfile -t tests < <(find "$here" -type f \( -name '*.sym' -o -name '*.ir' \) | sort)
+fi
+# Sanitizer reports must not pass for an expected error under `not`.
+export AMPC_VERIFY=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}exitcode=199"
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}exitcode=199"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}halt_on_error=1:abort_on_error=1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+root=$(cd "$here/../.." && pwd)
+pass=0 fail=0 failed=()
+for t in "${tests[@]}"; do
+    rel=${t#"$root"/}
+    lines=$(grep -E '^\s*(#|//) ?RUN: ' "$t" | sed -E 's/^\s*(#|\/\/) ?RUN: //')
+    if [ -z "$lines" ]; then
+        # helper files (imported by tests) carry no RUN line
+        if grep -qE '^\s*#\s*(helper|imported by)' "$t"; then continue; fi
+        echo "FAIL $rel: no RUN line"; fail=$((fail+1)); failed+=("$rel"); continue
+    fi
+    ok=1 n=0
+    while IFS= read -r line; do
+        n=$((n+1))
+        cmd=${line//%ampc/$ampc}
+        cmd=${cmd//%FileCheck/$filecheck}
+        cmd=${cmd//%S/$(dirname "$rel")}
+        cmd=${cmd//%s/$rel}
+        cmd=${cmd//%t/$tmp\/t$n}
+        out=$(cd "$root" && bash -o pipefail -c "
+not() { \"\$@\"; rc=\$?; [ \$rc -ne 0 ] && [ \$rc -lt 128 ]; }
+$cmd" 2>&1)
+        if [ $? -ne 0 ]; then
+            ok=0
+            echo "FAIL $rel (RUN line $n): $line"
+            echo "$out" | head -30 | sed 's/^/    /'
+            break
+        fi
+    done <<< "$lines"
+    if [ $ok = 1 ]; then pass=$((pass+1)); else fail=$((fail+1)); failed+=("$rel"); fi
+done
+echo "golden: $pass passed, $fail failed"
+[ $fail -eq 0 ]
