@@ -10,24 +10,41 @@
 Graph *frontend_elaborate(Diag *d, const char *path, const char *text, size_t len,
                           const ElabOptions *opt);
 
+/* What the passes after elaborate may be told by flags. */
+typedef struct {
+    const char *amp;          /* --amp=off|float16|bfloat16, or NULL: the train block's */
+    const char *amp_fp16, *amp_fp32, *amp_exclude;
+    bool explain;             /* --explain[=NAME] */
+    const char *explain_name;
+    FILE *out;                /* where --explain prints */
+} PassOptions;
+
 /* The pass pipeline after elaborate, as a straight list (DESIGN.md 4). */
 typedef struct {
-    const char *name;       /* what --dump takes */
-    bool (*run)(Graph *g);  /* NULL for elaborate, which builds the graph */
+    const char *name;                               /* what --dump takes */
+    bool (*run)(Graph **g, const PassOptions *o);   /* NULL for elaborate */
 } PassDesc;
 extern const PassDesc pass_pipeline[];
 extern const int pass_count;
 int pass_index(const char *name); /* -1 if unknown */
 
-/* Runs elaborate + infer-shapes + infer-types on a buffer: the fuzzer's and
- * unit tests' entry point.  Returns the graph or NULL. */
-Graph *frontend_compile(Diag *d, const char *path, const char *text, size_t len);
+/* Runs elaborate and every pass after it on a buffer, with default options
+ * (o may be NULL): the fuzzer's and unit tests' entry point. */
+Graph *frontend_compile(Diag *d, const char *path, const char *text, size_t len,
+                        const PassOptions *o);
+
+/* Resolves the AMP settings: flags first, then the train block. */
+bool amp_options_resolve(const Graph *g, const PassOptions *po, AmpOptions *out);
 
 /* report.c: --report. batch > 0 also gives per-batch totals. */
 void report_print(FILE *f, const Graph *g, int64_t batch);
 
 typedef struct {
     int64_t trainable, trainable_tensors; /* parameters the optimizer updates */
+    int64_t shadow, shadow_tensors;       /* of which stored fp32 master + 16-bit shadow */
+    int casts, user_casts;                /* Cast / amp_cast nodes now in the graph */
+    int64_t cast_bytes;                   /* bytes read + written by casts, per sample */
+    double low_flops;                     /* forward FLOPs run in fp16/bf16, per sample */
     int64_t aux, aux_tensors;             /* BatchNorm moving statistics */
     int64_t param_bytes;                  /* in their dtypes */
     double flops;                         /* forward, per sample */

@@ -16,6 +16,7 @@ typedef struct {
     const char *model;
     bool dot, from_ir, report, verify;
     int64_t batch;
+    PassOptions pass;
 } Options;
 
 static void usage(FILE *f)
@@ -33,7 +34,13 @@ static void usage(FILE *f)
           "  --dump-format=text|dot  IR text (readable back) or Graphviz\n"
           "  --from-ir FILE.ir       start from a dump instead of a .sym file\n"
           "  --batch-size=N          bind the batch size N in reports and dumps\n"
-          "  --report                op counts, parameters, FLOPs and activation bytes\n"
+          "  --amp=off|float16|bfloat16\n"
+          "                          mixed precision (default: the train block's amp)\n"
+          "  --amp-fp16=Op,...       run these ops in the low precision\n"
+          "  --amp-fp32=Op,...       run these ops in fp32\n"
+          "  --amp-exclude=name,...  keep these nodes in fp32\n"
+          "  --explain[=NAME]        say why each node (or NAME) got its dtype\n"
+          "  --report                op counts, parameters, FLOPs, activation bytes, casts\n"
           "  --verify                check IR invariants after every pass\n"
           "  --help, --version\n"
           "\n"
@@ -58,7 +65,7 @@ static bool parse_int(const char *s, int64_t *out)
 static int parse_options(int argc, char **argv, Options *o, Diag *d)
 {
     enum { O_DUMP = 256, O_DUMP_DIR, O_DUMP_FORMAT, O_FROM_IR, O_BATCH, O_REPORT, O_HELP,
-           O_VERSION, O_MODEL, O_VERIFY };
+           O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN };
     static const struct option longs[] = {
         {"dump", required_argument, NULL, O_DUMP},
         {"dump-dir", required_argument, NULL, O_DUMP_DIR},
@@ -68,6 +75,11 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         {"report", no_argument, NULL, O_REPORT},
         {"model", required_argument, NULL, O_MODEL},
         {"verify", no_argument, NULL, O_VERIFY},
+        {"amp", required_argument, NULL, O_AMP},
+        {"amp-fp16", required_argument, NULL, O_AMP16},
+        {"amp-fp32", required_argument, NULL, O_AMP32},
+        {"amp-exclude", required_argument, NULL, O_AMPX},
+        {"explain", optional_argument, NULL, O_EXPLAIN},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
@@ -96,6 +108,11 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         case O_REPORT: o->report = true; break;
         case O_MODEL: o->model = optarg; break;
         case O_VERIFY: o->verify = true; break;
+        case O_AMP: o->pass.amp = optarg; break;
+        case O_AMP16: o->pass.amp_fp16 = optarg; break;
+        case O_AMP32: o->pass.amp_fp32 = optarg; break;
+        case O_AMPX: o->pass.amp_exclude = optarg; break;
+        case O_EXPLAIN: o->pass.explain = true, o->pass.explain_name = optarg; break;
         case O_HELP: usage(stdout); return -1;
         case O_VERSION: printf("ampc %s\n", AMPC_VERSION); return -1;
         case ':': diag_plain_error(d, "option '%s' needs a value", argv[optind - 1]); return 1;
@@ -187,7 +204,7 @@ static Graph *load_ir(const Options *o, Diag *d, int *done)
 static int run(const Options *o, Diag *d)
 {
     Graph *g;
-    int done;
+    int done = 0;
     if (o->from_ir) {
         g = load_ir(o, d, &done);
     } else {
@@ -197,11 +214,11 @@ static int run(const Options *o, Diag *d)
     }
     if (!g)
         return 1;
-    g->bind_batch = o->batch;
+    g->info.bind_batch = o->batch;
     bool ok = !o->verify || ir_verify(g, pass_pipeline[done].name);
     ok = ok && dump_after(o, g, done, d);
     for (int i = done + 1; ok && i < pass_count; i++) {
-        ok = pass_pipeline[i].run(g);
+        ok = pass_pipeline[i].run(&g, &o->pass);
         if (ok && o->verify && !ir_verify(g, pass_pipeline[i].name))
             DIE("the IR verifier failed after %s", pass_pipeline[i].name);
         ok = ok && dump_after(o, g, i, d);

@@ -95,7 +95,9 @@ const SrcFile *diag_file(const Diag *d, int file)
 int diag_push_frame(Diag *d, const char *fn, Loc call, int parent)
 {
     CallFrame *f = vec_push(&d->frames, sizeof(CallFrame));
-    f->fn = fn;
+    /* copied: the caller's string (the syntax tree) is freed after
+     * elaborate, but later passes still report errors in this frame */
+    f->fn = arena_strdup(&d->arena, fn);
     f->call = call;
     f->parent = parent;
     return d->frames.len - 1;
@@ -124,8 +126,9 @@ static void print_source_line(Diag *d, Loc loc)
     const char *eol = p;
     while (eol < end && *eol != '\n' && *eol != '\r')
         eol++;
-    if (p >= end && loc.line > 1 && p == eol) {
-        /* error at end of file after a final newline: nothing to show */
+    if (p == eol) {
+        /* an empty line (an empty file, end of file after a final
+         * newline): a caret under nothing shows nothing */
         return;
     }
     fputc(' ', d->out);

@@ -130,6 +130,7 @@ double node_float(const Node *n, int attr) { return attr_checked(n, attr, AT_FLO
 bool node_bool(const Node *n, int attr) { return attr_checked(n, attr, AT_BOOL)->b; }
 int node_enum(const Node *n, int attr) { return attr_checked(n, attr, AT_ENUM)->e; }
 const AttrVal *node_tuple(const Node *n, int attr) { return attr_checked(n, attr, AT_TUPLE); }
+DType node_dtype_attr(const Node *n, int attr) { return (DType)attr_checked(n, attr, AT_DTYPE)->e; }
 
 void node_error(const Graph *g, const Node *n, const char *fmt, ...)
 {
@@ -159,6 +160,7 @@ Graph *graph_compact(Graph *g)
                 live[g->nodes[i]->in[j]] = 1;
     Graph *ng = graph_new(g->diag, g->model);
     graph_set_train(ng, g->train, g->ntrain);
+    ng->info = g->info;
     for (int i = 0; i < n; i++) {
         if (!live[i])
             continue;

@@ -283,7 +283,7 @@ enum { SOFTMAX_AXIS, SOFTMAX_NATTRS };
 enum { REDUCE_AXIS, REDUCE_KEEPDIMS, REDUCE_NATTRS };
 enum { INPUT_ROLE, INPUT_NATTRS };
 enum { INPUT_DATA, INPUT_LABEL };
-enum { PARAM_KIND, PARAM_INIT, PARAM_WD_MULT, PARAM_LR_MULT, PARAM_NATTRS };
+enum { PARAM_KIND, PARAM_INIT, PARAM_WD_MULT, PARAM_LR_MULT, PARAM_MASTER, PARAM_NATTRS };
 enum { PK_WEIGHT, PK_BIAS, PK_GAMMA, PK_BETA, PK_MOVING_MEAN, PK_MOVING_VAR, PK_OTHER };
 
 /* ---- graph.c: the dataflow graph ---------------------------------------- */
@@ -331,6 +331,14 @@ typedef struct {
     Loc loc;
 } ConfigEntry;
 
+/* Facts about a graph that passes pass on to later ones and to --report. */
+typedef struct {
+    int64_t bind_batch;   /* > 0: dumps print N as this number (--batch-size) */
+    DType amp;            /* the AMP target (DT_F16, DT_BF16), DT_UNKNOWN when off */
+    int casts_inserted;   /* by amp */
+    int casts_elided;     /* by cast-elide and train-cast-elide */
+} GraphInfo;
+
 struct Graph {
     Arena arena;       /* nodes, names, attributes */
     Diag *diag;        /* not owned */
@@ -342,7 +350,8 @@ struct Graph {
     ConfigEntry *train; /* train block, in source order */
     int ntrain;
     StrMap names;      /* name -> node id */
-    int64_t bind_batch; /* > 0: dumps print N as this number (--batch-size) */
+    GraphInfo info;    /* carried through rewrites (graph_compact) */
+    const char **why;  /* --explain: per node id, set by the amp pass (arena) */
 };
 
 Graph *graph_new(Diag *d, const char *model);
@@ -366,6 +375,7 @@ double node_float(const Node *n, int attr);
 bool node_bool(const Node *n, int attr);
 int node_enum(const Node *n, int attr);
 const AttrVal *node_tuple(const Node *n, int attr);
+DType node_dtype_attr(const Node *n, int attr);
 /* Error at a node: its location and call chain. */
 void node_error(const Graph *g, const Node *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -74,9 +74,10 @@ static void print_float(FILE *f, double v)
     fputs(buf, f);
 }
 
-static void print_string(FILE *f, const char *s)
+/* s with quotes, backslashes, newlines and tabs escaped (as both the
+ * reader and Graphviz take them), without the surrounding quotes. */
+static void print_escaped(FILE *f, const char *s)
 {
-    fputc('"', f);
     for (; *s; s++) {
         if (*s == '"' || *s == '\\')
             fprintf(f, "\\%c", *s);
@@ -87,6 +88,12 @@ static void print_string(FILE *f, const char *s)
         else
             fputc(*s, f);
     }
+}
+
+static void print_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    print_escaped(f, s);
     fputc('"', f);
 }
 
@@ -130,6 +137,16 @@ void config_print(FILE *f, const ConfigVal *v)
     }
 }
 
+/* n's shape with N replaced by --batch-size, when one was given. */
+static Shape bound_shape(const Graph *g, const Node *n)
+{
+    Shape s = n->shape;
+    for (int k = 0; g->info.bind_batch > 0 && k < s.rank; k++)
+        if (dim_is_sym(s.d[k]))
+            s.d[k] = -s.d[k] * g->info.bind_batch;
+    return s;
+}
+
 void ir_print(FILE *f, const Graph *g, const char *pass)
 {
     int *order = graph_canonical_order(g);
@@ -149,10 +166,7 @@ void ir_print(FILE *f, const Graph *g, const char *pass)
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[order[i]];
         const OpInfo *oi = op_info(n->op);
-        Shape s = n->shape;
-        for (int k = 0; g->bind_batch > 0 && k < s.rank; k++)
-            if (dim_is_sym(s.d[k]))
-                s.d[k] = -s.d[k] * g->bind_batch;
+        Shape s = bound_shape(g, n);
         fprintf(f, "%%%d:%s%s = %s(", i, dtype_short(n->dtype), shape_str(&s, sb, sizeof sb),
                 oi->name);
         for (int j = 0; j < n->nin; j++)
@@ -186,9 +200,17 @@ void ir_print_dot(FILE *f, const Graph *g, const char *pass)
         if (n->op == OP_Param)
             continue;
         bool cast = n->op == OP_Cast || n->op == OP_amp_cast;
-        fprintf(f, "  n%d [label=\"%s\\n%s %s%s\", shape=%s%s];\n", n->id,
-                n->op == OP_Input ? n->name : op_info(n->op)->name, n->op == OP_Input ? "" : n->name,
-                dtype_short(n->dtype), shape_str(&n->shape, sb, sizeof sb),
+        Shape s = bound_shape(g, n);
+        /* "Op\nname f32[..]", or "name\nf32[..]" for an input; names are
+         * user text, so escaped */
+        fprintf(f, "  n%d [label=\"", n->id);
+        print_escaped(f, n->op == OP_Input ? n->name : op_info(n->op)->name);
+        fputs("\\n", f);
+        if (n->op != OP_Input) {
+            print_escaped(f, n->name);
+            fputc(' ', f);
+        }
+        fprintf(f, "%s%s\", shape=%s%s];\n", dtype_short(n->dtype), shape_str(&s, sb, sizeof sb),
                 n->op == OP_Input ? "oval" : "box",
                 cast ? ", style=filled, fillcolor=\"#fb8072\""
                      : n->dtype == DT_F16 || n->dtype == DT_BF16 ? ", style=filled, fillcolor=\"#8dd3c7\""

@@ -227,7 +227,7 @@ static bool read_attr_value(Reader *r, Node *n, int a)
         if (!w)
             return false;
         v->e = dtype_parse(w);
-        if (v->e == DT_UNKNOWN)
+        if (v->e == DT_UNKNOWN && strcmp(w, "unknown") != 0)
             return rd_error(r, at, "unknown dtype '%s'", w);
         return true;
     }

@@ -20,6 +20,8 @@ bool dtype_is_float(DType t) { return dtype_info[t].is_float; }
 
 DType dtype_parse(const char *s)
 {
+    if (strcmp(s, "unknown") == 0)
+        return DT_UNKNOWN;
     for (int t = 1; t < DT_COUNT; t++)
         if (strcmp(s, dtype_info[t].s) == 0 || strcmp(s, dtype_info[t].l) == 0)
             return (DType)t;

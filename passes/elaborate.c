@@ -93,9 +93,10 @@ static _Noreturn void error_at(Elab *e, Loc loc, const char *fmt, ...)
 
 static void tick(Elab *e, Loc loc)
 {
-    if (++e->work > MAX_WORK)
-        error_at(e, loc, "elaboration exceeds its work limit (%d steps): is a loop too long?",
-                 MAX_WORK);
+    int64_t limit = e->opt->max_work ? e->opt->max_work : MAX_WORK;
+    if (++e->work > limit)
+        error_at(e, loc, "elaboration exceeds its work limit (%lld steps): is a loop too long?",
+                 (long long)limit);
 }
 
 /* ---- did-you-mean ------------------------------------------------------------- */
@@ -131,7 +132,7 @@ static void suggest_try(Suggest *s, const char *want, const char *cand)
 {
     int d = edit_distance(want, cand);
     int limit = (int)strlen(want) / 3 + 1;
-    if (d <= limit && (!s->best || d < s->dist))
+    if (d <= limit && d < (int)strlen(want) && (!s->best || d < s->dist))
         s->best = cand, s->dist = d;
 }
 
@@ -236,13 +237,16 @@ static void close_frame_names(Elab *e, Frame *f)
         const char *name;
         if (n->name)
             name = n->name;
-        else if (nops == 1 && f->fn)
+        else if (nops == 1 && f->fn && !graph_find(e->g, f->path))
             name = f->path;
         else {
+            /* skip names the user took with name="..." or for an input */
             const char *prefix = op_info(n->op)->prefix;
-            int k = next_count(f, prefix);
-            name = *f->path ? arena_printf(&e->tmp, "%s_%s%d", f->path, prefix, k)
-                            : arena_printf(&e->tmp, "%s%d", prefix, k);
+            do {
+                int k = next_count(f, prefix);
+                name = *f->path ? arena_printf(&e->tmp, "%s_%s%d", f->path, prefix, k)
+                                : arena_printf(&e->tmp, "%s%d", prefix, k);
+            } while (graph_find(e->g, name));
         }
         name_op_and_params(e, n, name);
     }
@@ -425,6 +429,10 @@ static Value eval_ident(Elab *e, const AstNode *x)
     Suggest s = {0};
     for (Var *var = e->frame->vars; var; var = var->next)
         suggest_try(&s, x->str, var->name);
+    for (int t = DT_UNKNOWN + 1; t < DT_COUNT; t++)
+        suggest_try(&s, x->str, dtype_long((DType)t));
+    for (int k = 0; init_names[k]; k++)
+        suggest_try(&s, x->str, init_names[k]);
     if (strmap_get(&e->defs, x->str))
         error_at(e, x->loc, "'%s' is a function: call it with ()", x->str);
     error_at(e, x->loc, "undefined name '%s'%s", x->str, suggest_text(e, &s));
@@ -487,10 +495,13 @@ static Flow exec(Elab *e, const AstNode *s, Value *ret)
             error_at(e, s->loc, "the bounds of a for loop must be ints, got %s..%s",
                      vkind_name(from.k), vkind_name(to.k));
         int64_t limit = e->opt->max_loop_iters ? e->opt->max_loop_iters : 1000000;
-        if (to.i > from.i && (to.i - from.i > limit || to.i - from.i < 0))
-            error_at(e, s->loc, "loop runs %lld times (the limit is %lld)",
-                     (long long)((uint64_t)to.i - (uint64_t)from.i), (long long)limit);
+        /* to - from in unsigned arithmetic: it may not fit in an int64_t */
+        uint64_t iters = to.i > from.i ? (uint64_t)to.i - (uint64_t)from.i : 0;
+        if (iters > (uint64_t)limit)
+            error_at(e, s->loc, "loop runs %llu times (the limit is %lld)",
+                     (unsigned long long)iters, (long long)limit);
         for (int64_t i = from.i; i < to.i; i++) {
+            tick(e, s->loc); /* an empty body still costs a step */
             assign(e, s->str, v_int(i));
             if (exec_block(e, s->c, ret) == FLOW_RETURN)
                 return FLOW_RETURN;
@@ -702,7 +713,8 @@ static bool slot_wanted(OpKind op, int s, const AttrVal *attrs)
 typedef struct {
     const char *name; /* NULL: positional */
     Value v;
-    Loc loc;
+    Loc loc;          /* the value */
+    Loc name_loc;     /* the name of a named argument (else the value) */
 } Arg;
 
 static Value call_op(Elab *e, const AstNode *x, OpKind op, const Arg *args, int nargs)
@@ -742,8 +754,8 @@ static Value call_op(Elab *e, const AstNode *x, OpKind op, const Arg *args, int 
             }
             int a = posi - nslot;
             if (a >= oi->nattrs) {
-                error_at(e, g->loc, "%s takes at most %d positional arguments", oi->name,
-                         nslot + oi->nattrs);
+                error_at(e, g->loc, "%s takes at most %d positional argument%s", oi->name,
+                         nslot + oi->nattrs, nslot + oi->nattrs == 1 ? "" : "s");
             }
             set_attr(e, g->loc, &scratch, a, &g->v);
             attr_set[a] = true;
@@ -751,8 +763,8 @@ static Value call_op(Elab *e, const AstNode *x, OpKind op, const Arg *args, int 
             continue;
         }
         if (strcmp(g->name, "name") == 0) {
-            if (g->v.k != V_STR)
-                error_at(e, g->loc, "name must be a string");
+            if (g->v.k != V_STR || !*g->v.s)
+                error_at(e, g->loc, "name must be a non-empty string");
             explicit_name = g->v.s;
             continue;
         }
@@ -762,7 +774,7 @@ static Value call_op(Elab *e, const AstNode *x, OpKind op, const Arg *args, int 
                 error_at(e, g->loc, "%s: input '%s' must be a tensor, got %s", oi->name, g->name,
                          vkind_name(g->v.k));
             if (slot_val[s] >= 0)
-                error_at(e, g->loc, "%s: input '%s' given twice", oi->name, g->name);
+                error_at(e, g->name_loc, "%s: input '%s' given twice", oi->name, g->name);
             slot_val[s] = (int)g->v.i, slot_loc[s] = g->loc;
             continue;
         }
@@ -773,11 +785,11 @@ static Value call_op(Elab *e, const AstNode *x, OpKind op, const Arg *args, int 
                 suggest_try(&sg, g->name, oi->attrs[k].name);
             for (int k = 0; k < nslot; k++)
                 suggest_try(&sg, g->name, oi->slots[k].name);
-            error_at(e, g->loc, "%s has no attribute or input '%s'%s", oi->name, g->name,
+            error_at(e, g->name_loc, "%s has no attribute or input '%s'%s", oi->name, g->name,
                      suggest_text(e, &sg));
         }
         if (attr_set[a])
-            error_at(e, g->loc, "%s: attribute '%s' given twice", oi->name, g->name);
+            error_at(e, g->name_loc, "%s: attribute '%s' given twice", oi->name, g->name);
         set_attr(e, g->loc, &scratch, a, &g->v);
         attr_set[a] = true;
     }
@@ -843,8 +855,8 @@ static Value call_param(Elab *e, const AstNode *x, const Arg *args, int nargs)
             error_at(e, g->loc, "param() takes only named arguments (shape, init, wd_mult, "
                                 "lr_mult, name)");
         if (strcmp(g->name, "name") == 0) {
-            if (g->v.k != V_STR)
-                error_at(e, g->loc, "name must be a string");
+            if (g->v.k != V_STR || !*g->v.s)
+                error_at(e, g->loc, "name must be a non-empty string");
             p->flags |= NF_EXPLICIT_NAME;
             name_node(e, p, g->v.s);
         } else if (strcmp(g->name, "shape") == 0) {
@@ -864,7 +876,7 @@ static Value call_param(Elab *e, const AstNode *x, const Arg *args, int nargs)
         } else {
             int a = op_attr_index(OP_Param, g->name);
             if (a != PARAM_WD_MULT && a != PARAM_LR_MULT)
-                error_at(e, g->loc, "param() has no argument '%s' (it takes shape, init, "
+                error_at(e, g->name_loc, "param() has no argument '%s' (it takes shape, init, "
                                     "wd_mult, lr_mult, name)", g->name);
             set_attr(e, g->loc, p, a, &g->v);
         }
@@ -898,6 +910,12 @@ static Value call_init(Elab *e, const AstNode *x, const Arg *args, int nargs)
     return (Value){.k = V_SYM, .s = arena_strdup(&e->tmp, buf)};
 }
 
+/* Ops the DSL may call: not graph leaves, nor the nodes only passes make. */
+static bool user_callable(OpKind k)
+{
+    return k != OP_Input && k != OP_Param && k != OP_amp_cast && k != OP_param_master;
+}
+
 static Value call(Elab *e, const AstNode *x)
 {
     tick(e, x->loc);
@@ -907,10 +925,11 @@ static Value call(Elab *e, const AstNode *x)
         const AstNode *a = x->list.items[i];
         args[i].name = a->str;
         args[i].loc = a->a->loc;
+        args[i].name_loc = a->str ? a->loc : a->a->loc;
         args[i].v = eval(e, a->a);
         for (int j = 0; j < i && a->str; j++)
             if (args[j].name && strcmp(args[j].name, a->str) == 0)
-                error_at(e, args[i].loc, "argument '%s' given twice", a->str);
+                error_at(e, args[i].name_loc, "argument '%s' given twice", a->str);
         if (!a->str && i > 0 && args[i - 1].name)
             error_at(e, args[i].loc, "positional argument after a named one");
     }
@@ -926,11 +945,11 @@ static Value call(Elab *e, const AstNode *x)
         for (int i = 0; i < npos; i++)
             pos[i] = args[i].v;
         for (int i = npos; i < n; i++)
-            named[i - npos] = args[i].v, names[i - npos] = args[i].name, locs[i - npos] = args[i].loc;
+            named[i - npos] = args[i].v, names[i - npos] = args[i].name, locs[i - npos] = args[i].name_loc;
         return call_user(e, x, e->prog->decls.items[*def], pos, npos, names, named, locs, n - npos);
     }
     OpKind op = op_lookup(x->str);
-    if (op != OP_COUNT && op != OP_Input && op != OP_Param && op != OP_amp_cast)
+    if (op != OP_COUNT && user_callable(op))
         return call_op(e, x, op, args, n);
     if (strcmp(x->str, "param") == 0)
         return call_param(e, x, args, n);
@@ -938,7 +957,7 @@ static Value call(Elab *e, const AstNode *x)
         return call_init(e, x, args, n);
     Suggest s = {0};
     for (int k = 0; k < OP_COUNT; k++)
-        if (k != OP_Input && k != OP_Param && k != OP_amp_cast)
+        if (user_callable((OpKind)k))
             suggest_try(&s, x->str, op_table[k].name);
     for (int k = 0; k < e->prog->decls.n; k++)
         if (e->prog->decls.items[k]->kind == AST_DEF)
@@ -1134,11 +1153,17 @@ static void elaborate_model(Elab *e, const AstNode *m)
         if (t->kind != AST_TRAIN)
             continue;
         bool known = false;
-        for (int k = 0; k < e->prog->decls.n; k++)
-            known |= e->prog->decls.items[k]->kind == AST_MODEL &&
-                     strcmp(e->prog->decls.items[k]->str, t->str) == 0;
+        Suggest s = {0};
+        for (int k = 0; k < e->prog->decls.n; k++) {
+            const AstNode *d = e->prog->decls.items[k];
+            if (d->kind != AST_MODEL)
+                continue;
+            known |= strcmp(d->str, t->str) == 0;
+            suggest_try(&s, t->str, d->str);
+        }
         if (!known)
-            error_at(e, t->loc, "train block for unknown model '%s'", t->str);
+            error_at(e, t->loc, "train block for unknown model '%s'%s", t->str,
+                     suggest_text(e, &s));
         if (strcmp(t->str, m->str) == 0)
             read_train(e, t);
     }

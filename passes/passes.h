@@ -19,6 +19,7 @@ typedef struct {
     int max_call_depth;     /* nested DSL calls (0: 100) */
     int64_t max_loop_iters; /* iterations of one loop (0: 1,000,000) */
     int64_t max_nodes;      /* graph nodes (0: 10,000,000) */
+    int64_t max_work;       /* statements, calls and loop iterations run (0: 100,000,000) */
 } ElabOptions;
 Graph *elaborate(const AstProgram *prog, Diag *d, const ElabOptions *opt);
 
@@ -30,5 +31,27 @@ bool infer_shapes(Graph *g);
  * dtype, BatchNorm's parameters and statistics stay fp32, inputs and labels
  * keep their declared dtype, Cast gives its dtype. */
 bool infer_types(Graph *g);
+
+/* amp.c: the AMP rewrite.  Assigns every op the dtype its class asks for
+ * (fp16/bf16 list, fp32 list, follow, widest, conditional fp32), inserts
+ * one amp_cast per (value, dtype) where a consumer needs another dtype, gives
+ * parameters read in 16 bits an fp32 master, and casts 16-bit graph outputs
+ * back to the dtype the model declares.  With amp off it only adds masters
+ * to 16-bit parameters when multi_precision is set.  Replaces *g. */
+typedef struct {
+    DType target;            /* DT_F16 or DT_BF16; DT_UNKNOWN: off */
+    const char *fp16_ops;    /* --amp-fp16=Op,... moves ops to the low-precision class */
+    const char *fp32_ops;    /* --amp-fp32=Op,... */
+    const char *exclude;     /* --amp-exclude=name,... keeps named nodes in fp32 */
+    bool multi_precision;    /* fp32 masters for 16-bit parameters when amp is off */
+    bool explain;            /* record why each node got its dtype (Graph.why) */
+} AmpOptions;
+bool amp(Graph **g, const AmpOptions *opt);
+
+/* cast_elide.c: drops casts whose input already has their dtype (user Casts
+ * too), collapses chains of amp_casts, merges duplicate casts of one value,
+ * then drops what became dead.  Never folds a user-written round trip.
+ * Adds the count to info.casts_elided.  Replaces *g. */
+bool cast_elide(Graph **g);
 
 #endif

@@ -35,6 +35,11 @@ Node *slot_input(const Graph *g, const Node *n, int slot)
 
 bool require_rank(Graph *g, Node *n, const Node *data, int lo, int hi)
 {
+    if (data->shape.rank < 0 && data->op == OP_Param) {
+        node_error(g, n, "%s: cannot infer the shape of parameter '%s': give param(shape=...)",
+                   op_info(n->op)->name, data->name);
+        return false;
+    }
     if (data->shape.rank < 0) {
         node_error(g, n, "%s: the shape of its input '%s' is not known", op_info(n->op)->name,
                    data->name);

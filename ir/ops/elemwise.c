@@ -24,13 +24,28 @@ bool elemwise_shape(Graph *g, Node *n)
         return false;
     if (!shape_equal(&a->shape, &b->shape)) {
         char x[128], y[128];
-        node_error(g, n, "shape mismatch in '%s': %s vs %s (use broadcast_%s to broadcast)",
-                   elemwise_symbol(n->op), shape_str(&a->shape, x, sizeof x),
-                   shape_str(&b->shape, y, sizeof y), n->op == OP_elemwise_mul ? "mul" : "add");
+        /* there is no broadcast_sub: only + and * have a broadcasting twin */
+        const char *hint = n->op == OP_elemwise_add   ? " (use broadcast_add to broadcast)"
+                           : n->op == OP_elemwise_mul ? " (use broadcast_mul to broadcast)"
+                                                      : "";
+        node_error(g, n, "shape mismatch in '%s': %s vs %s%s", elemwise_symbol(n->op),
+                   shape_str(&a->shape, x, sizeof x), shape_str(&b->shape, y, sizeof y), hint);
         return false;
     }
     n->shape = a->shape;
     return true;
+}
+
+/* One dimension as shape_str writes it: 7, N or 2N. */
+static const char *dim_text(Dim d, char *buf, size_t cap)
+{
+    if (d == DIM_N)
+        snprintf(buf, cap, "N");
+    else if (dim_is_sym(d))
+        snprintf(buf, cap, "%lldN", (long long)-d);
+    else
+        snprintf(buf, cap, "%lld", (long long)d);
+    return buf;
 }
 
 bool broadcast_shape(Graph *g, Node *n)
@@ -44,11 +59,11 @@ bool broadcast_shape(Graph *g, Node *n)
         int ia = a->shape.rank - r + i, ib = b->shape.rank - r + i;
         Dim x = ia >= 0 ? a->shape.d[ia] : 1, y = ib >= 0 ? b->shape.d[ib] : 1;
         if (x != y && x != 1 && y != 1) {
-            char s1[128], s2[128];
+            char s1[128], s2[128], t1[32], t2[32];
             node_error(g, n, "%s: shapes %s and %s do not broadcast (axis %d: %s vs %s)",
                        op_info(n->op)->name, shape_str(&a->shape, s1, sizeof s1),
-                       shape_str(&b->shape, s2, sizeof s2), i, x < 0 ? "N" : "const",
-                       y < 0 ? "N" : "const");
+                       shape_str(&b->shape, s2, sizeof s2), i, dim_text(x, t1, sizeof t1),
+                       dim_text(y, t2, sizeof t2));
             return false;
         }
         out.d[i] = x == 1 ? y : x;

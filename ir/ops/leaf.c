@@ -19,6 +19,9 @@ const AttrSpec param_attrs[] = {
     {"init", AT_STR, false, "default", 0, 0, NULL},
     {"wd_mult", AT_FLOAT, false, "1", 0, 1e30, NULL},
     {"lr_mult", AT_FLOAT, false, "1", 0, 1e30, NULL},
+    /* the optimizer's fp32 copy when the forward graph reads a 16-bit
+     * shadow (AMP, or multi_precision); unknown = none */
+    {"master", AT_DTYPE, false, "unknown", 0, 0, NULL},
     ATTR_END,
 };
 

@@ -23,8 +23,15 @@ const AttrSpec smo_attrs[] = {
 bool smo_shape(Graph *g, Node *n)
 {
     Node *data = in_node(g, n, 0), *label = in_node(g, n, 1);
-    if (!require_rank(g, n, data, 2, 2) || !require_rank(g, n, label, 1, 1))
+    if (!require_rank(g, n, data, 2, 2))
         return false;
+    if (label->shape.rank != 1) {
+        char a[128];
+        node_error(g, n, "SoftmaxOutput: the label must be [N] (one class index per row), got %s",
+                   label->shape.rank < 0 ? "an unknown shape"
+                                         : shape_str(&label->shape, a, sizeof a));
+        return false;
+    }
     if (label->shape.d[0] != data->shape.d[0]) {
         char a[128], b[128];
         node_error(g, n, "SoftmaxOutput: label shape %s does not match data %s (one label per row)",
