@@ -29,7 +29,16 @@ LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
-.PHONY: all check unit golden roundtrip asan-check fuzz-check valgrind-check fuzz bench demo \
+# The runtime: what emitted programs link (never the compiler).
+RT_CFLAGS := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iruntime -MMD -MP
+RT_SRC   := $(wildcard runtime/*.c runtime/cpu/*.c runtime/data/*.c)
+RT_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_SRC))
+RT_LIBS  := -lopenblas -lz -lm
+RTEST_SRC := $(wildcard tests/runtime/test_*.c)
+RTEST_BIN := $(patsubst tests/runtime/%.c,$(BUILD)/rtests/%,$(RTEST_SRC))
+NVCC     ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+
+.PHONY: nvcc-check all check unit golden roundtrip asan-check fuzz-check valgrind-check fuzz bench demo \
         deps install clean format
 all: $(BUILD)/ampc
 
@@ -53,6 +62,14 @@ $(BUILD)/libampc.a: $(LIB_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
+$(BUILD)/obj/runtime/%.o: runtime/%.c
+	@mkdir -p $(@D)
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libampcrt.a: $(RT_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
 $(BUILD)/ampc: $(BUILD)/obj/compiler/main.o $(BUILD)/libampc.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ -lm
 
@@ -61,8 +78,21 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libampc.a
 	@mkdir -p $(@D)
 	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampc.a $(LDFLAGS) -lcmocka -lm
 
-unit: $(UNIT_BIN)
-	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
+unit: $(UNIT_BIN) $(RTEST_BIN) nvcc-check
+	@set -e; for t in $(UNIT_BIN) $(RTEST_BIN); do echo "== $$t"; $$t; done
+
+$(BUILD)/rtests/%: tests/runtime/%.c $(BUILD)/libampcrt.a
+	@mkdir -p $(@D)
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampcrt.a $(LDFLAGS) -lcmocka $(RT_LIBS)
+
+# The element math shared by the CPU and CUDA kernels must compile with nvcc
+# too, so the two cannot drift; skipped (and said so) where nvcc is absent.
+nvcc-check:
+	@if [ -n "$(NVCC)" ] && [ -f tests/runtime/kernels_check.cu ]; then \
+	    mkdir -p $(BUILD)/nvcc && \
+	    $(NVCC) -std=c++17 -Iruntime -arch=sm_80 -Werror all-warnings -o $(BUILD)/nvcc/kernels_check tests/runtime/kernels_check.cu && \
+	    echo "nvcc-check: runtime/kernels/*.h compile with nvcc"; \
+	else echo "nvcc-check: nvcc not found or no check file: skipped"; fi
 
 golden: $(BUILD)/ampc
 	tests/golden/run.sh $(BUILD)/ampc
