@@ -16,6 +16,7 @@ typedef struct {
     const char *model;
     bool dot, from_ir, report, verify;
     int64_t batch;
+    int64_t shuffle_seed;   /* > 0: store the graph in a random topological order */
     PassOptions pass;
 } Options;
 
@@ -42,6 +43,7 @@ static void usage(FILE *f)
           "  --explain[=NAME]        say why each node (or NAME) got its dtype\n"
           "  --report                op counts, parameters, FLOPs, activation bytes, casts\n"
           "  --verify                check IR invariants after every pass\n"
+          "  --shuffle-seed=K        testing: store the graph in a random topological order\n"
           "  --help, --version\n"
           "\n"
           "passes (--dump names):",
@@ -65,7 +67,7 @@ static bool parse_int(const char *s, int64_t *out)
 static int parse_options(int argc, char **argv, Options *o, Diag *d)
 {
     enum { O_DUMP = 256, O_DUMP_DIR, O_DUMP_FORMAT, O_FROM_IR, O_BATCH, O_REPORT, O_HELP,
-           O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN };
+           O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE };
     static const struct option longs[] = {
         {"dump", required_argument, NULL, O_DUMP},
         {"dump-dir", required_argument, NULL, O_DUMP_DIR},
@@ -80,6 +82,7 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         {"amp-fp32", required_argument, NULL, O_AMP32},
         {"amp-exclude", required_argument, NULL, O_AMPX},
         {"explain", optional_argument, NULL, O_EXPLAIN},
+        {"shuffle-seed", required_argument, NULL, O_SHUFFLE},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
@@ -106,6 +109,12 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
             }
             break;
         case O_REPORT: o->report = true; break;
+        case O_SHUFFLE:
+            if (!parse_int(optarg, &o->shuffle_seed) || o->shuffle_seed < 1) {
+                diag_plain_error(d, "--shuffle-seed must be a positive integer, not '%s'", optarg);
+                return 1;
+            }
+            break;
         case O_MODEL: o->model = optarg; break;
         case O_VERIFY: o->verify = true; break;
         case O_AMP: o->pass.amp = optarg; break;
@@ -116,7 +125,13 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         case O_HELP: usage(stdout); return -1;
         case O_VERSION: printf("ampc %s\n", AMPC_VERSION); return -1;
         case ':': diag_plain_error(d, "option '%s' needs a value", argv[optind - 1]); return 1;
-        default: diag_plain_error(d, "unknown option '%s' (see ampc --help)", argv[optind - 1]); return 1;
+        default:
+            if (optopt >= O_DUMP) /* a long option that takes no value, given one */
+                diag_plain_error(d, "option '%.*s' does not take a value",
+                                 (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
+            else
+                diag_plain_error(d, "unknown option '%s' (see ampc --help)", argv[optind - 1]);
+            return 1;
         }
     }
     for (; optind < argc; optind++) {
@@ -212,9 +227,22 @@ static int run(const Options *o, Diag *d)
         g = frontend_elaborate(d, o->input, NULL, 0, &eo);
         done = 0;
     }
-    if (!g)
+    if (!g) {
+        size_t n = strlen(o->input);
+        if (!o->from_ir && n > 3 && strcmp(o->input + n - 3, ".ir") == 0)
+            fprintf(stderr, "ampc: note: '%s' looks like an IR dump: read it with --from-ir\n",
+                    o->input);
         return 1;
+    }
+    if (o->dump && strcmp(o->dump, "all") != 0 && pass_index(o->dump) < done) {
+        diag_plain_error(d, "--dump=%s: '%s' is a dump after %s, a later pass", o->dump, o->input,
+                         pass_pipeline[done].name);
+        graph_free(g);
+        return 1;
+    }
     g->info.bind_batch = o->batch;
+    if (o->shuffle_seed > 0)
+        g = graph_shuffle(g, (uint64_t)o->shuffle_seed);
     bool ok = !o->verify || ir_verify(g, pass_pipeline[done].name);
     ok = ok && dump_after(o, g, done, d);
     for (int i = done + 1; ok && i < pass_count; i++) {

@@ -144,27 +144,18 @@ bool node_is_param(const Node *n) { return n->op == OP_Param; }
 
 int node_param_kind(const Node *n) { return node_enum(n, PARAM_KIND); }
 
-Graph *graph_compact(Graph *g)
+/* A new graph holding the nodes of `order` (a topological order of a set
+ * closed under inputs) in that order; g is freed. */
+static Graph *graph_rebuild(Graph *g, const int *order, int count)
 {
-    int n = g->nnodes;
-    char *live = calloc((size_t)(n ? n : 1), 1);
-    int *map = malloc(sizeof(int) * (size_t)(n ? n : 1));
-    if (!live || !map)
+    int *map = malloc(sizeof(int) * (size_t)(g->nnodes ? g->nnodes : 1));
+    if (!map)
         DIE("out of memory");
-    for (int i = 0; i < g->noutputs; i++)
-        live[g->outputs[i]] = 1;
-    /* inputs have smaller ids: one backward sweep marks everything needed */
-    for (int i = n - 1; i >= 0; i--)
-        if (live[i])
-            for (int j = 0; j < g->nodes[i]->nin; j++)
-                live[g->nodes[i]->in[j]] = 1;
     Graph *ng = graph_new(g->diag, g->model);
     graph_set_train(ng, g->train, g->ntrain);
     ng->info = g->info;
-    for (int i = 0; i < n; i++) {
-        if (!live[i])
-            continue;
-        const Node *o = g->nodes[i];
+    for (int k = 0; k < count; k++) {
+        const Node *o = g->nodes[order[k]];
         int in[o->nin ? o->nin : 1];
         for (int j = 0; j < o->nin; j++)
             in[j] = map[o->in[j]];
@@ -178,13 +169,91 @@ Graph *graph_compact(Graph *g)
         c->dtype = o->dtype;
         c->flags = o->flags & ~(uint32_t)NF_OUTPUT;
         if (o->name && !graph_set_name(ng, c, o->name))
-            DIE("duplicate name %s while compacting", o->name);
-        map[i] = c->id;
+            DIE("duplicate name %s while rebuilding", o->name);
+        map[order[k]] = c->id;
     }
     for (int i = 0; i < g->noutputs; i++)
         graph_add_output(ng, map[g->outputs[i]]);
-    free(live);
     free(map);
     graph_free(g);
+    return ng;
+}
+
+Graph *graph_compact(Graph *g)
+{
+    int n = g->nnodes;
+    char *live = calloc((size_t)(n ? n : 1), 1);
+    int *order = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (!live || !order)
+        DIE("out of memory");
+    for (int i = 0; i < g->noutputs; i++)
+        live[g->outputs[i]] = 1;
+    /* inputs have smaller ids: one backward sweep marks everything needed */
+    for (int i = n - 1; i >= 0; i--)
+        if (live[i])
+            for (int j = 0; j < g->nodes[i]->nin; j++)
+                live[g->nodes[i]->in[j]] = 1;
+    int count = 0;
+    for (int i = 0; i < n; i++)
+        if (live[i])
+            order[count++] = i;
+    Graph *ng = graph_rebuild(g, order, count);
+    free(live);
+    free(order);
+    return ng;
+}
+
+Graph *graph_shuffle(Graph *g, uint64_t seed)
+{
+    int n = g->nnodes;
+    int *pending = calloc((size_t)(n ? n : 1), sizeof(int)); /* inputs not yet placed */
+    int *ready = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    int *order = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    int *users_start = calloc((size_t)n + 1, sizeof(int));
+    if (!pending || !ready || !order || !users_start)
+        DIE("out of memory");
+    /* users as a CSR table, so Kahn's algorithm is linear */
+    int edges = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++)
+            users_start[g->nodes[i]->in[j] + 1]++, edges++;
+    int *users = malloc(sizeof(int) * (size_t)(edges ? edges : 1));
+    if (!users)
+        DIE("out of memory");
+    for (int i = 0; i < n; i++)
+        users_start[i + 1] += users_start[i];
+    int *fill = calloc((size_t)(n ? n : 1), sizeof(int));
+    if (!fill)
+        DIE("out of memory");
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++) {
+            int p = g->nodes[i]->in[j];
+            users[users_start[p] + fill[p]++] = i;
+        }
+    int nready = 0, count = 0;
+    for (int i = 0; i < n; i++) {
+        pending[i] = g->nodes[i]->nin;
+        if (!pending[i])
+            ready[nready++] = i;
+    }
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    while (nready) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
+        int k = (int)(x % (uint64_t)nready);
+        int id = ready[k];
+        ready[k] = ready[--nready];
+        order[count++] = id;
+        for (int u = users_start[id]; u < users_start[id + 1]; u++)
+            if (--pending[users[u]] == 0)
+                ready[nready++] = users[u];
+    }
+    ASSERT(count == n);
+    Graph *ng = graph_rebuild(g, order, count);
+    free(pending);
+    free(ready);
+    free(order);
+    free(users_start);
+    free(users);
+    free(fill);
     return ng;
 }

@@ -367,6 +367,9 @@ ConfigVal *config_copy(Arena *a, const ConfigVal *v);
 /* Drops the nodes no output depends on and renumbers the rest in storage
  * order: returns a new graph and frees g. */
 Graph *graph_compact(Graph *g);
+/* The same graph stored in a random topological order (tests of order
+ * independence): returns a new graph and frees g. */
+Graph *graph_shuffle(Graph *g, uint64_t seed);
 /* Count of users per node (malloc'ed, caller frees). */
 int *graph_use_counts(const Graph *g);
 /* A node's attribute, checked against the expected type (DIE on a mismatch: a bug). */

@@ -30,9 +30,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 root=$(cd "$here/../.." && pwd)
 pass=0 fail=0 failed=()
+ti=0
 for t in "${tests[@]}"; do
+    ti=$((ti+1))
     rel=${t#"$root"/}
-    lines=$(grep -E '^\s*(#|//) ?RUN: ' "$t" | sed -E 's/^\s*(#|\/\/) ?RUN: //')
+    # a RUN line ending in a backslash continues on the next RUN line
+    lines=$(grep -E '^\s*(#|//) ?RUN: ' "$t" | sed -E 's/^\s*(#|\/\/) ?RUN: //' |
+            awk '{ if (sub(/\\$/, "")) { buf = buf $0 } else { print buf $0; buf = "" } }')
     if [ -z "$lines" ]; then
         # helper files (imported by tests) carry no RUN line
         if grep -qE '^\s*#\s*(helper|imported by)' "$t"; then continue; fi
@@ -45,7 +49,7 @@ for t in "${tests[@]}"; do
         cmd=${cmd//%FileCheck/$filecheck}
         cmd=${cmd//%S/$(dirname "$rel")}
         cmd=${cmd//%s/$rel}
-        cmd=${cmd//%t/$tmp\/t$n}
+        cmd=${cmd//%t/$tmp\/t$ti}
         out=$(cd "$root" && bash -o pipefail -c "
 not() { \"\$@\"; rc=\$?; [ \$rc -ne 0 ] && [ \$rc -lt 128 ]; }
 $cmd" 2>&1)
