@@ -122,11 +122,20 @@ fuzz: $(BUILD)/fuzz/fuzz_frontend
 valgrind-check: $(BUILD)/ampc
 	tests/valgrind.sh $(BUILD)/ampc
 
-check: deps all unit golden roundtrip valgrind-check asan-check fuzz-check
+# The steps run in this order (each may build in parallel with -j).
+check:
+	@$(MAKE) --no-print-directory deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory golden
+	@$(MAKE) --no-print-directory roundtrip
+	@$(MAKE) --no-print-directory valgrind-check
+	@$(MAKE) --no-print-directory asan-check
+	@$(MAKE) --no-print-directory fuzz-check
 	@echo "make check: all tests passed"
 
 # ---- the main job, benchmarks, install --------------------------------------
-demo: $(BUILD)/ampc
+demo: deps $(BUILD)/ampc
 	$(BUILD)/ampc examples/resnet50_v1d.sym --report
 
 bench: $(BUILD)/ampc
