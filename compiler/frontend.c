@@ -8,6 +8,17 @@
 static bool run_infer_shapes(Graph **g, const PassOptions *o) { (void)o; return infer_shapes(*g); }
 static bool run_infer_types(Graph **g, const PassOptions *o) { (void)o; return infer_types(*g); }
 static bool run_cast_elide(Graph **g, const PassOptions *o) { (void)o; return cast_elide(g); }
+static bool run_autodiff(Graph **g, const PassOptions *o) { (void)o; return autodiff(g); }
+/* the training graph and the inference graph */
+static bool run_train_cast_elide(Graph **g, const PassOptions *o)
+{
+    (void)o;
+    Graph *infer = (*g)->infer;
+    (*g)->infer = NULL;
+    bool ok = cast_elide(g) && (!infer || cast_elide(&infer));
+    (*g)->infer = infer;
+    return ok;
+}
 
 static void print_explain(const Graph *g, const PassOptions *o)
 {
@@ -43,6 +54,8 @@ const PassDesc pass_pipeline[] = {
     {"infer-types", run_infer_types},
     {"amp", run_amp},
     {"cast-elide", run_cast_elide},
+    {"autodiff", run_autodiff},
+    {"train-cast-elide", run_train_cast_elide},
 };
 const int pass_count = (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]);
 

@@ -104,7 +104,8 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         case O_FROM_IR: o->from_ir = true, o->input = optarg; break;
         case O_BATCH:
             if (!parse_int(optarg, &o->batch) || o->batch < 1 || o->batch > INT32_MAX) {
-                diag_plain_error(d, "--batch-size must be a positive integer, not '%s'", optarg);
+                diag_plain_error(d, "--batch-size must be an integer from 1 to %d, not '%s'",
+                                 INT32_MAX, optarg);
                 return 1;
             }
             break;
@@ -180,6 +181,14 @@ static bool dump_after(const Options *o, const Graph *g, int pass, Diag *d)
         ir_print_dot(f, g, banner);
     else
         ir_print(f, g, banner);
+    if (g->infer) {
+        snprintf(banner, sizeof banner, "after %s (inference graph)", name);
+        fputc('\n', f);
+        if (o->dot)
+            ir_print_dot(f, g->infer, banner);
+        else
+            ir_print(f, g->infer, banner);
+    }
     if (f != stdout && fclose(f)) {
         diag_plain_error(d, "cannot write '%s': %s", path, strerror(errno));
         return false;
@@ -245,13 +254,22 @@ static int run(const Options *o, Diag *d)
         g = graph_shuffle(g, (uint64_t)o->shuffle_seed);
     bool ok = !o->verify || ir_verify(g, pass_pipeline[done].name);
     ok = ok && dump_after(o, g, done, d);
-    for (int i = done + 1; ok && i < pass_count; i++) {
+    /* The forward passes always run; the training passes when a program or
+     * a dump of them is asked for. */
+    int forward_end = pass_index("cast-elide"), last = forward_end;
+    if (o->output || (o->dump && strcmp(o->dump, "all") == 0))
+        last = pass_count - 1;
+    else if (o->dump && pass_index(o->dump) > last)
+        last = pass_index(o->dump);
+    for (int i = done + 1; ok && i <= last; i++) {
         ok = pass_pipeline[i].run(&g, &o->pass);
         if (ok && o->verify && !ir_verify(g, pass_pipeline[i].name))
             DIE("the IR verifier failed after %s", pass_pipeline[i].name);
         ok = ok && dump_after(o, g, i, d);
+        if (ok && i == forward_end && o->report)
+            report_print(stdout, g, o->batch);
     }
-    if (ok && o->report)
+    if (ok && o->report && done >= forward_end)
         report_print(stdout, g, o->batch);
     if (ok && o->output) {
         diag_plain_error(d, "code generation (-o) is not available yet: this build has the "

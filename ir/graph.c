@@ -19,6 +19,7 @@ void graph_free(Graph *g)
 {
     if (!g)
         return;
+    graph_free(g->infer);
     free(g->nodes);
     free(g->outputs);
     strmap_free(&g->names);
@@ -145,8 +146,8 @@ bool node_is_param(const Node *n) { return n->op == OP_Param; }
 int node_param_kind(const Node *n) { return node_enum(n, PARAM_KIND); }
 
 /* A new graph holding the nodes of `order` (a topological order of a set
- * closed under inputs) in that order; g is freed. */
-static Graph *graph_rebuild(Graph *g, const int *order, int count)
+ * closed under inputs) in that order. */
+static Graph *graph_rebuild_copy(const Graph *g, const int *order, int count)
 {
     int *map = malloc(sizeof(int) * (size_t)(g->nnodes ? g->nnodes : 1));
     if (!map)
@@ -175,8 +176,29 @@ static Graph *graph_rebuild(Graph *g, const int *order, int count)
     for (int i = 0; i < g->noutputs; i++)
         graph_add_output(ng, map[g->outputs[i]]);
     free(map);
+    return ng;
+}
+
+/* The same, freeing g and moving its inference graph over. */
+static Graph *graph_rebuild(Graph *g, const int *order, int count)
+{
+    Graph *ng = graph_rebuild_copy(g, order, count);
+    ng->infer = g->infer;
+    g->infer = NULL;
     graph_free(g);
     return ng;
+}
+
+Graph *graph_copy(const Graph *g)
+{
+    int *order = malloc(sizeof(int) * (size_t)(g->nnodes ? g->nnodes : 1));
+    if (!order)
+        DIE("out of memory");
+    for (int i = 0; i < g->nnodes; i++)
+        order[i] = i;
+    Graph *c = graph_rebuild_copy(g, order, g->nnodes);
+    free(order);
+    return c;
 }
 
 Graph *graph_compact(Graph *g)

@@ -226,9 +226,12 @@ typedef bool (*ShapeFn)(Graph *g, Node *n);
 typedef bool (*CheckFn)(Graph *g, Node *n);
 /* Forward FLOPs per sample (multiply-adds count 2). */
 typedef double (*FlopsFn)(const Graph *g, const Node *n);
+/* A gradient rule (grad.c has the builder it uses). */
+typedef struct GradCtx GradCtx;
+typedef bool (*GradFn)(GradCtx *c, const Node *n, int dy);
 
 typedef enum {
-#define OP(id, name, prefix, amp, nslots, slots, nattrs, attrs, check, shape, flops) OP_##id,
+#define OP(id, name, prefix, amp, nslots, slots, nattrs, attrs, check, shape, flops, grad) OP_##id,
 #include "ops.def"
 #undef OP
     OP_COUNT
@@ -245,6 +248,7 @@ typedef struct {
     CheckFn check;
     ShapeFn shape;
     FlopsFn flops;
+    GradFn grad;
 } OpInfo;
 
 extern const OpInfo op_table[OP_COUNT];
@@ -285,6 +289,10 @@ enum { INPUT_ROLE, INPUT_NATTRS };
 enum { INPUT_DATA, INPUT_LABEL };
 enum { PARAM_KIND, PARAM_INIT, PARAM_WD_MULT, PARAM_LR_MULT, PARAM_MASTER, PARAM_NATTRS };
 enum { PK_WEIGHT, PK_BIAS, PK_GAMMA, PK_BETA, PK_MOVING_MEAN, PK_MOVING_VAR, PK_OTHER };
+enum { PART_INDEX, PART_NATTRS };
+enum { SLICE_AXIS, SLICE_BEGIN, SLICE_END, SLICE_NATTRS };
+enum { BCAST_OP, BCAST_NATTRS };
+enum { BCAST_ADD, BCAST_MUL };
 
 /* ---- graph.c: the dataflow graph ---------------------------------------- */
 
@@ -351,6 +359,7 @@ struct Graph {
     int ntrain;
     StrMap names;      /* name -> node id */
     GraphInfo info;    /* carried through rewrites (graph_compact) */
+    Graph *infer;      /* the inference graph autodiff builds (owned), or NULL */
     const char **why;  /* --explain: per node id, set by the amp pass (arena) */
 };
 
@@ -367,6 +376,8 @@ ConfigVal *config_copy(Arena *a, const ConfigVal *v);
 /* Drops the nodes no output depends on and renumbers the rest in storage
  * order: returns a new graph and frees g. */
 Graph *graph_compact(Graph *g);
+/* A deep copy (without the inference graph). */
+Graph *graph_copy(const Graph *g);
 /* The same graph stored in a random topological order (tests of order
  * independence): returns a new graph and frees g. */
 Graph *graph_shuffle(Graph *g, uint64_t seed);
@@ -384,6 +395,33 @@ void node_error(const Graph *g, const Node *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 bool node_is_param(const Node *n);   /* OP_Param */
 int node_param_kind(const Node *n);  /* PK_* for an OP_Param node */
+
+/* ---- grad.c: what gradient rules build with (the autodiff pass owns it) ---- */
+
+/* wants[v]: whether value v (a node of g when the context was made) needs a
+ * gradient.  Gradients of a value are summed as they arrive. */
+GradCtx *grad_ctx_new(Graph *g, const bool *wants);
+void grad_ctx_free(GradCtx *c);
+Graph *grad_graph(GradCtx *c);
+bool grad_wants(const GradCtx *c, int value);
+/* The summed gradient of value so far, or -1. */
+int grad_get(const GradCtx *c, int value);
+/* Adds gradient g to value's (cast to value's dtype when it differs). */
+void grad_add(GradCtx *c, int value, int g);
+/* Appends an op; its attributes are copied from `like` (same schema) when
+ * given; its shape rule runs.  Returns the node id, or -1 on error. */
+int grad_emit(GradCtx *c, OpKind op, const int *in, int nin, const Node *like);
+/* The same with explicit attributes (op's schema), located at `where`. */
+int grad_emit_attrs(GradCtx *c, OpKind op, const int *in, int nin, const AttrVal *attrs,
+                    const Node *where);
+/* Result `index` of a node with several (part(%node) {index}). */
+int grad_part(GradCtx *c, int node, int index);
+/* The shape rule of part (ops/grad.c), for the builder. */
+bool part_shape_of(Graph *g, Node *n);
+/* x op scalar, e.g. _mul_scalar(dy, -1). */
+int grad_scalar(GradCtx *c, OpKind op, int x, double s);
+/* A cast of value v to dtype t (amp_cast), or v itself. */
+int grad_cast(GradCtx *c, int v, DType t);
 
 /* ---- print.c, read.c, dot.c, verify.c ----------------------------------- */
 

@@ -9,8 +9,8 @@
 #include <string.h>
 
 const OpInfo op_table[OP_COUNT] = {
-#define OP(id, name, prefix, amp, nslots, slots, nattrs, attrs, check, shape, flops) \
-    [OP_##id] = {name, prefix, amp, slots, nslots, attrs, nattrs, check, shape, flops},
+#define OP(id, name, prefix, amp, nslots, slots, nattrs, attrs, check, shape, flops, grad) \
+    [OP_##id] = {name, prefix, amp, slots, nslots, attrs, nattrs, check, shape, flops, grad},
 #include "ops.def"
 #undef OP
 };

@@ -154,6 +154,7 @@ static const char *string(Reader *r)
 /* dtype [dims]: "f32[N,3,224,224]", "?", "f16[]" */
 static bool read_type(Reader *r, Node *n)
 {
+    skip_blanks(r); /* locations point at the word, not the blank before it */
     Loc at = here(r);
     const char *dt = word(r);
     if (!dt)
@@ -179,10 +180,11 @@ static bool read_type(Reader *r, Node *n)
             d = DIM_N;
         } else {
             int64_t v;
+            Loc dat = here(r); /* blanks were skipped above */
             if (!integer(r, &v))
                 return false;
             if (v < 0 || v > INT32_MAX)
-                return rd_error(r, here(r), "dimension out of range");
+                return rd_error(r, dat, "dimension out of range");
             d = v;
             if (r->p < r->end && *r->p == 'N') {
                 r->p++;
@@ -194,14 +196,31 @@ static bool read_type(Reader *r, Node *n)
     return expect(r, ']');
 }
 
+/* The schema's range, enforced as elaborate does for the DSL: a dump is
+ * user input too, and check and shape rules divide by these values. */
+static bool int_in_range(Reader *r, Loc at, const Node *n, const AttrSpec *as, int64_t v)
+{
+    if ((double)v >= as->min && (double)v <= as->max)
+        return true;
+    return rd_error(r, at, "%s: attribute '%s' must be between %.0f and %.0f, got %lld",
+                    op_info(n->op)->name, as->name, as->min, as->max, (long long)v);
+}
+
 static bool read_attr_value(Reader *r, Node *n, int a)
 {
     const AttrSpec *as = &op_info(n->op)->attrs[a];
     AttrVal *v = &n->attrs[a];
+    skip_blanks(r);
     Loc at = here(r);
     switch (as->type) {
-    case AT_INT: return integer(r, &v->i);
-    case AT_FLOAT: return number(r, &v->f);
+    case AT_INT: return integer(r, &v->i) && int_in_range(r, at, n, as, v->i);
+    case AT_FLOAT:
+        if (!number(r, &v->f))
+            return false;
+        if (!(v->f >= as->min && v->f <= as->max))
+            return rd_error(r, at, "%s: attribute '%s' must be between %g and %g, got %g",
+                            op_info(n->op)->name, as->name, as->min, as->max, v->f);
+        return true;
     case AT_BOOL: {
         const char *w = word(r);
         if (!w)
@@ -250,8 +269,10 @@ static bool read_attr_value(Reader *r, Node *n, int a)
                 break; /* "(3,)" */
             if (v->t.n == AMPC_MAX_RANK)
                 return rd_error(r, here(r), "%s: more than %d values", as->name, AMPC_MAX_RANK);
-            if (!integer(r, &v->t.v[v->t.n++]))
+            Loc el = here(r);
+            if (!integer(r, &v->t.v[v->t.n]) || !int_in_range(r, el, n, as, v->t.v[v->t.n]))
                 return false;
+            v->t.n++;
         } while (accept(r, ','));
         return expect(r, ')');
     }
@@ -268,6 +289,7 @@ static bool read_attrs(Reader *r, Node *n)
     if (accept(r, '}'))
         goto done;
     do {
+        skip_blanks(r);
         Loc at = here(r);
         const char *key = word(r);
         if (!key || !expect(r, '='))
@@ -335,6 +357,7 @@ static bool read_node(Reader *r)
     Node tmp = {.shape = shape_unknown()};
     if (!expect(r, ':') || !read_type(r, &tmp) || !expect(r, '='))
         return false;
+    skip_blanks(r);
     Loc opat = here(r);
     const char *opname = word(r);
     if (!opname)
@@ -392,7 +415,8 @@ static bool read_train_call(Reader *r, ConfigVal *c)
             skip_blanks(r);
             const char *save = r->p;
             const char *name = NULL;
-            if (r->p < r->end && ((*r->p >= 'a' && *r->p <= 'z') || *r->p == '_')) {
+            if (r->p < r->end && ((*r->p >= 'a' && *r->p <= 'z') || (*r->p >= 'A' && *r->p <= 'Z') ||
+                                  *r->p == '_')) {
                 const char *w = word(r);
                 if (w && accept(r, '='))
                     name = w;
@@ -423,8 +447,7 @@ static bool read_train_call(Reader *r, ConfigVal *c)
 
 static bool read_train_value(Reader *r, ConfigVal *c)
 {
-    skip_blanks(r);
-    if (r->p >= r->end)
+    if (at_eol(r))
         return rd_error(r, here(r), "expected a value");
     char ch = *r->p;
     if (ch == '"') {

@@ -220,10 +220,14 @@ static void name_op_and_params(Elab *e, Node *n, const char *name)
     if (!n->name)
         name_node(e, n, name);
     const OpInfo *oi = op_info(n->op);
-    for (int s = 0; s < n->nin && s < oi->nslots; s++) {
+    for (int s = 0; s < n->nin; s++) {
         Node *p = e->g->nodes[n->in[s]];
         if (p->op != OP_Param || p->name)
             continue;
+        if (s >= oi->nslots) { /* a variadic op (Concat): MXNet's arg0, arg1, ... */
+            name_node(e, p, arena_printf(&e->tmp, "%s_arg%d", n->name, s));
+            continue;
+        }
         const SlotSpec *ss = &oi->slots[s];
         name_node(e, p, arena_printf(&e->tmp, "%s_%s", n->name, ss->suffix ? ss->suffix : ss->name));
     }
@@ -314,7 +318,7 @@ static Value int_arith(Elab *e, const AstNode *x, int64_t a, int64_t b)
         if (b == 0)
             error_at(e, x->loc, "integer division by zero");
         if (a == INT64_MIN && b == -1)
-            ovf = true;
+            ovf = x->op == '/'; /* the remainder is 0; only the quotient overflows */
         else
             r = x->op == '/' ? a / b : a % b;
         break;
@@ -387,17 +391,22 @@ static Value eval_binary(Elab *e, const AstNode *x)
                  vkind_name(a.k), vkind_name(b.k));
     if (a.k == V_INT && b.k == V_INT)
         return int_arith(e, x, a.i, b.i);
-    double p = num(&a), q = num(&b);
+    double p = num(&a), q = num(&b), r = 0;
     switch (x->op) {
-    case '+': return v_float(p + q);
-    case '-': return v_float(p - q);
-    case '*': return v_float(p * q);
+    case '+': r = p + q; break;
+    case '-': r = p - q; break;
+    case '*': r = p * q; break;
     case '/':
         if (q == 0)
             error_at(e, x->loc, "division by zero");
-        return v_float(p / q);
+        r = p / q;
+        break;
     default: error_at(e, x->loc, "operator '%%' needs integers");
     }
+    /* inf or nan would become an attribute no schema range admits */
+    if (!isfinite(r))
+        error_at(e, x->loc, "floating-point overflow in '%c'", (char)x->op);
+    return v_float(r);
 }
 
 static Value eval_unary(Elab *e, const AstNode *x)
@@ -896,8 +905,17 @@ static Value call_init(Elab *e, const AstNode *x, const Arg *args, int nargs)
         const char *sep = i ? ", " : "";
         if (v->k == V_INT)
             k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s=%lld", sep, args[i].name, (long long)v->i);
-        else if (v->k == V_FLOAT)
-            k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s=%.17g", sep, args[i].name, v->f);
+        else if (v->k == V_FLOAT) {
+            /* the shortest text that reads back to the same double: 0.07,
+             * not 0.070000000000000007 */
+            char num[40];
+            for (int prec = 6; prec <= 17; prec++) {
+                snprintf(num, sizeof num, "%.*g", prec, v->f);
+                if (strtod(num, NULL) == v->f)
+                    break;
+            }
+            k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s=%s", sep, args[i].name, num);
+        }
         else if (v->k == V_STR)
             k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s=\"%s\"", sep, args[i].name, v->s);
         else
@@ -1148,6 +1166,14 @@ static void elaborate_model(Elab *e, const AstNode *m)
         error_at(e, m->loc, "model '%s' ends without a return", m->str);
     add_outputs(e, m, &ret);
     close_frame_names(e, top);
+    /* a parameter no op reads (returned as it is) is named like an op of the model */
+    for (int i = 0; i < e->g->noutputs; i++) {
+        Node *n = e->g->nodes[e->g->outputs[i]];
+        if (!n->name) {
+            const char *prefix = op_info(n->op)->prefix;
+            name_node(e, n, arena_printf(&e->tmp, "%s%d", prefix, next_count(top, prefix)));
+        }
+    }
     for (int i = 0; i < e->prog->decls.n; i++) {
         const AstNode *t = e->prog->decls.items[i];
         if (t->kind != AST_TRAIN)

@@ -24,11 +24,30 @@ static bool set_param_dtype(Graph *g, Node *n, int slot, DType want)
     return true;
 }
 
+/* A parameter read as data rather than through a parameter slot
+ * (broadcast_add(x, param(...)), exp(p), Concat) takes the dtype of the op's
+ * other data, or float32, MXNet's default, when nothing else gives one. */
+static void type_data_params(Graph *g, const Node *n)
+{
+    const OpInfo *oi = op_info(n->op);
+    DType known = DT_UNKNOWN;
+    for (int j = 0; j < n->nin && known == DT_UNKNOWN; j++)
+        if (j >= oi->nslots || oi->slots[j].kind == SLOT_DATA)
+            known = g->nodes[n->in[j]]->dtype;
+    for (int j = 0; j < n->nin; j++) {
+        Node *x = g->nodes[n->in[j]];
+        if ((j >= oi->nslots || oi->slots[j].kind == SLOT_DATA) && x->op == OP_Param &&
+            x->dtype == DT_UNKNOWN)
+            x->dtype = known != DT_UNKNOWN ? known : DT_F32;
+    }
+}
+
 static bool type_node(Graph *g, Node *n)
 {
     const OpInfo *oi = op_info(n->op);
     if (n->op == OP_Input || n->op == OP_Param)
         return true;
+    type_data_params(g, n);
     const Node *data = g->nodes[n->in[0]];
     if (!dtype_is_float(data->dtype)) {
         if (n->op == OP_Cast || n->op == OP_amp_cast) {

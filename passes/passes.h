@@ -54,4 +54,9 @@ bool amp(Graph **g, const AmpOptions *opt);
  * Adds the count to info.casts_elided.  Replaces *g. */
 bool cast_elide(Graph **g);
 
+/* autodiff.c: appends the backward graph (gradients of every trainable
+ * parameter, marked by grad_of; BatchNorm moving-statistics updates as
+ * bn_moving_update) and builds the inference graph (g->infer).  Replaces *g. */
+bool autodiff(Graph **g);
+
 #endif

@@ -50,3 +50,31 @@ double act_flops(const Graph *g, const Node *n)
     int64_t e;
     return shape_numel_per_sample(&n->shape, &e) ? (double)e : 0;
 }
+
+bool act_grad(GradCtx *c, const Node *n, int dy)
+{
+    int in[3] = {dy, n->in[0], n->id}; /* x and y: the kernel uses what it needs */
+    int b = grad_emit(c, OP__backward_Activation, in, 3, n);
+    grad_add(c, n->in[0], b);
+    return b >= 0;
+}
+
+bool lrelu_grad(GradCtx *c, const Node *n, int dy)
+{
+    int in[3] = {dy, n->in[0], n->nin > 1 ? n->in[1] : -1};
+    int b = grad_emit(c, OP__backward_LeakyReLU, in, n->nin > 1 ? 3 : 2, n);
+    grad_add(c, n->in[0], b);
+    if (b >= 0 && n->nin > 1 && grad_wants(c, n->in[1]))
+        grad_add(c, n->in[1], grad_part(c, b, 1));
+    return b >= 0;
+}
+
+/* The mask is regenerated from the forward node's RNG stream (its output is
+ * an input only to tie the two together). */
+bool dropout_grad(GradCtx *c, const Node *n, int dy)
+{
+    int in[2] = {dy, n->id};
+    int b = grad_emit(c, OP__backward_Dropout, in, 2, n);
+    grad_add(c, n->in[0], b);
+    return b >= 0;
+}

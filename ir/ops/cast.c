@@ -21,3 +21,13 @@ bool cast_check(Graph *g, Node *n)
     }
     return true;
 }
+
+/* The gradient of a cast is a cast back (grad_add casts to the input's
+ * dtype); so is a master read's. */
+bool cast_grad(GradCtx *c, const Node *n, int dy)
+{
+    grad_add(c, n->in[0], dy);
+    return true;
+}
+
+bool master_grad(GradCtx *c, const Node *n, int dy) { return cast_grad(c, n, dy); }

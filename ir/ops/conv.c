@@ -168,3 +168,23 @@ double fc_flops(const Graph *g, const Node *n)
         return 0;
     return 2.0 * (double)out * (double)w->shape.d[1] + (n->nin > 2 ? (double)out : 0);
 }
+
+/* Convolution and FullyConnected: one backward node computes the data
+ * gradient (its own value) and the weight and bias gradients (parts 1, 2);
+ * the code generator skips the data gradient when nothing reads it. */
+static bool dense_grad(GradCtx *c, const Node *n, int dy, OpKind bwd)
+{
+    int in[3] = {dy, n->in[0], n->in[1]};
+    int b = grad_emit(c, bwd, in, 3, n);
+    if (b < 0)
+        return false;
+    grad_add(c, n->in[0], b);
+    if (grad_wants(c, n->in[1]))
+        grad_add(c, n->in[1], grad_part(c, b, 1));
+    if (n->nin > 2 && grad_wants(c, n->in[2]))
+        grad_add(c, n->in[2], grad_part(c, b, 2));
+    return true;
+}
+
+bool conv_grad(GradCtx *c, const Node *n, int dy) { return dense_grad(c, n, dy, OP__backward_Convolution); }
+bool fc_grad(GradCtx *c, const Node *n, int dy) { return dense_grad(c, n, dy, OP__backward_FullyConnected); }

@@ -71,3 +71,78 @@ bool broadcast_shape(Graph *g, Node *n)
     n->shape = out;
     return true;
 }
+
+bool elemwise_grad(GradCtx *c, const Node *n, int dy)
+{
+    int a = n->in[0], b = n->in[1];
+    switch (n->op) {
+    case OP_elemwise_add:
+        grad_add(c, a, dy);
+        grad_add(c, b, dy);
+        return true;
+    case OP_elemwise_sub:
+        grad_add(c, a, dy);
+        if (grad_wants(c, b))
+            grad_add(c, b, grad_scalar(c, OP__mul_scalar, dy, -1.0));
+        return true;
+    default: { /* mul */
+        int da[2] = {dy, b}, db[2] = {dy, a};
+        if (grad_wants(c, a))
+            grad_add(c, a, grad_emit(c, OP_elemwise_mul, da, 2, NULL));
+        if (grad_wants(c, b))
+            grad_add(c, b, grad_emit(c, OP_elemwise_mul, db, 2, NULL));
+        return true;
+    }
+    }
+}
+
+/* broadcast_add/mul: one backward node reduces dy over the broadcast axes,
+ * giving the first input's gradient and the second's as part 1. */
+bool broadcast_grad(GradCtx *c, const Node *n, int dy)
+{
+    AttrVal op = {.type = AT_ENUM, .e = n->op == OP_broadcast_add ? BCAST_ADD : BCAST_MUL};
+    int in[3] = {dy, n->in[0], n->in[1]};
+    int b = grad_emit_attrs(c, OP__backward_broadcast, in, 3, &op, n);
+    if (b < 0)
+        return false;
+    grad_add(c, n->in[0], b);
+    if (grad_wants(c, n->in[1]))
+        grad_add(c, n->in[1], grad_part(c, b, 1));
+    return true;
+}
+
+bool scalar_grad(GradCtx *c, const Node *n, int dy)
+{
+    double s = node_float(n, SCALAR_SCALAR);
+    int x = n->in[0], g;
+    switch (n->op) {
+    case OP__plus_scalar:
+    case OP__minus_scalar: g = dy; break;
+    case OP__rminus_scalar: g = grad_scalar(c, OP__mul_scalar, dy, -1.0); break;
+    case OP__mul_scalar: g = grad_scalar(c, OP__mul_scalar, dy, s); break;
+    case OP__div_scalar: g = grad_scalar(c, OP__div_scalar, dy, s); break;
+    default: { /* rdiv: d(s/x) = -s/x^2 */
+        int in[2] = {dy, x};
+        g = grad_emit(c, OP__backward_rdiv_scalar, in, 2, n);
+    }
+    }
+    grad_add(c, x, g);
+    return g >= 0;
+}
+
+bool unary_grad(GradCtx *c, const Node *n, int dy)
+{
+    int g;
+    if (n->op == OP_exp) { /* dy * exp(x) = dy * y */
+        int in[2] = {dy, n->id};
+        g = grad_emit(c, OP_elemwise_mul, in, 2, NULL);
+    } else if (n->op == OP_log) {
+        int in[2] = {dy, n->in[0]};
+        g = grad_emit(c, OP__backward_log, in, 2, n);
+    } else { /* sqrt: dy / (2 y) */
+        int in[2] = {dy, n->id};
+        g = grad_emit(c, OP__backward_sqrt, in, 2, n);
+    }
+    grad_add(c, n->in[0], g);
+    return g >= 0;
+}

@@ -130,3 +130,43 @@ bool concat_shape(Graph *g, Node *n)
     n->shape = out;
     return true;
 }
+
+/* Flatten and Reshape: reshape the gradient back (-1 where x has N). */
+bool reshape_grad(GradCtx *c, const Node *n, int dy)
+{
+    const Node *x = grad_graph(c)->nodes[n->in[0]];
+    AttrVal a = {.type = AT_TUPLE};
+    a.t.n = x->shape.rank;
+    for (int i = 0; i < x->shape.rank; i++)
+        a.t.v[i] = dim_is_sym(x->shape.d[i]) ? -1 : x->shape.d[i];
+    int b = grad_emit_attrs(c, OP_Reshape, &dy, 1, &a, n);
+    grad_add(c, n->in[0], b);
+    return b >= 0;
+}
+
+/* Concat: each input's gradient is its slice of dy. */
+bool concat_grad(GradCtx *c, const Node *n, int dy)
+{
+    const Graph *g = grad_graph(c);
+    int64_t dim = node_int(n, CONCAT_DIM);
+    if (dim < 0)
+        dim += n->shape.rank;
+    int64_t off = 0;
+    for (int i = 0; i < n->nin; i++) {
+        Dim len = g->nodes[n->in[i]]->shape.d[dim];
+        if (dim_is_sym(len)) {
+            node_error(g, n, "autodiff: cannot slice a gradient along the batch dimension");
+            return false;
+        }
+        if (grad_wants(c, n->in[i])) {
+            AttrVal a[3] = {{.type = AT_INT, .i = dim}, {.type = AT_INT, .i = off},
+                            {.type = AT_INT, .i = off + len}};
+            int s = grad_emit_attrs(c, OP__slice_axis, &dy, 1, a, n);
+            if (s < 0)
+                return false;
+            grad_add(c, n->in[i], s);
+        }
+        off += len;
+    }
+    return true;
+}

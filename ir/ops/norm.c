@@ -57,3 +57,19 @@ double bn_flops(const Graph *g, const Node *n)
     /* normalise and scale: a subtract, a multiply and an add per element */
     return shape_numel_per_sample(&n->shape, &e) ? 4.0 * (double)e : 0;
 }
+
+/* Training BatchNorm saves the batch mean and 1/std as parts 1 and 2 of its
+ * node; the backward node gives dx, and dgamma, dbeta as its parts. */
+bool bn_grad(GradCtx *c, const Node *n, int dy)
+{
+    int in[5] = {dy, n->in[0], n->in[1], grad_part(c, n->id, 1), grad_part(c, n->id, 2)};
+    int b = grad_emit(c, OP__backward_BatchNorm, in, 5, n);
+    if (b < 0)
+        return false;
+    grad_add(c, n->in[0], b);
+    if (grad_wants(c, n->in[1]))
+        grad_add(c, n->in[1], grad_part(c, b, 1));
+    if (grad_wants(c, n->in[2]))
+        grad_add(c, n->in[2], grad_part(c, b, 2));
+    return true;
+}

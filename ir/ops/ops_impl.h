@@ -5,12 +5,13 @@
 
 #include "../ir.h"
 
-#define OP(id, name, prefix, amp, nslots, slots, nattrs, attrs, check, shape, flops) \
-    extern const SlotSpec slots[];                                                   \
-    extern const AttrSpec attrs[];                                                   \
-    bool check(Graph *g, Node *n);                                                   \
-    bool shape(Graph *g, Node *n);                                                   \
-    double flops(const Graph *g, const Node *n);
+#define OP(id, name, prefix, amp, nslots, slots, nattrs, attrs, check, shape, flops, grad) \
+    extern const SlotSpec slots[];                                                         \
+    extern const AttrSpec attrs[];                                                         \
+    bool check(Graph *g, Node *n);                                                         \
+    bool shape(Graph *g, Node *n);                                                         \
+    double flops(const Graph *g, const Node *n);                                           \
+    bool grad(GradCtx *c, const Node *n, int dy);
 #include "../ops.def"
 #undef OP
 

@@ -84,3 +84,11 @@ double pool_flops(const Graph *g, const Node *n)
         win *= (double)n->attrs[POOL_KERNEL].t.v[i];
     return (double)e * win;
 }
+
+bool pool_grad(GradCtx *c, const Node *n, int dy)
+{
+    int in[2] = {dy, n->in[0]};
+    int b = grad_emit(c, OP__backward_Pooling, in, 2, n);
+    grad_add(c, n->in[0], b);
+    return b >= 0;
+}

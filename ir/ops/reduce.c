@@ -66,3 +66,20 @@ bool reduce_shape(Graph *g, Node *n)
     n->shape = out;
     return true;
 }
+
+bool softmax_grad(GradCtx *c, const Node *n, int dy)
+{
+    int in[2] = {dy, n->id};
+    int b = grad_emit(c, n->op == OP_softmax ? OP__backward_softmax : OP__backward_log_softmax, in,
+                      2, n);
+    grad_add(c, n->in[0], b);
+    return b >= 0;
+}
+
+bool reduce_grad(GradCtx *c, const Node *n, int dy)
+{
+    int in[2] = {dy, n->in[0]}; /* x for its shape */
+    int b = grad_emit(c, n->op == OP_sum ? OP__backward_sum : OP__backward_mean, in, 2, n);
+    grad_add(c, n->in[0], b);
+    return b >= 0;
+}

@@ -1,0 +1,157 @@
+/* autodiff.c - the autodiff pass: appends the backward graph to the forward
+ * graph, and builds the inference graph used for validation.
+ *
+ * Reverse-mode, as tinygrad and micrograd do it: the forward nodes are
+ * walked in reverse topological order and each op's gradient rule (a column
+ * of the op table; the rules live in ir/ops/<family>.c) turns the gradient
+ * of its output into gradients of its inputs, summed where a value is read
+ * twice.  Only values on a path from a trainable parameter are
+ * differentiated.  Loss heads seed the walk as MXNet's do: SoftmaxOutput
+ * ignores any head gradient and yields p - onehot (smoothed, scaled,
+ * normalised by its attributes); the runtime multiplies in the loss scale.
+ *
+ * Training BatchNorm keeps its batch statistics as parts 1 and 2 of its node
+ * and updates the moving statistics through an explicit bn_moving_update
+ * node, so a later pass can schedule it (or skip it on an overflow step).
+ * Each parameter's gradient is marked by grad_of(g, p); gradients have the
+ * dtype of their value, so an fp16 shadow gets an fp16 gradient and the
+ * gradient of a cast is a cast back. */
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool trainable(const Node *n)
+{
+    if (n->op != OP_Param)
+        return false;
+    int k = node_param_kind(n);
+    return k != PK_MOVING_MEAN && k != PK_MOVING_VAR;
+}
+
+/* wants[v]: v is a trainable parameter or depends on one through data or
+ * parameter inputs (labels and statistics carry no gradient). */
+static bool *compute_wants(const Graph *g)
+{
+    bool *w = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof(bool));
+    if (!w)
+        DIE("out of memory");
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        const OpInfo *oi = op_info(n->op);
+        w[i] = trainable(n);
+        for (int j = 0; j < n->nin && !w[i]; j++) {
+            SlotKind k = oi->nslots ? oi->slots[j].kind : SLOT_DATA;
+            if (k != SLOT_LABEL && k != SLOT_AUX)
+                w[i] = w[n->in[j]];
+        }
+    }
+    return w;
+}
+
+/* The inference graph: BatchNorm on its moving statistics, Dropout off. */
+static Graph *inference_graph(const Graph *g)
+{
+    Graph *c = graph_copy(g);
+    int *repl = malloc(sizeof(int) * (size_t)(c->nnodes ? c->nnodes : 1));
+    if (!repl)
+        DIE("out of memory");
+    for (int i = 0; i < c->nnodes; i++) {
+        Node *n = c->nodes[i];
+        repl[i] = i;
+        for (int j = 0; j < n->nin; j++)
+            n->in[j] = repl[n->in[j]];
+        if (n->op == OP_BatchNorm)
+            n->attrs[BN_USE_GLOBAL_STATS].b = true;
+        if (n->op == OP_Dropout)
+            repl[i] = n->in[0];
+    }
+    for (int i = 0; i < c->noutputs; i++)
+        c->outputs[i] = repl[c->outputs[i]];
+    free(repl);
+    return graph_compact(c);
+}
+
+static int add_moving_updates(GradCtx *c, Graph *g, int nfwd, Vec *outs)
+{
+    for (int i = 0; i < nfwd; i++) {
+        const Node *n = g->nodes[i];
+        if (n->op != OP_BatchNorm || node_bool(n, BN_USE_GLOBAL_STATS))
+            continue;
+        int in[4] = {grad_part(c, i, 1), grad_part(c, i, 2), n->in[3], n->in[4]};
+        int u = grad_emit(c, OP_bn_moving_update, in, 4, n);
+        if (u < 0)
+            return -1;
+        *(int *)vec_push(outs, sizeof(int)) = u;
+    }
+    return 0;
+}
+
+static bool seed_loss_heads(GradCtx *c, Graph *g)
+{
+    bool any = false;
+    for (int i = 0; i < g->noutputs; i++) {
+        const Node *o = g->nodes[g->outputs[i]];
+        if (o->op != OP_SoftmaxOutput)
+            continue;
+        any = true;
+        int in[2] = {o->id, o->in[1]};
+        int b = grad_emit(c, OP__backward_SoftmaxOutput, in, 2, o);
+        if (b < 0)
+            return false;
+        grad_add(c, o->in[0], b);
+    }
+    if (!any) {
+        diag_error(g->diag, g->noutputs ? g->nodes[g->outputs[0]]->loc : loc_none(),
+                   "autodiff: model '%s' has no loss head (SoftmaxOutput) to train", g->model);
+        return false;
+    }
+    return true;
+}
+
+bool autodiff(Graph **gp)
+{
+    Graph *g = *gp;
+    Graph *infer = inference_graph(g);
+    int nfwd = g->nnodes;
+    bool *wants = compute_wants(g);
+    GradCtx *c = grad_ctx_new(g, wants);
+    Vec outs = {0};
+    bool ok = add_moving_updates(c, g, nfwd, &outs) == 0 && seed_loss_heads(c, g);
+    for (int i = nfwd - 1; ok && i >= 0; i--) {
+        const Node *n = g->nodes[i];
+        int dy = grad_get(c, i);
+        if (dy < 0 || !wants[i] || n->op == OP_Param || n->op == OP_Input)
+            continue;
+        ok = op_info(n->op)->grad(c, n, dy);
+    }
+    int ngrads = 0;
+    for (int i = 0; ok && i < nfwd; i++) {
+        if (!trainable(g->nodes[i]) || grad_get(c, i) < 0)
+            continue;
+        int in[2] = {grad_get(c, i), i};
+        int gi = grad_emit(c, OP_grad_of, in, 2, g->nodes[i]);
+        ok = gi >= 0;
+        if (ok)
+            *(int *)vec_push(&outs, sizeof(int)) = gi, ngrads++;
+    }
+    if (ok && ngrads == 0) {
+        diag_error(g->diag, g->nodes[g->outputs[0]]->loc,
+                   "autodiff: no trainable parameter of model '%s' reaches a loss head", g->model);
+        ok = false;
+    }
+    for (int i = 0; ok && i < outs.len; i++)
+        graph_add_output(g, VEC_AT(outs, int, i));
+    vec_free(&outs);
+    grad_ctx_free(c);
+    free(wants);
+    if (!ok) {
+        graph_free(infer);
+        return false;
+    }
+    g = graph_compact(g);
+    graph_free(g->infer);
+    g->infer = infer;
+    *gp = g;
+    return true;
+}
