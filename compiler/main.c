@@ -225,6 +225,14 @@ static Graph *load_ir(const Options *o, Diag *d, int *done)
     return ir_read(d, file);
 }
 
+static bool has_loss_head(const Graph *g)
+{
+    for (int i = 0; i < g->noutputs; i++)
+        if (g->nodes[g->outputs[i]]->op == OP_SoftmaxOutput)
+            return true;
+    return false;
+}
+
 static int run(const Options *o, Diag *d)
 {
     Graph *g;
@@ -262,6 +270,9 @@ static int run(const Options *o, Diag *d)
     else if (o->dump && pass_index(o->dump) > last)
         last = pass_index(o->dump);
     for (int i = done + 1; ok && i <= last; i++) {
+        /* --dump=all on a model that cannot train shows the forward passes */
+        if (i > forward_end && !o->output && strcmp(o->dump, "all") == 0 && !has_loss_head(g))
+            break;
         ok = pass_pipeline[i].run(&g, &o->pass);
         if (ok && o->verify && !ir_verify(g, pass_pipeline[i].name))
             DIE("the IR verifier failed after %s", pass_pipeline[i].name);
