@@ -70,7 +70,8 @@ $(BUILD)/libampcrt.a: $(RT_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/ampc: $(BUILD)/obj/compiler/main.o $(BUILD)/libampc.a
+# ampc finds the runtime next to itself (codegen/build.c), so it is built too.
+$(BUILD)/ampc: $(BUILD)/obj/compiler/main.o $(BUILD)/libampc.a | $(BUILD)/libampcrt.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ -lm
 
 # ---- tests -----------------------------------------------------------------

@@ -1,6 +1,7 @@
 /* main.c - the ampc driver: flags, then the passes as a straight list with
  * dumps (and, with --verify or AMPC_VERIFY=1, the IR verifier) in between. */
 #include "driver.h"
+#include "../codegen/codegen.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -14,7 +15,9 @@ typedef struct {
     const char *dump;       /* pass name, "all" or NULL */
     const char *dump_dir;
     const char *model;
-    bool dot, from_ir, report, verify;
+    bool dot, from_ir, report, verify, source_only; /* source_only: -S */
+    const char *target;     /* cpu (cuda comes later) */
+    const char *argv0;
     int64_t batch;
     int64_t shuffle_seed;   /* > 0: store the graph in a random topological order */
     PassOptions pass;
@@ -29,6 +32,8 @@ static void usage(FILE *f)
           "\n"
           "options:\n"
           "  -o FILE                 write the training program to FILE\n"
+          "  -S                      write its C source only (to -o, or MODEL.c)\n"
+          "  --target=cpu            the backend (cpu: portable C with OpenBLAS)\n"
           "  --model=NAME            the model to build (default: the first in FILE)\n"
           "  --dump=PASS|all         print the IR after PASS (or after every pass)\n"
           "  --dump-dir=DIR          write dumps to DIR/NN.PASS.ir (or .dot) instead\n"
@@ -67,7 +72,7 @@ static bool parse_int(const char *s, int64_t *out)
 static int parse_options(int argc, char **argv, Options *o, Diag *d)
 {
     enum { O_DUMP = 256, O_DUMP_DIR, O_DUMP_FORMAT, O_FROM_IR, O_BATCH, O_REPORT, O_HELP,
-           O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE };
+           O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET };
     static const struct option longs[] = {
         {"dump", required_argument, NULL, O_DUMP},
         {"dump-dir", required_argument, NULL, O_DUMP_DIR},
@@ -83,15 +88,25 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         {"amp-exclude", required_argument, NULL, O_AMPX},
         {"explain", optional_argument, NULL, O_EXPLAIN},
         {"shuffle-seed", required_argument, NULL, O_SHUFFLE},
+        {"target", required_argument, NULL, O_TARGET},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":o:", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:S", longs, NULL)) != -1) {
         switch (c) {
         case 'o': o->output = optarg; break;
+        case 'S': o->source_only = true; break;
+        case O_TARGET:
+            if (strcmp(optarg, "cpu") != 0) {
+                diag_plain_error(d, "--target=%s is not available: this ampc has the cpu backend "
+                                    "(cuda arrives with the CUDA backend)", optarg);
+                return 1;
+            }
+            o->target = optarg;
+            break;
         case O_DUMP: o->dump = optarg; break;
         case O_DUMP_DIR: o->dump_dir = optarg; break;
         case O_DUMP_FORMAT:
@@ -225,6 +240,32 @@ static Graph *load_ir(const Options *o, Diag *d, int *done)
     return ir_read(d, file);
 }
 
+/* -S writes the C file; otherwise it is written next to the program,
+ * compiled, and removed. */
+static bool generate(const Options *o, const Graph *g, Diag *d)
+{
+    char path[4096];
+    if (o->source_only)
+        snprintf(path, sizeof path, "%s", o->output ? o->output : "a.c");
+    else
+        snprintf(path, sizeof path, "%s.ampc.c", o->output);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        diag_plain_error(d, "cannot write '%s': %s", path, strerror(errno));
+        return false;
+    }
+    bool ok = cg_emit_c(f, g);
+    if (fclose(f) != 0 && ok) {
+        diag_plain_error(d, "cannot write '%s': %s", path, strerror(errno));
+        ok = false;
+    }
+    if (ok && !o->source_only)
+        ok = cg_build(d, path, o->output, o->argv0);
+    if (!o->source_only || !ok)
+        remove(path);
+    return ok;
+}
+
 static bool has_loss_head(const Graph *g)
 {
     for (int i = 0; i < g->noutputs; i++)
@@ -246,9 +287,13 @@ static int run(const Options *o, Diag *d)
     }
     if (!g) {
         size_t n = strlen(o->input);
+        /* a likely mix-up of the two kinds of input */
         if (!o->from_ir && n > 3 && strcmp(o->input + n - 3, ".ir") == 0)
             fprintf(stderr, "ampc: note: '%s' looks like an IR dump: read it with --from-ir\n",
                     o->input);
+        if (o->from_ir && n > 4 && strcmp(o->input + n - 4, ".sym") == 0)
+            fprintf(stderr, "ampc: note: '%s' looks like a model source: compile it without "
+                            "--from-ir\n", o->input);
         return 1;
     }
     if (o->dump && strcmp(o->dump, "all") != 0 && pass_index(o->dump) < done) {
@@ -265,13 +310,14 @@ static int run(const Options *o, Diag *d)
     /* The forward passes always run; the training passes when a program or
      * a dump of them is asked for. */
     int forward_end = pass_index("cast-elide"), last = forward_end;
-    if (o->output || (o->dump && strcmp(o->dump, "all") == 0))
+    if (o->output || o->source_only || (o->dump && strcmp(o->dump, "all") == 0))
         last = pass_count - 1;
     else if (o->dump && pass_index(o->dump) > last)
         last = pass_index(o->dump);
     for (int i = done + 1; ok && i <= last; i++) {
         /* --dump=all on a model that cannot train shows the forward passes */
-        if (i > forward_end && !o->output && strcmp(o->dump, "all") == 0 && !has_loss_head(g))
+        if (i > forward_end && !o->output && !o->source_only && strcmp(o->dump, "all") == 0 &&
+            !has_loss_head(g))
             break;
         ok = pass_pipeline[i].run(&g, &o->pass);
         if (ok && o->verify && !ir_verify(g, pass_pipeline[i].name))
@@ -282,11 +328,8 @@ static int run(const Options *o, Diag *d)
     }
     if (ok && o->report && done >= forward_end)
         report_print(stdout, g, o->batch);
-    if (ok && o->output) {
-        diag_plain_error(d, "code generation (-o) is not available yet: this build has the "
-                            "front end only");
-        ok = false;
-    }
+    if (ok && (o->output || o->source_only))
+        ok = generate(o, g, d);
     graph_free(g);
     return ok ? 0 : 1;
 }
@@ -295,7 +338,7 @@ int main(int argc, char **argv)
 {
     Diag d;
     diag_init(&d, stderr);
-    Options o = {0};
+    Options o = {.argv0 = argv[0]};
     int rc = parse_options(argc, argv, &o, &d);
     if (rc == 0)
         rc = run(&o, &d);

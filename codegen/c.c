@@ -1,0 +1,717 @@
+/* c.c - the C backend: the training graph as a C file for runtime/program.h.
+ *
+ * Every value gets a buffer (a simple planner: no reuse yet), except
+ * parameters (their table entry's buffer), grad_of (its gradient's buffer)
+ * and param_master (the fp32 master the runtime keeps).  The train step runs
+ * the training graph in storage (topological) order, one kernel call per
+ * line with the node's name in a comment; BatchNorm's moving-statistics
+ * updates go to a separate function the runtime calls only on steps it does
+ * not skip; the inference step runs the inference graph on the same
+ * parameter buffers.  Dimensions that depend on the batch are written in
+ * terms of N, bound when the program starts. */
+#include "codegen.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    DType dtype;
+    int64_t fixed, per_sample;
+} Buf;
+
+typedef struct {
+    FILE *f;
+    const Graph *train;
+    Arena a;
+    Vec bufs;            /* Buf */
+    Vec params;          /* int: Param node id in the train graph */
+    int *param_grad;     /* by param index: gradient buffer, -1 */
+    StrMap shared;       /* Param and Input names -> buffer */
+    StrMap param_index;  /* Param names -> index */
+    /* per graph being emitted */
+    const Graph *g;
+    const char **val;    /* node -> C expression of its data */
+    const char **parts;  /* node * 4 + index -> C expression of that part, or NULL */
+    int *buf;            /* node -> buffer, -1 */
+    int *uses;
+    bool ok;
+} Cg;
+
+static const char *rt_dtype(DType t)
+{
+    switch (t) {
+    case DT_F32: return "RT_F32";
+    case DT_F16: return "RT_F16";
+    case DT_BF16: return "RT_BF16";
+    default: return NULL;
+    }
+}
+
+static int new_buf(Cg *c, const Node *n)
+{
+    Buf *b = vec_push(&c->bufs, sizeof(Buf));
+    b->name = n->name;
+    b->dtype = n->dtype;
+    int64_t e = 1;
+    bool sym = false;
+    for (int i = 0; i < n->shape.rank; i++) {
+        e *= n->shape.d[i] < 0 ? -n->shape.d[i] : n->shape.d[i];
+        sym |= dim_is_sym(n->shape.d[i]);
+    }
+    if (sym)
+        b->per_sample = e;
+    else
+        b->fixed = e;
+    return c->bufs.len - 1;
+}
+
+/* ---- dimension expressions ---------------------------------------------- */
+
+static const char *dimx(Cg *c, Dim d)
+{
+    if (d == DIM_N)
+        return "N";
+    if (d < 0)
+        return arena_printf(&c->a, "%lld * N", (long long)-d);
+    return arena_printf(&c->a, "%lld", (long long)d);
+}
+
+/* The product of dims [lo, hi) of s, as an int64_t expression. */
+static const char *prodx(Cg *c, const Shape *s, int lo, int hi)
+{
+    int64_t k = 1;
+    bool sym = false;
+    for (int i = lo; i < hi; i++) {
+        k *= s->d[i] < 0 ? -s->d[i] : s->d[i];
+        sym |= dim_is_sym(s->d[i]);
+    }
+    return sym ? arena_printf(&c->a, "(int64_t)%lld * N", (long long)k)
+               : arena_printf(&c->a, "(int64_t)%lld", (long long)k);
+}
+
+static const char *numelx(Cg *c, const Node *n) { return prodx(c, &n->shape, 0, n->shape.rank); }
+
+static const char *tuplex(Cg *c, const AttrVal *t, int n, int fill)
+{
+    char *s = arena_printf(&c->a, "{");
+    for (int i = 0; i < n; i++)
+        s = arena_printf(&c->a, "%s%s%lld", s, i ? ", " : "", (long long)(i < t->t.n ? t->t.v[i] : fill));
+    return arena_printf(&c->a, "%s}", s);
+}
+
+static const char *spatialx(Cg *c, const Shape *s, int from)
+{
+    char *r = arena_printf(&c->a, "{");
+    for (int i = from; i < s->rank; i++)
+        r = arena_printf(&c->a, "%s%s%s", r, i > from ? ", " : "", dimx(c, s->d[i]));
+    return arena_printf(&c->a, "%s}", r);
+}
+
+static const char *shape_arrayx(Cg *c, const Shape *s)
+{
+    char *r = arena_printf(&c->a, "{");
+    for (int i = 0; i < s->rank; i++)
+        r = arena_printf(&c->a, "%s%s%s", r, i ? ", " : "", dimx(c, s->d[i]));
+    if (s->rank == 0)
+        r = arena_printf(&c->a, "{1");
+    return arena_printf(&c->a, "%s}", r);
+}
+
+/* ---- per-op emission ------------------------------------------------------ */
+
+#define IN(i) (c->val[n->in[i]])
+#define INODE(i) (c->g->nodes[n->in[i]])
+#define OUT (c->val[n->id])
+#define DT (rt_dtype(n->dtype))
+
+/* The part node reading n with that index, or NULL when none survives. */
+static const char *part_of(Cg *c, const Node *n, int index)
+{
+    return index < 4 ? c->parts[n->id * 4 + index] : NULL;
+}
+
+static const char *or_null(const char *s) { return s ? s : "NULL"; }
+
+static void conv_dims(Cg *c, const Node *conv_like, const Node *x, const char *indent)
+{
+    FILE *f = c->f;
+    const Node *n = conv_like;
+    int k = n->attrs[CONV_KERNEL].t.n;
+    fprintf(f, "%sRtConvDims d = {.n = (int)(%s), .c = %lld, .k = %lld, .groups = %lld, .nsp = %d,\n",
+            indent, dimx(c, x->shape.d[0]), (long long)x->shape.d[1],
+            (long long)node_int(n, CONV_NUM_FILTER), (long long)node_int(n, CONV_NUM_GROUP), k);
+    fprintf(f, "%s                  .in = %s, .kernel = %s, .stride = %s,\n", indent,
+            spatialx(c, &x->shape, 2), tuplex(c, &n->attrs[CONV_KERNEL], k, 1),
+            tuplex(c, &n->attrs[CONV_STRIDE], k, 1));
+    fprintf(f, "%s                  .pad = %s, .dilate = %s};\n", indent,
+            tuplex(c, &n->attrs[CONV_PAD], k, 0), tuplex(c, &n->attrs[CONV_DILATE], k, 1));
+    fprintf(f, "%srt_conv_dims_init(&d);\n", indent);
+}
+
+static void fc_dims(Cg *c, const Node *fc_like, const Node *x, const char *indent)
+{
+    bool flatten = node_bool(fc_like, FC_FLATTEN);
+    int r = x->shape.rank;
+    fprintf(c->f, "%sRtFcDims d = {.n = (int)(%s), .in = (int)(%s), .hidden = %lld};\n", indent,
+            prodx(c, &x->shape, 0, flatten ? 1 : r - 1), prodx(c, &x->shape, flatten ? 1 : r - 1, r),
+            (long long)node_int(fc_like, FC_NUM_HIDDEN));
+}
+
+static void bn_dims(Cg *c, const Node *bn_like, const Node *x, const char *indent)
+{
+    int64_t axis = node_int(bn_like, BN_AXIS);
+    if (axis < 0)
+        axis += x->shape.rank;
+    fprintf(c->f, "%sRtBnDims d = {.outer = %s, .c = %s, .inner = %s};\n", indent,
+            prodx(c, &x->shape, 0, (int)axis), prodx(c, &x->shape, (int)axis, (int)axis + 1),
+            prodx(c, &x->shape, (int)axis + 1, x->shape.rank));
+}
+
+static void pool_dims(Cg *c, const Node *n, const Node *x, const char *indent)
+{
+    int nsp = x->shape.rank - 2;
+    bool global = node_bool(n, POOL_GLOBAL_POOL);
+    const char *kernel = global ? spatialx(c, &x->shape, 2) : tuplex(c, &n->attrs[POOL_KERNEL], nsp, 1);
+    fprintf(c->f, "%sRtPoolDims d = {.n = (int)(%s), .c = %lld, .nsp = %d, .in = %s,\n", indent,
+            dimx(c, x->shape.d[0]), (long long)x->shape.d[1], nsp, spatialx(c, &x->shape, 2));
+    fprintf(c->f, "%s                  .kernel = %s, .stride = %s, .pad = %s,\n", indent, kernel,
+            tuplex(c, &n->attrs[POOL_STRIDE], nsp, 1), tuplex(c, &n->attrs[POOL_PAD], nsp, 0));
+    fprintf(c->f, "%s                  .type = %d, .full_convention = %s, .count_include_pad = %s, "
+                  ".global = %s};\n",
+            indent, node_enum(n, POOL_POOL_TYPE),
+            node_enum(n, POOL_CONVENTION) == POOL_FULL ? "true" : "false",
+            node_bool(n, POOL_COUNT_INCLUDE_PAD) ? "true" : "false", global ? "true" : "false");
+    fprintf(c->f, "%srt_pool_dims_init(&d);\n", indent);
+}
+
+/* outer, len, inner of x around axis a */
+static void axis_split(Cg *c, const Shape *s, int a, const char **outer, const char **len,
+                       const char **inner)
+{
+    *outer = prodx(c, s, 0, a);
+    *len = prodx(c, s, a, a + 1);
+    *inner = prodx(c, s, a + 1, s->rank);
+}
+
+static void reduce_dims(Cg *c, const Node *n, const Node *x, const char *indent)
+{
+    const AttrVal *ax = node_tuple(n, REDUCE_AXIS);
+    bool red[AMPC_MAX_RANK] = {0};
+    for (int i = 0; i < ax->t.n; i++)
+        red[ax->t.v[i] < 0 ? ax->t.v[i] + x->shape.rank : ax->t.v[i]] = true;
+    char *flags = arena_printf(&c->a, "{");
+    for (int i = 0; i < x->shape.rank; i++)
+        flags = arena_printf(&c->a, "%s%s%s", flags, i ? ", " : "",
+                             (ax->t.n == 0 || red[i]) ? "true" : "false");
+    fprintf(c->f, "%sRtReduceDims d = {.rank = %d, .in = %s, .reduce = %s}};\n", indent,
+            x->shape.rank, shape_arrayx(c, &x->shape), flags);
+}
+
+static const char *act_enum(int k)
+{
+    static const char *const e[] = {"RT_ACT_RELU", "RT_ACT_SIGMOID", "RT_ACT_TANH",
+                                    "RT_ACT_SOFTRELU", "RT_ACT_SOFTSIGN"};
+    return e[k];
+}
+
+static const char *lrelu_enum(int k)
+{
+    static const char *const e[] = {"RT_LRELU_LEAKY", "RT_LRELU_ELU", "RT_LRELU_SELU",
+                                    "RT_LRELU_PRELU"};
+    return e[k];
+}
+
+static const char *scalar_enum(OpKind k)
+{
+    switch (k) {
+    case OP__plus_scalar: return "RT_SCALAR_PLUS";
+    case OP__minus_scalar: return "RT_SCALAR_MINUS";
+    case OP__rminus_scalar: return "RT_SCALAR_RMINUS";
+    case OP__mul_scalar: return "RT_SCALAR_MUL";
+    case OP__div_scalar: return "RT_SCALAR_DIV";
+    default: return "RT_SCALAR_RDIV";
+    }
+}
+
+static void lrelu_split(Cg *c, const Node *x, const char **outer, const char **ch,
+                        const char **inner)
+{
+    if (x->shape.rank >= 2)
+        axis_split(c, &x->shape, 1, outer, ch, inner);
+    else
+        *outer = numelx(c, x), *ch = "1", *inner = "1";
+}
+
+static void emit_bcast_dims(Cg *c, const Node *a, const Node *b, const char *indent)
+{
+    fprintf(c->f, "%sconst int64_t sa[] = %s, sb[] = %s;\n", indent, shape_arrayx(c, &a->shape),
+            shape_arrayx(c, &b->shape));
+    fprintf(c->f, "%sRtBcastDims d;\n%srt_broadcast_dims_init(&d, %d, sa, %d, sb);\n", indent, indent,
+            a->shape.rank ? a->shape.rank : 1, b->shape.rank ? b->shape.rank : 1);
+}
+
+static void emit_op(Cg *c, const Node *n)
+{
+    FILE *f = c->f;
+    const char *I = "        ";
+    switch (n->op) {
+    case OP_Convolution:
+        conv_dims(c, n, INODE(0), I);
+        fprintf(f, "%srt_conv_forward(&d, %s, %s, %s, %s, %s, rt_ctx_ws(ctx, rt_conv_workspace_bytes(&d, %s, RT_PASS_FORWARD)));\n",
+                I, DT, IN(0), IN(1), n->nin > 2 ? IN(2) : "NULL", OUT, DT);
+        break;
+    case OP__backward_Convolution: {
+        conv_dims(c, n, INODE(1), I);
+        const char *dw = part_of(c, n, 1), *db = part_of(c, n, 2);
+        if (c->uses[n->id])
+            fprintf(f, "%srt_conv_backward_data(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_conv_workspace_bytes(&d, %s, RT_PASS_BACKWARD)));\n",
+                    I, DT, IN(2), IN(0), OUT, DT);
+        if (dw)
+            fprintf(f, "%srt_conv_backward_weight(&d, %s, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_conv_workspace_bytes(&d, %s, RT_PASS_BACKWARD_WEIGHT)));\n",
+                    I, DT, IN(1), IN(0), dw, or_null(db), DT);
+        break;
+    }
+    case OP_FullyConnected:
+        fc_dims(c, n, INODE(0), I);
+        fprintf(f, "%srt_fc_forward(&d, %s, %s, %s, %s, %s, rt_ctx_ws(ctx, rt_fc_workspace_bytes(&d, %s, RT_PASS_FORWARD)));\n",
+                I, DT, IN(0), IN(1), n->nin > 2 ? IN(2) : "NULL", OUT, DT);
+        break;
+    case OP__backward_FullyConnected: {
+        fc_dims(c, n, INODE(1), I);
+        const char *dw = part_of(c, n, 1), *db = part_of(c, n, 2);
+        if (c->uses[n->id])
+            fprintf(f, "%srt_fc_backward_data(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_fc_workspace_bytes(&d, %s, RT_PASS_BACKWARD)));\n",
+                    I, DT, IN(2), IN(0), OUT, DT);
+        if (dw)
+            fprintf(f, "%srt_fc_backward_weight(&d, %s, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_fc_workspace_bytes(&d, %s, RT_PASS_BACKWARD_WEIGHT)));\n",
+                    I, DT, IN(1), IN(0), dw, or_null(db), DT);
+        break;
+    }
+    case OP_BatchNorm: {
+        bn_dims(c, n, INODE(0), I);
+        const char *m = part_of(c, n, 1), *s = part_of(c, n, 2);
+        bool fix = node_bool(n, BN_FIX_GAMMA);
+        if (node_bool(n, BN_USE_GLOBAL_STATS))
+            fprintf(f, "%srt_batchnorm_forward_inference(&d, %s, %s, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n",
+                    I, DT, IN(0), IN(1), IN(2), IN(3), IN(4), node_float(n, BN_EPS),
+                    fix ? "true" : "false", OUT, or_null(m), or_null(s));
+        else
+            fprintf(f, "%srt_batchnorm_forward_train(&d, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n", I,
+                    DT, IN(0), IN(1), IN(2), node_float(n, BN_EPS), fix ? "true" : "false", OUT,
+                    or_null(m), or_null(s));
+        break;
+    }
+    case OP_bn_moving_update: {
+        const Node *bn = c->g->nodes[INODE(0)->in[0]];
+        bn_dims(c, bn, c->g->nodes[bn->in[0]], I);
+        fprintf(f, "%srt_batchnorm_update_moving(d.c, d.outer * d.inner, %s, %s, (float)%.9g, (float)%.9g, %s, %s);\n",
+                I, IN(0), IN(1), node_float(n, BN_EPS), node_float(n, BN_MOMENTUM), IN(2), IN(3));
+        break;
+    }
+    case OP__backward_BatchNorm: {
+        bn_dims(c, n, INODE(1), I);
+        fprintf(f, "%srt_batchnorm_backward(&d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, false);\n",
+                I, DT, IN(1), IN(0), IN(2), IN(3), IN(4), node_bool(n, BN_FIX_GAMMA) ? "true" : "false",
+                node_bool(n, BN_USE_GLOBAL_STATS) ? "true" : "false", c->uses[n->id] ? OUT : "NULL",
+                or_null(part_of(c, n, 1)), or_null(part_of(c, n, 2)));
+        break;
+    }
+    case OP_Activation:
+        fprintf(f, "%srt_activation_forward(%s, %s, %s, %s, %s);\n", I, act_enum(node_enum(n, ACT_TYPE)),
+                numelx(c, n), DT, IN(0), OUT);
+        break;
+    case OP__backward_Activation:
+        fprintf(f, "%srt_activation_backward(%s, %s, %s, %s, %s, %s, %s, false);\n", I,
+                act_enum(node_enum(n, ACT_TYPE)), numelx(c, n), DT, IN(1), IN(2), IN(0), OUT);
+        break;
+    case OP_LeakyReLU: {
+        const char *o, *ch, *in;
+        lrelu_split(c, INODE(0), &o, &ch, &in);
+        fprintf(f, "%srt_leaky_relu_forward(%s, %s, %s, %s, %s, %s, %s, (float)%.9g, %s);\n", I,
+                lrelu_enum(node_enum(n, LRELU_TYPE)), o, ch, in, DT, IN(0), n->nin > 1 ? IN(1) : "NULL",
+                node_float(n, LRELU_SLOPE), OUT);
+        break;
+    }
+    case OP__backward_LeakyReLU: {
+        const char *o, *ch, *in;
+        lrelu_split(c, INODE(1), &o, &ch, &in);
+        fprintf(f, "%srt_leaky_relu_backward(%s, %s, %s, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, false, false);\n",
+                I, lrelu_enum(node_enum(n, LRELU_TYPE)), o, ch, in, DT, IN(1),
+                n->nin > 2 ? IN(2) : "NULL", node_float(n, LRELU_SLOPE), IN(0),
+                c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 1)));
+        break;
+    }
+    case OP_Dropout:
+        fprintf(f, "%srt_dropout_forward(%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %du, %s);\n", I,
+                numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), n->id, OUT);
+        break;
+    case OP__backward_Dropout:
+        fprintf(f, "%srt_dropout_backward(%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %du, %s, false);\n", I,
+                numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), n->in[1], OUT);
+        break;
+    case OP_Pooling:
+        pool_dims(c, n, INODE(0), I);
+        fprintf(f, "%srt_pool_forward(&d, %s, %s, %s, rt_ctx_ws(ctx, rt_pool_workspace_bytes(&d, %s, RT_PASS_FORWARD)));\n",
+                I, DT, IN(0), OUT, DT);
+        break;
+    case OP__backward_Pooling:
+        pool_dims(c, n, INODE(1), I);
+        fprintf(f, "%srt_pool_backward(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_pool_workspace_bytes(&d, %s, RT_PASS_BACKWARD)));\n",
+                I, DT, IN(1), IN(0), OUT, DT);
+        break;
+    case OP_Flatten:
+    case OP_Reshape:
+        fprintf(f, "%srt_reshape_forward(%s, %s, %s, %s);\n", I, numelx(c, n), DT, IN(0), OUT);
+        break;
+    case OP_Concat: {
+        int64_t dim = node_int(n, CONCAT_DIM);
+        if (dim < 0)
+            dim += n->shape.rank;
+        fprintf(f, "%sconst void *xs[] = {", I);
+        for (int j = 0; j < n->nin; j++)
+            fprintf(f, "%s%s", j ? ", " : "", IN(j));
+        fprintf(f, "};\n%sconst int64_t len[] = {", I);
+        for (int j = 0; j < n->nin; j++)
+            fprintf(f, "%s%s", j ? ", " : "", prodx(c, &INODE(j)->shape, (int)dim, (int)dim + 1));
+        fprintf(f, "};\n%srt_concat_forward(%d, xs, len, %s, %s, %s, %s);\n", I, n->nin,
+                prodx(c, &n->shape, 0, (int)dim), prodx(c, &n->shape, (int)dim + 1, n->shape.rank), DT,
+                OUT);
+        break;
+    }
+    case OP__slice_axis: {
+        const Node *x = INODE(0);
+        int axis = (int)node_int(n, SLICE_AXIS);
+        int64_t b = node_int(n, SLICE_BEGIN), e = node_int(n, SLICE_END), total = x->shape.d[axis];
+        fprintf(f, "%sconst int64_t len[] = {%lld, %lld, %lld};\n", I, (long long)b, (long long)(e - b),
+                (long long)(total - e));
+        fprintf(f, "%svoid *const parts[] = {NULL, %s, NULL};\n", I, OUT);
+        fprintf(f, "%srt_concat_backward(3, %s, len, %s, %s, %s, parts, NULL);\n", I, IN(0),
+                prodx(c, &x->shape, 0, axis), prodx(c, &x->shape, axis + 1, x->shape.rank), DT);
+        break;
+    }
+    case OP_elemwise_add:
+    case OP_elemwise_sub:
+    case OP_elemwise_mul:
+        fprintf(f, "%srt_elemwise_forward(%s, %s, %s, %s, %s, %s);\n", I,
+                n->op == OP_elemwise_add ? "RT_BIN_ADD" : n->op == OP_elemwise_sub ? "RT_BIN_SUB" : "RT_BIN_MUL",
+                numelx(c, n), DT, IN(0), IN(1), OUT);
+        break;
+    case OP_broadcast_add:
+    case OP_broadcast_mul:
+        emit_bcast_dims(c, INODE(0), INODE(1), I);
+        fprintf(f, "%srt_broadcast_forward(%s, &d, %s, %s, %s, %s);\n", I,
+                n->op == OP_broadcast_add ? "RT_BIN_ADD" : "RT_BIN_MUL", DT, IN(0), IN(1), OUT);
+        break;
+    case OP__backward_broadcast:
+        emit_bcast_dims(c, INODE(1), INODE(2), I);
+        fprintf(f, "%srt_broadcast_backward(%s, &d, %s, %s, %s, %s, %s, %s, false, false, rt_ctx_ws(ctx, rt_broadcast_workspace_bytes(&d, %s, RT_PASS_BACKWARD)));\n",
+                I, node_enum(n, BCAST_OP) == BCAST_ADD ? "RT_BIN_ADD" : "RT_BIN_MUL", DT, IN(0), IN(1),
+                IN(2), c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 1)), DT);
+        break;
+    case OP__plus_scalar:
+    case OP__minus_scalar:
+    case OP__rminus_scalar:
+    case OP__mul_scalar:
+    case OP__div_scalar:
+    case OP__rdiv_scalar:
+        fprintf(f, "%srt_scalar_forward(%s, %s, %s, %s, (float)%.9g, %s);\n", I, scalar_enum(n->op),
+                numelx(c, n), DT, IN(0), node_float(n, SCALAR_SCALAR), OUT);
+        break;
+    case OP__backward_rdiv_scalar:
+        fprintf(f, "%srt_scalar_backward(RT_SCALAR_RDIV, %s, %s, %s, (float)%.9g, %s, %s, false);\n", I,
+                numelx(c, n), DT, IN(1), node_float(n, SCALAR_SCALAR), IN(0), OUT);
+        break;
+    case OP_exp:
+    case OP_log:
+    case OP_sqrt:
+        fprintf(f, "%srt_unary_forward(%s, %s, %s, %s, %s);\n", I,
+                n->op == OP_exp ? "RT_UNARY_EXP" : n->op == OP_log ? "RT_UNARY_LOG" : "RT_UNARY_SQRT",
+                numelx(c, n), DT, IN(0), OUT);
+        break;
+    case OP__backward_log:
+        fprintf(f, "%srt_unary_backward(RT_UNARY_LOG, %s, %s, %s, NULL, %s, %s, false);\n", I,
+                numelx(c, n), DT, IN(1), IN(0), OUT);
+        break;
+    case OP__backward_sqrt:
+        fprintf(f, "%srt_unary_backward(RT_UNARY_SQRT, %s, %s, NULL, %s, %s, %s, false);\n", I,
+                numelx(c, n), DT, IN(1), IN(0), OUT);
+        break;
+    case OP_Cast:
+    case OP_amp_cast:
+        fprintf(f, "%srt_cast_forward(%s, %s, %s, %s, %s);\n", I, numelx(c, n),
+                rt_dtype(INODE(0)->dtype), IN(0), DT, OUT);
+        break;
+    case OP_softmax:
+    case OP_log_softmax:
+    case OP__backward_softmax:
+    case OP__backward_log_softmax: {
+        bool fwd = n->op == OP_softmax || n->op == OP_log_softmax;
+        const Node *x = INODE(fwd ? 0 : 1);
+        int64_t axis = node_int(n, SOFTMAX_AXIS);
+        if (axis < 0)
+            axis += x->shape.rank;
+        const char *o, *l, *in;
+        axis_split(c, &x->shape, (int)axis, &o, &l, &in);
+        const char *fn = n->op == OP_softmax ? "rt_softmax_forward"
+                       : n->op == OP_log_softmax ? "rt_log_softmax_forward"
+                       : n->op == OP__backward_softmax ? "rt_softmax_backward" : "rt_log_softmax_backward";
+        if (fwd)
+            fprintf(f, "%s%s(%s, %s, %s, %s, %s, %s);\n", I, fn, o, l, in, DT, IN(0), OUT);
+        else
+            fprintf(f, "%s%s(%s, %s, %s, %s, %s, %s, %s, false);\n", I, fn, o, l, in, DT, IN(1), IN(0), OUT);
+        break;
+    }
+    case OP_sum:
+    case OP_mean:
+        reduce_dims(c, n, INODE(0), I);
+        fprintf(f, "%srt_%s_forward(&d, %s, %s, %s, rt_ctx_ws(ctx, rt_reduce_workspace_bytes(&d, %s, RT_PASS_FORWARD)));\n",
+                I, n->op == OP_sum ? "sum" : "mean", DT, IN(0), OUT, DT);
+        break;
+    case OP__backward_sum:
+    case OP__backward_mean:
+        reduce_dims(c, n, INODE(1), I);
+        fprintf(f, "%srt_%s_backward(&d, %s, %s, %s, false);\n", I,
+                n->op == OP__backward_sum ? "sum" : "mean", DT, IN(0), OUT);
+        break;
+    case OP_SoftmaxOutput:
+        fprintf(f, "%srt_softmax_output_forward(%s, %s, %s, %s, %s);\n", I, dimx(c, n->shape.d[0]),
+                dimx(c, n->shape.d[1]), DT, IN(0), OUT);
+        break;
+    case OP__backward_SoftmaxOutput:
+        fprintf(f, "%sconst RtSmoParams p = {.grad_scale = (float)%.9g, .smooth_alpha = (float)%.9g, .use_ignore = %s, "
+                   ".ignore_label = (float)%.9g, .normalization = %d};\n",
+                I, node_float(n, SMO_GRAD_SCALE), node_float(n, SMO_SMOOTH_ALPHA),
+                node_bool(n, SMO_USE_IGNORE) ? "true" : "false", node_float(n, SMO_IGNORE_LABEL),
+                node_enum(n, SMO_NORMALIZATION));
+        fprintf(f, "%srt_softmax_output_backward(%s, %s, %s, %s, (const float *)%s, &p, ctx->loss_scale, %s, false);\n",
+                I, dimx(c, n->shape.d[0]), dimx(c, n->shape.d[1]), DT, IN(0), IN(1), OUT);
+        break;
+    default:
+        node_error(c->g, n, "the C backend has no kernel for %s", op_info(n->op)->name);
+        c->ok = false;
+    }
+}
+
+/* Nodes that need no call: leaves, views and the results other calls write. */
+static bool silent(const Node *n)
+{
+    return n->op == OP_Input || n->op == OP_Param || n->op == OP_part || n->op == OP_grad_of ||
+           n->op == OP_param_master;
+}
+
+/* ---- values and tables ---------------------------------------------------- */
+
+static void assign_values(Cg *c, const Graph *g)
+{
+    c->g = g;
+    c->val = arena_alloc(&c->a, sizeof(char *) * (size_t)(g->nnodes + 1));
+    c->buf = arena_alloc(&c->a, sizeof(int) * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        int b = -1;
+        if (n->op != OP_bn_moving_update && !dtype_is_float(n->dtype)) {
+            node_error(g, n, "the C backend supports float32, float16 and bfloat16 tensors; '%s' is %s",
+                       n->name, dtype_long(n->dtype));
+            c->ok = false;
+        } else if (n->op == OP_bn_moving_update) {
+            b = -1;
+        } else if (n->op == OP_Param || n->op == OP_Input) {
+            int *have = strmap_get(&c->shared, n->name);
+            if (have) {
+                b = *have;
+            } else {
+                b = new_buf(c, n);
+                strmap_put(&c->shared, n->name, b);
+            }
+            if (n->op == OP_Param && !strmap_get(&c->param_index, n->name) && g == c->train) {
+                strmap_put(&c->param_index, n->name, c->params.len);
+                *(int *)vec_push(&c->params, sizeof(int)) = n->id;
+            }
+        } else if (n->op == OP_grad_of) {
+            b = c->buf[n->in[0]];
+        } else if (n->op == OP_param_master) {
+            const Node *p = g->nodes[n->in[0]];
+            int *pi = strmap_get(&c->param_index, p->name);
+            c->buf[i] = -1;
+            c->val[i] = arena_printf(&c->a, "ctx->master[%d]", pi ? *pi : 0);
+            continue;
+        } else {
+            b = new_buf(c, n);
+        }
+        c->buf[i] = b;
+        c->val[i] = b >= 0 ? arena_printf(&c->a, "B(%d)", b) : NULL;
+    }
+    c->parts = arena_alloc(&c->a, sizeof(char *) * (size_t)(g->nnodes + 1) * 4);
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        if (n->op == OP_part && node_int(n, PART_INDEX) < 4)
+            c->parts[n->in[0] * 4 + node_int(n, PART_INDEX)] = c->val[i];
+    }
+    free(c->uses);
+    c->uses = graph_use_counts(g);
+}
+
+static void emit_function(Cg *c, const char *name, bool moving)
+{
+    FILE *f = c->f;
+    fprintf(f, "static void %s(RtCtx *ctx)\n{\n    const int64_t N = ctx->batch;\n    (void)N;\n", name);
+    for (int i = 0; i < c->g->nnodes; i++) {
+        const Node *n = c->g->nodes[i];
+        if (silent(n) || (n->op == OP_bn_moving_update) != moving)
+            continue;
+        char sb[160];
+        fprintf(f, "    /* %s: %s %s%s */\n    {\n", n->name, op_info(n->op)->name,
+                dtype_short(n->dtype), shape_str(&n->shape, sb, sizeof sb));
+        emit_op(c, n);
+        if (c->buf[i] >= 0)
+            fprintf(f, "        if (ctx->after_node)\n            ctx->after_node(ctx, %d, \"%s\", %d);\n",
+                    n->id, n->name, c->buf[i]);
+        fputs("    }\n", f);
+    }
+    fputs("}\n\n", f);
+}
+
+static const char *kind_enum(int k)
+{
+    static const char *const e[] = {"RT_PK_WEIGHT", "RT_PK_BIAS", "RT_PK_GAMMA", "RT_PK_BETA",
+                                    "RT_PK_MOVING_MEAN", "RT_PK_MOVING_VAR", "RT_PK_OTHER"};
+    return e[k];
+}
+
+static void c_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++)
+        fprintf(f, (*s == '"' || *s == '\\') ? "\\%c" : "%c", *s);
+    fputc('"', f);
+}
+
+static void emit_tables(Cg *c, const Graph *t)
+{
+    FILE *f = c->f;
+    fputs("static const RtParam params[] = {\n", f);
+    for (int i = 0; i < c->params.len; i++) {
+        const Node *p = t->nodes[VEC_AT(c->params, int, i)];
+        fprintf(f, "    {\"%s\", %s, %s, %s, %d, {", p->name, kind_enum(node_param_kind(p)),
+                rt_dtype(p->dtype), node_dtype_attr(p, PARAM_MASTER) == DT_F32 ? "true" : "false",
+                p->shape.rank);
+        int64_t numel = 1;
+        for (int k = 0; k < p->shape.rank; k++) {
+            fprintf(f, "%s%lld", k ? ", " : "", (long long)p->shape.d[k]);
+            numel *= p->shape.d[k];
+        }
+        fprintf(f, "}, %lld, ", (long long)numel);
+        c_string(f, p->attrs[PARAM_INIT].s);
+        fprintf(f, ", (float)%.9g, (float)%.9g, %d, %d},\n", node_float(p, PARAM_WD_MULT),
+                node_float(p, PARAM_LR_MULT), *strmap_get(&c->shared, p->name), c->param_grad[i]);
+    }
+    fputs("};\n\nstatic const RtBuffer buffers[] = {\n", f);
+    for (int i = 0; i < c->bufs.len; i++) {
+        const Buf *b = &VEC_AT(c->bufs, Buf, i);
+        fprintf(f, "    {\"%s\", %s, %lld, %lld}, /* %d */\n", b->name, rt_dtype(b->dtype),
+                (long long)b->fixed, (long long)b->per_sample, i);
+    }
+    fputs("};\n\n", f);
+}
+
+static int loss_head(const Graph *g)
+{
+    for (int i = 0; i < g->noutputs; i++)
+        if (g->nodes[g->outputs[i]]->op == OP_SoftmaxOutput)
+            return g->outputs[i];
+    return -1;
+}
+
+static void emit_train_defaults(FILE *f, const Graph *g)
+{
+    fputs("static const char *const train_defaults[] = {\n", f);
+    for (int i = 0; i < g->ntrain; i++) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&text, &len);
+        fprintf(m, "%s=", g->train[i].key);
+        config_print(m, g->train[i].val);
+        fclose(m);
+        fputs("    ", f);
+        c_string(f, text);
+        fputs(",\n", f);
+        free(text);
+    }
+    fputs("    NULL,\n};\n\n", f);
+}
+
+bool cg_emit_c(FILE *out, const Graph *train)
+{
+    Cg c = {.f = out, .train = train, .ok = true};
+    arena_init(&c.a);
+    const Graph *infer = train->infer;
+    int head = loss_head(train), ihead = infer ? loss_head(infer) : -1;
+    if (head < 0 || ihead < 0) {
+        diag_plain_error(train->diag, "code generation needs a trained model with a loss head "
+                                      "(SoftmaxOutput)");
+        arena_free(&c.a);
+        return false;
+    }
+    assign_values(&c, train);
+    const char **tval = c.val;
+    int *tbuf = c.buf;
+    c.param_grad = arena_alloc(&c.a, sizeof(int) * (size_t)(c.params.len + 1));
+    for (int i = 0; i < c.params.len; i++)
+        c.param_grad[i] = -1;
+    for (int i = 0; i < train->nnodes; i++) {
+        const Node *n = train->nodes[i];
+        if (n->op == OP_grad_of)
+            c.param_grad[*strmap_get(&c.param_index, train->nodes[n->in[1]]->name)] = tbuf[i];
+    }
+    int data = -1, label = -1;
+    const Node *data_node = NULL;
+    for (int i = 0; i < train->nnodes; i++) {
+        const Node *n = train->nodes[i];
+        if (n->op != OP_Input)
+            continue;
+        if (node_enum(n, INPUT_ROLE) == INPUT_LABEL)
+            label = tbuf[i];
+        else if (data < 0)
+            data = tbuf[i], data_node = n;
+    }
+    fprintf(out, "/* Generated by ampc %s from model %s: a training program for the CPU.\n"
+                 " * Do not edit; regenerate with ampc -S.  The runtime (runtime/program.h)\n"
+                 " * provides main(), data, the optimizer and logging. */\n"
+                 "#include \"program.h\"\n\n#define B(i) (ctx->buf[i])\n\n",
+            AMPC_VERSION, train->model);
+    emit_function(&c, "train_step", false);
+    emit_function(&c, "moving_update", true);
+    int prob_train = tbuf[head];
+    assign_values(&c, infer);
+    emit_function(&c, "infer_step", false);
+    int prob_infer = c.buf[ihead];
+    (void)tval;
+    emit_tables(&c, train);
+    emit_train_defaults(out, train);
+    fprintf(out, "const RtModel ampc_model = {\n    .name = \"%s\",\n", train->model);
+    fprintf(out, "    .nparams = %d,\n    .params = params,\n    .nbuffers = %d,\n    .buffers = buffers,\n",
+            c.params.len, c.bufs.len);
+    fprintf(out, "    .data = %d,\n    .label = %d,\n    .prob_train = %d,\n    .prob_infer = %d,\n", data,
+            label, prob_train, prob_infer);
+    fprintf(out, "    .data_rank = %d,\n    .data_shape = {", data_node ? data_node->shape.rank - 1 : 0);
+    for (int k = 1; data_node && k < data_node->shape.rank; k++)
+        fprintf(out, "%s%lld", k > 1 ? ", " : "", (long long)data_node->shape.d[k]);
+    fprintf(out, "},\n    .classes = %lld,\n    .amp = \"%s\",\n", (long long)train->nodes[head]->shape.d[1],
+            train->info.amp ? dtype_long(train->info.amp) : "off");
+    fputs("    .train_defaults = train_defaults,\n    .train_step = train_step,\n"
+          "    .moving_update = moving_update,\n    .infer_step = infer_step,\n};\n",
+          out);
+    if (label < 0 || data < 0) {
+        diag_plain_error(train->diag, "code generation needs a data input and a label input");
+        c.ok = false;
+    }
+    bool ok = c.ok;
+    free(c.uses);
+    vec_free(&c.bufs);
+    vec_free(&c.params);
+    strmap_free(&c.shared);
+    strmap_free(&c.param_index);
+    arena_free(&c.a);
+    return ok;
+}

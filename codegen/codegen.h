@@ -1,0 +1,23 @@
+/* codegen.h - the code generation layer: from the training graph (after
+ * train-cast-elide) to a program.
+ *
+ * The C backend (c.c) writes one C file that defines the RtModel of
+ * runtime/program.h: a parameter table, a buffer table and step functions
+ * calling runtime kernels in a static order; build.c compiles it against the
+ * runtime into an executable. */
+#ifndef AMPC_CODEGEN_H
+#define AMPC_CODEGEN_H
+
+#include "../ir/ir.h"
+
+/* c.c: writes the program's C source.  `train` must have been through
+ * autodiff (its inference graph in train->infer).  False on an error
+ * (reported through the graph's Diag), e.g. a dtype the CPU backend lacks. */
+bool cg_emit_c(FILE *out, const Graph *train);
+
+/* build.c: compiles a C file into an executable with $CC (default cc) and
+ * $CFLAGS (default -O2), against the runtime found next to ampc (the build
+ * tree or an installed prefix; $AMPC_RUNTIME_DIR overrides). */
+bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0);
+
+#endif

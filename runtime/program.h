@@ -1,0 +1,82 @@
+/* program.h - the contract between a program ampc emits and the runtime's
+ * training driver (runtime/train.c).
+ *
+ * The emitted C file defines one `const RtModel ampc_model` describing the
+ * model's tensors and two step functions; the runtime owns everything else:
+ * the command line, data, parameter initialisation, buffers, the optimizer,
+ * loss scaling, logs and checkpoints.  Generated code never allocates.
+ *
+ * Buffers are numbered; a buffer's size is `fixed + per_sample * batch`
+ * elements of its dtype.  Parameters live in buffers too (the train and
+ * inference steps read them from the same place); each trainable
+ * parameter's gradient is one buffer of the train step.
+ */
+#ifndef AMPC_PROGRAM_H
+#define AMPC_PROGRAM_H
+
+#include "rt.h"
+
+/* Parameter kinds, as the compiler's PK_* (weight decay and initialiser
+ * defaults go by kind). */
+typedef enum {
+    RT_PK_WEIGHT, RT_PK_BIAS, RT_PK_GAMMA, RT_PK_BETA, RT_PK_MOVING_MEAN, RT_PK_MOVING_VAR,
+    RT_PK_OTHER,
+} RtParamKind;
+
+typedef struct {
+    const char *name;     /* "stage1_conv1_weight" */
+    RtParamKind kind;
+    RtDType dtype;        /* what the steps read: the 16-bit shadow, or fp32 */
+    bool has_master;      /* an fp32 master the optimizer updates (AMP, multi_precision) */
+    int rank;
+    int64_t shape[RT_MAX_RANK];
+    int64_t numel;
+    const char *init;     /* "default" (by kind, MXNet's rule) or an initialiser call */
+    float wd_mult, lr_mult;
+    int buffer;           /* where the steps read it */
+    int grad;             /* the buffer of its gradient in the train step, -1 for none */
+} RtParam;
+
+typedef struct {
+    const char *name;     /* the value's node name, for --check-numerics */
+    RtDType dtype;
+    int64_t fixed, per_sample;
+} RtBuffer;
+
+/* What a step function sees. */
+typedef struct RtCtx {
+    int64_t batch;        /* N */
+    void **buf;           /* buffer pointers, by number */
+    float **master;       /* fp32 master of parameter i (NULL when it has none) */
+    float loss_scale;     /* multiplies the loss-head gradient */
+    uint64_t seed, step;  /* Dropout masks: a function of (seed, step, node) */
+    void *ws;             /* workspace, grown by rt_ctx_ws */
+    size_t ws_bytes;
+    int check_node;       /* --check-numerics: called after each node when set */
+    void (*after_node)(struct RtCtx *ctx, int node, const char *name, int buffer);
+} RtCtx;
+
+/* A workspace of at least `bytes` (grows on the first step only). */
+void *rt_ctx_ws(RtCtx *ctx, size_t bytes);
+
+typedef struct {
+    const char *name;                 /* the model */
+    int nparams;
+    const RtParam *params;
+    int nbuffers;
+    const RtBuffer *buffers;
+    int data, label;                  /* input buffers (fp32) */
+    int prob_train, prob_infer;       /* the loss head's output in each step (fp32 [N, classes]) */
+    int data_rank;                    /* per-sample input shape, e.g. [1, 8, 8] */
+    int64_t data_shape[RT_MAX_RANK];
+    int64_t classes;
+    const char *amp;                  /* "off", "float16", "bfloat16" */
+    const char *const *train_defaults; /* "key=value" run-time defaults from the train block, NULL-ended */
+    void (*train_step)(RtCtx *ctx);   /* forward and backward on the batch in data/label */
+    void (*moving_update)(RtCtx *ctx);/* BatchNorm moving statistics (skipped on overflow) */
+    void (*infer_step)(RtCtx *ctx);   /* inference forward (BatchNorm on moving statistics) */
+} RtModel;
+
+extern const RtModel ampc_model;
+
+#endif
