@@ -38,7 +38,7 @@ RTEST_SRC := $(wildcard tests/runtime/test_*.c)
 RTEST_BIN := $(patsubst tests/runtime/%.c,$(BUILD)/rtests/%,$(RTEST_SRC))
 NVCC     ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 
-.PHONY: nvcc-check all check unit golden roundtrip asan-check fuzz-check valgrind-check fuzz bench demo \
+.PHONY: data nvcc-check all check unit golden roundtrip asan-check fuzz-check valgrind-check fuzz bench demo \
         deps install clean format
 all: $(BUILD)/ampc
 
@@ -64,7 +64,7 @@ $(BUILD)/libampc.a: $(LIB_OBJ)
 
 $(BUILD)/obj/runtime/%.o: runtime/%.c
 	@mkdir -p $(@D)
-	$(CC) $(RT_CFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -DAMPC_DEFAULT_DATA_DIR='"$(DATA_DIR)"' -c $< -o $@
 
 $(BUILD)/libampcrt.a: $(RT_OBJ)
 	rm -f $@
@@ -145,9 +145,22 @@ bench: $(BUILD)/ampc
 deps:
 	@tools/deps.sh
 
-install: $(BUILD)/ampc
-	install -d $(DESTDIR)$(PREFIX)/bin
+# The digits data set (1,797 8x8 images) ships in Debian's python3-sklearn;
+# fetched at build time, never committed.
+DATA_DIR := $(CURDIR)/build/data
+data: $(DATA_DIR)/digits.csv.gz
+$(DATA_DIR)/digits.csv.gz:
+	tools/fetch_digits.sh $(DATA_DIR)
+
+# ampc finds its runtime relative to itself: PREFIX/include/ampc and
+# PREFIX/lib/ampc (codegen/build.c), so an installed ampc works anywhere.
+install: $(BUILD)/ampc $(BUILD)/libampcrt.a
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/ampc \
+	    $(DESTDIR)$(PREFIX)/include/ampc/kernels
 	install -m 755 $(BUILD)/ampc $(DESTDIR)$(PREFIX)/bin/ampc
+	install -m 644 $(BUILD)/libampcrt.a $(DESTDIR)$(PREFIX)/lib/ampc/libampcrt.a
+	install -m 644 runtime/*.h $(DESTDIR)$(PREFIX)/include/ampc/
+	install -m 644 runtime/kernels/*.h $(DESTDIR)$(PREFIX)/include/ampc/kernels/
 
 format:
 	clang-format -i $(LIB_SRC) compiler/main.c $(UNIT_SRC) tests/fuzz/*.c
