@@ -251,6 +251,16 @@ static void emit_bcast_dims(Cg *c, const Node *a, const Node *b, const char *ind
             a->shape.rank ? a->shape.rank : 1, b->shape.rank ? b->shape.rank : 1);
 }
 
+/* A Dropout node's RNG stream: a hash of its name (FNV-1a), so the mask of
+ * a node is the same in any program or test that names it. */
+static uint32_t rng_stream(const char *name)
+{
+    uint32_t h = 2166136261u;
+    for (; *name; name++)
+        h = (h ^ (unsigned char)*name) * 16777619u;
+    return h;
+}
+
 static void emit_op(Cg *c, const Node *n)
 {
     FILE *f = c->f;
@@ -343,12 +353,12 @@ static void emit_op(Cg *c, const Node *n)
         break;
     }
     case OP_Dropout:
-        fprintf(f, "%srt_dropout_forward(%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %du, %s);\n", I,
-                numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), n->id, OUT);
+        fprintf(f, "%srt_dropout_forward(%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %uu, %s);\n", I,
+                numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), rng_stream(n->name), OUT);
         break;
     case OP__backward_Dropout:
-        fprintf(f, "%srt_dropout_backward(%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %du, %s, false);\n", I,
-                numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), n->in[1], OUT);
+        fprintf(f, "%srt_dropout_backward(%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %uu, %s, false);\n", I,
+                numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), rng_stream(INODE(1)->name), OUT);
         break;
     case OP_Pooling:
         pool_dims(c, n, INODE(0), I);

@@ -237,7 +237,24 @@ static Graph *load_ir(const Options *o, Diag *d, int *done)
     /* A hand-written graph (no banner) gets shapes and types inferred. */
     int after = dumped_after(diag_file(d, file));
     *done = after < 0 ? 0 : after;
-    return ir_read(d, file);
+    Graph *g = ir_read(d, file);
+    /* A banner promises what the passes before it did: later passes rely on
+     * every shape and dtype being known, so hold the file to it. */
+    bool shapes = after >= pass_index("infer-shapes"), types = after >= pass_index("infer-types");
+    for (int i = 0; g && i < g->nnodes && after >= 0; i++) {
+        const Node *n = g->nodes[i];
+        const char *what = shapes && n->shape.rank < 0     ? "shape"
+                           : types && n->dtype == DT_UNKNOWN ? "dtype"
+                                                             : NULL;
+        if (what) {
+            diag_error(d, n->loc, "'%s' has no %s, but the file says it is a dump after %s "
+                                  "(without that first line, ampc infers shapes and dtypes)",
+                       n->name, what, pass_pipeline[after].name);
+            graph_free(g);
+            return NULL;
+        }
+    }
+    return g;
 }
 
 /* -S writes the C file; otherwise it is written next to the program,

@@ -256,6 +256,9 @@ OpKind op_lookup(const char *name); /* OP_COUNT if unknown */
 static inline const OpInfo *op_info(OpKind k) { return &op_table[k]; }
 int op_attr_index(OpKind k, const char *name); /* -1 if not an attribute of k */
 int op_slot_index(OpKind k, const char *name); /* -1 if not a slot of k */
+/* Whether a node of op k with these attributes has an input in slot s: not
+ * the bias under no_bias=true, nor LeakyReLU's gamma unless act_type=prelu. */
+bool op_slot_present(OpKind k, int slot, const AttrVal *attrs);
 /* Parses an attribute default into v; used when filling in defaults. */
 void op_attr_default(OpKind k, int attr, AttrVal *v);
 /* Checks that ops.def and the family schemas agree (unit tests, debug). */

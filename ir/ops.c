@@ -43,6 +43,17 @@ int op_slot_index(OpKind k, const char *name)
     return -1;
 }
 
+bool op_slot_present(OpKind k, int slot, const AttrVal *attrs)
+{
+    if (k == OP_Convolution && slot == 2)
+        return !attrs[CONV_NO_BIAS].b;
+    if (k == OP_FullyConnected && slot == 2)
+        return !attrs[FC_NO_BIAS].b;
+    if (k == OP_LeakyReLU && slot == 1)
+        return attrs[LRELU_TYPE].e == LRELU_PRELU;
+    return true;
+}
+
 /* Defaults are written as DSL text in the schemas; this reads the few forms
  * they use: integers, floats, true/false, "(a,b)", "\"choice\"" and dtype
  * names. */

@@ -389,8 +389,19 @@ static bool read_node(Reader *r)
     n->dtype = tmp.dtype;
     if (!read_attrs(r, n))
         return false;
-    if (oi->nslots && n->nin > oi->nslots)
-        return rd_error(r, opat, "%s takes at most %d inputs, got %d", oi->name, oi->nslots, n->nin);
+    if (oi->nslots) {
+        /* exactly the slots its attributes call for: (data, weight) under
+         * no_bias=true, (data, weight, bias) without */
+        int want = 0;
+        char names[160] = "";
+        for (int s = 0; s < oi->nslots; s++)
+            if (op_slot_present(op, s, n->attrs))
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                         want++ ? ", " : "", oi->slots[s].name);
+        if (n->nin != want)
+            return rd_error(r, opat, "%s takes %d input%s here (%s), got %d", oi->name, want,
+                            want == 1 ? "" : "s", names, n->nin);
+    }
     if ((op == OP_Input || op == OP_Param) && n->nin)
         return rd_error(r, opat, "%s takes no inputs", oi->name);
     if (op != OP_Input && op != OP_Param && n->nin == 0)

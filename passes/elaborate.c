@@ -34,7 +34,9 @@ struct Value {
     bool b;         /* V_BOOL */
     const char *s;  /* V_STR, V_SYM (dtype names, initialisers) */
     int n;          /* V_TUPLE */
-    Value *items;   /* V_TUPLE */
+    Value *items;   /* V_TUPLE (shared, never copied: t = (t, t) is cheap) */
+    int depth;      /* V_TUPLE: nesting, 1 for a tuple of scalars */
+    int64_t size;   /* V_TUPLE: values held, nested tuples' counted (with repeats) */
 };
 
 static const char *vkind_name(VKind k)
@@ -71,12 +73,16 @@ typedef struct {
     const AstProgram *prog;
     Frame *frame;
     int call_depth, eval_depth;
+    uintptr_t stack_base; /* frame address of elaborate(): the C stack in use is below */
     int64_t work;
     int batch_sym_seen; /* the model's symbolic batch dimension is named */
     jmp_buf fail;       /* errors unwind here: everything lives in arenas */
 } Elab;
 
-enum { MAX_EVAL_DEPTH = 4000, MAX_WORK = 100000000 };
+enum { MAX_EVAL_DEPTH = 4000, MAX_WORK = 100000000, MAX_TUPLE_DEPTH = 64,
+       MAX_TUPLE_SIZE = 1000000, MAX_STRING = 1 << 20,
+       MAX_STACK = 4 << 20 /* bytes: half of the usual 8 MiB main-thread stack */ };
+#define MAX_MEMORY ((int64_t)4 << 30)
 
 static _Noreturn void fail(Elab *e) { longjmp(e->fail, 1); }
 
@@ -91,12 +97,27 @@ static _Noreturn void error_at(Elab *e, Loc loc, const char *fmt, ...)
     fail(e);
 }
 
+/* Memory: what the arenas of the elaboration (values, frame paths, the
+ * graph, call frames) hold, plus `more` bytes about to be allocated.  Strings
+ * grow by '+' and paths by nested calls, so the step count alone does not
+ * bound it (s = s + s doubles s at each step). */
+static void charge(Elab *e, Loc loc, size_t more)
+{
+    int64_t limit = e->opt->max_memory ? e->opt->max_memory : MAX_MEMORY;
+    size_t used = e->tmp.total + e->d->arena.total + (size_t)e->d->frames.len * sizeof(CallFrame) +
+                  (e->g ? e->g->arena.total : 0);
+    if (used > (size_t)limit || more > (size_t)limit - used)
+        error_at(e, loc, "elaboration needs more than %lld MiB: is a loop, a recursion or a "
+                         "string too long?", (long long)(limit >> 20));
+}
+
 static void tick(Elab *e, Loc loc)
 {
     int64_t limit = e->opt->max_work ? e->opt->max_work : MAX_WORK;
     if (++e->work > limit)
         error_at(e, loc, "elaboration exceeds its work limit (%lld steps): is a loop too long?",
                  (long long)limit);
+    charge(e, loc, 0);
 }
 
 /* ---- did-you-mean ------------------------------------------------------------- */
@@ -384,8 +405,17 @@ static Value eval_binary(Elab *e, const AstNode *x)
     }
     if (a.k == V_TENSOR || b.k == V_TENSOR)
         return tensor_binary(e, x, &a, &b);
-    if (x->op == '+' && a.k == V_STR && b.k == V_STR)
-        return (Value){.k = V_STR, .s = arena_printf(&e->tmp, "%s%s", a.s, b.s)};
+    if (x->op == '+' && a.k == V_STR && b.k == V_STR) {
+        size_t len = strlen(a.s) + strlen(b.s);
+        if (len > MAX_STRING)
+            error_at(e, x->loc, "string too long (more than %d bytes)", MAX_STRING);
+        charge(e, x->loc, len + 1);
+        size_t la = strlen(a.s);
+        char *cat = arena_alloc(&e->tmp, len + 1);
+        memcpy(cat, a.s, la);
+        memcpy(cat + la, b.s, len - la + 1);
+        return (Value){.k = V_STR, .s = cat};
+    }
     if (!is_num(&a) || !is_num(&b))
         error_at(e, x->loc, "operator '%c' is not defined on %s and %s", (char)x->op,
                  vkind_name(a.k), vkind_name(b.k));
@@ -449,6 +479,11 @@ static Value eval_ident(Elab *e, const AstNode *x)
 
 static Value eval(Elab *e, const AstNode *x)
 {
+    /* Nesting is bounded in levels and, since a level's frame size depends
+     * on the build (sanitizers make frames several times bigger), in bytes. */
+    if (e->stack_base - (uintptr_t)__builtin_frame_address(0) > MAX_STACK)
+        error_at(e, x->loc, "expression nested too deeply (the elaborator's %d KiB of stack "
+                            "are used up)", MAX_STACK >> 10);
     if (++e->eval_depth > MAX_EVAL_DEPTH)
         error_at(e, x->loc, "expression nested too deeply (more than %d levels)", MAX_EVAL_DEPTH);
     Value r = {0};
@@ -462,8 +497,19 @@ static Value eval(Elab *e, const AstNode *x)
         r.k = V_TUPLE;
         r.n = x->list.n;
         r.items = arena_alloc(&e->tmp, sizeof(Value) * (size_t)(r.n ? r.n : 1));
-        for (int i = 0; i < r.n; i++)
+        r.depth = 1;
+        r.size = r.n;
+        for (int i = 0; i < r.n; i++) {
             r.items[i] = eval(e, x->list.items[i]);
+            if (r.items[i].k == V_TUPLE) {
+                r.depth = r.items[i].depth + 1 > r.depth ? r.items[i].depth + 1 : r.depth;
+                r.size += r.items[i].size;
+            }
+            /* values_equal walks them: keep that short and its recursion shallow */
+            if (r.depth > MAX_TUPLE_DEPTH || r.size > MAX_TUPLE_SIZE)
+                error_at(e, x->loc, "tuple too big: more than %d levels of nesting or %d values",
+                         MAX_TUPLE_DEPTH, MAX_TUPLE_SIZE);
+        }
         break;
     case AST_UNARY: r = eval_unary(e, x); break;
     case AST_BINARY: r = eval_binary(e, x); break;
@@ -708,17 +754,6 @@ static int param_kind_of_suffix(const char *suffix)
     return PK_OTHER;
 }
 
-/* Whether slot s of op is present given the attributes (bias vs no_bias,
- * gamma only for prelu). */
-static bool slot_wanted(OpKind op, int s, const AttrVal *attrs)
-{
-    if ((op == OP_Convolution && s == 2) || (op == OP_FullyConnected && s == 2))
-        return !attrs[op == OP_Convolution ? CONV_NO_BIAS : FC_NO_BIAS].b;
-    if (op == OP_LeakyReLU && s == 1)
-        return attrs[LRELU_TYPE].e == LRELU_PRELU;
-    return true;
-}
-
 typedef struct {
     const char *name; /* NULL: positional */
     Value v;
@@ -810,7 +845,7 @@ static Value call_op(Elab *e, const AstNode *x, OpKind op, const Arg *args, int 
     int in[8], nin = 0;
     for (int s = 0; s < nslot; s++) {
         const SlotSpec *ss = &oi->slots[s];
-        if (!slot_wanted(op, s, attrs)) {
+        if (!op_slot_present(op, s, attrs)) {
             if (slot_val[s] >= 0)
                 error_at(e, slot_loc[s], "%s: input '%s' given, but %s", oi->name, ss->name,
                          op == OP_LeakyReLU ? "only act_type=\"prelu\" takes it"
@@ -928,10 +963,12 @@ static Value call_init(Elab *e, const AstNode *x, const Arg *args, int nargs)
     return (Value){.k = V_SYM, .s = arena_strdup(&e->tmp, buf)};
 }
 
-/* Ops the DSL may call: not graph leaves, nor the nodes only passes make. */
+/* Ops the DSL may call: not graph leaves, nor the nodes only passes make
+ * (AMP's casts, and autodiff's ops, which ops.def lists from part on). */
 static bool user_callable(OpKind k)
 {
-    return k != OP_Input && k != OP_Param && k != OP_amp_cast && k != OP_param_master;
+    return k != OP_Input && k != OP_Param && k != OP_amp_cast && k != OP_param_master &&
+           k < OP_part;
 }
 
 static Value call(Elab *e, const AstNode *x)
@@ -1170,8 +1207,11 @@ static void elaborate_model(Elab *e, const AstNode *m)
     for (int i = 0; i < e->g->noutputs; i++) {
         Node *n = e->g->nodes[e->g->outputs[i]];
         if (!n->name) {
-            const char *prefix = op_info(n->op)->prefix;
-            name_node(e, n, arena_printf(&e->tmp, "%s%d", prefix, next_count(top, prefix)));
+            const char *prefix = op_info(n->op)->prefix, *name;
+            do
+                name = arena_printf(&e->tmp, "%s%d", prefix, next_count(top, prefix));
+            while (graph_find(e->g, name));
+            name_node(e, n, name);
         }
     }
     for (int i = 0; i < e->prog->decls.n; i++) {
@@ -1200,7 +1240,8 @@ static void elaborate_model(Elab *e, const AstNode *m)
 Graph *elaborate(const AstProgram *prog, Diag *d, const ElabOptions *opt)
 {
     static const ElabOptions defaults = {0};
-    Elab e = {.d = d, .prog = prog, .opt = opt ? opt : &defaults};
+    Elab e = {.d = d, .prog = prog, .opt = opt ? opt : &defaults,
+              .stack_base = (uintptr_t)__builtin_frame_address(0)};
     arena_init(&e.tmp);
     /* Frames live on the C stack of call_user and are chained by parent,
      * so an error can free the maps of every open frame. */

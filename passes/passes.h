@@ -20,6 +20,7 @@ typedef struct {
     int64_t max_loop_iters; /* iterations of one loop (0: 1,000,000) */
     int64_t max_nodes;      /* graph nodes (0: 10,000,000) */
     int64_t max_work;       /* statements, calls and loop iterations run (0: 100,000,000) */
+    int64_t max_memory;     /* bytes held by values, names and the graph (0: 4 GiB) */
 } ElabOptions;
 Graph *elaborate(const AstProgram *prog, Diag *d, const ElabOptions *opt);
 
