@@ -7,9 +7,11 @@
  * Names.  Each call of a user function opens a frame whose path is the
  * caller's path plus the callee's name and a per-caller counter
  * (stage2_block1_conv2).  When a frame ends, the ops it created directly are
- * named: a function that made exactly one op gives it its own path (so the
- * Convolution made by conv() is stage2_block1_conv2); otherwise each op is
- * <path>_<prefix><k>, the counter shared with calls so names cannot clash.
+ * named: a wrapper, a function that made exactly one op and called no other
+ * function, gives it its own path (so the Convolution made by conv() is
+ * stage2_block1_conv2); otherwise each op is <path>_<prefix><k> (the add of
+ * every block is stage1_blockK_plus1), the counter shared with calls so
+ * names cannot clash.
  * Implicit parameters are <node>_<suffix> (MXNet's weight, bias, gamma,
  * beta, moving_mean, moving_var).  name="..." overrides a node's name.
  *
@@ -62,6 +64,7 @@ typedef struct Frame {
     Vec ops;            /* int: node ids created directly in this frame */
     const AstNode *fn;  /* the def, or NULL for the model */
     struct Frame *parent;
+    int ncalls;         /* user functions this frame called */
 } Frame;
 
 typedef struct {
@@ -262,7 +265,7 @@ static void close_frame_names(Elab *e, Frame *f)
         const char *name;
         if (n->name)
             name = n->name;
-        else if (nops == 1 && f->fn && !graph_find(e->g, f->path))
+        else if (nops == 1 && f->ncalls == 0 && f->fn && !graph_find(e->g, f->path))
             name = f->path;
         else {
             /* skip names the user took with name="..." or for an input */
@@ -602,6 +605,7 @@ static Value call_user(Elab *e, const AstNode *x, const AstNode *def, const Valu
         error_at(e, x->loc, "recursion too deep: more than %d nested calls (calling '%s')",
                  e->opt->max_call_depth ? e->opt->max_call_depth : 100, def->str);
     Frame *caller = e->frame;
+    caller->ncalls++;
     const char *path = *caller->path ? arena_printf(&e->tmp, "%s_%s%d", caller->path, def->str,
                                                     next_count(caller, def->str))
                                      : arena_printf(&e->tmp, "%s%d", def->str,

@@ -562,9 +562,10 @@ static void test_hierarchical_names(void **state)
         {"stage1_block1_bn_relu1_bn1", OP_BatchNorm},
         {"stage1_block1_bn_relu1_act1", OP_Activation},
         {"stage2_block2_bn_relu1_bn1", OP_BatchNorm},
-        /* block's only direct op is the residual add: it takes block's path */
-        {"stage1_block1", OP_elemwise_add},
-        {"stage2_block3", OP_elemwise_add},
+        /* block makes one op (the residual add) but calls others: not a
+         * wrapper, so the add is <path>_plus1 in every block */
+        {"stage1_block1_plus1", OP_elemwise_add},
+        {"stage2_block3_plus1", OP_elemwise_add},
         /* ops of the model body: <prefix><k> */
         {"pool1", OP_Pooling},
         {"act1", OP_Activation},
@@ -626,11 +627,12 @@ static void test_counters_shared_by_calls_and_ops(void **state)
     assert_int_equal(node(fx, "conv2")->op, OP_Convolution);
     assert_int_equal(node(fx, "conv3")->op, OP_Convolution);
     assert_string_equal(fx->g->nodes[node(fx, "conv2")->in[0]]->name, "x");
-    assert_string_equal(fx->g->nodes[node(fx, "conv3")->in[0]]->name, "two2");
-    /* two makes one op directly (the Activation) and calls conv once */
+    assert_string_equal(fx->g->nodes[node(fx, "conv3")->in[0]]->name, "two2_act1");
+    /* two makes one op directly (the Activation) and calls conv once: not a
+     * wrapper, so its op is named by prefix */
     assert_int_equal(node(fx, "two1_conv1")->op, OP_Convolution);
-    assert_int_equal(node(fx, "two1")->op, OP_Activation);
-    assert_null(graph_find(fx->g, "two1_act1"));
+    assert_int_equal(node(fx, "two1_act1")->op, OP_Activation);
+    assert_null(graph_find(fx->g, "two1"));
     assert_int_equal(node(fx, "two2_conv1")->op, OP_Convolution);
     assert_non_null(graph_find(fx->g, "two2_conv1_weight"));
     assert_non_null(graph_find(fx->g, "two2_conv1_bias"));
@@ -985,7 +987,7 @@ static void test_graph_stats_resnet50(void **state)
     assert_string_equal(shape_of(fx, "conv1_weight"), "[32,3,3,3]");
     assert_string_equal(shape_of(fx, "fc1_weight"), "[1000,2048]");
     assert_true(node_float(node(fx, "fc1_bias"), PARAM_WD_MULT) == 0);
-    assert_string_equal(shape_of(fx, "stage4_block3"), "[N,2048,7,7]");
+    assert_string_equal(shape_of(fx, "stage4_block3_plus1"), "[N,2048,7,7]");
 }
 
 static void test_graph_stats_small(void **state)
