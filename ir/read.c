@@ -14,7 +14,8 @@ typedef struct {
     int file;
     const char *p, *end, *line_start;
     int line;
-    Graph *g;
+    Graph *g;     /* the graph being read */
+    Graph *first; /* the training graph, when g is its inference graph */
     StrMap ids;   /* "%12" text -> node id */
     Arena tmp;
     bool failed;
@@ -506,11 +507,18 @@ static bool read_line(Reader *r, Vec *train)
     if (!kw)
         return false;
     if (strcmp(kw, "model") == 0) {
-        if (r->g)
+        /* a training graph's dump goes on with its inference graph */
+        if (r->g && (r->first || r->g->noutputs == 0))
             return rd_error(r, at, "a second 'model' line");
         const char *name = word(r);
         if (!name)
             return false;
+        if (r->g) {
+            graph_set_train(r->g, train->data, train->len);
+            train->len = 0;
+            strmap_free(&r->ids);
+            r->first = r->g;
+        }
         r->g = graph_new(r->d, name);
         return true;
     }
@@ -568,7 +576,12 @@ Graph *ir_read(Diag *d, int file)
     arena_free(&r.tmp);
     if (r.failed) {
         graph_free(r.g);
+        graph_free(r.first);
         return NULL;
+    }
+    if (r.first) {
+        r.first->infer = r.g;
+        return r.first;
     }
     return r.g;
 }

@@ -72,9 +72,10 @@ static Graph *inference_graph(const Graph *g)
     return graph_compact(c);
 }
 
-static int add_moving_updates(GradCtx *c, Graph *g, int nfwd, Vec *outs)
+static int add_moving_updates(GradCtx *c, Graph *g, const int *order, int nfwd, Vec *outs)
 {
-    for (int i = 0; i < nfwd; i++) {
+    for (int k = 0; k < nfwd; k++) {
+        int i = order[k];
         const Node *n = g->nodes[i];
         if (n->op != OP_BatchNorm || node_bool(n, BN_USE_GLOBAL_STATS))
             continue;
@@ -117,8 +118,13 @@ bool autodiff(Graph **gp)
     bool *wants = compute_wants(g);
     GradCtx *c = grad_ctx_new(g, wants);
     Vec outs = {0};
-    bool ok = add_moving_updates(c, g, nfwd, &outs) == 0 && seed_loss_heads(c, g);
-    for (int i = nfwd - 1; ok && i >= 0; i--) {
+    /* The walk and the new outputs follow the canonical order of the forward
+     * graph (reversed for the walk), so gradients are summed in the same
+     * order and the result prints the same however the graph was stored. */
+    int *order = graph_canonical_order(g);
+    bool ok = add_moving_updates(c, g, order, nfwd, &outs) == 0 && seed_loss_heads(c, g);
+    for (int k = nfwd - 1; ok && k >= 0; k--) {
+        int i = order[k];
         const Node *n = g->nodes[i];
         int dy = grad_get(c, i);
         if (dy < 0 || !wants[i] || n->op == OP_Param || n->op == OP_Input)
@@ -126,7 +132,8 @@ bool autodiff(Graph **gp)
         ok = op_info(n->op)->grad(c, n, dy);
     }
     int ngrads = 0;
-    for (int i = 0; ok && i < nfwd; i++) {
+    for (int k = 0; ok && k < nfwd; k++) {
+        int i = order[k];
         if (!trainable(g->nodes[i]) || grad_get(c, i) < 0)
             continue;
         int in[2] = {grad_get(c, i), i};
@@ -143,6 +150,7 @@ bool autodiff(Graph **gp)
     for (int i = 0; ok && i < outs.len; i++)
         graph_add_output(g, VEC_AT(outs, int, i));
     vec_free(&outs);
+    free(order);
     grad_ctx_free(c);
     free(wants);
     if (!ok) {
