@@ -14,6 +14,7 @@ PREFIX  ?= /usr/local
 BUILD   ?= build
 FUZZ_SECONDS ?= 60
 
+DATA_DIR  := $(CURDIR)/build/data
 FILECHECK ?= $(firstword $(wildcard /usr/lib/llvm-14/bin/FileCheck) $(shell command -v FileCheck 2>/dev/null) FileCheck)
 export FILECHECK
 
@@ -79,8 +80,15 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libampc.a
 	@mkdir -p $(@D)
 	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampc.a $(LDFLAGS) -lcmocka -lm
 
-unit: $(UNIT_BIN) $(RTEST_BIN) nvcc-check
-	@set -e; for t in $(UNIT_BIN) $(RTEST_BIN); do echo "== $$t"; $$t; done
+unit: $(UNIT_BIN) $(RTEST_BIN) $(BUILD)/rtests/tiny_train nvcc-check $(DATA_DIR)/digits.csv.gz
+	@set -e; for t in $(UNIT_BIN) $(RTEST_BIN); do echo "== $$t"; AMPC_DATA_DIR=$(DATA_DIR) $$t; done
+	@echo "== tiny_train (the runtime's main on a hand-written model)"
+	$(BUILD)/rtests/tiny_train --data synthetic --max-steps 20 --log-interval 10 >/dev/null
+	test "$$($(BUILD)/rtests/tiny_train --bogus 2>/dev/null; echo $$?)" = 2
+
+$(BUILD)/rtests/tiny_train: tests/runtime/model_tiny.c $(BUILD)/libampcrt.a
+	@mkdir -p $(@D)
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampcrt.a $(LDFLAGS) $(RT_LIBS)
 
 $(BUILD)/rtests/%: tests/runtime/%.c $(BUILD)/libampcrt.a
 	@mkdir -p $(@D)
@@ -147,7 +155,6 @@ deps:
 
 # The digits data set (1,797 8x8 images) ships in Debian's python3-sklearn;
 # fetched at build time, never committed.
-DATA_DIR := $(CURDIR)/build/data
 data: $(DATA_DIR)/digits.csv.gz
 $(DATA_DIR)/digits.csv.gz:
 	tools/fetch_digits.sh $(DATA_DIR)
@@ -168,4 +175,4 @@ format:
 clean:
 	rm -rf build
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/tests $(BUILD)/rtests -name '*.d' 2>/dev/null)

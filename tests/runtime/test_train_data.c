@@ -1,0 +1,350 @@
+/*
+ * test_train_data.c - the data sources: the digits reader (runtime/data/
+ * digits.c) on small generated .csv.gz files, good and broken, and the
+ * synthetic source's determinism.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "train.h"
+
+static char dir[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/ampc_test_data_XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static const char *path_of(const char *name)
+{
+    static char p[256];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return p;
+}
+
+/* Writes text gzipped to dir/name; returns the path. */
+static const char *write_gz(const char *name, const char *text)
+{
+    const char *p = path_of(name);
+    gzFile f = gzopen(p, "wb");
+    assert_non_null(f);
+    assert_int_equal(gzwrite(f, text, (unsigned)strlen(text)), (int)strlen(text));
+    assert_int_equal(gzclose(f), Z_OK);
+    return p;
+}
+
+/* n rows: row r has pixel c = (r + c) % 17 and label r % 10 */
+static char *rows_text(int n, const char *header, const char *eol)
+{
+    size_t cap = (size_t)n * 65 * 4 + 256;
+    char *s = malloc(cap), *q = s;
+    q += sprintf(q, "%s", header);
+    for (int r = 0; r < n; r++) {
+        for (int c = 0; c < 64; c++)
+            q += sprintf(q, "%d,", (r + c) % 17);
+        q += sprintf(q, "%d%s", r % 10, eol);
+    }
+    return s;
+}
+
+static void check_row(const float *x, float y, int r)
+{
+    for (int c = 0; c < 64; c++)
+        assert_float_equal(x[c], ((r + c) % 17) / 16.0f, 0);
+    assert_float_equal(y, (float)(r % 10), 0);
+}
+
+static void test_digits_good(void **state)
+{
+    (void)state;
+    char *text = rows_text(13, "", "\n");
+    const char *p = write_gz("good.csv.gz", text);
+    free(text);
+    RtDataset ds;
+    char err[512];
+    assert_true(rt_data_digits(&ds, p, err, sizeof err));
+    assert_string_equal(ds.name, "digits");
+    assert_int_equal(ds.sample_size, 64);
+    assert_int_equal(ds.classes, 10);
+    /* every sixth row (5, 11) is validation */
+    assert_int_equal(ds.nval, 2);
+    assert_int_equal(ds.ntrain, 11);
+    float x[3 * 64], y[3];
+    int64_t tr[3] = {0, 5, 10}; /* rows 0, 6, 12 */
+    ds.fill(&ds, RT_SPLIT_TRAIN, tr, 3, x, y);
+    check_row(x, y[0], 0);
+    check_row(x + 64, y[1], 6);
+    check_row(x + 128, y[2], 12);
+    int64_t tr2[2] = {4, 9}; /* rows 4, 10 */
+    ds.fill(&ds, RT_SPLIT_TRAIN, tr2, 2, x, y);
+    check_row(x, y[0], 4);
+    check_row(x + 64, y[1], 10);
+    int64_t va[2] = {1, 0}; /* rows 11, 5 */
+    ds.fill(&ds, RT_SPLIT_VAL, va, 2, x, y);
+    check_row(x, y[0], 11);
+    check_row(x + 64, y[1], 5);
+    /* pixel 16 -> 1, 8 -> 0.5 (row 0: pixel c = c % 17) */
+    ds.fill(&ds, RT_SPLIT_TRAIN, tr, 1, x, y);
+    assert_float_equal(x[16], 1.0f, 0);
+    assert_float_equal(x[8], 0.5f, 0);
+    rt_data_free(&ds);
+}
+
+static void test_digits_variants(void **state)
+{
+    (void)state;
+    /* a header, CRLF line ends, floats, blank lines */
+    char *text = rows_text(6, "p0,p1,...,label\r\n", "\r\n\n");
+    const char *p = write_gz("variants.csv.gz", text);
+    free(text);
+    RtDataset ds;
+    char err[512];
+    assert_true(rt_data_digits(&ds, p, err, sizeof err));
+    assert_int_equal(ds.ntrain + ds.nval, 6);
+    assert_int_equal(ds.nval, 1);
+    rt_data_free(&ds);
+    static char line[8192];
+    char *q = line;
+    for (int r = 0; r < 6; r++) {
+        for (int c = 0; c < 64; c++)
+            q += sprintf(q, "%s.0, ", c == 3 ? "16" : "0");
+        q += sprintf(q, "%d.0\n", r);
+    }
+    (void)q;
+    p = write_gz("floats.csv.gz", line);
+    assert_true(rt_data_digits(&ds, p, err, sizeof err));
+    float x[64], y;
+    int64_t i = 2;
+    ds.fill(&ds, RT_SPLIT_TRAIN, &i, 1, x, &y);
+    assert_float_equal(x[3], 1.0f, 0);
+    assert_float_equal(x[4], 0.0f, 0);
+    assert_float_equal(y, 2.0f, 0);
+    rt_data_free(&ds);
+}
+
+/* a file whose row `bad` (0-based, of 8) is replaced by `row` fails with a
+ * message naming the file, the line and `what` */
+static void check_bad_row(const char *row, const char *what)
+{
+    char *text = rows_text(8, "", "\n");
+    /* cut after row 2 and append the bad row, then the good rows 3.. */
+    char *third = text;
+    for (int k = 0; k < 3; k++)
+        third = strchr(third, '\n') + 1;
+    size_t head = (size_t)(third - text);
+    char *s = malloc(strlen(text) + strlen(row) + 4);
+    memcpy(s, text, head);
+    sprintf(s + head, "%s\n%s", row, third);
+    const char *p = write_gz("bad.csv.gz", s);
+    free(s);
+    free(text);
+    RtDataset ds;
+    char err[512], expect[300];
+    assert_false(rt_data_digits(&ds, p, err, sizeof err));
+    snprintf(expect, sizeof expect, "%s:4: ", p);
+    if (!strstr(err, expect) || !strstr(err, what))
+        fail_msg("expected '%s' and '%s' in: %s", expect, what, err);
+    assert_null(ds.x);
+}
+
+static void test_digits_bad_rows(void **state)
+{
+    (void)state;
+    char row[1024];
+    strcpy(row, "1,2,3");
+    check_bad_row(row, "expected 65 comma-separated values (64 pixels and a label), found 3");
+    char *q = row;
+    for (int c = 0; c < 64; c++)
+        q += sprintf(q, "%d,", c == 7 ? 17 : 0);
+    sprintf(q, "3");
+    check_bad_row(row, "column 8: pixel value 17 outside 0..16");
+    q = row;
+    for (int c = 0; c < 64; c++)
+        q += sprintf(q, "0,");
+    sprintf(q, "10");
+    check_bad_row(row, "column 65: label 10 is not an integer 0..9");
+    sprintf(q, "2.5");
+    check_bad_row(row, "label 2.5");
+    sprintf(q, "3,4");
+    check_bad_row(row, "found 66");
+    sprintf(q, "x");
+    check_bad_row(row, "column 65: expected a number");
+    sprintf(q, "3;");
+    check_bad_row(row, "unexpected character ';'");
+}
+
+static void test_digits_missing_and_short(void **state)
+{
+    (void)state;
+    RtDataset ds;
+    char err[512];
+    const char *p = path_of("nonexistent.csv.gz");
+    assert_false(rt_data_digits(&ds, p, err, sizeof err));
+    assert_non_null(strstr(err, p));
+    assert_non_null(strstr(err, "No such file"));
+    char *text = rows_text(5, "", "\n");
+    p = write_gz("short.csv.gz", text);
+    free(text);
+    assert_false(rt_data_digits(&ds, p, err, sizeof err));
+    assert_non_null(strstr(err, "5 data rows; need at least 6"));
+    p = write_gz("empty.csv.gz", "");
+    assert_false(rt_data_digits(&ds, p, err, sizeof err));
+    assert_non_null(strstr(err, "0 data rows"));
+    /* not gzip at all: zlib reads it as plain text, so the parser reports */
+    p = path_of("plain.csv.gz");
+    FILE *f = fopen(p, "wb");
+    fputs("hello world\nnot,a,digits,file\n", f);
+    fclose(f);
+    assert_false(rt_data_digits(&ds, p, err, sizeof err));
+    assert_non_null(strstr(err, ":2: "));
+}
+
+/* the bytes of a gzip file of 300 rows */
+static unsigned char *gz_bytes(size_t *n)
+{
+    char *text = rows_text(300, "", "\n");
+    const char *p = write_gz("big.csv.gz", text);
+    free(text);
+    FILE *f = fopen(p, "rb");
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    rewind(f);
+    unsigned char *b = malloc(*n);
+    assert_int_equal(fread(b, 1, *n, f), *n);
+    fclose(f);
+    return b;
+}
+
+static void write_bytes(const char *p, const unsigned char *b, size_t n)
+{
+    FILE *f = fopen(p, "wb");
+    assert_int_equal(fwrite(b, 1, n, f), n);
+    fclose(f);
+}
+
+static void test_digits_truncated(void **state)
+{
+    (void)state;
+    size_t n;
+    unsigned char *b = gz_bytes(&n);
+    RtDataset ds;
+    char err[512];
+    /* the whole file reads */
+    const char *p = path_of("whole.csv.gz");
+    write_bytes(p, b, n);
+    assert_true(rt_data_digits(&ds, p, err, sizeof err));
+    assert_int_equal(ds.ntrain + ds.nval, 300);
+    rt_data_free(&ds);
+    /* cut in the middle, and just before the trailer */
+    size_t cuts[3] = {n / 2, n - 4, n - 9};
+    for (int k = 0; k < 3; k++) {
+        p = path_of("cut.csv.gz");
+        write_bytes(p, b, cuts[k]);
+        if (rt_data_digits(&ds, p, err, sizeof err))
+            fail_msg("a file cut at %zu of %zu bytes was accepted", cuts[k], n);
+        assert_non_null(strstr(err, p));
+        if (!strstr(err, "corrupt or truncated gzip data"))
+            fail_msg("cut at %zu: %s", cuts[k], err);
+    }
+    free(b);
+}
+
+static void test_digits_corrupt(void **state)
+{
+    (void)state;
+    size_t n;
+    unsigned char *b = gz_bytes(&n);
+    RtDataset ds;
+    char err[512];
+    const char *p = path_of("corrupt.csv.gz");
+    /* a flipped byte in the deflate stream, and one in the CRC */
+    size_t at[2] = {n / 2, n - 6};
+    for (int k = 0; k < 2; k++) {
+        unsigned char *c = malloc(n);
+        memcpy(c, b, n);
+        c[at[k]] ^= 0x5a;
+        write_bytes(p, c, n);
+        free(c);
+        if (rt_data_digits(&ds, p, err, sizeof err))
+            fail_msg("a file with byte %zu of %zu flipped was accepted", at[k], n);
+        assert_non_null(strstr(err, p));
+    }
+    free(b);
+}
+
+static void test_synthetic(void **state)
+{
+    (void)state;
+    RtDataset a, b;
+    rt_data_synthetic(&a, 12, 5, 1, 100, 10);
+    rt_data_synthetic(&b, 12, 5, 2, 100, 10);
+    assert_int_equal(a.ntrain, 100);
+    assert_int_equal(a.nval, 10);
+    assert_int_equal(a.classes, 5);
+    float x1[4 * 12], y1[4], x2[4 * 12], y2[4];
+    int64_t idx[4] = {0, 1, 2, 99}, rev[4] = {99, 2, 1, 0};
+    a.fill(&a, RT_SPLIT_TRAIN, idx, 4, x1, y1);
+    a.fill(&a, RT_SPLIT_TRAIN, idx, 4, x2, y2);
+    assert_memory_equal(x1, x2, sizeof x1);
+    assert_memory_equal(y1, y2, sizeof y1);
+    /* a sample does not depend on where in the batch it is */
+    a.fill(&a, RT_SPLIT_TRAIN, rev, 4, x2, y2);
+    for (int j = 0; j < 4; j++) {
+        assert_memory_equal(x1 + 12 * j, x2 + 12 * (3 - j), 12 * sizeof(float));
+        assert_float_equal(y1[j], y2[3 - j], 0);
+    }
+    /* values in [-1, 1), labels integers in [0, classes) */
+    for (int i = 0; i < 48; i++)
+        assert_true(x1[i] >= -1 && x1[i] < 1);
+    int64_t all[100];
+    float xs[100 * 12], ys[100];
+    int hist[5] = {0};
+    for (int i = 0; i < 100; i++)
+        all[i] = i;
+    a.fill(&a, RT_SPLIT_TRAIN, all, 100, xs, ys);
+    for (int i = 0; i < 100; i++) {
+        assert_true(ys[i] == (float)(int)ys[i] && ys[i] >= 0 && ys[i] < 5);
+        hist[(int)ys[i]]++;
+    }
+    for (int c = 0; c < 5; c++)
+        assert_in_range(hist[c], 5, 40);
+    /* another seed, or the other split, gives other data */
+    b.fill(&b, RT_SPLIT_TRAIN, idx, 4, x2, y2);
+    assert_memory_not_equal(x1, x2, sizeof x1);
+    a.fill(&a, RT_SPLIT_VAL, idx, 4, x2, y2);
+    assert_memory_not_equal(x1, x2, sizeof x1);
+    rt_data_free(&a); /* nothing to free; must be harmless */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_digits_good),
+        cmocka_unit_test(test_digits_variants),
+        cmocka_unit_test(test_digits_bad_rows),
+        cmocka_unit_test(test_digits_missing_and_short),
+        cmocka_unit_test(test_digits_truncated),
+        cmocka_unit_test(test_digits_corrupt),
+        cmocka_unit_test(test_synthetic),
+    };
+    return cmocka_run_group_tests_name("train_data", tests, setup, teardown);
+}

@@ -1,0 +1,310 @@
+/*
+ * test_train_optim.c - the optimizer over all parameters (runtime/optim.c)
+ * against a naive reference, several steps: fp32 weights, fp16 and bf16
+ * weights with fp32 masters (the 16-bit shadow must equal the rounded master
+ * bit for bit, and the old shadow must not be read), 16-bit weights without
+ * a master, an fp32 gradient of a 16-bit weight; MXNet's weight-decay rule
+ * by name, lr_mult and wd_mult; SGD with and without momentum and NAG; and
+ * the buffers rt_trainer_init allocates.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/half.h"
+#include "kernels/optim.h"
+#include "train.h"
+
+enum { NP = 8 };
+#define N 37
+
+/* parameter i reads buffer i, its gradient is buffer NP + i */
+static const RtParam params[NP] = {
+    {"fc_weight", RT_PK_WEIGHT, RT_F32, false, 2, {37, 1}, N, "default", 1, 1, 0, NP + 0},
+    {"fc_bias", RT_PK_BIAS, RT_F32, false, 1, {37}, N, "default", 1, 2, 1, NP + 1},
+    {"conv_weight", RT_PK_WEIGHT, RT_F16, true, 2, {37, 1}, N, "default", 1, 0.5f, 2, NP + 2},
+    {"bn_gamma", RT_PK_GAMMA, RT_F32, false, 1, {37}, N, "default", 0.5f, 1, 3, NP + 3},
+    {"bf_weight", RT_PK_WEIGHT, RT_BF16, true, 2, {37, 1}, N, "default", 1, 1, 4, NP + 4},
+    {"bn_moving_mean", RT_PK_MOVING_MEAN, RT_F32, false, 1, {37}, N, "default", 1, 1, 5, -1},
+    {"h_weight", RT_PK_WEIGHT, RT_F16, false, 2, {37, 1}, N, "default", 1, 1, 6, NP + 6},
+    {"m_weight", RT_PK_WEIGHT, RT_F16, true, 2, {37, 1}, N, "default", 2, 1, 7, NP + 7},
+};
+
+static const RtBuffer buffers[2 * NP + 3] = {
+    {"fc_weight", RT_F32, N, 0}, {"fc_bias", RT_F32, N, 0}, {"conv_weight", RT_F16, N, 0},
+    {"bn_gamma", RT_F32, N, 0},  {"bf_weight", RT_BF16, N, 0}, {"bn_moving_mean", RT_F32, N, 0},
+    {"h_weight", RT_F16, N, 0},  {"m_weight", RT_F16, N, 0},
+    {"g0", RT_F32, N, 0},        {"g1", RT_F32, N, 0},        {"g2", RT_F16, N, 0},
+    {"g3", RT_F32, N, 0},        {"g4", RT_BF16, N, 0},       {"unused", RT_F32, N, 0},
+    {"g6", RT_F16, N, 0},        {"g7", RT_F32, N, 0}, /* an fp32 gradient of an fp16 weight */
+    {"data", RT_F32, 0, 4},      {"label", RT_F32, 0, 1},     {"prob", RT_F32, 0, 3},
+};
+
+static const RtModel model = {
+    .name = "optim_test", .nparams = NP, .params = params, .nbuffers = 2 * NP + 3,
+    .buffers = buffers, .data = 2 * NP, .label = 2 * NP + 1, .prob_train = 2 * NP + 2,
+    .prob_infer = 2 * NP + 2, .data_rank = 1, .data_shape = {4}, .classes = 3,
+};
+
+static float to_f(const void *p, RtDType dt, int i)
+{
+    return dt == RT_F32 ? ((const float *)p)[i]
+         : dt == RT_F16 ? ampc_half_to_float(((const ampc_half *)p)[i])
+                        : ampc_bf16_to_float(((const ampc_bf16 *)p)[i]);
+}
+
+static void store(void *p, RtDType dt, int i, float v)
+{
+    if (dt == RT_F32)
+        ((float *)p)[i] = v;
+    else if (dt == RT_F16)
+        ((ampc_half *)p)[i] = ampc_float_to_half(v);
+    else
+        ((ampc_bf16 *)p)[i] = ampc_float_to_bf16(v);
+}
+
+/* The reference: MXNet's formulas in double, from the same (rounded)
+ * gradients; the weight is rounded to its storage where it has no master. */
+typedef struct {
+    double w[NP][N], m[NP][N];
+} Ref;
+
+static void run(RtOptKind kind, float momentum, int steps)
+{
+    RtTrainer t;
+    char err[256];
+    bool with_state = momentum != 0;
+    assert_true(rt_trainer_init(&t, &model, 4, with_state, err, sizeof err));
+    RtOptConfig c = {.kind = kind, .lr = 0.1f, .momentum = momentum, .wd = 0.01f,
+                     .rescale_grad = 1.0f / 8, .clip_gradient = -1};
+    Ref ref;
+    memset(&ref, 0, sizeof ref);
+    uint64_t seed = 17;
+    /* initial weights */
+    for (int i = 0; i < NP; i++) {
+        const RtParam *p = &params[i];
+        for (int e = 0; e < N; e++) {
+            float v = (float)(2 * rt_rand_uniform(seed, (uint64_t)i, (uint64_t)e) - 1);
+            if (p->has_master) {
+                t.ctx.master[i][e] = v;
+                store(t.ctx.buf[p->buffer], p->dtype, e, v);
+            } else {
+                store(t.ctx.buf[p->buffer], p->dtype, e, v);
+                v = to_f(t.ctx.buf[p->buffer], p->dtype, e);
+            }
+            ref.w[i][e] = v;
+        }
+    }
+    for (int s = 0; s < steps; s++) {
+        c.lr = 0.1f / (float)(s + 1); /* a changing lr: it sits inside the momentum */
+        for (int i = 0; i < NP; i++) {
+            const RtParam *p = &params[i];
+            if (p->grad < 0)
+                continue;
+            RtDType gdt = buffers[p->grad].dtype;
+            for (int e = 0; e < N; e++)
+                store(t.ctx.buf[p->grad], gdt, e,
+                      (float)(8 * rt_rand_normal(seed + 1 + (uint64_t)s, (uint64_t)i, (uint64_t)e)));
+            /* the old 16-bit shadow must not be read */
+            if (p->has_master)
+                memset(t.ctx.buf[p->buffer], 0xff, N * rt_dtype_size(p->dtype));
+        }
+        rt_optim_step(&model, &t.ctx, t.state, &c);
+        for (int i = 0; i < NP; i++) {
+            const RtParam *p = &params[i];
+            if (p->grad < 0)
+                continue;
+            double lr = (double)c.lr * p->lr_mult;
+            bool decay = strstr(p->name, "_weight") || strstr(p->name, "_gamma");
+            double wd = decay ? (double)c.wd * p->wd_mult : 0;
+            double mu = momentum;
+            for (int e = 0; e < N; e++) {
+                double g = (double)c.rescale_grad * to_f(t.ctx.buf[p->grad], buffers[p->grad].dtype, e);
+                double *w = &ref.w[i][e], *m = &ref.m[i][e];
+                if (momentum == 0) {
+                    *w = (1 - lr * wd) * *w - lr * g;
+                } else if (kind == RT_OPT_NAG) {
+                    double G = g + wd * *w;
+                    *m = mu * *m - lr * G;
+                    *w = *w + mu * *m - lr * G;
+                } else {
+                    *m = mu * *m - lr * wd * *w - lr * g;
+                    *w = *w + *m;
+                }
+            }
+        }
+        /* compare */
+        for (int i = 0; i < NP; i++) {
+            const RtParam *p = &params[i];
+            for (int e = 0; e < N; e++) {
+                float got = p->has_master ? t.ctx.master[i][e] : to_f(t.ctx.buf[p->buffer], p->dtype, e);
+                double want = ref.w[i][e];
+                double tol = p->has_master || p->dtype == RT_F32
+                                 ? 1e-5 * (1 + fabs(want))
+                                 : (p->dtype == RT_F16 ? 1e-3 : 8e-3) * (1 + fabs(want)) * (s + 1);
+                if (fabs(got - want) > tol)
+                    fail_msg("step %d %s[%d]: %.9g, reference %.9g", s, p->name, e, (double)got, want);
+                if (p->has_master) {
+                    /* the shadow is the master rounded, bit for bit */
+                    uint16_t sh = ((const uint16_t *)t.ctx.buf[p->buffer])[e];
+                    uint16_t r = p->dtype == RT_F16 ? ampc_float_to_half(got) : ampc_float_to_bf16(got);
+                    if (sh != r)
+                        fail_msg("step %d %s[%d]: shadow 0x%04x, rounded master 0x%04x", s,
+                                 p->name, e, sh, r);
+                }
+                if (!p->has_master && p->dtype != RT_F32)
+                    ref.w[i][e] = got; /* no master: the next step starts from the stored value */
+                if (p->grad < 0)
+                    assert_true(got == (float)ref.w[i][e]); /* untouched */
+            }
+            if (with_state && p->grad >= 0)
+                for (int e = 0; e < N; e++)
+                    assert_true(fabs(t.state[i][e] - ref.m[i][e]) <= 1e-5 * (1 + fabs(ref.m[i][e])) ||
+                                (!p->has_master && p->dtype != RT_F32));
+        }
+    }
+    rt_trainer_free(&t);
+}
+
+static void test_sgd_momentum(void **state)
+{
+    (void)state;
+    run(RT_OPT_SGD, 0.9f, 6);
+}
+
+static void test_sgd(void **state)
+{
+    (void)state;
+    run(RT_OPT_SGD, 0, 6);
+}
+
+static void test_nag(void **state)
+{
+    (void)state;
+    run(RT_OPT_NAG, 0.9f, 6);
+}
+
+static void test_nag_momentum0_is_sgd(void **state)
+{
+    (void)state;
+    run(RT_OPT_NAG, 0, 3);
+}
+
+/* The multi-precision path is optim.h's ampc_mp_sgd_mom_update exactly. */
+static void test_mp_matches_shared_kernel(void **state)
+{
+    (void)state;
+    RtTrainer t;
+    char err[256];
+    assert_true(rt_trainer_init(&t, &model, 4, true, err, sizeof err));
+    RtOptConfig c = {.kind = RT_OPT_SGD, .lr = 0.05f, .momentum = 0.9f, .wd = 1e-4f,
+                     .rescale_grad = 1.0f / 32, .clip_gradient = -1};
+    float w32[N], mom[N];
+    ampc_half *g = t.ctx.buf[NP + 2];
+    for (int e = 0; e < N; e++) {
+        w32[e] = t.ctx.master[2][e] = (float)rt_rand_normal(5, 2, (uint64_t)e);
+        mom[e] = 0;
+    }
+    for (int s = 0; s < 4; s++) {
+        for (int e = 0; e < N; e++)
+            g[e] = ampc_float_to_half((float)rt_rand_normal(6 + (uint64_t)s, 2, (uint64_t)e));
+        rt_optim_step(&model, &t.ctx, t.state, &c);
+        AmpcOptParam q = {.lr = c.lr * 0.5f, .wd = c.wd, .momentum = c.momentum,
+                          .rescale_grad = c.rescale_grad, .clip_gradient = -1};
+        for (int e = 0; e < N; e++) {
+            ampc_half sh = ampc_mp_sgd_mom_update(&w32[e], &mom[e], g[e], q);
+            assert_memory_equal(&w32[e], &t.ctx.master[2][e], sizeof(float));
+            assert_memory_equal(&mom[e], &t.state[2][e], sizeof(float));
+            assert_int_equal(sh, ((ampc_half *)t.ctx.buf[2])[e]);
+        }
+    }
+    rt_trainer_free(&t);
+}
+
+static void test_wd_rule_and_bytes(void **state)
+{
+    (void)state;
+    assert_float_equal(rt_optim_wd_mult(&params[0]), 1, 0);   /* fc_weight */
+    assert_float_equal(rt_optim_wd_mult(&params[1]), 0, 0);   /* fc_bias */
+    assert_float_equal(rt_optim_wd_mult(&params[3]), 0.5, 0); /* bn_gamma, wd_mult 0.5 */
+    assert_float_equal(rt_optim_wd_mult(&params[5]), 0, 0);   /* bn_moving_mean */
+    RtOptConfig mom = {.momentum = 0.9f}, plain = {.momentum = 0};
+    /* mp SGD momentum: read grad 2 + master 4 + momentum 4, write 4 + 4 + shadow 2 */
+    assert_int_equal(rt_optim_bytes_per_param(&params[2], RT_F16, &mom), 20);
+    assert_int_equal(rt_optim_bytes_per_param(&params[2], RT_F16, &plain), 12);
+    assert_int_equal(rt_optim_bytes_per_param(&params[0], RT_F32, &mom), 20);
+    assert_int_equal(rt_optim_bytes_per_param(&params[0], RT_F32, &plain), 12);
+}
+
+static void test_trainer_buffers(void **state)
+{
+    (void)state;
+    RtTrainer t;
+    char err[256];
+    assert_true(rt_trainer_init(&t, &model, 5, true, err, sizeof err));
+    for (int b = 0; b < model.nbuffers; b++) {
+        assert_int_equal((uintptr_t)t.ctx.buf[b] % 64, 0);
+        size_t n = (size_t)(buffers[b].fixed + buffers[b].per_sample * 5) * rt_dtype_size(buffers[b].dtype);
+        for (size_t k = 0; k < n; k++)
+            assert_int_equal(((unsigned char *)t.ctx.buf[b])[k], 0);
+    }
+    for (int i = 0; i < NP; i++) {
+        assert_true((t.ctx.master[i] != NULL) == params[i].has_master);
+        assert_true((t.state[i] != NULL) == (params[i].grad >= 0));
+    }
+    assert_int_equal(t.ctx.batch, 5);
+    assert_float_equal(t.ctx.loss_scale, 1, 0);
+    /* parameters: masters in fp32, shadows rounded from them */
+    assert_true(rt_trainer_init_params(&t, "xavier(rnd_type=\"gaussian\")", 3, err, sizeof err));
+    for (int e = 0; e < N; e++) {
+        assert_int_equal(((ampc_half *)t.ctx.buf[2])[e], ampc_float_to_half(t.ctx.master[2][e]));
+        assert_int_equal(((ampc_bf16 *)t.ctx.buf[4])[e], ampc_float_to_bf16(t.ctx.master[4][e]));
+        assert_float_equal(((float *)t.ctx.buf[1])[e], 0, 0);  /* bias */
+        assert_float_equal(((float *)t.ctx.buf[3])[e], 1, 0);  /* gamma */
+    }
+    assert_true(fabs(t.ctx.master[2][0]) > 0);
+    /* the workspace grows and stays aligned */
+    void *w = rt_ctx_ws(&t.ctx, 100);
+    assert_int_equal((uintptr_t)w % RT_WS_ALIGN, 0);
+    assert_ptr_equal(rt_ctx_ws(&t.ctx, 64), w);
+    assert_true(t.ctx.ws_bytes >= 100);
+    w = rt_ctx_ws(&t.ctx, 1000);
+    assert_int_equal((uintptr_t)w % RT_WS_ALIGN, 0);
+    rt_trainer_free(&t);
+    /* a bad table */
+    RtParam bad[1] = {params[0]};
+    bad[0].numel = 1000;
+    RtModel m = model;
+    m.nparams = 1;
+    m.params = bad;
+    assert_false(rt_trainer_init(&t, &m, 4, true, err, sizeof err));
+    assert_non_null(strstr(err, "parameter fc_weight (buffer 0) holds 37 elements, needs 1000"));
+    bad[0] = params[2];
+    bad[0].dtype = RT_BF16;
+    assert_false(rt_trainer_init(&t, &m, 4, true, err, sizeof err));
+    assert_non_null(strstr(err, "is float16, expected bfloat16"));
+    m = model;
+    m.data = 99;
+    assert_false(rt_trainer_init(&t, &m, 4, true, err, sizeof err));
+    assert_non_null(strstr(err, "the data input is buffer 99"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sgd_momentum),
+        cmocka_unit_test(test_sgd),
+        cmocka_unit_test(test_nag),
+        cmocka_unit_test(test_nag_momentum0_is_sgd),
+        cmocka_unit_test(test_mp_matches_shared_kernel),
+        cmocka_unit_test(test_wd_rule_and_bytes),
+        cmocka_unit_test(test_trainer_buffers),
+    };
+    return cmocka_run_group_tests_name("train_optim", tests, NULL, NULL);
+}
