@@ -39,7 +39,7 @@ RTEST_SRC := $(wildcard tests/runtime/test_*.c)
 RTEST_BIN := $(patsubst tests/runtime/%.c,$(BUILD)/rtests/%,$(RTEST_SRC))
 NVCC     ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 
-.PHONY: data nvcc-check all check unit golden roundtrip asan-check fuzz-check valgrind-check fuzz bench demo \
+.PHONY: e2e data nvcc-check all check unit golden roundtrip asan-check fuzz-check valgrind-check fuzz bench demo \
         deps install clean format
 all: $(BUILD)/ampc
 
@@ -128,6 +128,18 @@ fuzz-check: $(BUILD)/fuzz/fuzz_frontend
 fuzz: $(BUILD)/fuzz/fuzz_frontend
 	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_frontend $(FUZZ_SECONDS)
 
+# Compiled programs, end to end (tests/e2e/run.sh says what).
+$(BUILD)/e2e/refcheck: tests/e2e/refcheck.c $(BUILD)/libampc.a $(BUILD)/libampcrt.a
+	@mkdir -p $(@D)
+	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampc.a $(BUILD)/libampcrt.a $(LDFLAGS) $(RT_LIBS)
+
+$(BUILD)/e2e/statcmp: tests/e2e/statcmp.c
+	@mkdir -p $(@D)
+	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) -lm
+
+e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statcmp $(DATA_DIR)/digits.csv.gz
+	tests/e2e/run.sh $(BUILD)/ampc $(BUILD)/e2e/refcheck $(BUILD)/e2e/statcmp $(DATA_DIR)
+
 valgrind-check: $(BUILD)/ampc
 	tests/valgrind.sh $(BUILD)/ampc
 
@@ -138,6 +150,7 @@ check:
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory golden
 	@$(MAKE) --no-print-directory roundtrip
+	@$(MAKE) --no-print-directory e2e
 	@$(MAKE) --no-print-directory valgrind-check
 	@$(MAKE) --no-print-directory asan-check
 	@$(MAKE) --no-print-directory fuzz-check

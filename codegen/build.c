@@ -2,7 +2,8 @@
  *
  * The runtime is found next to the compiler: an installed ampc
  * (PREFIX/bin/ampc) uses PREFIX/include/ampc and PREFIX/lib/ampc; ampc in
- * the build tree (build/ampc) uses runtime/ and build/libampcrt.a.
+ * the build tree (build/ampc, or build/asan/ampc) uses runtime/ and the
+ * libampcrt.a beside it.
  * $AMPC_RUNTIME_DIR names a folder holding both include/ and lib/ instead.
  * $CC and $CFLAGS are honoured, so a program can be built with sanitizers. */
 #include "codegen.h"
@@ -57,9 +58,16 @@ static bool find_runtime(char *inc, char *lib, size_t cap, const char *argv0)
     snprintf(lib, cap, "%s/../lib/ampc/libampcrt.a", dir);
     if (exists(lib) && exists(inc))
         return true;
-    snprintf(inc, cap, "%s/../runtime", dir);
+    /* the build tree: build/ampc or build/<variant>/ampc next to its runtime */
     snprintf(lib, cap, "%s/libampcrt.a", dir);
-    return exists(lib) && exists(inc);
+    for (const char *up = "/..", *up2 = "/../.."; up; up = up2, up2 = NULL) {
+        snprintf(inc, cap, "%s%s/runtime/program.h", dir, up);
+        if (exists(lib) && exists(inc)) {
+            snprintf(inc, cap, "%s%s/runtime", dir, up);
+            return true;
+        }
+    }
+    return false;
 }
 
 bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)

@@ -46,6 +46,7 @@ void rt_train_options_default(RtTrainOptions *o)
 {
     memset(o, 0, sizeof *o);
     o->max_steps = -1;
+    o->loss_scale = 1.0f;
     o->epochs = 1;
     o->batch_size = 32;
     o->lr = 0.01f;
@@ -264,6 +265,8 @@ static void usage(const RtTrainOptions *o, FILE *out)
             "  --data-dir DIR      where digits.csv.gz is (%s; default $AMPC_DATA_DIR)\n"
             "  --log-interval N    batches between progress lines, 0 for none (%d)\n"
             "  --threads N         OpenBLAS threads (OpenBLAS's default)\n"
+            "  --loss-scale X      a static loss scale (1)\n"
+            "  --dump-state FILE   testing: write the first step's gradients and stop\n"
             "  -h, --help          this text\n",
             o->prog, o->epochs, (long long)o->batch_size,
             o->sched.kind == RT_LR_COSINE ? " (the cosine schedule's base)" : "", (double)o->lr,
@@ -272,7 +275,7 @@ static void usage(const RtTrainOptions *o, FILE *out)
 }
 
 enum { OPT_MAX_STEPS = 256, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD, OPT_SEED,
-       OPT_DATA, OPT_DATA_DIR, OPT_LOG_INTERVAL, OPT_THREADS };
+       OPT_DATA, OPT_DATA_DIR, OPT_LOG_INTERVAL, OPT_THREADS, OPT_LOSS_SCALE, OPT_DUMP_STATE };
 
 int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FILE *err)
 {
@@ -288,6 +291,8 @@ int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FIL
         {"data-dir", required_argument, NULL, OPT_DATA_DIR},
         {"log-interval", required_argument, NULL, OPT_LOG_INTERVAL},
         {"threads", required_argument, NULL, OPT_THREADS},
+        {"loss-scale", required_argument, NULL, OPT_LOSS_SCALE},
+        {"dump-state", required_argument, NULL, OPT_DUMP_STATE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -308,6 +313,13 @@ int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FIL
         case OPT_MAX_STEPS:
             what = "an integer >= 0";
             ok = parse_i64(a, 0, INT64_MAX, &o->max_steps);
+            break;
+        case OPT_LOSS_SCALE:
+            what = "a number > 0";
+            ok = parse_float(a, 1e-30, 1e30, &o->loss_scale);
+            break;
+        case OPT_DUMP_STATE:
+            o->dump_state = a;
             break;
         case OPT_EPOCHS:
             what = "an integer >= 0";
@@ -686,8 +698,10 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         rt_data_free(&ds);
         return 2;
     }
+    /* the loss head's gradient is scaled by loss_scale: unscale in the update */
     RtOptConfig oc = {.kind = o->optimizer, .lr = o->lr, .momentum = o->momentum, .wd = o->wd,
-                      .rescale_grad = 1.0f / (float)b, .clip_gradient = o->clip_gradient};
+                      .rescale_grad = 1.0f / ((float)b * o->loss_scale),
+                      .clip_gradient = o->clip_gradient};
     RtTrainer t;
     int64_t *perm = malloc((size_t)ds.ntrain * sizeof *perm);
     int64_t *idx = malloc((size_t)b * sizeof *idx);
@@ -739,8 +753,18 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             ds.fill(&ds, RT_SPLIT_TRAIN, perm + nbatch * b, b, x, y);
             t.ctx.batch = b;
             t.ctx.step = (uint64_t)step;
-            t.ctx.loss_scale = 1.0f;
+            t.ctx.loss_scale = o->loss_scale;
             m->train_step(&t.ctx);
+            if (o->dump_state) {
+                ok = rt_dump_state(m, &t, o->dump_state, msg, sizeof msg);
+                if (!ok)
+                    fprintf(err, "%s: %s\n", o->prog, msg);
+                rt_trainer_free(&t);
+                free(perm);
+                free(idx);
+                rt_data_free(&ds);
+                return ok ? 0 : 1;
+            }
             if (m->moving_update)
                 m->moving_update(&t.ctx);
             oc.lr = rt_lr_at(&o->sched, o->lr, step + 1, steps_per_epoch, total);

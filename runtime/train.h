@@ -47,6 +47,9 @@ typedef struct {
     const char *init;     /* the rule for weights whose init is "default" */
     int log_interval;     /* batches between Speedometer lines; 0: none */
     int threads;          /* OpenBLAS threads; 0: OpenBLAS's default */
+    float loss_scale;     /* static loss scale: multiplies the loss-head gradient (1) */
+    const char *dump_state; /* testing: after the first step's backward, write the
+                               state (rt_dump_state) here and stop */
     const char *prog;     /* for messages: argv[0]'s base name */
 } RtTrainOptions;
 
@@ -219,5 +222,17 @@ void rt_data_synthetic(RtDataset *ds, int64_t sample_size, int64_t classes, uint
 #define RT_DIGITS_PIXELS 64
 #define RT_DIGITS_CLASSES 10
 bool rt_data_digits(RtDataset *ds, const char *path, char *err, size_t errlen);
+
+/* ---- state.c: the state of one step, for gradient tests ---------------- */
+
+/* Writes, after a train step and before any update: the model's parameters
+ * (fp32: the master where there is one), their gradients (fp32, divided by
+ * ctx.loss_scale), the batch and its labels, and the summed cross-entropy.
+ * Format (little endian): "AMPCSTAT", u32 version 1, u32 nparams, i64 batch,
+ * i64 data values, u64 seed, u64 step, f64 loss; per parameter u32 name
+ * length, the name, i64 numel, f32 values[numel], f32 grads[numel]; then
+ * f32 data, f32 labels.  tests/e2e/refcheck.c reads it. */
+bool rt_dump_state(const RtModel *m, const RtTrainer *t, const char *path, char *err,
+                   size_t errlen);
 
 #endif /* AMPC_TRAIN_H */
