@@ -33,6 +33,10 @@ int pass_index(const char *name); /* -1 if unknown */
 Graph *frontend_compile(Diag *d, const char *path, const char *text, size_t len,
                         const PassOptions *o);
 
+/* Checks a compile-time train setting (optimizer, loss_scale) names what
+ * ampc knows; reports at the entry and returns false otherwise. */
+bool train_setting_ok(const Graph *g, const char *key);
+
 /* Resolves the AMP settings: flags first, then the train block. */
 bool amp_options_resolve(const Graph *g, const PassOptions *po, AmpOptions *out);
 

@@ -35,7 +35,8 @@ static void print_explain(const Graph *g, const PassOptions *o)
 static bool run_amp(Graph **g, const PassOptions *o)
 {
     AmpOptions ao;
-    if (!amp_options_resolve(*g, o, &ao))
+    if (!train_setting_ok(*g, "optimizer") || !train_setting_ok(*g, "loss_scale") ||
+        !amp_options_resolve(*g, o, &ao))
         return false;
     if (o && o->explain_name && !graph_find(*g, o->explain_name)) {
         diag_plain_error((*g)->diag, "--explain: no node named '%s'", o->explain_name);
@@ -146,4 +147,42 @@ bool amp_options_resolve(const Graph *g, const PassOptions *po, AmpOptions *out)
                 out->multi_precision = opt->val->args[i]->b;
             }
     return true;
+}
+
+static bool is_call_or_sym(const ConfigVal *v, const char *const *names)
+{
+    if (v->kind != CV_SYM && v->kind != CV_CALL)
+        return false;
+    for (; *names; names++)
+        if (strcmp(v->s, *names) == 0)
+            return true;
+    return false;
+}
+
+bool train_setting_ok(const Graph *g, const char *key)
+{
+    const ConfigEntry *e = train_entry(g, key);
+    if (!e)
+        return true;
+    static const char *const optimizers[] = {"sgd", "nag", "adam", NULL};
+    static const char *const scales[] = {"dynamic", "off", NULL};
+    const ConfigVal *v = e->val;
+    bool ok = true;
+    const char *want = "";
+    if (strcmp(key, "optimizer") == 0) {
+        ok = is_call_or_sym(v, optimizers);
+        want = "sgd(...), nag(...) or adam(...)";
+    } else if (strcmp(key, "loss_scale") == 0) {
+        ok = is_call_or_sym(v, scales) || ((v->kind == CV_INT || v->kind == CV_FLOAT) &&
+                                           (v->kind == CV_INT ? v->i > 0 : v->f > 0));
+        want = "dynamic, dynamic(init=..., growth=..., backoff=..., interval=..., min=..., max=...), "
+               "off or a positive number";
+    }
+    if (ok)
+        return true;
+    if (e->loc.file >= 0)
+        diag_error(g->diag, e->loc, "%s must be %s", key, want);
+    else
+        diag_plain_error(g->diag, "%s must be %s", key, want);
+    return false;
 }

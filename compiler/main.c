@@ -20,6 +20,8 @@ typedef struct {
     const char *argv0;
     int64_t batch;
     int64_t shuffle_seed;   /* > 0: store the graph in a random topological order */
+    const char *optimizer;  /* --optimizer: overrides the train block's */
+    const char *loss_scale; /* --loss-scale: likewise */
     PassOptions pass;
 } Options;
 
@@ -42,6 +44,9 @@ static void usage(FILE *f)
           "  --batch-size=N          bind the batch size N in reports and dumps\n"
           "  --amp=off|float16|bfloat16\n"
           "                          mixed precision (default: the train block's amp)\n"
+          "  --optimizer=SPEC        e.g. nag(momentum=0.9, wd=1e-4, multi_precision=true)\n"
+          "  --loss-scale=SPEC       dynamic | dynamic(init=..., ...) | off | a number\n"
+          "                          (both override the train block; docs/training.md)\n"
           "  --amp-fp16=Op,...       run these ops in the low precision\n"
           "  --amp-fp32=Op,...       run these ops in fp32\n"
           "  --amp-exclude=name,...  keep these nodes in fp32\n"
@@ -72,7 +77,7 @@ static bool parse_int(const char *s, int64_t *out)
 static int parse_options(int argc, char **argv, Options *o, Diag *d)
 {
     enum { O_DUMP = 256, O_DUMP_DIR, O_DUMP_FORMAT, O_FROM_IR, O_BATCH, O_REPORT, O_HELP,
-           O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET };
+           O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE };
     static const struct option longs[] = {
         {"dump", required_argument, NULL, O_DUMP},
         {"dump-dir", required_argument, NULL, O_DUMP_DIR},
@@ -89,6 +94,8 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         {"explain", optional_argument, NULL, O_EXPLAIN},
         {"shuffle-seed", required_argument, NULL, O_SHUFFLE},
         {"target", required_argument, NULL, O_TARGET},
+        {"optimizer", required_argument, NULL, O_OPTIMIZER},
+        {"loss-scale", required_argument, NULL, O_LOSS_SCALE},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
@@ -99,6 +106,8 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         switch (c) {
         case 'o': o->output = optarg; break;
         case 'S': o->source_only = true; break;
+        case O_OPTIMIZER: o->optimizer = optarg; break;
+        case O_LOSS_SCALE: o->loss_scale = optarg; break;
         case O_TARGET:
             if (strcmp(optarg, "cpu") != 0) {
                 diag_plain_error(d, "--target=%s is not available: this ampc has the cpu backend "
@@ -257,6 +266,18 @@ static Graph *load_ir(const Options *o, Diag *d, int *done)
     return g;
 }
 
+/* The compile-time settings a flag overrides in the train block. */
+static bool override_train(Graph *g, const char *key, const char *flag, const char *text)
+{
+    if (!text)
+        return true;
+    ConfigVal *v = config_parse(g, flag, text);
+    if (!v)
+        return false;
+    graph_set_train_entry(g, key, v);
+    return train_setting_ok(g, key);
+}
+
 /* -S writes the C file; otherwise it is written next to the program,
  * compiled, and removed. */
 static bool generate(const Options *o, const Graph *g, Diag *d)
@@ -320,6 +341,11 @@ static int run(const Options *o, Diag *d)
         return 1;
     }
     g->info.bind_batch = o->batch;
+    if (!override_train(g, "optimizer", "--optimizer", o->optimizer) ||
+        !override_train(g, "loss_scale", "--loss-scale", o->loss_scale)) {
+        graph_free(g);
+        return 1;
+    }
     if (o->shuffle_seed > 0)
         g = graph_shuffle(g, (uint64_t)o->shuffle_seed);
     bool ok = !o->verify || ir_verify(g, pass_pipeline[done].name);

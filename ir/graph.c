@@ -279,3 +279,18 @@ Graph *graph_shuffle(Graph *g, uint64_t seed)
     free(fill);
     return ng;
 }
+
+void graph_set_train_entry(Graph *g, const char *key, ConfigVal *v)
+{
+    for (int i = 0; i < g->ntrain; i++)
+        if (strcmp(g->train[i].key, key) == 0) {
+            g->train[i].val = v;
+            g->train[i].loc = loc_none(); /* no longer what the file says */
+            return;
+        }
+    ConfigEntry *t = arena_alloc(&g->arena, sizeof(ConfigEntry) * (size_t)(g->ntrain + 1));
+    memcpy(t, g->train, sizeof(ConfigEntry) * (size_t)g->ntrain);
+    t[g->ntrain] = (ConfigEntry){.key = arena_strdup(&g->arena, key), .val = v, .loc = loc_none()};
+    g->train = t;
+    g->ntrain++;
+}

@@ -303,6 +303,7 @@ enum { BCAST_ADD, BCAST_MUL };
 enum {
     NF_EXPLICIT_NAME = 1 << 0, /* name came from name="..." */
     NF_OUTPUT = 1 << 1,        /* a graph output */
+    NF_EXPLICIT_WD = 1 << 2,   /* a Param whose wd_mult the user gave */
 };
 
 /* A node produces exactly one value, so a value id is a node id.  Inputs
@@ -436,6 +437,12 @@ int *graph_canonical_order(const Graph *g);
 void ir_print(FILE *f, const Graph *g, const char *pass);
 void ir_print_dot(FILE *f, const Graph *g, const char *pass);
 void config_print(FILE *f, const ConfigVal *v);
+/* Parses one train-block value (as a dump writes it: 1e-4, "dir", dynamic,
+ * nag(momentum=0.9)) given on the command line as `what`; NULL after an
+ * error at its column. */
+ConfigVal *config_parse(Graph *g, const char *what, const char *text);
+/* Sets (or adds) a train-block entry. */
+void graph_set_train_entry(Graph *g, const char *key, ConfigVal *v);
 /* Reads a dump back; file indexes d's source table. Returns NULL on error. */
 Graph *ir_read(Diag *d, int file);
 /* Checks invariants; prints what is wrong and returns false.  A failure is a

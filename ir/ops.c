@@ -74,7 +74,7 @@ static void parse_tuple(const char *s, AttrVal *v)
     }
 }
 
-void op_attr_default(OpKind k, int attr, AttrVal *v)
+static void parse_default(OpKind k, int attr, AttrVal *v)
 {
     const AttrSpec *as = &op_info(k)->attrs[attr];
     memset(v, 0, sizeof *v);
@@ -95,6 +95,25 @@ void op_attr_default(OpKind k, int attr, AttrVal *v)
                 v->e = i;
         break;
     }
+}
+
+/* Every node created (and every node a pass copies) gets its defaults from
+ * here, so each is parsed once (the compiler is single-threaded): parsing
+ * them per node was a quarter of the front end's time. */
+void op_attr_default(OpKind k, int attr, AttrVal *v)
+{
+    enum { CACHED = 16 };
+    static AttrVal cache[OP_COUNT][CACHED];
+    static bool ready[OP_COUNT][CACHED];
+    if (attr >= CACHED) {
+        parse_default(k, attr, v);
+        return;
+    }
+    if (!ready[k][attr]) {
+        parse_default(k, attr, &cache[k][attr]);
+        ready[k][attr] = true;
+    }
+    *v = cache[k][attr];
 }
 
 bool op_table_check(void)

@@ -128,14 +128,20 @@ static const char *string(Reader *r)
         return NULL;
     }
     r->p++;
-    char *buf = arena_alloc(&r->tmp, (size_t)(r->end - r->p) + 1);
+    /* Room for the text up to the closing quote (or the end of the line),
+     * which the string cannot outgrow: sizing it by the rest of the file
+     * made reading a dump quadratic in its size. */
+    const char *q = r->p;
+    while (q < r->end && *q != '"' && *q != '\n')
+        q += *q == '\\' && q + 1 < r->end && q[1] != '\n' ? 2 : 1;
+    char *buf = arena_alloc(&r->tmp, (size_t)(q - r->p) + 1);
     size_t n = 0;
     while (r->p < r->end && *r->p != '"') {
         if (*r->p == '\n') {
             rd_error(r, at, "unterminated string");
             return NULL;
         }
-        if (*r->p == '\\' && r->p + 1 < r->end) {
+        if (*r->p == '\\' && r->p + 1 < r->end && r->p[1] != '\n') {
             r->p++;
             buf[n++] = *r->p == 'n' ? '\n' : *r->p == 't' ? '\t' : *r->p;
         } else {
@@ -584,4 +590,22 @@ Graph *ir_read(Diag *d, int file)
         return r.first;
     }
     return r.g;
+}
+
+ConfigVal *config_parse(Graph *g, const char *what, const char *text)
+{
+    int file = diag_add_buffer(g->diag, what, text, strlen(text));
+    const SrcFile *f = diag_file(g->diag, file);
+    Reader r = {.d = g->diag, .file = file, .p = f->text, .end = f->text + f->len, .line = 1};
+    r.line_start = r.p;
+    arena_init(&r.tmp);
+    ConfigVal *v = arena_alloc(&r.tmp, sizeof *v), *out = NULL;
+    if (read_train_value(&r, v)) {
+        if (at_eol(&r) && r.p >= r.end)
+            out = config_copy(&g->arena, v);
+        else
+            rd_error(&r, here(&r), "unexpected text after the value");
+    }
+    arena_free(&r.tmp);
+    return out;
 }

@@ -927,6 +927,8 @@ static Value call_param(Elab *e, const AstNode *x, const Arg *args, int nargs)
                 error_at(e, g->name_loc, "param() has no argument '%s' (it takes shape, init, "
                                     "wd_mult, lr_mult, name)", g->name);
             set_attr(e, g->loc, p, a, &g->v);
+            if (a == PARAM_WD_MULT)
+                p->flags |= NF_EXPLICIT_WD;
         }
     }
     return v_tensor(p->id);
@@ -1180,11 +1182,14 @@ static void index_defs(Elab *e)
             error_at(e, d->loc, "function '%s' is already defined at %s:%d:%d", d->str,
                      f ? f->path : "?", o->loc.line, o->loc.col);
         }
+        StrMap seen = {0}; /* a map, not pairs: a generated def may have many parameters */
         for (int j = 0; j < d->params.n; j++)
-            for (int k = 0; k < j; k++)
-                if (strcmp(d->params.items[j]->str, d->params.items[k]->str) == 0)
-                    error_at(e, d->params.items[j]->loc, "parameter '%s' appears twice",
-                             d->params.items[j]->str);
+            if (!strmap_put(&seen, d->params.items[j]->str, j)) {
+                strmap_free(&seen);
+                error_at(e, d->params.items[j]->loc, "parameter '%s' appears twice",
+                         d->params.items[j]->str);
+            }
+        strmap_free(&seen);
     }
 }
 
@@ -1241,6 +1246,31 @@ static void elaborate_model(Elab *e, const AstNode *m)
     drop_frame(top);
 }
 
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* MXNet's rule (Optimizer.set_wd_mult): without an explicit wd_mult, only
+ * weights and gammas get weight decay.  MXNet reads it from the name suffix
+ * (_weight, _gamma); ampc from the slot a parameter fills, which agrees for
+ * implicit names and also covers param(name="w") passed as a weight, and
+ * from the name only for parameters in no such slot.  Applied once names
+ * are known, so the table says what the optimizer does. */
+static void default_wd_mults(Graph *g)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = g->nodes[i];
+        if (n->op != OP_Param || (n->flags & NF_EXPLICIT_WD))
+            continue;
+        int k = node_param_kind(n);
+        bool decay = k == PK_WEIGHT || k == PK_GAMMA ||
+                     (k == PK_OTHER && (ends_with(n->name, "_weight") || ends_with(n->name, "_gamma")));
+        n->attrs[PARAM_WD_MULT].f = decay ? 1.0 : 0.0;
+    }
+}
+
 Graph *elaborate(const AstProgram *prog, Diag *d, const ElabOptions *opt)
 {
     static const ElabOptions defaults = {0};
@@ -1262,6 +1292,7 @@ Graph *elaborate(const AstProgram *prog, Diag *d, const ElabOptions *opt)
     const AstNode *m = pick_model(&e);
     e.g = graph_new(d, m->str);
     elaborate_model(&e, m);
+    default_wd_mults(e.g);
     strmap_free(&e.defs);
     arena_free(&e.tmp);
     return graph_compact(e.g);
