@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 typedef struct {
     const char *input;
@@ -20,6 +21,7 @@ typedef struct {
     const char *argv0;
     int64_t batch;
     int64_t shuffle_seed;   /* > 0: store the graph in a random topological order */
+    bool time_passes;       /* --time-passes: per-pass wall time to stderr */
     const char *optimizer;  /* --optimizer: overrides the train block's */
     const char *loss_scale; /* --loss-scale: likewise */
     PassOptions pass;
@@ -53,6 +55,7 @@ static void usage(FILE *f)
           "  --explain[=NAME]        say why each node (or NAME) got its dtype\n"
           "  --report                op counts, parameters, FLOPs, activation bytes, casts\n"
           "  --verify                check IR invariants after every pass\n"
+          "  --time-passes           print the time each pass takes (stderr)\n"
           "  --shuffle-seed=K        testing: store the graph in a random topological order\n"
           "  --help, --version\n"
           "\n"
@@ -77,7 +80,7 @@ static bool parse_int(const char *s, int64_t *out)
 static int parse_options(int argc, char **argv, Options *o, Diag *d)
 {
     enum { O_DUMP = 256, O_DUMP_DIR, O_DUMP_FORMAT, O_FROM_IR, O_BATCH, O_REPORT, O_HELP,
-           O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE };
+           O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE, O_TIME };
     static const struct option longs[] = {
         {"dump", required_argument, NULL, O_DUMP},
         {"dump-dir", required_argument, NULL, O_DUMP_DIR},
@@ -95,6 +98,7 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         {"shuffle-seed", required_argument, NULL, O_SHUFFLE},
         {"target", required_argument, NULL, O_TARGET},
         {"optimizer", required_argument, NULL, O_OPTIMIZER},
+        {"time-passes", no_argument, NULL, O_TIME},
         {"loss-scale", required_argument, NULL, O_LOSS_SCALE},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
@@ -107,6 +111,7 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         case 'o': o->output = optarg; break;
         case 'S': o->source_only = true; break;
         case O_OPTIMIZER: o->optimizer = optarg; break;
+        case O_TIME: o->time_passes = true; break;
         case O_LOSS_SCALE: o->loss_scale = optarg; break;
         case O_TARGET:
             if (strcmp(optarg, "cpu") != 0) {
@@ -312,10 +317,18 @@ static bool has_loss_head(const Graph *g)
     return false;
 }
 
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
 static int run(const Options *o, Diag *d)
 {
     Graph *g;
     int done = 0;
+    double times[32] = {0}, t0 = now_ms();
     if (o->from_ir) {
         g = load_ir(o, d, &done);
     } else {
@@ -323,6 +336,7 @@ static int run(const Options *o, Diag *d)
         g = frontend_elaborate(d, o->input, NULL, 0, &eo);
         done = 0;
     }
+    times[done] = now_ms() - t0;
     if (!g) {
         size_t n = strlen(o->input);
         /* a likely mix-up of the two kinds of input */
@@ -362,7 +376,9 @@ static int run(const Options *o, Diag *d)
         if (i > forward_end && !o->output && !o->source_only && strcmp(o->dump, "all") == 0 &&
             !has_loss_head(g))
             break;
+        double t = now_ms();
         ok = pass_pipeline[i].run(&g, &o->pass);
+        times[i] = now_ms() - t;
         if (ok && o->verify && !ir_verify(g, pass_pipeline[i].name))
             DIE("the IR verifier failed after %s", pass_pipeline[i].name);
         ok = ok && dump_after(o, g, i, d);
@@ -371,8 +387,20 @@ static int run(const Options *o, Diag *d)
     }
     if (ok && o->report && done >= forward_end)
         report_print(stdout, g, o->batch);
+    double tgen = now_ms();
     if (ok && (o->output || o->source_only))
         ok = generate(o, g, d);
+    tgen = now_ms() - tgen;
+    if (o->time_passes) {
+        fprintf(stderr, "ampc: pass timings (ms), %d nodes at the end:\n", g->nnodes);
+        for (int i = 0; i < pass_count; i++)
+            if (times[i] > 0)
+                fprintf(stderr, "  %10.3f  %s%s\n", times[i], pass_pipeline[i].name,
+                        i == 0 && !o->from_ir ? " (with parsing)" : i == 0 ? " (reading the dump)" : "");
+        if (o->output || o->source_only)
+            fprintf(stderr, "  %10.3f  codegen%s\n", tgen, o->source_only ? "" : " and cc");
+        fprintf(stderr, "  %10.3f  total\n", now_ms() - t0);
+    }
     graph_free(g);
     return ok ? 0 : 1;
 }
