@@ -77,7 +77,7 @@ static const char *dimx(Cg *c, Dim d)
     return arena_printf(&c->a, "%lld", (long long)d);
 }
 
-/* The product of dims [lo, hi) of s, as an int64_t expression. */
+/* The product of dims [lo, hi) of s, as an expression (N is an int64_t). */
 static const char *prodx(Cg *c, const Shape *s, int lo, int hi)
 {
     int64_t k = 1;
@@ -86,8 +86,9 @@ static const char *prodx(Cg *c, const Shape *s, int lo, int hi)
         k *= s->d[i] < 0 ? -s->d[i] : s->d[i];
         sym |= dim_is_sym(s->d[i]);
     }
-    return sym ? arena_printf(&c->a, "(int64_t)%lld * N", (long long)k)
-               : arena_printf(&c->a, "(int64_t)%lld", (long long)k);
+    if (sym)
+        return k == 1 ? "N" : arena_printf(&c->a, "%lld * N", (long long)k);
+    return arena_printf(&c->a, "%lld", (long long)k);
 }
 
 static const char *numelx(Cg *c, const Node *n) { return prodx(c, &n->shape, 0, n->shape.rank); }
