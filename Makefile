@@ -139,6 +139,7 @@ $(BUILD)/e2e/statcmp: tests/e2e/statcmp.c
 
 e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statcmp $(DATA_DIR)/digits.csv.gz
 	tests/e2e/run.sh $(BUILD)/ampc $(BUILD)/e2e/refcheck $(BUILD)/e2e/statcmp $(DATA_DIR)
+	tests/e2e/training.sh $(BUILD)/ampc $(DATA_DIR)
 
 valgrind-check: $(BUILD)/ampc
 	tests/valgrind.sh $(BUILD)/ampc
@@ -157,8 +158,14 @@ check:
 	@echo "make check: all tests passed"
 
 # ---- the main job, benchmarks, install --------------------------------------
-demo: deps $(BUILD)/ampc
+# The report of the reference network, then a real run: digits_cnn compiled
+# with AMP (fp16, dynamic loss scaling) for the CPU and trained on digits.
+demo: deps data $(BUILD)/ampc
 	$(BUILD)/ampc examples/resnet50_v1d.sym --report
+	@mkdir -p $(BUILD)/demo
+	$(BUILD)/ampc examples/digits_cnn.sym --amp=float16 -o $(BUILD)/demo/digits_cnn
+	AMPC_DATA_DIR=$(DATA_DIR) $(BUILD)/demo/digits_cnn --data digits --epochs 6 --log-interval 15 \
+	    --save-dir $(BUILD)/demo/checkpoints
 
 bench: $(BUILD)/ampc
 	bench/compile_time.sh $(BUILD)/ampc

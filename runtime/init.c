@@ -278,7 +278,8 @@ bool rt_init_parse(const char *s, RtInit *ini, char *err, size_t errlen)
         }
         return true;
     }
-    if (strcmp(c.name, "msra_prelu") == 0) {
+    if (strcmp(c.name, "msra_prelu") == 0 || strcmp(c.name, "msraprelu") == 0) {
+        /* msraprelu: MXNet's registry name (the class name lower-cased) */
         static const char *const keys[] = {"factor_type", "slope", NULL};
         float slope = 0.25f;
         ini->kind = RT_INIT_XAVIER;

@@ -1,47 +1,82 @@
 /* optim.c - the optimizer over all parameters, MXNet 1.x semantics.
  *
- * One pass per parameter tensor, each element touched once: the gradient is
- * read once (16-bit or fp32), the fp32 master (or the fp32 weight itself)
- * and the fp32 momentum are updated, and the 16-bit shadow that the steps
- * read is written from the new master, through the shared per-element
- * updates of runtime/kernels/optim.h (ampc_mp_* return the shadow), so the
- * CPU and CUDA optimizers cannot drift.  The CUDA backend fuses the same
- * loop over all tensors into few launches.
+ * One call updates every parameter, and each element is touched once: the
+ * gradient is read once (16-bit or fp32) and checked for inf/NaN in the same
+ * pass, the fp32 master (or the fp32 weight itself) and the fp32 momentum
+ * are updated, and the 16-bit shadow that the steps read is written from the
+ * new master, through the shared per-element updates of
+ * runtime/kernels/optim.h (ampc_mp_* return the shadow), so the CPU and CUDA
+ * optimizers cannot drift.  The CUDA backend runs the same loop over all
+ * tensors as one multi-tensor launch (MXNet's multi_mp_sgd_mom_update).
  *
- * Per parameter (FACTS.md E 4.3): lr = lr x lr_mult, wd = wd x wd_mult with
- * MXNet Module's default wd_mult of 0 for names not ending in _weight or
- * _gamma; rescale_grad = 1/batch (SoftmaxOutput's normalization 'null').
+ * Per parameter (FACTS.md E 4.3): lr = lr x lr_mult, wd = wd x wd_mult, both
+ * from the table as the compiler emits them (the compiler applies MXNet
+ * Module's rule: wd_mult 0 for names not ending in _weight or _gamma);
+ * rescale_grad = 1/(batch x loss_scale) (SoftmaxOutput's normalization
+ * 'null'; the loss scale's unscaling folded in, as MXNet's trainer does).
  * sgd with momentum 0 is sgd_update (no state); nag with momentum 0 is sgd
  * too (MXNet's Python layer).  Parameters without a master and with 16-bit
  * storage update in fp32 and round the weight once (momentum stays fp32).
+ *
+ * The finite check: with dynamic loss scaling the step may be skipped, so
+ * the check (rt_optim_grads_finite, rt_multi_all_finite over all gradients)
+ * must finish before anything changes, and it costs one more read of the
+ * gradients (MXNet's multi_all_finite does the same).  With a static scale
+ * or none the step is never skipped, so the check is fused into the update
+ * pass (rt_optim_step's return value) and costs no extra memory traffic.
  */
 #include <string.h>
 
 #include "kernels/optim.h"
 #include "train.h"
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
-float rt_optim_wd_mult(const RtParam *p)
-{
-    const char *n = p->name ? p->name : "";
-    return ends_with(n, "_weight") || ends_with(n, "_gamma") ? p->wd_mult : 0.0f;
-}
+float rt_optim_wd_mult(const RtParam *p) { return p->wd_mult; }
 
 bool rt_optim_has_state(const RtOptConfig *c) { return c->momentum != 0.0f; }
 
-int rt_optim_bytes_per_param(const RtParam *p, RtDType grad_dt, const RtOptConfig *c)
+int rt_optim_bytes_per_param(const RtParam *p, RtDType grad_dt, const RtOptConfig *c,
+                             bool separate_check)
 {
     int g = (int)rt_dtype_size(grad_dt);
     int w = p->has_master ? 4 : (int)rt_dtype_size(p->dtype);
     int shadow = p->has_master ? (int)rt_dtype_size(p->dtype) : 0;
     int mom = rt_optim_has_state(c) ? 4 : 0;
-    return g + w + mom                 /* read */
-           + w + mom + shadow;         /* write */
+    return (separate_check ? g : 0)   /* the finite check's read */
+           + g + w + mom              /* read */
+           + w + mom + shadow;        /* write */
+}
+
+enum { CHUNK = 64 };
+
+bool rt_optim_grads_finite(const RtModel *m, const RtCtx *ctx)
+{
+    RtTensorRef refs[CHUNK];
+    int n = 0;
+    bool ok = true;
+    for (int i = 0; i < m->nparams; i++) {
+        const RtParam *p = &m->params[i];
+        if (p->grad < 0)
+            continue;
+        refs[n++] = (RtTensorRef){ctx->buf[p->grad], (size_t)p->numel, m->buffers[p->grad].dtype};
+        if (n == CHUNK) {
+            ok &= rt_multi_all_finite(refs, n);
+            n = 0;
+        }
+    }
+    if (n)
+        ok &= rt_multi_all_finite(refs, n);
+    return ok;
+}
+
+int rt_optim_first_nonfinite(const RtModel *m, const RtCtx *ctx)
+{
+    for (int i = 0; i < m->nparams; i++) {
+        const RtParam *p = &m->params[i];
+        if (p->grad >= 0 &&
+            !rt_all_finite(ctx->buf[p->grad], (size_t)p->numel, m->buffers[p->grad].dtype))
+            return i;
+    }
+    return -1;
 }
 
 /* Element update of one fp32 weight; state may be NULL (no momentum). */
@@ -55,54 +90,72 @@ static inline void update_f32(float *w, float *mom, float g, const AmpcOptParam 
         ampc_sgd_mom_update(w, mom, g, *q);
 }
 
-static void update_tensor(const RtParam *p, RtDType gdt, const void *grad, void *wbuf,
-                          float *master, float *mom, const AmpcOptParam *q, RtOptKind kind)
+/* One tensor; returns nonzero when a gradient element is inf or NaN (the
+ * check reads the bits the update reads anyway). */
+static unsigned update_tensor(const RtParam *p, RtDType gdt, const void *grad, void *wbuf,
+                              float *master, float *mom, const AmpcOptParam *q, RtOptKind kind)
 {
     size_t n = (size_t)p->numel;
+    unsigned bad = 0;
     if (master && p->dtype == RT_F16 && gdt == RT_F16) {
         /* the multi-precision kernels: fp16 gradient -> fp32 master -> fp16 shadow */
         const ampc_half *g = grad;
         ampc_half *w16 = wbuf;
         if (!mom)
-            for (size_t i = 0; i < n; i++)
+            for (size_t i = 0; i < n; i++) {
+                bad |= (g[i] & 0x7c00u) == 0x7c00u;
                 w16[i] = ampc_mp_sgd_update(&master[i], g[i], *q);
+            }
         else if (kind == RT_OPT_NAG)
-            for (size_t i = 0; i < n; i++)
+            for (size_t i = 0; i < n; i++) {
+                bad |= (g[i] & 0x7c00u) == 0x7c00u;
                 w16[i] = ampc_mp_nag_mom_update(&master[i], &mom[i], g[i], *q);
+            }
         else
-            for (size_t i = 0; i < n; i++)
+            for (size_t i = 0; i < n; i++) {
+                bad |= (g[i] & 0x7c00u) == 0x7c00u;
                 w16[i] = ampc_mp_sgd_mom_update(&master[i], &mom[i], g[i], *q);
-        return;
+            }
+        return bad;
     }
     if (master && p->dtype == RT_BF16 && gdt == RT_BF16) {
         const ampc_bf16 *g = grad;
         ampc_bf16 *w16 = wbuf;
         if (!mom)
-            for (size_t i = 0; i < n; i++)
+            for (size_t i = 0; i < n; i++) {
+                bad |= (g[i] & 0x7f80u) == 0x7f80u;
                 w16[i] = ampc_mp_sgd_update_bf16(&master[i], g[i], *q);
+            }
         else if (kind == RT_OPT_NAG)
-            for (size_t i = 0; i < n; i++)
+            for (size_t i = 0; i < n; i++) {
+                bad |= (g[i] & 0x7f80u) == 0x7f80u;
                 w16[i] = ampc_mp_nag_mom_update_bf16(&master[i], &mom[i], g[i], *q);
+            }
         else
-            for (size_t i = 0; i < n; i++)
+            for (size_t i = 0; i < n; i++) {
+                bad |= (g[i] & 0x7f80u) == 0x7f80u;
                 w16[i] = ampc_mp_sgd_mom_update_bf16(&master[i], &mom[i], g[i], *q);
-        return;
+            }
+        return bad;
     }
     if (!master && p->dtype == RT_F32 && gdt == RT_F32) {
         /* fp32: the buffer is the weight */
         const float *g = grad;
         float *w = wbuf;
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
+            bad |= !ampc_isfinite(g[i]);
             update_f32(&w[i], mom ? &mom[i] : NULL, g[i], q, kind);
-        return;
+        }
+        return bad;
     }
-    /* Mixed cases (an fp32 gradient of a 16-bit parameter, or a 16-bit
-     * parameter without a master): widen each element, update in fp32,
-     * round once. */
+    /* Mixed cases (an fp32 gradient of a 16-bit parameter or of an fp32
+     * parameter with a master, or a 16-bit parameter without a master):
+     * widen each element, update in fp32, round once. */
     for (size_t i = 0; i < n; i++) {
         float g = gdt == RT_F32 ? ((const float *)grad)[i]
                 : gdt == RT_F16 ? ampc_half_to_float(((const ampc_half *)grad)[i])
                                 : ampc_bf16_to_float(((const ampc_bf16 *)grad)[i]);
+        bad |= !ampc_isfinite(g);
         float wv, *w = master ? &master[i] : &wv;
         if (!master)
             wv = p->dtype == RT_F32 ? ((float *)wbuf)[i]
@@ -116,11 +169,13 @@ static void update_tensor(const RtParam *p, RtDType gdt, const void *grad, void 
         else
             ((ampc_bf16 *)wbuf)[i] = ampc_float_to_bf16(*w);
     }
+    return bad;
 }
 
-void rt_optim_step(const RtModel *m, RtCtx *ctx, float *const *state, const RtOptConfig *c)
+bool rt_optim_step(const RtModel *m, RtCtx *ctx, float *const *state, const RtOptConfig *c)
 {
     bool with_mom = rt_optim_has_state(c);
+    unsigned bad = 0;
     for (int i = 0; i < m->nparams; i++) {
         const RtParam *p = &m->params[i];
         if (p->grad < 0)
@@ -134,7 +189,8 @@ void rt_optim_step(const RtModel *m, RtCtx *ctx, float *const *state, const RtOp
         q.clip_gradient = c->clip_gradient;
         float *master = p->has_master && ctx->master ? ctx->master[i] : NULL;
         float *mom = with_mom && state ? state[i] : NULL;
-        update_tensor(p, m->buffers[p->grad].dtype, ctx->buf[p->grad], ctx->buf[p->buffer],
-                      master, mom, &q, c->kind);
+        bad |= update_tensor(p, m->buffers[p->grad].dtype, ctx->buf[p->grad], ctx->buf[p->buffer],
+                             master, mom, &q, c->kind);
     }
+    return !bad;
 }

@@ -1,12 +1,14 @@
 /* train.h - the training driver of an emitted program: the command line,
- * buffers, parameter initialisation, data, the optimizer and the logs.
+ * buffers, parameter initialisation, data, the optimizer, loss scaling,
+ * checkpoints and the logs.
  *
  * An emitted program defines `const RtModel ampc_model` (program.h); main.c
  * calls rt_train_main(argc, argv, &ampc_model).  Everything below takes the
  * model as an argument, so tests drive it with hand-written models.
  * docs/training.md describes the program a user sees.
  *
- * Sections follow the source files: train.c, init.c, optim.c, data/synthetic.c, data/digits.c.
+ * Sections follow the source files: lossscale.c, train.c, init.c, optim.c,
+ * checkpoint.c, data/synthetic.c, data/digits.c, state.c.
  */
 #ifndef AMPC_TRAIN_H
 #define AMPC_TRAIN_H
@@ -15,30 +17,89 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kernels/lossscale.h"
 #include "program.h"
+
+/* ---- lossscale.c: loss-scale settings and the loss scaler ----------------- */
+
+typedef enum {
+    RT_LS_DEFAULT, /* not set: dynamic when the model's amp is float16, else off */
+    RT_LS_OFF,     /* scale 1 */
+    RT_LS_STATIC,  /* a fixed scale */
+    RT_LS_DYNAMIC, /* grows after `interval` finite steps, backs off and skips on overflow */
+} RtLossScaleMode;
+
+/* loss_scale = dynamic(init=65536, growth=2, backoff=0.5, interval=2000, min=0, max=2^24)
+ * | <number> | off.  min 0: no floor. */
+typedef struct {
+    RtLossScaleMode mode;
+    float init;           /* dynamic: the first scale; static: the scale */
+    float growth, backoff;
+    int32_t interval;
+    float min_scale, max_scale;
+} RtLossScaleConfig;
+
+/* mode RT_LS_DEFAULT with the dynamic defaults above (MXNet's, with its 2^24 cap). */
+void rt_loss_scale_default(RtLossScaleConfig *c);
+/* Parses "off", "none", "dynamic", "dynamic(init=, growth=, backoff=, interval=, min=,
+ * max=)" (PyTorch's init_scale, growth_factor, backoff_factor, growth_interval and
+ * min_scale/max_scale too) or a positive number (a static scale).  dynamic(...)
+ * starts from c's numbers when c is already dynamic (or unset), so a flag can
+ * override one number of the train block's; from the defaults otherwise.
+ * False with a message on a malformed or out-of-range value (c unchanged). */
+bool rt_loss_scale_parse(const char *s, RtLossScaleConfig *c, char *err, size_t errlen);
+/* The mode in effect: RT_LS_DEFAULT resolved by the model's amp. */
+RtLossScaleMode rt_loss_scale_mode(const RtLossScaleConfig *c, const char *amp);
+const char *rt_loss_scale_mode_name(RtLossScaleMode mode); /* "off", "static", "dynamic" */
+
+/* The loss scaler of a run: PyTorch's update rule (kernels/lossscale.h), the
+ * new scale used from the next step. */
+typedef struct {
+    RtLossScaleMode mode;  /* RT_LS_OFF, RT_LS_STATIC or RT_LS_DYNAMIC */
+    AmpcLossScale s;       /* the scale and the count of finite steps since the last change */
+    AmpcLossScaleRule rule;
+    int64_t skipped;       /* dynamic: overflow steps skipped, in all */
+    int64_t nonfinite;     /* off/static: steps whose gradients held inf/NaN (applied: no skip) */
+} RtLossScaler;
+
+void rt_loss_scaler_init(RtLossScaler *ls, const RtLossScaleConfig *c, const char *amp);
+/* After a step's finite check (dynamic: before any update).  Dynamic: counts
+ * a skip on overflow, applies the rule, logs MXNet's "AMP: decreasing loss
+ * scale to %f" / "AMP: increasing loss scale to %f" to log when the scale
+ * changes, and a warning to warn when it falls below 1.  Returns true when the
+ * step must be skipped (dynamic and !finite).  Off/static: counts non-finite
+ * steps and returns false (the update has been applied already). */
+bool rt_loss_scaler_update(RtLossScaler *ls, bool finite, FILE *log, FILE *warn);
+/* Dynamic: true once the scale has underflowed below FLT_MIN (every step
+ * overflows at every scale: the forward pass holds inf or NaN). */
+bool rt_loss_scaler_exhausted(const RtLossScaler *ls);
 
 /* ---- train.c: options, buffers, the loop ---------------------------------- */
 
 typedef enum { RT_OPT_SGD, RT_OPT_NAG } RtOptKind; /* sgd: momentum optional */
 
 typedef enum { RT_LR_CONSTANT, RT_LR_COSINE } RtLrKind;
+typedef enum { RT_WARMUP_LINEAR, RT_WARMUP_CONSTANT } RtWarmupMode;
 
 /* The learning-rate schedule (FACTS.md E 4.2).  base is --lr. */
 typedef struct {
     RtLrKind kind;
     float final_lr;       /* cosine: the lr at the end */
-    float warmup_epochs;  /* cosine: linear warmup length, in epochs */
+    float warmup_epochs;  /* cosine: warmup length in epochs (when warmup_steps is 0) */
+    int64_t warmup_steps; /* cosine: warmup length in updates; 0: from warmup_epochs */
     float warmup_begin;   /* cosine: the lr at t = 0 of the warmup */
+    RtWarmupMode warmup_mode;
+    int64_t max_update;   /* cosine: final is reached at this update; <= 0: epochs x steps per epoch */
 } RtLrSchedule;
 
 /* Run-time settings: built-in defaults, then the model's train_defaults,
  * then the command line. */
 typedef struct {
-    int64_t max_steps;    /* stop after this many steps in all; < 0: no limit */
+    int64_t max_steps;    /* stop after this many steps (batches) in all; < 0: no limit */
     int epochs;
     int64_t batch_size;
     float lr, momentum, wd;
-    float clip_gradient;  /* < 0: off */
+    float clip_gradient;  /* <= 0: off (MXNet's Python layer passes it only when truthy) */
     RtOptKind optimizer;
     RtLrSchedule sched;
     uint64_t seed;
@@ -47,7 +108,14 @@ typedef struct {
     const char *init;     /* the rule for weights whose init is "default" */
     int log_interval;     /* batches between Speedometer lines; 0: none */
     int threads;          /* OpenBLAS threads; 0: OpenBLAS's default */
-    float loss_scale;     /* static loss scale: multiplies the loss-head gradient (1) */
+    RtLossScaleConfig loss_scale;
+    const char *save_dir; /* a checkpoint per epoch: <save_dir>/<model>-<epoch+1 %04d>.params */
+    const char *resume;   /* a checkpoint to continue from */
+    bool eval_only;       /* validate the resumed (or initial) parameters and stop */
+    bool check_numerics;  /* name the first node whose output holds inf/NaN */
+    int64_t inject_inf_step;  /* testing: step K's loss scale is inf (its gradients overflow); < 0: none */
+    char inject_nan_node[128]; /* testing: a NaN written into this node's output ... */
+    int64_t inject_nan_step;   /* ... at this step; < 0: none */
     const char *dump_state; /* testing: after the first step's backward, write the
                                state (rt_dump_state) here and stop */
     const char *prog;     /* for messages: argv[0]'s base name */
@@ -55,15 +123,19 @@ typedef struct {
 
 /* What a run ends with (for tests). */
 typedef struct {
-    int64_t steps;          /* optimizer steps taken */
+    int64_t steps;          /* steps (batches) taken in all, skipped ones included */
+    int64_t num_update;     /* optimizer updates (skipped steps excluded) */
+    int64_t skipped;        /* overflow steps skipped */
+    float loss_scale;       /* the scale the next step would use */
+    float lr;               /* the lr of the last update */
     int epochs;             /* epochs started */
     double train_accuracy;  /* of the last epoch */
-    double val_accuracy, val_cross_entropy; /* the last validation */
+    double val_accuracy, val_cross_entropy, val_top_k; /* the last validation */
 } RtTrainResult;
 
 /* Built-in defaults: epochs 1, batch 32, lr 0.01, momentum 0.9, wd 1e-4,
  * seed 42, data synthetic, data_dir $AMPC_DATA_DIR, AMPC_DEFAULT_DATA_DIR or
- * "./data", init xavier, log_interval 50. */
+ * "./data", init xavier, log_interval 50, loss scale by the model's amp. */
 void rt_train_options_default(RtTrainOptions *o);
 /* Applies "key=value" defaults (a NULL-ended list, may be NULL).  Unknown keys
  * (compile-time settings such as amp) are ignored; a malformed value of a
@@ -79,6 +151,7 @@ typedef struct {
     int64_t batch;       /* the N buffers are sized for */
     RtCtx ctx;           /* ctx.buf, ctx.master point into the arrays below */
     float **state;       /* per parameter: momentum (fp32, numel), or NULL */
+    void *hook;          /* the driver's after_node state (--check-numerics, --inject-nan) */
 } RtTrainer;
 
 /* Allocates every buffer (fixed + per_sample*batch elements, 64-byte
@@ -92,13 +165,16 @@ void rt_trainer_free(RtTrainer *t);
  * shadow of those with a master. */
 bool rt_trainer_init_params(RtTrainer *t, const char *weight_init, uint64_t seed, char *err,
                             size_t errlen);
+/* Elements of buffer b at the trainer's batch size. */
+int64_t rt_buffer_elems(const RtModel *m, int b, int64_t batch);
 
-/* The learning rate of update t (1 on the first update). */
+/* The learning rate of update t (1 on the first update; MXNet's num_update). */
 float rt_lr_at(const RtLrSchedule *s, float base_lr, int64_t t, int64_t steps_per_epoch,
                int64_t total_steps);
 
 /* The whole run with parsed options; logs to out, errors to err.  Returns the
- * exit status (0, 1 for a data or run-time error, 2 for bad settings). */
+ * exit status (0, 1 for a data, checkpoint or run-time error, 2 for bad
+ * settings). */
 int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err,
                  RtTrainResult *res);
 /* main(): defaults, train_defaults, flags, then rt_train_run. */
@@ -169,22 +245,86 @@ bool rt_init_param(const RtParam *p, const char *weight_init, uint64_t seed, flo
 typedef struct {
     RtOptKind kind;
     float lr, momentum, wd;
-    float rescale_grad;  /* 1/batch (x 1/loss_scale when unscaling is folded in) */
+    float rescale_grad;  /* 1/(batch x loss_scale): unscaling folded in */
     float clip_gradient; /* < 0: off */
 } RtOptConfig;
 
-/* MXNet's Module rule: wd_mult is 0 for names not ending in _weight or
- * _gamma, else p->wd_mult. */
+/* The parameter's wd_mult as the table gives it (the compiler emits the
+ * effective value: MXNet's 0 for names not ending in _weight or _gamma). */
 float rt_optim_wd_mult(const RtParam *p);
 /* Whether the optimizer keeps a momentum buffer (momentum != 0). */
 bool rt_optim_has_state(const RtOptConfig *c);
-/* One update of every parameter with a gradient (grad >= 0), in one pass per
- * tensor: the gradient read once, the fp32 master (or fp32 weight) and the
- * momentum state[i] updated, the 16-bit shadow written (optim.h's ampc_mp_*).
- * lr and wd are multiplied by each parameter's lr_mult and rt_optim_wd_mult. */
-void rt_optim_step(const RtModel *m, RtCtx *ctx, float *const *state, const RtOptConfig *c);
-/* Bytes moved per parameter element by one update (docs/training.md). */
-int rt_optim_bytes_per_param(const RtParam *p, RtDType grad_dt, const RtOptConfig *c);
+/* rt_multi_all_finite over every parameter gradient: one read of each. */
+bool rt_optim_grads_finite(const RtModel *m, const RtCtx *ctx);
+/* The first parameter whose gradient holds inf/NaN, or -1. */
+int rt_optim_first_nonfinite(const RtModel *m, const RtCtx *ctx);
+/* One update of every parameter with a gradient (grad >= 0), in one pass
+ * over each tensor: the gradient read once (and checked for inf/NaN in the
+ * same pass), the fp32 master (or fp32 weight) and the momentum state[i]
+ * updated, the 16-bit shadow written (optim.h's ampc_mp_*).  lr and wd are
+ * multiplied by each parameter's lr_mult and wd_mult.  Returns whether every
+ * gradient was finite (the update is applied either way). */
+bool rt_optim_step(const RtModel *m, RtCtx *ctx, float *const *state, const RtOptConfig *c);
+/* Bytes moved per parameter element by one update; separate_check adds the
+ * read of the gradient by a finite check before the update (dynamic loss
+ * scaling; docs/training.md). */
+int rt_optim_bytes_per_param(const RtParam *p, RtDType grad_dt, const RtOptConfig *c,
+                             bool separate_check);
+
+/* ---- checkpoint.c: checkpoints ----------------------------------------------- */
+
+/* Where a run stands (what a checkpoint holds besides the tensors). */
+typedef struct {
+    uint64_t seed;
+    int64_t batch_size;
+    int64_t epoch;          /* the epoch of the next step */
+    int64_t batch_in_epoch; /* batches of that epoch already done */
+    int64_t step;           /* batches done in all (ctx.step of the next one) */
+    int64_t num_update;     /* optimizer updates done (skipped steps excluded) */
+    uint32_t optimizer;     /* RtOptKind */
+    float momentum;
+    RtLossScaler ls;        /* mode, scale, tracker, skipped, nonfinite (the rule is a setting) */
+} RtRunState;
+
+typedef struct {
+    char *name;
+    RtDType dtype;          /* the storage dtype of the model that wrote it */
+    bool has_master, trainable;
+    int rank;
+    int64_t shape[RT_MAX_RANK];
+    int64_t numel;
+    float *values;          /* fp32: the master, the fp32 parameter or the widened 16-bit one */
+    float *state;           /* the momentum, or NULL */
+} RtCkptParam;
+
+typedef struct {
+    char *model, *amp;
+    RtRunState run;
+    int nparams;
+    RtCkptParam *params;
+} RtCheckpoint;
+
+#define RT_CKPT_MAGIC "AMPCCKPT"
+#define RT_CKPT_VERSION 1
+#define RT_CKPT_HEADER_BYTES 32
+
+/* Writes the trainer's tensors and rs to path: a temporary file in the same
+ * directory, fsynced, renamed over path, the directory fsynced. */
+bool rt_checkpoint_save(const char *path, const RtTrainer *t, const RtRunState *rs, char *err,
+                        size_t errlen);
+/* Parses a checkpoint from memory (name is the file for messages); every
+ * check of the format: magic, version, sizes, both checksums, the payload
+ * parsed to its exact end.  rt_checkpoint_free releases it. */
+bool rt_checkpoint_parse(const void *buf, size_t len, const char *name, RtCheckpoint *ck,
+                         char *err, size_t errlen);
+bool rt_checkpoint_read(const char *path, RtCheckpoint *ck, char *err, size_t errlen);
+void rt_checkpoint_free(RtCheckpoint *ck);
+/* Checks that ck's parameter table matches the trainer's model (count, names,
+ * shapes) and loads it: masters and shadows, fp32 parameters, BatchNorm
+ * moving statistics, momentum.  Notes (a momentum missing on one side) go to
+ * warn.  False with a message naming name otherwise. */
+bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name, FILE *warn,
+                         char *err, size_t errlen);
 
 /* ---- data/synthetic.c, data/digits.c: data sets -------------------------- */
 

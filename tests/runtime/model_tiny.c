@@ -38,12 +38,13 @@ enum {
         [B_GB2] = {"fc2_bias_grad", DT, OUT, 0},      [B_PROB_INFER] = {"softmax_infer", RT_F32, 0, OUT}, \
     }
 
+/* wd_mult as the compiler emits it: MXNet's 0 for biases */
 #define PARAMS(DT, MASTER)                                                                   \
     {                                                                                        \
         {"fc1_weight", RT_PK_WEIGHT, DT, MASTER, 2, {HID, IN}, HID * IN, "default", 1, 1, B_W1, B_GW1}, \
-        {"fc1_bias", RT_PK_BIAS, DT, MASTER, 1, {HID}, HID, "default", 1, 1, B_B1, B_GB1},    \
+        {"fc1_bias", RT_PK_BIAS, DT, MASTER, 1, {HID}, HID, "default", 0, 1, B_B1, B_GB1},    \
         {"fc2_weight", RT_PK_WEIGHT, DT, MASTER, 2, {OUT, HID}, OUT * HID, "default", 1, 1, B_W2, B_GW2}, \
-        {"fc2_bias", RT_PK_BIAS, DT, MASTER, 1, {OUT}, OUT, "default", 1, 1, B_B2, B_GB2},    \
+        {"fc2_bias", RT_PK_BIAS, DT, MASTER, 1, {OUT}, OUT, "default", 0, 1, B_B2, B_GB2},    \
     }
 
 static const char *const tiny_defaults[] = {
@@ -65,6 +66,13 @@ static void *ws(RtCtx *ctx, RtDType dt)
     return need ? rt_ctx_ws(ctx, need) : NULL;
 }
 
+/* As generated code does: the driver's hook after each node (--check-numerics). */
+#define AFTER(node, buf, name)                                                               \
+    do {                                                                                     \
+        if (ctx->after_node)                                                                 \
+            ctx->after_node(ctx, node, name, buf);                                           \
+    } while (0)
+
 static void forward(RtCtx *ctx, RtDType dt, int prob)
 {
     void **b = ctx->buf;
@@ -72,11 +80,17 @@ static void forward(RtCtx *ctx, RtDType dt, int prob)
     RtFcDims d1 = {(int)n, IN, HID}, d2 = {(int)n, HID, OUT};
     void *w = ws(ctx, dt);
     rt_cast_forward((size_t)(n * IN), RT_F32, b[B_DATA], dt, b[B_X]);
+    AFTER(0, B_X, "data_cast");
     rt_fc_forward(&d1, dt, b[B_X], b[B_W1], b[B_B1], b[B_H1], w);
+    AFTER(1, B_H1, "fc1");
     rt_activation_forward(RT_ACT_RELU, (size_t)(n * HID), dt, b[B_H1], b[B_A1]);
+    AFTER(2, B_A1, "relu1");
     rt_fc_forward(&d2, dt, b[B_A1], b[B_W2], b[B_B2], b[B_LOGITS], w);
+    AFTER(3, B_LOGITS, "fc2");
     rt_cast_forward((size_t)(n * OUT), dt, b[B_LOGITS], RT_F32, b[B_LOGITS32]);
+    AFTER(4, B_LOGITS32, "fc2_cast");
     rt_softmax_output_forward(n, OUT, RT_F32, b[B_LOGITS32], b[prob]);
+    AFTER(5, prob, "softmax");
 }
 
 static void train_step(RtCtx *ctx, RtDType dt)
@@ -90,11 +104,15 @@ static void train_step(RtCtx *ctx, RtDType dt)
     void *w = ws(ctx, dt);
     rt_softmax_output_backward(n, OUT, RT_F32, b[B_PROB], b[B_LABEL], &smo, ctx->loss_scale,
                                b[B_DLOGITS32], false);
+    AFTER(6, B_DLOGITS32, "fc2_cast_grad");
     rt_cast_backward((size_t)(n * OUT), RT_F32, b[B_DLOGITS32], dt, b[B_DLOGITS], false);
+    AFTER(7, B_DLOGITS, "fc2_grad");
     rt_fc_backward_weight(&d2, dt, b[B_A1], b[B_DLOGITS], b[B_GW2], b[B_GB2], false, w);
     rt_fc_backward_data(&d2, dt, b[B_W2], b[B_DLOGITS], b[B_DA1], false, w);
+    AFTER(8, B_DA1, "relu1_grad");
     rt_activation_backward(RT_ACT_RELU, (size_t)(n * HID), dt, NULL, b[B_A1], b[B_DA1], b[B_DH1],
                            false);
+    AFTER(9, B_DH1, "fc1_grad");
     rt_fc_backward_weight(&d1, dt, b[B_X], b[B_DH1], b[B_GW1], b[B_GB1], false, w);
 }
 

@@ -32,7 +32,7 @@ static void slurp(FILE *f, char *dst, size_t cap)
  * and err_text. */
 static int parse(RtTrainOptions *o, const char *const *args)
 {
-    char *argv[32];
+    char *argv[64];
     int argc = 0;
     argv[argc++] = (char *)"./bin/train_tiny";
     for (; *args; args++)
@@ -71,6 +71,13 @@ static void test_builtin_defaults(void **state)
     assert_float_equal(o.momentum, 0.9, 1e-7);
     assert_int_equal(o.log_interval, 50);
     assert_string_equal(o.data, "synthetic");
+    assert_int_equal(o.loss_scale.mode, RT_LS_DEFAULT); /* by the model's amp */
+    assert_float_equal(o.loss_scale.init, 65536, 0);
+    assert_true(o.clip_gradient < 0);
+    assert_true(o.inject_inf_step < 0 && o.inject_nan_step < 0);
+    assert_null(o.save_dir);
+    assert_null(o.resume);
+    assert_false(o.eval_only || o.check_numerics);
     /* the compiled-in default (the Makefile's build/data), else ./data */
     assert_non_null(o.data_dir);
     assert_true(o.data_dir[0] != 0);
@@ -95,7 +102,8 @@ static void test_train_defaults(void **state)
     const char *const kv[] = {
         "batch_size=512", "epochs=120", "optimizer=nag(momentum=0.8, wd=0.0001, multi_precision=true)",
         "lr=cosine(base=0.2, final=0.001, warmup_epochs=5, warmup_begin=0.01)",
-        "init=msra_prelu()", "amp=float16", "loss_scale=dynamic", "kvstore=auto",
+        "init=msra_prelu()", "amp=float16", "loss_scale=dynamic(init=1024, interval=500)",
+        "kvstore=auto",
         "data=digits", "seed=7", "log_interval=20", "max_steps=1000", NULL,
     };
     assert_true(rt_train_apply_defaults(&o, kv, err, sizeof err));
@@ -114,6 +122,36 @@ static void test_train_defaults(void **state)
     assert_int_equal(o.seed, 7);
     assert_int_equal(o.log_interval, 20);
     assert_int_equal(o.max_steps, 1000);
+    assert_int_equal(o.loss_scale.mode, RT_LS_DYNAMIC);
+    assert_float_equal(o.loss_scale.init, 1024, 0);
+    assert_int_equal(o.loss_scale.interval, 500);
+    /* the compiler's --optimizer/--loss-scale overrides arrive the same way */
+    const char *const lead[] = {"optimizer=nag(momentum=0.9, wd=0.0001, multi_precision=true)",
+                                "loss_scale=dynamic(init=65536)", "loss_scale=off",
+                                "loss_scale=128", NULL};
+    assert_true(rt_train_apply_defaults(&o, lead, err, sizeof err));
+    assert_int_equal(o.loss_scale.mode, RT_LS_STATIC);
+    assert_float_equal(o.loss_scale.init, 128, 0);
+    /* clip_gradient 0 is off (MXNet's Python layer passes it only when truthy) */
+    const char *const clip[] = {"optimizer=sgd(clip_gradient=0)", NULL};
+    assert_true(rt_train_apply_defaults(&o, clip, err, sizeof err));
+    assert_true(o.clip_gradient < 0);
+    const char *const clip2[] = {"optimizer=sgd(clip_gradient=2.5)", NULL};
+    assert_true(rt_train_apply_defaults(&o, clip2, err, sizeof err));
+    assert_float_equal(o.clip_gradient, 2.5, 0);
+    /* schedules: warmup_steps, warmup_mode, max_update; constant */
+    const char *const sch[] = {"lr=cosine(base_lr=0.4, final_lr=0.01, warmup_steps=30, "
+                               "warmup_begin_lr=0.1, warmup_mode=constant, max_update=900)", NULL};
+    assert_true(rt_train_apply_defaults(&o, sch, err, sizeof err));
+    assert_int_equal(o.sched.kind, RT_LR_COSINE);
+    assert_float_equal(o.lr, 0.4, 1e-7);
+    assert_int_equal(o.sched.warmup_steps, 30);
+    assert_int_equal(o.sched.warmup_mode, RT_WARMUP_CONSTANT);
+    assert_int_equal(o.sched.max_update, 900);
+    const char *const cst[] = {"lr=constant(base=0.3)", NULL};
+    assert_true(rt_train_apply_defaults(&o, cst, err, sizeof err));
+    assert_int_equal(o.sched.kind, RT_LR_CONSTANT);
+    assert_float_equal(o.lr, 0.3, 1e-7);
     /* a plain lr, an sgd optimizer, a quoted data source */
     const char *const kv2[] = {"lr=0.05", "optimizer=sgd(momentum=0)", "data=\"synthetic\"", NULL};
     assert_true(rt_train_apply_defaults(&o, kv2, err, sizeof err));
@@ -134,6 +172,17 @@ static void test_train_defaults(void **state)
         {"lr=cosine(base=x)", "base must be a number"},
         {"optimizer=adam()", "optimizer 'adam' is not supported"},
         {"optimizer=sgd(momentum=", "not of the form"},
+        {"optimizer=sgd(lazy_update=true)", "sgd() has no argument 'lazy_update' (momentum, wd, "},
+        {"optimizer=nag(multi_precision=maybe)", "multi_precision must be true or false"},
+        {"optimizer=sgd(momentum=1.5)", "needs momentum in [0, 1]"},
+        {"lr=cosine(warmup_steps=5, warmup_epochs=1)", "not both"},
+        {"lr=cosine(warmup_steps=2.5)", "warmup_steps must be an integer"},
+        {"lr=cosine(warmup_mode=exp)", "warmup_mode must be linear or constant"},
+        {"lr=cosine(final=-1)", "must be >= 0"},
+        {"lr=cosine(cycles=2)", "cosine() has no argument 'cycles'"},
+        {"lr=step(base=1)", "a number, constant(base=) or cosine("},
+        {"loss_scale=sometimes", "expected dynamic"},
+        {"loss_scale=dynamic(growth=0.5)", "growth must be in"},
         {"init=orthogonal()", "unknown initialiser"},
         {"momentum=2", "'momentum=2'"},
         {"nokey", "is not key=value"},
@@ -154,7 +203,11 @@ static void test_flags(void **state)
     rt_train_options_default(&o);
     int rc = parse(&o, ARGS("--max-steps", "100", "--epochs=3", "--batch-size", "64", "--lr",
                             "0.5", "--momentum", "0", "--wd", "0.001", "--seed", "0x10", "--data",
-                            "digits", "--data-dir", "/d", "--log-interval", "10", "--threads", "2"));
+                            "digits", "--data-dir", "/d", "--log-interval", "10", "--threads", "2",
+                            "--loss-scale", "dynamic(init=1024, backoff=0.25)", "--save-dir",
+                            "ck", "--resume", "ck/m-0002.params", "--eval-only",
+                            "--check-numerics", "--inject-inf-at-step=7",
+                            "--inject-nan=stage1_unit1_conv1:12"));
     assert_int_equal(rc, -1);
     assert_string_equal(err_text, "");
     assert_int_equal(o.max_steps, 100);
@@ -169,6 +222,24 @@ static void test_flags(void **state)
     assert_int_equal(o.log_interval, 10);
     assert_int_equal(o.threads, 2);
     assert_string_equal(o.prog, "train_tiny");
+    assert_int_equal(o.loss_scale.mode, RT_LS_DYNAMIC);
+    assert_float_equal(o.loss_scale.init, 1024, 0);
+    assert_float_equal(o.loss_scale.backoff, 0.25, 0);
+    assert_string_equal(o.save_dir, "ck");
+    assert_string_equal(o.resume, "ck/m-0002.params");
+    assert_true(o.eval_only);
+    assert_true(o.check_numerics);
+    assert_int_equal(o.inject_inf_step, 7);
+    assert_string_equal(o.inject_nan_node, "stage1_unit1_conv1");
+    assert_int_equal(o.inject_nan_step, 12);
+    /* a node name may hold ':' (the last one separates the step) */
+    assert_int_equal(parse(&o, ARGS("--inject-nan", "a:b:3", "--loss-scale", "off")), -1);
+    assert_string_equal(o.inject_nan_node, "a:b");
+    assert_int_equal(o.inject_nan_step, 3);
+    assert_int_equal(o.loss_scale.mode, RT_LS_OFF);
+    assert_int_equal(parse(&o, ARGS("--loss-scale=512")), -1);
+    assert_int_equal(o.loss_scale.mode, RT_LS_STATIC);
+    assert_float_equal(o.loss_scale.init, 512, 0);
     /* flags override train defaults; a second parse in the same process works */
     const char *const kv[] = {"batch_size=8", "epochs=9", NULL};
     char err[256];
@@ -190,7 +261,9 @@ static void test_help(void **state)
     assert_int_equal(parse(&o, ARGS("--help")), 0);
     assert_non_null(strstr(out_text, "Usage: train_tiny [options]"));
     const char *flags[] = {"--epochs", "--max-steps", "--batch-size", "--lr", "--momentum", "--wd",
-                           "--seed", "--data ", "--data-dir", "--log-interval", "--threads", "--help"};
+                           "--seed", "--data ", "--data-dir", "--log-interval", "--threads", "--help",
+                           "--loss-scale", "--save-dir", "--resume", "--eval-only",
+                           "--check-numerics", "--inject-inf-at-step", "--inject-nan"};
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
         if (!strstr(out_text, flags[i]))
             fail_msg("--help does not mention %s", flags[i]);
@@ -220,6 +293,17 @@ static void test_flag_errors(void **state)
     expect_error(ARGS("--threads", "0"), "--threads: '0'");
     expect_error(ARGS("--epochs", "2", "extra"), "unexpected argument 'extra'");
     expect_error(ARGS("--help=3"), "option '--help' takes no value");
+    expect_error(ARGS("--eval-only=yes"), "option '--eval-only' takes no value");
+    expect_error(ARGS("--loss-scale", "0"), "--loss-scale: loss scale '0': a static scale must be "
+                                            "a positive finite number");
+    expect_error(ARGS("--loss-scale", "dynamic(init=1024"), "--loss-scale: loss scale ");
+    expect_error(ARGS("--loss-scale=dynamic(interval=0)"), "interval must be an integer >= 1");
+    expect_error(ARGS("--inject-inf-at-step", "-1"), "--inject-inf-at-step: '-1' is not a step number");
+    expect_error(ARGS("--inject-nan", "fc1"), "--inject-nan: 'fc1' is not NODE:STEP");
+    expect_error(ARGS("--inject-nan", ":3"), "is not NODE:STEP");
+    expect_error(ARGS("--inject-nan", "fc1:x"), "is not NODE:STEP");
+    expect_error(ARGS("--resume="), "--resume: '' is not a checkpoint file");
+    expect_error(ARGS("--save-dir="), "--save-dir: '' is not a directory");
 }
 
 static void test_main_exit_codes(void **state)
@@ -258,6 +342,32 @@ static void test_lr_schedule(void **state)
     s.final_lr = 0.002f;
     assert_float_equal(rt_lr_at(&s, 0.2f, 150, 10, 100), 0.002, 1e-9);
     assert_float_equal(rt_lr_at(&s, 0.2f, 60, 10, 100), (0.2 + 0.002) / 2, 1e-6);
+    /* warmup_steps instead of epochs, and a constant warmup */
+    RtLrSchedule w = {.kind = RT_LR_COSINE, .warmup_steps = 5, .warmup_begin = 0.05f};
+    assert_float_equal(rt_lr_at(&w, 0.2f, 1, 1000, 105), 0.05 + 0.15 * 1 / 5, 1e-7);
+    assert_float_equal(rt_lr_at(&w, 0.2f, 4, 1000, 105), 0.05 + 0.15 * 4 / 5, 1e-7);
+    assert_float_equal(rt_lr_at(&w, 0.2f, 5, 1000, 105), 0.2, 1e-7);
+    assert_float_equal(rt_lr_at(&w, 0.2f, 55, 1000, 105), 0.1, 1e-7);
+    w.warmup_mode = RT_WARMUP_CONSTANT;
+    assert_float_equal(rt_lr_at(&w, 0.2f, 4, 1000, 105), 0.05, 0);
+    assert_float_equal(rt_lr_at(&w, 0.2f, 5, 1000, 105), 0.2, 1e-7);
+    /* an explicit max_update wins over epochs x steps */
+    w.max_update = 205;
+    assert_float_equal(rt_lr_at(&w, 0.2f, 105, 1000, 105), 0.1, 1e-7);
+    assert_float_equal(rt_lr_at(&w, 0.2f, 300, 1000, 105), 0, 0);
+    /* MXNet's formula step by step (steps counted from 1, final held) */
+    RtLrSchedule m = {.kind = RT_LR_COSINE, .final_lr = 0.001f, .warmup_epochs = 1,
+                      .warmup_begin = 0};
+    for (int64_t t = 1; t <= 60; t++) {
+        double want;
+        if (t < 10)
+            want = 0.1 * (double)t / 10;
+        else if (t <= 50)
+            want = 0.001 + (0.1 - 0.001) * (1 + cos(3.141592653589793 * (double)(t - 10) / 40)) / 2;
+        else
+            want = 0.001;
+        assert_float_equal(rt_lr_at(&m, 0.1f, t, 10, 50), want, 1e-7);
+    }
 }
 
 int main(void)

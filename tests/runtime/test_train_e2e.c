@@ -19,8 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "model_tiny.c"
 #include "train.h"
@@ -90,12 +93,15 @@ static void test_log_format(void **state)
                               "10240 training and 1024 validation samples; batch 16, 640 steps per "
                               "epoch$") != 1 ||
         count_lines(out_text, "^Epoch\\[0\\] Batch \\[0-50\\]\tSpeed: [0-9]+\\.[0-9]{2} samples/sec\t"
-                              "accuracy=" NUM "\tcross-entropy=" NUM "$") != 1 ||
+                              "accuracy=" NUM "\tcross-entropy=" NUM "\ttop_k_accuracy_5=" NUM "$") != 1 ||
         count_lines(out_text, "^Epoch\\[0\\] Batch \\[50-100\\]\tSpeed: [0-9]+\\.[0-9]{2} samples/sec\t"
-                              "accuracy=" NUM "\tcross-entropy=" NUM "$") != 1 ||
+                              "accuracy=" NUM "\tcross-entropy=" NUM "\ttop_k_accuracy_5=" NUM "$") != 1 ||
         count_lines(out_text, "Batch") != 2 ||
         count_lines(out_text, "^Epoch\\[0\\] Train-accuracy=" NUM "$") != 1 ||
         count_lines(out_text, "^Epoch\\[0\\] Train-cross-entropy=" NUM "$") != 1 ||
+        count_lines(out_text, "^Epoch\\[0\\] Train-top_k_accuracy_5=" NUM "$") != 1 ||
+        count_lines(out_text, "^Epoch\\[0\\] Validation-top_k_accuracy_5=" NUM "$") != 1 ||
+        count_lines(out_text, "Loss") != 0 || /* fp32: no loss-scale lines */
         count_lines(out_text, "^Epoch\\[0\\] Time cost=[0-9]+\\.[0-9]{3}$") != 1 ||
         count_lines(out_text, "^Epoch\\[0\\] Validation-accuracy=" NUM "$") != 1 ||
         count_lines(out_text, "^Epoch\\[0\\] Validation-cross-entropy=" NUM "$") != 1 ||
@@ -219,6 +225,342 @@ static void test_run_errors(void **state)
     assert_non_null(strstr(err_text, "warmup_begin"));
 }
 
+/* ---- loss scaling, checkpoints, resume, numerics ---------------------------------- */
+
+static char tmp_root[256];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    snprintf(tmp_root, sizeof tmp_root, "/tmp/ampc_train_e2e.XXXXXX");
+    return mkdtemp(tmp_root) ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return nftw(tmp_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static const char *sub(const char *name)
+{
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmp_root, name);
+    return buf[k];
+}
+
+static RtCheckpoint read_ck(const char *path)
+{
+    RtCheckpoint ck;
+    char err[1024];
+    if (!rt_checkpoint_read(path, &ck, err, sizeof err))
+        fail_msg("%s", err);
+    return ck;
+}
+
+static unsigned char *file_bytes(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    unsigned char *b = malloc((size_t)n + 1);
+    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static void set_loss_scale(RtTrainOptions *o, const char *s)
+{
+    char err[256];
+    if (!rt_loss_scale_parse(s, &o->loss_scale, err, sizeof err))
+        fail_msg("%s", err);
+}
+
+/* The lines of a log that must repeat exactly: metrics without speeds. */
+static char *metric_lines(const char *log, int from_epoch)
+{
+    size_t cap = strlen(log) + 1, at = 0;
+    char *dst = malloc(cap), line[1024];
+    const char *p = log;
+    while (*p) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p + 1) : strlen(p);
+        snprintf(line, sizeof line, "%.*s", (int)n, p);
+        p += n;
+        int ep;
+        if (sscanf(line, "Epoch[%d]", &ep) != 1 || ep < from_epoch || strstr(line, "Time cost"))
+            continue;
+        char *sp = strstr(line, "Speed: ");
+        if (sp) /* drop the speed */
+            memmove(sp, strchr(sp, '\t'), strlen(strchr(sp, '\t')) + 1);
+        at += (size_t)snprintf(dst + at, cap - at, "%s", line);
+    }
+    return dst;
+}
+
+/* An overflow injected at step K: the step is skipped, and the checkpoints
+ * written after K steps and after K+1 hold the same parameters (masters and
+ * shadows), momentum and update count; the scale halves; training goes on. */
+static void test_overflow_skipped(void **state)
+{
+    (void)state;
+    const int64_t K = 7;
+    RtTrainOptions o = options(&tiny_model_f16);
+    RtTrainResult a, b;
+    o.data = "synthetic";
+    o.batch_size = 64;
+    o.log_interval = 0;
+    o.epochs = 1;
+    o.lr = 0.2f;
+    o.sched = (RtLrSchedule){.kind = RT_LR_COSINE, .warmup_steps = 4, .warmup_begin = 0.01f};
+    set_loss_scale(&o, "dynamic(init=1024)");
+    o.max_steps = K;
+    o.save_dir = sub("skip_before");
+    assert_int_equal(run(&tiny_model_f16, &o, &a), 0);
+    assert_int_equal(a.skipped, 0);
+    o.max_steps = K + 1;
+    o.inject_inf_step = K;
+    o.save_dir = sub("skip_after");
+    assert_int_equal(run(&tiny_model_f16, &o, &b), 0);
+    if (!strstr(out_text, "Epoch[0] Batch [7]\tAMP: gradient overflow at step 7: step skipped "
+                          "(1 skipped in all)\nAMP: decreasing loss scale to 512.000000\n") ||
+        !strstr(out_text, "Epoch[0] Loss-scale=512 Skipped-steps=1\n"))
+        fail_msg("log:\n%s", out_text);
+    assert_int_equal(b.steps, K + 1);
+    assert_int_equal(b.num_update, a.num_update);
+    assert_int_equal(b.num_update, K);
+    assert_int_equal(b.skipped, 1);
+    assert_float_equal(b.loss_scale, a.loss_scale / 2, 0);
+    assert_memory_equal(&b.lr, &a.lr, sizeof a.lr); /* the schedule did not advance */
+    RtCheckpoint ca = read_ck(sub("skip_before/tiny_mlp_f16-0001.params"));
+    RtCheckpoint cb = read_ck(sub("skip_after/tiny_mlp_f16-0001.params"));
+    assert_int_equal(ca.run.step, K);
+    assert_int_equal(cb.run.step, K + 1);
+    assert_int_equal(cb.run.batch_in_epoch, K + 1);
+    assert_int_equal(ca.run.num_update, cb.run.num_update);
+    assert_float_equal(cb.run.ls.s.scale, ca.run.ls.s.scale / 2, 0);
+    assert_int_equal(cb.run.ls.s.tracker, 0);
+    assert_int_equal(ca.run.ls.s.tracker, K);
+    for (int i = 0; i < ca.nparams; i++) {
+        size_t n = (size_t)ca.params[i].numel * sizeof(float);
+        assert_memory_equal(ca.params[i].values, cb.params[i].values, n);
+        assert_non_null(ca.params[i].state);
+        assert_memory_equal(ca.params[i].state, cb.params[i].state, n);
+    }
+    rt_checkpoint_free(&ca);
+    rt_checkpoint_free(&cb);
+    /* and on through the epoch: one skip, the rest trains */
+    o.max_steps = -1;
+    o.save_dir = NULL;
+    assert_int_equal(run(&tiny_model_f16, &o, &b), 0);
+    assert_int_equal(b.skipped, 1);
+    assert_int_equal(b.num_update, b.steps - 1);
+    /* a static scale never skips: the update is applied and a warning said */
+    set_loss_scale(&o, "256");
+    o.max_steps = 5;
+    o.inject_inf_step = 3;
+    assert_int_equal(run(&tiny_model_f16, &o, &b), 0);
+    assert_int_equal(b.skipped, 0);
+    assert_int_equal(b.num_update, 5);
+    assert_non_null(strstr(err_text, "test: warning: step 3 (epoch 0, batch 3): the gradients hold "
+                                     "inf or NaN and the update was applied (loss scale static 256"));
+    assert_non_null(strstr(out_text, "Loss scale: static 256\n"));
+}
+
+/* Resuming continues bit for bit: the last checkpoint of a 4-epoch run
+ * equals, byte for byte, that of a run stopped inside epoch 1 (and one
+ * stopped at an epoch boundary) and resumed; the logged metrics agree. */
+static void test_resume_bit_exact(void **state)
+{
+    (void)state;
+    RtTrainOptions o = options(&tiny_model_f16);
+    RtTrainResult r, ra;
+    o.data = "synthetic";
+    o.batch_size = 1024; /* 10 steps per epoch */
+    o.epochs = 4;
+    o.log_interval = 3;
+    o.lr = 0.2f;
+    o.sched = (RtLrSchedule){.kind = RT_LR_COSINE, .final_lr = 0.01f, .warmup_epochs = 1,
+                             .warmup_begin = 0.0f};
+    o.save_dir = sub("full");
+    assert_int_equal(run(&tiny_model_f16, &o, &ra), 0);
+    char *full_log = strdup(out_text);
+    assert_int_equal(count_lines(full_log, "^Saved checkpoint to \".*/full/tiny_mlp_f16-000[1-4]"
+                                           "\\.params\"$"), 4);
+    size_t la;
+    unsigned char *fa = file_bytes(sub("full/tiny_mlp_f16-0004.params"), &la);
+    static const int64_t stops[] = {13, 20};
+    for (size_t k = 0; k < 2; k++) {
+        const char *d = sub(stops[k] == 13 ? "part13" : "part20");
+        char dir[512], ck[600];
+        snprintf(dir, sizeof dir, "%s", d);
+        o.save_dir = dir;
+        o.max_steps = stops[k];
+        o.resume = NULL;
+        assert_int_equal(run(&tiny_model_f16, &o, &r), 0);
+        assert_int_equal(r.steps, stops[k]);
+        snprintf(ck, sizeof ck, "%s/tiny_mlp_f16-0002.params", dir);
+        RtCheckpoint c = read_ck(ck);
+        assert_int_equal(c.run.epoch, stops[k] == 13 ? 1 : 2);
+        assert_int_equal(c.run.batch_in_epoch, stops[k] == 13 ? 3 : 0);
+        rt_checkpoint_free(&c);
+        o.max_steps = -1;
+        o.resume = ck;
+        assert_int_equal(run(&tiny_model_f16, &o, &r), 0);
+        assert_non_null(strstr(out_text, "Resumed from \""));
+        snprintf(ck, sizeof ck, "%s/tiny_mlp_f16-0004.params", dir);
+        size_t lb;
+        unsigned char *fb = file_bytes(ck, &lb);
+        assert_int_equal(la, lb);
+        assert_memory_equal(fa, fb, la);
+        free(fb);
+        assert_int_equal(r.steps, ra.steps);
+        assert_int_equal(r.num_update, ra.num_update);
+        assert_memory_equal(&r.val_accuracy, &ra.val_accuracy, sizeof(double));
+        assert_memory_equal(&r.val_cross_entropy, &ra.val_cross_entropy, sizeof(double));
+        /* epochs 2 and 3 log the same metrics, line for line */
+        char *x = metric_lines(full_log, 2), *y = metric_lines(out_text, 2);
+        if (strlen(x) <= 200)
+            fail_msg("metric lines: [%s] of\n%s", x, full_log);
+        assert_string_equal(x, y);
+        free(x);
+        free(y);
+    }
+    /* --eval-only on the last checkpoint reproduces its validation */
+    o.resume = sub("full/tiny_mlp_f16-0004.params");
+    o.eval_only = true;
+    o.save_dir = NULL;
+    assert_int_equal(run(&tiny_model_f16, &o, &r), 0);
+    assert_memory_equal(&r.val_accuracy, &ra.val_accuracy, sizeof(double));
+    assert_int_equal(count_lines(out_text, "^Validation-accuracy=" NUM "$"), 1);
+    assert_int_equal(count_lines(out_text, "^Validation-top_k_accuracy_5=" NUM "$"), 1);
+    assert_int_equal(count_lines(out_text, "^Final validation-accuracy=" NUM "$"), 1);
+    assert_int_equal(count_lines(out_text, "Batch|Train-"), 0);
+    /* without --resume: the initial parameters, as --max-steps 0 */
+    RtTrainResult z;
+    o.resume = NULL;
+    assert_int_equal(run(&tiny_model_f16, &o, &r), 0);
+    o.eval_only = false;
+    o.max_steps = 0;
+    assert_int_equal(run(&tiny_model_f16, &o, &z), 0);
+    assert_memory_equal(&r.val_cross_entropy, &z.val_cross_entropy, sizeof(double));
+    /* a broken checkpoint stops the run (exit status 1), naming the file */
+    o.max_steps = -1;
+    const char *bad = sub("bad.params");
+    FILE *f = fopen(bad, "wb");
+    fwrite(fa, 1, la / 2, f);
+    fclose(f);
+    o.resume = bad;
+    assert_int_equal(run(&tiny_model_f16, &o, &r), 1);
+    assert_non_null(strstr(err_text, "checkpoint"));
+    assert_non_null(strstr(err_text, bad));
+    assert_non_null(strstr(err_text, "truncated"));
+    free(fa);
+    free(full_log);
+}
+
+static void test_check_numerics(void **state)
+{
+    (void)state;
+    RtTrainOptions o = options(&tiny_model_f16);
+    RtTrainResult r;
+    o.data = "synthetic";
+    o.max_steps = 5;
+    o.log_interval = 0;
+    set_loss_scale(&o, "dynamic(init=256)");
+    o.check_numerics = true;
+    /* a NaN in a forward node: named, with the step; the run stops */
+    snprintf(o.inject_nan_node, sizeof o.inject_nan_node, "fc1");
+    o.inject_nan_step = 2;
+    assert_int_equal(run(&tiny_model_f16, &o, &r), 1);
+    if (!strstr(err_text, "test: --check-numerics: step 2 (epoch 0, batch 2), forward pass of the "
+                          "train step: the output of node 'fc1' (buffer 7, float16) holds inf or "
+                          "NaN\n"))
+        fail_msg("%s", err_text);
+    assert_int_equal(r.steps, 2);
+    /* in the backward pass under dynamic loss scaling: an overflow, logged and skipped */
+    snprintf(o.inject_nan_node, sizeof o.inject_nan_node, "relu1_grad");
+    assert_int_equal(run(&tiny_model_f16, &o, &r), 0);
+    assert_non_null(strstr(out_text, "Epoch[0] Batch [2]\tNumerics: gradient overflow at step 2, "
+                                     "first in the output of node 'relu1_grad' (loss scale 256)\n"
+                                     "Epoch[0] Batch [2]\tAMP: gradient overflow at step 2: step "
+                                     "skipped"));
+    assert_int_equal(r.skipped, 1);
+    /* ... and without: an error */
+    set_loss_scale(&o, "off");
+    assert_int_equal(run(&tiny_model_f16, &o, &r), 1);
+    assert_non_null(strstr(err_text, "backward pass of the train step: the output of node "
+                                     "'relu1_grad'"));
+    /* the NaN without --check-numerics: the dynamic scaler skips the step */
+    set_loss_scale(&o, "dynamic(init=256)");
+    o.check_numerics = false;
+    assert_int_equal(run(&tiny_model_f16, &o, &r), 0);
+    assert_int_equal(r.skipped, 1);
+    assert_null(strstr(out_text, "Numerics"));
+    /* a clean fp32 run says nothing */
+    RtTrainOptions c = options(&ampc_model);
+    c.data = "synthetic";
+    c.max_steps = 20;
+    c.check_numerics = true;
+    assert_int_equal(run(&ampc_model, &c, &r), 0);
+    assert_null(strstr(out_text, "Numerics"));
+    assert_string_equal(err_text, "");
+    /* a node the model does not have */
+    snprintf(c.inject_nan_node, sizeof c.inject_nan_node, "fc9");
+    c.inject_nan_step = 1;
+    assert_int_equal(run(&ampc_model, &c, &r), 2);
+    assert_non_null(strstr(err_text, "--inject-nan: model tiny_mlp has no node named 'fc9'"));
+}
+
+/* AMP logs: the scale and the skipped steps per epoch. */
+static void test_amp_log(void **state)
+{
+    (void)state;
+    RtTrainOptions o = options(&tiny_model_f16);
+    RtTrainResult r;
+    o.data = "synthetic";
+    o.batch_size = 1024;
+    o.epochs = 2;
+    o.log_interval = 0;
+    assert_int_equal(run(&tiny_model_f16, &o, &r), 0);
+    if (count_lines(out_text, "^Loss scale: dynamic, init 65536, growth 2, backoff 0.5, interval "
+                              "2000, min 0, max 16777216$") != 1 ||
+        count_lines(out_text, "^Epoch\\[[01]\\] Loss-scale=[0-9]+ Skipped-steps=[0-9]+$") != 2)
+        fail_msg("%s", out_text);
+    /* the skips are counted: the lines add up to the total */
+    int a = 0, b = 0;
+    const char *p = strstr(out_text, "Epoch[0] Loss-scale=");
+    assert_non_null(p);
+    assert_int_equal(sscanf(strstr(p, "Skipped-steps="), "Skipped-steps=%d", &a), 1);
+    p = strstr(out_text, "Epoch[1] Loss-scale=");
+    assert_non_null(p);
+    assert_int_equal(sscanf(strstr(p, "Skipped-steps="), "Skipped-steps=%d", &b), 1);
+    assert_int_equal(a + b, r.skipped);
+    assert_int_equal(count_lines(out_text, "AMP: gradient overflow"), r.skipped);
+    assert_int_equal(r.num_update + r.skipped, r.steps);
+    /* bfloat16: off unless set */
+    o = options(&tiny_model_bf16);
+    o.data = "synthetic";
+    o.max_steps = 3;
+    assert_int_equal(run(&tiny_model_bf16, &o, &r), 0);
+    assert_non_null(strstr(out_text, "Loss scale: off 1\n"));
+    assert_non_null(strstr(out_text, "Epoch[0] Loss-scale=1 Skipped-steps=0\n"));
+}
+
 /* ---- digits -------------------------------------------------------------------------- */
 
 static const char *digits_dir(void)
@@ -292,8 +634,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_log_format),   cmocka_unit_test(test_max_steps),
         cmocka_unit_test(test_deterministic), cmocka_unit_test(test_validation_padding),
-        cmocka_unit_test(test_run_errors),   cmocka_unit_test(test_digits_fp32),
+        cmocka_unit_test(test_run_errors),   cmocka_unit_test(test_overflow_skipped),
+        cmocka_unit_test(test_resume_bit_exact), cmocka_unit_test(test_check_numerics),
+        cmocka_unit_test(test_amp_log),      cmocka_unit_test(test_digits_fp32),
         cmocka_unit_test(test_digits_fp16),  cmocka_unit_test(test_digits_bf16),
     };
-    return cmocka_run_group_tests_name("train_e2e", tests, NULL, NULL);
+    return cmocka_run_group_tests_name("train_e2e", tests, group_setup, group_teardown);
 }

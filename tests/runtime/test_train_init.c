@@ -122,6 +122,9 @@ static void test_init_parse(void **state)
     assert_true(ini.gaussian);
     assert_int_equal(ini.factor, RT_FAN_AVG);
     assert_float_equal(ini.magnitude, 2.0 / (1 + 0.0625), 1e-6);
+    RtInit alias;
+    assert_true(rt_init_parse("msraprelu()", &alias, err, sizeof err)); /* MXNet's registry name */
+    assert_memory_equal(&alias, &ini, sizeof ini);
     assert_true(rt_init_parse("msra_prelu(slope=0, factor_type=\"in\")", &ini, err, sizeof err));
     assert_float_equal(ini.magnitude, 2.0, 0);
     assert_int_equal(ini.factor, RT_FAN_IN);

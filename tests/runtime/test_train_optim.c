@@ -3,9 +3,11 @@
  * against a naive reference, several steps: fp32 weights, fp16 and bf16
  * weights with fp32 masters (the 16-bit shadow must equal the rounded master
  * bit for bit, and the old shadow must not be read), 16-bit weights without
- * a master, an fp32 gradient of a 16-bit weight; MXNet's weight-decay rule
- * by name, lr_mult and wd_mult; SGD with and without momentum and NAG; and
- * the buffers rt_trainer_init allocates.
+ * a master, an fp32 gradient of a 16-bit weight; the table's wd_mult (the
+ * compiler emits MXNet's rule, 0 for biases) and lr_mult; SGD with and
+ * without momentum and NAG, with a learning rate that changes every step and
+ * with clip_gradient; the finite check fused into the update and the
+ * separate one; the bytes moved; and the buffers rt_trainer_init allocates.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,11 +29,11 @@ enum { NP = 8 };
 /* parameter i reads buffer i, its gradient is buffer NP + i */
 static const RtParam params[NP] = {
     {"fc_weight", RT_PK_WEIGHT, RT_F32, false, 2, {37, 1}, N, "default", 1, 1, 0, NP + 0},
-    {"fc_bias", RT_PK_BIAS, RT_F32, false, 1, {37}, N, "default", 1, 2, 1, NP + 1},
+    {"fc_bias", RT_PK_BIAS, RT_F32, false, 1, {37}, N, "default", 0, 2, 1, NP + 1},
     {"conv_weight", RT_PK_WEIGHT, RT_F16, true, 2, {37, 1}, N, "default", 1, 0.5f, 2, NP + 2},
     {"bn_gamma", RT_PK_GAMMA, RT_F32, false, 1, {37}, N, "default", 0.5f, 1, 3, NP + 3},
     {"bf_weight", RT_PK_WEIGHT, RT_BF16, true, 2, {37, 1}, N, "default", 1, 1, 4, NP + 4},
-    {"bn_moving_mean", RT_PK_MOVING_MEAN, RT_F32, false, 1, {37}, N, "default", 1, 1, 5, -1},
+    {"bn_moving_mean", RT_PK_MOVING_MEAN, RT_F32, false, 1, {37}, N, "default", 0, 1, 5, -1},
     {"h_weight", RT_PK_WEIGHT, RT_F16, false, 2, {37, 1}, N, "default", 1, 1, 6, NP + 6},
     {"m_weight", RT_PK_WEIGHT, RT_F16, true, 2, {37, 1}, N, "default", 2, 1, 7, NP + 7},
 };
@@ -75,14 +77,14 @@ typedef struct {
     double w[NP][N], m[NP][N];
 } Ref;
 
-static void run(RtOptKind kind, float momentum, int steps)
+static void run_clip(RtOptKind kind, float momentum, int steps, float clip)
 {
     RtTrainer t;
     char err[256];
     bool with_state = momentum != 0;
     assert_true(rt_trainer_init(&t, &model, 4, with_state, err, sizeof err));
     RtOptConfig c = {.kind = kind, .lr = 0.1f, .momentum = momentum, .wd = 0.01f,
-                     .rescale_grad = 1.0f / 8, .clip_gradient = -1};
+                     .rescale_grad = 1.0f / 8, .clip_gradient = clip};
     Ref ref;
     memset(&ref, 0, sizeof ref);
     uint64_t seed = 17;
@@ -115,17 +117,18 @@ static void run(RtOptKind kind, float momentum, int steps)
             if (p->has_master)
                 memset(t.ctx.buf[p->buffer], 0xff, N * rt_dtype_size(p->dtype));
         }
-        rt_optim_step(&model, &t.ctx, t.state, &c);
+        assert_true(rt_optim_step(&model, &t.ctx, t.state, &c)); /* all finite */
         for (int i = 0; i < NP; i++) {
             const RtParam *p = &params[i];
             if (p->grad < 0)
                 continue;
             double lr = (double)c.lr * p->lr_mult;
-            bool decay = strstr(p->name, "_weight") || strstr(p->name, "_gamma");
-            double wd = decay ? (double)c.wd * p->wd_mult : 0;
+            double wd = (double)c.wd * p->wd_mult; /* the table's, as is */
             double mu = momentum;
             for (int e = 0; e < N; e++) {
                 double g = (double)c.rescale_grad * to_f(t.ctx.buf[p->grad], buffers[p->grad].dtype, e);
+                if (clip >= 0)
+                    g = g > clip ? clip : g < -clip ? -clip : g;
                 double *w = &ref.w[i][e], *m = &ref.m[i][e];
                 if (momentum == 0) {
                     *w = (1 - lr * wd) * *w - lr * g;
@@ -172,6 +175,8 @@ static void run(RtOptKind kind, float momentum, int steps)
     rt_trainer_free(&t);
 }
 
+static void run(RtOptKind kind, float momentum, int steps) { run_clip(kind, momentum, steps, -1); }
+
 static void test_sgd_momentum(void **state)
 {
     (void)state;
@@ -188,6 +193,13 @@ static void test_nag(void **state)
 {
     (void)state;
     run(RT_OPT_NAG, 0.9f, 6);
+}
+
+static void test_clip_gradient(void **state)
+{
+    (void)state;
+    run_clip(RT_OPT_SGD, 0.9f, 4, 0.5f); /* gradients ~8/8: many clipped */
+    run_clip(RT_OPT_NAG, 0.9f, 4, 0.5f);
 }
 
 static void test_nag_momentum0_is_sgd(void **state)
@@ -227,19 +239,59 @@ static void test_mp_matches_shared_kernel(void **state)
     rt_trainer_free(&t);
 }
 
-static void test_wd_rule_and_bytes(void **state)
+static void test_wd_mult_and_bytes(void **state)
 {
     (void)state;
+    /* the table's wd_mult as is: the compiler emits MXNet's rule */
     assert_float_equal(rt_optim_wd_mult(&params[0]), 1, 0);   /* fc_weight */
-    assert_float_equal(rt_optim_wd_mult(&params[1]), 0, 0);   /* fc_bias */
+    assert_float_equal(rt_optim_wd_mult(&params[1]), 0, 0);   /* fc_bias: 0 in the table */
     assert_float_equal(rt_optim_wd_mult(&params[3]), 0.5, 0); /* bn_gamma, wd_mult 0.5 */
-    assert_float_equal(rt_optim_wd_mult(&params[5]), 0, 0);   /* bn_moving_mean */
+    RtParam odd = params[1];
+    odd.wd_mult = 3; /* an explicit wd_mult on a bias is honoured (no name rule) */
+    assert_float_equal(rt_optim_wd_mult(&odd), 3, 0);
     RtOptConfig mom = {.momentum = 0.9f}, plain = {.momentum = 0};
-    /* mp SGD momentum: read grad 2 + master 4 + momentum 4, write 4 + 4 + shadow 2 */
-    assert_int_equal(rt_optim_bytes_per_param(&params[2], RT_F16, &mom), 20);
-    assert_int_equal(rt_optim_bytes_per_param(&params[2], RT_F16, &plain), 12);
-    assert_int_equal(rt_optim_bytes_per_param(&params[0], RT_F32, &mom), 20);
-    assert_int_equal(rt_optim_bytes_per_param(&params[0], RT_F32, &plain), 12);
+    /* mp SGD momentum: read grad 2 + master 4 + momentum 4, write 4 + 4 + shadow 2;
+     * MXNet's mp_sgd_mom_update moves the same 20, its multi_all_finite 2 more */
+    assert_int_equal(rt_optim_bytes_per_param(&params[2], RT_F16, &mom, false), 20);
+    assert_int_equal(rt_optim_bytes_per_param(&params[2], RT_F16, &mom, true), 22);
+    assert_int_equal(rt_optim_bytes_per_param(&params[2], RT_F16, &plain, false), 12);
+    assert_int_equal(rt_optim_bytes_per_param(&params[0], RT_F32, &mom, false), 20);
+    assert_int_equal(rt_optim_bytes_per_param(&params[0], RT_F32, &mom, true), 24);
+    assert_int_equal(rt_optim_bytes_per_param(&params[0], RT_F32, &plain, false), 12);
+}
+
+/* The finite check: the separate one (rt_multi_all_finite over every
+ * gradient) and the one fused into the update, for each gradient dtype. */
+static void test_finite_check(void **state)
+{
+    (void)state;
+    RtTrainer t;
+    char err[256];
+    assert_true(rt_trainer_init(&t, &model, 4, true, err, sizeof err));
+    RtOptConfig c = {.kind = RT_OPT_SGD, .lr = 0.1f, .momentum = 0.9f, .wd = 0,
+                     .rescale_grad = 1, .clip_gradient = -1};
+    assert_true(rt_optim_grads_finite(&model, &t.ctx));
+    assert_int_equal(rt_optim_first_nonfinite(&model, &t.ctx), -1);
+    assert_true(rt_optim_step(&model, &t.ctx, t.state, &c));
+    static const struct { int param; float v; } cases[] = {
+        {0, INFINITY}, {1, NAN}, {2, -INFINITY}, {4, NAN}, {6, INFINITY}, {7, NAN},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        int i = cases[k].param;
+        RtDType gdt = buffers[params[i].grad].dtype;
+        memset(t.ctx.buf[params[i].grad], 0, N * rt_dtype_size(gdt));
+        store(t.ctx.buf[params[i].grad], gdt, 30, cases[k].v);
+        assert_false(rt_optim_grads_finite(&model, &t.ctx));
+        assert_int_equal(rt_optim_first_nonfinite(&model, &t.ctx), i);
+        assert_false(rt_optim_step(&model, &t.ctx, t.state, &c)); /* fused: applied, reported */
+        store(t.ctx.buf[params[i].grad], gdt, 30, 65504.0f); /* large but finite */
+        assert_true(rt_optim_grads_finite(&model, &t.ctx));
+        memset(t.ctx.buf[params[i].grad], 0, N * rt_dtype_size(gdt));
+    }
+    /* the moving statistics have no gradient: never checked */
+    store(t.ctx.buf[NP + 5], RT_F32, 0, NAN);
+    assert_true(rt_optim_grads_finite(&model, &t.ctx));
+    rt_trainer_free(&t);
 }
 
 static void test_trainer_buffers(void **state)
@@ -303,7 +355,9 @@ int main(void)
         cmocka_unit_test(test_nag),
         cmocka_unit_test(test_nag_momentum0_is_sgd),
         cmocka_unit_test(test_mp_matches_shared_kernel),
-        cmocka_unit_test(test_wd_rule_and_bytes),
+        cmocka_unit_test(test_clip_gradient),
+        cmocka_unit_test(test_wd_mult_and_bytes),
+        cmocka_unit_test(test_finite_check),
         cmocka_unit_test(test_trainer_buffers),
     };
     return cmocka_run_group_tests_name("train_optim", tests, NULL, NULL);

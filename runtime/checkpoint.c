@@ -1,0 +1,594 @@
+/* checkpoint.c - checkpoints: every parameter in fp32 (the master where
+ * there is one), the BatchNorm moving statistics (parameters without a
+ * gradient), the optimizer's momentum, the loss scaler's state and where the
+ * run stands (seed, epoch, batch, step, update count), so that a resumed run
+ * continues bit for bit.  The format is in docs/training.md:
+ *
+ *   header (32 bytes): "AMPCCKPT", u32 version, u32 header size, u64 payload
+ *   size, u32 crc32(payload), u32 crc32(header bytes 0..27)
+ *   payload: the run state, then per parameter its name, dtype, flags,
+ *   shape and fp32 values (and momentum)
+ *
+ * All integers and floats little endian.  A file is written to a temporary
+ * file in the same directory, fsynced, renamed over the target, and the
+ * directory fsynced: a crash leaves the old checkpoint or the new one, never
+ * a mix, and a good checkpoint is never overwritten in place.  Reading
+ * checks everything before anything is used: the size, both checksums (zlib's
+ * crc32) and a payload that parses to its exact end; then the parameter
+ * table must match the model's (count, names, shapes).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "kernels/half.h"
+#include "train.h"
+
+/* ---- a growable little-endian byte buffer ------------------------------------ */
+
+typedef struct {
+    unsigned char *p;
+    size_t len, cap;
+    bool oom;
+} Buf;
+
+static void grow(Buf *b, size_t more)
+{
+    if (b->oom || b->len + more <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + more)
+        cap *= 2;
+    unsigned char *np = realloc(b->p, cap);
+    if (!np) {
+        b->oom = true;
+        return;
+    }
+    b->p = np;
+    b->cap = cap;
+}
+
+static void put_bytes(Buf *b, const void *src, size_t n)
+{
+    grow(b, n);
+    if (b->oom)
+        return;
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+}
+
+static void put_u32(Buf *b, uint32_t v)
+{
+    unsigned char x[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 24)};
+    put_bytes(b, x, 4);
+}
+
+static void put_u64(Buf *b, uint64_t v)
+{
+    put_u32(b, (uint32_t)v);
+    put_u32(b, (uint32_t)(v >> 32));
+}
+
+static void put_f32(Buf *b, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    put_u32(b, u);
+}
+
+static void put_str(Buf *b, const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    put_u32(b, (uint32_t)n);
+    put_bytes(b, s, n);
+}
+
+static void put_f32s(Buf *b, const float *v, int64_t n)
+{
+    grow(b, (size_t)n * 4);
+    for (int64_t i = 0; i < n && !b->oom; i++)
+        put_f32(b, v[i]);
+}
+
+/* ---- a bounds-checked reader ----------------------------------------------------- */
+
+typedef struct {
+    const unsigned char *p;
+    size_t len, at;
+    bool bad;
+} Rd;
+
+static const unsigned char *take(Rd *r, size_t n)
+{
+    if (r->bad || n > r->len - r->at) {
+        r->bad = true;
+        return NULL;
+    }
+    const unsigned char *q = r->p + r->at;
+    r->at += n;
+    return q;
+}
+
+static uint32_t get_u32(Rd *r)
+{
+    const unsigned char *q = take(r, 4);
+    return q ? (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24
+             : 0;
+}
+
+static uint64_t get_u64(Rd *r)
+{
+    uint64_t lo = get_u32(r);
+    return lo | (uint64_t)get_u32(r) << 32;
+}
+
+static float get_f32(Rd *r)
+{
+    uint32_t u = get_u32(r);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* A string of at most max bytes, malloc'ed and NUL-terminated. */
+static char *get_str(Rd *r, size_t max)
+{
+    uint32_t n = get_u32(r);
+    if (r->bad || n > max) {
+        r->bad = true;
+        return NULL;
+    }
+    const unsigned char *q = take(r, n);
+    char *s = q ? malloc((size_t)n + 1) : NULL;
+    if (!s) {
+        r->bad = true;
+        return NULL;
+    }
+    memcpy(s, q, n);
+    s[n] = 0;
+    if (strlen(s) != n) { /* an embedded NUL */
+        free(s);
+        r->bad = true;
+        return NULL;
+    }
+    return s;
+}
+
+static float *get_f32s(Rd *r, int64_t n)
+{
+    if (n < 0 || (uint64_t)n > (r->len - r->at) / 4) {
+        r->bad = true;
+        return NULL;
+    }
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v) {
+        r->bad = true;
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++)
+        v[i] = get_f32(r);
+    return v;
+}
+
+static uint32_t crc(const void *p, size_t n)
+{
+    uLong c = crc32(0L, Z_NULL, 0);
+    const unsigned char *q = p;
+    while (n > 0) { /* crc32 takes a uInt length */
+        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        c = crc32(c, q, k);
+        q += k;
+        n -= k;
+    }
+    return (uint32_t)c;
+}
+
+/* ---- writing ------------------------------------------------------------------------ */
+
+enum { F_MASTER = 1, F_TRAINABLE = 2, F_STATE = 4 };
+
+/* The fp32 values of parameter i: the master, the fp32 buffer, or the
+ * 16-bit buffer widened into tmp. */
+static const float *param_values(const RtTrainer *t, int i, float *tmp)
+{
+    const RtParam *p = &t->m->params[i];
+    if (p->has_master && t->ctx.master && t->ctx.master[i])
+        return t->ctx.master[i];
+    if (p->dtype == RT_F32)
+        return t->ctx.buf[p->buffer];
+    rt_to_f32(tmp, t->ctx.buf[p->buffer], (size_t)p->numel, p->dtype);
+    return tmp;
+}
+
+static bool payload(Buf *b, const RtTrainer *t, const RtRunState *rs)
+{
+    const RtModel *m = t->m;
+    put_str(b, m->name);
+    put_str(b, m->amp ? m->amp : "off");
+    put_u64(b, rs->seed);
+    put_u64(b, (uint64_t)rs->batch_size);
+    put_u64(b, (uint64_t)rs->epoch);
+    put_u64(b, (uint64_t)rs->batch_in_epoch);
+    put_u64(b, (uint64_t)rs->step);
+    put_u64(b, (uint64_t)rs->num_update);
+    put_u32(b, rs->optimizer);
+    put_f32(b, rs->momentum);
+    put_u32(b, (uint32_t)rs->ls.mode);
+    put_f32(b, rs->ls.s.scale);
+    put_u32(b, (uint32_t)rs->ls.s.tracker);
+    put_u64(b, (uint64_t)rs->ls.skipped);
+    put_u64(b, (uint64_t)rs->ls.nonfinite);
+    put_u32(b, (uint32_t)m->nparams);
+    int64_t maxn = 0;
+    for (int i = 0; i < m->nparams; i++)
+        maxn = m->params[i].numel > maxn ? m->params[i].numel : maxn;
+    float *tmp = malloc((size_t)(maxn ? maxn : 1) * sizeof *tmp);
+    if (!tmp)
+        return false;
+    for (int i = 0; i < m->nparams && !b->oom; i++) {
+        const RtParam *p = &m->params[i];
+        const float *st = t->state ? t->state[i] : NULL;
+        put_str(b, p->name);
+        put_u32(b, (uint32_t)p->dtype);
+        put_u32(b, (p->has_master ? F_MASTER : 0) | (p->grad >= 0 ? F_TRAINABLE : 0) |
+                       (st ? F_STATE : 0));
+        put_u32(b, (uint32_t)p->rank);
+        for (int d = 0; d < p->rank; d++)
+            put_u64(b, (uint64_t)p->shape[d]);
+        put_u64(b, (uint64_t)p->numel);
+        put_f32s(b, param_values(t, i, tmp), p->numel);
+        if (st)
+            put_f32s(b, st, p->numel);
+    }
+    free(tmp);
+    return !b->oom;
+}
+
+static bool write_all(int fd, const void *p, size_t n)
+{
+    const unsigned char *q = p;
+    while (n > 0) {
+        ssize_t k = write(fd, q, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return false;
+        q += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+bool rt_checkpoint_save(const char *path, const RtTrainer *t, const RtRunState *rs, char *err,
+                        size_t errlen)
+{
+    Buf b = {0};
+    unsigned char hdr[RT_CKPT_HEADER_BYTES];
+    memset(hdr, 0, sizeof hdr);
+    if (!payload(&b, t, rs)) {
+        free(b.p);
+        snprintf(err, errlen, "cannot write checkpoint %s: out of memory", path);
+        return false;
+    }
+    Buf h = {.p = hdr, .cap = sizeof hdr};
+    put_bytes(&h, RT_CKPT_MAGIC, 8);
+    put_u32(&h, RT_CKPT_VERSION);
+    put_u32(&h, RT_CKPT_HEADER_BYTES);
+    put_u64(&h, (uint64_t)b.len);
+    put_u32(&h, crc(b.p, b.len));
+    put_u32(&h, crc(hdr, 28));
+
+    /* a temporary file in the target's directory, so the rename is atomic */
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 16);
+    char *dir = malloc(plen + 2);
+    if (!tmp || !dir) {
+        free(tmp);
+        free(dir);
+        free(b.p);
+        snprintf(err, errlen, "cannot write checkpoint %s: out of memory", path);
+        return false;
+    }
+    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        strcpy(dir, ".");
+    else if (slash == path)
+        strcpy(dir, "/");
+    else {
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = 0;
+    }
+    const char *what = "cannot create a temporary file in its directory";
+    int fd = mkstemp(tmp);
+    bool ok = fd >= 0;
+    if (ok) {
+        what = "write error";
+        ok = fchmod(fd, 0644) == 0 && write_all(fd, hdr, sizeof hdr) &&
+             write_all(fd, b.p, b.len);
+        if (ok) {
+            what = "fsync failed";
+            ok = fsync(fd) == 0;
+        }
+        int e = errno;
+        if (close(fd) != 0 && ok) {
+            what = "close failed";
+            ok = false;
+        } else
+            errno = e;
+        if (ok) {
+            what = "cannot rename the temporary file onto it";
+            ok = rename(tmp, path) == 0;
+        }
+        if (!ok) {
+            e = errno;
+            unlink(tmp);
+            errno = e;
+        }
+    }
+    if (ok) { /* make the rename durable */
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+        if (dfd >= 0) {
+            if (fsync(dfd) != 0 && errno != EINVAL) {
+                what = "fsync of its directory failed";
+                ok = false;
+            }
+            close(dfd);
+        }
+    }
+    if (!ok)
+        snprintf(err, errlen, "cannot write checkpoint %s: %s: %s", path, what, strerror(errno));
+    free(tmp);
+    free(dir);
+    free(b.p);
+    return ok;
+}
+
+/* ---- reading ---------------------------------------------------------------------- */
+
+void rt_checkpoint_free(RtCheckpoint *ck)
+{
+    if (ck->params)
+        for (int i = 0; i < ck->nparams; i++) {
+            free(ck->params[i].name);
+            free(ck->params[i].values);
+            free(ck->params[i].state);
+        }
+    free(ck->params);
+    free(ck->model);
+    free(ck->amp);
+    memset(ck, 0, sizeof *ck);
+}
+
+bool rt_checkpoint_parse(const void *buf, size_t len, const char *name, RtCheckpoint *ck,
+                         char *err, size_t errlen)
+{
+    memset(ck, 0, sizeof *ck);
+    const unsigned char *p = buf;
+    size_t k = len < 8 ? len : 8;
+    if (memcmp(p, RT_CKPT_MAGIC, k) != 0) {
+        snprintf(err, errlen, "checkpoint %s: not an ampc checkpoint (no %s magic number)", name,
+                 RT_CKPT_MAGIC);
+        return false;
+    }
+    if (len < RT_CKPT_HEADER_BYTES) {
+        snprintf(err, errlen, "checkpoint %s: truncated: %zu bytes, shorter than the %d-byte "
+                 "header", name, len, RT_CKPT_HEADER_BYTES);
+        return false;
+    }
+    Rd h = {.p = p, .len = RT_CKPT_HEADER_BYTES, .at = 8};
+    uint32_t version = get_u32(&h), hsize = get_u32(&h);
+    uint64_t plen = get_u64(&h);
+    uint32_t pcrc = get_u32(&h), hcrc = get_u32(&h);
+    if (crc(p, 28) != hcrc) {
+        snprintf(err, errlen, "checkpoint %s: corrupt: the header checksum does not match",
+                 name);
+        return false;
+    }
+    if (version != RT_CKPT_VERSION || hsize != RT_CKPT_HEADER_BYTES) {
+        snprintf(err, errlen, "checkpoint %s: format version %u (header %u bytes); this "
+                 "program reads version %d", name, version, hsize, RT_CKPT_VERSION);
+        return false;
+    }
+    if (plen != len - RT_CKPT_HEADER_BYTES) {
+        snprintf(err, errlen, "checkpoint %s: %s: %zu bytes, the header says %llu", name,
+                 plen > len - RT_CKPT_HEADER_BYTES ? "truncated" : "trailing data after the end",
+                 len, (unsigned long long)(plen + RT_CKPT_HEADER_BYTES));
+        return false;
+    }
+    if (crc(p + RT_CKPT_HEADER_BYTES, (size_t)plen) != pcrc) {
+        snprintf(err, errlen, "checkpoint %s: corrupt: the payload checksum (crc32) does not "
+                 "match", name);
+        return false;
+    }
+    Rd r = {.p = p + RT_CKPT_HEADER_BYTES, .len = (size_t)plen};
+    ck->model = get_str(&r, 4096);
+    ck->amp = get_str(&r, 64);
+    RtRunState *rs = &ck->run;
+    rs->seed = get_u64(&r);
+    rs->batch_size = (int64_t)get_u64(&r);
+    rs->epoch = (int64_t)get_u64(&r);
+    rs->batch_in_epoch = (int64_t)get_u64(&r);
+    rs->step = (int64_t)get_u64(&r);
+    rs->num_update = (int64_t)get_u64(&r);
+    rs->optimizer = get_u32(&r);
+    rs->momentum = get_f32(&r);
+    uint32_t mode = get_u32(&r);
+    rs->ls.mode = (RtLossScaleMode)mode;
+    rs->ls.s.scale = get_f32(&r);
+    rs->ls.s.tracker = (int32_t)get_u32(&r);
+    rs->ls.skipped = (int64_t)get_u64(&r);
+    rs->ls.nonfinite = (int64_t)get_u64(&r);
+    uint32_t np = get_u32(&r);
+    const char *why = "malformed payload";
+    if (!r.bad && (mode < RT_LS_OFF || mode > RT_LS_DYNAMIC || rs->batch_size < 1 ||
+                   rs->epoch < 0 || rs->batch_in_epoch < 0 || rs->step < 0 ||
+                   rs->num_update < 0 || rs->optimizer > RT_OPT_NAG)) {
+        r.bad = true;
+        why = "run state out of range";
+    }
+    if (!r.bad && np > (r.len - r.at) / 16) {
+        r.bad = true;
+        why = "parameter count out of range";
+    }
+    if (!r.bad) {
+        ck->params = calloc((size_t)np + 1, sizeof *ck->params);
+        if (!ck->params)
+            r.bad = true;
+        else
+            ck->nparams = (int)np;
+    }
+    for (int i = 0; !r.bad && i < ck->nparams; i++) {
+        RtCkptParam *q = &ck->params[i];
+        q->name = get_str(&r, 4096);
+        uint32_t dt = get_u32(&r), flags = get_u32(&r), rank = get_u32(&r);
+        if (r.bad || dt > RT_BF16 || flags > 7 || rank > RT_MAX_RANK) {
+            r.bad = true;
+            break;
+        }
+        q->dtype = (RtDType)dt;
+        q->has_master = flags & F_MASTER;
+        q->trainable = flags & F_TRAINABLE;
+        q->rank = (int)rank;
+        int64_t prod = 1;
+        for (uint32_t d = 0; d < rank; d++) {
+            q->shape[d] = (int64_t)get_u64(&r);
+            if (q->shape[d] < 0 || (q->shape[d] > 0 && prod > INT64_MAX / q->shape[d]))
+                r.bad = true;
+            else
+                prod *= q->shape[d];
+        }
+        q->numel = (int64_t)get_u64(&r);
+        if (r.bad || q->numel != prod) {
+            r.bad = true;
+            why = "a parameter's element count does not match its shape";
+            break;
+        }
+        q->values = get_f32s(&r, q->numel);
+        if (flags & F_STATE)
+            q->state = get_f32s(&r, q->numel);
+    }
+    if (!r.bad && r.at != r.len) {
+        r.bad = true;
+        why = "trailing bytes in the payload";
+    }
+    if (r.bad) {
+        /* the checksums matched, so this is a writer's bug or a forged file */
+        snprintf(err, errlen, "checkpoint %s: corrupt: %s (at payload offset %zu)", name, why,
+                 r.at);
+        rt_checkpoint_free(ck);
+        return false;
+    }
+    return true;
+}
+
+bool rt_checkpoint_read(const char *path, RtCheckpoint *ck, char *err, size_t errlen)
+{
+    memset(ck, 0, sizeof *ck);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "cannot open checkpoint %s: %s", path, strerror(errno));
+        return false;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "checkpoint %s: not a regular file", path);
+        fclose(f);
+        return false;
+    }
+    size_t len = (size_t)st.st_size;
+    unsigned char *buf = malloc(len ? len : 1);
+    if (!buf) {
+        snprintf(err, errlen, "checkpoint %s: out of memory for %zu bytes", path, len);
+        fclose(f);
+        return false;
+    }
+    size_t got = fread(buf, 1, len, f);
+    bool ioerr = ferror(f);
+    fclose(f);
+    if (ioerr || got != len) {
+        snprintf(err, errlen, "checkpoint %s: read error after %zu of %zu bytes", path, got, len);
+        free(buf);
+        return false;
+    }
+    bool ok = rt_checkpoint_parse(buf, len, path, ck, err, errlen);
+    free(buf);
+    return ok;
+}
+
+static void shape_text(char *dst, size_t cap, int rank, const int64_t *shape)
+{
+    size_t at = 0;
+    at += (size_t)snprintf(dst + at, cap - at, "[");
+    for (int d = 0; d < rank && at < cap; d++)
+        at += (size_t)snprintf(dst + at, cap - at, "%s%lld", d ? "," : "", (long long)shape[d]);
+    if (at < cap)
+        snprintf(dst + at, cap - at, "]");
+}
+
+bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name, FILE *warn,
+                         char *err, size_t errlen)
+{
+    const RtModel *m = t->m;
+    if (ck->nparams != m->nparams) {
+        snprintf(err, errlen, "checkpoint %s does not match model %s: it holds %d parameters "
+                 "(model %s), the model has %d", name, m->name, ck->nparams, ck->model,
+                 m->nparams);
+        return false;
+    }
+    for (int i = 0; i < m->nparams; i++) {
+        const RtParam *p = &m->params[i];
+        const RtCkptParam *q = &ck->params[i];
+        bool same = strcmp(p->name, q->name) == 0 && p->rank == q->rank && p->numel == q->numel;
+        for (int d = 0; same && d < p->rank; d++)
+            same = p->shape[d] == q->shape[d];
+        if (!same) {
+            char a[128], b[128];
+            shape_text(a, sizeof a, q->rank, q->shape);
+            shape_text(b, sizeof b, p->rank, p->shape);
+            snprintf(err, errlen, "checkpoint %s does not match model %s: parameter %d is %s %s "
+                     "in the checkpoint, %s %s in the model", name, m->name, i, q->name, a,
+                     p->name, b);
+            return false;
+        }
+    }
+    int missing = 0, unused = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        const RtParam *p = &m->params[i];
+        const RtCkptParam *q = &ck->params[i];
+        void *buf = t->ctx.buf[p->buffer];
+        size_t n = (size_t)p->numel;
+        if (p->has_master && t->ctx.master && t->ctx.master[i]) {
+            memcpy(t->ctx.master[i], q->values, n * sizeof(float));
+            if (p->dtype == RT_F32)
+                memcpy(buf, q->values, n * sizeof(float));
+            else
+                rt_from_f32(buf, q->values, n, p->dtype);
+        } else if (p->dtype == RT_F32) {
+            memcpy(buf, q->values, n * sizeof(float));
+        } else {
+            rt_from_f32(buf, q->values, n, p->dtype);
+        }
+        float *st = t->state ? t->state[i] : NULL;
+        if (st && q->state)
+            memcpy(st, q->state, n * sizeof(float));
+        else if (st) {
+            memset(st, 0, n * sizeof(float));
+            missing++;
+        } else if (q->state)
+            unused++;
+    }
+    if (warn && missing)
+        fprintf(warn, "warning: checkpoint %s holds no momentum for %d parameters: it starts "
+                "from zero\n", name, missing);
+    if (warn && unused)
+        fprintf(warn, "warning: checkpoint %s holds momentum for %d parameters that this run "
+                "does not use (momentum 0)\n", name, unused);
+    return true;
+}

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# End-to-end tests of the training program (docs/training.md) on compiled
+# models, on the CPU:
+#   1. convergence on digits, mean over 3 seeds: digits_cnn's train block (NAG,
+#      cosine schedule with a warm-up epoch) reaches 95% in fp32 in 4 epochs,
+#      and --amp=float16 (dynamic loss scaling) is within one point of it;
+#   2. underflow: digits_cnn with the head gradient scaled by 1e-8 (and lr x
+#      1e8) learns in fp32 and in fp16 with dynamic loss scaling (>= 90%), and
+#      does not learn in fp16 without it (< 30%);
+#   3. overflow injection: the step made to overflow is skipped: parameters,
+#      momentum, BatchNorm moving statistics and the update count in the
+#      checkpoints written just before and just after it are bit-identical,
+#      the loss scale halves, and training goes on to converge;
+#   4. resume: 4 epochs in one run and 2 + 2 with --resume give byte-identical
+#      checkpoints and the same logged losses; --eval-only on a checkpoint
+#      reproduces its validation accuracy;
+#   5. broken checkpoints (truncated at several offsets, a flipped byte,
+#      another model's) are refused with a message naming the file;
+#   6. --check-numerics names the node of an injected NaN; bad flags exit 2.
+# usage: training.sh AMPC DATA_DIR
+set -u
+ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+data=$2
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass+1)); echo "PASS $1"; }
+bad() { fail=$((fail+1)); echo "FAIL $1"; [ -f "$tmp/log" ] && tail -20 "$tmp/log" | sed 's/^/    /'; }
+export AMPC_DATA_DIR=$data
+start=$(date +%s)
+
+# the runtime next to ampc (codegen/build.c finds it there too)
+lib=$(dirname "$ampc")/libampcrt.a
+if ! cc -std=c11 -Wall -Wextra -Werror -Iruntime tests/e2e/ckpt_tool.c "$lib" -lopenblas -lz -lm \
+        -o "$tmp/ckpt_tool" >"$tmp/log" 2>&1; then
+    bad "building tests/e2e/ckpt_tool.c"
+    echo "training: $pass passed, $fail failed"
+    exit 1
+fi
+ck=$tmp/ckpt_tool
+for amp in off float16; do
+    "$ampc" examples/digits_cnn.sym --amp=$amp -o "$tmp/cnn_$amp" >"$tmp/log" 2>&1 ||
+        bad "compiling digits_cnn --amp=$amp"
+    "$ampc" tests/e2e/models/digits_cnn_tiny_grad.sym --amp=$amp -o "$tmp/tiny_$amp" >"$tmp/log" 2>&1 ||
+        bad "compiling digits_cnn_tiny_grad --amp=$amp"
+done
+final() { sed -n 's/^Final validation-accuracy=//p' "$1"; }
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
+lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
+
+# 1. convergence, mean over 3 seeds
+declare -A mean
+for amp in off float16; do
+    accs=""
+    for seed in 1 2 3; do
+        "$tmp/cnn_$amp" --data digits --epochs 4 --seed $seed --log-interval 0 >"$tmp/log" 2>&1 ||
+            bad "digits_cnn --amp=$amp seed $seed run"
+        accs="$accs $(final "$tmp/log")"
+    done
+    mean[$amp]=$(echo "$accs" | awk '{ s = 0; for (i = 1; i <= NF; i++) s += $i; printf "%.4f", s / NF }')
+    echo "    digits_cnn --amp=$amp, NAG + cosine with warm-up, 4 epochs, seeds 1-3:$accs (mean ${mean[$amp]})"
+done
+if ge "${mean[off]}" 0.95; then
+    ok "digits_cnn fp32: mean validation accuracy ${mean[off]} over 3 seeds (>= 0.95)"
+else
+    bad "digits_cnn fp32: mean validation accuracy ${mean[off]} < 0.95"
+fi
+if awk -v a="${mean[off]}" -v b="${mean[float16]}" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.01) }'; then
+    ok "digits_cnn --amp=float16: mean ${mean[float16]}, within one point of fp32's ${mean[off]}"
+else
+    bad "digits_cnn --amp=float16: mean ${mean[float16]}, fp32 ${mean[off]}: more than one point apart"
+fi
+
+# 2. underflow: the head gradient is <= 1e-8, below fp16's smallest subnormal
+run_tiny() { # amp loss-scale -> accuracy
+    "$tmp/tiny_$1" --data digits --log-interval 0 --loss-scale "$2" >"$tmp/log" 2>&1 && final "$tmp/log"
+}
+a32=$(run_tiny off off)
+if [ -n "$a32" ] && ge "$a32" 0.90; then
+    ok "grad_scale=1e-8, lr x 1e8: fp32 learns ($a32 >= 0.90)"
+else bad "grad_scale=1e-8 fp32: '$a32'"; fi
+a16off=$(run_tiny float16 off)
+if [ -n "$a16off" ] && lt "$a16off" 0.30; then
+    ok "grad_scale=1e-8: fp16 without loss scaling does not learn ($a16off < 0.30: the head gradient rounds to 0)"
+else bad "grad_scale=1e-8 fp16, loss scale off: '$a16off' (expected < 0.30)"; fi
+a16dyn=$(run_tiny float16 dynamic)
+if [ -n "$a16dyn" ] && ge "$a16dyn" 0.90; then
+    ok "grad_scale=1e-8: fp16 with dynamic loss scaling learns ($a16dyn >= 0.90)"
+else bad "grad_scale=1e-8 fp16, dynamic: '$a16dyn'"; fi
+
+# 3. overflow injection at step K: checkpoints after K steps and after K+1
+K=30
+d=$tmp/inj; mkdir -p "$d"
+"$tmp/cnn_float16" --data digits --max-steps $K --log-interval 0 --save-dir "$d/before" >"$tmp/log" 2>&1 &&
+"$tmp/cnn_float16" --data digits --max-steps $((K+1)) --inject-inf-at-step $K --log-interval 0 \
+    --save-dir "$d/after" >"$tmp/log" 2>&1
+rc=$?
+"$ck" show "$d/before/digits_cnn-0001.params" >"$d/before.txt" 2>>"$tmp/log"
+"$ck" show "$d/after/digits_cnn-0001.params" >"$d/after.txt" 2>>"$tmp/log"
+val() { sed -n "s/^$1 //p" "$2"; }
+if [ $rc -eq 0 ] && [ -s "$d/before.txt" ] &&
+   grep -q "^Epoch\[0\] Batch \[$K\]	AMP: gradient overflow at step $K: step skipped" "$tmp/log" &&
+   diff <(grep -E '^(param|num_update|nonfinite)' "$d/before.txt") \
+        <(grep -E '^(param|num_update|nonfinite)' "$d/after.txt") >"$tmp/diff" &&
+   [ "$(val step "$d/after.txt")" = $((K+1)) ] &&
+   [ "$(val skipped "$d/after.txt")" = $(( $(val skipped "$d/before.txt") + 1 )) ] &&
+   awk -v a="$(val loss_scale "$d/before.txt")" -v b="$(val loss_scale "$d/after.txt")" 'BEGIN { exit !(b == a / 2) }' &&
+   [ "$(val loss_scale_tracker "$d/after.txt")" = 0 ]; then
+    ok "an overflow at step $K is skipped: $(grep -c '^param' "$d/before.txt") parameter tensors (weights, BatchNorm moving statistics) and their momentum bit-identical, update count $(val num_update "$d/after.txt") unchanged, loss scale $(val loss_scale "$d/before.txt") -> $(val loss_scale "$d/after.txt")"
+else
+    bad "overflow injection at step $K (rc $rc)"
+    cat "$tmp/diff" 2>/dev/null | head -5
+fi
+if "$tmp/cnn_float16" --data digits --epochs 4 --inject-inf-at-step 50 --log-interval 0 >"$tmp/log" 2>&1 &&
+   grep -q "AMP: gradient overflow at step 50" "$tmp/log" && ge "$(final "$tmp/log")" 0.90; then
+    ok "training goes on after the skipped step and converges ($(final "$tmp/log"))"
+else bad "training after an injected overflow"; fi
+
+# 4. resume: 4 epochs straight against 2 + 2
+d=$tmp/resume; mkdir -p "$d"
+"$tmp/cnn_float16" --data digits --epochs 4 --log-interval 10 --save-dir "$d/a" >"$d/a.log" 2>&1 &&
+"$tmp/cnn_float16" --data digits --epochs 4 --max-steps 92 --log-interval 10 --save-dir "$d/b" >"$d/b1.log" 2>&1 &&
+"$tmp/cnn_float16" --data digits --epochs 4 --log-interval 10 --save-dir "$d/b" \
+    --resume "$d/b/digits_cnn-0002.params" >"$d/b2.log" 2>&1
+rc=$?
+strip() { grep -E '^Epoch\[[0-9]+\] (Batch|Train-|Validation-|Loss-scale)|^AMP' "$@" | sed 's/Speed: [0-9.]* samples\/sec//'; }
+if [ $rc -eq 0 ] && cmp -s "$d/a/digits_cnn-0004.params" "$d/b/digits_cnn-0004.params" &&
+   diff <("$ck" show "$d/a/digits_cnn-0004.params") <("$ck" show "$d/b/digits_cnn-0004.params") >/dev/null &&
+   diff <(strip "$d/a.log") <(cat "$d/b1.log" "$d/b2.log" | strip) >"$tmp/diff" &&
+   [ "$(strip "$d/a.log" | grep -c Batch)" -gt 10 ]; then
+    ok "resume: 4 epochs and 2 + 2 give byte-identical checkpoints and the same $(strip "$d/a.log" | wc -l) logged metric lines"
+else
+    bad "resume (rc $rc)"
+    head -5 "$tmp/diff" 2>/dev/null
+fi
+acc=$(sed -n 's/^Epoch\[3\] Validation-accuracy=//p' "$d/a.log")
+if "$tmp/cnn_float16" --data digits --eval-only --resume "$d/a/digits_cnn-0004.params" >"$tmp/log" 2>&1 &&
+   [ "$(sed -n 's/^Validation-accuracy=//p' "$tmp/log")" = "$acc" ] && [ "$(final "$tmp/log")" = "$acc" ] &&
+   ! grep -q Batch "$tmp/log"; then
+    ok "--eval-only --resume reproduces the checkpoint's validation accuracy ($acc)"
+else bad "--eval-only"; fi
+
+# 5. broken checkpoints are refused, naming the file
+good=$d/a/digits_cnn-0004.params
+[ -f "$good" ] || cp "$d/../inj/before/digits_cnn-0001.params" "$good" 2>/dev/null
+size=$(stat -c %s "$good" 2>/dev/null || echo 0)
+refused=0 tried=0
+[ "$size" -gt 1000 ] || bad "no checkpoint to break"
+for off in 0 4 8 20 31 32 33 100 $((size/2)) $((size-4)) $((size-1)); do
+    tried=$((tried+1))
+    head -c $off "$good" >"$tmp/cut.params"
+    "$tmp/cnn_float16" --data digits --eval-only --resume "$tmp/cut.params" >"$tmp/log" 2>&1
+    [ $? -eq 1 ] && grep -q "checkpoint $tmp/cut.params" "$tmp/log" && refused=$((refused+1))
+done
+for off in 3 12 17 26 29 40 $((size/3)) $((size-1)); do
+    tried=$((tried+1))
+    cp "$good" "$tmp/flip.params"
+    byte=$(od -An -tu1 -j $off -N1 "$good" | tr -d ' ')
+    printf "$(printf '\\%03o' $(( byte ^ 0x10 )))" | dd of="$tmp/flip.params" bs=1 seek=$off conv=notrunc 2>/dev/null
+    "$tmp/cnn_float16" --data digits --eval-only --resume "$tmp/flip.params" >"$tmp/log" 2>&1
+    [ $? -eq 1 ] && grep -q "checkpoint $tmp/flip.params" "$tmp/log" && refused=$((refused+1))
+done
+if [ "$size" -gt 1000 ] && [ $refused -eq $tried ]; then
+    ok "$tried truncated or corrupted checkpoints are refused with a message naming the file"
+else bad "only $refused of $tried broken checkpoints refused"; fi
+"$ampc" examples/mlp.sym -o "$tmp/mlp" >"$tmp/log" 2>&1 &&
+    "$tmp/mlp" --data digits --max-steps 2 --log-interval 0 --save-dir "$tmp/mlpck" >"$tmp/log" 2>&1
+"$tmp/cnn_float16" --data digits --eval-only --resume "$tmp/mlpck/mlp-0001.params" >"$tmp/log" 2>&1
+if [ $? -eq 1 ] && grep -q "checkpoint $tmp/mlpck/mlp-0001.params does not match model digits_cnn" "$tmp/log"; then
+    ok "another model's checkpoint is refused: $(grep -o 'it holds.*' "$tmp/log")"
+else bad "another model's checkpoint"; fi
+
+# 6. --check-numerics, flags
+"$tmp/cnn_float16" --data digits --max-steps 10 --log-interval 0 --check-numerics \
+    --inject-nan=fc1:7 >"$tmp/log" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "check-numerics: step 7 (epoch 0, batch 7), forward pass of the train step: the output of node 'fc1'" "$tmp/log"; then
+    ok "--check-numerics names the node of an injected NaN: $(grep -o "node 'fc1'.*" "$tmp/log")"
+else bad "--check-numerics (rc $rc)"; fi
+"$tmp/cnn_off" --data digits --max-steps 10 --log-interval 0 --check-numerics >"$tmp/log" 2>&1
+if [ $? -eq 0 ] && ! grep -q Numerics "$tmp/log"; then
+    ok "--check-numerics is silent on a clean fp32 run"
+else bad "--check-numerics on a clean run"; fi
+flags_ok=1
+for args in "--bogus" "--epochs=x" "--loss-scale=dynamic(init=0)" "--loss-scale=often" \
+            "--inject-nan=fc1" "--inject-nan=nosuchnode:3" "--lr"; do
+    "$tmp/cnn_off" --data digits --max-steps 0 $args >"$tmp/log" 2>&1
+    [ $? -eq 2 ] || { flags_ok=0; echo "    $args: not exit 2"; }
+done
+[ $flags_ok -eq 1 ] && ok "unknown and malformed flags exit 2" || bad "flag errors"
+
+echo "training: $pass passed, $fail failed ($(( $(date +%s) - start )) s)"
+[ "$fail" -eq 0 ]
