@@ -39,7 +39,7 @@ RTEST_SRC := $(wildcard tests/runtime/test_*.c)
 RTEST_BIN := $(patsubst tests/runtime/%.c,$(BUILD)/rtests/%,$(RTEST_SRC))
 NVCC     ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 
-.PHONY: e2e data nvcc-check all check unit golden roundtrip asan-check fuzz-check valgrind-check fuzz bench demo \
+.PHONY: FORCE e2e data nvcc-check all check unit golden roundtrip asan-check fuzz-check valgrind-check fuzz bench demo \
         deps install clean format
 all: $(BUILD)/ampc
 
@@ -116,17 +116,20 @@ asan-check:
 	    unit golden roundtrip
 
 FUZZ_FLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-$(BUILD)/fuzz/fuzz_frontend: tests/fuzz/fuzz_frontend.c
+# FORCE: the sub-make decides what to rebuild, so fixes in ir/, passes/ and
+# grammar/ reach the fuzzer.
+$(BUILD)/fuzz/fuzz_frontend: tests/fuzz/fuzz_frontend.c FORCE
 	$(MAKE) BUILD=build/fuzzlib CC=clang CFLAGS="-O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" build/fuzzlib/libampc.a
 	@mkdir -p $(@D)
 	clang $(AMPC_CFLAGS) -Ibuild/fuzzlib/gen $(FUZZ_FLAGS) -o $@ $< build/fuzzlib/libampc.a -lm
 
 # Replays the corpus, then a deterministic fuzzing pass (fixed seed and run count).
-fuzz-check: $(BUILD)/fuzz/fuzz_frontend
-	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_frontend check
+fuzz-check: $(BUILD)/fuzz/fuzz_frontend $(BUILD)/ampc
+	AMPC=$(BUILD)/ampc tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_frontend check
 
-fuzz: $(BUILD)/fuzz/fuzz_frontend
-	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_frontend $(FUZZ_SECONDS)
+fuzz: $(BUILD)/fuzz/fuzz_frontend $(BUILD)/ampc
+	AMPC=$(BUILD)/ampc tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_frontend $(FUZZ_SECONDS)
+FORCE:
 
 # Compiled programs, end to end (tests/e2e/run.sh says what).
 $(BUILD)/e2e/refcheck: tests/e2e/refcheck.c $(BUILD)/libampc.a $(BUILD)/libampcrt.a
