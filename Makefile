@@ -143,6 +143,7 @@ $(BUILD)/e2e/statcmp: tests/e2e/statcmp.c
 e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statcmp $(DATA_DIR)/digits.csv.gz
 	tests/e2e/run.sh $(BUILD)/ampc $(BUILD)/e2e/refcheck $(BUILD)/e2e/statcmp $(DATA_DIR)
 	tests/e2e/training.sh $(BUILD)/ampc $(DATA_DIR)
+	tests/e2e/fashion.sh $(BUILD)/ampc $(DATA_DIR)
 
 valgrind-check: $(BUILD)/ampc
 	tests/valgrind.sh $(BUILD)/ampc
@@ -181,6 +182,13 @@ deps:
 data: $(DATA_DIR)/digits.csv.gz
 $(DATA_DIR)/digits.csv.gz:
 	tools/fetch_digits.sh $(DATA_DIR)
+
+# Fashion-MNIST (IDX files) from Debian's dataset-fashion-mnist (make deps
+# installs it) into DATA_DIR/fashion-mnist, where --data fashion_mnist looks
+# first; never committed.
+fashion: $(DATA_DIR)/fashion-mnist/train-images-idx3-ubyte.gz
+$(DATA_DIR)/fashion-mnist/train-images-idx3-ubyte.gz:
+	tools/fetch_fashion.sh $(DATA_DIR)/fashion-mnist
 
 # ampc finds its runtime relative to itself: PREFIX/include/ampc and
 # PREFIX/lib/ampc (codegen/build.c), so an installed ampc works anywhere.

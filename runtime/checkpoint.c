@@ -191,7 +191,7 @@ static uint32_t crc(const void *p, size_t n)
 
 /* ---- writing ------------------------------------------------------------------------ */
 
-enum { F_MASTER = 1, F_TRAINABLE = 2, F_STATE = 4 };
+enum { F_MASTER = 1, F_TRAINABLE = 2, F_STATE = 4, F_STATE2 = 8 };
 
 /* The fp32 values of parameter i: the master, the fp32 buffer, or the
  * 16-bit buffer widened into tmp. */
@@ -234,10 +234,11 @@ static bool payload(Buf *b, const RtTrainer *t, const RtRunState *rs)
     for (int i = 0; i < m->nparams && !b->oom; i++) {
         const RtParam *p = &m->params[i];
         const float *st = t->state ? t->state[i] : NULL;
+        const float *st2 = st && t->state2 ? t->state2[i] : NULL;
         put_str(b, p->name);
         put_u32(b, (uint32_t)p->dtype);
         put_u32(b, (p->has_master ? F_MASTER : 0) | (p->grad >= 0 ? F_TRAINABLE : 0) |
-                       (st ? F_STATE : 0));
+                       (st ? F_STATE : 0) | (st2 ? F_STATE2 : 0));
         put_u32(b, (uint32_t)p->rank);
         for (int d = 0; d < p->rank; d++)
             put_u64(b, (uint64_t)p->shape[d]);
@@ -245,6 +246,8 @@ static bool payload(Buf *b, const RtTrainer *t, const RtRunState *rs)
         put_f32s(b, param_values(t, i, tmp), p->numel);
         if (st)
             put_f32s(b, st, p->numel);
+        if (st2)
+            put_f32s(b, st2, p->numel);
     }
     free(tmp);
     return !b->oom;
@@ -359,6 +362,7 @@ void rt_checkpoint_free(RtCheckpoint *ck)
             free(ck->params[i].name);
             free(ck->params[i].values);
             free(ck->params[i].state);
+            free(ck->params[i].state2);
         }
     free(ck->params);
     free(ck->model);
@@ -391,7 +395,7 @@ bool rt_checkpoint_parse(const void *buf, size_t len, const char *name, RtCheckp
                  name);
         return false;
     }
-    if (version != RT_CKPT_VERSION || hsize != RT_CKPT_HEADER_BYTES) {
+    if (version < 1 || version > RT_CKPT_VERSION || hsize != RT_CKPT_HEADER_BYTES) {
         snprintf(err, errlen, "checkpoint %s: format version %u (header %u bytes); this "
                  "program reads version %d", name, version, hsize, RT_CKPT_VERSION);
         return false;
@@ -429,7 +433,8 @@ bool rt_checkpoint_parse(const void *buf, size_t len, const char *name, RtCheckp
     const char *why = "malformed payload";
     if (!r.bad && (mode < RT_LS_OFF || mode > RT_LS_DYNAMIC || rs->batch_size < 1 ||
                    rs->epoch < 0 || rs->batch_in_epoch < 0 || rs->step < 0 ||
-                   rs->num_update < 0 || rs->optimizer > RT_OPT_NAG)) {
+                   rs->num_update < 0 ||
+                   rs->optimizer > (version >= 2 ? (uint32_t)RT_OPT_ADAM : (uint32_t)RT_OPT_NAG))) {
         r.bad = true;
         why = "run state out of range";
     }
@@ -448,7 +453,9 @@ bool rt_checkpoint_parse(const void *buf, size_t len, const char *name, RtCheckp
         RtCkptParam *q = &ck->params[i];
         q->name = get_str(&r, 4096);
         uint32_t dt = get_u32(&r), flags = get_u32(&r), rank = get_u32(&r);
-        if (r.bad || dt > RT_BF16 || flags > 7 || rank > RT_MAX_RANK) {
+        uint32_t maxflags = version >= 2 ? 15 : 7; /* flag 8 (a second state) needs 4 */
+        if (r.bad || dt > RT_BF16 || flags > maxflags || rank > RT_MAX_RANK ||
+            ((flags & F_STATE2) && !(flags & F_STATE))) {
             r.bad = true;
             break;
         }
@@ -473,6 +480,8 @@ bool rt_checkpoint_parse(const void *buf, size_t len, const char *name, RtCheckp
         q->values = get_f32s(&r, q->numel);
         if (flags & F_STATE)
             q->state = get_f32s(&r, q->numel);
+        if (flags & F_STATE2)
+            q->state2 = get_f32s(&r, q->numel);
     }
     if (!r.bad && r.at != r.len) {
         r.bad = true;
@@ -559,6 +568,9 @@ bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name,
         }
     }
     int missing = 0, unused = 0;
+    bool ck_adam = false;
+    for (int i = 0; i < ck->nparams; i++)
+        ck_adam |= ck->params[i].state2 != NULL;
     for (int i = 0; i < m->nparams; i++) {
         const RtParam *p = &m->params[i];
         const RtCkptParam *q = &ck->params[i];
@@ -576,19 +588,30 @@ bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name,
             rt_from_f32(buf, q->values, n, p->dtype);
         }
         float *st = t->state ? t->state[i] : NULL;
-        if (st && q->state)
+        float *st2 = t->state2 ? t->state2[i] : NULL;
+        /* a momentum is not an Adam mean: state is used only when the
+         * second state agrees (both there or both absent) */
+        bool fits = (st2 != NULL) == (q->state2 != NULL);
+        if (st && q->state && fits) {
             memcpy(st, q->state, n * sizeof(float));
-        else if (st) {
+            if (st2)
+                memcpy(st2, q->state2, n * sizeof(float));
+        } else if (st) {
             memset(st, 0, n * sizeof(float));
+            if (st2)
+                memset(st2, 0, n * sizeof(float));
             missing++;
+            if (q->state)
+                unused++;
         } else if (q->state)
             unused++;
     }
     if (warn && missing)
-        fprintf(warn, "warning: checkpoint %s holds no momentum for %d parameters: it starts "
-                "from zero\n", name, missing);
+        fprintf(warn, "warning: checkpoint %s holds no %s for %d parameters: it starts "
+                "from zero\n", name, t->state2 ? "Adam state (mean, var)" : "momentum", missing);
     if (warn && unused)
-        fprintf(warn, "warning: checkpoint %s holds momentum for %d parameters that this run "
-                "does not use (momentum 0)\n", name, unused);
+        fprintf(warn, "warning: checkpoint %s holds %s for %d parameters that this run "
+                "does not use (%s)\n", name, ck_adam ? "Adam state (mean, var)" : "momentum",
+                unused, t->state2 ? "Adam" : t->state ? "another optimizer" : "momentum 0");
     return true;
 }

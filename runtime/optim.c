@@ -18,6 +18,16 @@
  * too (MXNet's Python layer).  Parameters without a master and with 16-bit
  * storage update in fp32 and round the weight once (momentum stays fp32).
  *
+ * Adam (mx@v1.x AdamUpdateKernel via kernels/optim.h's ampc_adam_update):
+ * the same one pass, with two fp32 state tensors (mean in state[i], var in
+ * state2[i]) and the bias correction folded into the lr as MXNet's Python
+ * Adam.update does: lr_t = lr x lr_mult x sqrt(1 - beta2^t) / (1 - beta1^t),
+ * t the update count (1 on the first).  Multi-precision Adam reads the
+ * 16-bit gradient (2 B), the master, mean and var (12 B) and writes them
+ * back with the 16-bit shadow (14 B): 28 B per parameter in one pass, where
+ * MXNet 1.x's Optimizer.update_multi_precision takes three kernels and 40 B
+ * (FACTS.md G 2.1).
+ *
  * The finite check: with dynamic loss scaling the step may be skipped, so
  * the check (rt_optim_grads_finite, rt_multi_all_finite over all gradients)
  * must finish before anything changes, and it costs one more read of the
@@ -32,7 +42,15 @@
 
 float rt_optim_wd_mult(const RtParam *p) { return p->wd_mult; }
 
-bool rt_optim_has_state(const RtOptConfig *c) { return c->momentum != 0.0f; }
+bool rt_optim_has_state(const RtOptConfig *c)
+{
+    return c->kind == RT_OPT_ADAM || c->momentum != 0.0f;
+}
+
+int rt_optim_nstate(const RtOptConfig *c)
+{
+    return c->kind == RT_OPT_ADAM ? 2 : c->momentum != 0.0f ? 1 : 0;
+}
 
 int rt_optim_bytes_per_param(const RtParam *p, RtDType grad_dt, const RtOptConfig *c,
                              bool separate_check)
@@ -40,7 +58,7 @@ int rt_optim_bytes_per_param(const RtParam *p, RtDType grad_dt, const RtOptConfi
     int g = (int)rt_dtype_size(grad_dt);
     int w = p->has_master ? 4 : (int)rt_dtype_size(p->dtype);
     int shadow = p->has_master ? (int)rt_dtype_size(p->dtype) : 0;
-    int mom = rt_optim_has_state(c) ? 4 : 0;
+    int mom = 4 * rt_optim_nstate(c); /* momentum, or Adam's mean and var */
     return (separate_check ? g : 0)   /* the finite check's read */
            + g + w + mom              /* read */
            + w + mom + shadow;        /* write */
@@ -79,10 +97,14 @@ int rt_optim_first_nonfinite(const RtModel *m, const RtCtx *ctx)
     return -1;
 }
 
-/* Element update of one fp32 weight; state may be NULL (no momentum). */
-static inline void update_f32(float *w, float *mom, float g, const AmpcOptParam *q, RtOptKind k)
+/* Element update of one fp32 weight; state may be NULL (no momentum); var
+ * is Adam's second state. */
+static inline void update_f32(float *w, float *mom, float *var, float g, const AmpcOptParam *q,
+                              RtOptKind k)
 {
-    if (!mom)
+    if (k == RT_OPT_ADAM)
+        ampc_adam_update(w, mom, var, g, *q);
+    else if (!mom)
         ampc_sgd_update(w, g, *q);
     else if (k == RT_OPT_NAG)
         ampc_nag_mom_update(w, mom, g, *q);
@@ -93,15 +115,23 @@ static inline void update_f32(float *w, float *mom, float g, const AmpcOptParam 
 /* One tensor; returns nonzero when a gradient element is inf or NaN (the
  * check reads the bits the update reads anyway). */
 static unsigned update_tensor(const RtParam *p, RtDType gdt, const void *grad, void *wbuf,
-                              float *master, float *mom, const AmpcOptParam *q, RtOptKind kind)
+                              float *master, float *mom, float *var, const AmpcOptParam *q,
+                              RtOptKind kind)
 {
     size_t n = (size_t)p->numel;
     unsigned bad = 0;
+    if (kind == RT_OPT_ADAM && (!mom || !var))
+        return 0; /* no state: rt_optim_step refuses this before */
     if (master && p->dtype == RT_F16 && gdt == RT_F16) {
         /* the multi-precision kernels: fp16 gradient -> fp32 master -> fp16 shadow */
         const ampc_half *g = grad;
         ampc_half *w16 = wbuf;
-        if (!mom)
+        if (kind == RT_OPT_ADAM)
+            for (size_t i = 0; i < n; i++) {
+                bad |= (g[i] & 0x7c00u) == 0x7c00u;
+                w16[i] = ampc_mp_adam_update(&master[i], &mom[i], &var[i], g[i], *q);
+            }
+        else if (!mom)
             for (size_t i = 0; i < n; i++) {
                 bad |= (g[i] & 0x7c00u) == 0x7c00u;
                 w16[i] = ampc_mp_sgd_update(&master[i], g[i], *q);
@@ -121,7 +151,12 @@ static unsigned update_tensor(const RtParam *p, RtDType gdt, const void *grad, v
     if (master && p->dtype == RT_BF16 && gdt == RT_BF16) {
         const ampc_bf16 *g = grad;
         ampc_bf16 *w16 = wbuf;
-        if (!mom)
+        if (kind == RT_OPT_ADAM)
+            for (size_t i = 0; i < n; i++) {
+                bad |= (g[i] & 0x7f80u) == 0x7f80u;
+                w16[i] = ampc_mp_adam_update_bf16(&master[i], &mom[i], &var[i], g[i], *q);
+            }
+        else if (!mom)
             for (size_t i = 0; i < n; i++) {
                 bad |= (g[i] & 0x7f80u) == 0x7f80u;
                 w16[i] = ampc_mp_sgd_update_bf16(&master[i], g[i], *q);
@@ -144,7 +179,7 @@ static unsigned update_tensor(const RtParam *p, RtDType gdt, const void *grad, v
         float *w = wbuf;
         for (size_t i = 0; i < n; i++) {
             bad |= !ampc_isfinite(g[i]);
-            update_f32(&w[i], mom ? &mom[i] : NULL, g[i], q, kind);
+            update_f32(&w[i], mom ? &mom[i] : NULL, var ? &var[i] : NULL, g[i], q, kind);
         }
         return bad;
     }
@@ -161,7 +196,7 @@ static unsigned update_tensor(const RtParam *p, RtDType gdt, const void *grad, v
             wv = p->dtype == RT_F32 ? ((float *)wbuf)[i]
                : p->dtype == RT_F16 ? ampc_half_to_float(((ampc_half *)wbuf)[i])
                                     : ampc_bf16_to_float(((ampc_bf16 *)wbuf)[i]);
-        update_f32(w, mom ? &mom[i] : NULL, g, q, kind);
+        update_f32(w, mom ? &mom[i] : NULL, var ? &var[i] : NULL, g, q, kind);
         if (p->dtype == RT_F32)
             ((float *)wbuf)[i] = *w;
         else if (p->dtype == RT_F16)
@@ -173,6 +208,12 @@ static unsigned update_tensor(const RtParam *p, RtDType gdt, const void *grad, v
 }
 
 bool rt_optim_step(const RtModel *m, RtCtx *ctx, float *const *state, const RtOptConfig *c)
+{
+    return rt_optim_step2(m, ctx, state, NULL, c);
+}
+
+bool rt_optim_step2(const RtModel *m, RtCtx *ctx, float *const *state, float *const *state2,
+                    const RtOptConfig *c)
 {
     bool with_mom = rt_optim_has_state(c);
     unsigned bad = 0;
@@ -189,8 +230,20 @@ bool rt_optim_step(const RtModel *m, RtCtx *ctx, float *const *state, const RtOp
         q.clip_gradient = c->clip_gradient;
         float *master = p->has_master && ctx->master ? ctx->master[i] : NULL;
         float *mom = with_mom && state ? state[i] : NULL;
+        float *var = c->kind == RT_OPT_ADAM && state2 ? state2[i] : NULL;
+        if (c->kind == RT_OPT_ADAM) {
+            /* MXNet's Python Adam.update: the bias correction in the lr, in
+             * double; lr x lr_mult first (the scheduler's lr is fp32 here) */
+            q.beta1 = c->beta1;
+            q.beta2 = c->beta2;
+            q.epsilon = c->epsilon;
+            q.lr = ampc_adam_lr((double)c->lr * (double)p->lr_mult, c->beta1, c->beta2,
+                                (long)(c->t > 0 ? c->t : 1));
+            if (!mom || !var)
+                continue; /* Adam needs both states (rt_trainer_init with nstate 2) */
+        }
         bad |= update_tensor(p, m->buffers[p->grad].dtype, ctx->buf[p->grad], ctx->buf[p->buffer],
-                             master, mom, &q, c->kind);
+                             master, mom, var, &q, c->kind);
     }
     return !bad;
 }

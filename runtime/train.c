@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "data/data_ext.h"
 #include "kernels/half.h"
 #include "train.h"
 
@@ -57,6 +58,9 @@ void rt_train_options_default(RtTrainOptions *o)
     o->wd = 1e-4f;
     o->clip_gradient = -1.0f;
     o->optimizer = RT_OPT_SGD;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.999f;
+    o->epsilon = 1e-8f;
     o->sched.kind = RT_LR_CONSTANT;
     o->sched.warmup_mode = RT_WARMUP_LINEAR;
     o->seed = 42;
@@ -156,19 +160,38 @@ static bool parse_optimizer(RtTrainOptions *o, const char *v, char *err, size_t 
     RtCall c;
     if (!rt_call_parse(v, &c, err, errlen))
         return false;
+    RtOptKind kind;
     if (strcmp(c.name, "sgd") == 0)
-        o->optimizer = RT_OPT_SGD;
+        kind = RT_OPT_SGD;
     else if (strcmp(c.name, "nag") == 0)
-        o->optimizer = RT_OPT_NAG;
+        kind = RT_OPT_NAG;
+    else if (strcmp(c.name, "adam") == 0)
+        kind = RT_OPT_ADAM;
     else {
-        snprintf(err, errlen, "optimizer '%s' is not supported by this runtime (sgd, nag)", c.name);
+        snprintf(err, errlen, "optimizer '%s' is not supported by this runtime (sgd, nag, adam)",
+                 c.name);
         return false;
     }
     /* multi_precision is the compiler's (the table's has_master); accepted here */
     static const char *const keys[] = {"momentum", "wd", "clip_gradient", "learning_rate", "lr",
                                        "multi_precision", NULL};
-    if (!call_keys(&c, keys, v, err, errlen))
+    static const char *const adam_keys[] = {"beta1", "beta2", "epsilon", "wd", "clip_gradient",
+                                            "learning_rate", "lr", "multi_precision", NULL};
+    if (!call_keys(&c, kind == RT_OPT_ADAM ? adam_keys : keys, v, err, errlen))
         return false;
+    float b1 = o->beta1, b2 = o->beta2, eps = o->epsilon;
+    if (!call_float(&c, "beta1", &b1, v, err, errlen) ||
+        !call_float(&c, "beta2", &b2, v, err, errlen) ||
+        !call_float(&c, "epsilon", &eps, v, err, errlen))
+        return false;
+    if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1) || !(eps > 0)) {
+        snprintf(err, errlen, "%s: needs beta1 and beta2 in [0, 1) and epsilon > 0", v);
+        return false;
+    }
+    o->optimizer = kind;
+    o->beta1 = b1;
+    o->beta2 = b2;
+    o->epsilon = eps;
     const char *mp = rt_call_str(&c, "multi_precision");
     if (mp && strcmp(mp, "true") != 0 && strcmp(mp, "false") != 0 && strcmp(mp, "1") != 0 &&
         strcmp(mp, "0") != 0) {
@@ -190,9 +213,36 @@ static bool parse_optimizer(RtTrainOptions *o, const char *v, char *err, size_t 
     return true;
 }
 
-/* lr = 0.1, constant(base=0.1), or cosine(base=, final=, warmup_epochs= |
+/* A list of up to RT_LR_MAX_STEPS increasing integers >= 1, "30,60,90"
+ * (commas or spaces; brackets allowed). */
+static int parse_steps(const char *v, int64_t *steps)
+{
+    int n = 0;
+    const char *q = v;
+    while (*q) {
+        while (*q == ' ' || *q == ',' || *q == '[' || *q == ']')
+            q++;
+        if (!*q)
+            break;
+        char *end;
+        errno = 0;
+        long long x = strtoll(q, &end, 10);
+        if (end == q || errno == ERANGE || x < 1 || n == RT_LR_MAX_STEPS ||
+            (n > 0 && x <= steps[n - 1]))
+            return -1;
+        steps[n++] = x;
+        q = end;
+        if (*q && *q != ',' && *q != ' ' && *q != ']')
+            return -1;
+    }
+    return n;
+}
+
+/* lr = 0.1, constant(base=0.1), cosine(base=, final=, warmup_epochs= |
  * warmup_steps=, warmup_begin=, warmup_mode=linear|constant, max_update=)
- * (the MXNet names base_lr, final_lr and warmup_begin_lr too). */
+ * (the MXNet names base_lr, final_lr and warmup_begin_lr too),
+ * step(factor=, steps= | step_epochs=, stop_factor_lr=, warmups) or
+ * poly(power=2, final=0, max_update=, warmups). */
 static bool parse_lr(RtTrainOptions *o, const char *v, char *err, size_t errlen)
 {
     if (parse_float(v, 0, 1e30, &o->lr)) {
@@ -218,22 +268,47 @@ static bool parse_lr(RtTrainOptions *o, const char *v, char *err, size_t errlen)
         o->sched.kind = RT_LR_CONSTANT;
         return true;
     }
-    if (strcmp(c.name, "cosine") != 0) {
-        snprintf(err, errlen, "lr '%s': a number, constant(base=) or cosine(base=, final=, "
-                 "warmup_epochs=, warmup_begin=)", v);
+    RtLrSchedule s = {.warmup_mode = RT_WARMUP_LINEAR, .power = 2.0f, .factor = 1.0f,
+                      .stop_lr = 1e-8f};
+    static const char *const cos_keys[] = {"base", "base_lr", "final", "final_lr", "warmup_epochs",
+                                           "warmup_steps", "warmup_begin", "warmup_begin_lr",
+                                           "warmup_mode", "max_update", NULL};
+    static const char *const poly_keys[] = {"base", "base_lr", "final", "final_lr", "power", "pwr",
+                                            "warmup_epochs", "warmup_steps", "warmup_begin",
+                                            "warmup_begin_lr", "warmup_mode", "max_update", NULL};
+    static const char *const step_keys[] = {"base", "base_lr", "factor", "steps", "step",
+                                            "step_epochs", "stop_factor_lr", "warmup_epochs",
+                                            "warmup_steps", "warmup_begin", "warmup_begin_lr",
+                                            "warmup_mode", NULL};
+    const char *const *keys;
+    if (strcmp(c.name, "cosine") == 0) {
+        s.kind = RT_LR_COSINE;
+        keys = cos_keys;
+    } else if (strcmp(c.name, "poly") == 0) {
+        s.kind = RT_LR_POLY;
+        keys = poly_keys;
+    } else if (strcmp(c.name, "step") == 0 || strcmp(c.name, "factor") == 0 ||
+               strcmp(c.name, "multifactor") == 0) {
+        s.kind = RT_LR_STEP;
+        keys = step_keys;
+    } else {
+        snprintf(err, errlen, "lr '%s': a number, constant(base=), cosine(base=, final=, "
+                 "warmup_epochs=, warmup_begin=), step(factor=, steps=) or poly(power=, final=)",
+                 v);
         return false;
     }
-    static const char *const keys[] = {"base", "base_lr", "final", "final_lr", "warmup_epochs",
-                                       "warmup_steps", "warmup_begin", "warmup_begin_lr",
-                                       "warmup_mode", "max_update", NULL};
     if (!call_keys(&c, keys, v, err, errlen))
         return false;
-    RtLrSchedule s = {.kind = RT_LR_COSINE, .warmup_mode = RT_WARMUP_LINEAR};
+    /* one key may not be given twice under two names */
     float wsteps = -1, maxu = 0;
     if (!call_float(&c, "base", &base, v, err, errlen) ||
         !call_float(&c, "base_lr", &base, v, err, errlen) ||
         !call_float(&c, "final", &s.final_lr, v, err, errlen) ||
         !call_float(&c, "final_lr", &s.final_lr, v, err, errlen) ||
+        !call_float(&c, "power", &s.power, v, err, errlen) ||
+        !call_float(&c, "pwr", &s.power, v, err, errlen) ||
+        !call_float(&c, "factor", &s.factor, v, err, errlen) ||
+        !call_float(&c, "stop_factor_lr", &s.stop_lr, v, err, errlen) ||
         !call_float(&c, "warmup_epochs", &s.warmup_epochs, v, err, errlen) ||
         !call_float(&c, "warmup_steps", &wsteps, v, err, errlen) ||
         !call_float(&c, "warmup_begin", &s.warmup_begin, v, err, errlen) ||
@@ -258,6 +333,39 @@ static bool parse_lr(RtTrainOptions *o, const char *v, char *err, size_t errlen)
         }
         s.max_update = (int64_t)maxu;
     }
+    if (s.kind == RT_LR_STEP) {
+        const char *st = rt_call_str(&c, "steps");
+        const char *st1 = rt_call_str(&c, "step");
+        const char *se = rt_call_str(&c, "step_epochs");
+        if ((st != NULL) + (st1 != NULL) + (se != NULL) != 1) {
+            snprintf(err, errlen, "%s: give one of steps= (updates: one number for every N, a "
+                     "list \"N1,N2,...\" for those updates) or step_epochs= (a list of epochs)", v);
+            return false;
+        }
+        if (!st)
+            st = st1;
+        int n = parse_steps(st ? st : se, s.steps);
+        bool list = strchr(st ? st : se, ',') != NULL || se != NULL;
+        if (n < 1 || (!list && n != 1)) {
+            snprintf(err, errlen, "%s: the steps must be integers >= 1, increasing, at most %d",
+                     v, RT_LR_MAX_STEPS);
+            return false;
+        }
+        if (list) {
+            s.nsteps = n;
+            s.steps_in_epochs = se != NULL;
+        } else {
+            s.period = s.steps[0];
+        }
+        if (!(s.factor > 0 && s.factor <= 1) || !(s.stop_lr >= 0)) {
+            snprintf(err, errlen, "%s: factor must be in (0, 1] and stop_factor_lr >= 0", v);
+            return false;
+        }
+    }
+    if (s.kind == RT_LR_POLY && !(s.power >= 0)) {
+        snprintf(err, errlen, "%s: power must be >= 0", v);
+        return false;
+    }
     const char *mode = rt_call_str(&c, "warmup_mode");
     if (mode && strcmp(mode, "linear") != 0 && strcmp(mode, "constant") != 0) {
         snprintf(err, errlen, "%s: warmup_mode must be linear or constant", v);
@@ -270,6 +378,36 @@ static bool parse_lr(RtTrainOptions *o, const char *v, char *err, size_t errlen)
     }
     o->lr = base;
     o->sched = s;
+    return true;
+}
+
+/* --augment crop=PAD,mirror | mirror | crop=PAD | off */
+static bool parse_augment(RtTrainOptions *o, const char *v, char *err, size_t errlen)
+{
+    int pad = 0;
+    bool mirror = false;
+    char buf[128];
+    if (strlen(v) >= sizeof buf) {
+        snprintf(err, errlen, "'%s': too long", v);
+        return false;
+    }
+    strcpy(buf, v);
+    if (strcmp(buf, "off") != 0 && strcmp(buf, "none") != 0) {
+        for (char *save = NULL, *tok = strtok_r(buf, ", ", &save); tok;
+             tok = strtok_r(NULL, ", ", &save)) {
+            int64_t i;
+            if (strcmp(tok, "mirror") == 0 || strcmp(tok, "flip") == 0)
+                mirror = true;
+            else if (strncmp(tok, "crop=", 5) == 0 && parse_i64(tok + 5, 0, 64, &i))
+                pad = (int)i;
+            else {
+                snprintf(err, errlen, "'%s': expected crop=PAD (0..64), mirror, or off", v);
+                return false;
+            }
+        }
+    }
+    o->augment_pad = pad;
+    o->augment_mirror = mirror;
     return true;
 }
 
@@ -326,6 +464,10 @@ bool rt_train_apply_defaults(RtTrainOptions *o, const char *const *kv, char *err
             ok = parse_optimizer(o, v, e, sizeof e);
         else if (strcmp(key, "loss_scale") == 0)
             ok = rt_loss_scale_parse(v, &o->loss_scale, e, sizeof e);
+        else if (strcmp(key, "augment") == 0) {
+            char b[128];
+            ok = parse_augment(o, unquote(v, b, sizeof b), e, sizeof e);
+        }
         else if (strcmp(key, "data") == 0 || strcmp(key, "data_dir") == 0 ||
                  strcmp(key, "init") == 0) {
             /* the strings live as long as the model's table (quotes kept
@@ -338,7 +480,9 @@ bool rt_train_apply_defaults(RtTrainOptions *o, const char *const *kv, char *err
                 char b[64];
                 const char *u = unquote(v, b, sizeof b);
                 o->data = strcmp(u, "digits") == 0 ? "digits"
-                        : strcmp(u, "synthetic") == 0 ? "synthetic" : v;
+                        : strcmp(u, "synthetic") == 0 ? "synthetic"
+                        : strcmp(u, "fashion_mnist") == 0 ? "fashion_mnist"
+                        : strcmp(u, "cifar10") == 0 ? "cifar10" : v;
             } else {
                 o->data_dir = v;
             }
@@ -353,6 +497,130 @@ bool rt_train_apply_defaults(RtTrainOptions *o, const char *const *kv, char *err
         }
     }
     return true;
+}
+
+/* ---- data sources: "name" or "name(arg, key=arg, ...)" --------------------- */
+
+enum { DS_SYNTHETIC, DS_DIGITS, DS_FASHION, DS_IDX, DS_CIFAR10 };
+#define DS_MAX_ARGS 5
+
+typedef struct {
+    int kind;
+    int nargs;
+    char arg[DS_MAX_ARGS][1024]; /* positional order; keyed ones put in their place */
+    bool given[DS_MAX_ARGS];
+} DataSpec;
+
+static const char *const idx_keys[] = {"train_images", "train_labels", "test_images",
+                                       "test_labels", "classes", NULL};
+
+static bool parse_data(const char *s, DataSpec *d, char *err, size_t errlen)
+{
+    memset(d, 0, sizeof *d);
+    const char *p = s;
+    while (*p == ' ')
+        p++;
+    size_t n = strcspn(p, "( ");
+    static const char *const names[] = {"synthetic", "digits", "fashion_mnist", "idx", "cifar10"};
+    d->kind = -1;
+    for (int k = 0; k < 5; k++)
+        if (strlen(names[k]) == n && strncmp(p, names[k], n) == 0)
+            d->kind = k;
+    if (d->kind < 0)
+        goto bad;
+    p += n;
+    while (*p == ' ')
+        p++;
+    int maxargs = d->kind == DS_IDX ? 5 : d->kind == DS_FASHION || d->kind == DS_CIFAR10 ? 1 : 0;
+    if (*p == '(') {
+        p++;
+        while (*p == ' ')
+            p++;
+        int pos = 0;
+        while (*p != ')') {
+            if (pos >= maxargs) {
+                snprintf(err, errlen, "'%s': too many arguments (%s takes %d)", s, names[d->kind],
+                         maxargs);
+                return false;
+            }
+            int slot = pos;
+            /* key= */
+            size_t kl = 0;
+            while ((p[kl] >= 'a' && p[kl] <= 'z') || p[kl] == '_')
+                kl++;
+            if (kl > 0 && p[kl] == '=') {
+                slot = -1;
+                for (int k = 0; d->kind == DS_IDX && idx_keys[k]; k++)
+                    if (strlen(idx_keys[k]) == kl && strncmp(p, idx_keys[k], kl) == 0)
+                        slot = k;
+                if (d->kind != DS_IDX && kl == 3 && strncmp(p, "dir", 3) == 0)
+                    slot = 0;
+                if (slot < 0) {
+                    snprintf(err, errlen, "'%s': %s() has no argument '%.*s'", s, names[d->kind],
+                             (int)kl, p);
+                    return false;
+                }
+                p += kl + 1;
+            }
+            if (d->given[slot]) {
+                snprintf(err, errlen, "'%s': argument %d given twice", s, slot + 1);
+                return false;
+            }
+            char *dst = d->arg[slot];
+            size_t len = 0;
+            if (*p == '"' || *p == '\'') {
+                char q = *p++;
+                while (*p && *p != q && len + 1 < sizeof d->arg[0])
+                    dst[len++] = *p++;
+                if (*p != q)
+                    goto bad;
+                p++;
+            } else {
+                while (*p && *p != ',' && *p != ')' && len + 1 < sizeof d->arg[0])
+                    dst[len++] = *p++;
+                while (len > 0 && dst[len - 1] == ' ')
+                    len--;
+            }
+            dst[len] = 0;
+            if (len == 0)
+                goto bad;
+            d->given[slot] = true;
+            pos++;
+            while (*p == ' ')
+                p++;
+            if (*p == ',') {
+                p++;
+                while (*p == ' ')
+                    p++;
+            } else if (*p != ')')
+                goto bad;
+        }
+        p++;
+        d->nargs = pos;
+    }
+    while (*p == ' ')
+        p++;
+    if (*p)
+        goto bad;
+    if (d->kind == DS_IDX)
+        for (int k = 0; k < 4; k++)
+            if (!d->given[k]) {
+                snprintf(err, errlen, "'%s': idx() needs train_images, train_labels, test_images "
+                         "and test_labels (%s missing)", s, idx_keys[k]);
+                return false;
+            }
+    if (d->kind == DS_IDX && d->given[4]) {
+        int64_t cl;
+        if (!parse_i64(d->arg[4], 2, 1 << 20, &cl)) {
+            snprintf(err, errlen, "'%s': classes must be an integer >= 2", s);
+            return false;
+        }
+    }
+    return true;
+bad:
+    snprintf(err, errlen, "'%s' is not synthetic, digits, fashion_mnist, fashion_mnist(\"DIR\"), "
+             "idx(TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS) or cifar10(\"DIR\")", s);
+    return false;
 }
 
 static void usage(const RtTrainOptions *o, FILE *out)
@@ -372,14 +640,27 @@ static void usage(const RtTrainOptions *o, FILE *out)
             "  --epochs N          passes over the training set (%d)\n"
             "  --max-steps N       stop after N steps (batches) in all (no limit)\n"
             "  --batch-size N      samples per step (%lld)\n"
-            "  --lr X              learning rate%s (%g)\n"
+            "  --lr X              learning rate%s (%g), or a schedule: constant(base=),\n"
+            "                      cosine(...), step(factor=, steps=), poly(power=, final=)\n"
+            "  --optimizer SPEC    sgd(...), nag(...) or adam(beta1=0.9, beta2=0.999,\n"
+            "                      epsilon=1e-8, wd=) (%s)\n"
+            "  --init SPEC         the weights' initialiser: xavier(...), msra_prelu(...),\n"
+            "                      uniform(scale=0.07), normal(sigma=0.01), zero, one\n"
             "  --momentum X        SGD/NAG momentum, 0 for none (%g)\n"
             "  --wd X              weight decay (%g)\n"
             "  --loss-scale S      dynamic, dynamic(init=, growth=, backoff=, interval=, min=,\n"
             "                      max=), off, or a number: a static scale (%s)\n"
             "  --seed N            initialisation, shuffling and synthetic data (%llu)\n"
-            "  --data SOURCE       synthetic | digits (%s)\n"
-            "  --data-dir DIR      where digits.csv.gz is (%s; default $AMPC_DATA_DIR)\n"
+            "  --data SOURCE       synthetic | digits | fashion_mnist | fashion_mnist(\"DIR\")\n"
+            "                      | idx(TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS)\n"
+            "                      | cifar10 | cifar10(\"DIR\") (%s)\n"
+            "  --data-dir DIR      where digits.csv.gz, fashion-mnist/ and cifar10/ are\n"
+            "                      (%s; default $AMPC_DATA_DIR)\n"
+            "  --augment LIST      training images: crop=PAD (zero padding, then a random\n"
+            "                      crop), mirror (random flips), off (%s)\n"
+            "  --random-crop PAD, --random-mirror   the same as separate flags\n"
+            "  --json-log FILE     every log event as one JSON object per line\n"
+            "  --profile           time per node, node kind and phase, printed at the end\n"
             "  --log-interval N    batches between progress lines, 0 for none (%d)\n"
             "  --save-dir DIR      a checkpoint per epoch: DIR/<model>-<epoch>.params\n"
             "  --resume FILE       continue from a checkpoint\n"
@@ -391,15 +672,20 @@ static void usage(const RtTrainOptions *o, FILE *out)
             "  --inject-nan=NODE:STEP (a NaN in NODE's output at STEP),\n"
             "  --dump-state FILE (write the first step's gradients and stop)\n",
             o->prog, o->epochs, (long long)o->batch_size,
-            o->sched.kind == RT_LR_COSINE ? " (the cosine schedule's base)" : "", (double)o->lr,
+            o->sched.kind != RT_LR_CONSTANT ? " (the schedule's base)" : "", (double)o->lr,
+            o->optimizer == RT_OPT_ADAM ? "adam" : o->optimizer == RT_OPT_NAG ? "nag" : "sgd",
             (double)o->momentum, (double)o->wd, lsd, (unsigned long long)o->seed, o->data,
-            o->data_dir, o->log_interval);
+            o->data_dir,
+            o->augment_pad && o->augment_mirror ? "crop and mirror"
+            : o->augment_pad ? "crop" : o->augment_mirror ? "mirror" : "off",
+            o->log_interval);
 }
 
 enum { OPT_MAX_STEPS = 256, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD, OPT_SEED,
        OPT_DATA, OPT_DATA_DIR, OPT_LOG_INTERVAL, OPT_THREADS, OPT_LOSS_SCALE, OPT_DUMP_STATE,
        OPT_SAVE_DIR, OPT_RESUME, OPT_EVAL_ONLY, OPT_CHECK_NUMERICS, OPT_INJECT_INF,
-       OPT_INJECT_NAN };
+       OPT_INJECT_NAN, OPT_OPTIMIZER, OPT_INIT, OPT_AUGMENT, OPT_RANDOM_CROP, OPT_RANDOM_MIRROR,
+       OPT_JSON_LOG, OPT_PROFILE };
 
 int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FILE *err)
 {
@@ -423,6 +709,13 @@ int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FIL
         {"inject-inf-at-step", required_argument, NULL, OPT_INJECT_INF},
         {"inject-nan", required_argument, NULL, OPT_INJECT_NAN},
         {"dump-state", required_argument, NULL, OPT_DUMP_STATE},
+        {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+        {"init", required_argument, NULL, OPT_INIT},
+        {"augment", required_argument, NULL, OPT_AUGMENT},
+        {"random-crop", required_argument, NULL, OPT_RANDOM_CROP},
+        {"random-mirror", no_argument, NULL, OPT_RANDOM_MIRROR},
+        {"json-log", required_argument, NULL, OPT_JSON_LOG},
+        {"profile", no_argument, NULL, OPT_PROFILE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -490,19 +783,45 @@ int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FIL
             what = "an integer >= 1";
             ok = parse_i64(a, 1, INT32_MAX, &o->batch_size);
             break;
-        case OPT_LR: what = "a number >= 0"; ok = parse_float(a, 0, 1e30, &o->lr); break;
+        case OPT_LR:
+            what = "a number >= 0";
+            if (strchr(a, '(') || strcmp(a, "cosine") == 0 || strcmp(a, "poly") == 0)
+                ok = parse_lr(o, a, msg, sizeof msg); /* a schedule */
+            else
+                ok = parse_float(a, 0, 1e30, &o->lr); /* a schedule's base */
+            break;
+        case OPT_OPTIMIZER: ok = parse_optimizer(o, a, msg, sizeof msg); break;
+        case OPT_INIT: {
+            RtInit ini;
+            ok = rt_init_parse(a, &ini, msg, sizeof msg);
+            o->init = a;
+            break;
+        }
+        case OPT_AUGMENT: ok = parse_augment(o, a, msg, sizeof msg); break;
+        case OPT_RANDOM_CROP:
+            what = "a padding 0..64";
+            if ((ok = parse_i64(a, 0, 64, &i)))
+                o->augment_pad = (int)i;
+            break;
+        case OPT_RANDOM_MIRROR: o->augment_mirror = true; break;
+        case OPT_JSON_LOG:
+            what = "a file name";
+            ok = *a != 0;
+            o->json_log = a;
+            break;
+        case OPT_PROFILE: o->profile = true; break;
         case OPT_MOMENTUM:
             what = "a number in [0, 1]";
             ok = parse_float(a, 0, 1, &o->momentum);
             break;
         case OPT_WD: what = "a number >= 0"; ok = parse_float(a, 0, 1e30, &o->wd); break;
         case OPT_SEED: what = "an unsigned integer"; ok = parse_u64(a, &o->seed); break;
-        case OPT_DATA:
-            what = "synthetic or digits";
-            ok = strcmp(a, "synthetic") == 0 || strcmp(a, "digits") == 0;
-            if (ok)
-                o->data = a[0] == 's' ? "synthetic" : "digits";
+        case OPT_DATA: {
+            DataSpec d;
+            ok = parse_data(a, &d, msg, sizeof msg);
+            o->data = a;
             break;
+        }
         case OPT_DATA_DIR:
             what = "a directory";
             ok = *a != 0;
@@ -589,9 +908,13 @@ void rt_trainer_free(RtTrainer *t)
     if (t->state)
         for (int i = 0; i < t->m->nparams; i++)
             free(t->state[i]);
+    if (t->state2)
+        for (int i = 0; i < t->m->nparams; i++)
+            free(t->state2[i]);
     free(t->ctx.buf);
     free(t->ctx.master);
     free(t->state);
+    free(t->state2);
     free(t->ctx.ws);
     memset(t, 0, sizeof *t);
 }
@@ -616,9 +939,10 @@ static bool check_buffer(const RtModel *m, int b, RtDType dt, int64_t need, int6
     return true;
 }
 
-bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, bool with_state, char *err,
+bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, char *err,
                      size_t errlen)
 {
+    bool with_state = nstate >= 1;
     memset(t, 0, sizeof *t);
     t->m = m;
     t->batch = batch;
@@ -660,7 +984,9 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, bool with_st
     t->ctx.buf = calloc((size_t)m->nbuffers + 1, sizeof *t->ctx.buf);
     t->ctx.master = calloc((size_t)m->nparams + 1, sizeof *t->ctx.master);
     t->state = calloc((size_t)m->nparams + 1, sizeof *t->state);
-    bool ok = t->ctx.buf && t->ctx.master && t->state;
+    if (nstate >= 2)
+        t->state2 = calloc((size_t)m->nparams + 1, sizeof *t->state2);
+    bool ok = t->ctx.buf && t->ctx.master && t->state && (nstate < 2 || t->state2);
     for (int i = 0; ok && i < m->nbuffers; i++) {
         int64_t n = buffer_elems(&m->buffers[i], batch);
         ok = n >= 0 && (t->ctx.buf[i] = alloc64((size_t)n * rt_dtype_size(m->buffers[i].dtype)));
@@ -671,6 +997,8 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, bool with_st
             ok = (t->ctx.master[i] = alloc64((size_t)p->numel * sizeof(float))) != NULL;
         if (ok && with_state && p->grad >= 0)
             ok = (t->state[i] = alloc64((size_t)p->numel * sizeof(float))) != NULL;
+        if (ok && nstate >= 2 && p->grad >= 0)
+            ok = (t->state2[i] = alloc64((size_t)p->numel * sizeof(float))) != NULL;
     }
     if (!ok) {
         snprintf(err, errlen, "model %s: out of memory for the buffers at batch size %lld",
@@ -717,22 +1045,50 @@ float rt_lr_at(const RtLrSchedule *s, float base_lr, int64_t t, int64_t steps_pe
 {
     if (s->kind == RT_LR_CONSTANT)
         return base_lr;
-    /* MXNet's CosineScheduler(max_update, base_lr, final_lr, warmup_steps,
-     * warmup_begin_lr, warmup_mode), in double as Python computes it */
+    /* MXNet's LRScheduler warmup (shared by Cosine, Poly, Factor and
+     * MultiFactor), in double as Python computes it */
     double warm = s->warmup_steps > 0
                       ? (double)s->warmup_steps
                       : floor((double)s->warmup_epochs * (double)steps_per_epoch + 0.5);
-    double max_update = s->max_update > 0 ? (double)s->max_update : (double)total_steps;
-    double tt = (double)t;
+    double tt = (double)t, base = (double)base_lr;
     if (tt < warm) {
         if (s->warmup_mode == RT_WARMUP_CONSTANT)
             return s->warmup_begin;
-        return (float)(s->warmup_begin + ((double)base_lr - s->warmup_begin) * tt / warm);
+        return (float)(s->warmup_begin + (base - s->warmup_begin) * tt / warm);
     }
+    if (s->kind == RT_LR_STEP) {
+        /* FactorScheduler: while t > count + step: count += step, lr *= factor,
+         * floored at stop_factor_lr.  MultiFactorScheduler: lr *= factor for
+         * every listed step s_i with t > s_i.  Both multiply repeatedly. */
+        double lr = base;
+        if (s->period > 0) {
+            for (int64_t count = 0; tt > (double)(count + s->period); count += s->period) {
+                lr *= (double)s->factor;
+                if (lr < (double)s->stop_lr)
+                    lr = (double)s->stop_lr;
+            }
+        } else {
+            for (int i = 0; i < s->nsteps; i++) {
+                double at = (double)s->steps[i] *
+                            (s->steps_in_epochs ? (double)steps_per_epoch : 1.0);
+                if (tt > at)
+                    lr *= (double)s->factor;
+            }
+        }
+        return (float)lr;
+    }
+    double max_update = s->max_update > 0 ? (double)s->max_update : (double)total_steps;
     if (tt > max_update || max_update <= warm)
         return s->final_lr; /* MXNet keeps the last value, which is final_lr */
+    if (s->kind == RT_LR_POLY) {
+        /* PolyScheduler: final + (base - final) * (1 - (t - warm)/(max - warm))^pwr */
+        double frac = 1.0 - (tt - warm) / (max_update - warm);
+        return (float)(s->final_lr + (base - s->final_lr) * pow(frac, (double)s->power));
+    }
+    /* CosineScheduler(max_update, base_lr, final_lr, warmup_steps,
+     * warmup_begin_lr, warmup_mode) */
     double cosine = 1.0 + cos(3.141592653589793 * (tt - warm) / (max_update - warm));
-    return (float)(s->final_lr + ((double)base_lr - s->final_lr) * cosine / 2.0);
+    return (float)(s->final_lr + (base - s->final_lr) * cosine / 2.0);
 }
 
 /* ---- metrics ------------------------------------------------------------------- */
@@ -843,12 +1199,9 @@ typedef struct {
     int buffer;
 } Numerics;
 
-static void after_node(RtCtx *ctx, int node, const char *name, int buffer)
+static void numerics_node(RtCtx *ctx, Numerics *nm, const RtModel *m, const char *name,
+                          int buffer)
 {
-    (void)node;
-    RtTrainer *t = (RtTrainer *)(void *)((char *)ctx - offsetof(RtTrainer, ctx));
-    Numerics *nm = t->hook;
-    const RtModel *m = t->m;
     if (!nm || !name || buffer < 0 || buffer >= m->nbuffers)
         return;
     RtDType dt = m->buffers[buffer].dtype;
@@ -886,8 +1239,12 @@ static void numerics_report(FILE *err, const char *prog, const RtModel *m, const
 /* The validation set through infer_step, batch by batch; the last partial
  * batch is padded by repeating its first sample and only its real rows
  * count.  False when --check-numerics found inf/NaN (reported to err). */
+typedef struct Prof Prof;
+static void prof_infer(Prof *pf, bool begin);
+
 static bool validate(const RtModel *m, RtTrainer *t, const RtDataset *ds, int64_t *idx,
-                     Numerics *nm, Metric *res, FILE *err, const char *prog, const char *when)
+                     Numerics *nm, Prof *pf, Metric *res, FILE *err, const char *prog,
+                     const char *when)
 {
     Metric mt = {0};
     int64_t b = t->batch;
@@ -900,7 +1257,11 @@ static bool validate(const RtModel *m, RtTrainer *t, const RtDataset *ds, int64_
         t->ctx.batch = b;
         nm->train = false;
         nm->found = false;
+        if (pf)
+            prof_infer(pf, true);
         m->infer_step(&t->ctx);
+        if (pf)
+            prof_infer(pf, false);
         if (nm->found) {
             char where[160];
             snprintf(where, sizeof where, "validation %s, samples %lld-%lld (inference step)",
@@ -914,35 +1275,534 @@ static bool validate(const RtModel *m, RtTrainer *t, const RtDataset *ds, int64_
     return true;
 }
 
+static bool has_file(const char *dir, const char *name)
+{
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+        return true;
+    snprintf(path, sizeof path, "%s/%s.gz", dir, name);
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static bool is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* A path argument of a data source: as given when it exists (or is
+ * absolute), else under the data directory when it exists there. */
+static void data_path(char *dst, size_t cap, const char *arg, const char *data_dir)
+{
+    struct stat st;
+    snprintf(dst, cap, "%s", arg);
+    if (arg[0] == '/' || stat(arg, &st) == 0)
+        return;
+    char alt[4200];
+    snprintf(alt, sizeof alt, "%s/%s", data_dir, arg);
+    if (stat(alt, &st) == 0)
+        snprintf(dst, cap, "%s", alt);
+}
+
+/* The data set of o->data (docs/training.md, Data).  Returns 0, 1 (a data
+ * error) or 2 (a source the model cannot take). */
 static int open_data(const RtModel *m, const RtTrainOptions *o, uint64_t seed, int64_t sample,
                      RtDataset *ds, FILE *err)
 {
     char msg[1024];
-    if (strcmp(o->data, "synthetic") == 0) {
+    DataSpec d;
+    if (!parse_data(o->data, &d, msg, sizeof msg)) {
+        fprintf(err, "%s: data source %s\n", o->prog, msg);
+        return 2;
+    }
+    if (d.kind == DS_SYNTHETIC) {
         rt_data_synthetic(ds, sample, m->classes, seed, RT_SYNTHETIC_TRAIN, RT_SYNTHETIC_VAL);
         return 0;
     }
-    if (strcmp(o->data, "digits") != 0) {
-        fprintf(err, "%s: data source '%s' is not supported by this runtime (synthetic, digits)\n",
-                o->prog, o->data);
+    if ((o->augment_pad > 0 || o->augment_mirror) && d.kind == DS_DIGITS) {
+        fprintf(err, "%s: --augment: the digits data are never augmented (8x8 digits: a shift or "
+                "a mirror changes the class)\n", o->prog);
         return 2;
     }
-    if (sample != RT_DIGITS_PIXELS || m->classes < RT_DIGITS_CLASSES) {
-        fprintf(err, "%s: the digits data are 8x8 images of 10 classes; model %s takes %lld "
-                "values per sample and has %lld classes\n", o->prog, m->name, (long long)sample,
+    if (d.kind == DS_DIGITS) {
+        if (sample != RT_DIGITS_PIXELS || m->classes < RT_DIGITS_CLASSES) {
+            fprintf(err, "%s: the digits data are 8x8 images of 10 classes; model %s takes %lld "
+                    "values per sample and has %lld classes\n", o->prog, m->name,
+                    (long long)sample, (long long)m->classes);
+            return 2;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/digits.csv.gz", o->data_dir);
+        if (!rt_data_digits(ds, path, msg, sizeof msg)) {
+            fprintf(err, "%s: %s\n", o->prog, msg);
+            if (strstr(msg, "cannot open"))
+                fprintf(err, "%s: set --data-dir or AMPC_DATA_DIR to the directory of "
+                        "digits.csv.gz (Debian's python3-sklearn: sklearn/datasets/data/)\n",
+                        o->prog);
+            return 1;
+        }
+        return 0;
+    }
+    bool ok;
+    const char *what;
+    if (d.kind == DS_FASHION) {
+        what = "Fashion-MNIST";
+        char dir[4200];
+        /* fashion_mnist("DIR"); else DATA_DIR/fashion-mnist, DATA_DIR, then
+         * Debian's /usr/share/datasets/fashion-mnist */
+        if (d.given[0])
+            data_path(dir, sizeof dir, d.arg[0], o->data_dir);
+        else {
+            snprintf(dir, sizeof dir, "%s/fashion-mnist", o->data_dir);
+            if (!has_file(dir, "train-images-idx3-ubyte"))
+                snprintf(dir, sizeof dir, "%s", o->data_dir);
+            if (!has_file(dir, "train-images-idx3-ubyte"))
+                snprintf(dir, sizeof dir, "%s", RT_FASHION_MNIST_DIR);
+        }
+        ok = rt_data_fashion_mnist(ds, dir, msg, sizeof msg);
+        if (!ok) {
+            fprintf(err, "%s: %s\n", o->prog, msg);
+            fprintf(err, "%s: Fashion-MNIST is Debian's dataset-fashion-mnist (apt-get install "
+                    "dataset-fashion-mnist: %s), or 'make fashion' (into DATA_DIR/fashion-mnist); "
+                    "set --data-dir, AMPC_DATA_DIR or fashion_mnist(\"DIR\")\n", o->prog,
+                    RT_FASHION_MNIST_DIR);
+            return 1;
+        }
+    } else if (d.kind == DS_IDX) {
+        what = "the IDX files";
+        int64_t classes = 10;
+        if (d.given[4])
+            parse_i64(d.arg[4], 2, 1 << 20, &classes);
+        static char f[4][4200];
+        for (int k = 0; k < 4; k++)
+            data_path(f[k], sizeof f[k], d.arg[k], o->data_dir);
+        ok = d.given[4] ? rt_data_idx_classes(ds, f[0], f[1], f[2], f[3], classes, msg, sizeof msg)
+                        : rt_data_idx(ds, f[0], f[1], f[2], f[3], msg, sizeof msg);
+        if (!ok) {
+            fprintf(err, "%s: %s\n", o->prog, msg);
+            return 1;
+        }
+    } else {
+        what = "CIFAR-10";
+        char dir[4200];
+        if (d.given[0])
+            data_path(dir, sizeof dir, d.arg[0], o->data_dir);
+        else {
+            snprintf(dir, sizeof dir, "%s/cifar10", o->data_dir);
+            if (!is_dir(dir))
+                snprintf(dir, sizeof dir, "%s", o->data_dir);
+        }
+        if (!rt_data_cifar10(ds, dir, msg, sizeof msg)) {
+            fprintf(err, "%s: %s\n", o->prog, msg);
+            return 1;
+        }
+    }
+    if (ds->sample_size != sample || ds->classes > m->classes) {
+        fprintf(err, "%s: %s hold %lld values per sample in %lld classes; model %s takes %lld "
+                "values per sample and has %lld classes\n", o->prog, what,
+                (long long)ds->sample_size, (long long)ds->classes, m->name, (long long)sample,
                 (long long)m->classes);
         return 2;
     }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/digits.csv.gz", o->data_dir);
-    if (!rt_data_digits(ds, path, msg, sizeof msg)) {
-        fprintf(err, "%s: %s\n", o->prog, msg);
-        if (strstr(msg, "cannot open"))
-            fprintf(err, "%s: set --data-dir or AMPC_DATA_DIR to the directory of digits.csv.gz "
-                    "(Debian's python3-sklearn: sklearn/datasets/data/)\n", o->prog);
-        return 1;
-    }
     return 0;
+}
+
+/* ---- --json-log: one JSON object per event, per line (JSON Lines) ------------ */
+
+typedef struct {
+    FILE *f;
+    double t0;
+    bool comma; /* a member precedes: the next needs a comma */
+} JLog;
+
+static void jl_raw_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        unsigned char c = *p;
+        if (c == '"' || c == '\\') {
+            fputc('\\', f);
+            fputc(c, f);
+            p++;
+        } else if (c < 0x20 || c == 0x7f) {
+            switch (c) {
+            case '\n': fputs("\\n", f); break;
+            case '\t': fputs("\\t", f); break;
+            case '\r': fputs("\\r", f); break;
+            default: fprintf(f, "\\u%04x", c);
+            }
+            p++;
+        } else if (c < 0x80) {
+            fputc(c, f);
+            p++;
+        } else {
+            /* UTF-8 passes through when well formed; any other byte is U+FFFD */
+            int n = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+            bool good = n > 0;
+            for (int k = 1; good && k < n; k++)
+                good = (p[k] & 0xc0) == 0x80;
+            if (good && n == 3 && ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0)))
+                good = false; /* overlong or a surrogate */
+            if (good && n == 4 && ((c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90)))
+                good = false;
+            if (good) {
+                fwrite(p, 1, (size_t)n, f);
+                p += n;
+            } else {
+                fputs("\\ufffd", f);
+                p++;
+            }
+        }
+    }
+    fputc('"', f);
+}
+
+static void jl_key(JLog *j, const char *key)
+{
+    if (j->comma)
+        fputc(',', j->f);
+    jl_raw_str(j->f, key);
+    fputc(':', j->f);
+    j->comma = true;
+}
+
+static void jl_begin(JLog *j, const char *event)
+{
+    if (!j->f)
+        return;
+    fputc('{', j->f);
+    j->comma = false;
+    jl_key(j, "event");
+    jl_raw_str(j->f, event);
+    jl_key(j, "time");
+    fprintf(j->f, "%.6f", now_s() - j->t0);
+}
+
+static void jl_str(JLog *j, const char *key, const char *v)
+{
+    if (!j->f)
+        return;
+    jl_key(j, key);
+    if (v)
+        jl_raw_str(j->f, v);
+    else
+        fputs("null", j->f);
+}
+
+/* a finite number, else null (JSON has no inf or NaN) */
+static void jl_num(JLog *j, const char *key, double v)
+{
+    if (!j->f)
+        return;
+    jl_key(j, key);
+    if (isfinite(v))
+        fprintf(j->f, "%.17g", v);
+    else
+        fputs("null", j->f);
+}
+
+static void jl_int(JLog *j, const char *key, long long v)
+{
+    if (!j->f)
+        return;
+    jl_key(j, key);
+    fprintf(j->f, "%lld", v);
+}
+
+static void jl_bool(JLog *j, const char *key, bool v)
+{
+    if (!j->f)
+        return;
+    jl_key(j, key);
+    fputs(v ? "true" : "false", j->f);
+}
+
+static void jl_obj(JLog *j, const char *key)
+{
+    if (!j->f)
+        return;
+    jl_key(j, key);
+    fputc('{', j->f);
+    j->comma = false;
+}
+
+static void jl_close(JLog *j, char c)
+{
+    if (!j->f)
+        return;
+    fputc(c, j->f);
+    j->comma = true;
+}
+
+static void jl_end(JLog *j)
+{
+    if (!j->f)
+        return;
+    fputs("}\n", j->f);
+    fflush(j->f);
+}
+
+/* "key": {"accuracy": .., "cross_entropy": .., "top_k_accuracy_5": ..} */
+static void jl_metrics(JLog *j, const char *key, const RtModel *m, const Metric *mt)
+{
+    if (!j->f)
+        return;
+    jl_obj(j, key);
+    jl_num(j, "accuracy", metric_acc(mt));
+    jl_num(j, "cross_entropy", metric_ce(mt));
+    if (m->classes > TOP_K)
+        jl_num(j, "top_k_accuracy_5", metric_topk(mt));
+    jl_int(j, "samples", (long long)mt->samples);
+    jl_close(j, '}');
+}
+
+/* ---- --profile: time per node (the after_node hook) and per phase ----------- */
+
+enum { PH_DATA, PH_FORWARD, PH_BACKWARD, PH_CHECK, PH_MOVING, PH_OPTIM, PH_OTHER, PH_N };
+static const char *const phase_names[PH_N] = {
+    "data (fill, augment)", "forward", "backward", "loss-scale check (all finite)",
+    "BatchNorm moving statistics", "optimizer (fused update)", "metrics and logs"};
+static const char *const phase_keys[PH_N] = {"data", "forward", "backward", "loss_scale_check",
+                                             "moving_update", "optimizer", "other"};
+
+typedef struct {
+    const char *name;
+    double sec;
+    int64_t calls;
+    bool backward;
+} ProfNode;
+
+struct Prof {
+    bool on;          /* collecting (the first step of a run is not counted) */
+    bool past_head;   /* the loss head has run in this train step */
+    int step_fn;      /* 0 the train step, 1 the inference step */
+    double last;      /* the end of the previous node (or the start of the step) */
+    ProfNode *node[2];
+    int cap[2];
+    double phase[PH_N];
+    double step_sec;  /* the train steps, whole */
+    int64_t steps;
+    double infer_sec; /* inference steps (validation) */
+    int64_t infer_steps;
+    double infer_t0;
+    bool was_on;
+};
+
+static void prof_infer(Prof *pf, bool begin)
+{
+    double now = now_s();
+    if (begin) {
+        pf->was_on = pf->on;
+        pf->on = true;
+        pf->step_fn = 1;
+        pf->last = pf->infer_t0 = now;
+    } else {
+        pf->infer_sec += now - pf->infer_t0;
+        pf->infer_steps++;
+        pf->step_fn = 0;
+        pf->on = pf->was_on;
+    }
+}
+
+static void prof_node(Prof *pf, const RtModel *m, int node, const char *name, int buffer,
+                      double now)
+{
+    int f = pf->step_fn;
+    if (node < 0 || node > 1000000)
+        return;
+    if (node >= pf->cap[f]) {
+        int cap = node + 64;
+        ProfNode *nn = realloc(pf->node[f], (size_t)cap * sizeof *nn);
+        if (!nn)
+            return;
+        memset(nn + pf->cap[f], 0, (size_t)(cap - pf->cap[f]) * sizeof *nn);
+        pf->node[f] = nn;
+        pf->cap[f] = cap;
+    }
+    ProfNode *pn = &pf->node[f][node];
+    pn->name = name;
+    pn->sec += now - pf->last;
+    pn->calls++;
+    pn->backward = f == 0 && (pf->past_head || strstr(name, "_bwd") != NULL);
+    if (f == 0)
+        pf->phase[pn->backward ? PH_BACKWARD : PH_FORWARD] += now - pf->last;
+    if (f == 0 && buffer == m->prob_train)
+        pf->past_head = true;
+}
+
+/* The node kind from its name: the backward suffix ("_bwd" and what
+ * follows) dropped, the scope prefixes (tokens up to one ending in a digit,
+ * "basic1_") dropped, trailing digits dropped: "basic2_conv3_bwd" -> conv,
+ * "softmax_output1" -> softmax_output; casts ("_amp_") -> amp_cast; a
+ * backward node's suffix names a gradient sum ("conv3_bwd_plus" -> plus). */
+static void node_kind(const char *name, char *kind, size_t cap)
+{
+    if (strstr(name, "_amp_") || strncmp(name, "amp_", 4) == 0) {
+        snprintf(kind, cap, "amp_cast");
+        return;
+    }
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", name);
+    char *bwd = strstr(buf, "_bwd");
+    if (bwd) {
+        char *suffix = bwd + 4;
+        if (*suffix == '_' && suffix[1]) {
+            snprintf(kind, cap, "%s", suffix + 1);
+            return;
+        }
+        *bwd = 0;
+    }
+    /* the last token preceded by one that ends in a digit */
+    size_t n = strlen(buf);
+    size_t start = 0;
+    for (size_t i = 1; i + 1 < n; i++)
+        if (buf[i] == '_' && buf[i - 1] >= '0' && buf[i - 1] <= '9')
+            start = i + 1;
+    char *k = buf + start;
+    size_t kl = strlen(k);
+    while (kl > 1 && k[kl - 1] >= '0' && k[kl - 1] <= '9')
+        k[--kl] = 0;
+    if (kl > 0 && k[kl - 1] == '_')
+        k[--kl] = 0;
+    snprintf(kind, cap, "%s", kl ? k : name);
+}
+
+typedef struct {
+    char kind[64];
+    double fwd, bwd;
+} ProfKind;
+
+static int cmp_node(const void *a, const void *b)
+{
+    const ProfNode *x = *(const ProfNode *const *)a, *y = *(const ProfNode *const *)b;
+    return x->sec < y->sec ? 1 : x->sec > y->sec ? -1 : strcmp(x->name, y->name);
+}
+
+static int cmp_kind(const void *a, const void *b)
+{
+    const ProfKind *x = a, *y = b;
+    double sx = x->fwd + x->bwd, sy = y->fwd + y->bwd;
+    return sx < sy ? 1 : sx > sy ? -1 : strcmp(x->kind, y->kind);
+}
+
+#define PROF_TOP 15
+
+static void prof_report(const Prof *pf, FILE *out, JLog *jl)
+{
+    if (pf->steps == 0) {
+        fprintf(out, "Profile: no train step was timed (the first step of a run is not "
+                "counted)\n");
+        return;
+    }
+    double n = (double)pf->steps, step = pf->step_sec / n;
+    double ms = 1e3;
+    fprintf(out, "Profile: %lld train steps timed (the first step of the run excluded), %.3f ms "
+            "per step\n", (long long)pf->steps, step * ms);
+    fprintf(out, "  %-32s %10s %7s\n", "phase", "ms/step", "share");
+    for (int k = 0; k < PH_N; k++)
+        fprintf(out, "  %-32s %10.3f %6.1f%%\n", phase_names[k], pf->phase[k] / n * ms,
+                step > 0 ? 100.0 * pf->phase[k] / pf->step_sec : 0.0);
+    /* kinds */
+    int nn = pf->cap[0];
+    ProfKind *kinds = calloc((size_t)nn + 1, sizeof *kinds);
+    const ProfNode **order = calloc((size_t)nn + 1, sizeof *order);
+    int nk = 0, no = 0;
+    for (int i = 0; kinds && order && i < nn; i++) {
+        const ProfNode *pn = &pf->node[0][i];
+        if (!pn->name || pn->calls == 0)
+            continue;
+        order[no++] = pn;
+        char kind[64];
+        node_kind(pn->name, kind, sizeof kind);
+        int k = 0;
+        while (k < nk && strcmp(kinds[k].kind, kind) != 0)
+            k++;
+        if (k == nk)
+            snprintf(kinds[nk++].kind, sizeof kinds[0].kind, "%s", kind);
+        if (pn->backward)
+            kinds[k].bwd += pn->sec;
+        else
+            kinds[k].fwd += pn->sec;
+    }
+    if (kinds && order) {
+        qsort(kinds, (size_t)nk, sizeof *kinds, cmp_kind);
+        qsort(order, (size_t)no, sizeof *order, cmp_node);
+        fprintf(out, "  per node kind (train step)          forward   backward      total   share\n");
+        for (int k = 0; k < nk; k++)
+            fprintf(out, "  %-32s %10.3f %10.3f %10.3f %6.1f%%\n", kinds[k].kind,
+                    kinds[k].fwd / n * ms, kinds[k].bwd / n * ms,
+                    (kinds[k].fwd + kinds[k].bwd) / n * ms,
+                    100.0 * (kinds[k].fwd + kinds[k].bwd) / pf->step_sec);
+        fprintf(out, "  top nodes (train step)           pass       ms/step   share\n");
+        for (int i = 0; i < no && i < PROF_TOP; i++)
+            fprintf(out, "  %-32s %-8s %10.3f %6.1f%%\n", order[i]->name,
+                    order[i]->backward ? "backward" : "forward", order[i]->sec / n * ms,
+                    100.0 * order[i]->sec / pf->step_sec);
+    }
+    if (pf->infer_steps > 0)
+        fprintf(out, "  inference step (validation): %lld batches, %.3f ms per batch\n",
+                (long long)pf->infer_steps, pf->infer_sec / (double)pf->infer_steps * ms);
+    fflush(out);
+    if (jl->f) {
+        jl_begin(jl, "profile");
+        jl_int(jl, "steps", (long long)pf->steps);
+        jl_num(jl, "step_ms", step * ms);
+        jl_obj(jl, "phases_ms");
+        for (int k = 0; k < PH_N; k++)
+            jl_num(jl, phase_keys[k], pf->phase[k] / n * ms);
+        jl_close(jl, '}');
+        if (kinds && order) {
+            jl_obj(jl, "kinds_ms");
+            for (int k = 0; k < nk; k++)
+                jl_num(jl, kinds[k].kind, (kinds[k].fwd + kinds[k].bwd) / n * ms);
+            jl_close(jl, '}');
+            jl_key(jl, "top_nodes");
+            fputc('[', jl->f);
+            for (int i = 0; i < no && i < PROF_TOP; i++) {
+                fputs(i ? ",{" : "{", jl->f);
+                jl->comma = false;
+                jl_str(jl, "name", order[i]->name);
+                jl_str(jl, "pass", order[i]->backward ? "backward" : "forward");
+                jl_num(jl, "ms", order[i]->sec / n * ms);
+                jl_close(jl, '}');
+            }
+            jl_close(jl, ']');
+        }
+        if (pf->infer_steps > 0)
+            jl_num(jl, "infer_batch_ms", pf->infer_sec / (double)pf->infer_steps * ms);
+        jl_end(jl);
+    }
+    free(kinds);
+    free(order);
+}
+
+/* ---- the after_node hook: --check-numerics, --inject-nan, --profile ------- */
+
+typedef struct {
+    Numerics *nm; /* NULL when neither --check-numerics nor --inject-nan */
+    Prof *pf;     /* NULL without --profile */
+} Hooks;
+
+static void after_node(RtCtx *ctx, int node, const char *name, int buffer)
+{
+    RtTrainer *t = (RtTrainer *)(void *)((char *)ctx - offsetof(RtTrainer, ctx));
+    Hooks *h = t->hook;
+    if (!h || !name)
+        return;
+    Prof *pf = h->pf && h->pf->on ? h->pf : NULL;
+    double now = pf ? now_s() : 0;
+    if (pf)
+        prof_node(pf, t->m, node, name, buffer, now);
+    if (h->nm) {
+        numerics_node(ctx, h->nm, t->m, name, buffer);
+        if (pf)
+            now = now_s(); /* the check's own time is not the next node's */
+    }
+    if (pf)
+        pf->last = now;
 }
 
 /* ---- the run ------------------------------------------------------------------- */
@@ -956,6 +1816,9 @@ typedef struct {
     bool have_ck;
     int64_t *perm, *idx;
     char *path;
+    float *scratch; /* --augment: one sample */
+    Prof *prof;     /* --profile: its node arrays */
+    FILE *json;     /* --json-log */
 } Run;
 
 static void run_free(Run *r)
@@ -968,6 +1831,13 @@ static void run_free(Run *r)
     free(r->perm);
     free(r->idx);
     free(r->path);
+    free(r->scratch);
+    if (r->prof) {
+        free(r->prof->node[0]);
+        free(r->prof->node[1]);
+    }
+    if (r->json)
+        fclose(r->json);
 }
 
 static bool has_node(const RtModel *m, const char *name)
@@ -1030,9 +1900,17 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         fprintf(err, "%s: %s\n", o->prog, msg);
         return 2;
     }
-    if (o->sched.kind == RT_LR_COSINE && o->sched.warmup_begin > o->lr) {
-        fprintf(err, "%s: the cosine schedule's warmup_begin (%g) exceeds the lr (%g)\n", o->prog,
+    if (o->sched.kind != RT_LR_CONSTANT && o->sched.warmup_begin > o->lr) {
+        fprintf(err, "%s: the %s schedule's warmup_begin (%g) exceeds the lr (%g)\n", o->prog,
+                o->sched.kind == RT_LR_COSINE ? "cosine" : o->sched.kind == RT_LR_POLY ? "poly"
+                                                                                     : "step",
                 (double)o->sched.warmup_begin, (double)o->lr);
+        return 2;
+    }
+    bool augment = o->augment_pad > 0 || o->augment_mirror;
+    if (augment && m->data_rank != 3) {
+        fprintf(err, "%s: --augment: the model's input must be images [C, H, W] (model %s has "
+                "rank %d)\n", o->prog, m->name, m->data_rank);
         return 2;
     }
     if (o->inject_nan_node[0] && !has_node(m, o->inject_nan_node)) {
@@ -1071,16 +1949,19 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         return 2;
     }
     RtOptConfig oc = {.kind = o->optimizer, .lr = o->lr, .momentum = o->momentum, .wd = o->wd,
-                      .rescale_grad = 1.0f / (float)b, .clip_gradient = o->clip_gradient};
+                      .rescale_grad = 1.0f / (float)b, .clip_gradient = o->clip_gradient,
+                      .beta1 = o->beta1, .beta2 = o->beta2, .epsilon = o->epsilon};
     run.perm = malloc((size_t)ds->ntrain * sizeof *run.perm);
     run.idx = malloc((size_t)b * sizeof *run.idx);
-    if (!run.perm || !run.idx) {
+    if (augment)
+        run.scratch = malloc((size_t)sample * sizeof *run.scratch);
+    if (!run.perm || !run.idx || (augment && !run.scratch)) {
         fprintf(err, "%s: out of memory\n", o->prog);
         run_free(&run);
         return 1;
     }
     RtTrainer *t = &run.t;
-    bool ok = rt_trainer_init(t, m, b, rt_optim_has_state(&oc), msg, sizeof msg);
+    bool ok = rt_trainer_init(t, m, b, rt_optim_nstate(&oc), msg, sizeof msg);
     run.have_t = ok;
     if (ok) {
         t->ctx.seed = seed;
@@ -1094,10 +1975,26 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     Numerics nm = {.check = o->check_numerics,
                    .nan_node = o->inject_nan_node[0] ? o->inject_nan_node : NULL,
                    .nan_step = o->inject_nan_step};
-    if (nm.check || nm.nan_node) {
-        t->hook = &nm;
+    Prof prof;
+    memset(&prof, 0, sizeof prof);
+    Prof *pf = o->profile ? &prof : NULL;
+    run.prof = pf;
+    Hooks hooks = {.nm = nm.check || nm.nan_node ? &nm : NULL, .pf = pf};
+    if (hooks.nm || hooks.pf) {
+        t->hook = &hooks;
         t->ctx.after_node = after_node;
         t->ctx.check_node = 1;
+    }
+    JLog jl = {.t0 = now_s()};
+    if (o->json_log) {
+        jl.f = fopen(o->json_log, "w");
+        if (!jl.f) {
+            fprintf(err, "%s: --json-log: cannot open %s: %s\n", o->prog, o->json_log,
+                    strerror(errno));
+            run_free(&run);
+            return 1;
+        }
+        run.json = jl.f;
     }
 
     /* where the run starts */
@@ -1153,11 +2050,53 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 (double)ls.rule.max_scale);
     else if (amp_on)
         fprintf(out, "Loss scale: %s %g\n", rt_loss_scale_mode_name(ls.mode), (double)ls.s.scale);
+    if (augment) {
+        fprintf(out, "Augment: training images");
+        if (o->augment_pad)
+            fprintf(out, ", zero padding by %d then a random crop", o->augment_pad);
+        if (o->augment_mirror)
+            fprintf(out, ", a random horizontal mirror");
+        fprintf(out, " (validation images unchanged)\n");
+    }
     if (run.have_ck)
         fprintf(out, "Resumed from \"%s\": epoch %lld, batch %lld, step %lld, update %lld, loss "
                 "scale %g\n", o->resume, (long long)epoch0, (long long)nb0, (long long)step,
                 (long long)num_update, (double)ls.s.scale);
     fflush(out);
+    static const char *const opt_names[] = {"sgd", "nag", "adam"};
+    jl_begin(&jl, "start");
+    jl_str(&jl, "model", m->name);
+    jl_str(&jl, "amp", m->amp ? m->amp : "off");
+    jl_str(&jl, "data", ds->name);
+    jl_int(&jl, "train_samples", (long long)ds->ntrain);
+    jl_int(&jl, "validation_samples", (long long)ds->nval);
+    jl_int(&jl, "batch_size", (long long)b);
+    jl_int(&jl, "steps_per_epoch", (long long)steps_per_epoch);
+    jl_int(&jl, "epochs", o->epochs);
+    if (o->max_steps >= 0)
+        jl_int(&jl, "max_steps", (long long)o->max_steps);
+    else
+        jl_str(&jl, "max_steps", NULL);
+    jl_int(&jl, "trainable_values", (long long)nvalues);
+    jl_str(&jl, "optimizer", opt_names[o->optimizer]);
+    jl_num(&jl, "lr", o->lr);
+    jl_str(&jl, "loss_scale_mode", rt_loss_scale_mode_name(ls.mode));
+    jl_num(&jl, "loss_scale", ls.s.scale);
+    jl_int(&jl, "seed", (long long)seed);
+    jl_int(&jl, "augment_crop", o->augment_pad);
+    jl_bool(&jl, "augment_mirror", o->augment_mirror);
+    jl_end(&jl);
+    if (run.have_ck) {
+        jl_begin(&jl, "resume");
+        jl_str(&jl, "file", o->resume);
+        jl_int(&jl, "epoch", (long long)epoch0);
+        jl_int(&jl, "batch", (long long)nb0);
+        jl_int(&jl, "step", (long long)step);
+        jl_int(&jl, "num_update", (long long)num_update);
+        jl_num(&jl, "loss_scale", ls.s.scale);
+        jl_end(&jl);
+    }
+    int64_t run_steps = 0; /* steps of this run (the profile skips the first) */
 
     float *x = t->ctx.buf[m->data], *y = t->ctx.buf[m->label];
     int64_t total = steps_per_epoch * o->epochs;
@@ -1178,14 +2117,36 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         for (; nbatch < steps_per_epoch; nbatch++) {
             if (o->max_steps >= 0 && step >= o->max_steps)
                 break;
+            double ph0 = pf ? now_s() : 0, ph1 = 0;
+            if (pf) {
+                pf->on = run_steps > 0;
+                pf->past_head = false;
+            }
             ds->fill(ds, RT_SPLIT_TRAIN, run.perm + nbatch * b, b, x, y);
+            if (augment)
+                for (int64_t j = 0; j < b; j++)
+                    rt_augment(x + j * sample, (int)m->data_shape[0], (int)m->data_shape[1],
+                               (int)m->data_shape[2], o->augment_pad, o->augment_mirror, seed,
+                               (uint64_t)epoch, run.perm[nbatch * b + j], run.scratch);
             t->ctx.batch = b;
             t->ctx.step = (uint64_t)step;
             t->ctx.loss_scale = step == o->inject_inf_step ? INFINITY : ls.s.scale;
             nm.train = true;
             nm.past_head = false;
             nm.found = false;
+            if (pf) {
+                ph1 = now_s();
+                pf->last = ph1;
+            }
             m->train_step(&t->ctx);
+            if (pf && pf->on) {
+                /* the nodes have added their times to forward and backward;
+                 * what follows the last node goes to its pass */
+                double now = now_s();
+                pf->phase[PH_DATA] += ph1 - ph0;
+                pf->phase[pf->past_head ? PH_BACKWARD : PH_FORWARD] += now - pf->last;
+                ph1 = now;
+            }
             if (o->dump_state) {
                 ok = rt_dump_state(m, t, o->dump_state, msg, sizeof msg);
                 if (!ok)
@@ -1211,14 +2172,33 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             /* dynamic: every gradient checked before anything changes; else
              * the check is fused into the update (which cannot be skipped) */
             bool finite = true;
+            double ph2 = pf ? now_s() : 0;
+            if (pf && pf->on)
+                pf->phase[PH_OTHER] += ph2 - ph1; /* the metrics */
             if (ls.mode == RT_LS_DYNAMIC)
                 finite = rt_optim_grads_finite(m, &t->ctx);
+            if (pf && pf->on) {
+                double now = now_s();
+                pf->phase[PH_CHECK] += now - ph2;
+                ph2 = now;
+            }
             if (finite || ls.mode != RT_LS_DYNAMIC) {
                 if (m->moving_update)
                     m->moving_update(&t->ctx);
+                if (pf && pf->on) {
+                    double now = now_s();
+                    pf->phase[PH_MOVING] += now - ph2;
+                    ph2 = now;
+                }
                 oc.lr = rt_lr_at(&o->sched, o->lr, num_update + 1, steps_per_epoch, total);
                 oc.rescale_grad = (float)(1.0 / ((double)b * (double)t->ctx.loss_scale));
-                bool f = rt_optim_step(m, &t->ctx, t->state, &oc);
+                oc.t = num_update + 1;
+                bool f = rt_optim_step2(m, &t->ctx, t->state, t->state2, &oc);
+                if (pf && pf->on) {
+                    double now = now_s();
+                    pf->phase[PH_OPTIM] += now - ph2;
+                    ph2 = now;
+                }
                 if (ls.mode != RT_LS_DYNAMIC)
                     finite = f;
                 num_update++;
@@ -1242,8 +2222,29 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                             rt_loss_scale_mode_name(ls.mode), (double)ls.s.scale,
                             ls.nonfinite == 9 ? "; further such steps are counted, not reported"
                                               : "");
+                jl_begin(&jl, ls.mode == RT_LS_DYNAMIC ? "skipped_step" : "nonfinite_step");
+                jl_int(&jl, "epoch", (long long)epoch);
+                jl_int(&jl, "batch", (long long)nbatch);
+                jl_int(&jl, "step", (long long)step);
+                jl_num(&jl, "loss_scale", t->ctx.loss_scale);
+                jl_int(&jl, ls.mode == RT_LS_DYNAMIC ? "skipped_total" : "nonfinite_total",
+                       (long long)(ls.mode == RT_LS_DYNAMIC ? ls.skipped : ls.nonfinite) + 1);
+                jl_str(&jl, "first_nonfinite_node", nm.found ? nm.name : NULL);
+                jl_str(&jl, "first_nonfinite_param", pi >= 0 ? m->params[pi].name : NULL);
+                jl_end(&jl);
             }
+            float scale_before = ls.s.scale;
             rt_loss_scaler_update(&ls, finite, out, err);
+            if (ls.s.scale != scale_before) {
+                jl_begin(&jl, "loss_scale");
+                jl_int(&jl, "epoch", (long long)epoch);
+                jl_int(&jl, "batch", (long long)nbatch);
+                jl_int(&jl, "step", (long long)step);
+                jl_num(&jl, "old", scale_before);
+                jl_num(&jl, "new", ls.s.scale);
+                jl_str(&jl, "change", ls.s.scale < scale_before ? "decrease" : "increase");
+                jl_end(&jl);
+            }
             if (rt_loss_scaler_exhausted(&ls)) {
                 fprintf(err, "%s: error: step %lld: the loss scale underflowed to %g (the "
                         "gradients overflow at every scale): the forward pass or the data hold "
@@ -1253,6 +2254,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 goto done;
             }
             step++;
+            run_steps++;
             /* MXNet's Speedometer: the first batch starts the clock; every
              * log_interval batches a line, then the local metric resets */
             if (first) {
@@ -1268,8 +2270,24 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 metric_print_inline(out, m, &local);
                 fputc('\n', out);
                 fflush(out);
+                jl_begin(&jl, "speedometer");
+                jl_int(&jl, "epoch", (long long)epoch);
+                jl_int(&jl, "batch_begin", (long long)(nbatch - o->log_interval));
+                jl_int(&jl, "batch_end", (long long)nbatch);
+                jl_int(&jl, "step", (long long)step);
+                jl_num(&jl, "samples_per_sec", speed);
+                jl_metrics(&jl, "metrics", m, &local);
+                jl_num(&jl, "lr", r.lr);
+                jl_num(&jl, "loss_scale", ls.s.scale);
+                jl_end(&jl);
                 local = (Metric){0};
                 tic = now;
+            }
+            if (pf && pf->on) {
+                double now = now_s();
+                pf->phase[PH_OTHER] += now - ph2;
+                pf->step_sec += now - ph0;
+                pf->steps++;
             }
         }
         double cost = now_s() - t0;
@@ -1310,10 +2328,16 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 goto done;
             }
             fprintf(out, "Saved checkpoint to \"%s\"\n", run.path);
+            jl_begin(&jl, "checkpoint");
+            jl_int(&jl, "epoch", (long long)epoch);
+            jl_str(&jl, "file", run.path);
+            jl_int(&jl, "step", (long long)step);
+            jl_int(&jl, "num_update", (long long)num_update);
+            jl_end(&jl);
         }
         char when[64];
         snprintf(when, sizeof when, "after epoch %lld", (long long)epoch);
-        if (!validate(m, t, ds, run.idx, &nm, &val, err, o->prog, when)) {
+        if (!validate(m, t, ds, run.idx, &nm, pf, &val, err, o->prog, when)) {
             rc = 1;
             goto done;
         }
@@ -1321,10 +2345,25 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         snprintf(pre, sizeof pre, "Epoch[%lld] Validation-", (long long)epoch);
         metric_print_lines(out, m, &val, pre);
         fflush(out);
+        jl_begin(&jl, "epoch");
+        jl_int(&jl, "epoch", (long long)epoch);
+        jl_int(&jl, "batches", (long long)(nbatch - (epoch == epoch0 ? nb0 : 0)));
+        jl_int(&jl, "step", (long long)step);
+        jl_int(&jl, "num_update", (long long)num_update);
+        jl_metrics(&jl, "train", m, &global);
+        jl_num(&jl, "time_cost", cost);
+        jl_num(&jl, "samples_per_sec", cost > 0 ? (double)global.samples / cost : NAN);
+        jl_num(&jl, "lr", r.lr);
+        jl_num(&jl, "loss_scale", ls.s.scale);
+        jl_int(&jl, "skipped_steps", (long long)(ls.skipped - skipped0));
+        jl_int(&jl, "nonfinite_steps", (long long)(ls.nonfinite - nonfinite0));
+        jl_str(&jl, "checkpoint", o->save_dir ? run.path : NULL);
+        jl_metrics(&jl, "validation", m, &val);
+        jl_end(&jl);
     }
 final:
     if (!validated) {
-        if (!validate(m, t, ds, run.idx, &nm, &val, err, o->prog, "of the parameters")) {
+        if (!validate(m, t, ds, run.idx, &nm, pf, &val, err, o->prog, "of the parameters")) {
             rc = 1;
             goto done;
         }
@@ -1332,6 +2371,15 @@ final:
     }
     fprintf(out, "Final validation-accuracy=%f\n", metric_acc(&val));
     fflush(out);
+    jl_begin(&jl, "end");
+    jl_int(&jl, "steps", (long long)step);
+    jl_int(&jl, "num_update", (long long)num_update);
+    jl_int(&jl, "skipped_steps", (long long)ls.skipped);
+    jl_num(&jl, "loss_scale", ls.s.scale);
+    jl_metrics(&jl, "validation", m, &val);
+    jl_end(&jl);
+    if (pf)
+        prof_report(pf, out, &jl);
 done:
     r.steps = step;
     r.num_update = num_update;

@@ -76,20 +76,33 @@ bool rt_loss_scaler_exhausted(const RtLossScaler *ls);
 
 /* ---- train.c: options, buffers, the loop ---------------------------------- */
 
-typedef enum { RT_OPT_SGD, RT_OPT_NAG } RtOptKind; /* sgd: momentum optional */
+/* sgd: momentum optional; adam: MXNet's Adam (mean and var state) */
+typedef enum { RT_OPT_SGD, RT_OPT_NAG, RT_OPT_ADAM } RtOptKind;
 
-typedef enum { RT_LR_CONSTANT, RT_LR_COSINE } RtLrKind;
+/* constant; cosine (CosineScheduler); step (FactorScheduler with one period,
+ * MultiFactorScheduler with a list); poly (PolyScheduler) */
+typedef enum { RT_LR_CONSTANT, RT_LR_COSINE, RT_LR_STEP, RT_LR_POLY } RtLrKind;
+#define RT_LR_MAX_STEPS 16
 typedef enum { RT_WARMUP_LINEAR, RT_WARMUP_CONSTANT } RtWarmupMode;
 
-/* The learning-rate schedule (FACTS.md E 4.2).  base is --lr. */
+/* The learning-rate schedule (FACTS.md E 4.2; docs/training.md).  base is
+ * --lr.  The warmup fields apply to cosine, step and poly alike (MXNet's
+ * LRScheduler base class). */
 typedef struct {
     RtLrKind kind;
-    float final_lr;       /* cosine: the lr at the end */
-    float warmup_epochs;  /* cosine: warmup length in epochs (when warmup_steps is 0) */
-    int64_t warmup_steps; /* cosine: warmup length in updates; 0: from warmup_epochs */
-    float warmup_begin;   /* cosine: the lr at t = 0 of the warmup */
+    float final_lr;       /* cosine, poly: the lr at the end */
+    float warmup_epochs;  /* warmup length in epochs (when warmup_steps is 0) */
+    int64_t warmup_steps; /* warmup length in updates; 0: from warmup_epochs */
+    float warmup_begin;   /* the lr at t = 0 of the warmup */
     RtWarmupMode warmup_mode;
-    int64_t max_update;   /* cosine: final is reached at this update; <= 0: epochs x steps per epoch */
+    int64_t max_update;   /* cosine, poly: final is reached at this update; <= 0: epochs x steps per epoch */
+    float power;          /* poly: MXNet's pwr (2) */
+    float factor;         /* step: the multiplier per step (MXNet's default 1) */
+    float stop_lr;        /* step with a period: MXNet's stop_factor_lr (1e-8), the floor */
+    int64_t period;       /* step: FactorScheduler's step (every `period` updates); 0: a list */
+    int nsteps;           /* step: MultiFactorScheduler's list of updates (or epochs) */
+    int64_t steps[RT_LR_MAX_STEPS];
+    bool steps_in_epochs; /* step: the list is in epochs (x steps per epoch) */
 } RtLrSchedule;
 
 /* Run-time settings: built-in defaults, then the model's train_defaults,
@@ -101,10 +114,15 @@ typedef struct {
     float lr, momentum, wd;
     float clip_gradient;  /* <= 0: off (MXNet's Python layer passes it only when truthy) */
     RtOptKind optimizer;
+    float beta1, beta2, epsilon; /* adam: 0.9, 0.999, 1e-8 (MXNet's) */
     RtLrSchedule sched;
     uint64_t seed;
-    const char *data;     /* "synthetic" or "digits" */
-    const char *data_dir; /* where digits.csv.gz is */
+    const char *data;     /* "synthetic", "digits", "fashion_mnist", "idx(...)", "cifar10(...)" */
+    const char *data_dir; /* where digits.csv.gz (and fashion-mnist/, cifar10/) are */
+    int augment_pad;      /* training batches: random crop after zero padding by this; 0: off */
+    bool augment_mirror;  /* training batches: random horizontal flip */
+    const char *json_log; /* JSON Lines log of every event; NULL: none */
+    bool profile;         /* time per node and per phase, printed at the end */
     const char *init;     /* the rule for weights whose init is "default" */
     int log_interval;     /* batches between Speedometer lines; 0: none */
     int threads;          /* OpenBLAS threads; 0: OpenBLAS's default */
@@ -150,15 +168,17 @@ typedef struct {
     const RtModel *m;
     int64_t batch;       /* the N buffers are sized for */
     RtCtx ctx;           /* ctx.buf, ctx.master point into the arrays below */
-    float **state;       /* per parameter: momentum (fp32, numel), or NULL */
+    float **state;       /* per parameter: momentum or Adam's mean (fp32, numel), or NULL */
+    float **state2;      /* per parameter: Adam's var (fp32, numel), or NULL */
     void *hook;          /* the driver's after_node state (--check-numerics, --inject-nan) */
 } RtTrainer;
 
 /* Allocates every buffer (fixed + per_sample*batch elements, 64-byte
- * aligned, zeroed), the fp32 masters of parameters with has_master and, when
- * with_state, a zeroed fp32 momentum per trainable parameter.  False with a
- * message on a bad table or out of memory. */
-bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, bool with_state, char *err,
+ * aligned, zeroed), the fp32 masters of parameters with has_master and
+ * nstate zeroed fp32 state tensors per trainable parameter (0: none; 1:
+ * momentum, in state; 2: Adam's mean and var, in state and state2; a bool
+ * true means 1).  False with a message on a bad table or out of memory. */
+bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, char *err,
                      size_t errlen);
 void rt_trainer_free(RtTrainer *t);
 /* Initialises every parameter in fp32 (rt_init_param) and writes the 16-bit
@@ -247,13 +267,17 @@ typedef struct {
     float lr, momentum, wd;
     float rescale_grad;  /* 1/(batch x loss_scale): unscaling folded in */
     float clip_gradient; /* < 0: off */
+    float beta1, beta2, epsilon; /* adam */
+    int64_t t;           /* adam: this update's count, 1 on the first (bias correction) */
 } RtOptConfig;
 
 /* The parameter's wd_mult as the table gives it (the compiler emits the
  * effective value: MXNet's 0 for names not ending in _weight or _gamma). */
 float rt_optim_wd_mult(const RtParam *p);
-/* Whether the optimizer keeps a momentum buffer (momentum != 0). */
+/* Whether the optimizer keeps a state buffer (momentum != 0, or adam). */
 bool rt_optim_has_state(const RtOptConfig *c);
+/* State tensors per trainable parameter: 0, 1 (momentum) or 2 (Adam's mean, var). */
+int rt_optim_nstate(const RtOptConfig *c);
 /* rt_multi_all_finite over every parameter gradient: one read of each. */
 bool rt_optim_grads_finite(const RtModel *m, const RtCtx *ctx);
 /* The first parameter whose gradient holds inf/NaN, or -1. */
@@ -265,6 +289,11 @@ int rt_optim_first_nonfinite(const RtModel *m, const RtCtx *ctx);
  * multiplied by each parameter's lr_mult and wd_mult.  Returns whether every
  * gradient was finite (the update is applied either way). */
 bool rt_optim_step(const RtModel *m, RtCtx *ctx, float *const *state, const RtOptConfig *c);
+/* The same with the second state (Adam's var, state2[i]); rt_optim_step is
+ * this with state2 NULL (sgd and nag).  Adam skips parameters without both
+ * states. */
+bool rt_optim_step2(const RtModel *m, RtCtx *ctx, float *const *state, float *const *state2,
+                    const RtOptConfig *c);
 /* Bytes moved per parameter element by one update; separate_check adds the
  * read of the gradient by a finite check before the update (dynamic loss
  * scaling; docs/training.md). */
@@ -294,7 +323,8 @@ typedef struct {
     int64_t shape[RT_MAX_RANK];
     int64_t numel;
     float *values;          /* fp32: the master, the fp32 parameter or the widened 16-bit one */
-    float *state;           /* the momentum, or NULL */
+    float *state;           /* the momentum or Adam's mean, or NULL */
+    float *state2;          /* Adam's var, or NULL */
 } RtCkptParam;
 
 typedef struct {
@@ -305,7 +335,7 @@ typedef struct {
 } RtCheckpoint;
 
 #define RT_CKPT_MAGIC "AMPCCKPT"
-#define RT_CKPT_VERSION 1
+#define RT_CKPT_VERSION 2 /* 2 adds Adam (optimizer 2, flag 8: var); 1 is still read */
 #define RT_CKPT_HEADER_BYTES 32
 
 /* Writes the trainer's tensors and rs to path: a temporary file in the same
@@ -335,7 +365,8 @@ typedef struct RtDataset {
     int64_t sample_size;   /* floats per sample */
     int64_t classes;
     int64_t ntrain, nval;
-    float *x, *y;          /* digits: every row [ntrain + nval, sample_size], labels; file order */
+    float *x, *y;          /* digits: every row [ntrain + nval, sample_size], labels; file order
+                              (idx, cifar10: x is a byte block, data_ext.h) */
     uint64_t seed;         /* synthetic */
     /* Copies samples idx[0..n) of a split into x [n, sample_size] and y [n]. */
     void (*fill)(const struct RtDataset *ds, RtSplit split, const int64_t *idx, int64_t n,

@@ -4,7 +4,8 @@
 set -e
 need=""
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in flex bison libcmocka-dev llvm-14-tools clang libclang-rt-14-dev valgrind make gcc; do
+for p in flex bison libcmocka-dev llvm-14-tools clang libclang-rt-14-dev valgrind make gcc \
+         dataset-fashion-mnist; do
     have_pkg "$p" || need="$need $p"
 done
 [ -z "$need" ] && exit 0

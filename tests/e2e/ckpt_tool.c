@@ -49,7 +49,7 @@ int main(int argc, char **argv)
                "loss_scale %.9g\nloss_scale_tracker %d\nskipped %lld\nnonfinite %lld\n",
                ck.model, ck.amp, (unsigned long long)r->seed, (long long)r->batch_size,
                (long long)r->epoch, (long long)r->batch_in_epoch, (long long)r->step,
-               (long long)r->num_update, r->optimizer == RT_OPT_NAG ? "nag" : "sgd",
+               (long long)r->num_update, r->optimizer == RT_OPT_NAG ? "nag" : r->optimizer == RT_OPT_ADAM ? "adam" : "sgd",
                (double)r->momentum, rt_loss_scale_mode_name(r->ls.mode), (double)r->ls.s.scale,
                (int)r->ls.s.tracker, (long long)r->ls.skipped, (long long)r->ls.nonfinite);
         for (int i = 0; i < ck.nparams; i++) {

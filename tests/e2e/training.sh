@@ -16,7 +16,18 @@
 #      reproduces its validation accuracy;
 #   5. broken checkpoints (truncated at several offsets, a flipped byte,
 #      another model's) are refused with a message naming the file;
-#   6. --check-numerics names the node of an injected NaN; bad flags exit 2.
+#   6. --check-numerics names the node of an injected NaN; bad flags exit 2;
+#   7. Adam (multi-precision, fp16): learns digits, and 2 epochs straight
+#      against 1 + resume 1 give byte-identical checkpoints (mean, var and
+#      the step count carried);
+#   8. schedules through the driver: the lr of every --json-log speedometer
+#      event equals MXNet's PolyScheduler / FactorScheduler formula;
+#   9. --json-log: every line parses as JSON (no NaN/Infinity tokens), every
+#      event has its documented fields, overflow and loss-scale events appear;
+#  10. --profile prints phases that add up to the step, node kinds and nodes;
+#  11. cifar10 on small generated files through the driver: counts, the
+#      per-channel normalisation of every value of a batch (--dump-state),
+#      --augment crop=4,mirror runs; --augment refused for digits.
 # usage: training.sh AMPC DATA_DIR
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -36,6 +47,7 @@ lib=$(dirname "$ampc")/libampcrt.a
 if ! cc -std=c11 -Wall -Wextra -Werror -Iruntime tests/e2e/ckpt_tool.c "$lib" -lopenblas -lz -lm \
         -o "$tmp/ckpt_tool" >"$tmp/log" 2>&1; then
     bad "building tests/e2e/ckpt_tool.c"
+    
     echo "training: $pass passed, $fail failed"
     exit 1
 fi
@@ -190,6 +202,173 @@ for args in "--bogus" "--epochs=x" "--loss-scale=dynamic(init=0)" "--loss-scale=
     [ $? -eq 2 ] || { flags_ok=0; echo "    $args: not exit 2"; }
 done
 [ $flags_ok -eq 1 ] && ok "unknown and malformed flags exit 2" || bad "flag errors"
+
+# 7. Adam: learns; 2 epochs against 1 + resume 1, byte-identical
+d=$tmp/adam; mkdir -p "$d"
+adam="--optimizer adam(beta1=0.9,beta2=0.999,epsilon=1e-8,wd=1e-4) --lr cosine(base=0.005,final=0)"
+"$tmp/cnn_float16" --data digits --epochs 2 --log-interval 10 --save-dir "$d/a" $adam >"$d/a.log" 2>&1 &&
+"$tmp/cnn_float16" --data digits --epochs 2 --max-steps 46 --log-interval 10 --save-dir "$d/b" $adam >"$d/b1.log" 2>&1 &&
+"$tmp/cnn_float16" --data digits --epochs 2 --log-interval 10 --save-dir "$d/b" $adam \
+    --resume "$d/b/digits_cnn-0001.params" >"$d/b2.log" 2>&1
+rc=$?
+cp "$d/a.log" "$tmp/log" 2>/dev/null
+if [ $rc -eq 0 ] && cmp -s "$d/a/digits_cnn-0002.params" "$d/b/digits_cnn-0002.params" &&
+   ! cmp -s "$d/a/digits_cnn-0001.params" "$d/a/digits_cnn-0002.params" &&
+   diff <(strip "$d/a.log") <(cat "$d/b1.log" "$d/b2.log" | strip) >"$tmp/diff" &&
+   ge "$(final "$d/a.log")" 0.90; then
+    ok "adam (fp16, multi-precision): $(final "$d/a.log") after 2 epochs; 2 epochs and 1 + resume 1 give byte-identical checkpoints ($(stat -c %s "$d/a/digits_cnn-0002.params") bytes: masters, mean, var, update count)"
+else bad "adam resume (rc $rc, accuracy $(final "$d/a.log"))"; fi
+
+# 8. + 9. schedules and --json-log, checked by Python's json module
+cat >"$tmp/jcheck.py" <<'PY'
+import json, math, struct, sys
+def no_const(tok):
+    raise ValueError("non-finite token " + tok)
+need = {
+    "start": ["model", "amp", "data", "train_samples", "validation_samples", "batch_size",
+              "steps_per_epoch", "epochs", "optimizer", "lr", "loss_scale_mode", "loss_scale", "seed"],
+    "speedometer": ["epoch", "batch_begin", "batch_end", "step", "samples_per_sec", "metrics", "lr",
+                    "loss_scale"],
+    "epoch": ["epoch", "batches", "step", "num_update", "train", "time_cost", "samples_per_sec", "lr",
+              "loss_scale", "skipped_steps", "nonfinite_steps", "checkpoint", "validation"],
+    "checkpoint": ["epoch", "file", "step", "num_update"],
+    "skipped_step": ["epoch", "batch", "step", "loss_scale", "skipped_total"],
+    "loss_scale": ["epoch", "batch", "step", "old", "new", "change"],
+    "resume": ["file", "epoch", "batch", "step", "num_update", "loss_scale"],
+    "end": ["steps", "num_update", "skipped_steps", "loss_scale", "validation"],
+    "profile": ["steps", "step_ms", "phases_ms", "kinds_ms", "top_nodes"],
+}
+f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
+events = {}
+mode, arg = sys.argv[1], sys.argv[2:]
+for n, line in enumerate(open(arg[0], encoding="utf-8"), 1):
+    e = json.loads(line, parse_constant=no_const)
+    ev = e["event"]
+    events.setdefault(ev, []).append(e)
+    for k in need.get(ev, []) + ["time"]:
+        if k not in e:
+            sys.exit("line %d: %s event without %s" % (n, ev, k))
+    for k in ("metrics", "train", "validation"):
+        if k in e:
+            for m in ("accuracy", "cross_entropy", "samples"):
+                if m not in e[k]:
+                    sys.exit("line %d: %s.%s missing" % (n, k, m))
+    if ev == "speedometer" and mode in ("poly", "step"):
+        t = e["step"]  # fp32, no skips: the update count of the last update
+        # the settings are stored as fp32 (0.1f, 0.001f), the formula in double
+        base, fin, mx = f32(0.1), f32(0.001), int(arg[1])
+        if mode == "poly":
+            want = fin + (base - fin) * (1 - t / mx) ** 2 if t <= mx else fin
+        else:
+            lr, count = base, 0
+            while t > count + 20:
+                count += 20; lr *= 0.5
+            want = lr
+        if abs(e["lr"] - f32(want)) > 1e-9:
+            sys.exit("step %d: lr %r, MXNet's formula %r" % (t, e["lr"], f32(want)))
+for ev in arg[2:] if len(arg) > 2 else []:
+    if ev not in events:
+        sys.exit("no %s event (have %s)" % (ev, sorted(events)))
+print(" ".join("%s:%d" % (k, len(v)) for k, v in sorted(events.items())))
+PY
+py=/usr/bin/python3
+for sched in "poly:poly(base=0.1,power=2,final=0.001)" "step:step(base=0.1,factor=0.5,steps=20)"; do
+    name=${sched%%:*}
+    "$tmp/cnn_off" --data digits --epochs 2 --log-interval 3 --lr "${sched#*:}" --json-log "$tmp/$name.jsonl" >"$tmp/log" 2>&1
+    if [ $? -eq 0 ] && out=$($py "$tmp/jcheck.py" $name "$tmp/$name.jsonl" 92 speedometer epoch end 2>&1); then
+        ok "lr=${sched#*:}: the lr of every logged step is MXNet's formula ($out)"
+    else bad "lr=${sched#*:} through the driver: $out"; fi
+done
+d=$tmp/json; mkdir -p "$d"
+"$tmp/cnn_float16" --data digits --epochs 2 --log-interval 10 --save-dir "$d" --inject-inf-at-step 3 \
+    --json-log "$d/a.jsonl" >"$tmp/log" 2>&1 &&
+"$tmp/cnn_float16" --data digits --epochs 3 --log-interval 10 --save-dir "$d" --profile \
+    --resume "$d/digits_cnn-0002.params" --json-log "$d/b.jsonl" >>"$tmp/log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && out=$($py "$tmp/jcheck.py" json "$d/a.jsonl" - start speedometer epoch checkpoint skipped_step loss_scale end 2>&1) &&
+   out2=$($py "$tmp/jcheck.py" json "$d/b.jsonl" - start resume speedometer epoch checkpoint end profile 2>&1); then
+    ok "--json-log: every line is JSON with its fields ($out; resumed: $out2)"
+else bad "--json-log (rc $rc): $out $out2"; fi
+# a NaN in the metrics becomes null: a forward NaN without --check-numerics
+"$tmp/cnn_off" --data digits --max-steps 12 --log-interval 4 --inject-nan=fc2:5 --json-log "$d/nan.jsonl" >"$tmp/log" 2>&1
+if $py "$tmp/jcheck.py" json "$d/nan.jsonl" - start end >/dev/null 2>&1 && grep -q '"cross_entropy":null' "$d/nan.jsonl"; then
+    ok "--json-log writes null, not NaN, for non-finite numbers (a NaN in fc2 at step 5: cross_entropy null)"
+else bad "--json-log with non-finite values"; fi
+
+# strings escaped: a save directory with a quote, a backslash, a tab and UTF-8
+wd="$d/we\"ird\\	dir é"
+"$tmp/cnn_off" --data digits --max-steps 3 --log-interval 0 --save-dir "$wd" --json-log "$d/esc.jsonl" >"$tmp/log" 2>&1
+if $py - "$d/esc.jsonl" "$wd/digits_cnn-0001.params" <<'PY' >/dev/null 2>&1
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+assert [e["file"] for e in ev if e["event"] == "checkpoint"] == [sys.argv[2]]
+PY
+then ok "--json-log escapes strings (a path with a quote, a backslash, a tab and UTF-8 reads back exactly)"
+else bad "--json-log string escaping"; fi
+
+# 10. --profile
+"$tmp/cnn_float16" --data digits --max-steps 30 --log-interval 0 --profile >"$tmp/log" 2>&1
+if [ $? -eq 0 ] && grep -q '^Profile: 29 train steps timed' "$tmp/log" &&
+   awk '/^  phase/{p=1;next} p&&/%$/{s+=$NF+0;n++} /^  per node kind/{p=0} END{exit !(n==7 && s>97 && s<103)}' "$tmp/log" &&
+   grep -Eq '^  conv +[0-9.]+ +[0-9.]+ ' "$tmp/log" && grep -Eq '^  conv_bn_relu[0-9]_conv[0-9]+_bwd +backward' "$tmp/log"; then
+    ok "--profile: phases add up to the step ($(awk '/^  phase/{p=1;next} p&&/%$/{s+=$NF+0} /^  per node kind/{p=0} END{print s}' "$tmp/log")%), kinds and top nodes listed"
+else bad "--profile"; fi
+
+# 11. cifar10 on generated files
+"$ampc" tests/e2e/models/cifar_tiny.sym --amp=off -o "$tmp/cifar_tiny" >"$tmp/log" 2>&1 || bad "compiling cifar_tiny"
+mkdir -p "$tmp/cifar/cifar-10-batches-bin"
+$py - "$tmp/cifar/cifar-10-batches-bin" <<'PY'
+import os, sys
+def write(name, n, off):
+    with open(os.path.join(sys.argv[1], name), "wb") as f:
+        for k in range(n):
+            lab = (k + off) % 10
+            f.write(bytes([lab]) + b"".join(bytes([(lab * 20 + c * 7 + 5) % 256]) * 1024 for c in range(3)))
+for i in range(1, 6):
+    write("data_batch_%d.bin" % i, 40, i)
+write("test_batch.bin", 30, 0)
+PY
+"$tmp/cifar_tiny" --data-dir "$tmp" --log-interval 0 --dump-state "$tmp/cifar.state" >"$tmp/log" 2>&1
+rc=$?
+cat >"$tmp/statecheck.py" <<'PY'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+assert b[:8] == b"AMPCSTAT"
+ver, npar, batch, nval, seed, step, loss = struct.unpack_from("<IIqqQQd", b, 8)
+at = 8 + struct.calcsize("<IIqqQQd")
+for _ in range(npar):
+    (ln,) = struct.unpack_from("<I", b, at); at += 4 + ln
+    (n,) = struct.unpack_from("<q", b, at); at += 8 + 8 * n
+x = struct.unpack_from("<%df" % nval, b, at); at += 4 * nval
+y = struct.unpack_from("<%df" % batch, b, at)
+mean, std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+f32 = lambda v: struct.unpack("f", struct.pack("f", v))[0]
+per = nval // batch
+for j in range(batch):
+    lab = int(y[j])
+    for c in range(3):
+        v = (lab * 20 + c * 7 + 5) % 256
+        want = (f32(v / 255.0) - f32(mean[c])) / f32(std[c])
+        for e in (0, 511, 1023):
+            got = x[j * per + c * 1024 + e]
+            assert abs(got - want) < 1e-5, (j, c, e, got, want)
+print("%d samples x %d values" % (batch, per))
+PY
+if [ $rc -eq 0 ] && grep -q 'data cifar10: 200 training and 30 validation samples' "$tmp/log" &&
+   out=$($py "$tmp/statecheck.py" "$tmp/cifar.state" 2>&1); then
+    ok "cifar10 through the driver (the train block's cifar10(\"cifar\") under --data-dir): 200/30 samples, every value (x/255 - mean[c])/std[c] ($out)"
+else bad "cifar10 through the driver (rc $rc): $out"; fi
+"$tmp/cifar_tiny" --data "cifar10(\"$tmp/cifar\")" --augment crop=4,mirror --epochs 2 --log-interval 0 >"$tmp/log" 2>&1
+if [ $? -eq 0 ] && grep -q '^Augment: training images, zero padding by 4 then a random crop, a random horizontal mirror' "$tmp/log"; then
+    ok "--augment crop=4,mirror on cifar10"
+else bad "--augment on cifar10"; fi
+"$tmp/cnn_off" --data digits --max-steps 1 --random-mirror >"$tmp/log" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q 'the digits data are never augmented' "$tmp/log" &&
+   "$tmp/cnn_off" --data digits --max-steps 1 --log-interval 0 >"$tmp/log" 2>&1 && ! grep -q '^Augment' "$tmp/log"; then
+    ok "augmentation is off by default and refused for digits (exit 2)"
+else bad "augmentation for digits (rc $rc)"; fi
+
 
 echo "training: $pass passed, $fail failed ($(( $(date +%s) - start )) s)"
 [ "$fail" -eq 0 ]

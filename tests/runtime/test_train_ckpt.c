@@ -22,6 +22,8 @@
 #include <unistd.h>
 
 #include "model_tiny.c"
+#include <zlib.h>
+
 #include "train.h"
 
 static char dir[256];
@@ -345,6 +347,106 @@ static void test_atomic_replace(void **state)
     rt_trainer_free(&b);
 }
 
+/* Adam's state: mean and var of every trainable parameter survive a round
+ * trip bit for bit (flag 8, optimizer 2, format version 2); a momentum
+ * checkpoint loaded into an Adam run (and the reverse) starts the state from
+ * zero and says so; a version-1 file still loads. */
+static void test_adam_state(void **state)
+{
+    (void)state;
+    const RtModel *m = &tiny_model_f16;
+    char err[512], path[400], path2[400];
+    RtTrainer a, b;
+    assert_true(rt_trainer_init(&a, m, 8, 2, err, sizeof err));
+    assert_true(rt_trainer_init_params(&a, "xavier()", 5, err, sizeof err));
+    assert_true(rt_trainer_init(&b, m, 8, 2, err, sizeof err));
+    for (int i = 0; i < m->nparams; i++) {
+        if (!a.state[i])
+            continue;
+        assert_non_null(a.state2[i]);
+        for (int64_t e = 0; e < m->params[i].numel; e++) {
+            a.state[i][e] = (float)rt_rand_normal(5, 99 + (uint64_t)i, (uint64_t)e);
+            a.state2[i][e] = (float)rt_rand_uniform(5, 199 + (uint64_t)i, (uint64_t)e);
+        }
+    }
+    RtRunState rs = run_state();
+    rs.optimizer = RT_OPT_ADAM;
+    snprintf(path, sizeof path, "%s/adam-0001.params", dir);
+    if (!rt_checkpoint_save(path, &a, &rs, err, sizeof err))
+        fail_msg("%s", err);
+    size_t len;
+    unsigned char *bytes = slurp_file(path, &len);
+    assert_int_equal(bytes[8], 2); /* version 2 */
+    free(bytes);
+    RtCheckpoint ck;
+    if (!rt_checkpoint_read(path, &ck, err, sizeof err))
+        fail_msg("%s", err);
+    assert_int_equal(ck.run.optimizer, RT_OPT_ADAM);
+    assert_int_equal(ck.run.num_update, 149);
+    if (!rt_checkpoint_apply(&ck, &b, path, stderr, err, sizeof err))
+        fail_msg("%s", err);
+    for (int i = 0; i < m->nparams; i++) {
+        if (!a.state[i])
+            continue;
+        size_t n = (size_t)m->params[i].numel * sizeof(float);
+        assert_memory_equal(a.state[i], b.state[i], n);
+        assert_memory_equal(a.state2[i], b.state2[i], n);
+        assert_memory_equal(a.ctx.master[i] ? a.ctx.master[i] : a.ctx.buf[m->params[i].buffer],
+                            b.ctx.master[i] ? b.ctx.master[i] : b.ctx.buf[m->params[i].buffer],
+                            a.ctx.master[i] ? n : n / 2 * (m->params[i].dtype == RT_F32 ? 2 : 1));
+    }
+    /* an Adam checkpoint into a momentum run: its mean is not a momentum */
+    RtTrainer c;
+    assert_true(rt_trainer_init(&c, m, 8, 1, err, sizeof err));
+    FILE *w = tmpfile();
+    assert_true(rt_checkpoint_apply(&ck, &c, path, w, err, sizeof err));
+    char text[1024] = "";
+    rewind(w);
+    size_t got = fread(text, 1, sizeof text - 1, w);
+    text[got] = 0;
+    fclose(w);
+    assert_non_null(strstr(text, "holds no momentum"));
+    assert_non_null(strstr(text, "holds Adam state (mean, var)"));
+    for (int i = 0; i < m->nparams; i++)
+        if (c.state[i])
+            assert_true(c.state[i][0] == 0);
+    rt_checkpoint_free(&ck);
+    /* a momentum (version 2, flag 4 only) checkpoint into an Adam run */
+    snprintf(path2, sizeof path2, "%s/mom-0001.params", dir);
+    rs.optimizer = RT_OPT_NAG;
+    for (int i = 0; i < m->nparams; i++)
+        if (c.state[i])
+            c.state[i][0] = 1;
+    assert_true(rt_checkpoint_save(path2, &c, &rs, err, sizeof err));
+    assert_true(rt_checkpoint_read(path2, &ck, err, sizeof err));
+    w = tmpfile();
+    assert_true(rt_checkpoint_apply(&ck, &b, path2, w, err, sizeof err));
+    rewind(w);
+    got = fread(text, 1, sizeof text - 1, w);
+    text[got] = 0;
+    fclose(w);
+    assert_non_null(strstr(text, "holds no Adam state (mean, var)"));
+    rt_checkpoint_free(&ck);
+    /* version 1 (no flag 8) is still read: rewrite the version, both checksums */
+    bytes = slurp_file(path2, &len);
+    bytes[8] = 1;
+    uint32_t h = (uint32_t)crc32(crc32(0L, Z_NULL, 0), bytes, 28);
+    memcpy(bytes + 28, &h, 4); /* little-endian host */
+    assert_true(rt_checkpoint_parse(bytes, len, "v1", &ck, err, sizeof err));
+    rt_checkpoint_free(&ck);
+    /* ... but flag 8 in a version-1 file is refused */
+    free(bytes);
+    bytes = slurp_file(path, &len);
+    bytes[8] = 1;
+    h = (uint32_t)crc32(crc32(0L, Z_NULL, 0), bytes, 28);
+    memcpy(bytes + 28, &h, 4);
+    assert_false(rt_checkpoint_parse(bytes, len, "v1adam", &ck, err, sizeof err));
+    free(bytes);
+    rt_trainer_free(&a);
+    rt_trainer_free(&b);
+    rt_trainer_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -352,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_corruption),
         cmocka_unit_test(test_table_mismatch),
         cmocka_unit_test(test_atomic_replace),
+        cmocka_unit_test(test_adam_state),
     };
     return cmocka_run_group_tests_name("train_ckpt", tests, setup, teardown);
 }

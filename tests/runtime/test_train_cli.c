@@ -170,7 +170,7 @@ static void test_train_defaults(void **state)
         {"epochs=ten", "'epochs=ten'"},
         {"lr=fast", "lr 'fast'"},
         {"lr=cosine(base=x)", "base must be a number"},
-        {"optimizer=adam()", "optimizer 'adam' is not supported"},
+        {"optimizer=rmsprop()", "optimizer 'rmsprop' is not supported"},
         {"optimizer=sgd(momentum=", "not of the form"},
         {"optimizer=sgd(lazy_update=true)", "sgd() has no argument 'lazy_update' (momentum, wd, "},
         {"optimizer=nag(multi_precision=maybe)", "multi_precision must be true or false"},
@@ -180,7 +180,7 @@ static void test_train_defaults(void **state)
         {"lr=cosine(warmup_mode=exp)", "warmup_mode must be linear or constant"},
         {"lr=cosine(final=-1)", "must be >= 0"},
         {"lr=cosine(cycles=2)", "cosine() has no argument 'cycles'"},
-        {"lr=step(base=1)", "a number, constant(base=) or cosine("},
+        {"lr=exp(base=1)", "a number, constant(base=), cosine("},
         {"loss_scale=sometimes", "expected dynamic"},
         {"loss_scale=dynamic(growth=0.5)", "growth must be in"},
         {"init=orthogonal()", "unknown initialiser"},
@@ -288,7 +288,19 @@ static void test_flag_errors(void **state)
     expect_error(ARGS("--max-steps", "-5"), "--max-steps: '-5' is not an integer >= 0");
     expect_error(ARGS("--momentum", "1.5"), "--momentum: '1.5' is not a number in [0, 1]");
     expect_error(ARGS("--seed", "-1"), "--seed: '-1' is not an unsigned integer");
-    expect_error(ARGS("--data", "cifar10"), "--data: 'cifar10' is not synthetic or digits");
+    expect_error(ARGS("--data", "mnist"), "--data: 'mnist' is not synthetic, digits, fashion_mnist");
+    expect_error(ARGS("--data", "idx(a, b, c)"), "idx() needs train_images");
+    expect_error(ARGS("--data", "cifar10(\"a\", \"b\")"), "too many arguments");
+    expect_error(ARGS("--data", "digits(\"x\")"), "too many arguments");
+    expect_error(ARGS("--augment", "crop"), "--augment: 'crop': expected crop=PAD");
+    expect_error(ARGS("--random-crop", "-1"), "--random-crop: '-1' is not a padding 0..64");
+    expect_error(ARGS("--optimizer", "adam(beta1=1)"), "beta1 and beta2 in [0, 1)");
+    expect_error(ARGS("--optimizer", "adam(momentum=0.9)"), "adam() has no argument 'momentum'");
+    expect_error(ARGS("--optimizer", "rmsprop"), "optimizer 'rmsprop' is not supported");
+    expect_error(ARGS("--lr", "step(factor=0.5)"), "give one of steps=");
+    expect_error(ARGS("--lr", "step(factor=0.5, steps=\"30,20\")"), "increasing");
+    expect_error(ARGS("--lr", "poly(power=-1)"), "power must be >= 0");
+    expect_error(ARGS("--json-log="), "--json-log: '' is not a file name");
     expect_error(ARGS("--data-dir="), "--data-dir: '' is not a directory");
     expect_error(ARGS("--threads", "0"), "--threads: '0'");
     expect_error(ARGS("--epochs", "2", "extra"), "unexpected argument 'extra'");
@@ -370,13 +382,159 @@ static void test_lr_schedule(void **state)
     }
 }
 
+/* MXNet 1.x's schedulers (python/mxnet/lr_scheduler.py), written out as the
+ * stateful Python classes are, called once per update t = 1, 2, ... */
+typedef struct {
+    double base_lr;
+    int64_t count;
+} PyFactor;
+
+static double py_factor(PyFactor *f, int64_t num_update, int64_t step, double factor,
+                        double stop_factor_lr)
+{
+    while (num_update > f->count + step) {
+        f->count += step;
+        f->base_lr *= factor;
+        if (f->base_lr < stop_factor_lr)
+            f->base_lr = stop_factor_lr;
+    }
+    return f->base_lr;
+}
+
+static double py_multifactor(double *base_lr, int *cur, int64_t num_update, const int64_t *steps,
+                             int n, double factor)
+{
+    while (*cur <= n - 1) {
+        if (num_update > steps[*cur]) {
+            (*cur)++;
+            *base_lr *= factor;
+        } else
+            return *base_lr;
+    }
+    return *base_lr;
+}
+
+static double py_poly(int64_t num_update, double base, double final, double pwr, int64_t warm,
+                      double warm_begin, int64_t max_update, double *last)
+{
+    if (num_update < warm)
+        return warm_begin + (base - warm_begin) * (double)num_update / (double)warm;
+    if (num_update <= max_update)
+        *last = final + (base - final) *
+                            pow(1 - (double)(num_update - warm) / (double)(max_update - warm), pwr);
+    return *last;
+}
+
+static void test_step_poly_schedules(void **state)
+{
+    (void)state;
+    RtTrainOptions o;
+    char err[512];
+    /* step(factor, steps=N): FactorScheduler(step=N, factor, stop_factor_lr) */
+    rt_train_options_default(&o);
+    const char *kv1[] = {"lr=step(base=0.1, factor=0.5, steps=7, stop_factor_lr=0.002)", NULL};
+    assert_true(rt_train_apply_defaults(&o, kv1, err, sizeof err));
+    assert_int_equal(o.sched.kind, RT_LR_STEP);
+    assert_int_equal(o.sched.period, 7);
+    PyFactor f = {.base_lr = 0.1};
+    for (int64_t t = 1; t <= 80; t++) {
+        double want = py_factor(&f, t, 7, 0.5, 0.002);
+        assert_float_equal(rt_lr_at(&o.sched, o.lr, t, 10, 100), (float)want, 0);
+    }
+    assert_float_equal(rt_lr_at(&o.sched, o.lr, 7, 10, 100), 0.1f, 0);  /* t > 7 changes */
+    assert_float_equal(rt_lr_at(&o.sched, o.lr, 8, 10, 100), 0.05f, 0);
+    assert_float_equal(rt_lr_at(&o.sched, o.lr, 80, 10, 100), 0.002f, 0); /* the floor */
+    /* step(factor, steps="a,b,c"): MultiFactorScheduler */
+    rt_train_options_default(&o);
+    const char *kv2[] = {"lr=step(base=0.4, factor=0.1, steps=\"5,12,30\")", NULL};
+    assert_true(rt_train_apply_defaults(&o, kv2, err, sizeof err));
+    assert_int_equal(o.sched.nsteps, 3);
+    int64_t st[3] = {5, 12, 30};
+    double base = 0.4;
+    int cur = 0;
+    for (int64_t t = 1; t <= 40; t++) {
+        double want = py_multifactor(&base, &cur, t, st, 3, 0.1);
+        assert_float_equal(rt_lr_at(&o.sched, o.lr, t, 10, 100), (float)want, 0);
+    }
+    /* step_epochs: the list in epochs (fit.py's --lr-step-epochs), 10 steps each */
+    rt_train_options_default(&o);
+    const char *kv3[] = {"lr=step(base=0.4, factor=0.1, step_epochs=\"2,3\")", NULL};
+    assert_true(rt_train_apply_defaults(&o, kv3, err, sizeof err));
+    assert_float_equal(rt_lr_at(&o.sched, o.lr, 20, 10, 100), 0.4f, 0);
+    assert_float_equal(rt_lr_at(&o.sched, o.lr, 21, 10, 100), (float)(0.4 * 0.1), 0);
+    assert_float_equal(rt_lr_at(&o.sched, o.lr, 31, 10, 100), (float)(0.4 * 0.1 * 0.1), 0);
+    /* warmup before a step schedule */
+    rt_train_options_default(&o);
+    const char *kv4[] = {"lr=step(base=0.2, factor=0.5, steps=10, warmup_steps=4, "
+                         "warmup_begin=0.04)", NULL};
+    assert_true(rt_train_apply_defaults(&o, kv4, err, sizeof err));
+    assert_float_equal(rt_lr_at(&o.sched, o.lr, 2, 10, 100), (float)(0.04 + 0.16 * 2 / 4), 1e-7);
+    assert_float_equal(rt_lr_at(&o.sched, o.lr, 11, 10, 100), 0.1f, 0);
+    /* poly(power, final): PolyScheduler, max_update from epochs x steps */
+    for (int w = 0; w < 2; w++) {
+        rt_train_options_default(&o);
+        const char *kv5[] = {w ? "lr=poly(base=0.3, power=2, final=0.01, warmup_steps=5, "
+                                 "warmup_begin=0.03)"
+                               : "lr=poly(base=0.3, power=0.9, final=0)",
+                             NULL};
+        assert_true(rt_train_apply_defaults(&o, kv5, err, sizeof err));
+        assert_int_equal(o.sched.kind, RT_LR_POLY);
+        double last = 0.3;
+        for (int64_t t = 1; t <= 60; t++) {
+            double want = w ? py_poly(t, 0.3, 0.01, 2, 5, 0.03, 50, &last)
+                            : py_poly(t, 0.3, 0, 0.9, 0, 0, 50, &last);
+            assert_float_equal(rt_lr_at(&o.sched, o.lr, t, 10, 50), (float)want, 1e-7);
+        }
+        /* the brief's closed form without warmup: final + (base-final)(1 - t/max)^power */
+        if (!w)
+            assert_float_equal(rt_lr_at(&o.sched, o.lr, 20, 10, 50),
+                               (float)(0.3 * pow(1 - 20.0 / 50, 0.9)), 1e-7);
+    }
+    /* flags: --lr takes a schedule, --optimizer adam, --init, --augment */
+    rt_train_options_default(&o);
+    assert_int_equal(parse(&o, ARGS("--lr", "poly(base=0.5, power=1)", "--optimizer",
+                                    "adam(beta1=0.8, beta2=0.99, epsilon=1e-6, wd=0)", "--init",
+                                    "normal(sigma=0.02)", "--augment", "crop=4,mirror",
+                                    "--json-log", "x.jsonl", "--profile")),
+                     -1);
+    assert_int_equal(o.sched.kind, RT_LR_POLY);
+    assert_float_equal(o.lr, 0.5f, 0);
+    assert_int_equal(o.optimizer, RT_OPT_ADAM);
+    assert_float_equal(o.beta1, 0.8f, 0);
+    assert_float_equal(o.beta2, 0.99f, 0);
+    assert_float_equal(o.epsilon, 1e-6f, 0);
+    assert_float_equal(o.wd, 0, 0);
+    assert_string_equal(o.init, "normal(sigma=0.02)");
+    assert_int_equal(o.augment_pad, 4);
+    assert_true(o.augment_mirror);
+    assert_string_equal(o.json_log, "x.jsonl");
+    assert_true(o.profile);
+    rt_train_options_default(&o);
+    assert_int_equal(parse(&o, ARGS("--random-crop", "2", "--random-mirror", "--data",
+                                    "idx(train_images=\"a b\", train_labels=b, test_images=c, "
+                                    "test_labels=d)")),
+                     -1);
+    assert_int_equal(o.augment_pad, 2);
+    assert_true(o.augment_mirror);
+    /* the train block's data = cifar10("dir") and augment */
+    rt_train_options_default(&o);
+    const char *kv6[] = {"data=cifar10(\"dir\")", "augment=crop=4,mirror",
+                         "optimizer=adam(beta1=0.85, lr=0.001)", NULL};
+    assert_true(rt_train_apply_defaults(&o, kv6, err, sizeof err));
+    assert_string_equal(o.data, "cifar10(\"dir\")");
+    assert_int_equal(o.augment_pad, 4);
+    assert_int_equal(o.optimizer, RT_OPT_ADAM);
+    assert_float_equal(o.beta1, 0.85f, 0);
+    assert_float_equal(o.lr, 0.001f, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builtin_defaults), cmocka_unit_test(test_train_defaults),
         cmocka_unit_test(test_flags),            cmocka_unit_test(test_help),
         cmocka_unit_test(test_flag_errors),      cmocka_unit_test(test_main_exit_codes),
-        cmocka_unit_test(test_lr_schedule),
+        cmocka_unit_test(test_lr_schedule),      cmocka_unit_test(test_step_poly_schedules),
     };
     return cmocka_run_group_tests_name("train_cli", tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "data/data_ext.h"
 #include "train.h"
 
 static char dir[64];
@@ -335,6 +336,74 @@ static void test_synthetic(void **state)
     rt_data_free(&a); /* nothing to free; must be harmless */
 }
 
+/* The real Fashion-MNIST files (Debian's dataset-fashion-mnist), read as
+ * the driver reads them: 60,000 + 10,000 images of [1, 28, 28], pixels x/255,
+ * and the first labels of both files (train 9 0 0 3 0 2 7 2 5 5, test 9 2 1
+ * 1 6 1 4 6 5 7).  Skipped (said so) when the files are missing, failed
+ * when AMPC_REQUIRE_FASHION=1. */
+static void test_fashion_real_files(void **state)
+{
+    (void)state;
+    const char *dirs[3] = {NULL, RT_FASHION_MNIST_DIR, NULL};
+    char dd[4200];
+    const char *env = getenv("AMPC_DATA_DIR");
+    if (env && *env) {
+        snprintf(dd, sizeof dd, "%s/fashion-mnist", env);
+        dirs[0] = dd;
+    }
+    const char *dir = NULL;
+    for (int k = 0; k < 2 && !dir; k++) {
+        char p[4300];
+        if (!dirs[k])
+            continue;
+        snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", dirs[k]);
+        if (access(p, R_OK) == 0)
+            dir = dirs[k];
+        snprintf(p, sizeof p, "%s/train-images-idx3-ubyte", dirs[k]);
+        if (access(p, R_OK) == 0)
+            dir = dirs[k];
+    }
+    const char *req = getenv("AMPC_REQUIRE_FASHION");
+    if (!dir) {
+        if (req && strcmp(req, "1") == 0)
+            fail_msg("Fashion-MNIST not found in %s (AMPC_REQUIRE_FASHION=1)", RT_FASHION_MNIST_DIR);
+        printf("test_fashion_real_files: skipped: no Fashion-MNIST in %s "
+               "(apt-get install dataset-fashion-mnist)\n", RT_FASHION_MNIST_DIR);
+        skip();
+    }
+    RtDataset ds;
+    char err[1024];
+    if (!rt_data_fashion_mnist(&ds, dir, err, sizeof err))
+        fail_msg("%s", err);
+    assert_int_equal(ds.ntrain, 60000);
+    assert_int_equal(ds.nval, 10000);
+    assert_int_equal(ds.sample_size, 784);
+    assert_int_equal(ds.classes, 10);
+    static const int train0[10] = {9, 0, 0, 3, 0, 2, 7, 2, 5, 5};
+    static const int test0[10] = {9, 2, 1, 1, 6, 1, 4, 6, 5, 7};
+    int64_t idx[10];
+    float x[10 * 784], y[10];
+    for (int k = 0; k < 10; k++)
+        idx[k] = k;
+    ds.fill(&ds, RT_SPLIT_TRAIN, idx, 10, x, y);
+    double sum = 0;
+    for (int k = 0; k < 10; k++)
+        assert_int_equal((int)y[k], train0[k]);
+    for (int e = 0; e < 784; e++) {
+        assert_true(x[e] >= 0 && x[e] <= 1);
+        sum += x[e];
+    }
+    assert_float_equal(sum, 76247.0 / 255, 1e-3); /* the first image's pixel sum */
+    ds.fill(&ds, RT_SPLIT_VAL, idx, 10, x, y);
+    for (int k = 0; k < 10; k++)
+        assert_int_equal((int)y[k], test0[k]);
+    sum = 0;
+    for (int e = 0; e < 784; e++)
+        sum += x[e];
+    assert_float_equal(sum, 33456.0 / 255, 1e-3);
+    rt_data_free(&ds);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -345,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_digits_truncated),
         cmocka_unit_test(test_digits_corrupt),
         cmocka_unit_test(test_synthetic),
+        cmocka_unit_test(test_fashion_real_files),
     };
     return cmocka_run_group_tests_name("train_data", tests, setup, teardown);
 }

@@ -203,9 +203,22 @@ static void test_run_errors(void **state)
     assert_int_equal(run(&m, &o, &r), 2);
     assert_non_null(strstr(err_text, "takes 32 values per sample"));
     /* a data source this runtime does not have */
-    o.data = "cifar10(\"dir\")";
+    o.data = "record(\"dir\")";
     assert_int_equal(run(&ampc_model, &o, &r), 2);
-    assert_non_null(strstr(err_text, "data source 'cifar10(\"dir\")' is not supported"));
+    assert_non_null(strstr(err_text, "data source 'record(\"dir\")' is not synthetic, digits"));
+    /* CIFAR-10 images do not fit an 8x8 model; missing files are data errors */
+    o.data = "cifar10(\"/nonexistent/cifar\")";
+    assert_int_equal(run(&ampc_model, &o, &r), 1);
+    /* augmentation is never on for digits */
+    o.data = "digits";
+    o.data_dir = "/nonexistent/dir";
+    o.augment_mirror = true;
+    assert_int_equal(run(&ampc_model, &o, &r), 2);
+    assert_non_null(strstr(err_text, "the digits data are never augmented"));
+    o.augment_mirror = false;
+    o.augment_pad = 2;
+    assert_int_equal(run(&ampc_model, &o, &r), 2);
+    o.augment_pad = 0;
     /* a batch larger than the training set */
     o.data = "synthetic";
     o.batch_size = 20000;

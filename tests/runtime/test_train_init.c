@@ -292,12 +292,46 @@ static void test_rules_by_kind(void **state)
     assert_non_null(strstr(err, "parameter fc_weight:"));
 }
 
+/* MXNet's defaults: Uniform(scale=0.07) is U(-0.07, 0.07) (mean 0,
+ * variance 0.07^2/3), Normal(sigma=0.01) is N(0, 0.01^2); the train block's
+ * init = uniform() / normal() reach every weight whose init is default. */
+static void test_uniform_normal_defaults(void **state)
+{
+    (void)state;
+    enum { n = 200000 };
+    static float w[n];
+    char err[256];
+    RtInit ini;
+    int64_t shape[2] = {400, 500};
+    double mean, var;
+    assert_true(rt_init_parse("uniform", &ini, err, sizeof err));
+    assert_float_equal(ini.scale, 0.07f, 0);
+    assert_true(rt_init_fill(&ini, 2, shape, n, w, 3, 4, err, sizeof err));
+    moments(w, n, &mean, &var);
+    assert_float_equal(mean, 0, 0.07 * 0.01);
+    assert_float_equal(var, 0.07 * 0.07 / 3, 0.07 * 0.07 / 3 * 0.02);
+    for (int i = 0; i < n; i++)
+        assert_true(w[i] >= -0.07f && w[i] <= 0.07f);
+    assert_true(rt_init_parse("normal()", &ini, err, sizeof err));
+    assert_float_equal(ini.scale, 0.01f, 0);
+    assert_true(rt_init_fill(&ini, 2, shape, n, w, 3, 5, err, sizeof err));
+    moments(w, n, &mean, &var);
+    assert_float_equal(mean, 0, 0.01 * 0.01);
+    assert_float_equal(sqrt(var), 0.01, 0.01 * 0.01);
+    /* a weight with init "default" follows the train block's rule */
+    RtParam p = {"fc_weight", RT_PK_WEIGHT, RT_F32, false, 2, {400, 500}, n, "default", 1, 1, 0, 1};
+    assert_string_equal(rt_init_rule(&p, "normal(sigma=0.01)"), "normal(sigma=0.01)");
+    assert_true(rt_init_param(&p, "normal(sigma=0.02)", 9, w, err, sizeof err));
+    moments(w, n, &mean, &var);
+    assert_float_equal(sqrt(var), 0.02, 0.02 * 0.01);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rng_deterministic), cmocka_unit_test(test_call_parse),
         cmocka_unit_test(test_init_parse),        cmocka_unit_test(test_fans),
-        cmocka_unit_test(test_xavier_moments),    cmocka_unit_test(test_fill_deterministic),
+        cmocka_unit_test(test_xavier_moments),    cmocka_unit_test(test_uniform_normal_defaults),    cmocka_unit_test(test_fill_deterministic),
         cmocka_unit_test(test_rules_by_kind),
     };
     return cmocka_run_group_tests_name("train_init", tests, NULL, NULL);

@@ -8,6 +8,8 @@
  * without momentum and NAG, with a learning rate that changes every step and
  * with clip_gradient; the finite check fused into the update and the
  * separate one; the bytes moved; and the buffers rt_trainer_init allocates.
+ * Adam (fp32 and multi-precision, with clipping) against the same kind of
+ * reference, and bit for bit against optim.h's ampc_mp_adam_update.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -239,6 +241,143 @@ static void test_mp_matches_shared_kernel(void **state)
     rt_trainer_free(&t);
 }
 
+/* Adam against a naive reference in double over several steps, with a
+ * changing lr: MXNet's AdamUpdateKernel (wd inside the gradient and the
+ * clip) with the bias correction in the lr (Python Adam.update): lr_t =
+ * lr x lr_mult x sqrt(1 - beta2^t) / (1 - beta1^t).  fp32 weights, fp16
+ * and bf16 masters (the shadow is the rounded master bit for bit and the
+ * old shadow is never read), a 16-bit weight without a master, an fp32
+ * gradient of an fp16 weight. */
+static void run_adam(float clip, int steps)
+{
+    RtTrainer t;
+    char err[256];
+    assert_true(rt_trainer_init(&t, &model, 4, 2, err, sizeof err));
+    assert_non_null(t.state2);
+    RtOptConfig c = {.kind = RT_OPT_ADAM, .lr = 0.01f, .wd = 0.01f, .rescale_grad = 1.0f / 8,
+                     .clip_gradient = clip, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-8f};
+    assert_int_equal(rt_optim_nstate(&c), 2);
+    static double w[NP][N], mean[NP][N], var[NP][N];
+    memset(mean, 0, sizeof mean);
+    memset(var, 0, sizeof var);
+    for (int i = 0; i < NP; i++) {
+        const RtParam *p = &params[i];
+        for (int e = 0; e < N; e++) {
+            float v = (float)(2 * rt_rand_uniform(23, (uint64_t)i, (uint64_t)e) - 1);
+            if (p->has_master)
+                t.ctx.master[i][e] = v;
+            store(t.ctx.buf[p->buffer], p->dtype, e, v);
+            w[i][e] = p->has_master ? v : to_f(t.ctx.buf[p->buffer], p->dtype, e);
+        }
+    }
+    for (int s = 0; s < steps; s++) {
+        c.lr = 0.01f / (float)(s + 1);
+        c.t = s + 1;
+        for (int i = 0; i < NP; i++) {
+            const RtParam *p = &params[i];
+            if (p->grad < 0)
+                continue;
+            for (int e = 0; e < N; e++)
+                store(t.ctx.buf[p->grad], buffers[p->grad].dtype, e,
+                      (float)(8 * rt_rand_normal(99 + (uint64_t)s, (uint64_t)i, (uint64_t)e)));
+            if (p->has_master)
+                memset(t.ctx.buf[p->buffer], 0xff, N * rt_dtype_size(p->dtype));
+        }
+        assert_true(rt_optim_step2(&model, &t.ctx, t.state, t.state2, &c));
+        for (int i = 0; i < NP; i++) {
+            const RtParam *p = &params[i];
+            double lr_t = (double)c.lr * p->lr_mult * sqrt(1 - pow(0.999, s + 1)) /
+                          (1 - pow(0.9, s + 1));
+            double wd = (double)c.wd * p->wd_mult;
+            for (int e = 0; e < N; e++) {
+                float got = p->has_master ? t.ctx.master[i][e]
+                                          : to_f(t.ctx.buf[p->buffer], p->dtype, e);
+                if (p->grad < 0) {
+                    assert_true(got == (float)w[i][e]);
+                    continue;
+                }
+                double g = (double)c.rescale_grad *
+                               to_f(t.ctx.buf[p->grad], buffers[p->grad].dtype, e) +
+                           wd * w[i][e];
+                if (clip >= 0)
+                    g = g > clip ? clip : g < -clip ? -clip : g;
+                mean[i][e] = 0.9 * mean[i][e] + 0.1 * g;
+                var[i][e] = 0.999 * var[i][e] + 0.001 * g * g;
+                w[i][e] -= lr_t * mean[i][e] / (sqrt(var[i][e]) + 1e-8);
+                double tol = p->has_master || p->dtype == RT_F32
+                                 ? 1e-5 * (1 + fabs(w[i][e]))
+                                 : (p->dtype == RT_F16 ? 1e-3 : 8e-3) * (1 + fabs(w[i][e]));
+                if (fabs(got - w[i][e]) > tol)
+                    fail_msg("adam step %d %s[%d]: %.9g, reference %.9g", s, p->name, e,
+                             (double)got, w[i][e]);
+                if (fabs(t.state[i][e] - mean[i][e]) > 1e-5 * (1 + fabs(mean[i][e])) ||
+                    fabs(t.state2[i][e] - var[i][e]) > 1e-5 * (1 + fabs(var[i][e])))
+                    fail_msg("adam step %d %s[%d]: mean %.9g var %.9g, reference %.9g %.9g", s,
+                             p->name, e, (double)t.state[i][e], (double)t.state2[i][e],
+                             mean[i][e], var[i][e]);
+                if (p->has_master) {
+                    uint16_t sh = ((const uint16_t *)t.ctx.buf[p->buffer])[e];
+                    uint16_t r = p->dtype == RT_F16 ? ampc_float_to_half(got)
+                                                    : ampc_float_to_bf16(got);
+                    if (sh != r)
+                        fail_msg("adam step %d %s[%d]: shadow 0x%04x, rounded master 0x%04x", s,
+                                 p->name, e, sh, r);
+                }
+                if (!p->has_master && p->dtype != RT_F32)
+                    w[i][e] = got;
+            }
+        }
+    }
+    rt_trainer_free(&t);
+}
+
+static void test_adam(void **state)
+{
+    (void)state;
+    run_adam(-1, 6);
+    run_adam(0.05f, 4); /* with wd inside the clip */
+}
+
+/* The multi-precision Adam path is optim.h's ampc_mp_adam_update exactly,
+ * with ampc_adam_lr's bias correction. */
+static void test_adam_mp_matches_shared_kernel(void **state)
+{
+    (void)state;
+    RtTrainer t;
+    char err[256];
+    assert_true(rt_trainer_init(&t, &model, 4, 2, err, sizeof err));
+    RtOptConfig c = {.kind = RT_OPT_ADAM, .lr = 0.002f, .wd = 1e-4f, .rescale_grad = 1.0f / 32,
+                     .clip_gradient = -1, .beta1 = 0.8f, .beta2 = 0.99f, .epsilon = 1e-6f};
+    float w32[N], mean[N], var[N];
+    ampc_half *g = t.ctx.buf[NP + 2];
+    for (int e = 0; e < N; e++) {
+        w32[e] = t.ctx.master[2][e] = (float)rt_rand_normal(5, 2, (uint64_t)e);
+        mean[e] = var[e] = 0;
+    }
+    for (int s = 0; s < 5; s++) {
+        for (int e = 0; e < N; e++)
+            g[e] = ampc_float_to_half((float)rt_rand_normal(6 + (uint64_t)s, 2, (uint64_t)e));
+        c.t = s + 1;
+        rt_optim_step2(&model, &t.ctx, t.state, t.state2, &c);
+        AmpcOptParam q = {.lr = ampc_adam_lr((double)c.lr * 0.5, 0.8f, 0.99f, s + 1),
+                          .wd = c.wd, .rescale_grad = c.rescale_grad, .clip_gradient = -1,
+                          .beta1 = 0.8f, .beta2 = 0.99f, .epsilon = 1e-6f};
+        for (int e = 0; e < N; e++) {
+            ampc_half sh = ampc_mp_adam_update(&w32[e], &mean[e], &var[e], g[e], q);
+            assert_memory_equal(&w32[e], &t.ctx.master[2][e], sizeof(float));
+            assert_memory_equal(&mean[e], &t.state[2][e], sizeof(float));
+            assert_memory_equal(&var[e], &t.state2[2][e], sizeof(float));
+            assert_int_equal(sh, ((ampc_half *)t.ctx.buf[2])[e]);
+        }
+    }
+    /* 28 bytes per parameter for multi-precision Adam (MXNet 1.x: 40, in
+     * three kernels); 30 with dynamic loss scaling's separate check */
+    assert_int_equal(rt_optim_bytes_per_param(&params[2], RT_F16, &c, false), 28);
+    assert_int_equal(rt_optim_bytes_per_param(&params[2], RT_F16, &c, true), 30);
+    assert_int_equal(rt_optim_bytes_per_param(&params[0], RT_F32, &c, false), 28); /* 4+4+8 read, 4+8 written */
+    rt_trainer_free(&t);
+}
+
 static void test_wd_mult_and_bytes(void **state)
 {
     (void)state;
@@ -359,6 +498,8 @@ int main(void)
         cmocka_unit_test(test_wd_mult_and_bytes),
         cmocka_unit_test(test_finite_check),
         cmocka_unit_test(test_trainer_buffers),
+        cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_adam_mp_matches_shared_kernel),
     };
     return cmocka_run_group_tests_name("train_optim", tests, NULL, NULL);
 }
