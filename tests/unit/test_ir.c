@@ -12,54 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "driver.h"
-
-/* ---- fixture -------------------------------------------------------------- */
-
-typedef struct {
-    Diag d;
-    FILE *out; /* diagnostics */
-    char *buf;
-    size_t len;
-    Graph *g, *g2;
-} Fx;
-
-static int setup(void **state)
-{
-    Fx *fx = calloc(1, sizeof *fx);
-    assert_non_null(fx);
-    fx->out = open_memstream(&fx->buf, &fx->len);
-    assert_non_null(fx->out);
-    diag_init(&fx->d, fx->out);
-    *state = fx;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    Fx *fx = *state;
-    graph_free(fx->g);
-    graph_free(fx->g2);
-    diag_free(&fx->d);
-    fclose(fx->out);
-    free(fx->buf);
-    free(fx);
-    return 0;
-}
-
-/* What has been reported so far. */
-static const char *diag_text(Fx *fx)
-{
-    fflush(fx->out);
-    return fx->buf ? fx->buf : "";
-}
-
-#define assert_contains(hay, needle)                                                   \
-    do {                                                                               \
-        const char *h_ = (hay), *n_ = (needle);                                        \
-        if (!strstr(h_, n_))                                                           \
-            fail_msg("expected to find\n  %s\nin\n%s", n_, h_);                        \
-    } while (0)
+#include "fixture.h"
 
 /* ir_print into a malloc'ed string. */
 static char *print_to_string(const Graph *g, const char *pass)

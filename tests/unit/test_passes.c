@@ -11,57 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "driver.h"
-
-/* ---- fixture -------------------------------------------------------------- */
-
-typedef struct {
-    Diag d;
-    FILE *out;
-    char *buf;
-    size_t len;
-    size_t off; /* diagnostics before the last compile */
-    Graph *g;
-    char src[8192];
-    char sbuf[160];
-} Fx;
-
-static int setup(void **state)
-{
-    Fx *fx = calloc(1, sizeof *fx);
-    assert_non_null(fx);
-    fx->out = open_memstream(&fx->buf, &fx->len);
-    assert_non_null(fx->out);
-    diag_init(&fx->d, fx->out);
-    *state = fx;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    Fx *fx = *state;
-    graph_free(fx->g);
-    diag_free(&fx->d);
-    fclose(fx->out);
-    free(fx->buf);
-    free(fx);
-    return 0;
-}
-
-static const char *diag_text(Fx *fx)
-{
-    fflush(fx->out);
-    return fx->buf ? fx->buf : "";
-}
-
-static const char *last_diag(Fx *fx) { return diag_text(fx) + fx->off; }
-
-#define assert_contains(hay, needle)                                                   \
-    do {                                                                               \
-        const char *h_ = (hay), *n_ = (needle);                                        \
-        if (!strstr(h_, n_))                                                           \
-            fail_msg("expected to find\n  %s\nin\n%s", n_, h_);                        \
-    } while (0)
+#include "fixture.h"
 
 /* elaborate + infer-shapes + infer-types on src, named t.sym. */
 static Graph *compile_opts(Fx *fx, const char *src, const ElabOptions *opt)
