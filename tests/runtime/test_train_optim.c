@@ -10,6 +10,10 @@
  * separate one; the bytes moved; and the buffers rt_trainer_init allocates.
  * Adam (fp32 and multi-precision, with clipping) against the same kind of
  * reference, and bit for bit against optim.h's ampc_mp_adam_update.
+ * The AVX2 + F16C path (runtime/optim_simd.c) and the per-element loops
+ * (forced with AMPC_NO_SIMD=1) bit for bit against optim.h's ampc_mp_*
+ * over every optimizer, fp16 and bf16, odd lengths, inf/NaN gradients and
+ * masters beyond the fp16 range, clipping on and off.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -486,6 +490,232 @@ static void test_trainer_buffers(void **state)
     assert_non_null(strstr(err, "the data input is buffer 99"));
 }
 
+/* ---- the AVX2 + F16C path (runtime/optim_simd.c) against the per-element
+ * functions --------------------------------------------------------------
+ * optim.c and optim_simd.c declare these (no header of their own). */
+bool rt_optim_simd_active(void);
+void rt_optim_simd_reread(void);
+
+/* Odd lengths, so the 8-wide body and the per-element remainder both run
+ * (3: remainder only; 8: body only); per-tensor lr_mult and wd_mult. */
+enum { SP = 6 };
+static const RtParam sparams[SP] = {
+    {"a_weight", RT_PK_WEIGHT, RT_F16, true, 1, {1001}, 1001, "default", 1, 0.5f, 0, SP + 0},
+    {"b_weight", RT_PK_WEIGHT, RT_BF16, true, 1, {4099}, 4099, "default", 0.25f, 2, 1, SP + 1},
+    {"c_weight", RT_PK_WEIGHT, RT_F16, true, 1, {3}, 3, "default", 1, 1, 2, SP + 2},
+    {"d_bias", RT_PK_BIAS, RT_BF16, true, 1, {17}, 17, "default", 0, 1, 3, SP + 3},
+    {"e_weight", RT_PK_WEIGHT, RT_F16, true, 1, {8}, 8, "default", 3, 1, 4, SP + 4},
+    {"f_gamma", RT_PK_GAMMA, RT_F16, true, 1, {777}, 777, "default", 0, 1.5f, 5, SP + 5},
+};
+static const RtBuffer sbuffers[2 * SP + 3] = {
+    {"a_weight", RT_F16, 1001, 0}, {"b_weight", RT_BF16, 4099, 0}, {"c_weight", RT_F16, 3, 0},
+    {"d_bias", RT_BF16, 17, 0},    {"e_weight", RT_F16, 8, 0},     {"f_gamma", RT_F16, 777, 0},
+    {"ga", RT_F16, 1001, 0},       {"gb", RT_BF16, 4099, 0},       {"gc", RT_F16, 3, 0},
+    {"gd", RT_BF16, 17, 0},        {"ge", RT_F16, 8, 0},           {"gf", RT_F16, 777, 0},
+    {"data", RT_F32, 0, 4},        {"label", RT_F32, 0, 1},        {"prob", RT_F32, 0, 3},
+};
+static const RtModel smodel = {
+    .name = "optim_simd_test", .nparams = SP, .params = sparams, .nbuffers = 2 * SP + 3,
+    .buffers = sbuffers, .data = 2 * SP, .label = 2 * SP + 1, .prob_train = 2 * SP + 2,
+    .prob_infer = 2 * SP + 2, .data_rank = 1, .data_shape = {4}, .classes = 3,
+};
+
+static uint64_t smix(uint64_t z)
+{
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* A 16-bit gradient: normal values over |g| in [2^-14, 2^6] of either sign,
+ * some subnormals and zeros, and every 23rd or so an inf or a NaN (quiet,
+ * signalling, with payloads, both signs); with specials false, none. */
+static uint16_t sgrad(uint64_t r, bool bf, bool specials)
+{
+    static const uint16_t hs[] = {0x7c00, 0xfc00, 0x7e01, 0x7d00, 0xfe3f, 0x7fff, 0x0001, 0x8000};
+    static const uint16_t bs[] = {0x7f80, 0xff80, 0x7fc1, 0x7f81, 0xffa5, 0x7fff, 0x0001, 0x8000};
+    if (specials && r % 23 == 0)
+        return bf ? bs[(r >> 8) % 8] : hs[(r >> 8) % 8];
+    if ((r >> 12) % 40 == 0)
+        return (uint16_t)((r >> 16) & (bf ? 0x807fu : 0x83ffu)); /* zero or subnormal */
+    float v = ldexpf((float)((r >> 20) & 0xffff) / 65536.0f + 1.0f, (int)((r >> 40) % 21) - 14);
+    if ((r >> 60) & 1)
+        v = -v;
+    return bf ? ampc_float_to_bf16(v) : ampc_float_to_half(v);
+}
+
+/* A master: mostly N(0, 0.1)-like, with values beyond the fp16 range, at
+ * its rounding boundaries, whose shadows are fp16 subnormals or round to
+ * zero, float subnormals, signed zeros and (with specials) infinities. */
+static float smaster(uint64_t r, bool specials)
+{
+    static const float sp[] = {70000.0f, -65519.0f, 65520.0f, 65504.0f, -1e30f, 3e-6f,
+                               2.98e-8f, -5.96e-8f, 1e-40f, -0.0f, 0.0f, 6.1e-5f,
+                               3.3895e38f, INFINITY, -INFINITY};
+    unsigned nsp = specials ? 15 : 13;
+    if (r % 17 == 0)
+        return sp[(r >> 8) % nsp];
+    return (float)((double)((r >> 20) & 0xffff) / 65536.0 - 0.5) * 0.2f;
+}
+
+static bool f_isnan(float f) { return f != f; }
+
+static bool same_f32(float a, float b, bool lenient)
+{
+    return memcmp(&a, &b, 4) == 0 || (lenient && f_isnan(a) && f_isnan(b));
+}
+
+/* One configuration: three steps of rt_optim_step2 over smodel, every
+ * element checked bit for bit against optim.h's ampc_mp_* (fp16) and
+ * ampc_mp_*_bf16 on copies of the same state, the fused finite check
+ * against the gradient bits.  Exactness is relaxed in one case only: two
+ * or more non-finite inputs of one element (a NaN or inf gradient on top of
+ * a master or state made inf or NaN by an earlier step): when the result is
+ * NaN either way, any NaN passes.  There two NaNs meet (inf - inf makes
+ * one), and which payload and sign come out is the compiler's choice, in
+ * scalar code too (clang and gcc differ).  A single special input (an inf
+ * or NaN gradient, an inf master) must give the same bits. */
+static void run_simd_case(RtOptKind kind, float momentum, float clip, bool specials)
+{
+    RtTrainer t;
+    char err[256];
+    int nstate = kind == RT_OPT_ADAM ? 2 : momentum != 0;
+    assert_true(rt_trainer_init(&t, &smodel, 4, nstate, err, sizeof err));
+    RtOptConfig c = {.kind = kind, .lr = 0.05f, .momentum = momentum, .wd = 1e-3f,
+                     .rescale_grad = 1.0f / 96, .clip_gradient = clip, .beta1 = 0.9f,
+                     .beta2 = 0.999f, .epsilon = 1e-8f};
+    uint64_t seed = (uint64_t)kind * 1000 + (uint64_t)(momentum * 10) * 100 + (clip >= 0) * 10 +
+                    specials;
+    for (int i = 0; i < SP; i++)
+        for (int64_t e = 0; e < sparams[i].numel; e++) {
+            uint64_t r = smix(seed * 7919 + (uint64_t)i * 100003 + (uint64_t)e);
+            t.ctx.master[i][e] = smaster(r, specials);
+            if (nstate >= 1)
+                t.state[i][e] = (float)((double)((r >> 8) & 0xff) / 256.0 - 0.5) * 1e-2f;
+            if (nstate == 2)
+                t.state2[i][e] = (float)((double)((r >> 16) & 0xff) / 256.0) * 1e-4f;
+        }
+    for (int s = 0; s < 3; s++) {
+        c.lr = 0.05f / (float)(s + 1);
+        c.t = s + 1;
+        bool any_bad = false;
+        for (int i = 0; i < SP; i++) {
+            const RtParam *p = &sparams[i];
+            bool bf = p->dtype == RT_BF16;
+            uint16_t *g = t.ctx.buf[p->grad];
+            for (int64_t e = 0; e < p->numel; e++) {
+                g[e] = sgrad(smix(seed * 31 + (uint64_t)s * 1000003 + (uint64_t)i * 100003 +
+                                  (uint64_t)e),
+                             bf, specials);
+                any_bad |= bf ? !ampc_bf16_isfinite(g[e]) : !ampc_half_isfinite(g[e]);
+            }
+            memset(t.ctx.buf[p->buffer], 0xa5, (size_t)p->numel * 2); /* never read */
+        }
+        /* the reference, on copies */
+        static float rw[SP][4099], rm[SP][4099], rv[SP][4099];
+        static uint16_t rs[SP][4099];
+        static bool lenient[SP][4099];
+        for (int i = 0; i < SP; i++) {
+            const RtParam *p = &sparams[i];
+            bool bf = p->dtype == RT_BF16;
+            const uint16_t *g = t.ctx.buf[p->grad];
+            AmpcOptParam q = {.lr = c.lr * p->lr_mult, .wd = c.wd * p->wd_mult,
+                              .momentum = c.momentum, .rescale_grad = c.rescale_grad,
+                              .clip_gradient = c.clip_gradient, .beta1 = c.beta1,
+                              .beta2 = c.beta2, .epsilon = c.epsilon};
+            if (kind == RT_OPT_ADAM)
+                q.lr = ampc_adam_lr((double)c.lr * (double)p->lr_mult, c.beta1, c.beta2, c.t);
+            for (int64_t e = 0; e < p->numel; e++) {
+                float *w = &rw[i][e], *m = &rm[i][e], *v = &rv[i][e];
+                *w = t.ctx.master[i][e];
+                *m = nstate >= 1 ? t.state[i][e] : 0;
+                *v = nstate == 2 ? t.state2[i][e] : 0;
+                float gf = bf ? ampc_bf16_to_float(g[e]) : ampc_half_to_float(g[e]);
+                lenient[i][e] = !ampc_isfinite(gf) + !ampc_isfinite(*w) + !ampc_isfinite(*m) +
+                                    !ampc_isfinite(*v) >= 2;
+                if (kind == RT_OPT_ADAM)
+                    rs[i][e] = bf ? ampc_mp_adam_update_bf16(w, m, v, g[e], q)
+                                  : ampc_mp_adam_update(w, m, v, g[e], q);
+                else if (momentum == 0)
+                    rs[i][e] = bf ? ampc_mp_sgd_update_bf16(w, g[e], q)
+                                  : ampc_mp_sgd_update(w, g[e], q);
+                else if (kind == RT_OPT_NAG)
+                    rs[i][e] = bf ? ampc_mp_nag_mom_update_bf16(w, m, g[e], q)
+                                  : ampc_mp_nag_mom_update(w, m, g[e], q);
+                else
+                    rs[i][e] = bf ? ampc_mp_sgd_mom_update_bf16(w, m, g[e], q)
+                                  : ampc_mp_sgd_mom_update(w, m, g[e], q);
+            }
+        }
+        bool ok = rt_optim_step2(&smodel, &t.ctx, t.state, t.state2, &c);
+        assert_int_equal(ok, !any_bad);
+        for (int i = 0; i < SP; i++) {
+            const RtParam *p = &sparams[i];
+            bool bf = p->dtype == RT_BF16;
+            const uint16_t *sh = t.ctx.buf[p->buffer];
+            for (int64_t e = 0; e < p->numel; e++) {
+                bool len = lenient[i][e];
+                bool shadow_ok = sh[e] == rs[i][e] ||
+                                 (len && (bf ? ampc_bf16_isnan(sh[e]) && ampc_bf16_isnan(rs[i][e])
+                                             : ampc_half_isnan(sh[e]) && ampc_half_isnan(rs[i][e])));
+                if (!same_f32(t.ctx.master[i][e], rw[i][e], len) || !shadow_ok ||
+                    (nstate >= 1 && !same_f32(t.state[i][e], rm[i][e], len)) ||
+                    (nstate == 2 && !same_f32(t.state2[i][e], rv[i][e], len)))
+                    fail_msg("kind %d mom %g clip %g step %d %s[%lld]: master %a/%a shadow "
+                             "0x%04x/0x%04x state %a/%a var %a/%a (got/want; simd %d)",
+                             (int)kind, (double)momentum, (double)clip, s, p->name, (long long)e,
+                             (double)t.ctx.master[i][e], (double)rw[i][e], sh[e], rs[i][e],
+                             nstate >= 1 ? (double)t.state[i][e] : 0.0, (double)rm[i][e],
+                             nstate == 2 ? (double)t.state2[i][e] : 0.0, (double)rv[i][e],
+                             (int)rt_optim_simd_active());
+            }
+        }
+    }
+    rt_trainer_free(&t);
+}
+
+static void run_simd_all(void)
+{
+    static const struct { RtOptKind kind; float momentum; } opts[] = {
+        {RT_OPT_SGD, 0.9f}, {RT_OPT_SGD, 0}, {RT_OPT_NAG, 0.9f}, {RT_OPT_ADAM, 0},
+    };
+    for (size_t k = 0; k < sizeof opts / sizeof *opts; k++)
+        for (int sp = 0; sp < 2; sp++) {
+            run_simd_case(opts[k].kind, opts[k].momentum, -1, sp);
+            run_simd_case(opts[k].kind, opts[k].momentum, 0.02f, sp);
+            run_simd_case(opts[k].kind, opts[k].momentum, 0, sp); /* clip to +-0 */
+        }
+}
+
+/* Whatever path the CPU takes (AVX2 + F16C where it has them). */
+static void test_simd_path_bit_identical(void **state)
+{
+    (void)state;
+    unsetenv("AMPC_NO_SIMD");
+    rt_optim_simd_reread();
+    print_message("optim: AVX2+F16C path %s on this CPU\n",
+                  rt_optim_simd_active() ? "active" : "not available");
+    run_simd_all();
+}
+
+/* AMPC_NO_SIMD=1 forces the per-element loops (read once; reread for the
+ * test), so both paths stay tested on any CPU. */
+static void test_no_simd_fallback(void **state)
+{
+    (void)state;
+    setenv("AMPC_NO_SIMD", "1", 1);
+    rt_optim_simd_reread();
+    assert_false(rt_optim_simd_active());
+    run_simd_all();
+    setenv("AMPC_NO_SIMD", "0", 1); /* "0" (or empty) leaves it on */
+    rt_optim_simd_reread();
+    bool on0 = rt_optim_simd_active();
+    unsetenv("AMPC_NO_SIMD");
+    rt_optim_simd_reread();
+    assert_int_equal(on0, rt_optim_simd_active());
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -500,6 +730,8 @@ int main(void)
         cmocka_unit_test(test_trainer_buffers),
         cmocka_unit_test(test_adam),
         cmocka_unit_test(test_adam_mp_matches_shared_kernel),
+        cmocka_unit_test(test_simd_path_bit_identical),
+        cmocka_unit_test(test_no_simd_fallback),
     };
     return cmocka_run_group_tests_name("train_optim", tests, NULL, NULL);
 }
