@@ -1,7 +1,8 @@
 /* batchnorm.c - BatchNorm over [outer, c, inner] (NCHW with axis 1: N, C, H*W).
  *
  * Training: per channel, mean and biased variance over the m = outer*inner
- * elements (two passes, double accumulators), save_mean and save_invstd =
+ * elements (one pass of shifted moments, double accumulators; see
+ * bn_train_range), save_mean and save_invstd =
  * 1/sqrt(var + eps) for the backward, y = x*scale + shift in fp32 with
  * scale = gamma*invstd and shift = beta - mean*scale.  The moving statistics
  * are updated by a separate call (rt_batchnorm_update_moving) with the
@@ -15,60 +16,243 @@
 
 #include "cpu.h"
 
-/* Calls body(float *v, size_t m, size_t off) over channel c's segments:
- * v is a fp32 view of x[off, off+m). */
-#define FOR_CHANNEL_CHUNKS(d, c, x, dt, buf, v, m, off, body)                          \
-    for (int64_t o_ = 0; o_ < (d)->outer; o_++) {                                     \
-        size_t base_ = ((size_t)o_ * (size_t)(d)->c + (size_t)(c)) * (size_t)(d)->inner; \
-        for (size_t j_ = 0; j_ < (size_t)(d)->inner; j_ += RT_CHUNK) {                \
-            size_t m = (size_t)(d)->inner - j_ < RT_CHUNK ? (size_t)(d)->inner - j_ : RT_CHUNK; \
-            size_t off = base_ + j_;                                                  \
-            const float *v = rt__view(x, off, m, dt, buf);                            \
-            body                                                                      \
-        }                                                                             \
+/* The kernels walk groups of channels (RT_BN_GROUP at most; the threads
+ * take groups as they come free), and each group image by image, so memory
+ * is read in order: for image o, the group's channels are adjacent.
+ * body(c, v, m, off) runs on each chunk of the group's segments, with v a
+ * fp32 view of x[off, off+m) of channel c. */
+#define RT_BN_GROUP 64
+#define FOR_GROUP_CHUNKS(d, c0, c1, x, dt, buf, c, v, m, off, body)                      \
+    for (int64_t o_ = 0; o_ < (d)->outer; o_++)                                         \
+        for (int64_t c = (c0); c < (c1); c++) {                                         \
+            size_t base_ = ((size_t)o_ * (size_t)(d)->c + (size_t)c) * (size_t)(d)->inner; \
+            for (size_t j_ = 0; j_ < (size_t)(d)->inner; j_ += RT_CHUNK) {              \
+                size_t m = (size_t)(d)->inner - j_ < RT_CHUNK ? (size_t)(d)->inner - j_ : RT_CHUNK; \
+                size_t off = base_ + j_;                                                \
+                const float *v = rt__view(x, off, m, dt, buf);                          \
+                body                                                                    \
+            }                                                                           \
+        }
+
+/* ---- the per-segment loops, four lanes at a time (cpu.h) ----
+ * Sums are in double, as the scalar loops had them; only their order
+ * changes.  The elementwise formulas are the scalar ones, operation for
+ * operation (no FMA contraction in ISO C mode), so the two instantiations
+ * below, baseline and AVX2 (which holds the double accumulators in
+ * registers), give the same bits. */
+
+#define BN_SEGS(SFX, ATTR)                                                                  \
+    /* *s1 += sum (v - k), *s2 += sum (v - k)^2, in double */                               \
+    static ATTR void seg_moments##SFX(const float *v, size_t m, double k, double *s1,      \
+                                      double *s2)                                          \
+    {                                                                                       \
+        const rt_v4d kk = {k, k, k, k};                                                     \
+        rt_v4d a0 = {0, 0, 0, 0}, a1 = a0, q0 = a0, q1 = a0;                                \
+        size_t i = 0;                                                                       \
+        for (; i + 8 <= m; i += 8) {                                                        \
+            rt_v4d e0 = __builtin_convertvector(rt__ld4(v + i), rt_v4d) - kk;               \
+            rt_v4d e1 = __builtin_convertvector(rt__ld4(v + i + 4), rt_v4d) - kk;           \
+            a0 += e0;                                                                       \
+            a1 += e1;                                                                       \
+            q0 += e0 * e0;                                                                  \
+            q1 += e1 * e1;                                                                  \
+        }                                                                                   \
+        rt_v4d a = a0 + a1, q = q0 + q1;                                                    \
+        double t1 = (a[0] + a[1]) + (a[2] + a[3]), t2 = (q[0] + q[1]) + (q[2] + q[3]);      \
+        for (; i < m; i++) {                                                                \
+            double e = (double)v[i] - k;                                                    \
+            t1 += e;                                                                        \
+            t2 += e * e;                                                                    \
+        }                                                                                   \
+        *s1 += t1;                                                                          \
+        *s2 += t2;                                                                          \
+    }                                                                                       \
+    /* r = v*scale + shift */                                                               \
+    static ATTR void seg_affine##SFX(float *r, const float *v, size_t m, float scale,       \
+                                     float shift)                                          \
+    {                                                                                       \
+        const rt_v4 a = rt__splat4(scale), b = rt__splat4(shift);                           \
+        size_t i = 0;                                                                       \
+        for (; i + 8 <= m; i += 8) {                                                        \
+            rt__st4(r + i, rt__ld4(v + i) * a + b);                                         \
+            rt__st4(r + i + 4, rt__ld4(v + i + 4) * a + b);                                 \
+        }                                                                                   \
+        for (; i < m; i++)                                                                  \
+            r[i] = v[i] * scale + shift;                                                    \
+    }                                                                                       \
+    /* *sdy += sum g, *sdyx += sum g * ((v - mean)*invstd) */                               \
+    static ATTR void seg_bwd_sums##SFX(const float *g, const float *v, size_t m, float mean, \
+                                       float invstd, double *sdy, double *sdyx)            \
+    {                                                                                       \
+        const rt_v4 mu = rt__splat4(mean), is = rt__splat4(invstd);                         \
+        rt_v4d a0 = {0, 0, 0, 0}, a1 = a0, b0 = a0, b1 = a0;                                \
+        size_t i = 0;                                                                       \
+        for (; i + 8 <= m; i += 8) {                                                        \
+            rt_v4d g0 = __builtin_convertvector(rt__ld4(g + i), rt_v4d);                    \
+            rt_v4d g1 = __builtin_convertvector(rt__ld4(g + i + 4), rt_v4d);                \
+            rt_v4d x0 = __builtin_convertvector((rt__ld4(v + i) - mu) * is, rt_v4d);        \
+            rt_v4d x1 = __builtin_convertvector((rt__ld4(v + i + 4) - mu) * is, rt_v4d);    \
+            a0 += g0;                                                                       \
+            a1 += g1;                                                                       \
+            b0 += g0 * x0;                                                                  \
+            b1 += g1 * x1;                                                                  \
+        }                                                                                   \
+        rt_v4d a = a0 + a1, b = b0 + b1;                                                    \
+        double s = (a[0] + a[1]) + (a[2] + a[3]), t = (b[0] + b[1]) + (b[2] + b[3]);        \
+        for (; i < m; i++) {                                                                \
+            s += g[i];                                                                      \
+            t += (double)g[i] * (double)((v[i] - mean) * invstd);                           \
+        }                                                                                   \
+        *sdy += s;                                                                          \
+        *sdyx += t;                                                                         \
+    }                                                                                       \
+    /* r = k*(g - mdy - (v - mean)*invstd*mdyx) */                                          \
+    static ATTR void seg_bwd_dx##SFX(float *r, const float *g, const float *v, size_t m,    \
+                                     float k, float mdy, float mean, float invstd,         \
+                                     float mdyx)                                           \
+    {                                                                                       \
+        const rt_v4 kk = rt__splat4(k), md = rt__splat4(mdy), mu = rt__splat4(mean),        \
+                    is = rt__splat4(invstd), mx = rt__splat4(mdyx);                         \
+        size_t i = 0;                                                                       \
+        for (; i + 8 <= m; i += 8) {                                                        \
+            rt__st4(r + i, kk * (rt__ld4(g + i) - md - (rt__ld4(v + i) - mu) * is * mx));   \
+            rt__st4(r + i + 4,                                                              \
+                    kk * (rt__ld4(g + i + 4) - md - (rt__ld4(v + i + 4) - mu) * is * mx));  \
+        }                                                                                   \
+        for (; i < m; i++)                                                                  \
+            r[i] = k * (g[i] - mdy - (v[i] - mean) * invstd * mdyx);                        \
     }
 
-/* y = x*scale[c] + shift[c] */
-static void apply_affine(const RtBnDims *d, RtDType dt, const void *x, int64_t c, float scale,
-                         float shift, void *y)
+BN_SEGS(_gen, )
+#if RT_HAVE_X86_SIMD
+BN_SEGS(_avx2, __attribute__((target("avx2,fma"))))
+#endif
+
+typedef struct {
+    void (*moments)(const float *v, size_t m, double k, double *s1, double *s2);
+    void (*affine)(float *r, const float *v, size_t m, float scale, float shift);
+    void (*bwd_sums)(const float *g, const float *v, size_t m, float mean, float invstd,
+                     double *sdy, double *sdyx);
+    void (*bwd_dx)(float *r, const float *g, const float *v, size_t m, float k, float mdy,
+                   float mean, float invstd, float mdyx);
+} BnSegs;
+
+static const BnSegs *segs(void)
+{
+    static const BnSegs gen = {seg_moments_gen, seg_affine_gen, seg_bwd_sums_gen,
+                               seg_bwd_dx_gen};
+#if RT_HAVE_X86_SIMD
+    static const BnSegs avx2 = {seg_moments_avx2, seg_affine_avx2, seg_bwd_sums_avx2,
+                                seg_bwd_dx_avx2};
+    if (rt__simd() >= RT_SIMD_AVX2)
+        return &avx2;
+#endif
+    return &gen;
+}
+
+/* r = k*g */
+static void seg_scale(float *r, const float *g, size_t m, float k)
+{
+    const rt_v4 kk = rt__splat4(k);
+    size_t i = 0;
+    for (; i + 4 <= m; i += 4)
+        rt__st4(r + i, kk * rt__ld4(g + i));
+    for (; i < m; i++)
+        r[i] = k * g[i];
+}
+
+typedef struct {
+    const RtBnDims *d;
+    RtDType dt;
+    const void *x, *dy;
+    const float *gamma, *beta, *mean_in, *var_in, *save_mean_in, *save_invstd_in;
+    float eps;
+    bool fix_gamma, use_global_stats, acc_dx, acc_param;
+    void *y;
+    float *save_mean, *save_invstd, *dgamma, *dbeta;
+    int64_t gs; /* channels a group */
+    const BnSegs *f;
+} BnJob;
+
+/* y = x*scale[c] + shift[c] over channels [c0, c1) */
+static void group_affine(const BnJob *j, int64_t c0, const float *scale, const float *shift,
+                         int64_t c1)
 {
     float in[RT_CHUNK], out[RT_CHUNK];
-    FOR_CHANNEL_CHUNKS(d, c, x, dt, in, v, m, off, {
-        float *r = rt__out(y, off, dt, false, out);
-        for (size_t i = 0; i < m; i++)
-            r[i] = v[i] * scale + shift;
+    FOR_GROUP_CHUNKS(j->d, c0, c1, j->x, j->dt, in, c, v, m, off, {
+        float *r = rt__out(j->y, off, j->dt, false, out);
+        j->f->affine(r, v, m, scale[c - c0], shift[c - c0]);
         if (r == out)
-            rt__commit(y, off, out, m, dt, false);
+            rt__commit(j->y, off, out, m, j->dt, false);
     })
+}
+
+/* Training statistics in one pass: per channel, the moments of x - k with
+ * k = the channel's first element, so that var = S2/m - (S1/m)^2 does not
+ * cancel (k is within the data's spread); in double. */
+static void bn_train_range(void *p, size_t g0, size_t g1)
+{
+    const BnJob *j = p;
+    const RtBnDims *d = j->d;
+    double cnt = (double)d->outer * (double)d->inner;
+    float buf[RT_CHUNK], scale[RT_BN_GROUP], shift[RT_BN_GROUP];
+    double s1[RT_BN_GROUP], s2[RT_BN_GROUP], kk[RT_BN_GROUP];
+    for (size_t gi = g0; gi < g1; gi++) {
+        int64_t c0 = (int64_t)gi * j->gs, c1 = c0 + j->gs < d->c ? c0 + j->gs : d->c;
+        for (int64_t c = c0; c < c1; c++) {
+            s1[c - c0] = s2[c - c0] = 0.0;
+            kk[c - c0] = rt__get(j->x, (size_t)c * (size_t)d->inner, j->dt);
+        }
+        FOR_GROUP_CHUNKS(d, c0, c1, j->x, j->dt, buf, c, v, m, off, {
+            (void)off;
+            j->f->moments(v, m, kk[c - c0], &s1[c - c0], &s2[c - c0]);
+        })
+        for (int64_t c = c0; c < c1; c++) {
+            double m1 = s1[c - c0] / cnt, var = s2[c - c0] / cnt - m1 * m1;
+            double mean = kk[c - c0] + m1;
+            var = var > 0.0 ? var : 0.0;
+            float fmean = (float)mean, invstd = (float)(1.0 / sqrt(var + (double)j->eps));
+            j->save_mean[c] = fmean;
+            j->save_invstd[c] = invstd;
+            scale[c - c0] = (j->fix_gamma ? 1.0f : j->gamma[c]) * invstd;
+            shift[c - c0] = j->beta[c] - fmean * scale[c - c0];
+        }
+        group_affine(j, c0, scale, shift, c1);
+    }
+}
+
+/* Groups of RT_BN_GROUP channels, or smaller ones so that every thread
+ * gets about four: sets j->gs and returns the group count.  (The results
+ * do not depend on the grouping.) */
+static size_t bn_plan(const RtBnDims *d, BnJob *j)
+{
+    int nt = rt__threads();
+    int64_t gs = RT_BN_GROUP;
+    if (nt > 1) {
+        int64_t want = (d->c + 4 * nt - 1) / (4 * nt);
+        if (want < gs)
+            gs = want < 1 ? 1 : want;
+    }
+    j->gs = gs;
+    return (size_t)((d->c + gs - 1) / gs);
+}
+
+static void bn_run(const RtBnDims *d, BnJob *j, size_t passes,
+                   void (*fn)(void *ctx, size_t lo, size_t hi))
+{
+    size_t ng = bn_plan(d, j);
+    j->f = segs();
+    rt__parallel_items(ng, (size_t)j->gs * (size_t)(d->outer * d->inner) * passes, fn, j);
 }
 
 void rt_batchnorm_forward_train(const RtBnDims *d, RtDType dt, const void *x,
                                 const float *gamma, const float *beta, float eps,
                                 bool fix_gamma, void *y, float *save_mean, float *save_invstd)
 {
-    double cnt = (double)d->outer * (double)d->inner;
-    float buf[RT_CHUNK];
-    for (int64_t c = 0; c < d->c; c++) {
-        double s = 0.0;
-        FOR_CHANNEL_CHUNKS(d, c, x, dt, buf, v, m, off, {
-            (void)off;
-            for (size_t i = 0; i < m; i++)
-                s += v[i];
-        })
-        double mean = s / cnt, q = 0.0;
-        FOR_CHANNEL_CHUNKS(d, c, x, dt, buf, v, m, off, {
-            (void)off;
-            for (size_t i = 0; i < m; i++) {
-                double e = (double)v[i] - mean;
-                q += e * e;
-            }
-        })
-        float fmean = (float)mean, invstd = (float)(1.0 / sqrt(q / cnt + (double)eps));
-        save_mean[c] = fmean;
-        save_invstd[c] = invstd;
-        float scale = (fix_gamma ? 1.0f : gamma[c]) * invstd;
-        apply_affine(d, dt, x, c, scale, beta[c] - fmean * scale, y);
-    }
+    BnJob j = {.d = d, .dt = dt, .x = x, .gamma = gamma, .beta = beta, .eps = eps,
+               .fix_gamma = fix_gamma, .y = y, .save_mean = save_mean,
+               .save_invstd = save_invstd};
+    bn_run(d, &j, 2, bn_train_range);
 }
 
 void rt_batchnorm_update_moving(int64_t c, int64_t count, const float *save_mean,
@@ -87,20 +271,80 @@ void rt_batchnorm_update_moving(int64_t c, int64_t count, const float *save_mean
     }
 }
 
+static void bn_infer_range(void *p, size_t g0, size_t g1)
+{
+    const BnJob *j = p;
+    float scale[RT_BN_GROUP], shift[RT_BN_GROUP];
+    for (size_t gi = g0; gi < g1; gi++) {
+        int64_t c0 = (int64_t)gi * j->gs, c1 = c0 + j->gs < j->d->c ? c0 + j->gs : j->d->c;
+        for (int64_t c = c0; c < c1; c++) {
+            float invstd = 1.0f / sqrtf(j->var_in[c] + j->eps);
+            scale[c - c0] = (j->fix_gamma ? 1.0f : j->gamma[c]) * invstd;
+            shift[c - c0] = j->beta[c] - j->mean_in[c] * scale[c - c0];
+            if (j->save_mean)
+                j->save_mean[c] = j->mean_in[c];
+            if (j->save_invstd)
+                j->save_invstd[c] = invstd;
+        }
+        group_affine(j, c0, scale, shift, c1);
+    }
+}
+
 void rt_batchnorm_forward_inference(const RtBnDims *d, RtDType dt, const void *x,
                                     const float *gamma, const float *beta,
                                     const float *moving_mean, const float *moving_var,
                                     float eps, bool fix_gamma, void *y, float *save_mean,
                                     float *save_invstd)
 {
-    for (int64_t c = 0; c < d->c; c++) {
-        float invstd = 1.0f / sqrtf(moving_var[c] + eps);
-        float scale = (fix_gamma ? 1.0f : gamma[c]) * invstd;
-        if (save_mean)
-            save_mean[c] = moving_mean[c];
-        if (save_invstd)
-            save_invstd[c] = invstd;
-        apply_affine(d, dt, x, c, scale, beta[c] - moving_mean[c] * scale, y);
+    BnJob j = {.d = d, .dt = dt, .x = x, .gamma = gamma, .beta = beta, .mean_in = moving_mean,
+               .var_in = moving_var, .eps = eps, .fix_gamma = fix_gamma, .y = y,
+               .save_mean = save_mean, .save_invstd = save_invstd};
+    bn_run(d, &j, 1, bn_infer_range);
+}
+
+static void bn_bwd_range(void *p, size_t g0, size_t g1)
+{
+    const BnJob *j = p;
+    const RtBnDims *d = j->d;
+    RtDType dt = j->dt;
+    bool fix_gamma = j->fix_gamma, acc_param = j->acc_param, acc_dx = j->acc_dx;
+    double cnt = (double)d->outer * (double)d->inner;
+    float xb[RT_CHUNK], dyb[RT_CHUNK], out[RT_CHUNK];
+    double sdy[RT_BN_GROUP], sdyx[RT_BN_GROUP];
+    float k[RT_BN_GROUP], mdy[RT_BN_GROUP], mdyx[RT_BN_GROUP];
+    for (size_t gi = g0; gi < g1; gi++) {
+        int64_t c0 = (int64_t)gi * j->gs, c1 = c0 + j->gs < d->c ? c0 + j->gs : d->c;
+        for (int64_t c = c0; c < c1; c++)
+            sdy[c - c0] = sdyx[c - c0] = 0.0;
+        FOR_GROUP_CHUNKS(d, c0, c1, j->dy, dt, dyb, c, g, m, off, {
+            const float *v = rt__view(j->x, off, m, dt, xb);
+            j->f->bwd_sums(g, v, m, j->save_mean_in[c], j->save_invstd_in[c], &sdy[c - c0],
+                         &sdyx[c - c0]);
+        })
+        for (int64_t c = c0; c < c1; c++) {
+            if (j->dbeta)
+                j->dbeta[c] = (acc_param ? j->dbeta[c] : 0.0f) + (float)sdy[c - c0];
+            if (j->dgamma && !(fix_gamma && acc_param))
+                j->dgamma[c] =
+                    fix_gamma ? 0.0f : (acc_param ? j->dgamma[c] : 0.0f) + (float)sdyx[c - c0];
+            k[c - c0] = (fix_gamma ? 1.0f : j->gamma[c]) * j->save_invstd_in[c];
+            mdy[c - c0] = (float)(sdy[c - c0] / cnt);
+            mdyx[c - c0] = (float)(sdyx[c - c0] / cnt);
+        }
+        if (!j->y)
+            continue;
+        FOR_GROUP_CHUNKS(d, c0, c1, j->dy, dt, dyb, c, g, m, off, {
+            float *r = rt__out(j->y, off, dt, acc_dx, out);
+            if (j->use_global_stats) {
+                seg_scale(r, g, m, k[c - c0]);
+            } else {
+                const float *v = rt__view(j->x, off, m, dt, xb);
+                j->f->bwd_dx(r, g, v, m, k[c - c0], mdy[c - c0], j->save_mean_in[c],
+                           j->save_invstd_in[c], mdyx[c - c0]);
+            }
+            if (r == out)
+                rt__commit(j->y, off, out, m, dt, acc_dx);
+        })
     }
 }
 
@@ -109,38 +353,9 @@ void rt_batchnorm_backward(const RtBnDims *d, RtDType dt, const void *x, const v
                            bool fix_gamma, bool use_global_stats, void *dx, float *dgamma,
                            float *dbeta, bool acc_dx, bool acc_param)
 {
-    double cnt = (double)d->outer * (double)d->inner;
-    float xb[RT_CHUNK], dyb[RT_CHUNK], out[RT_CHUNK];
-    for (int64_t c = 0; c < d->c; c++) {
-        float mean = save_mean[c], invstd = save_invstd[c];
-        double sdy = 0.0, sdyx = 0.0;
-        FOR_CHANNEL_CHUNKS(d, c, dy, dt, dyb, g, m, off, {
-            const float *v = rt__view(x, off, m, dt, xb);
-            for (size_t i = 0; i < m; i++) {
-                sdy += g[i];
-                sdyx += (double)g[i] * (double)((v[i] - mean) * invstd);
-            }
-        })
-        if (dbeta)
-            dbeta[c] = (acc_param ? dbeta[c] : 0.0f) + (float)sdy;
-        if (dgamma && !(fix_gamma && acc_param))
-            dgamma[c] = fix_gamma ? 0.0f : (acc_param ? dgamma[c] : 0.0f) + (float)sdyx;
-        if (!dx)
-            continue;
-        float k = (fix_gamma ? 1.0f : gamma[c]) * invstd;
-        float mdy = (float)(sdy / cnt), mdyx = (float)(sdyx / cnt);
-        FOR_CHANNEL_CHUNKS(d, c, dy, dt, dyb, g, m, off, {
-            float *r = rt__out(dx, off, dt, acc_dx, out);
-            if (use_global_stats) {
-                for (size_t i = 0; i < m; i++)
-                    r[i] = k * g[i];
-            } else {
-                const float *v = rt__view(x, off, m, dt, xb);
-                for (size_t i = 0; i < m; i++)
-                    r[i] = k * (g[i] - mdy - (v[i] - mean) * invstd * mdyx);
-            }
-            if (r == out)
-                rt__commit(dx, off, out, m, dt, acc_dx);
-        })
-    }
+    BnJob j = {.d = d, .dt = dt, .x = x, .dy = dy, .gamma = gamma, .save_mean_in = save_mean,
+               .save_invstd_in = save_invstd, .fix_gamma = fix_gamma,
+               .use_global_stats = use_global_stats, .acc_dx = acc_dx, .acc_param = acc_param,
+               .y = dx, .dgamma = dgamma, .dbeta = dbeta};
+    bn_run(d, &j, 2, bn_bwd_range);
 }

@@ -18,6 +18,41 @@
 
 #define RT_CHUNK 512
 
+/* ---- the machine (parallel.c) ----
+ * rt__simd(): the vector ISA the kernels may use, detected once (gcc/clang
+ * __builtin_cpu_supports, which also checks that the OS saves the registers)
+ * and capped by the environment variable AMPC_RT_SIMD=0|1|2, so the tests
+ * can run every path on one machine.  Kernels with a SIMD path compile it
+ * with target attributes, so the runtime itself needs no -march flag. */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define RT_HAVE_X86_SIMD 1
+#else
+#define RT_HAVE_X86_SIMD 0
+#endif
+enum { RT_SIMD_NONE, RT_SIMD_AVX2, RT_SIMD_AVX512 };
+int rt__simd(void);
+
+/* Threads the kernels may use: OpenBLAS's thread count (--threads). */
+#define RT_MAX_THREADS 64
+int rt__threads(void);
+/* Runs fn(arg, tid, nt) on the caller (tid 0) and on the pool threads (tid
+ * in [1, nt)) that join in time, and returns when all that started are
+ * done.  fn must pull its work from a shared counter until none is left
+ * (tid only picks per-thread scratch): a pool thread may not run it at all.
+ * Nested calls run serially. */
+void rt__parallel(int nt, void (*fn)(void *arg, int tid, int nt), void *arg);
+/* [lo, hi): part tid of nt of [0, n), contiguous and nearly equal. */
+void rt__split(size_t n, int tid, int nt, size_t *lo, size_t *hi);
+/* fn(ctx, lo, hi) over [0, n) cut into one range per thread, the cuts on
+ * multiples of RT_CHUNK (so chunk walks see the same chunks); serial below
+ * RT_PAR_MIN elements per thread. */
+#define RT_PAR_MIN 16384
+void rt__parallel_range(size_t n, void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx);
+/* fn(ctx, lo, hi) over [0, n) items of at least `grain` elements of work
+ * each: one contiguous range per thread. */
+void rt__parallel_items(size_t n, size_t work_per_item,
+                        void (*fn)(void *ctx, size_t lo, size_t hi), void *ctx);
+
 static inline size_t rt__chunk_len(size_t n, size_t off)
 {
     return n - off < RT_CHUNK ? n - off : RT_CHUNK;
@@ -26,6 +61,36 @@ static inline size_t rt__chunk_len(size_t n, size_t off)
 /* for (off, m) over [0, n) in chunks: off the chunk's start, m its length */
 #define RT_CHUNKS(n, off, m) \
     for (size_t off = 0, m; off < (n) && (m = rt__chunk_len((n), off), 1); off += RT_CHUNK)
+/* the same over [lo, hi) */
+#define RT_CHUNKS_IN(lo, hi, off, m) \
+    for (size_t off = (lo), m; off < (hi) && (m = rt__chunk_len((hi), off), 1); off += RT_CHUNK)
+
+/* ---- portable 4-lane vectors (gcc/clang vector extensions) ----
+ * gcc 12 at -O2 does not vectorise a loop whose trip count is unknown, so
+ * the hot fp32 loops are written with these: SSE2 on any x86-64, NEON on
+ * arm64, no target flags.  Lane by lane they compute exactly what the
+ * scalar code does (same operations, same order); only long sums are
+ * reassociated (in double). */
+typedef float rt_v4 __attribute__((vector_size(16)));
+typedef int32_t rt_v4i __attribute__((vector_size(16)));
+typedef double rt_v4d __attribute__((vector_size(32)));
+static inline rt_v4 rt__ld4(const float *p)
+{
+    rt_v4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void rt__st4(float *p, rt_v4 v) { memcpy(p, &v, sizeof v); }
+static inline rt_v4 rt__splat4(float x) { return (rt_v4){x, x, x, x}; }
+/* lanes where m is set keep x, the others become +0 */
+static inline rt_v4 rt__and4(rt_v4 x, rt_v4i m) { return (rt_v4)((rt_v4i)x & m); }
+
+/* Bulk 16-bit <-> fp32 conversion (dtype.c): half.h's bits, SIMD where the
+ * machine has it.  No overlap between d and s. */
+void rt__h2f(float *d, const uint16_t *s, size_t n);
+void rt__f2h(uint16_t *d, const float *s, size_t n);
+void rt__b2f(float *d, const uint16_t *s, size_t n);
+void rt__f2b(uint16_t *d, const float *s, size_t n);
 
 /* A read view of src[off, off+n) as fp32: src itself when fp32, else the
  * widened copy in buf (n <= RT_CHUNK). */
@@ -33,8 +98,8 @@ static inline const float *rt__view(const void *src, size_t off, size_t n, RtDTy
 {
     switch (dt) {
     case RT_F32: return (const float *)src + off;
-    case RT_F16: ampc_half_to_float_n(buf, (const ampc_half *)src + off, n); return buf;
-    case RT_BF16: ampc_bf16_to_float_n(buf, (const ampc_bf16 *)src + off, n); return buf;
+    case RT_F16: rt__h2f(buf, (const ampc_half *)src + off, n); return buf;
+    case RT_BF16: rt__b2f(buf, (const ampc_bf16 *)src + off, n); return buf;
     }
     return buf;
 }
@@ -53,29 +118,44 @@ static inline void rt__commit(void *dst, size_t off, const float *val, size_t n,
     case RT_F32: {
         float *d = (float *)dst + off;
         if (acc) {
-            for (size_t i = 0; i < n; i++)
+            size_t i = 0;
+            for (; i + 4 <= n; i += 4)
+                rt__st4(d + i, rt__ld4(d + i) + rt__ld4(val + i));
+            for (; i < n; i++)
                 d[i] += val[i];
         } else if (d != val) {
             memcpy(d, val, n * sizeof *d);
         }
         return;
     }
-    case RT_F16: {
-        ampc_half *d = (ampc_half *)dst + off;
-        if (acc)
-            for (size_t i = 0; i < n; i++)
-                d[i] = ampc_float_to_half(ampc_half_to_float(d[i]) + val[i]);
-        else
-            ampc_float_to_half_n(d, val, n);
-        return;
-    }
+    case RT_F16:
     case RT_BF16: {
-        ampc_bf16 *d = (ampc_bf16 *)dst + off;
-        if (acc)
-            for (size_t i = 0; i < n; i++)
-                d[i] = ampc_float_to_bf16(ampc_bf16_to_float(d[i]) + val[i]);
-        else
-            ampc_float_to_bf16_n(d, val, n);
+        uint16_t *d = (uint16_t *)dst + off;
+        if (!acc) {
+            if (dt == RT_F16)
+                rt__f2h(d, val, n);
+            else
+                rt__f2b(d, val, n);
+            return;
+        }
+        /* d = d + val, in fp32, rounded once */
+        float t[RT_CHUNK];
+        for (size_t o = 0; o < n; o += RT_CHUNK) {
+            size_t m = n - o < RT_CHUNK ? n - o : RT_CHUNK;
+            if (dt == RT_F16)
+                rt__h2f(t, d + o, m);
+            else
+                rt__b2f(t, d + o, m);
+            size_t i = 0;
+            for (; i + 4 <= m; i += 4)
+                rt__st4(t + i, rt__ld4(t + i) + rt__ld4(val + o + i));
+            for (; i < m; i++)
+                t[i] += val[o + i];
+            if (dt == RT_F16)
+                rt__f2h(d + o, t, m);
+            else
+                rt__f2b(d + o, t, m);
+        }
         return;
     }
     }

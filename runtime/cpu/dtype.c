@@ -1,8 +1,167 @@
 /* dtype.c - storage dtypes: bulk conversion, finite checks, copies and casts.
  *
- * The conversions themselves are runtime/kernels/half.h (shared with the CUDA
- * kernels); this file only loops over buffers. */
+ * The conversions are defined by runtime/kernels/half.h (shared with the
+ * CUDA kernels).  The bulk converters here (rt__h2f and friends, which the
+ * chunk views and commits of cpu.h use) give the same bits faster where the
+ * machine allows: fp16 by the hardware conversions (F16C, AVX-512; round
+ * to nearest even, subnormals kept, overflow to inf, NaN quieted with its
+ * top payload bits, which is half.h's definition), bf16 by half.h's integer
+ * formulas on 8 or 16 lanes.  They were checked against half.h on all 2^32
+ * floats and all 2^16 halves/bf16 values. */
 #include "cpu.h"
+
+#if RT_HAVE_X86_SIMD
+#include <immintrin.h>
+
+#define A512 __attribute__((target("avx512f,avx512bw,avx2,fma,f16c")))
+#define A256 __attribute__((target("avx2,fma,f16c")))
+
+static A512 void h2f_512(float *d, const uint16_t *s, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + i))));
+    ampc_half_to_float_n(d + i, s + i, n - i);
+}
+
+static A512 void f2h_512(uint16_t *d, const float *s, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(d + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    ampc_float_to_half_n(d + i, s + i, n - i);
+}
+
+static A512 void b2f_512(float *d, const uint16_t *s, size_t n)
+{
+    const __m512i nanmin = _mm512_set1_epi32(0x7f800000), absm = _mm512_set1_epi32(0x7fffffff),
+                  quiet = _mm512_set1_epi32(0x00400000);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i x = _mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + i))), 16);
+        __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, absm), nanmin);
+        x = _mm512_mask_or_epi32(x, nan, x, quiet);
+        _mm512_storeu_ps(d + i, _mm512_castsi512_ps(x));
+    }
+    ampc_bf16_to_float_n(d + i, s + i, n - i);
+}
+
+static A512 void f2b_512(uint16_t *d, const float *s, size_t n)
+{
+    const __m512i nanmin = _mm512_set1_epi32(0x7f800000), absm = _mm512_set1_epi32(0x7fffffff),
+                  bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1),
+                  qbit = _mm512_set1_epi32(0x0040);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i x = _mm512_castps_si512(_mm512_loadu_ps(s + i));
+        __m512i hi = _mm512_srli_epi32(x, 16);
+        __m512i r = _mm512_srli_epi32(
+            _mm512_add_epi32(_mm512_add_epi32(x, bias), _mm512_and_si512(hi, one)), 16);
+        __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, absm), nanmin);
+        r = _mm512_mask_or_epi32(r, nan, hi, qbit);
+        _mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(r));
+    }
+    ampc_float_to_bf16_n(d + i, s + i, n - i);
+}
+
+static A256 void h2f_256(float *d, const uint16_t *s, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+    ampc_half_to_float_n(d + i, s + i, n - i);
+}
+
+static A256 void f2h_256(uint16_t *d, const float *s, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    ampc_float_to_half_n(d + i, s + i, n - i);
+}
+
+static A256 void b2f_256(float *d, const uint16_t *s, size_t n)
+{
+    const __m256i nanmin = _mm256_set1_epi32(0x7f800000), absm = _mm256_set1_epi32(0x7fffffff),
+                  quiet = _mm256_set1_epi32(0x00400000);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i x = _mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i))), 16);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, absm), nanmin);
+        x = _mm256_or_si256(x, _mm256_and_si256(nan, quiet));
+        _mm256_storeu_ps(d + i, _mm256_castsi256_ps(x));
+    }
+    ampc_bf16_to_float_n(d + i, s + i, n - i);
+}
+
+static A256 void f2b_256(uint16_t *d, const float *s, size_t n)
+{
+    const __m256i nanmin = _mm256_set1_epi32(0x7f800000), absm = _mm256_set1_epi32(0x7fffffff),
+                  bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1),
+                  qbit = _mm256_set1_epi32(0x0040);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i x = _mm256_castps_si256(_mm256_loadu_ps(s + i));
+        __m256i hi = _mm256_srli_epi32(x, 16);
+        __m256i r = _mm256_srli_epi32(
+            _mm256_add_epi32(_mm256_add_epi32(x, bias), _mm256_and_si256(hi, one)), 16);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, absm), nanmin);
+        r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, qbit), nan);
+        /* 8 x 32 -> 8 x 16 (values < 2^16, so the saturating pack is exact) */
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xd8);
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_castsi256_si128(p));
+    }
+    ampc_float_to_bf16_n(d + i, s + i, n - i);
+}
+#endif /* RT_HAVE_X86_SIMD */
+
+void rt__h2f(float *d, const uint16_t *s, size_t n)
+{
+#if RT_HAVE_X86_SIMD
+    switch (rt__simd()) {
+    case RT_SIMD_AVX512: h2f_512(d, s, n); return;
+    case RT_SIMD_AVX2: h2f_256(d, s, n); return;
+    }
+#endif
+    ampc_half_to_float_n(d, s, n);
+}
+
+void rt__f2h(uint16_t *d, const float *s, size_t n)
+{
+#if RT_HAVE_X86_SIMD
+    switch (rt__simd()) {
+    case RT_SIMD_AVX512: f2h_512(d, s, n); return;
+    case RT_SIMD_AVX2: f2h_256(d, s, n); return;
+    }
+#endif
+    ampc_float_to_half_n(d, s, n);
+}
+
+void rt__b2f(float *d, const uint16_t *s, size_t n)
+{
+#if RT_HAVE_X86_SIMD
+    switch (rt__simd()) {
+    case RT_SIMD_AVX512: b2f_512(d, s, n); return;
+    case RT_SIMD_AVX2: b2f_256(d, s, n); return;
+    }
+#endif
+    ampc_bf16_to_float_n(d, s, n);
+}
+
+void rt__f2b(uint16_t *d, const float *s, size_t n)
+{
+#if RT_HAVE_X86_SIMD
+    switch (rt__simd()) {
+    case RT_SIMD_AVX512: f2b_512(d, s, n); return;
+    case RT_SIMD_AVX2: f2b_256(d, s, n); return;
+    }
+#endif
+    ampc_float_to_bf16_n(d, s, n);
+}
 
 size_t rt_dtype_size(RtDType dt) { return dt == RT_F32 ? 4 : 2; }
 
@@ -23,8 +182,8 @@ void rt_to_f32(float *dst, const void *src, size_t n, RtDType dt)
         if ((const void *)dst != src)
             memcpy(dst, src, n * sizeof *dst);
         return;
-    case RT_F16: ampc_half_to_float_n(dst, (const ampc_half *)src, n); return;
-    case RT_BF16: ampc_bf16_to_float_n(dst, (const ampc_bf16 *)src, n); return;
+    case RT_F16: rt__h2f(dst, (const ampc_half *)src, n); return;
+    case RT_BF16: rt__b2f(dst, (const ampc_bf16 *)src, n); return;
     }
 }
 

@@ -23,48 +23,83 @@ static inline float bin(RtBinOp op, float a, float b)
 
 /* ---- elemwise_add/sub/mul ------------------------------------------------- */
 
-void rt_elemwise_forward(RtBinOp op, size_t n, RtDType dt, const void *a, const void *b, void *y)
+typedef struct {
+    RtBinOp op;
+    RtDType dt;
+    const void *a, *b, *dy;
+    void *y, *da, *db;
+    bool acc_a, acc_b;
+} BinJob;
+
+static void add_f32(float *r, const float *a, const float *b, size_t m)
 {
+    size_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+        rt__st4(r + i, rt__ld4(a + i) + rt__ld4(b + i));
+        rt__st4(r + i + 4, rt__ld4(a + i + 4) + rt__ld4(b + i + 4));
+    }
+    for (; i < m; i++)
+        r[i] = a[i] + b[i];
+}
+
+static void bin_fwd_range(void *p, size_t lo, size_t hi)
+{
+    const BinJob *j = p;
     float ab[RT_CHUNK], bb[RT_CHUNK], yb[RT_CHUNK];
-    RT_CHUNKS(n, off, m) {
-        const float *va = rt__view(a, off, m, dt, ab), *vb = rt__view(b, off, m, dt, bb);
-        float *r = rt__out(y, off, dt, false, yb);
-        switch (op) {
-        case RT_BIN_ADD: for (size_t i = 0; i < m; i++) r[i] = va[i] + vb[i]; break;
+    RT_CHUNKS_IN(lo, hi, off, m) {
+        const float *va = rt__view(j->a, off, m, j->dt, ab), *vb = rt__view(j->b, off, m, j->dt, bb);
+        float *r = rt__out(j->y, off, j->dt, false, yb);
+        switch (j->op) {
+        case RT_BIN_ADD: add_f32(r, va, vb, m); break;
         case RT_BIN_SUB: for (size_t i = 0; i < m; i++) r[i] = va[i] - vb[i]; break;
         case RT_BIN_MUL: for (size_t i = 0; i < m; i++) r[i] = va[i] * vb[i]; break;
         }
-        rt__commit(y, off, r, m, dt, false);
+        rt__commit(j->y, off, r, m, j->dt, false);
+    }
+}
+
+void rt_elemwise_forward(RtBinOp op, size_t n, RtDType dt, const void *a, const void *b, void *y)
+{
+    BinJob j = {op, dt, a, b, NULL, y, NULL, NULL, false, false};
+    rt__parallel_range(n, bin_fwd_range, &j);
+}
+
+static void bin_bwd_range(void *p, size_t lo, size_t hi)
+{
+    const BinJob *j = p;
+    RtBinOp op = j->op;
+    RtDType dt = j->dt;
+    float gb[RT_CHUNK], vb[RT_CHUNK], ob[RT_CHUNK];
+    RT_CHUNKS_IN(lo, hi, off, m) {
+        const float *g = rt__view(j->dy, off, m, dt, gb);
+        if (j->da) {
+            /* dA = dy (add, sub) or dy*b (mul) */
+            float *r = rt__out(j->da, off, dt, j->acc_a, ob);
+            if (op == RT_BIN_MUL) {
+                const float *v = rt__view(j->b, off, m, dt, vb);
+                for (size_t i = 0; i < m; i++)
+                    r[i] = g[i] * v[i];
+            } else if (r != g) {
+                memcpy(r, g, m * sizeof *r);
+            }
+            rt__commit(j->da, off, r, m, dt, j->acc_a);
+        }
+        if (j->db) {
+            /* dB = dy, -dy or dy*a */
+            float *r = rt__out(j->db, off, dt, j->acc_b, ob);
+            const float *v = op == RT_BIN_MUL ? rt__view(j->a, off, m, dt, vb) : NULL;
+            for (size_t i = 0; i < m; i++)
+                r[i] = op == RT_BIN_ADD ? g[i] : op == RT_BIN_SUB ? -g[i] : g[i] * v[i];
+            rt__commit(j->db, off, r, m, dt, j->acc_b);
+        }
     }
 }
 
 void rt_elemwise_backward(RtBinOp op, size_t n, RtDType dt, const void *dy, const void *a,
                           const void *b, void *da, void *db, bool acc_a, bool acc_b)
 {
-    float gb[RT_CHUNK], vb[RT_CHUNK], ob[RT_CHUNK];
-    RT_CHUNKS(n, off, m) {
-        const float *g = rt__view(dy, off, m, dt, gb);
-        if (da) {
-            /* dA = dy (add, sub) or dy*b (mul) */
-            float *r = rt__out(da, off, dt, acc_a, ob);
-            if (op == RT_BIN_MUL) {
-                const float *v = rt__view(b, off, m, dt, vb);
-                for (size_t i = 0; i < m; i++)
-                    r[i] = g[i] * v[i];
-            } else if (r != g) {
-                memcpy(r, g, m * sizeof *r);
-            }
-            rt__commit(da, off, r, m, dt, acc_a);
-        }
-        if (db) {
-            /* dB = dy, -dy or dy*a */
-            float *r = rt__out(db, off, dt, acc_b, ob);
-            const float *v = op == RT_BIN_MUL ? rt__view(a, off, m, dt, vb) : NULL;
-            for (size_t i = 0; i < m; i++)
-                r[i] = op == RT_BIN_ADD ? g[i] : op == RT_BIN_SUB ? -g[i] : g[i] * v[i];
-            rt__commit(db, off, r, m, dt, acc_b);
-        }
-    }
+    BinJob j = {op, dt, a, b, dy, NULL, da, db, acc_a, acc_b};
+    rt__parallel_range(n, bin_bwd_range, &j);
 }
 
 /* ---- broadcasting ------------------------------------------------------------ */
