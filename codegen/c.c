@@ -559,8 +559,13 @@ static void assign_values(Cg *c, const Graph *g)
         if (n->op == OP_part && node_int(n, PART_INDEX) < 4)
             c->parts[n->in[0] * 4 + node_int(n, PART_INDEX)] = c->val[i];
     }
+    /* a result's readers: part nodes read the other results of a node with
+     * several, not its own value (so conv1's unused data gradient is skipped) */
     free(c->uses);
     c->uses = graph_use_counts(g);
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == OP_part)
+            c->uses[g->nodes[i]->in[0]]--;
 }
 
 static void emit_function(Cg *c, const char *name, bool moving)
