@@ -262,6 +262,29 @@ static uint32_t rng_stream(const char *name)
     return h;
 }
 
+/* Convolution and FullyConnected share their call shapes: rt_<k>_forward,
+ * and a backward node that calls rt_<k>_backward_data when its own value is
+ * read and rt_<k>_backward_weight for the weight and bias parts.  The dims
+ * struct d is already declared. */
+static void emit_dense_forward(Cg *c, const Node *n, const char *k)
+{
+    const char *I = "        ";
+    fprintf(c->f, "%srt_%s_forward(&d, %s, %s, %s, %s, %s, rt_ctx_ws(ctx, rt_%s_workspace_bytes(&d, %s, RT_PASS_FORWARD)));\n",
+            I, k, DT, IN(0), IN(1), n->nin > 2 ? IN(2) : "NULL", OUT, k, DT);
+}
+
+static void emit_dense_backward(Cg *c, const Node *n, const char *k)
+{
+    const char *I = "        ";
+    const char *dw = part_of(c, n, 1), *db = part_of(c, n, 2);
+    if (c->uses[n->id])
+        fprintf(c->f, "%srt_%s_backward_data(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_%s_workspace_bytes(&d, %s, RT_PASS_BACKWARD)));\n",
+                I, k, DT, IN(2), IN(0), OUT, k, DT);
+    if (dw)
+        fprintf(c->f, "%srt_%s_backward_weight(&d, %s, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_%s_workspace_bytes(&d, %s, RT_PASS_BACKWARD_WEIGHT)));\n",
+                I, k, DT, IN(1), IN(0), dw, or_null(db), k, DT);
+}
+
 static void emit_op(Cg *c, const Node *n)
 {
     FILE *f = c->f;
@@ -269,36 +292,20 @@ static void emit_op(Cg *c, const Node *n)
     switch (n->op) {
     case OP_Convolution:
         conv_dims(c, n, INODE(0), I);
-        fprintf(f, "%srt_conv_forward(&d, %s, %s, %s, %s, %s, rt_ctx_ws(ctx, rt_conv_workspace_bytes(&d, %s, RT_PASS_FORWARD)));\n",
-                I, DT, IN(0), IN(1), n->nin > 2 ? IN(2) : "NULL", OUT, DT);
+        emit_dense_forward(c, n, "conv");
         break;
-    case OP__backward_Convolution: {
+    case OP__backward_Convolution:
         conv_dims(c, n, INODE(1), I);
-        const char *dw = part_of(c, n, 1), *db = part_of(c, n, 2);
-        if (c->uses[n->id])
-            fprintf(f, "%srt_conv_backward_data(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_conv_workspace_bytes(&d, %s, RT_PASS_BACKWARD)));\n",
-                    I, DT, IN(2), IN(0), OUT, DT);
-        if (dw)
-            fprintf(f, "%srt_conv_backward_weight(&d, %s, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_conv_workspace_bytes(&d, %s, RT_PASS_BACKWARD_WEIGHT)));\n",
-                    I, DT, IN(1), IN(0), dw, or_null(db), DT);
+        emit_dense_backward(c, n, "conv");
         break;
-    }
     case OP_FullyConnected:
         fc_dims(c, n, INODE(0), I);
-        fprintf(f, "%srt_fc_forward(&d, %s, %s, %s, %s, %s, rt_ctx_ws(ctx, rt_fc_workspace_bytes(&d, %s, RT_PASS_FORWARD)));\n",
-                I, DT, IN(0), IN(1), n->nin > 2 ? IN(2) : "NULL", OUT, DT);
+        emit_dense_forward(c, n, "fc");
         break;
-    case OP__backward_FullyConnected: {
+    case OP__backward_FullyConnected:
         fc_dims(c, n, INODE(1), I);
-        const char *dw = part_of(c, n, 1), *db = part_of(c, n, 2);
-        if (c->uses[n->id])
-            fprintf(f, "%srt_fc_backward_data(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_fc_workspace_bytes(&d, %s, RT_PASS_BACKWARD)));\n",
-                    I, DT, IN(2), IN(0), OUT, DT);
-        if (dw)
-            fprintf(f, "%srt_fc_backward_weight(&d, %s, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_fc_workspace_bytes(&d, %s, RT_PASS_BACKWARD_WEIGHT)));\n",
-                    I, DT, IN(1), IN(0), dw, or_null(db), DT);
+        emit_dense_backward(c, n, "fc");
         break;
-    }
     case OP_BatchNorm: {
         bn_dims(c, n, INODE(0), I);
         const char *m = part_of(c, n, 1), *s = part_of(c, n, 2);

@@ -489,24 +489,7 @@ static inline ATTR void rt__tr16(__m512 *r)
 }
 #define VTRANSPOSE(r) rt__tr16(r)
 #include "conv_simd.h"
-#undef SFX
-#undef ATTR
-#undef V
-#undef VL
-#undef MR2
-#undef MR1
-#undef VZERO
-#undef VLD
-#undef VST
-#undef VBC
-#undef VFMA
-#undef VADD
-#undef VLDM
-#undef VSTN
-#undef VLDB
-#undef VLDBP
-#undef VLDS2
-#undef VTRANSPOSE
+#include "conv_simd_end.h"
 
 /* ---- AVX2 ---- */
 #define SFX(n) n##_avx2
@@ -568,24 +551,7 @@ static inline ATTR void rt__tr8(__m256 *r)
 }
 #define VTRANSPOSE(r) rt__tr8(r)
 #include "conv_simd.h"
-#undef SFX
-#undef ATTR
-#undef V
-#undef VL
-#undef MR2
-#undef MR1
-#undef VZERO
-#undef VLD
-#undef VST
-#undef VBC
-#undef VFMA
-#undef VADD
-#undef VLDM
-#undef VSTN
-#undef VLDB
-#undef VLDBP
-#undef VLDS2
-#undef VTRANSPOSE
+#include "conv_simd_end.h"
 #endif /* RT_HAVE_X86_SIMD */
 
 typedef struct {
