@@ -44,11 +44,13 @@ NVCC     ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v 
 all: $(BUILD)/ampc
 
 # ---- the compiler ----------------------------------------------------------
-$(BUILD)/gen/parser.c $(BUILD)/gen/parser.h: grammar/parser.y
+# One run of each generator makes both of its outputs (`&:` is a grouped
+# target), so `make -j` never runs bison or flex twice at once.
+$(BUILD)/gen/parser.c $(BUILD)/gen/parser.h &: grammar/parser.y
 	@mkdir -p $(@D)
 	bison -d -o $(BUILD)/gen/parser.c $<
 
-$(BUILD)/gen/lexer.c $(BUILD)/gen/lexer.h: grammar/lexer.l $(BUILD)/gen/parser.h
+$(BUILD)/gen/lexer.c $(BUILD)/gen/lexer.h &: grammar/lexer.l $(BUILD)/gen/parser.h
 	@mkdir -p $(@D)
 	flex --header-file=$(BUILD)/gen/lexer.h -o $(BUILD)/gen/lexer.c $<
 
@@ -164,7 +166,10 @@ check:
 # ---- the main job, benchmarks, install --------------------------------------
 # The report of the reference network, then a real run: digits_cnn compiled
 # with AMP (fp16, dynamic loss scaling) for the CPU and trained on digits.
-demo: deps data $(BUILD)/ampc
+# deps first, on its own: under -j the compiler must not start before gcc is there.
+demo:
+	@$(MAKE) --no-print-directory deps
+	@$(MAKE) --no-print-directory data $(BUILD)/ampc
 	$(BUILD)/ampc examples/resnet50_v1d.sym --report
 	@mkdir -p $(BUILD)/demo
 	$(BUILD)/ampc examples/digits_cnn.sym --amp=float16 -o $(BUILD)/demo/digits_cnn

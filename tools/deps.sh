@@ -1,11 +1,12 @@
 #!/bin/sh
-# Installs the Debian packages the build and the tests need, when missing.
-# Runs as root (CI, fresh machines); as another user it only lists them.
+# Installs the Debian packages listed in tools/deps.txt (the only list of
+# them) when missing.  Runs as root (CI, fresh machines); as another user it
+# only names what is missing and fails.
 set -e
+here=$(dirname "$0")
 need=""
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in flex bison libcmocka-dev llvm-14-tools clang libclang-rt-14-dev valgrind make gcc \
-         dataset-fashion-mnist; do
+for p in $(sed -e 's/#.*//' "$here/deps.txt"); do
     have_pkg "$p" || need="$need $p"
 done
 [ -z "$need" ] && exit 0
