@@ -4,11 +4,16 @@
  * parameters (their table entry's buffer), grad_of (its gradient's buffer)
  * and param_master (the fp32 master the runtime keeps).  The train step runs
  * the training graph in storage (topological) order, one kernel call per
- * line with the node's name in a comment; BatchNorm's moving-statistics
+ * line with the node's number, op, dtype and shape in a comment; BatchNorm's moving-statistics
  * updates go to a separate function the runtime calls only on steps it does
  * not skip; the inference step runs the inference graph on the same
  * parameter buffers.  Dimensions that depend on the batch are written in
- * terms of N, bound when the program starts. */
+ * terms of N, bound when the program starts.
+ *
+ * Names come from the model file and are untrusted: they reach the C file
+ * only as escaped string literals (c_string), never in comments or code, and
+ * cg_check refuses, before anything is written, a graph the backend cannot
+ * run (a dtype it has no kernels for, a tensor whose size overflows). */
 #include "codegen.h"
 
 #include <stdlib.h>
@@ -48,18 +53,24 @@ static const char *rt_dtype(DType t)
     }
 }
 
+/* The product of the dims [lo, hi) of s, N counting as 1.  cg_check has
+ * refused every shape whose element count overflows, so this cannot. */
+static int64_t checked_numel(const Shape *s, int lo, int hi)
+{
+    int64_t k = 1;
+    for (int i = lo; i < hi; i++)
+        if (__builtin_mul_overflow(k, s->d[i] < 0 ? -s->d[i] : s->d[i], &k))
+            DIE("codegen: an element count overflows after cg_check");
+    return k;
+}
+
 static int new_buf(Cg *c, const Node *n)
 {
     Buf *b = vec_push(&c->bufs, sizeof(Buf));
     b->name = n->name;
     b->dtype = n->dtype;
-    int64_t e = 1;
-    bool sym = false;
-    for (int i = 0; i < n->shape.rank; i++) {
-        e *= n->shape.d[i] < 0 ? -n->shape.d[i] : n->shape.d[i];
-        sym |= dim_is_sym(n->shape.d[i]);
-    }
-    if (sym)
+    int64_t e = checked_numel(&n->shape, 0, n->shape.rank);
+    if (shape_has_sym(&n->shape))
         b->per_sample = e;
     else
         b->fixed = e;
@@ -80,12 +91,10 @@ static const char *dimx(Cg *c, Dim d)
 /* The product of dims [lo, hi) of s, as an expression (N is an int64_t). */
 static const char *prodx(Cg *c, const Shape *s, int lo, int hi)
 {
-    int64_t k = 1;
+    int64_t k = checked_numel(s, lo, hi);
     bool sym = false;
-    for (int i = lo; i < hi; i++) {
-        k *= s->d[i] < 0 ? -s->d[i] : s->d[i];
+    for (int i = lo; i < hi; i++)
         sym |= dim_is_sym(s->d[i]);
-    }
     if (sym)
         return k == 1 ? "N" : arena_printf(&c->a, "%lld * N", (long long)k);
     return arena_printf(&c->a, "%lld", (long long)k);
@@ -528,11 +537,7 @@ static void assign_values(Cg *c, const Graph *g)
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
         int b = -1;
-        if (n->op != OP_bn_moving_update && !dtype_is_float(n->dtype)) {
-            node_error(g, n, "the C backend supports float32, float16 and bfloat16 tensors; '%s' is %s",
-                       n->name, dtype_long(n->dtype));
-            c->ok = false;
-        } else if (n->op == OP_bn_moving_update) {
+        if (n->op == OP_bn_moving_update) {
             b = -1;
         } else if (n->op == OP_Param || n->op == OP_Input) {
             int *have = strmap_get(&c->shared, n->name);
@@ -575,6 +580,25 @@ static void assign_values(Cg *c, const Graph *g)
             c->uses[g->nodes[i]->in[0]]--;
 }
 
+/* s as a C string literal.  s comes from the model file: every byte outside
+ * printable ASCII becomes a three-digit octal escape (so a following digit
+ * cannot join it), and ", \\ and ? are escaped (so that no trigraph, two
+ * question marks and a character, can form under -std=c11).  Whatever s
+ * holds, the literal ends where this function says. */
+static void c_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\' || *p == '?')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20 || *p > 0x7e)
+            fprintf(f, "\\%03o", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
 static void emit_function(Cg *c, const char *name, bool moving)
 {
     FILE *f = c->f;
@@ -584,12 +608,15 @@ static void emit_function(Cg *c, const char *name, bool moving)
         if (silent(n) || (n->op == OP_bn_moving_update) != moving)
             continue;
         char sb[160];
-        fprintf(f, "    /* %s: %s %s%s */\n    {\n", n->name, op_info(n->op)->name,
+        /* the node's number, never its name: a name may hold a comment's end */
+        fprintf(f, "    /* node %d: %s %s%s */\n    {\n", n->id, op_info(n->op)->name,
                 dtype_short(n->dtype), shape_str(&n->shape, sb, sizeof sb));
         emit_op(c, n);
-        if (c->buf[i] >= 0)
-            fprintf(f, "        if (ctx->after_node)\n            ctx->after_node(ctx, %d, \"%s\", %d);\n",
-                    n->id, n->name, c->buf[i]);
+        if (c->buf[i] >= 0) {
+            fprintf(f, "        if (ctx->after_node)\n            ctx->after_node(ctx, %d, ", n->id);
+            c_string(f, n->name);
+            fprintf(f, ", %d);\n", c->buf[i]);
+        }
         fputs("    }\n", f);
     }
     fputs("}\n\n", f);
@@ -602,29 +629,20 @@ static const char *kind_enum(int k)
     return e[k];
 }
 
-static void c_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++)
-        fprintf(f, (*s == '"' || *s == '\\') ? "\\%c" : "%c", *s);
-    fputc('"', f);
-}
-
 static void emit_tables(Cg *c, const Graph *t)
 {
     FILE *f = c->f;
     fputs("static const RtParam params[] = {\n", f);
     for (int i = 0; i < c->params.len; i++) {
         const Node *p = t->nodes[VEC_AT(c->params, int, i)];
-        fprintf(f, "    {\"%s\", %s, %s, %s, %d, {", p->name, kind_enum(node_param_kind(p)),
+        fputs("    {", f);
+        c_string(f, p->name);
+        fprintf(f, ", %s, %s, %s, %d, {", kind_enum(node_param_kind(p)),
                 rt_dtype(p->dtype), node_dtype_attr(p, PARAM_MASTER) == DT_F32 ? "true" : "false",
                 p->shape.rank);
-        int64_t numel = 1;
-        for (int k = 0; k < p->shape.rank; k++) {
+        for (int k = 0; k < p->shape.rank; k++)
             fprintf(f, "%s%lld", k ? ", " : "", (long long)p->shape.d[k]);
-            numel *= p->shape.d[k];
-        }
-        fprintf(f, "}, %lld, ", (long long)numel);
+        fprintf(f, "}, %lld, ", (long long)checked_numel(&p->shape, 0, p->shape.rank));
         c_string(f, p->attrs[PARAM_INIT].s);
         fprintf(f, ", (float)%.9g, (float)%.9g, %d, %d},\n", node_float(p, PARAM_WD_MULT),
                 node_float(p, PARAM_LR_MULT), *strmap_get(&c->shared, p->name), c->param_grad[i]);
@@ -632,7 +650,9 @@ static void emit_tables(Cg *c, const Graph *t)
     fputs("};\n\nstatic const RtBuffer buffers[] = {\n", f);
     for (int i = 0; i < c->bufs.len; i++) {
         const Buf *b = &VEC_AT(c->bufs, Buf, i);
-        fprintf(f, "    {\"%s\", %s, %lld, %lld}, /* %d */\n", b->name, rt_dtype(b->dtype),
+        fputs("    {", f);
+        c_string(f, b->name);
+        fprintf(f, ", %s, %lld, %lld}, /* %d */\n", rt_dtype(b->dtype),
                 (long long)b->fixed, (long long)b->per_sample, i);
     }
     fputs("};\n\n", f);
@@ -664,18 +684,65 @@ static void emit_train_defaults(FILE *f, const Graph *g)
     fputs("    NULL,\n};\n\n", f);
 }
 
+/* The first node of g the backend cannot run: a dtype it has no kernels
+ * for (float64, the integer types), or a tensor whose element or byte count
+ * per sample overflows int64 (a dump read with --from-ir is not re-inferred). */
+static bool check_nodes(const Graph *g)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        if (n->op == OP_bn_moving_update)
+            continue; /* no value of its own */
+        if (!rt_dtype(n->dtype)) {
+            node_error(g, n, "the C backend supports float32, float16 and bfloat16 tensors; "
+                             "'%s' is %s",
+                       n->name, dtype_long(n->dtype));
+            return false;
+        }
+        int64_t e;
+        if (n->shape.rank >= 0 && (!shape_numel_per_sample(&n->shape, &e) ||
+                                   __builtin_mul_overflow(e, (int64_t)dtype_size(n->dtype), &e))) {
+            char b[160];
+            node_error(g, n, "'%s' is too large: %s %s%s holds more than %lld bytes per sample",
+                       n->name, op_info(n->op)->name, dtype_short(n->dtype),
+                       shape_str(&n->shape, b, sizeof b), (long long)INT64_MAX);
+            return false;
+        }
+    }
+    return true;
+}
+
+bool cg_check(const Graph *train)
+{
+    const Graph *infer = train->infer;
+    if (loss_head(train) < 0 || !infer || loss_head(infer) < 0) {
+        diag_plain_error(train->diag, "code generation needs a trained model with a loss head "
+                                      "(SoftmaxOutput)");
+        return false;
+    }
+    bool data = false, label = false;
+    for (int i = 0; i < train->nnodes; i++) {
+        const Node *n = train->nodes[i];
+        if (n->op == OP_Input && node_enum(n, INPUT_ROLE) == INPUT_LABEL)
+            label = true;
+        else if (n->op == OP_Input)
+            data = true;
+    }
+    if (!data || !label) {
+        diag_plain_error(train->diag, "code generation needs a data input and a label input");
+        return false;
+    }
+    return check_nodes(train) && check_nodes(infer);
+}
+
 bool cg_emit_c(FILE *out, const Graph *train)
 {
+    if (!cg_check(train))
+        return false;
     Cg c = {.f = out, .train = train, .ok = true};
     arena_init(&c.a);
     const Graph *infer = train->infer;
-    int head = loss_head(train), ihead = infer ? loss_head(infer) : -1;
-    if (head < 0 || ihead < 0) {
-        diag_plain_error(train->diag, "code generation needs a trained model with a loss head "
-                                      "(SoftmaxOutput)");
-        arena_free(&c.a);
-        return false;
-    }
+    int head = loss_head(train), ihead = loss_head(infer);
     assign_values(&c, train);
     const char **tval = c.val;
     int *tbuf = c.buf;
@@ -698,11 +765,12 @@ bool cg_emit_c(FILE *out, const Graph *train)
         else if (data < 0)
             data = tbuf[i], data_node = n;
     }
-    fprintf(out, "/* Generated by ampc %s from model %s: a training program for the CPU.\n"
+    fprintf(out, "/* Generated by ampc %s: a training program for the CPU (model: see\n"
+                 " * ampc_model.name below).\n"
                  " * Do not edit; regenerate with ampc -S.  The runtime (runtime/program.h)\n"
                  " * provides main(), data, the optimizer and logging. */\n"
                  "#include \"program.h\"\n\n#define B(i) (ctx->buf[i])\n\n",
-            AMPC_VERSION, train->model);
+            AMPC_VERSION);
     emit_function(&c, "train_step", false);
     emit_function(&c, "moving_update", true);
     int prob_train = tbuf[head];
@@ -712,7 +780,9 @@ bool cg_emit_c(FILE *out, const Graph *train)
     (void)tval;
     emit_tables(&c, train);
     emit_train_defaults(out, train);
-    fprintf(out, "const RtModel ampc_model = {\n    .name = \"%s\",\n", train->model);
+    fputs("const RtModel ampc_model = {\n    .name = ", out);
+    c_string(out, train->model);
+    fputs(",\n", out);
     fprintf(out, "    .nparams = %d,\n    .params = params,\n    .nbuffers = %d,\n    .buffers = buffers,\n",
             c.params.len, c.bufs.len);
     fprintf(out, "    .data = %d,\n    .label = %d,\n    .prob_train = %d,\n    .prob_infer = %d,\n", data,
@@ -725,10 +795,6 @@ bool cg_emit_c(FILE *out, const Graph *train)
     fputs("    .train_defaults = train_defaults,\n    .train_step = train_step,\n"
           "    .moving_update = moving_update,\n    .infer_step = infer_step,\n};\n",
           out);
-    if (label < 0 || data < 0) {
-        diag_plain_error(train->diag, "code generation needs a data input and a label input");
-        c.ok = false;
-    }
     bool ok = c.ok;
     free(c.uses);
     vec_free(&c.bufs);

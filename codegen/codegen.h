@@ -10,9 +10,16 @@
 
 #include "../ir/ir.h"
 
-/* c.c: writes the program's C source.  `train` must have been through
- * autodiff (its inference graph in train->infer).  False on an error
- * (reported through the graph's Diag), e.g. a dtype the CPU backend lacks. */
+/* c.c: whether the backend can run `train` (after autodiff, its inference
+ * graph in train->infer): a loss head, data and label inputs, only dtypes
+ * it has kernels for, and sizes that fit int64.  False after reporting the
+ * first problem (at its node) through the graph's Diag. */
+bool cg_check(const Graph *train);
+
+/* c.c: writes the program's C source, after cg_check (false, with nothing
+ * written, when that fails).  Every string from the model is written as an
+ * escaped C string literal, so the file is well-formed C whatever the names
+ * hold. */
 bool cg_emit_c(FILE *out, const Graph *train);
 
 /* build.c: compiles a C file into an executable with $CC (default cc) and
