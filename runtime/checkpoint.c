@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "fileio.h"
 #include "kernels/half.h"
 #include "train.h"
 
@@ -268,6 +270,28 @@ static bool write_all(int fd, const void *p, size_t n)
     return true;
 }
 
+/* A target that is not a regular file: a directory is refused; a device or
+ * a FIFO is written directly, never renamed over (as root, a rename would
+ * replace the device node itself). */
+static bool write_special(const char *path, const struct stat *st, const unsigned char *hdr,
+                          const Buf *b, char *err, size_t errlen)
+{
+    if (S_ISDIR(st->st_mode)) {
+        snprintf(err, errlen, "cannot write checkpoint %s: it is a directory", path);
+        return false;
+    }
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    bool ok = fd >= 0 && write_all(fd, hdr, RT_CKPT_HEADER_BYTES) && write_all(fd, b->p, b->len);
+    int e = errno;
+    if (fd >= 0 && close(fd) != 0 && ok) {
+        ok = false;
+        e = errno;
+    }
+    if (!ok)
+        snprintf(err, errlen, "cannot write checkpoint %s: %s", path, strerror(e));
+    return ok;
+}
+
 bool rt_checkpoint_save(const char *path, const RtTrainer *t, const RtRunState *rs, char *err,
                         size_t errlen)
 {
@@ -287,6 +311,12 @@ bool rt_checkpoint_save(const char *path, const RtTrainer *t, const RtRunState *
     put_u32(&h, crc(b.p, b.len));
     put_u32(&h, crc(hdr, 28));
 
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        bool ok = write_special(path, &st, hdr, &b, err, errlen);
+        free(b.p);
+        return ok;
+    }
     /* a temporary file in the target's directory, so the rename is atomic */
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 16);
@@ -370,6 +400,102 @@ void rt_checkpoint_free(RtCheckpoint *ck)
     memset(ck, 0, sizeof *ck);
 }
 
+/* The largest count a checkpoint may hold (steps, updates, skipped steps):
+ * 2^53, exact in a double and far from int64's end, so no counter of a
+ * resumed run can wrap. */
+#define CKPT_MAX_COUNT ((int64_t)1 << 53)
+
+static bool count_ok(const char *key, int64_t v, int64_t lo, int64_t hi, const char *hi_what,
+                     char *msg, size_t cap)
+{
+    if (v >= lo && v <= hi)
+        return true;
+    snprintf(msg, cap, "%s is %lld, not in %lld..%lld%s", key, (long long)v, (long long)lo,
+             (long long)hi, hi_what);
+    return false;
+}
+
+/* Every field of the run state against what a run can have written
+ * (docs/training.md, Reading); false with the field and why in msg. */
+static bool run_state_ok(const RtCheckpoint *ck, uint32_t mode, uint32_t version, char *msg,
+                         size_t cap)
+{
+    const RtRunState *rs = &ck->run;
+    if (!ck->model || !ck->amp)
+        return snprintf(msg, cap, "malformed strings"), false;
+    if (!ck->model[0])
+        return snprintf(msg, cap, "the model name is empty"), false;
+    if (strcmp(ck->amp, "off") != 0 && strcmp(ck->amp, "float16") != 0 &&
+        strcmp(ck->amp, "bfloat16") != 0)
+        return snprintf(msg, cap, "amp is '%.40s', not off, float16 or bfloat16", ck->amp), false;
+    if (!count_ok("batch size", rs->batch_size, 1, INT32_MAX, "", msg, cap) ||
+        !count_ok("epoch", rs->epoch, 0, INT32_MAX, " (the most epochs a run has)", msg, cap) ||
+        !count_ok("step", rs->step, 0, CKPT_MAX_COUNT, "", msg, cap) ||
+        !count_ok("batch in epoch", rs->batch_in_epoch, 0, rs->step, " (the step count)", msg,
+                  cap) ||
+        !count_ok("update count", rs->num_update, 0, rs->step, " (the step count)", msg, cap))
+        return false;
+    uint32_t maxopt = version >= 2 ? (uint32_t)RT_OPT_ADAM : (uint32_t)RT_OPT_NAG;
+    if (rs->optimizer > maxopt)
+        return snprintf(msg, cap, "optimizer is %u, not 0 (sgd), 1 (nag)%s", rs->optimizer,
+                        version >= 2 ? " or 2 (adam)" : " (version 1)"), false;
+    if (!(rs->momentum >= 0 && rs->momentum <= 1))
+        return snprintf(msg, cap, "momentum is %g, not in [0, 1]", (double)rs->momentum), false;
+    if (mode < RT_LS_OFF || mode > RT_LS_DYNAMIC)
+        return snprintf(msg, cap, "loss-scale mode is %u, not 1 (off), 2 (static) or 3 "
+                        "(dynamic)", mode), false;
+    float sc = rs->ls.s.scale;
+    const char *mname = rt_loss_scale_mode_name((RtLossScaleMode)mode);
+    if (mode == RT_LS_OFF && sc != 1.0f)
+        return snprintf(msg, cap, "loss scale is %g; with loss scaling off it is 1", (double)sc),
+               false;
+    /* a dynamic scale below FLT_MIN stops a run before it can be saved */
+    if (!(sc >= (mode == RT_LS_DYNAMIC ? FLT_MIN : 0) && sc <= FLT_MAX && sc > 0))
+        return snprintf(msg, cap, "loss scale is %g, not a positive finite number%s",
+                        (double)sc, mode == RT_LS_DYNAMIC ? " of at least 2^-126" : ""), false;
+    int32_t tr = rs->ls.s.tracker;
+    if (mode != RT_LS_DYNAMIC && tr != 0)
+        return snprintf(msg, cap, "the loss scale's clean-step count is %d; a %s scale has "
+                        "none (0)", (int)tr, mname), false;
+    if (tr < 0 || tr == INT32_MAX)
+        return snprintf(msg, cap, "the loss scale's clean-step count is %d, not in 0..%d",
+                        (int)tr, INT32_MAX - 1), false;
+    return count_ok("skipped steps", rs->ls.skipped, 0, rs->step - rs->num_update,
+                    " (steps without an update)", msg, cap) &&
+           count_ok("non-finite steps", rs->ls.nonfinite, 0, rs->num_update,
+                    " (the update count)", msg, cap);
+}
+
+/* A parameter's dtype, flags and rank, and its state against the run
+ * state's optimizer. */
+static bool param_head_ok(const RtCheckpoint *ck, int i, uint32_t dt, uint32_t flags,
+                          uint32_t rank, uint32_t version, char *msg, size_t cap)
+{
+    (void)i;
+    const RtRunState *rs = &ck->run;
+    uint32_t maxflags = version >= 2 ? 15 : 7; /* flag 8 (a second state) needs 4 */
+    if (dt > RT_BF16)
+        return snprintf(msg, cap, "dtype %u is not 0 (float32), 1 (float16) or 2 (bfloat16)",
+                        dt), false;
+    if (flags > maxflags || ((flags & F_STATE2) && !(flags & F_STATE)))
+        return snprintf(msg, cap, "flags %u are not a valid set (1 master, 2 trainable, 4 state, "
+                        "8 second state with 4%s)", flags, version >= 2 ? "" : ", version 2"),
+               false;
+    if (rank > RT_MAX_RANK)
+        return snprintf(msg, cap, "rank %u exceeds %d", rank, RT_MAX_RANK), false;
+    if ((flags & F_STATE) && !(flags & F_TRAINABLE))
+        return snprintf(msg, cap, "optimizer state for a parameter that is not trainable"), false;
+    bool adam = rs->optimizer == RT_OPT_ADAM;
+    if ((flags & F_STATE) && adam != ((flags & F_STATE2) != 0))
+        return snprintf(msg, cap, "%s, but the run state's optimizer is %s",
+                        adam ? "a momentum (one state), not Adam's mean and var"
+                             : "Adam's mean and var",
+                        adam ? "adam" : rs->optimizer == RT_OPT_NAG ? "nag" : "sgd"), false;
+    if ((flags & F_STATE) && !adam && rs->momentum == 0)
+        return snprintf(msg, cap, "a momentum, but the run state's momentum is 0"), false;
+    return true;
+}
+
 bool rt_checkpoint_parse(const void *buf, size_t len, const char *name, RtCheckpoint *ck,
                          char *err, size_t errlen)
 {
@@ -431,12 +557,12 @@ bool rt_checkpoint_parse(const void *buf, size_t len, const char *name, RtCheckp
     rs->ls.nonfinite = (int64_t)get_u64(&r);
     uint32_t np = get_u32(&r);
     const char *why = "malformed payload";
-    if (!r.bad && (mode < RT_LS_OFF || mode > RT_LS_DYNAMIC || rs->batch_size < 1 ||
-                   rs->epoch < 0 || rs->batch_in_epoch < 0 || rs->step < 0 ||
-                   rs->num_update < 0 ||
-                   rs->optimizer > (version >= 2 ? (uint32_t)RT_OPT_ADAM : (uint32_t)RT_OPT_NAG))) {
-        r.bad = true;
-        why = "run state out of range";
+    char field[320];
+    if (!r.bad && !run_state_ok(ck, mode, version, field, sizeof field)) {
+        /* the checksums matched: a forged file or a writer's bug; say which field */
+        snprintf(err, errlen, "checkpoint %s: run state out of range: %s", name, field);
+        rt_checkpoint_free(ck);
+        return false;
     }
     if (!r.bad && np > (r.len - r.at) / 16) {
         r.bad = true;
@@ -453,11 +579,13 @@ bool rt_checkpoint_parse(const void *buf, size_t len, const char *name, RtCheckp
         RtCkptParam *q = &ck->params[i];
         q->name = get_str(&r, 4096);
         uint32_t dt = get_u32(&r), flags = get_u32(&r), rank = get_u32(&r);
-        uint32_t maxflags = version >= 2 ? 15 : 7; /* flag 8 (a second state) needs 4 */
-        if (r.bad || dt > RT_BF16 || flags > maxflags || rank > RT_MAX_RANK ||
-            ((flags & F_STATE2) && !(flags & F_STATE))) {
-            r.bad = true;
+        if (r.bad)
             break;
+        if (!param_head_ok(ck, i, dt, flags, rank, version, field, sizeof field)) {
+            snprintf(err, errlen, "checkpoint %s: parameter %d (%s): %s", name, i, q->name,
+                     field);
+            rt_checkpoint_free(ck);
+            return false;
         }
         q->dtype = (RtDType)dt;
         q->has_master = flags & F_MASTER;
@@ -500,29 +628,34 @@ bool rt_checkpoint_parse(const void *buf, size_t len, const char *name, RtCheckp
 bool rt_checkpoint_read(const char *path, RtCheckpoint *ck, char *err, size_t errlen)
 {
     memset(ck, 0, sizeof *ck);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open checkpoint %s: %s", path, strerror(errno));
+    int64_t size;
+    int fd = rt_open_input(path, "checkpoint", &size, err, errlen); /* no FIFO, no device */
+    if (fd < 0)
         return false;
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "checkpoint %s: not a regular file", path);
-        fclose(f);
-        return false;
-    }
-    size_t len = (size_t)st.st_size;
+    size_t len = (size_t)size;
     unsigned char *buf = malloc(len ? len : 1);
     if (!buf) {
         snprintf(err, errlen, "checkpoint %s: out of memory for %zu bytes", path, len);
-        fclose(f);
+        close(fd);
         return false;
     }
-    size_t got = fread(buf, 1, len, f);
-    bool ioerr = ferror(f);
-    fclose(f);
-    if (ioerr || got != len) {
-        snprintf(err, errlen, "checkpoint %s: read error after %zu of %zu bytes", path, got, len);
+    size_t got = 0;
+    bool ioerr = false;
+    while (got < len) {
+        ssize_t k = read(fd, buf + got, len - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            ioerr = k < 0;
+            break;
+        }
+        got += (size_t)k;
+    }
+    int e = errno;
+    close(fd);
+    if (got != len) {
+        snprintf(err, errlen, "checkpoint %s: read error after %zu of %zu bytes%s%s", path, got,
+                 len, ioerr ? ": " : " (the file shrank)", ioerr ? strerror(e) : "");
         free(buf);
         return false;
     }
@@ -566,6 +699,13 @@ bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name,
                      p->name, b);
             return false;
         }
+    }
+    /* the tables agree, but a checkpoint of another model is still another
+     * model's (the fp32 and AMP builds of one model share its name) */
+    if (strcmp(ck->model, m->name) != 0) {
+        snprintf(err, errlen, "checkpoint %s does not match model %s: it was written by model "
+                 "%s (the parameter tables agree)", name, m->name, ck->model);
+        return false;
     }
     int missing = 0, unused = 0;
     bool ck_adam = false;

@@ -3,6 +3,8 @@
 #include "train.h"
 
 #include <errno.h>
+
+#include "fileio.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,11 +29,12 @@ bool rt_dump_state(const RtModel *m, const RtTrainer *t, const char *path, char 
                    size_t errlen)
 {
     const RtCtx *ctx = &t->ctx;
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+    /* beside it and renamed (a device is written directly); never one of
+     * the run's inputs (fileio.h) */
+    RtOutFile out;
+    if (!rt_out_open(&out, path, "--dump-state", err, errlen))
         return false;
-    }
+    FILE *f = out.f;
     int64_t batch = ctx->batch, sample = 1, classes = m->classes, count = 0;
     for (int i = 0; i < m->data_rank; i++)
         sample *= m->data_shape[i];
@@ -61,9 +64,10 @@ bool rt_dump_state(const RtModel *m, const RtTrainer *t, const char *path, char 
     }
     ok = ok && put(f, ctx->buf[m->data], sizeof(float) * (size_t)data_values) &&
          put(f, ctx->buf[m->label], sizeof(float) * (size_t)batch);
-    if (fclose(f) != 0)
-        ok = false;
-    if (!ok)
-        snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
-    return ok;
+    if (!ok) {
+        snprintf(err, errlen, "--dump-state: cannot write '%s': %s", path, strerror(errno));
+        rt_out_abort(&out);
+        return false;
+    }
+    return rt_out_commit(&out, "--dump-state", err, errlen);
 }

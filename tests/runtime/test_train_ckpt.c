@@ -15,10 +15,13 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "model_tiny.c"
@@ -158,8 +161,10 @@ static void test_round_trip(void **state)
      * the fp32 masters either way, only the shadows are rounded */
     RtTrainer a, b;
     char err[512], path[400];
+    RtModel amp_build = tiny_model_f16; /* ampc names both builds after the model */
+    amp_build.name = ampc_model.name;
     trainer(&a, &ampc_model, 7);
-    trainer(&b, &tiny_model_f16, 8);
+    trainer(&b, &amp_build, 8);
     RtRunState rs = run_state();
     snprintf(path, sizeof path, "%s/fp32.params", dir);
     assert_true(rt_checkpoint_save(path, &a, &rs, err, sizeof err));
@@ -447,6 +452,283 @@ static void test_adam_state(void **state)
     rt_trainer_free(&c);
 }
 
+/* ---- forged checkpoints: valid checksums, fields out of range --------------------- */
+
+/* Offsets (in the file) of the run-state fields of a checkpoint of model
+ * `model` with amp `amp` (docs/training.md, Format). */
+typedef struct {
+    size_t model, amp, seed, batch, epoch, bie, step, nupd, opt, mom, mode, scale, tracker,
+        skipped, nonfinite, np, p0name, p0dtype, p0flags;
+} Offs;
+
+static Offs offsets(const unsigned char *b)
+{
+    Offs o;
+    uint32_t n;
+    o.model = 32;
+    memcpy(&n, b + o.model, 4);
+    o.amp = o.model + 4 + n;
+    memcpy(&n, b + o.amp, 4);
+    o.seed = o.amp + 4 + n;
+    o.batch = o.seed + 8;
+    o.epoch = o.batch + 8;
+    o.bie = o.epoch + 8;
+    o.step = o.bie + 8;
+    o.nupd = o.step + 8;
+    o.opt = o.nupd + 8;
+    o.mom = o.opt + 4;
+    o.mode = o.mom + 4;
+    o.scale = o.mode + 4;
+    o.tracker = o.scale + 4;
+    o.skipped = o.tracker + 4;
+    o.nonfinite = o.skipped + 8;
+    o.np = o.nonfinite + 8;
+    o.p0name = o.np + 4;
+    memcpy(&n, b + o.p0name, 4);
+    o.p0dtype = o.p0name + 4 + n;
+    o.p0flags = o.p0dtype + 4;
+    return o;
+}
+
+/* Both checksums again, as a forger would (little-endian host). */
+static void reseal(unsigned char *b, size_t len)
+{
+    uint32_t c = (uint32_t)crc32(crc32(0L, Z_NULL, 0), b + 32, (uInt)(len - 32));
+    memcpy(b + 24, &c, 4);
+    c = (uint32_t)crc32(crc32(0L, Z_NULL, 0), b, 28);
+    memcpy(b + 28, &c, 4);
+}
+
+static void put64(unsigned char *b, size_t at, int64_t v) { memcpy(b + at, &v, 8); }
+static void put32(unsigned char *b, size_t at, uint32_t v) { memcpy(b + at, &v, 4); }
+static void putf(unsigned char *b, size_t at, float v) { memcpy(b + at, &v, 4); }
+
+/* A copy of good with one field changed and resealed must be refused with
+ * a message naming the file and containing want. */
+typedef void (*Forge)(unsigned char *b, const Offs *o);
+
+static void expect_forged(const unsigned char *good, size_t len, Forge forge, const char *want)
+{
+    unsigned char *b = malloc(len);
+    memcpy(b, good, len);
+    Offs o = offsets(b);
+    forge(b, &o);
+    reseal(b, len);
+    RtCheckpoint ck;
+    char err[512];
+    if (rt_checkpoint_parse(b, len, "forged.params", &ck, err, sizeof err)) {
+        rt_checkpoint_free(&ck);
+        fail_msg("forged field (%s) accepted", want);
+    }
+    if (!strstr(err, "checkpoint forged.params: ") || !strstr(err, want))
+        fail_msg("expected '%s' in: %s", want, err);
+    free(b);
+}
+
+static void f_epoch_max(unsigned char *b, const Offs *o) { put64(b, o->epoch, INT64_MAX); }
+static void f_epoch_neg(unsigned char *b, const Offs *o) { put64(b, o->epoch, -1); }
+static void f_batch0(unsigned char *b, const Offs *o) { put64(b, o->batch, 0); }
+static void f_batch_huge(unsigned char *b, const Offs *o) { put64(b, o->batch, (int64_t)1 << 40); }
+static void f_step_neg(unsigned char *b, const Offs *o) { put64(b, o->step, -5); }
+static void f_step_max(unsigned char *b, const Offs *o) { put64(b, o->step, INT64_MAX); }
+static void f_bie(unsigned char *b, const Offs *o) { put64(b, o->bie, 156); }
+static void f_nupd(unsigned char *b, const Offs *o) { put64(b, o->nupd, 156); }
+static void f_nupd_neg(unsigned char *b, const Offs *o) { put64(b, o->nupd, -1); }
+static void f_opt(unsigned char *b, const Offs *o) { put32(b, o->opt, 7); }
+static void f_opt_adam(unsigned char *b, const Offs *o) { put32(b, o->opt, RT_OPT_ADAM); }
+static void f_mom_nan(unsigned char *b, const Offs *o) { putf(b, o->mom, NAN); }
+static void f_mom_2(unsigned char *b, const Offs *o) { putf(b, o->mom, 2); }
+static void f_mom_0(unsigned char *b, const Offs *o) { putf(b, o->mom, 0); }
+static void f_mode0(unsigned char *b, const Offs *o) { put32(b, o->mode, 0); }
+static void f_mode4(unsigned char *b, const Offs *o) { put32(b, o->mode, 4); }
+static void f_scale_inf(unsigned char *b, const Offs *o) { putf(b, o->scale, INFINITY); }
+static void f_scale_nan(unsigned char *b, const Offs *o) { putf(b, o->scale, NAN); }
+static void f_scale_0(unsigned char *b, const Offs *o) { putf(b, o->scale, 0); }
+static void f_scale_neg(unsigned char *b, const Offs *o) { putf(b, o->scale, -1); }
+static void f_scale_tiny(unsigned char *b, const Offs *o) { putf(b, o->scale, 1e-40f); }
+static void f_off_scale(unsigned char *b, const Offs *o)
+{
+    put32(b, o->mode, RT_LS_OFF);
+    putf(b, o->scale, 2);
+    put32(b, o->tracker, 0);
+}
+static void f_static_tracker(unsigned char *b, const Offs *o)
+{
+    put32(b, o->mode, RT_LS_STATIC);
+}
+static void f_tracker_max(unsigned char *b, const Offs *o) { put32(b, o->tracker, INT32_MAX); }
+static void f_tracker_neg(unsigned char *b, const Offs *o) { put32(b, o->tracker, 0xffffffffu); }
+static void f_skipped(unsigned char *b, const Offs *o) { put64(b, o->skipped, 7); }
+static void f_skipped_neg(unsigned char *b, const Offs *o) { put64(b, o->skipped, -1); }
+static void f_nonfinite(unsigned char *b, const Offs *o) { put64(b, o->nonfinite, 150); }
+static void f_amp(unsigned char *b, const Offs *o) { memcpy(b + o->amp + 4, "float64", 7); }
+static void f_dtype(unsigned char *b, const Offs *o) { put32(b, o->p0dtype, 9); }
+static void f_flags(unsigned char *b, const Offs *o) { put32(b, o->p0flags, 16 | 7); }
+static void f_flags_state_only(unsigned char *b, const Offs *o) { put32(b, o->p0flags, 4 | 1); }
+
+/* Every field of the run state and of a parameter's head is range-checked
+ * on load, with a message naming the file and the field (a forger can
+ * always make the checksums match). */
+static void test_forged_fields(void **state)
+{
+    (void)state;
+    RtTrainer a;
+    char err[512], path[400];
+    trainer(&a, &tiny_model_f16, 21);
+    RtRunState rs = run_state(); /* step 155, update 149, 6 skipped, NAG 0.9, dynamic 8192 */
+    snprintf(path, sizeof path, "%s/forge.params", dir);
+    assert_true(rt_checkpoint_save(path, &a, &rs, err, sizeof err));
+    size_t len;
+    unsigned char *good = slurp_file(path, &len);
+    /* resealing an unchanged file keeps it good */
+    unsigned char *same = malloc(len);
+    memcpy(same, good, len);
+    reseal(same, len);
+    assert_memory_equal(same, good, len);
+    free(same);
+    static const struct {
+        Forge f;
+        const char *want;
+    } cases[] = {
+        {f_epoch_max, "epoch is 9223372036854775807, not in 0..2147483647"},
+        {f_epoch_neg, "epoch is -1"},
+        {f_batch0, "batch size is 0, not in 1..2147483647"},
+        {f_batch_huge, "batch size is 1099511627776"},
+        {f_step_neg, "step is -5"},
+        {f_step_max, "step is 9223372036854775807, not in 0..9007199254740992"},
+        {f_bie, "batch in epoch is 156, not in 0..155 (the step count)"},
+        {f_nupd, "update count is 156, not in 0..155"},
+        {f_nupd_neg, "update count is -1"},
+        {f_opt, "optimizer is 7, not 0 (sgd), 1 (nag) or 2 (adam)"},
+        {f_opt_adam, "a momentum (one state), not Adam's mean and var, but the run state's "
+                     "optimizer is adam"},
+        {f_mom_nan, "momentum is nan, not in [0, 1]"},
+        {f_mom_2, "momentum is 2, not in [0, 1]"},
+        {f_mom_0, "a momentum, but the run state's momentum is 0"},
+        {f_mode0, "loss-scale mode is 0, not 1 (off), 2 (static) or 3 (dynamic)"},
+        {f_mode4, "loss-scale mode is 4"},
+        {f_scale_inf, "loss scale is inf, not a positive finite number"},
+        {f_scale_nan, "loss scale is nan, not a positive finite number"},
+        {f_scale_0, "loss scale is 0, not a positive finite number"},
+        {f_scale_neg, "loss scale is -1, not a positive finite number"},
+        {f_scale_tiny, "not a positive finite number of at least 2^-126"},
+        {f_off_scale, "loss scale is 2; with loss scaling off it is 1"},
+        {f_static_tracker, "clean-step count is 42; a static scale has none (0)"},
+        {f_tracker_max, "clean-step count is 2147483647, not in 0..2147483646"},
+        {f_tracker_neg, "clean-step count is -1"},
+        {f_skipped, "skipped steps is 7, not in 0..6 (steps without an update)"},
+        {f_skipped_neg, "skipped steps is -1"},
+        {f_nonfinite, "non-finite steps is 150, not in 0..149 (the update count)"},
+        {f_amp, "amp is 'float64', not off, float16 or bfloat16"},
+        {f_dtype, "parameter 0 (fc1_weight): dtype 9 is not 0 (float32), 1 (float16) or 2"},
+        {f_flags, "parameter 0 (fc1_weight): flags 23 are not a valid set"},
+        {f_flags_state_only, "optimizer state for a parameter that is not trainable"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        expect_forged(good, len, cases[k].f, cases[k].want);
+    /* the message of the file reader names the path */
+    unsigned char *b = malloc(len);
+    memcpy(b, good, len);
+    Offs o = offsets(b);
+    f_epoch_max(b, &o);
+    reseal(b, len);
+    char fpath[420];
+    snprintf(fpath, sizeof fpath, "%s/forged-epoch.params", dir);
+    FILE *f = fopen(fpath, "wb");
+    assert_int_equal(fwrite(b, 1, len, f), len);
+    fclose(f);
+    RtCheckpoint ck;
+    assert_false(rt_checkpoint_read(fpath, &ck, err, sizeof err));
+    assert_non_null(strstr(err, fpath));
+    assert_non_null(strstr(err, "run state out of range: epoch is 9223372036854775807"));
+    free(b);
+    /* another model's name with an identical table: parse accepts, apply refuses */
+    b = malloc(len);
+    memcpy(b, good, len);
+    o = offsets(b);
+    memcpy(b + o.model + 4, "tiny_mlp_x16", 12); /* as long as tiny_mlp_f16 */
+    reseal(b, len);
+    assert_true(rt_checkpoint_parse(b, len, "renamed.params", &ck, err, sizeof err));
+    RtTrainer c;
+    trainer(&c, &tiny_model_f16, 22);
+    assert_false(rt_checkpoint_apply(&ck, &c, "renamed.params", NULL, err, sizeof err));
+    assert_non_null(strstr(err, "checkpoint renamed.params does not match model tiny_mlp_f16: "
+                                "it was written by model tiny_mlp_x16"));
+    rt_checkpoint_free(&ck);
+    rt_trainer_free(&c);
+    free(b);
+    free(good);
+    rt_trainer_free(&a);
+}
+
+/* A FIFO or a device as the checkpoint is refused at once, without
+ * blocking (a FIFO without a writer would block the open forever). */
+static void test_non_regular_input(void **state)
+{
+    (void)state;
+    char fifo[420], err[512];
+    snprintf(fifo, sizeof fifo, "%s/fifo.params", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    RtCheckpoint ck;
+    alarm(10); /* a hang fails the test instead of stalling it */
+    assert_false(rt_checkpoint_read(fifo, &ck, err, sizeof err));
+    alarm(0);
+    assert_non_null(strstr(err, fifo));
+    assert_non_null(strstr(err, "not a regular file (a FIFO)"));
+    unlink(fifo);
+    assert_false(rt_checkpoint_read("/dev/zero", &ck, err, sizeof err));
+    assert_non_null(strstr(err, "checkpoint /dev/zero: not a regular file (a character device)"));
+}
+
+/* A checkpoint path that is a device is written directly, never renamed
+ * over (as root a rename would replace the node): a node made with mknod in
+ * the scratch folder, never the real /dev. */
+static void test_device_target(void **state)
+{
+    (void)state;
+    char node[420], err[512];
+    snprintf(node, sizeof node, "%s/null.params", dir);
+    if (mknod(node, S_IFCHR | 0666, makedev(1, 3)) != 0) {
+        print_message("mknod failed (not root, or nodev): using a FIFO with a reader\n");
+        assert_int_equal(mkfifo(node, 0600), 0);
+    }
+    struct stat st0, st1;
+    assert_int_equal(stat(node, &st0), 0);
+    pid_t pid = 0;
+    if (S_ISFIFO(st0.st_mode)) {
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) { /* drain the FIFO */
+            FILE *r = fopen(node, "rb");
+            char buf[4096];
+            while (r && fread(buf, 1, sizeof buf, r) > 0)
+                ;
+            _exit(0);
+        }
+    }
+    RtTrainer a;
+    trainer(&a, &ampc_model, 23);
+    RtRunState rs = run_state();
+    if (!rt_checkpoint_save(node, &a, &rs, err, sizeof err))
+        fail_msg("%s", err);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    assert_int_equal(stat(node, &st1), 0);
+    assert_int_equal(st1.st_ino, st0.st_ino); /* the same node, not a file renamed over it */
+    assert_int_equal(st1.st_mode & S_IFMT, st0.st_mode & S_IFMT);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".tmp."))
+            fail_msg("left behind: %s", e->d_name);
+    closedir(d);
+    unlink(node);
+    /* a directory is refused */
+    assert_false(rt_checkpoint_save(dir, &a, &rs, err, sizeof err));
+    assert_non_null(strstr(err, "it is a directory"));
+    rt_trainer_free(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -455,6 +737,9 @@ int main(void)
         cmocka_unit_test(test_table_mismatch),
         cmocka_unit_test(test_atomic_replace),
         cmocka_unit_test(test_adam_state),
+        cmocka_unit_test(test_forged_fields),
+        cmocka_unit_test(test_non_regular_input),
+        cmocka_unit_test(test_device_target),
     };
     return cmocka_run_group_tests_name("train_ckpt", tests, setup, teardown);
 }
