@@ -25,8 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "data_ext.h"
+#include "fileio.h"
 
 const float rt_cifar10_mean[3] = {0.4914f, 0.4822f, 0.4465f};
 const float rt_cifar10_std[3] = {0.2470f, 0.2435f, 0.2616f};
@@ -88,26 +90,25 @@ bool rt_data_cifar10(RtDataset *ds, const char *dir, char *err, size_t errlen)
     float *y = NULL;
     bool ok = false;
     for (int k = 0; k < NFILES; k++) {
-        errno = 0;
-        f[k] = fopen(path[k], "rb");
-        struct stat st;
-        if (!f[k] || fstat(fileno(f[k]), &st) != 0) {
-            snprintf(err, errlen, "cannot open %s: %s", path[k],
-                     errno ? strerror(errno) : "unknown error");
+        /* a regular file only, opened without blocking (fileio.h) */
+        int64_t size;
+        int fd = rt_open_input(path[k], "data file", &size, err, errlen);
+        if (fd < 0)
+            goto out;
+        f[k] = fdopen(fd, "rb");
+        if (!f[k]) {
+            snprintf(err, errlen, "cannot open %s: %s", path[k], strerror(errno));
+            close(fd);
             goto out;
         }
-        if (!S_ISREG(st.st_mode)) {
-            snprintf(err, errlen, "%s: not a regular file", path[k]);
-            goto out;
-        }
-        if (st.st_size == 0 || st.st_size % RT_CIFAR10_RECORD != 0) {
+        if (size == 0 || size % RT_CIFAR10_RECORD != 0) {
             snprintf(err, errlen, "%s: size %lld is not a non-zero multiple of %d (a CIFAR-10 "
                      "record: 1 label byte and 3,072 pixel bytes); the last record starts at "
-                     "offset %lld", path[k], (long long)st.st_size, RT_CIFAR10_RECORD,
-                     (long long)(st.st_size / RT_CIFAR10_RECORD * RT_CIFAR10_RECORD));
+                     "offset %lld", path[k], (long long)size, RT_CIFAR10_RECORD,
+                     (long long)(size / RT_CIFAR10_RECORD * RT_CIFAR10_RECORD));
             goto out;
         }
-        recs[k] = st.st_size / RT_CIFAR10_RECORD;
+        recs[k] = size / RT_CIFAR10_RECORD;
         total += recs[k];
     }
     px = malloc((size_t)total * RT_CIFAR10_PIXELS);

@@ -18,9 +18,15 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include "fileio.h"
 #include "train.h"
+
+/* The most decompressed bytes a digits file may hold: the real one is
+ * 0.5 MB, so 64 MiB is no digits file (and bounds a gzip bomb). */
+#define DIGITS_MAX_BYTES ((int64_t)64 << 20)
 
 void rt_data_free(RtDataset *ds)
 {
@@ -43,6 +49,34 @@ static void digits_fill(const RtDataset *ds, RtSplit split, const int64_t *idx, 
     }
 }
 
+/* The length of the decimal number at s ([+-]digits[.digits][e[+-]digits],
+ * at least one mantissa digit), 0 when there is none. */
+static size_t decimal_len(const char *s)
+{
+    const char *p = s;
+    if (*p == '+' || *p == '-')
+        p++;
+    size_t digits = strspn(p, "0123456789");
+    p += digits;
+    if (*p == '.') {
+        size_t frac = strspn(p + 1, "0123456789");
+        digits += frac;
+        p += 1 + frac;
+    }
+    if (digits == 0)
+        return 0;
+    if (*p == 'e' || *p == 'E') {
+        const char *q = p + 1;
+        if (*q == '+' || *q == '-')
+            q++;
+        size_t ex = strspn(q, "0123456789");
+        if (ex == 0)
+            return 0;
+        p = q + ex;
+    }
+    return (size_t)(p - s);
+}
+
 /* Parses one data row of 65 values into px[64] and *label; false with a
  * message (without the file name) otherwise. */
 static bool parse_row(char *s, float *px, float *label, char *err, size_t errlen)
@@ -53,9 +87,13 @@ static bool parse_row(char *s, float *px, float *label, char *err, size_t errlen
             s++;
         char *end;
         errno = 0;
-        double v = strtod(s, &end);
-        if (end == s || errno == ERANGE || !isfinite(v)) {
-            snprintf(err, errlen, "column %d: expected a number", col + 1);
+        size_t n = decimal_len(s);
+        double v = n ? strtod(s, &end) : 0;
+        if (n == 0 || end != s + n || errno == ERANGE || !isfinite(v)) {
+            /* strtod alone would take 0x10, inf and nan */
+            size_t k = strcspn(s, ",\n\r\t ");
+            snprintf(err, errlen, "column %d: expected a number (decimal digits), found '%.*s'",
+                     col + 1, (int)(k > 24 ? 24 : k), s);
             return false;
         }
         while (*end == ' ' || *end == '\t' || *end == '\r')
@@ -95,11 +133,21 @@ static bool parse_row(char *s, float *px, float *label, char *err, size_t errlen
 bool rt_data_digits(RtDataset *ds, const char *path, char *err, size_t errlen)
 {
     memset(ds, 0, sizeof *ds);
+    /* a regular file only (a FIFO would block, /dev/zero never ends), whose
+     * gzip framing is whole (zlib ignores trailing bytes) */
+    int fd = rt_open_input(path, "data file", NULL, err, errlen);
+    if (fd < 0)
+        return false;
+    if (!rt_gz_check(fd, path, DIGITS_MAX_BYTES, err, errlen)) {
+        close(fd);
+        return false;
+    }
     errno = 0;
-    gzFile f = gzopen(path, "rb");
+    gzFile f = gzdopen(fd, "rb");
     if (!f) {
         snprintf(err, errlen, "cannot open %s: %s", path,
                  errno ? strerror(errno) : "out of memory");
+        close(fd);
         return false;
     }
     char line[4096], msg[200];
@@ -107,10 +155,18 @@ bool rt_data_digits(RtDataset *ds, const char *path, char *err, size_t errlen)
     float *x = NULL, *y = NULL;
     bool ok = true;
     for (;;) {
+        z_off_t at = gztell(f);
         if (!gzgets(f, line, sizeof line))
             break;
         lineno++;
         size_t len = strlen(line);
+        if ((z_off_t)len != gztell(f) - at) { /* gzgets reads past a NUL */
+            snprintf(err, errlen, "%s:%lld: column %zu: a NUL byte (decompressed offset %lld): "
+                     "not a text file", path, (long long)lineno, len + 1,
+                     (long long)(at + (z_off_t)len));
+            ok = false;
+            break;
+        }
         if (len == sizeof line - 1 && line[len - 1] != '\n') {
             snprintf(err, errlen, "%s:%lld: line too long (not a digits CSV file?)", path,
                      (long long)lineno);

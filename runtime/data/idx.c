@@ -18,13 +18,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "data_ext.h"
+#include "fileio.h"
 
 typedef struct {
     const char *path;
     gzFile f;
+    int fd;        /* the file itself, for rt_gz_check; -1 when closed */
     int rank;
     uint32_t dim[3];
     int64_t off;   /* decompressed bytes read so far */
@@ -36,6 +40,9 @@ static void idx_close(IdxIn *in)
     if (in->f)
         gzclose(in->f);
     in->f = NULL;
+    if (in->fd >= 0)
+        close(in->fd);
+    in->fd = -1;
 }
 
 /* zlib's message for the last error, without its "path: " prefix; NULL
@@ -94,10 +101,17 @@ static bool idx_open(IdxIn *in, const char *path, int want_rank, char *err, size
 {
     memset(in, 0, sizeof *in);
     in->path = path;
+    /* a regular file only: a FIFO would block, a device never end */
+    in->fd = rt_open_input(path, "data file", NULL, err, errlen);
+    if (in->fd < 0)
+        return false;
     errno = 0;
-    in->f = gzopen(path, "rb");
+    int fd2 = dup(in->fd); /* gzdopen owns the copy; in->fd stays for rt_gz_check */
+    in->f = fd2 >= 0 ? gzdopen(fd2, "rb") : NULL;
     if (!in->f) {
         snprintf(err, errlen, "cannot open %s: %s", path, errno ? strerror(errno) : "out of memory");
+        if (fd2 >= 0)
+            close(fd2);
         return false;
     }
     gzbuffer(in->f, 1 << 18);
@@ -159,7 +173,9 @@ static bool idx_body(IdxIn *in, uint8_t *dst, char *err, size_t errlen)
                  (long long)in->count);
         return false;
     }
-    return true;
+    /* zlib ignores bytes after the gzip stream: the compressed file must end
+     * with it (the decompressed size is known, which bounds the work) */
+    return rt_gz_check(in->fd, in->path, in->off, err, errlen);
 }
 
 static void idx_fill(const RtDataset *ds, RtSplit split, const int64_t *idx, int64_t n,
@@ -189,6 +205,8 @@ static bool idx_load(RtDataset *ds, const char *train_images, const char *train_
     memset(ds, 0, sizeof *ds);
     IdxIn in[4];
     memset(in, 0, sizeof in);
+    for (int k = 0; k < 4; k++)
+        in[k].fd = -1; /* not open: idx_close must not close descriptor 0 */
     const char *paths[4] = {train_images, train_labels, test_images, test_labels};
     uint8_t *px = NULL, *lab = NULL;
     float *y = NULL;
@@ -284,12 +302,10 @@ bool rt_data_idx(RtDataset *ds, const char *train_images, const char *train_labe
 /* dir/name when it exists, else dir/name.gz (reported when neither does). */
 static void find_file(char *path, size_t len, const char *dir, const char *name)
 {
+    struct stat st;
     snprintf(path, len, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    if (f) {
-        fclose(f);
+    if (stat(path, &st) == 0) /* stat, not open: opening a FIFO blocks */
         return;
-    }
     snprintf(path, len, "%s/%s.gz", dir, name);
 }
 
@@ -307,14 +323,13 @@ bool rt_data_fashion_mnist(RtDataset *ds, const char *dir, char *err, size_t err
     char path[4][1100];
     for (int k = 0; k < 4; k++) {
         find_file(path[k], sizeof path[k], dir, names[k]);
-        FILE *f = fopen(path[k], "rb");
-        if (!f) {
+        struct stat st;
+        if (stat(path[k], &st) != 0) {
             snprintf(err, errlen, "cannot open %s (nor %s/%s): %s", path[k], dir, names[k],
                      strerror(errno));
             memset(ds, 0, sizeof *ds);
             return false;
         }
-        fclose(f);
     }
     if (!idx_load(ds, path[0], path[1], path[2], path[3], RT_FASHION_MNIST_CLASSES,
                   RT_FASHION_MNIST_SIDE, "Fashion-MNIST", err, errlen))

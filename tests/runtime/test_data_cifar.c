@@ -263,6 +263,21 @@ static void test_cifar_not_a_file(void **state)
     expect_error(d, p, "not a regular file", NULL);
 }
 
+/* A FIFO as a batch file is refused at once (opening it would block). */
+static void test_cifar_fifo(void **state)
+{
+    (void)state;
+    const char *d = sub("fifo");
+    write_set(d);
+    char p[256];
+    snprintf(p, sizeof p, "%s/data_batch_2.bin", d);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    alarm(20); /* a hang fails the test instead of stalling it */
+    expect_error(d, p, "not a regular file (a FIFO)", NULL);
+    alarm(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -273,6 +288,7 @@ int main(void)
         cmocka_unit_test(test_cifar_bad_size),
         cmocka_unit_test(test_cifar_bad_label),
         cmocka_unit_test(test_cifar_not_a_file),
+        cmocka_unit_test(test_cifar_fifo),
     };
     return cmocka_run_group_tests_name("data_cifar", tests, setup, teardown);
 }

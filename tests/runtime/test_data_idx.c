@@ -505,6 +505,39 @@ static void test_fashion_real(void **state)
     rt_data_free(&ds);
 }
 
+/* A FIFO (no writer: the open must not block), a device, and a gzip file
+ * with bytes after its stream (zlib alone ignores them) are refused with
+ * the file and the byte offset. */
+static void test_idx_hostile(void **state)
+{
+    (void)state;
+    Paths p = write_set(true);
+    const char *fifo = path_of("fifo-labels");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(20); /* a hang fails the test instead of stalling it */
+    expect_error(p.ti, fifo, p.vi, p.vl, fifo, "not a regular file (a FIFO)", NULL);
+    expect_error(p.ti, p.tl, "/dev/zero", p.vl, "data file /dev/zero: not a regular file", NULL);
+    alarm(0);
+    /* the test labels, gzipped, then "junk" */
+    FILE *f = fopen(p.vl, "rb");
+    unsigned char b[4096];
+    size_t n = fread(b, 1, sizeof b - 4, f);
+    fclose(f);
+    memcpy(b + n, "junk", 4);
+    const char *bad = write_bytes("vl_trailing.gz", b, n + 4, false);
+    char want[120];
+    snprintf(want, sizeof want, "trailing data at byte %zu after the end of the gzip stream", n);
+    expect_error(p.ti, p.tl, p.vi, bad, bad, want, NULL);
+    /* two gzip members are one valid file */
+    memcpy(b + n, b, n);
+    const char *two = write_bytes("vl_two.gz", b, 2 * n, false);
+    RtDataset ds;
+    char err[512];
+    /* the second member adds bytes after the last element */
+    assert_false(rt_data_idx(&ds, p.ti, p.tl, p.vi, two, err, sizeof err));
+    assert_non_null(strstr(err, "data after the last element"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -519,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_idx_label_range),
         cmocka_unit_test(test_idx_truncated),
         cmocka_unit_test(test_idx_truncated_gzip),
+        cmocka_unit_test(test_idx_hostile),
         cmocka_unit_test(test_idx_trailing),
         cmocka_unit_test(test_fashion_generated),
         cmocka_unit_test(test_fashion_real),

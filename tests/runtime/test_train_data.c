@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -404,6 +405,107 @@ static void test_fashion_real_files(void **state)
     rt_data_free(&ds);
 }
 
+/* ---- hostile files ------------------------------------------------------------- */
+
+/* Expects rt_data_digits(p) to fail naming p, with want in the message. */
+static void expect_digits_error(const char *p, const char *want)
+{
+    RtDataset ds;
+    char err[512];
+    alarm(20); /* a hang fails the test instead of stalling it */
+    bool ok = rt_data_digits(&ds, p, err, sizeof err);
+    alarm(0);
+    if (ok) {
+        rt_data_free(&ds);
+        fail_msg("%s: accepted (expected '%s')", p, want);
+    }
+    if (!strstr(err, p) || !strstr(err, want))
+        fail_msg("expected '%s' and '%s' in: %s", p, want, err);
+    assert_null(ds.x);
+}
+
+/* gzip with bytes after the stream (zlib alone ignores them), a NUL inside
+ * a row, numbers strtod takes but the CSV must not have (hex, inf, nan), a
+ * FIFO, a device and a gzip bomb: each an error with its location. */
+static void test_digits_hostile(void **state)
+{
+    (void)state;
+    size_t n;
+    unsigned char *b = gz_bytes(&n);
+    /* trailing garbage after a good stream */
+    unsigned char *g = malloc(n + 5);
+    memcpy(g, b, n);
+    memcpy(g + n, "junk\n", 5);
+    const char *p = path_of("trailing.csv.gz");
+    write_bytes(p, g, n + 5);
+    char want[400];
+    snprintf(want, sizeof want, "trailing data at byte %zu after the end of the gzip stream", n);
+    expect_digits_error(p, want);
+    free(g);
+    /* two whole members are one valid gzip file */
+    g = malloc(2 * n);
+    memcpy(g, b, n);
+    memcpy(g + n, b, n);
+    p = path_of("two.csv.gz");
+    write_bytes(p, g, 2 * n);
+    RtDataset ds;
+    char err[512];
+    if (!rt_data_digits(&ds, p, err, sizeof err))
+        fail_msg("%s", err);
+    assert_int_equal(ds.ntrain + ds.nval, 600);
+    rt_data_free(&ds);
+    free(g);
+    free(b);
+    /* a NUL in the middle of row 3 (line 3) */
+    char *text = rows_text(20, "", "\n");
+    char *third = strchr(strchr(text, '\n') + 1, '\n') + 1;
+    size_t len = strlen(text);
+    third[4] = 0;
+    p = path_of("nul.csv.gz");
+    gzFile f = gzopen(p, "wb");
+    assert_int_equal(gzwrite(f, text, (unsigned)len), (int)len);
+    gzclose(f);
+    snprintf(want, sizeof want, "%s:3: column 5: a NUL byte (decompressed offset %zu)", p,
+             (size_t)(third - text) + 4);
+    expect_digits_error(p, want);
+    free(text);
+    /* hex, inf, nan as values */
+    static const char *const bad[][2] = {{"0x10", "found '0x10'"}, {"inf", "found 'inf'"},
+                                         {"nan", "found 'nan'"},   {"1e", "found '1e'"},
+                                         {"0x1p3", "found '0x1p3'"}};
+    for (int k = 0; k < 5; k++) {
+        text = rows_text(20, "", "\n");
+        char *row = malloc(strlen(text) + 700), *q = row;
+        q += sprintf(q, "a header line\n%s,", bad[k][0]); /* line 1 may be a header */
+        for (int c = 1; c < 64; c++)
+            q += sprintf(q, "0,");
+        sprintf(q, "1\n%s", text);
+        p = write_gz("hex.csv.gz", row);
+        char w[200];
+        snprintf(w, sizeof w, "%s:2: column 1: expected a number (decimal digits), %s", p,
+                 bad[k][1]);
+        expect_digits_error(p, w);
+        free(text);
+        free(row);
+    }
+    /* a FIFO (no writer: the open must not block) and a device */
+    p = path_of("fifo.csv.gz");
+    assert_int_equal(mkfifo(p, 0600), 0);
+    expect_digits_error(p, "not a regular file (a FIFO)");
+    p = path_of("zero.csv.gz");
+    assert_int_equal(symlink("/dev/zero", p), 0);
+    expect_digits_error(p, "not a regular file (a character device)");
+    /* a gzip bomb: 65 MiB of zeros (65 KB compressed) */
+    p = path_of("bomb.csv.gz");
+    f = gzopen(p, "wb9");
+    char *zeros = calloc(1, 1 << 20);
+    for (int k = 0; k < 65; k++)
+        assert_int_equal(gzwrite(f, zeros, 1 << 20), 1 << 20);
+    gzclose(f);
+    free(zeros);
+    expect_digits_error(p, "decompresses to more than 67108864 bytes");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -413,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_digits_missing_and_short),
         cmocka_unit_test(test_digits_truncated),
         cmocka_unit_test(test_digits_corrupt),
+        cmocka_unit_test(test_digits_hostile),
         cmocka_unit_test(test_synthetic),
         cmocka_unit_test(test_fashion_real_files),
     };
