@@ -5,11 +5,17 @@
  * the build tree (build/ampc, or build/asan/ampc) uses runtime/ and the
  * libampcrt.a beside it.
  * $AMPC_RUNTIME_DIR names a folder holding both include/ and lib/ instead.
- * $CC and $CFLAGS are honoured, so a program can be built with sanitizers. */
+ * $CC and $CFLAGS are honoured, so a program can be built with sanitizers.
+ *
+ * The compiler runs through posix_spawnp with an argument vector, never a
+ * shell, so no path or flag is interpreted: $CC and $CFLAGS are split on
+ * blanks (spaces, tabs, newlines) into words, with no quoting or expansion
+ * (docs/codegen.md), and every path is one argument as given. */
 #include "codegen.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -70,6 +76,71 @@ static bool find_runtime(char *inc, char *lib, size_t cap, const char *argv0)
     return false;
 }
 
+typedef struct {
+    char **v;
+    int n, cap;
+} Argv;
+
+static void argv_add(Argv *a, const char *s)
+{
+    if (a->n + 2 > a->cap) {
+        a->cap = a->cap ? a->cap * 2 : 32;
+        a->v = realloc(a->v, sizeof(char *) * (size_t)a->cap);
+        if (!a->v)
+            DIE("out of memory");
+    }
+    if (!(a->v[a->n++] = strdup(s)))
+        DIE("out of memory");
+    a->v[a->n] = NULL;
+}
+
+/* The words of s, split on blanks: no quotes, escapes or expansions. */
+static void argv_split(Argv *a, const char *s)
+{
+    const char *blank = " \t\n\r\v\f";
+    while (*(s += strspn(s, blank))) {
+        size_t k = strcspn(s, blank);
+        char *w = strndup(s, k);
+        if (!w)
+            DIE("out of memory");
+        argv_add(a, w);
+        free(w);
+        s += k;
+    }
+}
+
+static void argv_free(Argv *a)
+{
+    for (int i = 0; i < a->n; i++)
+        free(a->v[i]);
+    free(a->v);
+}
+
+/* The command for a message: words with anything but [-+_./=:,@%A-Za-z0-9]
+ * in single quotes (shell style, for reading only; nothing runs it).
+ * Control bytes are shown as '?' so a path cannot drive the terminal. */
+static void print_command(FILE *f, const Argv *a)
+{
+    for (int i = 0; i < a->n; i++) {
+        const char *w = a->v[i];
+        bool plain = *w && strspn(w, "-+_./=:,@%ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                     "0123456789") == strlen(w);
+        fputs(i ? " " : "", f);
+        if (!plain)
+            fputc('\'', f);
+        for (const unsigned char *p = (const unsigned char *)w; *p; p++) {
+            if (*p == '\'')
+                fputs("'\\''", f);
+            else
+                fputc(*p < 0x20 || *p == 0x7f ? '?' : *p, f);
+        }
+        if (!plain)
+            fputc('\'', f);
+    }
+}
+
+extern char **environ;
+
 bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)
 {
     char inc[PATH_MAX], lib[PATH_MAX];
@@ -80,22 +151,50 @@ bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)
     }
     const char *cc = getenv("CC");
     const char *cflags = getenv("CFLAGS");
-    if (!cc || !*cc)
+    if (!cc || !cc[strspn(cc, " \t\n\r\v\f")])
         cc = "cc";
     if (!cflags)
         cflags = "-O2";
-    size_t cap = strlen(cc) + strlen(cflags) + strlen(inc) + strlen(lib) + strlen(c_file) +
-                 strlen(exe) + 256;
-    char *cmd = malloc(cap);
-    if (!cmd)
-        DIE("out of memory");
-    /* the flags are the user's to split, as make does */
-    snprintf(cmd, cap, "%s %s -std=c11 -I'%s' '%s' '%s' -lopenblas -lz -lm -o '%s'", cc, cflags,
-             inc, c_file, lib, exe);
-    int rc = system(cmd);
-    bool ok = rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0;
-    if (!ok)
-        diag_plain_error(d, "building the program failed: %s", cmd);
-    free(cmd);
+    Argv a = {0};
+    argv_split(&a, cc);
+    argv_split(&a, cflags);
+    argv_add(&a, "-std=c11");
+    argv_add(&a, "-I");
+    argv_add(&a, inc);
+    argv_add(&a, c_file);
+    argv_add(&a, lib);
+    argv_add(&a, "-lopenblas");
+    argv_add(&a, "-lz");
+    argv_add(&a, "-lm");
+    argv_add(&a, "-o");
+    argv_add(&a, exe);
+    fflush(NULL);
+    pid_t pid;
+    int err = posix_spawnp(&pid, a.v[0], NULL, NULL, a.v, environ);
+    int status = 0;
+    bool ok = false;
+    if (err) {
+        diag_plain_error(d, "cannot run the C compiler '%s': %s (set CC)", a.v[0], strerror(err));
+    } else {
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+            ;
+        ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    if (!ok && !err) {
+        char *cmd = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&cmd, &len);
+        if (!m)
+            DIE("out of memory");
+        print_command(m, &a);
+        fclose(m);
+        if (WIFEXITED(status))
+            diag_plain_error(d, "building the program failed (exit %d): %s", WEXITSTATUS(status), cmd);
+        else
+            diag_plain_error(d, "building the program failed (signal %d): %s",
+                             WIFSIGNALED(status) ? WTERMSIG(status) : 0, cmd);
+        free(cmd);
+    }
+    argv_free(&a);
     return ok;
 }

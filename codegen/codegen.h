@@ -27,4 +27,15 @@ bool cg_emit_c(FILE *out, const Graph *train);
  * tree or an installed prefix; $AMPC_RUNTIME_DIR overrides). */
 bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0);
 
+/* output.c: the files a compile writes, never destroying one on a failure
+ * (see output.c for the rules).  True (after an error naming both) when out
+ * is the same file as one of the inputs read into d. */
+bool cg_output_is_input(Diag *d, const char *out);
+/* Writes data to path: a regular file through a temporary file beside it
+ * and a rename, a device or FIFO in place. */
+bool cg_write_file(Diag *d, const char *path, const char *data, size_t len);
+/* Compiles the C source c_text (written to a private temporary directory)
+ * into the program exe, which is replaced only when the build succeeds. */
+bool cg_build_program(Diag *d, const char *c_text, size_t len, const char *exe, const char *argv0);
+
 #endif

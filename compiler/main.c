@@ -252,6 +252,10 @@ static Graph *load_ir(const Options *o, Diag *d, int *done)
     int after = dumped_after(diag_file(d, file));
     *done = after < 0 ? 0 : after;
     Graph *g = ir_read(d, file);
+    if (g && !train_settings_ok(g)) { /* a dump's train lines, as a model file's */
+        graph_free(g);
+        return NULL;
+    }
     /* A banner promises what the passes before it did: later passes rely on
      * every shape and dtype being known, so hold the file to it. */
     bool shapes = after >= pass_index("infer-shapes"), types = after >= pass_index("infer-types");
@@ -271,41 +275,49 @@ static Graph *load_ir(const Options *o, Diag *d, int *done)
     return g;
 }
 
-/* The compile-time settings a flag overrides in the train block. */
+/* The train-block setting a flag overrides, checked with the training
+ * program's own parser (the message names the flag). */
 static bool override_train(Graph *g, const char *key, const char *flag, const char *text)
 {
     if (!text)
         return true;
     ConfigVal *v = config_parse(g, flag, text);
-    if (!v)
+    if (!v || !train_flag_ok(g, key, v, flag))
         return false;
     graph_set_train_entry(g, key, v);
-    return train_setting_ok(g, key);
+    return true;
 }
 
-/* -S writes the C file; otherwise it is written next to the program,
- * compiled, and removed. */
+/* -S without -o: MODEL.c, the input's base name with its extension
+ * replaced by .c, in the current directory (as --help says). */
+static const char *default_c_path(const char *input, char *buf, size_t cap)
+{
+    const char *base = strrchr(input, '/') ? strrchr(input, '/') + 1 : input;
+    const char *dot = strrchr(base, '.');
+    int n = dot && dot != base ? (int)(dot - base) : (int)strlen(base);
+    snprintf(buf, cap, "%.*s.c", n, base);
+    return buf;
+}
+
+/* The C source is made in memory first, so a code generation error leaves
+ * every file as it was; then -S writes it (to -o, or MODEL.c) and -o builds
+ * the program (codegen/output.c: temporary files, never an input). */
 static bool generate(const Options *o, const Graph *g, Diag *d)
 {
-    char path[4096];
-    if (o->source_only)
-        snprintf(path, sizeof path, "%s", o->output ? o->output : "a.c");
-    else
-        snprintf(path, sizeof path, "%s.ampc.c", o->output);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        diag_plain_error(d, "cannot write '%s': %s", path, strerror(errno));
-        return false;
-    }
-    bool ok = cg_emit_c(f, g);
-    if (fclose(f) != 0 && ok) {
-        diag_plain_error(d, "cannot write '%s': %s", path, strerror(errno));
-        ok = false;
-    }
-    if (ok && !o->source_only)
-        ok = cg_build(d, path, o->output, o->argv0);
-    if (!o->source_only || !ok)
-        remove(path);
+    char *text = NULL, buf[4096];
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m)
+        DIE("out of memory");
+    bool ok = cg_emit_c(m, g);
+    if (fclose(m) != 0)
+        DIE("out of memory");
+    if (ok && o->source_only)
+        ok = cg_write_file(d, o->output ? o->output : default_c_path(o->input, buf, sizeof buf),
+                           text, len);
+    else if (ok)
+        ok = cg_build_program(d, text, len, o->output, o->argv0);
+    free(text);
     return ok;
 }
 
