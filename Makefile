@@ -18,7 +18,8 @@ DATA_DIR  := $(CURDIR)/build/data
 FILECHECK ?= $(firstword $(wildcard /usr/lib/llvm-14/bin/FileCheck) $(shell command -v FileCheck 2>/dev/null) FileCheck)
 export FILECHECK
 
-AMPC_CFLAGS := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iir -Igrammar -Ipasses -Icompiler \
+# -Wvla: no stack buffer may be sized by the input (a Concat can have millions of inputs).
+AMPC_CFLAGS := -std=c11 -Wall -Wextra -Werror -Wvla -D_GNU_SOURCE -Iir -Igrammar -Ipasses -Icompiler \
                -I$(BUILD)/gen -MMD -MP
 GEN_CFLAGS  := -Wno-unused-function -Wno-sign-compare -Wno-unused-parameter \
                -Wno-unused-but-set-variable -Wno-unknown-warning-option -Wno-unreachable-code

@@ -157,10 +157,12 @@ static Graph *graph_rebuild_copy(const Graph *g, const int *order, int count)
     ng->info = g->info;
     for (int k = 0; k < count; k++) {
         const Node *o = g->nodes[order[k]];
-        int in[o->nin ? o->nin : 1];
-        for (int j = 0; j < o->nin; j++)
-            in[j] = map[o->in[j]];
-        Node *c = graph_add(ng, o->op, in, o->nin, o->loc, o->frame);
+        /* inputs are renumbered in place: a buffer on the stack sized by
+         * the node's input count (a Concat may have millions) could
+         * overflow it */
+        Node *c = graph_add(ng, o->op, o->in, o->nin, o->loc, o->frame);
+        for (int j = 0; j < c->nin; j++)
+            c->in[j] = map[c->in[j]];
         for (int a = 0; a < op_info(o->op)->nattrs; a++) {
             c->attrs[a] = o->attrs[a];
             if (o->attrs[a].type == AT_STR)

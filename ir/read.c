@@ -422,9 +422,14 @@ static bool read_node(Reader *r)
     return true;
 }
 
-static bool read_train_value(Reader *r, ConfigVal *c);
+/* Train values nest (sgd(stages=cosine(...))) as deep as the text says:
+ * bound it, as the model language bounds its brackets, so that reading,
+ * copying and printing them cannot overflow the stack. */
+enum { READ_MAX_NESTING = 1000 };
 
-static bool read_train_call(Reader *r, ConfigVal *c)
+static bool read_train_value(Reader *r, ConfigVal *c, int depth);
+
+static bool read_train_call(Reader *r, ConfigVal *c, int depth)
 {
     Vec args = {0}, names = {0};
     bool ok = true;
@@ -442,7 +447,7 @@ static bool read_train_call(Reader *r, ConfigVal *c)
                     r->p = save;
             }
             ConfigVal *v = arena_alloc(&r->tmp, sizeof *v);
-            if (!read_train_value(r, v)) {
+            if (!read_train_value(r, v, depth + 1)) {
                 ok = false;
                 break;
             }
@@ -463,10 +468,13 @@ static bool read_train_call(Reader *r, ConfigVal *c)
     return ok;
 }
 
-static bool read_train_value(Reader *r, ConfigVal *c)
+static bool read_train_value(Reader *r, ConfigVal *c, int depth)
 {
     if (at_eol(r))
         return rd_error(r, here(r), "expected a value");
+    if (depth > READ_MAX_NESTING)
+        return rd_error(r, here(r), "value nested too deeply (more than %d levels)",
+                        READ_MAX_NESTING);
     char ch = *r->p;
     if (ch == '"') {
         c->kind = CV_STR;
@@ -489,7 +497,7 @@ static bool read_train_value(Reader *r, ConfigVal *c)
     if (accept(r, '(')) {
         c->kind = CV_CALL;
         c->s = w;
-        return read_train_call(r, c);
+        return read_train_call(r, c, depth);
     }
     if (strcmp(w, "true") == 0 || strcmp(w, "false") == 0) {
         c->kind = CV_BOOL;
@@ -535,7 +543,7 @@ static bool read_line(Reader *r, Vec *train)
         e->loc = at;
         e->key = word(r);
         e->val = arena_alloc(&r->tmp, sizeof(ConfigVal));
-        return e->key && expect(r, '=') && read_train_value(r, e->val);
+        return e->key && expect(r, '=') && read_train_value(r, e->val, 1);
     }
     if (strcmp(kw, "return") == 0) {
         do {
@@ -600,7 +608,7 @@ ConfigVal *config_parse(Graph *g, const char *what, const char *text)
     r.line_start = r.p;
     arena_init(&r.tmp);
     ConfigVal *v = arena_alloc(&r.tmp, sizeof *v), *out = NULL;
-    if (read_train_value(&r, v)) {
+    if (read_train_value(&r, v, 1)) {
         if (at_eol(&r) && r.p >= r.end)
             out = config_copy(&g->arena, v);
         else

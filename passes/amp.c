@@ -339,7 +339,10 @@ static void build(Amp *a, const Node *o)
         a->map[o->id] = c->id;
         return;
     }
-    int in[o->nin ? o->nin : 1];
+    /* on the heap: a Concat may have millions of inputs */
+    int *in = malloc(sizeof(int) * (size_t)(o->nin ? o->nin : 1));
+    if (!in)
+        DIE("out of memory");
     DType run = a->run[o->id];
     bool is_cast = o->op == OP_Cast || o->op == OP_amp_cast || o->op == OP_param_master;
     for (int j = 0; j < o->nin; j++) {
@@ -358,6 +361,7 @@ static void build(Amp *a, const Node *o)
         in[j] = v;
     }
     Node *c = copy_node(a, o, in, o->nin);
+    free(in);
     c->dtype = run;
     a->map[o->id] = c->id;
 }
