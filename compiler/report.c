@@ -9,6 +9,16 @@
 
 #include <string.h>
 
+/* *acc += e * k, saturating at INT64_MAX: a dump read with --from-ir is not
+ * re-inferred, and even shapes within AMPC_MAX_NUMEL add up past int64.
+ * report_print shows a saturated count as such. */
+static void add_sat(int64_t *acc, int64_t e, int64_t k)
+{
+    int64_t p;
+    if (__builtin_mul_overflow(e, k, &p) || __builtin_add_overflow(*acc, p, acc))
+        *acc = INT64_MAX;
+}
+
 void graph_stats(const Graph *g, GraphStats *s)
 {
     memset(s, 0, sizeof *s);
@@ -17,30 +27,36 @@ void graph_stats(const Graph *g, GraphStats *s)
         s->op_count[n->op]++;
         int64_t e = 0;
         if (n->op == OP_Param) {
-            if (n->shape.rank < 0 || !shape_numel_per_sample(&n->shape, &e))
+            if (n->shape.rank < 0)
                 continue;
+            if (!shape_numel_per_sample(&n->shape, &e))
+                e = INT64_MAX; /* counted as overflowing, not skipped */
             int k = node_param_kind(n);
             bool shadow = node_dtype_attr(n, PARAM_MASTER) == DT_F32 && n->dtype != DT_F32;
             if (k == PK_MOVING_MEAN || k == PK_MOVING_VAR)
-                s->aux += e, s->aux_tensors++;
+                add_sat(&s->aux, e, 1), s->aux_tensors++;
             else
-                s->trainable += e, s->trainable_tensors++;
+                add_sat(&s->trainable, e, 1), s->trainable_tensors++;
             if (shadow)
-                s->shadow += e, s->shadow_tensors++;
-            s->param_bytes += e * ((n->dtype ? dtype_size(n->dtype) : 4) + (shadow ? 4 : 0));
+                add_sat(&s->shadow, e, 1), s->shadow_tensors++;
+            add_sat(&s->param_bytes, e, (n->dtype ? dtype_size(n->dtype) : 4) + (shadow ? 4 : 0));
             continue;
         }
         if (n->op == OP_Cast || n->op == OP_amp_cast) {
             s->casts++;
             s->user_casts += n->op == OP_Cast;
             int64_t c;
-            if (shape_numel_per_sample(&n->shape, &c))
-                s->cast_bytes += c * (dtype_size(g->nodes[n->in[0]]->dtype) + dtype_size(n->dtype));
+            if (n->shape.rank >= 0 && !shape_numel_per_sample(&n->shape, &c))
+                c = INT64_MAX;
+            if (n->shape.rank >= 0)
+                add_sat(&s->cast_bytes, c, dtype_size(g->nodes[n->in[0]]->dtype) + dtype_size(n->dtype));
         }
         if (n->op == OP_Input)
             continue;
-        if (n->shape.rank >= 0 && shape_numel_per_sample(&n->shape, &e))
-            s->act_bytes += e * (n->dtype ? dtype_size(n->dtype) : 4);
+        if (n->shape.rank >= 0 && !shape_numel_per_sample(&n->shape, &e))
+            e = INT64_MAX;
+        if (n->shape.rank >= 0)
+            add_sat(&s->act_bytes, e, n->dtype ? dtype_size(n->dtype) : 4);
         if (n->shape.rank >= 0) {
             double fl = op_info(n->op)->flops(g, n);
             s->flops += fl;
@@ -63,9 +79,22 @@ static const char *human(double v, char *buf, size_t cap)
     return buf;
 }
 
-static const char *bytes(double v, char *buf, size_t cap)
+static const char *bytes(int64_t v, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%.2f MiB", v / (1024.0 * 1024.0));
+    if (v == INT64_MAX)
+        snprintf(buf, cap, "over 8 EiB (the count overflows int64)");
+    else
+        snprintf(buf, cap, "%.2f MiB", (double)v / (1024.0 * 1024.0));
+    return buf;
+}
+
+/* A count from add_sat. */
+static const char *count(int64_t v, char *buf, size_t cap)
+{
+    if (v == INT64_MAX)
+        snprintf(buf, cap, "over %lld (the count overflows int64)", (long long)INT64_MAX - 1);
+    else
+        snprintf(buf, cap, "%lld", (long long)v);
     return buf;
 }
 
@@ -89,26 +118,36 @@ void report_print(FILE *f, const Graph *g, int64_t batch)
         const Node *n = g->nodes[g->outputs[i]];
         fprintf(f, "  %-16s %s%s\n", n->name, dtype_short(n->dtype), shape_str(&n->shape, b1, sizeof b1));
     }
-    fprintf(f, "trainable parameters: %lld in %lld tensors\n", (long long)s.trainable,
+    fprintf(f, "trainable parameters: %s in %lld tensors\n", count(s.trainable, b1, sizeof b1),
             (long long)s.trainable_tensors);
-    fprintf(f, "aux state (BatchNorm moving statistics): %lld in %lld tensors\n", (long long)s.aux,
-            (long long)s.aux_tensors);
+    fprintf(f, "aux state (BatchNorm moving statistics): %s in %lld tensors\n",
+            count(s.aux, b1, sizeof b1), (long long)s.aux_tensors);
     if (s.shadow_tensors)
-        fprintf(f, "  stored as fp32 master + %s shadow: %lld in %lld tensors\n",
-                dtype_long(g->info.amp ? g->info.amp : DT_F16), (long long)s.shadow,
+        fprintf(f, "  stored as fp32 master + %s shadow: %s in %lld tensors\n",
+                dtype_long(g->info.amp ? g->info.amp : DT_F16), count(s.shadow, b1, sizeof b1),
                 (long long)s.shadow_tensors);
-    fprintf(f, "parameter bytes: %s\n", bytes((double)s.param_bytes, b1, sizeof b1));
+    fprintf(f, "parameter bytes: %s\n", bytes(s.param_bytes, b1, sizeof b1));
     fprintf(f, "forward FLOPs per sample: %sFLOP\n", human(s.flops, b1, sizeof b1));
-    fprintf(f, "activation bytes per sample: %s\n", bytes((double)s.act_bytes, b1, sizeof b1));
+    fprintf(f, "activation bytes per sample: %s\n", bytes(s.act_bytes, b1, sizeof b1));
     fprintf(f, "amp: %s\n", g->info.amp ? dtype_long(g->info.amp) : "off");
     fprintf(f, "casts: %d inserted, %d elided, %d remaining (%d the user's)\n",
             g->info.casts_inserted, g->info.casts_elided, s.casts, s.user_casts);
-    fprintf(f, "bytes converted per sample: %s\n", bytes((double)s.cast_bytes, b1, sizeof b1));
+    fprintf(f, "bytes converted per sample: %s\n", bytes(s.cast_bytes, b1, sizeof b1));
+    /* the objective of the cast placement (docs/amp.md), for both placements */
+    for (int i = 0; g->info.place_mode && i < 2; i++) {
+        const int64_t *p = i ? g->info.place_greedy : g->info.place_optimal;
+        fprintf(f, "placement cost per sample, %s%s: %lld bytes converted, %lld bytes moved in "
+                   "fp32 by follow/widest ops\n",
+                i ? "greedy" : "optimal", g->info.place_mode == 1 + i ? " (used)" : "",
+                (long long)p[0], (long long)p[1]);
+    }
     fprintf(f, "forward FLOPs in 16 bits: %.2f%%\n",
             s.flops > 0 ? 100.0 * s.low_flops / s.flops : 0.0);
     if (batch > 0) {
         fprintf(f, "at batch %lld: forward %sFLOP, activations %s\n", (long long)batch,
                 human(s.flops * (double)batch, b1, sizeof b1),
-                bytes((double)s.act_bytes * (double)batch, b2, sizeof b2));
+                bytes(__builtin_mul_overflow(s.act_bytes, batch, &s.act_bytes) ? INT64_MAX
+                                                                              : s.act_bytes,
+                      b2, sizeof b2));
     }
 }

@@ -154,6 +154,11 @@ bool shape_equal(const Shape *a, const Shape *b);
 /* Elements per sample: the product with N taken as 1 (a multiple kN counts
  * k). Returns false on overflow. */
 bool shape_numel_per_sample(const Shape *s, int64_t *out);
+/* The most elements per sample a tensor may have: 2^60, so that its bytes
+ * in any dtype (8 at most) fit int64.  Shape inference refuses more. */
+#define AMPC_MAX_NUMEL ((int64_t)1 << 60)
+/* Whether s (known) has at most AMPC_MAX_NUMEL elements per sample. */
+bool shape_size_ok(const Shape *s);
 /* Elements with N bound to batch (batch >= 1). */
 int64_t shape_numel(const Shape *s, int64_t batch);
 /* "[N,3,224,224]", "[]", or "" for unknown; returns buf. */

@@ -58,6 +58,12 @@ bool shape_numel_per_sample(const Shape *s, int64_t *out)
     return true;
 }
 
+bool shape_size_ok(const Shape *s)
+{
+    int64_t n;
+    return s->rank < 0 || (shape_numel_per_sample(s, &n) && n <= AMPC_MAX_NUMEL);
+}
+
 int64_t shape_numel(const Shape *s, int64_t batch)
 {
     int64_t n = 1;

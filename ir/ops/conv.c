@@ -119,12 +119,13 @@ bool conv_shape(Graph *g, Node *n)
 double conv_flops(const Graph *g, const Node *n)
 {
     const Node *w = in_node(g, n, 1);
-    int64_t out, per_out = 1;
+    int64_t out;
+    double per_out = 1; /* in double: a FLOP count may exceed int64 */
     if (!shape_numel_per_sample(&n->shape, &out) || w->shape.rank < 2)
         return 0;
     for (int i = 1; i < w->shape.rank; i++)
-        per_out *= w->shape.d[i];
-    return 2.0 * (double)out * (double)per_out + (n->nin > 2 ? (double)out : 0);
+        per_out *= (double)w->shape.d[i];
+    return 2.0 * (double)out * per_out + (n->nin > 2 ? (double)out : 0);
 }
 
 bool fc_shape(Graph *g, Node *n)
