@@ -17,6 +17,8 @@
  * crc32) and a payload that parses to its exact end; then the parameter
  * table must match the model's (count, names, shapes).
  */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
@@ -754,4 +756,64 @@ bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name,
                 "does not use (%s)\n", name, ck_adam ? "Adam state (mean, var)" : "momentum",
                 unused, t->state2 ? "Adam" : t->state ? "another optimizer" : "momentum 0");
     return true;
+}
+
+/* ---- the files of a save directory ------------------------------------------------ */
+
+/* The epoch number of a checkpoint file name "<model>-NNNN.params" (at least
+ * four digits), followed by exactly `tail`; -1 when name is not one. */
+static int64_t ckpt_number(const char *name, const char *model, const char *tail)
+{
+    size_t ml = strlen(model);
+    if (strncmp(name, model, ml) != 0 || name[ml] != '-')
+        return -1;
+    const char *p = name + ml + 1;
+    size_t digits = strspn(p, "0123456789");
+    if (digits < 4 || digits > 12 || strncmp(p + digits, ".params", 7) != 0 ||
+        strcmp(p + digits + 7, tail) != 0)
+        return -1;
+    return strtoll(p, NULL, 10);
+}
+
+/* mkstemp's six characters */
+static bool mkstemp_suffix(const char *s)
+{
+    if (strlen(s) != 6)
+        return false;
+    for (int i = 0; i < 6; i++)
+        if (!isalnum((unsigned char)s[i]))
+            return false;
+    return true;
+}
+
+int rt_checkpoint_clean_stale(const char *dir, const char *model, FILE *note, const char *prog)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        /* "<model>-NNNN.params.tmp.XXXXXX", exactly what rt_checkpoint_save makes */
+        const char *t = strstr(e->d_name, ".params.tmp.");
+        if (!t || !mkstemp_suffix(t + 12))
+            continue;
+        char tail[32];
+        snprintf(tail, sizeof tail, ".tmp.%s", t + 12);
+        if (ckpt_number(e->d_name, model, tail) < 0)
+            continue;
+        char path[4200];
+        struct stat st;
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path ||
+            lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || rt_is_input(path))
+            continue;
+        if (unlink(path) == 0) {
+            removed++;
+            if (note)
+                fprintf(note, "%s: note: removed %s, a temporary checkpoint file left by a run "
+                        "that stopped while saving\n", prog, path);
+        }
+    }
+    closedir(d);
+    return removed;
 }

@@ -52,28 +52,33 @@ static const char *kind_of(mode_t m)
            : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a plain file";
 }
 
+/* "WHAT PATH" or, without a what, "PATH" */
+static void name_of(char *dst, size_t cap, const char *what, const char *path)
+{
+    snprintf(dst, cap, "%s%s%s", what ? what : "", what ? " " : "", path);
+}
+
 int rt_open_input(const char *path, const char *what, int64_t *size, char *err, size_t errlen)
 {
+    char name[4200];
+    name_of(name, sizeof name, what, path);
     /* O_NONBLOCK: opening a FIFO without a writer would wait forever */
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot open %s %s: %s", what, path, strerror(errno));
-        return -1;
-    }
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        snprintf(err, errlen, "cannot open %s %s: %s", what, path, strerror(errno));
-        close(fd);
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "cannot open %s: %s", name, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s %s: not a regular file (%s)", what, path, kind_of(st.st_mode));
+        snprintf(err, errlen, "%s: not a regular file (%s)", name, kind_of(st.st_mode));
         close(fd);
         return -1;
     }
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
-        snprintf(err, errlen, "cannot open %s %s: %s", what, path, strerror(errno));
+        snprintf(err, errlen, "cannot open %s: %s", name, strerror(errno));
         close(fd);
         return -1;
     }

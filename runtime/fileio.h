@@ -19,12 +19,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Opens path for reading (what: "checkpoint", "data file", ... for
- * messages).  Refuses anything that is not a regular file without
+/* Opens path for reading (what: "checkpoint", ... for messages, or NULL).  Refuses anything that is not a regular file without
  * blocking: open with O_NONBLOCK, fstat, then O_NONBLOCK is cleared.  The
  * file's size goes to *size (may be NULL) and its identity to the input
- * list.  Returns the descriptor, or -1 with "cannot open WHAT PATH: ..." or
- * "WHAT PATH: not a regular file (...)" in err. */
+ * list.  Returns the descriptor, or -1 with "cannot open [WHAT ]PATH: ..." or
+ * "[WHAT ]PATH: not a regular file (a FIFO)" in err. */
 int rt_open_input(const char *path, const char *what, int64_t *size, char *err, size_t errlen);
 
 /* Forgets the inputs noted so far (the start of a run). */
@@ -59,5 +58,13 @@ bool rt_out_open(RtOutFile *o, const char *path, const char *what, char *err, si
 bool rt_out_commit(RtOutFile *o, const char *what, char *err, size_t errlen);
 /* Closes without committing: removes the temporary file, if any. */
 void rt_out_abort(RtOutFile *o);
+
+/* ---- checkpoint.c: the files of a save directory ---------------------------- */
+
+/* Removes from dir the temporary files of interrupted checkpoint saves of
+ * this model: regular files named exactly "<model>-NNNN.params.tmp.XXXXXX"
+ * (rt_checkpoint_save's mkstemp pattern), nothing else.  Each is noted on
+ * note.  Returns how many. */
+int rt_checkpoint_clean_stale(const char *dir, const char *model, FILE *note, const char *prog);
 
 #endif /* AMPC_FILEIO_H */

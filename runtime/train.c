@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "data/data_ext.h"
+#include "fileio.h"
 #include "kernels/half.h"
 #include "train.h"
 
@@ -1409,12 +1410,46 @@ static int open_data(const RtModel *m, const RtTrainOptions *o, uint64_t seed, i
     return 0;
 }
 
+/* An image source's [C, H, W] against the model's input: equal once the
+ * dimensions of size 1 are dropped from both (1x64 images are not 8x8 ones,
+ * though both hold 64 values).  A flat (rank 1) input takes any image.
+ * Returns 0, or 2 with a message. */
+static int check_image_shape(const RtModel *m, const RtDataset *ds, const RtTrainOptions *o,
+                             FILE *err)
+{
+    if (!ds->image[0] || m->data_rank <= 1)
+        return 0;
+    int64_t a[RT_MAX_RANK + 3], b[3];
+    int na = 0, nb = 0;
+    for (int d = 0; d < m->data_rank; d++)
+        if (m->data_shape[d] != 1)
+            a[na++] = m->data_shape[d];
+    for (int d = 0; d < 3; d++)
+        if (ds->image[d] != 1)
+            b[nb++] = ds->image[d];
+    bool same = na == nb;
+    for (int d = 0; same && d < na; d++)
+        same = a[d] == b[d];
+    if (same)
+        return 0;
+    char ms[160] = "";
+    size_t at = 0;
+    for (int d = 0; d < m->data_rank && at < sizeof ms; d++)
+        at += (size_t)snprintf(ms + at, sizeof ms - at, "%s%lld", d ? "x" : "",
+                               (long long)m->data_shape[d]);
+    fprintf(err, "%s: data %s: its images are %lldx%lldx%lld (channels x rows x columns); model "
+            "%s takes %s per sample\n", o->prog, ds->name, (long long)ds->image[0],
+            (long long)ds->image[1], (long long)ds->image[2], m->name, ms);
+    return 2;
+}
+
 /* ---- --json-log: one JSON object per event, per line (JSON Lines) ------------ */
 
 typedef struct {
     FILE *f;
     double t0;
     bool comma; /* a member precedes: the next needs a comma */
+    int werr;   /* errno of the first failed write (a full disk): the run stops; 0: none */
 } JLog;
 
 static void jl_raw_str(FILE *f, const char *s)
@@ -1542,7 +1577,19 @@ static void jl_end(JLog *j)
     if (!j->f)
         return;
     fputs("}\n", j->f);
-    fflush(j->f);
+    if ((fflush(j->f) != 0 || ferror(j->f)) && !j->werr)
+        j->werr = errno ? errno : EIO;
+}
+
+/* A failed write of the JSON log is an error: a log cut mid-object must
+ * not end in exit status 0.  Says so once; true when it failed. */
+static bool jl_failed(const JLog *j, const RtTrainOptions *o, FILE *err)
+{
+    if (!j->werr)
+        return false;
+    fprintf(err, "%s: --json-log %s: write error: %s\n", o->prog, o->json_log,
+            strerror(j->werr));
+    return true;
 }
 
 /* "key": {"accuracy": .., "cross_entropy": .., "top_k_accuracy_5": ..} */
@@ -1888,6 +1935,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     memset(&run, 0, sizeof run);
     char msg[1024];
     int rc = 0;
+    rt_inputs_reset(); /* the files this run reads: no output may be one of them */
     if (!m->train_step || !m->infer_step) {
         fprintf(err, "%s: model %s has no %s step (a model needs a loss head to train)\n",
                 o->prog, m->name, m->train_step ? "inference" : "train");
@@ -1922,6 +1970,8 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         fprintf(err, "%s: %s\n", o->prog, msg);
         return 2;
     }
+    if (o->save_dir) /* what a run killed while saving left (docs/training.md, Writing) */
+        rt_checkpoint_clean_stale(o->save_dir, m->name, err, o->prog);
     /* a checkpoint first: its seed decides the data */
     uint64_t seed = o->seed;
     if (o->resume) {
@@ -1935,7 +1985,8 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     int64_t sample = 1;
     for (int i = 0; i < m->data_rank; i++)
         sample *= m->data_shape[i];
-    if ((rc = open_data(m, o, seed, sample, &run.ds, err)) != 0) {
+    if ((rc = open_data(m, o, seed, sample, &run.ds, err)) != 0 ||
+        (rc = check_image_shape(m, &run.ds, o, err)) != 0) {
         run_free(&run);
         return rc;
     }
@@ -1986,7 +2037,18 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         t->ctx.check_node = 1;
     }
     JLog jl = {.t0 = now_s()};
+    const char *clash = o->json_log && rt_is_input(o->json_log) ? "--json-log"
+                        : o->dump_state && rt_is_input(o->dump_state) ? "--dump-state"
+                                                                      : NULL;
+    if (clash) {
+        fprintf(err, "%s: %s %s: this file is one of the run's inputs; refusing to overwrite "
+                "it\n", o->prog, clash, clash[2] == 'j' ? o->json_log : o->dump_state);
+        run_free(&run);
+        return 2;
+    }
     if (o->json_log) {
+        /* written as the run goes (a log of a killed run is still read), so
+         * not through a temporary file; a device or FIFO works as well */
         jl.f = fopen(o->json_log, "w");
         if (!jl.f) {
             fprintf(err, "%s: --json-log: cannot open %s: %s\n", o->prog, o->json_log,
@@ -2028,9 +2090,15 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         }
         ls.skipped = rs->ls.skipped;
         ls.nonfinite = rs->ls.nonfinite;
-        if (rs->ls.mode == ls.mode && ls.mode == RT_LS_DYNAMIC)
+        if (rs->ls.mode == ls.mode && ls.mode == RT_LS_DYNAMIC) {
             ls.s = rs->ls.s;
-        else if (rs->ls.mode != ls.mode)
+            if (ls.s.tracker >= ls.rule.interval) { /* a shorter interval than the saved run's */
+                fprintf(err, "%s: note: the checkpoint's count of clean steps (%d) reaches this "
+                        "run's growth interval (%d): the scale grows after the next clean "
+                        "step\n", o->prog, (int)ls.s.tracker, (int)ls.rule.interval);
+                ls.s.tracker = ls.rule.interval - 1;
+            }
+        } else if (rs->ls.mode != ls.mode)
             fprintf(err, "%s: note: the checkpoint's loss scale is %s, this run's %s: the "
                     "scale starts at %g\n", o->prog, rt_loss_scale_mode_name(rs->ls.mode),
                     rt_loss_scale_mode_name(ls.mode), (double)ls.s.scale);
@@ -2095,6 +2163,11 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         jl_int(&jl, "num_update", (long long)num_update);
         jl_num(&jl, "loss_scale", ls.s.scale);
         jl_end(&jl);
+    }
+    if (jl_failed(&jl, o, err)) {
+        fflush(out);
+        run_free(&run);
+        return 1;
     }
     int64_t run_steps = 0; /* steps of this run (the profile skips the first) */
 
@@ -2289,6 +2362,10 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 pf->step_sec += now - ph0;
                 pf->steps++;
             }
+            if (jl_failed(&jl, o, err)) {
+                rc = 1;
+                goto done;
+            }
         }
         double cost = now_s() - t0;
         r.train_accuracy = metric_acc(&global);
@@ -2360,6 +2437,10 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         jl_str(&jl, "checkpoint", o->save_dir ? run.path : NULL);
         jl_metrics(&jl, "validation", m, &val);
         jl_end(&jl);
+        if (jl_failed(&jl, o, err)) {
+            rc = 1;
+            goto done;
+        }
     }
 final:
     if (!validated) {
@@ -2380,6 +2461,8 @@ final:
     jl_end(&jl);
     if (pf)
         prof_report(pf, out, &jl);
+    if (jl_failed(&jl, o, err))
+        rc = 1;
 done:
     r.steps = step;
     r.num_update = num_update;
@@ -2390,7 +2473,13 @@ done:
     r.val_top_k = metric_topk(&val);
     if (res)
         *res = r;
-    fflush(out);
+    /* the text log is checked too: a run whose log was lost is not a success */
+    errno = 0;
+    if ((fflush(out) != 0 || ferror(out)) && rc == 0) {
+        fprintf(err, "%s: cannot write the log to standard output%s%s\n", o->prog,
+                errno ? ": " : "", errno ? strerror(errno) : "");
+        rc = 1;
+    }
     run_free(&run);
     return rc;
 }

@@ -368,6 +368,7 @@ typedef struct RtDataset {
     float *x, *y;          /* digits: every row [ntrain + nval, sample_size], labels; file order
                               (idx, cifar10: x is a byte block, data_ext.h) */
     uint64_t seed;         /* synthetic */
+    int64_t image[3];      /* [C, H, W] of an image source (digits [1, 8, 8]); all 0: none */
     /* Copies samples idx[0..n) of a split into x [n, sample_size] and y [n]. */
     void (*fill)(const struct RtDataset *ds, RtSplit split, const int64_t *idx, int64_t n,
                  float *x, float *y);

@@ -92,7 +92,7 @@ bool rt_data_cifar10(RtDataset *ds, const char *dir, char *err, size_t errlen)
     for (int k = 0; k < NFILES; k++) {
         /* a regular file only, opened without blocking (fileio.h) */
         int64_t size;
-        int fd = rt_open_input(path[k], "data file", &size, err, errlen);
+        int fd = rt_open_input(path[k], NULL, &size, err, errlen);
         if (fd < 0)
             goto out;
         f[k] = fdopen(fd, "rb");
@@ -140,6 +140,8 @@ bool rt_data_cifar10(RtDataset *ds, const char *dir, char *err, size_t errlen)
     }
     ds->name = "cifar10";
     ds->sample_size = RT_CIFAR10_PIXELS;
+    ds->image[0] = 3;
+    ds->image[1] = ds->image[2] = 32;
     ds->classes = RT_CIFAR10_CLASSES;
     ds->nval = recs[NFILES - 1];
     ds->ntrain = total - ds->nval;

@@ -135,7 +135,7 @@ bool rt_data_digits(RtDataset *ds, const char *path, char *err, size_t errlen)
     memset(ds, 0, sizeof *ds);
     /* a regular file only (a FIFO would block, /dev/zero never ends), whose
      * gzip framing is whole (zlib ignores trailing bytes) */
-    int fd = rt_open_input(path, "data file", NULL, err, errlen);
+    int fd = rt_open_input(path, NULL, NULL, err, errlen);
     if (fd < 0)
         return false;
     if (!rt_gz_check(fd, path, DIGITS_MAX_BYTES, err, errlen)) {
@@ -230,6 +230,8 @@ bool rt_data_digits(RtDataset *ds, const char *path, char *err, size_t errlen)
     int64_t nval = n / RT_DIGITS_VAL_EVERY;
     ds->name = "digits";
     ds->sample_size = RT_DIGITS_PIXELS;
+    ds->image[0] = 1;
+    ds->image[1] = ds->image[2] = 8;
     ds->classes = RT_DIGITS_CLASSES;
     ds->ntrain = n - nval;
     ds->nval = nval;

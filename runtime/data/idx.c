@@ -102,7 +102,7 @@ static bool idx_open(IdxIn *in, const char *path, int want_rank, char *err, size
     memset(in, 0, sizeof *in);
     in->path = path;
     /* a regular file only: a FIFO would block, a device never end */
-    in->fd = rt_open_input(path, "data file", NULL, err, errlen);
+    in->fd = rt_open_input(path, NULL, NULL, err, errlen);
     if (in->fd < 0)
         return false;
     errno = 0;
@@ -266,6 +266,9 @@ static bool idx_load(RtDataset *ds, const char *train_images, const char *train_
     }
     ds->name = "idx";
     ds->sample_size = size;
+    ds->image[0] = 1;
+    ds->image[1] = in[0].dim[1];
+    ds->image[2] = in[0].dim[2];
     ds->classes = classes;
     ds->ntrain = ntrain;
     ds->nval = nval;
