@@ -14,6 +14,7 @@ Graph *frontend_elaborate(Diag *d, const char *path, const char *text, size_t le
 typedef struct {
     const char *amp;          /* --amp=off|float16|bfloat16, or NULL: the train block's */
     const char *amp_fp16, *amp_fp32, *amp_exclude;
+    const char *amp_placement; /* --amp-placement=optimal|greedy, or NULL: optimal */
     bool explain;             /* --explain[=NAME] */
     const char *explain_name;
     FILE *out;                /* where --explain prints */
@@ -33,9 +34,15 @@ int pass_index(const char *name); /* -1 if unknown */
 Graph *frontend_compile(Diag *d, const char *path, const char *text, size_t len,
                         const PassOptions *o);
 
-/* Checks a compile-time train setting (optimizer, loss_scale) names what
- * ampc knows; reports at the entry and returns false otherwise. */
+/* The train block's values, checked with the training program's own parsers
+ * (runtime/settings.c), in order, as the program applies them: an unknown or
+ * repeated key, or a value the program would refuse, is reported at its
+ * entry.  frontend_elaborate runs it; main.c again after --from-ir. */
+bool train_settings_ok(const Graph *g);
+/* The same for the entry of one key (true when there is none). */
 bool train_setting_ok(const Graph *g, const char *key);
+/* The same for v, given for key by an ampc flag (the message names flag). */
+bool train_flag_ok(const Graph *g, const char *key, const ConfigVal *v, const char *flag);
 
 /* Resolves the AMP settings: flags first, then the train block. */
 bool amp_options_resolve(const Graph *g, const PassOptions *po, AmpOptions *out);

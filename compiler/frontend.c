@@ -1,13 +1,21 @@
 /* frontend.c - the front end as one call: load and parse (grammar/), then
  * elaborate (passes/), and the list of passes that follow. */
 #include "driver.h"
+#include "../runtime/settings.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static bool run_infer_shapes(Graph **g, const PassOptions *o) { (void)o; return infer_shapes(*g); }
-static bool run_infer_types(Graph **g, const PassOptions *o) { (void)o; return infer_types(*g); }
-static bool run_cast_elide(Graph **g, const PassOptions *o) { (void)o; return cast_elide(g); }
+/* With AMP on, infer-types leaves mixed dtypes to the amp pass's casts. */
+static bool run_infer_types(Graph **g, const PassOptions *o)
+{
+    AmpOptions ao;
+    if (!amp_options_resolve(*g, o, &ao))
+        return false;
+    (*g)->info.amp = ao.target;
+    return infer_types(*g);
+}
 static bool run_autodiff(Graph **g, const PassOptions *o) { (void)o; return autodiff(g); }
 /* the training graph and the inference graph */
 static bool run_train_cast_elide(Graph **g, const PassOptions *o)
@@ -20,16 +28,72 @@ static bool run_train_cast_elide(Graph **g, const PassOptions *o)
     return ok;
 }
 
-static void print_explain(const Graph *g, const PassOptions *o)
+/* --explain's "(SOURCE -> READERS)" for casts and parameters, from the final
+ * graph: the reader with the smallest name (independent of storage order),
+ * "the output", and how many more. */
+static void print_flow(FILE *out, const Graph *g, const Node *n, const int *count,
+                       const char **first)
 {
+    bool cast = n->op == OP_Cast || n->op == OP_amp_cast || n->op == OP_param_master;
+    if (!cast && n->op != OP_Param)
+        return;
+    fprintf(out, " (%s%s-> ", cast ? g->nodes[n->in[0]]->name : "", cast ? " " : "");
+    int c = count[n->id];
+    fputs(first[n->id] ? first[n->id] : c ? "the output" : "nothing", out);
+    if (c > 1)
+        fprintf(out, " and %d more", c - 1);
+    fputc(')', out);
+}
+
+/* --explain: why each node of the final forward graph (after cast-elide)
+ * has its dtype; --explain=NAME also answers for a node cast-elide removed. */
+static bool print_explain(const Graph *g, const PassOptions *o)
+{
+    FILE *out = o->out ? o->out : stdout;
+    const char *name = o->explain_name;
+    if (name && !graph_find(g, name)) {
+        for (int i = 0; i < g->nelided; i++)
+            if (strcmp(g->elided[i].name, name) == 0) {
+                fprintf(out, "%-40s %s\n", name, g->elided[i].why);
+                return true;
+            }
+        diag_plain_error(g->diag, "--explain: no node named '%s' (see --dump=cast-elide for names)",
+                         name);
+        return false;
+    }
+    int *count = calloc((size_t)g->nnodes + 1, sizeof(int));
+    const char **first = calloc((size_t)g->nnodes + 1, sizeof(char *));
+    if (!count || !first)
+        DIE("out of memory");
+    for (int i = 0; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++) {
+            int v = g->nodes[i]->in[j];
+            if (j && g->nodes[i]->in[j - 1] == v)
+                continue; /* one reader, read twice */
+            count[v]++;
+            if (!first[v] || strcmp(g->nodes[i]->name, first[v]) < 0)
+                first[v] = g->nodes[i]->name;
+        }
+    for (int i = 0; i < g->noutputs; i++)
+        count[g->outputs[i]]++;
     int *order = graph_canonical_order(g);
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[order[i]];
-        if (!g->why[n->id] || (o->explain_name && strcmp(o->explain_name, n->name) != 0))
+        if (!g->why[n->id] || (name && strcmp(name, n->name) != 0))
             continue;
-        fprintf(o->out ? o->out : stdout, "%-40s %s\n", n->name, g->why[n->id]);
+        fprintf(out, "%-40s %s", n->name, g->why[n->id]);
+        print_flow(out, g, n, count, first);
+        fputc('\n', out);
     }
     free(order);
+    free(count);
+    free(first);
+    return true;
+}
+
+static bool run_cast_elide(Graph **g, const PassOptions *o)
+{
+    return cast_elide(g) && (!o->explain || !(*g)->why || print_explain(*g, o));
 }
 
 static bool run_amp(Graph **g, const PassOptions *o)
@@ -38,15 +102,7 @@ static bool run_amp(Graph **g, const PassOptions *o)
     if (!train_setting_ok(*g, "optimizer") || !train_setting_ok(*g, "loss_scale") ||
         !amp_options_resolve(*g, o, &ao))
         return false;
-    if (o && o->explain_name && !graph_find(*g, o->explain_name)) {
-        diag_plain_error((*g)->diag, "--explain: no node named '%s'", o->explain_name);
-        return false;
-    }
-    if (!amp(g, &ao))
-        return false;
-    if (ao.explain)
-        print_explain(*g, o);
-    return true;
+    return amp(g, &ao);
 }
 
 const PassDesc pass_pipeline[] = {
@@ -78,6 +134,11 @@ Graph *frontend_elaborate(Diag *d, const char *path, const char *text, size_t le
     if (ast_load(&ast, d, path, text, len, &prog))
         g = elaborate(&prog, d, opt);
     arena_free(&ast);
+    /* a value the training program would refuse is refused here, at its entry */
+    if (g && !train_settings_ok(g)) {
+        graph_free(g);
+        g = NULL;
+    }
     return g;
 }
 
@@ -118,6 +179,13 @@ bool amp_options_resolve(const Graph *g, const PassOptions *po, AmpOptions *out)
         po = &none;
     *out = (AmpOptions){.fp16_ops = po->amp_fp16, .fp32_ops = po->amp_fp32,
                         .exclude = po->amp_exclude, .explain = po->explain};
+    if (po->amp_placement && strcmp(po->amp_placement, "greedy") == 0) {
+        out->placement = AMP_PLACE_GREEDY;
+    } else if (po->amp_placement && strcmp(po->amp_placement, "optimal") != 0) {
+        diag_plain_error(g->diag, "--amp-placement must be optimal or greedy, not '%s'",
+                         po->amp_placement);
+        return false;
+    }
     const ConfigEntry *e = train_entry(g, "amp");
     if (po->amp) {
         out->target = strcmp(po->amp, "off") == 0 ? DT_UNKNOWN : amp_target(po->amp);
@@ -149,40 +217,92 @@ bool amp_options_resolve(const Graph *g, const PassOptions *po, AmpOptions *out)
     return true;
 }
 
-static bool is_call_or_sym(const ConfigVal *v, const char *const *names)
+/* The text the program's train_defaults hold for v: codegen/c.c writes
+ * config_print's form, so the program parses exactly this. */
+static char *config_text(const ConfigVal *v)
 {
-    if (v->kind != CV_SYM && v->kind != CV_CALL)
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m)
+        DIE("out of memory");
+    config_print(m, v);
+    if (fclose(m) != 0 || !text)
+        DIE("out of memory");
+    return text;
+}
+
+/* Applies one value to o with the program's own parser (runtime/settings.c).
+ * False with a message in err: an unknown key or a value the program would
+ * refuse. */
+static bool setting_apply(RtTrainOptions *o, const char *key, const ConfigVal *v, char *err,
+                          size_t errlen)
+{
+    const RtSetting *s = rt_setting_by_key(key);
+    if (!s) {
+        snprintf(err, errlen, "unknown train setting '%s'", key);
         return false;
-    for (; *names; names++)
-        if (strcmp(v->s, *names) == 0)
-            return true;
-    return false;
+    }
+    char *text = config_text(v);
+    bool ok = rt_setting_apply(o, s, text, RT_FROM_TRAIN, err, errlen);
+    free(text); /* o may point into it: o is thrown away unread */
+    return ok;
+}
+
+/* msg as it is when it names the key already, else after "train setting 'KEY': ". */
+static void report_setting(const Graph *g, const ConfigEntry *e, const char *msg)
+{
+    bool whole = !rt_setting_by_key(e->key) || strncmp(msg, "train setting", 13) == 0;
+    const char *pre = whole ? "" : "train setting '", *key = whole ? "" : e->key,
+               *post = whole ? "" : "': ";
+    if (e->loc.file >= 0)
+        diag_error(g->diag, e->loc, "%s%s%s%s", pre, key, post, msg);
+    else
+        diag_plain_error(g->diag, "%s%s%s%s", pre, key, post, msg);
+}
+
+bool train_settings_ok(const Graph *g)
+{
+    RtTrainOptions o;
+    rt_train_options_default(&o);
+    bool ok = true;
+    char msg[1024];
+    for (int i = 0; i < g->ntrain; i++) {
+        const ConfigEntry *e = &g->train[i];
+        for (int j = 0; j < i; j++)
+            if (strcmp(g->train[j].key, e->key) == 0) {
+                char twice[256];
+                snprintf(twice, sizeof twice, "train setting '%s' given twice", e->key);
+                report_setting(g, e, twice);
+                ok = false;
+            }
+        if (!setting_apply(&o, e->key, e->val, msg, sizeof msg)) {
+            report_setting(g, e, msg);
+            ok = false;
+        }
+    }
+    return ok;
 }
 
 bool train_setting_ok(const Graph *g, const char *key)
 {
     const ConfigEntry *e = train_entry(g, key);
-    if (!e)
+    RtTrainOptions o;
+    rt_train_options_default(&o);
+    char msg[1024];
+    if (!e || setting_apply(&o, key, e->val, msg, sizeof msg))
         return true;
-    static const char *const optimizers[] = {"sgd", "nag", "adam", NULL};
-    static const char *const scales[] = {"dynamic", "off", NULL};
-    const ConfigVal *v = e->val;
-    bool ok = true;
-    const char *want = "";
-    if (strcmp(key, "optimizer") == 0) {
-        ok = is_call_or_sym(v, optimizers);
-        want = "sgd(...), nag(...) or adam(...)";
-    } else if (strcmp(key, "loss_scale") == 0) {
-        ok = is_call_or_sym(v, scales) || ((v->kind == CV_INT || v->kind == CV_FLOAT) &&
-                                           (v->kind == CV_INT ? v->i > 0 : v->f > 0));
-        want = "dynamic, dynamic(init=..., growth=..., backoff=..., interval=..., min=..., max=...), "
-               "off or a positive number";
-    }
-    if (ok)
+    report_setting(g, e, msg);
+    return false;
+}
+
+bool train_flag_ok(const Graph *g, const char *key, const ConfigVal *v, const char *flag)
+{
+    RtTrainOptions o;
+    rt_train_options_default(&o);
+    char msg[1024];
+    if (setting_apply(&o, key, v, msg, sizeof msg))
         return true;
-    if (e->loc.file >= 0)
-        diag_error(g->diag, e->loc, "%s must be %s", key, want);
-    else
-        diag_plain_error(g->diag, "%s must be %s", key, want);
+    diag_plain_error(g->diag, "%s: %s", flag, msg);
     return false;
 }

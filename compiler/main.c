@@ -52,6 +52,9 @@ static void usage(FILE *f)
           "  --amp-fp16=Op,...       run these ops in the low precision\n"
           "  --amp-fp32=Op,...       run these ops in fp32\n"
           "  --amp-exclude=name,...  keep these nodes in fp32\n"
+          "  --amp-placement=optimal|greedy\n"
+          "                          dtypes of follow/widest ops: fewest bytes converted\n"
+          "                          (default), or each follows its inputs\n"
           "  --explain[=NAME]        say why each node (or NAME) got its dtype\n"
           "  --report                op counts, parameters, FLOPs, activation bytes, casts\n"
           "  --verify                check IR invariants after every pass\n"
@@ -80,7 +83,7 @@ static bool parse_int(const char *s, int64_t *out)
 static int parse_options(int argc, char **argv, Options *o, Diag *d)
 {
     enum { O_DUMP = 256, O_DUMP_DIR, O_DUMP_FORMAT, O_FROM_IR, O_BATCH, O_REPORT, O_HELP,
-           O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE, O_TIME };
+           O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE, O_TIME, O_AMP_PLACE };
     static const struct option longs[] = {
         {"dump", required_argument, NULL, O_DUMP},
         {"dump-dir", required_argument, NULL, O_DUMP_DIR},
@@ -94,6 +97,7 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         {"amp-fp16", required_argument, NULL, O_AMP16},
         {"amp-fp32", required_argument, NULL, O_AMP32},
         {"amp-exclude", required_argument, NULL, O_AMPX},
+        {"amp-placement", required_argument, NULL, O_AMP_PLACE},
         {"explain", optional_argument, NULL, O_EXPLAIN},
         {"shuffle-seed", required_argument, NULL, O_SHUFFLE},
         {"target", required_argument, NULL, O_TARGET},
@@ -151,6 +155,7 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         case O_AMP16: o->pass.amp_fp16 = optarg; break;
         case O_AMP32: o->pass.amp_fp32 = optarg; break;
         case O_AMPX: o->pass.amp_exclude = optarg; break;
+        case O_AMP_PLACE: o->pass.amp_placement = optarg; break;
         case O_EXPLAIN: o->pass.explain = true, o->pass.explain_name = optarg; break;
         case O_HELP: usage(stdout); return -1;
         case O_VERSION: printf("ampc %s\n", AMPC_VERSION); return -1;
@@ -241,6 +246,24 @@ static int dumped_after(const SrcFile *f)
     return -1;
 }
 
+/* A banner promises what the passes before it did, and later passes (and
+ * the program) rely on it: hold the file to the shape and type rules of
+ * every node (before amp, with AMP on, dtypes may disagree as infer-types
+ * lets them), and a training graph to what autodiff derives from its
+ * forward part. */
+static bool dump_keeps_promise(const Options *o, Graph *g, int after)
+{
+    AmpOptions ao;
+    if (after < pass_index("amp")) {
+        if (!amp_options_resolve(g, &o->pass, &ao))
+            return false;
+        g->info.amp = ao.target;
+    }
+    if (!ir_check_rules(g, pass_pipeline[after].name))
+        return false;
+    return after < pass_index("autodiff") || autodiff_check(g, after > pass_index("autodiff"));
+}
+
 static Graph *load_ir(const Options *o, Diag *d, int *done)
 {
     int file = diag_load_file(d, o->input);
@@ -256,21 +279,9 @@ static Graph *load_ir(const Options *o, Diag *d, int *done)
         graph_free(g);
         return NULL;
     }
-    /* A banner promises what the passes before it did: later passes rely on
-     * every shape and dtype being known, so hold the file to it. */
-    bool shapes = after >= pass_index("infer-shapes"), types = after >= pass_index("infer-types");
-    for (int i = 0; g && i < g->nnodes && after >= 0; i++) {
-        const Node *n = g->nodes[i];
-        const char *what = shapes && n->shape.rank < 0     ? "shape"
-                           : types && n->dtype == DT_UNKNOWN ? "dtype"
-                                                             : NULL;
-        if (what) {
-            diag_error(d, n->loc, "'%s' has no %s, but the file says it is a dump after %s "
-                                  "(without that first line, ampc infers shapes and dtypes)",
-                       n->name, what, pass_pipeline[after].name);
-            graph_free(g);
-            return NULL;
-        }
+    if (g && after >= 0 && !dump_keeps_promise(o, g, after)) {
+        graph_free(g);
+        return NULL;
     }
     return g;
 }
@@ -366,6 +377,13 @@ static int run(const Options *o, Diag *d)
         graph_free(g);
         return 1;
     }
+    if (o->pass.explain && done >= pass_index("amp")) {
+        diag_plain_error(d, "--explain: '%s' is a dump after %s: the amp pass, whose decisions "
+                            "--explain gives, does not run on it", o->input,
+                         pass_pipeline[done].name);
+        graph_free(g);
+        return 1;
+    }
     g->info.bind_batch = o->batch;
     if (!override_train(g, "optimizer", "--optimizer", o->optimizer) ||
         !override_train(g, "loss_scale", "--loss-scale", o->loss_scale)) {
@@ -393,6 +411,9 @@ static int run(const Options *o, Diag *d)
         times[i] = now_ms() - t;
         if (ok && o->verify && !ir_verify(g, pass_pipeline[i].name))
             DIE("the IR verifier failed after %s", pass_pipeline[i].name);
+        if (ok && o->verify && i >= pass_index("autodiff") &&
+            !autodiff_check(g, i > pass_index("autodiff")))
+            DIE("the training graph differs from autodiff's own after %s", pass_pipeline[i].name);
         ok = ok && dump_after(o, g, i, d);
         if (ok && i == forward_end && o->report)
             report_print(stdout, g, o->batch);

@@ -39,8 +39,15 @@ bool infer_types(Graph *g);
  * parameters read in 16 bits an fp32 master, and casts 16-bit graph outputs
  * back to the dtype the model declares.  With amp off it only adds masters
  * to 16-bit parameters when multi_precision is set.  Replaces *g. */
+/* How amp chooses the dtype of follow and widest ops: the exact minimum
+ * (amp_place.c), greedy (each follows its inputs, as MXNet does), or given
+ * per node (tests). */
+typedef enum { AMP_PLACE_OPTIMAL, AMP_PLACE_GREEDY, AMP_PLACE_GIVEN } AmpPlacement;
 typedef struct {
     DType target;            /* DT_F16 or DT_BF16; DT_UNKNOWN: off */
+    AmpPlacement placement;  /* --amp-placement (default: optimal) */
+    const DType *labels;     /* AMP_PLACE_GIVEN: per node id of the graph given, the dtype
+                              * a free op runs in (others, or DT_UNKNOWN: greedy's) */
     const char *fp16_ops;    /* --amp-fp16=Op,... moves ops to the low-precision class */
     const char *fp32_ops;    /* --amp-fp32=Op,... */
     const char *exclude;     /* --amp-exclude=name,... keeps named nodes in fp32 */
@@ -48,6 +55,32 @@ typedef struct {
     bool explain;            /* record why each node got its dtype (Graph.why) */
 } AmpOptions;
 bool amp(Graph **g, const AmpOptions *opt);
+
+/* amp_place.c: the exact cast placement (docs/amp.md, "Cast placement").
+ * Given every node's dtype as greedy decides it, chooses the dtype of each
+ * free op (a follow or widest op whose inputs are fp32 or the target) to
+ * minimise the bytes converted per sample, then the bytes free ops move in
+ * 32 bits: a minimum s-t cut per connected group of free ops. */
+typedef struct {
+    int64_t converted; /* bytes read + written by casts, per sample */
+    int64_t wide32;    /* bytes follow and widest ops read + write in fp32, per sample */
+} AmpCost;
+typedef struct {
+    const Graph *g;          /* the graph before the rewrite */
+    DType target;
+    const DType *run;        /* per node: its dtype as greedy decides it */
+    const uint8_t *cls;      /* per node: its effective AmpClass */
+    /* the dtype input j of n is read in when n runs in run (DT_UNKNOWN: as it
+     * arrives); whether input j is an operand a widest op is as wide as */
+    DType (*read_dtype)(const Graph *g, const Node *n, int j, DType run);
+    bool (*operand)(const Graph *g, const Node *n, int j);
+    AmpPlacement mode;
+    const DType *given;      /* AMP_PLACE_GIVEN */
+    DType *label;            /* out: per node, a free op's dtype; DT_UNKNOWN for others */
+    AmpCost greedy, optimal, used; /* out: the costs of greedy's, the optimal and the
+                                    * chosen placement */
+} AmpPlace;
+void amp_place(AmpPlace *p);
 
 /* cast_elide.c: drops casts whose input already has their dtype (user Casts
  * too), collapses chains of amp_casts, merges duplicate casts of one value,
@@ -59,5 +92,12 @@ bool cast_elide(Graph **g);
  * parameter, marked by grad_of; BatchNorm moving-statistics updates as
  * bn_moving_update) and builds the inference graph (g->infer).  Replaces *g. */
 bool autodiff(Graph **g);
+/* A training graph read from a dump after autodiff (after train-cast-elide
+ * when `elided`), checked: autodiff (and cast-elide) run again on its
+ * forward part (what its outputs other than grad_of and bn_moving_update
+ * depend on) must give it exactly, its inference graph included; the first
+ * difference is reported at its node.  Shape and type rules cannot see a
+ * grad_of swapped between two parameters of one shape; this can. */
+bool autodiff_check(const Graph *g, bool elided);
 
 #endif
