@@ -24,8 +24,9 @@ AMPC_CFLAGS := -std=c11 -Wall -Wextra -Werror -Wvla -D_GNU_SOURCE -Iir -Igrammar
 GEN_CFLAGS  := -Wno-unused-function -Wno-sign-compare -Wno-unused-parameter \
                -Wno-unused-but-set-variable -Wno-unknown-warning-option -Wno-unreachable-code
 
+# runtime/settings.c: the train settings' parsers, shared with the runtime (a leaf).
 LIB_SRC  := $(wildcard ir/*.c ir/ops/*.c passes/*.c codegen/*.c) grammar/ast.c compiler/frontend.c \
-            compiler/report.c
+            compiler/report.c runtime/settings.c
 GEN_SRC  := $(BUILD)/gen/parser.c $(BUILD)/gen/lexer.c
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)

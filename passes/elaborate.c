@@ -18,6 +18,7 @@
  * Limits (call depth, loop length, node count, evaluation depth) turn
  * runaway programs into located errors instead of hangs or stack overflows. */
 #include "passes.h"
+#include "../runtime/settings.h"
 
 #include <math.h>
 #include <setjmp.h>
@@ -1116,8 +1117,9 @@ static ConfigVal *config_from_value(Elab *e, const AstNode *x, const Value *v)
     return c;
 }
 
-static const char *const train_keys[] = {"optimizer", "lr", "init", "amp", "loss_scale",
-                                         "kvstore", "data", "batch_size", "epochs", NULL};
+/* The keys are runtime/settings.c's table, shared with the training program;
+ * the values are checked against its parsers after elaboration
+ * (compiler/frontend.c, train_settings_ok). */
 
 static void read_train(Elab *e, const AstNode *t)
 {
@@ -1125,10 +1127,11 @@ static void read_train(Elab *e, const AstNode *t)
     int nent = 0;
     for (int i = 0; i < t->list.n; i++) {
         const AstNode *kv = t->list.items[i];
-        if (!in_list(train_keys, kv->str)) {
+        if (!rt_setting_by_key(kv->str)) {
             Suggest s = {0};
-            for (int k = 0; train_keys[k]; k++)
-                suggest_try(&s, kv->str, train_keys[k]);
+            for (int k = 0; k < rt_nsettings; k++)
+                if (rt_settings[k].key)
+                    suggest_try(&s, kv->str, rt_settings[k].key);
             error_at(e, kv->loc, "unknown train setting '%s'%s", kv->str, suggest_text(e, &s));
         }
         for (int j = 0; j < nent; j++)

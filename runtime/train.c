@@ -24,6 +24,7 @@
 #include "data/data_ext.h"
 #include "fileio.h"
 #include "kernels/half.h"
+#include "settings.h"
 #include "train.h"
 
 void openblas_set_num_threads(int num_threads);
@@ -46,582 +47,21 @@ void *rt_ctx_ws(RtCtx *ctx, size_t bytes)
     return p;
 }
 
-/* ---- options ------------------------------------------------------------------ */
+/* ---- options: parsed in settings.c, one table for the train block and the flags */
 
-void rt_train_options_default(RtTrainOptions *o)
+/* The data source's parsed form (settings.c), by its local names. */
+typedef RtDataSpec DataSpec;
+enum { DS_SYNTHETIC = RT_DS_SYNTHETIC, DS_DIGITS = RT_DS_DIGITS, DS_FASHION = RT_DS_FASHION,
+       DS_IDX = RT_DS_IDX, DS_CIFAR10 = RT_DS_CIFAR10 };
+
+static bool parse_data(const char *s, DataSpec *d, char *err, size_t errlen)
 {
-    memset(o, 0, sizeof *o);
-    o->max_steps = -1;
-    o->epochs = 1;
-    o->batch_size = 32;
-    o->lr = 0.01f;
-    o->momentum = 0.9f;
-    o->wd = 1e-4f;
-    o->clip_gradient = -1.0f;
-    o->optimizer = RT_OPT_SGD;
-    o->beta1 = 0.9f;
-    o->beta2 = 0.999f;
-    o->epsilon = 1e-8f;
-    o->sched.kind = RT_LR_CONSTANT;
-    o->sched.warmup_mode = RT_WARMUP_LINEAR;
-    o->seed = 42;
-    o->data = "synthetic";
-    const char *dir = getenv("AMPC_DATA_DIR");
-#ifdef AMPC_DEFAULT_DATA_DIR
-    o->data_dir = dir && *dir ? dir : AMPC_DEFAULT_DATA_DIR;
-#else
-    o->data_dir = dir && *dir ? dir : "./data";
-#endif
-    o->init = "xavier(rnd_type=\"uniform\", factor_type=\"avg\", magnitude=3)";
-    o->log_interval = 50;
-    o->threads = 0;
-    rt_loss_scale_default(&o->loss_scale);
-    o->inject_inf_step = -1;
-    o->inject_nan_step = -1;
-    o->prog = "train";
+    return rt_data_spec_parse(s, d, err, errlen);
 }
 
 static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *v)
 {
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (end == s || *end || errno == ERANGE || x < lo || x > hi)
-        return false;
-    *v = x;
-    return true;
-}
-
-static bool parse_u64(const char *s, uint64_t *v)
-{
-    char *end;
-    errno = 0;
-    if (*s == '-')
-        return false;
-    unsigned long long x = strtoull(s, &end, 0);
-    if (end == s || *end || errno == ERANGE)
-        return false;
-    *v = x;
-    return true;
-}
-
-static bool parse_float(const char *s, double lo, double hi, float *v)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (end == s || *end || errno == ERANGE || !isfinite(x) || x < lo || x > hi)
-        return false;
-    *v = (float)x;
-    return true;
-}
-
-/* A number argument of a call into *dst (kept when absent). */
-static bool call_float(const RtCall *c, const char *key, float *dst, const char *what, char *err,
-                       size_t errlen)
-{
-    double v;
-    bool bad = false;
-    if (!rt_call_num(c, key, &v, &bad))
-        return true;
-    if (bad) {
-        snprintf(err, errlen, "%s: %s must be a number", what, key);
-        return false;
-    }
-    *dst = (float)v;
-    return true;
-}
-
-/* Every argument of c is one of the NULL-ended keys. */
-static bool call_keys(const RtCall *c, const char *const *keys, const char *what, char *err,
-                      size_t errlen)
-{
-    for (int i = 0; i < c->nargs; i++) {
-        const char *const *k = keys;
-        while (*k && strcmp(*k, c->key[i]) != 0)
-            k++;
-        if (!*k) {
-            size_t at = (size_t)snprintf(err, errlen, "%s: %s() has no argument '%s' (", what,
-                                         c->name, c->key[i]);
-            for (k = keys; *k && at < errlen; k++)
-                at += (size_t)snprintf(err + at, errlen - at, "%s%s", k == keys ? "" : ", ", *k);
-            if (at < errlen)
-                snprintf(err + at, errlen - at, ")");
-            return false;
-        }
-    }
-    return true;
-}
-
-/* MXNet's Python layer passes clip_gradient only when it is truthy: 0 is off. */
-static float clip_setting(float c) { return c > 0 ? c : -1.0f; }
-
-static bool parse_optimizer(RtTrainOptions *o, const char *v, char *err, size_t errlen)
-{
-    RtCall c;
-    if (!rt_call_parse(v, &c, err, errlen))
-        return false;
-    RtOptKind kind;
-    if (strcmp(c.name, "sgd") == 0)
-        kind = RT_OPT_SGD;
-    else if (strcmp(c.name, "nag") == 0)
-        kind = RT_OPT_NAG;
-    else if (strcmp(c.name, "adam") == 0)
-        kind = RT_OPT_ADAM;
-    else {
-        snprintf(err, errlen, "optimizer '%s' is not supported by this runtime (sgd, nag, adam)",
-                 c.name);
-        return false;
-    }
-    /* multi_precision is the compiler's (the table's has_master); accepted here */
-    static const char *const keys[] = {"momentum", "wd", "clip_gradient", "learning_rate", "lr",
-                                       "multi_precision", NULL};
-    static const char *const adam_keys[] = {"beta1", "beta2", "epsilon", "wd", "clip_gradient",
-                                            "learning_rate", "lr", "multi_precision", NULL};
-    if (!call_keys(&c, kind == RT_OPT_ADAM ? adam_keys : keys, v, err, errlen))
-        return false;
-    float b1 = o->beta1, b2 = o->beta2, eps = o->epsilon;
-    if (!call_float(&c, "beta1", &b1, v, err, errlen) ||
-        !call_float(&c, "beta2", &b2, v, err, errlen) ||
-        !call_float(&c, "epsilon", &eps, v, err, errlen))
-        return false;
-    if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1) || !(eps > 0)) {
-        snprintf(err, errlen, "%s: needs beta1 and beta2 in [0, 1) and epsilon > 0", v);
-        return false;
-    }
-    o->optimizer = kind;
-    o->beta1 = b1;
-    o->beta2 = b2;
-    o->epsilon = eps;
-    const char *mp = rt_call_str(&c, "multi_precision");
-    if (mp && strcmp(mp, "true") != 0 && strcmp(mp, "false") != 0 && strcmp(mp, "1") != 0 &&
-        strcmp(mp, "0") != 0) {
-        snprintf(err, errlen, "%s: multi_precision must be true or false", v);
-        return false;
-    }
-    float clip = o->clip_gradient;
-    if (!call_float(&c, "momentum", &o->momentum, v, err, errlen) ||
-        !call_float(&c, "wd", &o->wd, v, err, errlen) ||
-        !call_float(&c, "clip_gradient", &clip, v, err, errlen) ||
-        !call_float(&c, "learning_rate", &o->lr, v, err, errlen) ||
-        !call_float(&c, "lr", &o->lr, v, err, errlen))
-        return false;
-    o->clip_gradient = clip_setting(clip);
-    if (!(o->momentum >= 0 && o->momentum <= 1) || !(o->wd >= 0) || !(o->lr >= 0)) {
-        snprintf(err, errlen, "%s: needs momentum in [0, 1], wd >= 0 and lr >= 0", v);
-        return false;
-    }
-    return true;
-}
-
-/* A list of up to RT_LR_MAX_STEPS increasing integers >= 1, "30,60,90"
- * (commas or spaces; brackets allowed). */
-static int parse_steps(const char *v, int64_t *steps)
-{
-    int n = 0;
-    const char *q = v;
-    while (*q) {
-        while (*q == ' ' || *q == ',' || *q == '[' || *q == ']')
-            q++;
-        if (!*q)
-            break;
-        char *end;
-        errno = 0;
-        long long x = strtoll(q, &end, 10);
-        if (end == q || errno == ERANGE || x < 1 || n == RT_LR_MAX_STEPS ||
-            (n > 0 && x <= steps[n - 1]))
-            return -1;
-        steps[n++] = x;
-        q = end;
-        if (*q && *q != ',' && *q != ' ' && *q != ']')
-            return -1;
-    }
-    return n;
-}
-
-/* lr = 0.1, constant(base=0.1), cosine(base=, final=, warmup_epochs= |
- * warmup_steps=, warmup_begin=, warmup_mode=linear|constant, max_update=)
- * (the MXNet names base_lr, final_lr and warmup_begin_lr too),
- * step(factor=, steps= | step_epochs=, stop_factor_lr=, warmups) or
- * poly(power=2, final=0, max_update=, warmups). */
-static bool parse_lr(RtTrainOptions *o, const char *v, char *err, size_t errlen)
-{
-    if (parse_float(v, 0, 1e30, &o->lr)) {
-        o->sched.kind = RT_LR_CONSTANT;
-        return true;
-    }
-    RtCall c;
-    if (!rt_call_parse(v, &c, err, errlen))
-        return false;
-    float base = o->lr;
-    if (strcmp(c.name, "constant") == 0) {
-        static const char *const keys[] = {"base", "base_lr", "lr", NULL};
-        if (!call_keys(&c, keys, v, err, errlen) ||
-            !call_float(&c, "base", &base, v, err, errlen) ||
-            !call_float(&c, "base_lr", &base, v, err, errlen) ||
-            !call_float(&c, "lr", &base, v, err, errlen))
-            return false;
-        if (!(base >= 0)) {
-            snprintf(err, errlen, "%s: base must be >= 0", v);
-            return false;
-        }
-        o->lr = base;
-        o->sched.kind = RT_LR_CONSTANT;
-        return true;
-    }
-    RtLrSchedule s = {.warmup_mode = RT_WARMUP_LINEAR, .power = 2.0f, .factor = 1.0f,
-                      .stop_lr = 1e-8f};
-    static const char *const cos_keys[] = {"base", "base_lr", "final", "final_lr", "warmup_epochs",
-                                           "warmup_steps", "warmup_begin", "warmup_begin_lr",
-                                           "warmup_mode", "max_update", NULL};
-    static const char *const poly_keys[] = {"base", "base_lr", "final", "final_lr", "power", "pwr",
-                                            "warmup_epochs", "warmup_steps", "warmup_begin",
-                                            "warmup_begin_lr", "warmup_mode", "max_update", NULL};
-    static const char *const step_keys[] = {"base", "base_lr", "factor", "steps", "step",
-                                            "step_epochs", "stop_factor_lr", "warmup_epochs",
-                                            "warmup_steps", "warmup_begin", "warmup_begin_lr",
-                                            "warmup_mode", NULL};
-    const char *const *keys;
-    if (strcmp(c.name, "cosine") == 0) {
-        s.kind = RT_LR_COSINE;
-        keys = cos_keys;
-    } else if (strcmp(c.name, "poly") == 0) {
-        s.kind = RT_LR_POLY;
-        keys = poly_keys;
-    } else if (strcmp(c.name, "step") == 0 || strcmp(c.name, "factor") == 0 ||
-               strcmp(c.name, "multifactor") == 0) {
-        s.kind = RT_LR_STEP;
-        keys = step_keys;
-    } else {
-        snprintf(err, errlen, "lr '%s': a number, constant(base=), cosine(base=, final=, "
-                 "warmup_epochs=, warmup_begin=), step(factor=, steps=) or poly(power=, final=)",
-                 v);
-        return false;
-    }
-    if (!call_keys(&c, keys, v, err, errlen))
-        return false;
-    /* one key may not be given twice under two names */
-    float wsteps = -1, maxu = 0;
-    if (!call_float(&c, "base", &base, v, err, errlen) ||
-        !call_float(&c, "base_lr", &base, v, err, errlen) ||
-        !call_float(&c, "final", &s.final_lr, v, err, errlen) ||
-        !call_float(&c, "final_lr", &s.final_lr, v, err, errlen) ||
-        !call_float(&c, "power", &s.power, v, err, errlen) ||
-        !call_float(&c, "pwr", &s.power, v, err, errlen) ||
-        !call_float(&c, "factor", &s.factor, v, err, errlen) ||
-        !call_float(&c, "stop_factor_lr", &s.stop_lr, v, err, errlen) ||
-        !call_float(&c, "warmup_epochs", &s.warmup_epochs, v, err, errlen) ||
-        !call_float(&c, "warmup_steps", &wsteps, v, err, errlen) ||
-        !call_float(&c, "warmup_begin", &s.warmup_begin, v, err, errlen) ||
-        !call_float(&c, "warmup_begin_lr", &s.warmup_begin, v, err, errlen) ||
-        !call_float(&c, "max_update", &maxu, v, err, errlen))
-        return false;
-    if (rt_call_str(&c, "warmup_steps") && rt_call_str(&c, "warmup_epochs")) {
-        snprintf(err, errlen, "%s: give warmup_epochs or warmup_steps, not both", v);
-        return false;
-    }
-    if (rt_call_str(&c, "warmup_steps")) {
-        if (!(wsteps >= 0) || wsteps != floorf(wsteps)) {
-            snprintf(err, errlen, "%s: warmup_steps must be an integer >= 0", v);
-            return false;
-        }
-        s.warmup_steps = (int64_t)wsteps;
-    }
-    if (rt_call_str(&c, "max_update")) {
-        if (!(maxu >= 1) || maxu != floorf(maxu)) {
-            snprintf(err, errlen, "%s: max_update must be an integer >= 1", v);
-            return false;
-        }
-        s.max_update = (int64_t)maxu;
-    }
-    if (s.kind == RT_LR_STEP) {
-        const char *st = rt_call_str(&c, "steps");
-        const char *st1 = rt_call_str(&c, "step");
-        const char *se = rt_call_str(&c, "step_epochs");
-        if ((st != NULL) + (st1 != NULL) + (se != NULL) != 1) {
-            snprintf(err, errlen, "%s: give one of steps= (updates: one number for every N, a "
-                     "list \"N1,N2,...\" for those updates) or step_epochs= (a list of epochs)", v);
-            return false;
-        }
-        if (!st)
-            st = st1;
-        int n = parse_steps(st ? st : se, s.steps);
-        bool list = strchr(st ? st : se, ',') != NULL || se != NULL;
-        if (n < 1 || (!list && n != 1)) {
-            snprintf(err, errlen, "%s: the steps must be integers >= 1, increasing, at most %d",
-                     v, RT_LR_MAX_STEPS);
-            return false;
-        }
-        if (list) {
-            s.nsteps = n;
-            s.steps_in_epochs = se != NULL;
-        } else {
-            s.period = s.steps[0];
-        }
-        if (!(s.factor > 0 && s.factor <= 1) || !(s.stop_lr >= 0)) {
-            snprintf(err, errlen, "%s: factor must be in (0, 1] and stop_factor_lr >= 0", v);
-            return false;
-        }
-    }
-    if (s.kind == RT_LR_POLY && !(s.power >= 0)) {
-        snprintf(err, errlen, "%s: power must be >= 0", v);
-        return false;
-    }
-    const char *mode = rt_call_str(&c, "warmup_mode");
-    if (mode && strcmp(mode, "linear") != 0 && strcmp(mode, "constant") != 0) {
-        snprintf(err, errlen, "%s: warmup_mode must be linear or constant", v);
-        return false;
-    }
-    s.warmup_mode = mode && mode[0] == 'c' ? RT_WARMUP_CONSTANT : RT_WARMUP_LINEAR;
-    if (!(base >= 0) || !(s.final_lr >= 0) || !(s.warmup_begin >= 0) || !(s.warmup_epochs >= 0)) {
-        snprintf(err, errlen, "%s: the learning rates and the warmup must be >= 0", v);
-        return false;
-    }
-    o->lr = base;
-    o->sched = s;
-    return true;
-}
-
-/* --augment crop=PAD,mirror | mirror | crop=PAD | off */
-static bool parse_augment(RtTrainOptions *o, const char *v, char *err, size_t errlen)
-{
-    int pad = 0;
-    bool mirror = false;
-    char buf[128];
-    if (strlen(v) >= sizeof buf) {
-        snprintf(err, errlen, "'%s': too long", v);
-        return false;
-    }
-    strcpy(buf, v);
-    if (strcmp(buf, "off") != 0 && strcmp(buf, "none") != 0) {
-        for (char *save = NULL, *tok = strtok_r(buf, ", ", &save); tok;
-             tok = strtok_r(NULL, ", ", &save)) {
-            int64_t i;
-            if (strcmp(tok, "mirror") == 0 || strcmp(tok, "flip") == 0)
-                mirror = true;
-            else if (strncmp(tok, "crop=", 5) == 0 && parse_i64(tok + 5, 0, 64, &i))
-                pad = (int)i;
-            else {
-                snprintf(err, errlen, "'%s': expected crop=PAD (0..64), mirror, or off", v);
-                return false;
-            }
-        }
-    }
-    o->augment_pad = pad;
-    o->augment_mirror = mirror;
-    return true;
-}
-
-static const char *unquote(const char *v, char *buf, size_t cap)
-{
-    size_t n = strlen(v);
-    if (n >= 2 && (v[0] == '"' || v[0] == '\'') && v[n - 1] == v[0] && n - 2 < cap) {
-        memcpy(buf, v + 1, n - 2);
-        buf[n - 2] = 0;
-        return buf;
-    }
-    return v;
-}
-
-bool rt_train_apply_defaults(RtTrainOptions *o, const char *const *kv, char *err, size_t errlen)
-{
-    for (; kv && *kv; kv++) {
-        const char *eq = strchr(*kv, '=');
-        char key[64], e[512];
-        if (!eq || eq == *kv || (size_t)(eq - *kv) >= sizeof key) {
-            snprintf(err, errlen, "train default '%s' is not key=value", *kv);
-            return false;
-        }
-        memcpy(key, *kv, (size_t)(eq - *kv));
-        key[eq - *kv] = 0;
-        const char *v = eq + 1;
-        bool ok = true;
-        int64_t i;
-        e[0] = 0;
-        if (strcmp(key, "batch_size") == 0)
-            ok = parse_i64(v, 1, INT32_MAX, &o->batch_size);
-        else if (strcmp(key, "epochs") == 0) {
-            ok = parse_i64(v, 0, INT32_MAX, &i);
-            if (ok)
-                o->epochs = (int)i;
-        } else if (strcmp(key, "max_steps") == 0)
-            ok = parse_i64(v, 0, INT64_MAX, &o->max_steps);
-        else if (strcmp(key, "log_interval") == 0) {
-            ok = parse_i64(v, 0, INT32_MAX, &i);
-            if (ok)
-                o->log_interval = (int)i;
-        } else if (strcmp(key, "lr") == 0)
-            ok = parse_lr(o, v, e, sizeof e);
-        else if (strcmp(key, "momentum") == 0)
-            ok = parse_float(v, 0, 1, &o->momentum);
-        else if (strcmp(key, "wd") == 0)
-            ok = parse_float(v, 0, 1e30, &o->wd);
-        else if (strcmp(key, "clip_gradient") == 0) {
-            ok = parse_float(v, -1e30, 1e30, &o->clip_gradient);
-            o->clip_gradient = clip_setting(o->clip_gradient);
-        } else if (strcmp(key, "seed") == 0)
-            ok = parse_u64(v, &o->seed);
-        else if (strcmp(key, "optimizer") == 0)
-            ok = parse_optimizer(o, v, e, sizeof e);
-        else if (strcmp(key, "loss_scale") == 0)
-            ok = rt_loss_scale_parse(v, &o->loss_scale, e, sizeof e);
-        else if (strcmp(key, "augment") == 0) {
-            char b[128];
-            ok = parse_augment(o, unquote(v, b, sizeof b), e, sizeof e);
-        }
-        else if (strcmp(key, "data") == 0 || strcmp(key, "data_dir") == 0 ||
-                 strcmp(key, "init") == 0) {
-            /* the strings live as long as the model's table (quotes kept
-             * only where they are part of an initialiser) */
-            if (key[0] == 'i') {
-                RtInit ini;
-                ok = rt_init_parse(v, &ini, e, sizeof e);
-                o->init = v;
-            } else if (strcmp(key, "data") == 0) {
-                char b[64];
-                const char *u = unquote(v, b, sizeof b);
-                o->data = strcmp(u, "digits") == 0 ? "digits"
-                        : strcmp(u, "synthetic") == 0 ? "synthetic"
-                        : strcmp(u, "fashion_mnist") == 0 ? "fashion_mnist"
-                        : strcmp(u, "cifar10") == 0 ? "cifar10" : v;
-            } else {
-                o->data_dir = v;
-            }
-        }
-        /* other keys (amp, kvstore, ...) are the compiler's */
-        if (!ok) {
-            if (e[0])
-                snprintf(err, errlen, "train default '%s': %s", *kv, e);
-            else
-                snprintf(err, errlen, "train default '%s': bad value", *kv);
-            return false;
-        }
-    }
-    return true;
-}
-
-/* ---- data sources: "name" or "name(arg, key=arg, ...)" --------------------- */
-
-enum { DS_SYNTHETIC, DS_DIGITS, DS_FASHION, DS_IDX, DS_CIFAR10 };
-#define DS_MAX_ARGS 5
-
-typedef struct {
-    int kind;
-    int nargs;
-    char arg[DS_MAX_ARGS][1024]; /* positional order; keyed ones put in their place */
-    bool given[DS_MAX_ARGS];
-} DataSpec;
-
-static const char *const idx_keys[] = {"train_images", "train_labels", "test_images",
-                                       "test_labels", "classes", NULL};
-
-static bool parse_data(const char *s, DataSpec *d, char *err, size_t errlen)
-{
-    memset(d, 0, sizeof *d);
-    const char *p = s;
-    while (*p == ' ')
-        p++;
-    size_t n = strcspn(p, "( ");
-    static const char *const names[] = {"synthetic", "digits", "fashion_mnist", "idx", "cifar10"};
-    d->kind = -1;
-    for (int k = 0; k < 5; k++)
-        if (strlen(names[k]) == n && strncmp(p, names[k], n) == 0)
-            d->kind = k;
-    if (d->kind < 0)
-        goto bad;
-    p += n;
-    while (*p == ' ')
-        p++;
-    int maxargs = d->kind == DS_IDX ? 5 : d->kind == DS_FASHION || d->kind == DS_CIFAR10 ? 1 : 0;
-    if (*p == '(') {
-        p++;
-        while (*p == ' ')
-            p++;
-        int pos = 0;
-        while (*p != ')') {
-            if (pos >= maxargs) {
-                snprintf(err, errlen, "'%s': too many arguments (%s takes %d)", s, names[d->kind],
-                         maxargs);
-                return false;
-            }
-            int slot = pos;
-            /* key= */
-            size_t kl = 0;
-            while ((p[kl] >= 'a' && p[kl] <= 'z') || p[kl] == '_')
-                kl++;
-            if (kl > 0 && p[kl] == '=') {
-                slot = -1;
-                for (int k = 0; d->kind == DS_IDX && idx_keys[k]; k++)
-                    if (strlen(idx_keys[k]) == kl && strncmp(p, idx_keys[k], kl) == 0)
-                        slot = k;
-                if (d->kind != DS_IDX && kl == 3 && strncmp(p, "dir", 3) == 0)
-                    slot = 0;
-                if (slot < 0) {
-                    snprintf(err, errlen, "'%s': %s() has no argument '%.*s'", s, names[d->kind],
-                             (int)kl, p);
-                    return false;
-                }
-                p += kl + 1;
-            }
-            if (d->given[slot]) {
-                snprintf(err, errlen, "'%s': argument %d given twice", s, slot + 1);
-                return false;
-            }
-            char *dst = d->arg[slot];
-            size_t len = 0;
-            if (*p == '"' || *p == '\'') {
-                char q = *p++;
-                while (*p && *p != q && len + 1 < sizeof d->arg[0])
-                    dst[len++] = *p++;
-                if (*p != q)
-                    goto bad;
-                p++;
-            } else {
-                while (*p && *p != ',' && *p != ')' && len + 1 < sizeof d->arg[0])
-                    dst[len++] = *p++;
-                while (len > 0 && dst[len - 1] == ' ')
-                    len--;
-            }
-            dst[len] = 0;
-            if (len == 0)
-                goto bad;
-            d->given[slot] = true;
-            pos++;
-            while (*p == ' ')
-                p++;
-            if (*p == ',') {
-                p++;
-                while (*p == ' ')
-                    p++;
-            } else if (*p != ')')
-                goto bad;
-        }
-        p++;
-        d->nargs = pos;
-    }
-    while (*p == ' ')
-        p++;
-    if (*p)
-        goto bad;
-    if (d->kind == DS_IDX)
-        for (int k = 0; k < 4; k++)
-            if (!d->given[k]) {
-                snprintf(err, errlen, "'%s': idx() needs train_images, train_labels, test_images "
-                         "and test_labels (%s missing)", s, idx_keys[k]);
-                return false;
-            }
-    if (d->kind == DS_IDX && d->given[4]) {
-        int64_t cl;
-        if (!parse_i64(d->arg[4], 2, 1 << 20, &cl)) {
-            snprintf(err, errlen, "'%s': classes must be an integer >= 2", s);
-            return false;
-        }
-    }
-    return true;
-bad:
-    snprintf(err, errlen, "'%s' is not synthetic, digits, fashion_mnist, fashion_mnist(\"DIR\"), "
-             "idx(TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS) or cifar10(\"DIR\")", s);
-    return false;
+    return rt_parse_i64(s, lo, hi, v);
 }
 
 static void usage(const RtTrainOptions *o, FILE *out)
@@ -682,44 +122,27 @@ static void usage(const RtTrainOptions *o, FILE *out)
             o->log_interval);
 }
 
-enum { OPT_MAX_STEPS = 256, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD, OPT_SEED,
-       OPT_DATA, OPT_DATA_DIR, OPT_LOG_INTERVAL, OPT_THREADS, OPT_LOSS_SCALE, OPT_DUMP_STATE,
-       OPT_SAVE_DIR, OPT_RESUME, OPT_EVAL_ONLY, OPT_CHECK_NUMERICS, OPT_INJECT_INF,
-       OPT_INJECT_NAN, OPT_OPTIMIZER, OPT_INIT, OPT_AUGMENT, OPT_RANDOM_CROP, OPT_RANDOM_MIRROR,
-       OPT_JSON_LOG, OPT_PROFILE };
+/* The long options of every flag in the table (getopt_long's val: 256 + its
+ * index), then --help. */
+static const struct option *long_options(void)
+{
+    static struct option longopts[64];
+    if (longopts[0].name)
+        return longopts;
+    int n = 0;
+    for (int i = 0; i < rt_nsettings && n < 62; i++)
+        if (rt_settings[i].flag)
+            longopts[n++] = (struct option){rt_settings[i].flag,
+                                            rt_settings[i].has_arg ? required_argument
+                                                                   : no_argument,
+                                            NULL, 256 + i};
+    longopts[n] = (struct option){"help", no_argument, NULL, 'h'};
+    return longopts;
+}
 
 int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FILE *err)
 {
-    static const struct option longopts[] = {
-        {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
-        {"epochs", required_argument, NULL, OPT_EPOCHS},
-        {"batch-size", required_argument, NULL, OPT_BATCH},
-        {"lr", required_argument, NULL, OPT_LR},
-        {"momentum", required_argument, NULL, OPT_MOMENTUM},
-        {"wd", required_argument, NULL, OPT_WD},
-        {"seed", required_argument, NULL, OPT_SEED},
-        {"data", required_argument, NULL, OPT_DATA},
-        {"data-dir", required_argument, NULL, OPT_DATA_DIR},
-        {"log-interval", required_argument, NULL, OPT_LOG_INTERVAL},
-        {"threads", required_argument, NULL, OPT_THREADS},
-        {"loss-scale", required_argument, NULL, OPT_LOSS_SCALE},
-        {"save-dir", required_argument, NULL, OPT_SAVE_DIR},
-        {"resume", required_argument, NULL, OPT_RESUME},
-        {"eval-only", no_argument, NULL, OPT_EVAL_ONLY},
-        {"check-numerics", no_argument, NULL, OPT_CHECK_NUMERICS},
-        {"inject-inf-at-step", required_argument, NULL, OPT_INJECT_INF},
-        {"inject-nan", required_argument, NULL, OPT_INJECT_NAN},
-        {"dump-state", required_argument, NULL, OPT_DUMP_STATE},
-        {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
-        {"init", required_argument, NULL, OPT_INIT},
-        {"augment", required_argument, NULL, OPT_AUGMENT},
-        {"random-crop", required_argument, NULL, OPT_RANDOM_CROP},
-        {"random-mirror", no_argument, NULL, OPT_RANDOM_MIRROR},
-        {"json-log", required_argument, NULL, OPT_JSON_LOG},
-        {"profile", no_argument, NULL, OPT_PROFILE},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
+    const struct option *longopts = long_options();
     if (argc > 0 && argv[0]) {
         const char *slash = strrchr(argv[0], '/');
         o->prog = slash ? slash + 1 : argv[0];
@@ -728,121 +151,16 @@ int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FIL
     optind = 0; /* GNU: rescan from the start (several parses in one process) */
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        const char *a = optarg;
-        bool ok = true;
-        const char *what = "";
-        char msg[512] = "";
-        int64_t i;
-        switch (c) {
-        case 'h': usage(o, out); return 0;
-        case OPT_MAX_STEPS:
-            what = "an integer >= 0";
-            ok = parse_i64(a, 0, INT64_MAX, &o->max_steps);
-            break;
-        case OPT_LOSS_SCALE:
-            ok = rt_loss_scale_parse(a, &o->loss_scale, msg, sizeof msg);
-            break;
-        case OPT_DUMP_STATE:
-            what = "a file name";
-            ok = *a != 0;
-            o->dump_state = a;
-            break;
-        case OPT_SAVE_DIR:
-            what = "a directory";
-            ok = *a != 0;
-            o->save_dir = a;
-            break;
-        case OPT_RESUME:
-            what = "a checkpoint file";
-            ok = *a != 0;
-            o->resume = a;
-            break;
-        case OPT_EVAL_ONLY: o->eval_only = true; break;
-        case OPT_CHECK_NUMERICS: o->check_numerics = true; break;
-        case OPT_INJECT_INF:
-            what = "a step number >= 0";
-            ok = parse_i64(a, 0, INT64_MAX, &o->inject_inf_step);
-            break;
-        case OPT_INJECT_NAN: {
-            what = "NODE:STEP (a node name, a step number >= 0)";
-            const char *colon = strrchr(a, ':');
-            size_t n = colon ? (size_t)(colon - a) : 0;
-            ok = colon && n > 0 && n < sizeof o->inject_nan_node &&
-                 parse_i64(colon + 1, 0, INT64_MAX, &o->inject_nan_step);
-            if (ok) {
-                memcpy(o->inject_nan_node, a, n);
-                o->inject_nan_node[n] = 0;
-            }
-            break;
+        if (c == 'h') {
+            usage(o, out);
+            return 0;
         }
-        case OPT_EPOCHS:
-            what = "an integer >= 0";
-            if ((ok = parse_i64(a, 0, INT32_MAX, &i)))
-                o->epochs = (int)i;
-            break;
-        case OPT_BATCH:
-            what = "an integer >= 1";
-            ok = parse_i64(a, 1, INT32_MAX, &o->batch_size);
-            break;
-        case OPT_LR:
-            what = "a number >= 0";
-            if (strchr(a, '(') || strcmp(a, "cosine") == 0 || strcmp(a, "poly") == 0)
-                ok = parse_lr(o, a, msg, sizeof msg); /* a schedule */
-            else
-                ok = parse_float(a, 0, 1e30, &o->lr); /* a schedule's base */
-            break;
-        case OPT_OPTIMIZER: ok = parse_optimizer(o, a, msg, sizeof msg); break;
-        case OPT_INIT: {
-            RtInit ini;
-            ok = rt_init_parse(a, &ini, msg, sizeof msg);
-            o->init = a;
-            break;
-        }
-        case OPT_AUGMENT: ok = parse_augment(o, a, msg, sizeof msg); break;
-        case OPT_RANDOM_CROP:
-            what = "a padding 0..64";
-            if ((ok = parse_i64(a, 0, 64, &i)))
-                o->augment_pad = (int)i;
-            break;
-        case OPT_RANDOM_MIRROR: o->augment_mirror = true; break;
-        case OPT_JSON_LOG:
-            what = "a file name";
-            ok = *a != 0;
-            o->json_log = a;
-            break;
-        case OPT_PROFILE: o->profile = true; break;
-        case OPT_MOMENTUM:
-            what = "a number in [0, 1]";
-            ok = parse_float(a, 0, 1, &o->momentum);
-            break;
-        case OPT_WD: what = "a number >= 0"; ok = parse_float(a, 0, 1e30, &o->wd); break;
-        case OPT_SEED: what = "an unsigned integer"; ok = parse_u64(a, &o->seed); break;
-        case OPT_DATA: {
-            DataSpec d;
-            ok = parse_data(a, &d, msg, sizeof msg);
-            o->data = a;
-            break;
-        }
-        case OPT_DATA_DIR:
-            what = "a directory";
-            ok = *a != 0;
-            o->data_dir = a;
-            break;
-        case OPT_LOG_INTERVAL:
-            what = "an integer >= 0";
-            if ((ok = parse_i64(a, 0, INT32_MAX, &i)))
-                o->log_interval = (int)i;
-            break;
-        case OPT_THREADS:
-            what = "an integer >= 1";
-            if ((ok = parse_i64(a, 1, 4096, &i)))
-                o->threads = (int)i;
-            break;
-        case ':':
+        if (c == ':') {
             fprintf(err, "%s: option '%s' needs a value\nTry '%s --help'.\n", o->prog,
                     argv[optind - 1], o->prog);
             return 2;
-        default:
+        }
+        if (c < 256 || c >= 256 + rt_nsettings) {
             if (optopt && strncmp(argv[optind - 1], "--", 2) == 0)
                 fprintf(err, "%s: option '%.*s' takes no value\n", o->prog,
                         (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
@@ -853,16 +171,10 @@ int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FIL
             fprintf(err, "Try '%s --help'.\n", o->prog);
             return 2;
         }
-        if (!ok) {
-            const char *name = "?";
-            for (const struct option *l = longopts; l->name; l++)
-                if (l->val == c)
-                    name = l->name;
-            if (msg[0])
-                fprintf(err, "%s: --%s: %s\nTry '%s --help'.\n", o->prog, name, msg, o->prog);
-            else
-                fprintf(err, "%s: --%s: '%s' is not %s\nTry '%s --help'.\n", o->prog, name, a,
-                        what, o->prog);
+        const RtSetting *s = &rt_settings[c - 256];
+        char msg[512];
+        if (!rt_setting_apply(o, s, optarg, RT_FROM_FLAG, msg, sizeof msg)) {
+            fprintf(err, "%s: --%s: %s\nTry '%s --help'.\n", o->prog, s->flag, msg, o->prog);
             return 2;
         }
     }

@@ -166,7 +166,8 @@ static void test_train_defaults(void **state)
     static const struct {
         const char *kv, *msg;
     } bad[] = {
-        {"batch_size=0", "train default 'batch_size=0': bad value"},
+        {"batch_size=0",
+         "train default 'batch_size=0': '0' is not an integer from 1 to 2147483647"},
         {"epochs=ten", "'epochs=ten'"},
         {"lr=fast", "lr 'fast'"},
         {"lr=cosine(base=x)", "base must be a number"},
@@ -282,7 +283,8 @@ static void test_flag_errors(void **state)
     expect_error(ARGS("--lr", "fast"), "--lr: 'fast' is not a number >= 0");
     expect_error(ARGS("--lr=-1"), "--lr: '-1' is not a number >= 0");
     expect_error(ARGS("--lr", "nan"), "--lr: 'nan'");
-    expect_error(ARGS("--batch-size", "0"), "--batch-size: '0' is not an integer >= 1");
+    expect_error(ARGS("--batch-size", "0"),
+                 "--batch-size: '0' is not an integer from 1 to 2147483647");
     expect_error(ARGS("--batch-size", "12abc"), "--batch-size: '12abc'");
     expect_error(ARGS("--epochs", "99999999999"), "--epochs: '99999999999'");
     expect_error(ARGS("--max-steps", "-5"), "--max-steps: '-5' is not an integer >= 0");
