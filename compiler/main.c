@@ -268,7 +268,7 @@ static Graph *load_ir(const Options *o, Diag *d, int *done)
 {
     int file = diag_load_file(d, o->input);
     if (file < 0) {
-        diag_plain_error(d, "cannot open '%s': %s", o->input, strerror(errno));
+        diag_plain_error(d, "cannot open '%s': %s", o->input, diag_load_error(d));
         return NULL;
     }
     /* A hand-written graph (no banner) gets shapes and types inferred. */

@@ -13,7 +13,6 @@
 
 #include "ast.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,11 +119,9 @@ bool ast_load(Arena *arena, Diag *d, const char *path, const char *text, size_t 
     out->decls = (AstList){0};
     out->main_file = -1;
 
-    errno = 0;
     int main_file = text ? diag_add_buffer(d, path, text, len) : diag_load_file(d, path);
     if (main_file < 0) {
-        int err = errno ? errno : EIO;
-        diag_plain_error(d, "cannot open '%s': %s", path, strerror(err));
+        diag_plain_error(d, "cannot open '%s': %s", path, diag_load_error(d));
         return false;
     }
     out->main_file = main_file;
@@ -166,12 +163,10 @@ bool ast_load(Arena *arena, Diag *d, const char *path, const char *text, size_t 
             }
             continue; /* already loaded (a diamond) */
         }
-        errno = 0;
         int f = diag_load_file(d, joined);
         free(joined);
         if (f < 0) {
-            int err = errno ? errno : EIO;
-            diag_error(d, imp->loc, "cannot open '%s': %s", imp->str, strerror(err));
+            diag_error(d, imp->loc, "cannot open '%s': %s", imp->str, diag_load_error(d));
             free(key);
             goto out;
         }

@@ -7,8 +7,11 @@
 #include "ir.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void diag_init(Diag *d, FILE *out)
 {
@@ -49,34 +52,88 @@ int diag_add_buffer(Diag *d, const char *path, const char *text, size_t len)
     return d->files.len - 1;
 }
 
+/* Records why a load failed (diag_load_error) and returns -1. */
+static int load_failed(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int load_failed(Diag *d, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->load_error, sizeof d->load_error, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static const char *file_kind(mode_t m)
+{
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISFIFO(m) ? "a FIFO"
+           : S_ISSOCK(m) ? "a socket"
+                         : "an unknown kind of file";
+}
+
+/* Every file ampc reads as source (a model, an import, an --from-ir dump)
+ * comes through here, so one check covers them all: only a regular file is
+ * read, and at most AMPC_MAX_SOURCE_BYTES of it.  /dev/zero would otherwise
+ * be read until memory runs out, and a FIFO would block forever: the open
+ * is non-blocking (a FIFO without a writer opens at once) and fstat refuses
+ * anything that is not a regular file before a byte is read.  The size is
+ * checked again while reading, as a file may grow or misstate its size. */
 int diag_load_file(Diag *d, const char *path)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return -1;
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
+    d->load_error[0] = 0;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return load_failed(d, "%s", strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        return load_failed(d, "%s", strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return load_failed(d, "it is %s, not a regular file", file_kind(st.st_mode));
+    }
+    const size_t max = AMPC_MAX_SOURCE_BYTES;
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        return load_failed(d, "it is larger than %zu MiB, the most ampc reads as a source file",
+                           max >> 20);
+    }
+    size_t cap = (size_t)st.st_size + 1, len = 0; /* +1: to see the end of the file */
+    char *buf = malloc(cap + 1);
+    if (!buf)
+        DIE("out of memory");
     for (;;) {
-        if (cap - len < 65536) {
-            cap = cap ? cap * 2 : 65536;
+        if (len == cap) {
+            if (cap > max) { /* it grew past the limit while being read */
+                free(buf);
+                close(fd);
+                return load_failed(d, "it is larger than %zu MiB, the most ampc reads as a "
+                                      "source file", max >> 20);
+            }
+            cap = cap * 2 < max + 1 ? cap * 2 : max + 1;
             char *nb = realloc(buf, cap + 1);
             if (!nb)
                 DIE("out of memory");
             buf = nb;
         }
-        size_t n = fread(buf + len, 1, cap - len, fp);
-        len += n;
+        ssize_t n = read(fd, buf + len, cap - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int err = errno;
+            free(buf);
+            close(fd);
+            return load_failed(d, "%s", strerror(err));
+        }
         if (n == 0)
             break;
+        len += (size_t)n;
     }
-    bool bad = ferror(fp);
-    int saved = errno;
-    fclose(fp);
-    if (bad) {
-        free(buf);
-        errno = saved ? saved : EIO;
-        return -1;
-    }
+    close(fd);
     buf[len] = 0;
     SrcFile *f = vec_push(&d->files, sizeof(SrcFile));
     f->path = xstrdup(path);
@@ -84,6 +141,8 @@ int diag_load_file(Diag *d, const char *path)
     f->len = len;
     return d->files.len - 1;
 }
+
+const char *diag_load_error(const Diag *d) { return d->load_error; }
 
 const SrcFile *diag_file(const Diag *d, int file)
 {

@@ -83,12 +83,19 @@ typedef struct Diag {
     Vec files;     /* SrcFile */
     Vec frames;    /* CallFrame */
     Arena arena;   /* frame function names, paths */
+    char load_error[128]; /* why the last diag_load_file failed */
 } Diag;
 
 void diag_init(Diag *d, FILE *out);
 void diag_free(Diag *d);
-/* Reads a file into the table; returns its index, or -1 (no diagnostic). */
+/* Reads a file into the table; returns its index, or -1 (no diagnostic)
+ * with the reason in diag_load_error.  Only a regular file of at most
+ * AMPC_MAX_SOURCE_BYTES is read: a device (/dev/zero), a FIFO or a
+ * directory is refused without blocking and without reading it. */
+#define AMPC_MAX_SOURCE_BYTES ((size_t)256 << 20)
 int diag_load_file(Diag *d, const char *path);
+/* "No such file or directory", "it is a FIFO, not a regular file", ... */
+const char *diag_load_error(const Diag *d);
 /* Adds an in-memory buffer (fuzzing, tests); the text is copied. */
 int diag_add_buffer(Diag *d, const char *path, const char *text, size_t len);
 const SrcFile *diag_file(const Diag *d, int file);

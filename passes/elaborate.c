@@ -1196,6 +1196,36 @@ static void index_defs(Elab *e)
     }
 }
 
+/* Two models of one name, or two train blocks for one model, would leave one
+ * of them silently unused (the first model and the last train block won):
+ * an error at the second, with a note at the first. */
+static void check_unique_decls(Elab *e)
+{
+    StrMap seen[2] = {{0}, {0}}; /* models, train blocks: name -> decl index */
+    const AstNode *dup = NULL, *first = NULL;
+    for (int i = 0; i < e->prog->decls.n && !dup; i++) {
+        const AstNode *d = e->prog->decls.items[i];
+        if (d->kind != AST_MODEL && d->kind != AST_TRAIN)
+            continue;
+        StrMap *m = &seen[d->kind == AST_TRAIN];
+        if (!strmap_put(m, d->str, i))
+            dup = d, first = e->prog->decls.items[*strmap_get(m, d->str)];
+    }
+    strmap_free(&seen[0]);
+    strmap_free(&seen[1]);
+    if (!dup)
+        return;
+    if (dup->kind == AST_MODEL) {
+        diag_error(e->d, dup->loc, "model '%s' is defined twice", dup->str);
+        diag_note(e->d, first->loc, "the first definition of '%s' is here", dup->str);
+    } else {
+        diag_error(e->d, dup->loc, "a second train block for model '%s' (give each setting once, "
+                                   "in one block)", dup->str);
+        diag_note(e->d, first->loc, "the first train block for '%s' is here", dup->str);
+    }
+    fail(e);
+}
+
 static void elaborate_model(Elab *e, const AstNode *m)
 {
     Frame *top = arena_alloc(&e->tmp, sizeof *top);
@@ -1292,6 +1322,7 @@ Graph *elaborate(const AstProgram *prog, Diag *d, const ElabOptions *opt)
         return NULL;
     }
     index_defs(&e);
+    check_unique_decls(&e);
     const AstNode *m = pick_model(&e);
     e.g = graph_new(d, m->str);
     elaborate_model(&e, m);

@@ -1110,6 +1110,51 @@ static void test_main_missing(void **state)
                         "ampc: error: cannot open '/nonexistent/dir/m.sym': No such file or directory\n");
 }
 
+/* Only regular files are read: a device is refused by kind before a byte
+ * is read, a FIFO without a writer is refused at once instead of blocking,
+ * a directory by name; an empty regular file still loads. */
+static void test_load_not_regular(void **state)
+{
+    Fx *fx = *state;
+    assert_int_equal(diag_load_file(&fx->diag, "/dev/zero"), -1);
+    assert_string_equal(diag_load_error(&fx->diag), "it is a character device, not a regular file");
+    TmpDir t;
+    tmp_init(&t);
+    tmp_write(&t, "empty.sym", "");
+    char fifo[sizeof t.dir + 16];
+    snprintf(fifo, sizeof fifo, "%s/fifo", t.dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(diag_load_file(&fx->diag, fifo), -1);
+    assert_string_equal(diag_load_error(&fx->diag), "it is a FIFO, not a regular file");
+    assert_int_equal(diag_load_file(&fx->diag, t.dir), -1);
+    assert_string_equal(diag_load_error(&fx->diag), "it is a directory, not a regular file");
+    int f = diag_load_file(&fx->diag, t.paths[0]);
+    assert_true(f >= 0);
+    assert_int_equal(diag_file(&fx->diag, f)->len, 0);
+    assert_string_equal(diag_load_error(&fx->diag), "");
+    unlink(fifo);
+    tmp_free(&t);
+}
+
+/* A file over AMPC_MAX_SOURCE_BYTES is refused from its size (a sparse file:
+ * nothing is written or read); one at the limit's edge is not refused for
+ * its size. */
+static void test_load_too_big(void **state)
+{
+    Fx *fx = *state;
+    TmpDir t;
+    tmp_init(&t);
+    tmp_write(&t, "big.sym", "");
+    assert_int_equal(truncate(t.paths[0], (off_t)AMPC_MAX_SOURCE_BYTES + 1), 0);
+    assert_int_equal(diag_load_file(&fx->diag, t.paths[0]), -1);
+    assert_string_equal(diag_load_error(&fx->diag),
+                        "it is larger than 256 MiB, the most ampc reads as a source file");
+    AstProgram p;
+    assert_false(ast_load(&fx->arena, &fx->diag, t.paths[0], NULL, 0, &p));
+    assert_non_null(strstr(errors(fx), "big.sym': it is larger than 256 MiB"));
+    tmp_free(&t);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -1173,6 +1218,8 @@ int main(void)
         T(test_import_missing),
         T(test_import_parse_error),
         T(test_main_missing),
+        T(test_load_not_regular),
+        T(test_load_too_big),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);
