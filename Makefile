@@ -120,19 +120,28 @@ asan-check:
 	    unit golden roundtrip
 
 FUZZ_FLAGS := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+# The targets: fuzz_frontend (front end and passes) and fuzz_emit_c (the C
+# backend: the emitted C must be well-formed whatever the names hold).
+FUZZ_TARGET ?= fuzz_frontend
+# fuzz-check's fixed run of fuzz_emit_c: every input runs all passes and the
+# backend, so fewer runs keep it to a few tens of seconds.
+EMIT_FUZZ_RUNS ?= 4000
 # FORCE: the sub-make decides what to rebuild, so fixes in ir/, passes/ and
 # grammar/ reach the fuzzer.
-$(BUILD)/fuzz/fuzz_frontend: tests/fuzz/fuzz_frontend.c FORCE
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c FORCE
 	$(MAKE) BUILD=build/fuzzlib CC=clang CFLAGS="-O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" build/fuzzlib/libampc.a
 	@mkdir -p $(@D)
 	clang $(AMPC_CFLAGS) -Ibuild/fuzzlib/gen $(FUZZ_FLAGS) -o $@ $< build/fuzzlib/libampc.a -lm
 
-# Replays the corpus, then a deterministic fuzzing pass (fixed seed and run count).
-fuzz-check: $(BUILD)/fuzz/fuzz_frontend $(BUILD)/ampc
+# Replays the corpus, then a deterministic fuzzing pass (fixed seed and run
+# count), for each target.
+fuzz-check: $(BUILD)/fuzz/fuzz_frontend $(BUILD)/fuzz/fuzz_emit_c $(BUILD)/ampc
 	AMPC=$(BUILD)/ampc tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_frontend check
+	AMPC=$(BUILD)/ampc FUZZ_RUNS=$(EMIT_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_emit_c check
 
-fuzz: $(BUILD)/fuzz/fuzz_frontend $(BUILD)/ampc
-	AMPC=$(BUILD)/ampc tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_frontend $(FUZZ_SECONDS)
+# make fuzz [FUZZ_TARGET=fuzz_emit_c] [FUZZ_SECONDS=N]
+fuzz: $(BUILD)/fuzz/$(FUZZ_TARGET) $(BUILD)/ampc
+	AMPC=$(BUILD)/ampc tests/fuzz/run.sh $(BUILD)/fuzz/$(FUZZ_TARGET) $(FUZZ_SECONDS)
 FORCE:
 
 # Compiled programs, end to end (tests/e2e/run.sh says what).
@@ -149,6 +158,7 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/training.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/hostile_run.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/fashion.sh $(BUILD)/ampc $(DATA_DIR)
+	tests/e2e/hostile_compile.sh $(BUILD)/ampc
 
 valgrind-check: $(BUILD)/ampc
 	tests/valgrind.sh $(BUILD)/ampc

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# run.sh - replays the fuzz corpus, then fuzzes the front end (docs/testing.md).
+# run.sh - replays the fuzz corpus, then fuzzes a target (docs/testing.md):
+# fuzz_frontend (front end and passes) or fuzz_emit_c (the C backend).
 #
 #   tests/fuzz/run.sh BINARY check     replay, then a deterministic pass (make fuzz-check)
 #   tests/fuzz/run.sh BINARY SECONDS   replay, then fuzz open-ended for SECONDS (make fuzz)
 #
 # BINARY is the libFuzzer target (make build/fuzz/fuzz_frontend).  The seed
-# corpus is assembled in build/fuzz/seeds/ (remade each run) from examples/*.sym,
+# corpus is assembled in seeds-TARGET/ beside BINARY (build/fuzz/, remade each
+# run) from examples/*.sym,
 # tests/golden/**/*.{sym,ir} and tests/fuzz/corpus/* (regression inputs: every
 # crash ever found, minimised), so nothing is kept twice in git, plus the
 # dumps of the examples after every pass when build/ampc (or $AMPC) exists.
@@ -18,7 +20,7 @@
 #
 # A crash, leak, timeout (-timeout=10), out-of-memory (-rss_limit_mb=2048) or
 # sanitizer report fails the run (exit 1) and says where the reproducer went
-# (build/fuzz/artifacts/ by default, FUZZ_ARTIFACTS to change).
+# (artifacts/ beside BINARY by default, FUZZ_ARTIFACTS to change).
 set -u
 
 usage() { echo "usage: $0 BINARY check|SECONDS" >&2; exit 2; }
@@ -27,20 +29,21 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$(cd "$(dirname "$1")" 2>/dev/null && pwd)/$(basename "$1")
 mode=$2
 [ -x "$bin" ] || { echo "run.sh: $1 is not an executable (make build/fuzz/fuzz_frontend)" >&2; exit 2; }
+fuzzdir=$(dirname "$bin") target=$(basename "$bin")
 case $mode in
 check) ;;
 '' | *[!0-9]* | 0) usage ;; # libFuzzer takes -max_total_time=0 as "forever"
 esac
 
 runs=${FUZZ_RUNS:-30000}
-artifacts=${FUZZ_ARTIFACTS:-$root/build/fuzz/artifacts}
+artifacts=${FUZZ_ARTIFACTS:-$fuzzdir/artifacts}
 mkdir -p "$artifacts"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ampc-fuzz.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 # The corpus folders have fixed paths (libFuzzer's run depends on them, so a
 # random temporary name would make check mode vary); they are remade each run.
-seeds=$root/build/fuzz/seeds
-work=$root/build/fuzz/check-corpus
+seeds=$fuzzdir/seeds-$target
+work=$fuzzdir/check-corpus-$target
 rm -rf "$seeds" "$work"
 mkdir -p "$seeds" "$work"
 
@@ -94,7 +97,7 @@ report() {
         echo "fuzz:   minimise it: $bin -minimize_crash=1 -runs=100000 -exact_artifact_path=$art.min $art"
         echo "fuzz:   then fix the bug and add the input to tests/fuzz/corpus/ under a descriptive name"
     fi
-    grep -m1 -E "ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|fuzz_frontend:|internal error|DEADLY SIGNAL|==[0-9]+== ERROR" "$log" |
+    grep -m1 -E "ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|fuzz_[a-z_]*:|internal error|DEADLY SIGNAL|==[0-9]+== ERROR" "$log" |
         sed 's/^/fuzz:   /'
 }
 
