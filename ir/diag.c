@@ -162,18 +162,32 @@ int diag_push_frame(Diag *d, const char *fn, Loc call, int parent)
     return d->frames.len - 1;
 }
 
-static void print_loc(Diag *d, Loc loc)
+static void print_loc(const Diag *d, FILE *out, Loc loc)
 {
     const SrcFile *f = diag_file(d, loc.file);
     if (f)
-        fprintf(d->out, "%s:%d:%d: ", f->path, loc.line, loc.col);
+        fprintf(out, "%s:%d:%d: ", f->path, loc.line, loc.col);
     else
-        fprintf(d->out, "ampc: ");
+        fputs("ampc: ", out);
+}
+
+/* The most of a source line a diagnostic shows: a longer line (a generated
+ * model, a minified one) is cut to a window around the caret, so an error on
+ * a 10 MB line prints a few hundred bytes, not the line. */
+enum { SHOWN_BYTES = 160 };
+
+/* Moves p off the continuation bytes of a UTF-8 sequence (forward, or
+ * backward when step is -1), so a cut never splits a character. */
+static const char *utf8_boundary(const char *p, const char *lo, const char *hi, int step)
+{
+    while (p > lo && p < hi && ((unsigned char)*p & 0xC0) == 0x80)
+        p += step;
+    return p;
 }
 
 /* The source line of loc and a caret under its column.  Tabs in the line
  * are copied into the caret line so the caret lines up in any terminal. */
-static void print_source_line(Diag *d, Loc loc)
+static void print_source_line(const Diag *d, FILE *out, Loc loc)
 {
     const SrcFile *f = diag_file(d, loc.file);
     if (!f || loc.line < 1)
@@ -190,39 +204,67 @@ static void print_source_line(Diag *d, Loc loc)
          * newline): a caret under nothing shows nothing */
         return;
     }
-    fputc(' ', d->out);
-    for (const char *q = p; q < eol; q++)
-        fputc((*q == '\t' || (unsigned char)*q >= 32) ? *q : ' ', d->out);
-    fputs("\n ", d->out);
-    for (int c = 1; c < loc.col && p + c - 1 < eol; c++)
-        fputc(p[c - 1] == '\t' ? '\t' : ' ', d->out);
-    fputs("^\n", d->out);
+    /* the caret's byte, at most one past the end of the line */
+    const char *caret = loc.col < 1 ? p : (size_t)(loc.col - 1) < (size_t)(eol - p) ? p + loc.col - 1 : eol;
+    const char *from = p, *to = eol;
+    if (eol - p > SHOWN_BYTES) {
+        from = caret - p > SHOWN_BYTES / 2 ? caret - SHOWN_BYTES / 2 : p;
+        to = eol - from > SHOWN_BYTES ? from + SHOWN_BYTES : eol;
+        from = utf8_boundary(from, p, eol, 1);
+        to = utf8_boundary(to, p, eol, -1);
+    }
+    const char *more = "...";
+    fprintf(out, " %s", from > p ? more : "");
+    for (const char *q = from; q < to; q++)
+        fputc((*q == '\t' || (unsigned char)*q >= 32) ? *q : ' ', out);
+    fprintf(out, "%s\n %s", to < eol ? more : "", from > p ? "   " : "");
+    for (const char *q = from; q < caret; q++)
+        fputc(*q == '\t' ? '\t' : ' ', out);
+    fputs("^\n", out);
 }
 
-static void print_frames(Diag *d, int frame)
+static void print_frames(const Diag *d, FILE *out, int frame)
 {
     int guard = 0;
     for (; frame >= 0 && frame < d->frames.len && guard < 16; guard++) {
         const CallFrame *cf = &VEC_AT(d->frames, CallFrame, frame);
         const SrcFile *f = diag_file(d, cf->call.file);
-        fprintf(d->out, "note: in call to '%s' from %s:%d:%d\n", cf->fn, f ? f->path : "?",
+        fprintf(out, "note: in call to '%s' from %s:%d:%d\n", cf->fn, f ? f->path : "?",
                 cf->call.line, cf->call.col);
         frame = cf->parent;
     }
     if (frame >= 0)
-        fprintf(d->out, "note: (further calls omitted)\n");
+        fputs("note: (further calls omitted)\n", out);
+}
+
+/* One diagnostic: "where: kind: message", the source line and caret, the
+ * call chain.  It is composed in memory and written with one fwrite: d->out
+ * is usually stderr, which is unbuffered, and character-at-a-time output
+ * made one write() per byte (25 s for an error on a 10 MB line). */
+static void emit(Diag *d, Loc loc, int frame, const char *kind, const char *fmt, va_list ap)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m)
+        DIE("out of memory");
+    print_loc(d, m, loc);
+    fprintf(m, "%s: ", kind);
+    vfprintf(m, fmt, ap);
+    fputc('\n', m);
+    print_source_line(d, m, loc);
+    print_frames(d, m, frame);
+    if (fclose(m) != 0)
+        DIE("out of memory");
+    fwrite(buf, 1, len, d->out);
+    fflush(d->out);
+    free(buf);
 }
 
 void diag_verror_in(Diag *d, Loc loc, int frame, const char *fmt, va_list ap)
 {
     d->nerr++;
-    print_loc(d, loc);
-    fputs("error: ", d->out);
-    vfprintf(d->out, fmt, ap);
-    fputc('\n', d->out);
-    print_source_line(d, loc);
-    print_frames(d, frame);
-    fflush(d->out);
+    emit(d, loc, frame, "error", fmt, ap);
 }
 
 void diag_error_in(Diag *d, Loc loc, int frame, const char *fmt, ...)
@@ -245,39 +287,26 @@ void diag_warning(Diag *d, Loc loc, const char *fmt, ...)
 {
     va_list ap;
     d->nwarn++;
-    print_loc(d, loc);
-    fputs("warning: ", d->out);
     va_start(ap, fmt);
-    vfprintf(d->out, fmt, ap);
+    emit(d, loc, -1, "warning", fmt, ap);
     va_end(ap);
-    fputc('\n', d->out);
-    print_source_line(d, loc);
-    fflush(d->out);
 }
 
 void diag_note(Diag *d, Loc loc, const char *fmt, ...)
 {
     va_list ap;
-    print_loc(d, loc);
-    fputs("note: ", d->out);
     va_start(ap, fmt);
-    vfprintf(d->out, fmt, ap);
+    emit(d, loc, -1, "note", fmt, ap);
     va_end(ap);
-    fputc('\n', d->out);
-    print_source_line(d, loc);
-    fflush(d->out);
 }
 
 void diag_plain_error(Diag *d, const char *fmt, ...)
 {
     va_list ap;
     d->nerr++;
-    fputs("ampc: error: ", d->out);
     va_start(ap, fmt);
-    vfprintf(d->out, fmt, ap);
+    emit(d, loc_none(), -1, "error", fmt, ap);
     va_end(ap);
-    fputc('\n', d->out);
-    fflush(d->out);
 }
 
 _Noreturn void ampc_die(const char *file, int line, const char *fmt, ...)

@@ -457,8 +457,22 @@ ConfigVal *config_parse(Graph *g, const char *what, const char *text);
 void graph_set_train_entry(Graph *g, const char *key, ConfigVal *v);
 /* Reads a dump back; file indexes d's source table. Returns NULL on error. */
 Graph *ir_read(Diag *d, int file);
-/* Checks invariants; prints what is wrong and returns false.  A failure is a
- * compiler bug, never a user error. */
+/* Checks invariants, the shape and type rules included (ir_check_rules),
+ * on g and its inference graph; prints what is wrong and returns false.  A
+ * failure is a compiler bug, never a user error. */
 bool ir_verify(const Graph *g, const char *after_pass);
+/* A pass's position in the pipeline (elaborate 0 ... train-cast-elide 6), or
+ * -1 for a name that is none. */
+int ir_stage(const char *pass);
+/* part, grad_of, bn_moving_update, _slice_axis and the _backward_ ops. */
+bool op_made_by_autodiff(OpKind k);
+/* Re-runs the shape rules (from infer-shapes on) and the type rules of
+ * infer-types and of what amp adds (from infer-types on) on every node of g
+ * and its inference graph, against each node's inputs as declared, and
+ * reports each disagreement at its node through g's Diag: what --from-ir
+ * holds a dump after `after_pass` to.  Before the amp pass, g->info.amp set
+ * (AMP on) lets float dtypes disagree, as infer-types does then.  The ops
+ * autodiff makes are refused before autodiff.  Nodes are left as they were. */
+bool ir_check_rules(Graph *g, const char *after_pass);
 
 #endif

@@ -51,6 +51,8 @@ bool op_slot_present(OpKind k, int slot, const AttrVal *attrs)
         return !attrs[FC_NO_BIAS].b;
     if (k == OP_LeakyReLU && slot == 1)
         return attrs[LRELU_TYPE].e == LRELU_PRELU;
+    if (k == OP__backward_LeakyReLU && slot == 2) /* the forward op's gamma */
+        return attrs[LRELU_TYPE].e == LRELU_PRELU;
     return true;
 }
 

@@ -163,3 +163,138 @@ bool autodiff(Graph **gp)
     *gp = g;
     return true;
 }
+
+/* ---- the backward graph of a dump, derived again --------------------------- */
+
+/* The text dump of g into a malloc'ed string. */
+static char *print_text(const Graph *g)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        DIE("out of memory");
+    ir_print(f, g, NULL);
+    if (fclose(f) != 0)
+        DIE("out of memory");
+    return text;
+}
+
+/* The forward part of a training graph: what its outputs other than
+ * gradients and moving-statistics updates depend on.  NULL (reported) when
+ * there is none, or when it holds an op that only autodiff makes. */
+static Graph *forward_part(const Graph *g)
+{
+    Graph *f = graph_copy(g);
+    int k = 0;
+    for (int i = 0; i < f->noutputs; i++) {
+        Node *o = f->nodes[f->outputs[i]];
+        o->flags &= ~(uint32_t)NF_OUTPUT;
+        if (o->op != OP_grad_of && o->op != OP_bn_moving_update)
+            f->outputs[k++] = o->id;
+    }
+    f->noutputs = k;
+    for (int i = 0; i < k; i++)
+        f->nodes[f->outputs[i]]->flags |= NF_OUTPUT;
+    if (k == 0) {
+        diag_error(g->diag, g->noutputs ? g->nodes[g->outputs[0]]->loc : loc_none(),
+                   "the training graph of '%s' has no forward output (only gradients)", g->model);
+        graph_free(f);
+        return NULL;
+    }
+    f = graph_compact(f);
+    for (int i = 0; i < f->nnodes; i++)
+        if (op_made_by_autodiff(f->nodes[i]->op)) {
+            /* locations are the dump's own: report on g's node */
+            const Node *n = graph_find(g, f->nodes[i]->name);
+            diag_error(g->diag, n->loc, "'%s': %s is made by autodiff, but the forward part of "
+                                        "the graph (what its outputs depend on) reads it",
+                       n->name, op_info(n->op)->name);
+            graph_free(f);
+            return NULL;
+        }
+    return f;
+}
+
+/* The `return` line after `from` in the dump g was read from (the reader
+ * keeps no location for it), or `from` when it cannot be found. */
+static Loc return_line(const Graph *g, Loc from)
+{
+    const SrcFile *f = diag_file(g->diag, from.file);
+    if (!f)
+        return from;
+    const char *p = f->text;
+    int line = 1;
+    for (; *p && line < from.line; p++)
+        line += *p == '\n';
+    for (; *p; line++) {
+        if (strncmp(p, "return", 6) == 0)
+            return (Loc){from.file, line, 1};
+        p += strcspn(p, "\n");
+        p += *p == '\n';
+    }
+    return from;
+}
+
+/* Reports the first line where the dump's graph `have` and the derived one
+ * `want` differ, at the node of `have` that line lists. */
+static bool compare(const Graph *have, const Graph *want, const char *what)
+{
+    char *a = print_text(have), *b = print_text(want);
+    bool same = strcmp(a, b) == 0;
+    if (!same) {
+        int line = 0;
+        size_t i = 0;
+        for (; a[i] && a[i] == b[i]; i++)
+            line += a[i] == '\n';
+        size_t start = i;
+        while (start > 0 && b[start - 1] != '\n')
+            start--;
+        size_t len = strcspn(b + start, "\n");
+        /* the lines: a banner, `model`, the train lines, the nodes in
+         * canonical order (as the dump lists them), `return` */
+        int *order = graph_canonical_order(have);
+        int k = line - 2 - have->ntrain;
+        const Node *n = have->nodes[k >= 0 && k < have->nnodes ? order[k] : have->outputs[0]];
+        free(order);
+        Loc at = k < have->nnodes ? n->loc : return_line(have, n->loc);
+        if (k >= 0 && k < have->nnodes)
+            diag_error(have->diag, at, "%s: '%s' is not what autodiff derives from the forward part",
+                       what, n->name);
+        else
+            diag_error(have->diag, at, "%s: its %s differ from what autodiff derives from the "
+                                       "forward part",
+                       what, k < 0 ? "header lines" : "outputs");
+        if (len)
+            diag_note(have->diag, at, "autodiff gives: %.*s", (int)len, b + start);
+        else
+            diag_note(have->diag, at, "autodiff gives no line here");
+    }
+    free(a);
+    free(b);
+    return same;
+}
+
+bool autodiff_check(const Graph *g, bool elided)
+{
+    Graph *f = forward_part(g);
+    if (!f)
+        return false;
+    bool ok = autodiff(&f);
+    if (ok && elided) {
+        Graph *infer = f->infer;
+        f->infer = NULL;
+        ok = cast_elide(&f) && cast_elide(&infer);
+        f->infer = infer;
+    }
+    if (ok && !g->infer) {
+        diag_error(g->diag, g->nodes[g->outputs[0]]->loc,
+                   "the training graph of '%s' comes without its inference graph (a second "
+                   "'model' section)", g->model);
+        ok = false;
+    }
+    ok = ok && compare(g, f, "the training graph") &&
+         compare(g->infer, f->infer, "the inference graph");
+    graph_free(f);
+    return ok;
+}

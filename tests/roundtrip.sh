@@ -1,20 +1,32 @@
 #!/usr/bin/env bash
-# The IR text dump reads back to the same graph (DESIGN.md section 3).
+# The IR text dump reads back to the same graph (DESIGN.md section 3), and a
+# dump holds to the rules of the passes it has been through.
 #
 #   tests/roundtrip.sh build/ampc
 #
-# For every example and every pass checked:
+# For every example, with AMP off and with --amp=float16 and --amp=bfloat16,
+# and every pass checked:
 #   same    dump after PASS, read it back with --from-ir, dump PASS again:
 #           the two files are identical byte for byte;
 #   resume  read the dump after PASS and run on to each later pass checked:
 #           the dump equals the one made straight from the .sym file (the
 #           reader kept everything later passes need).
+# Reading a dump re-runs the shape and type rules on it and, after autodiff,
+# derives the backward graph again, so `same` after cast-elide is also the
+# invariant of docs/amp.md: the AMP rewrite's output passes infer-types'
+# rules unchanged.  That invariant (same after cast-elide and after
+# train-cast-elide, and resuming from cast-elide) is then checked on every
+# golden .sym case that compiles (AMP off and float16) and on random models
+# (tests/random_models.py: AMP off, float16, bfloat16, and float16 with a
+# convolution that shares its weight excluded).
 # Then the reader must refuse a dump with an unknown op and one with an
 # unknown attribute, naming the file, line and column.
 #
 # Every pass `ampc --help` lists is checked (autodiff dumps carry the
 # inference graph after the training graph, and it reads back too); set
-# ROUNDTRIP_PASSES to a list of --dump names to check fewer.  AMPC_VERIFY=1 runs the IR verifier after every pass.
+# ROUNDTRIP_PASSES to a list of --dump names to check fewer, and
+# ROUNDTRIP_RANDOM to the number of random models (default 30; 0 for none).
+# AMPC_VERIFY=1 runs the IR verifier after every pass.
 set -u
 if [ $# -ne 1 ]; then
     echo "usage: $0 path/to/ampc" >&2
@@ -37,7 +49,7 @@ fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
+pass=0 fail=0 compiled=0
 
 ok() { pass=$((pass + 1)); }
 bad() {
@@ -47,11 +59,14 @@ bad() {
     return 0
 }
 
-for ex in examples/*.sym; do
-    name=$(basename "$ex" .sym)
+# full MODEL LABEL FLAGS...: every pass, read back (same) and resumed.
+full() {
+    local ex=$1 name=$2
+    shift 2
+    local p q i direct
     for p in "${passes[@]}"; do
         direct=$tmp/$name.$p.ir
-        if ! "$ampc" "$ex" --dump="$p" > "$direct" 2> "$tmp/err"; then
+        if ! "$ampc" "$ex" "$@" --dump="$p" > "$direct" 2> "$tmp/err"; then
             bad "$name: dump after $p"
             continue
         fi
@@ -61,7 +76,7 @@ for ex in examples/*.sym; do
         direct=$tmp/$name.$p.ir
         [ -s "$direct" ] || continue
         # same pass: the dump reads back to itself
-        if "$ampc" --from-ir "$direct" --dump="$p" > "$tmp/again.ir" 2> "$tmp/err" &&
+        if "$ampc" --from-ir "$direct" "$@" --dump="$p" > "$tmp/again.ir" 2> "$tmp/err" &&
             diff -u "$direct" "$tmp/again.ir" > "$tmp/err"; then
             ok
         else
@@ -70,7 +85,7 @@ for ex in examples/*.sym; do
         # later passes: resuming from the dump gives what the pipeline gives
         for q in "${passes[@]:$((i + 1))}"; do
             [ -s "$tmp/$name.$q.ir" ] || continue
-            if "$ampc" --from-ir "$direct" --dump="$q" > "$tmp/resumed.ir" 2> "$tmp/err" &&
+            if "$ampc" --from-ir "$direct" "$@" --dump="$q" > "$tmp/resumed.ir" 2> "$tmp/err" &&
                 diff -u "$tmp/$name.$q.ir" "$tmp/resumed.ir" > "$tmp/err"; then
                 ok
             else
@@ -78,7 +93,66 @@ for ex in examples/*.sym; do
             fi
         done
     done
+}
+
+# invariant MODEL LABEL FLAGS...: for a model that compiles, the dumps after
+# cast-elide and train-cast-elide read back unchanged, and resuming from
+# cast-elide gives the training graph.  A model that does not compile is
+# skipped (golden error cases, AMP-off models that mix dtypes).
+invariant() {
+    local ex=$1 name=$2
+    shift 2
+    local fwd=$tmp/inv.fwd.ir trn=$tmp/inv.train.ir
+    "$ampc" "$ex" "$@" --dump=cast-elide > "$fwd" 2> "$tmp/err" || return 0
+    compiled=$((compiled + 1))
+    if "$ampc" --from-ir "$fwd" --dump=cast-elide > "$tmp/again.ir" 2> "$tmp/err" &&
+        diff -u "$fwd" "$tmp/again.ir" > "$tmp/err"; then
+        ok
+    else
+        bad "$name $*: the dump after cast-elide does not read back unchanged"
+    fi
+    "$ampc" "$ex" "$@" --dump=train-cast-elide > "$trn" 2> /dev/null || return 0
+    if "$ampc" --from-ir "$trn" --dump=train-cast-elide > "$tmp/again.ir" 2> "$tmp/err" &&
+        diff -u "$trn" "$tmp/again.ir" > "$tmp/err"; then
+        ok
+    else
+        bad "$name $*: the dump after train-cast-elide does not read back unchanged"
+    fi
+    if "$ampc" --from-ir "$fwd" --dump=train-cast-elide > "$tmp/again.ir" 2> "$tmp/err" &&
+        diff -u "$trn" "$tmp/again.ir" > "$tmp/err"; then
+        ok
+    else
+        bad "$name $*: resuming from cast-elide gives another training graph"
+    fi
+}
+
+for ex in examples/*.sym; do
+    name=$(basename "$ex" .sym)
+    full "$ex" "$name"
+    full "$ex" "$name.fp16" --amp=float16
+    full "$ex" "$name.bf16" --amp=bfloat16
 done
+
+if printf '%s\n' "${passes[@]}" | grep -qx cast-elide; then
+    while IFS= read -r t; do
+        invariant "$t" "$t"
+        invariant "$t" "$t" --amp=float16
+    done < <(find tests/golden -name '*.sym' | sort)
+
+    nrandom=${ROUNDTRIP_RANDOM:-30}
+    if [ "$nrandom" -gt 0 ]; then
+        mkdir -p "$tmp/random"
+        python3 tests/random_models.py 1 "$nrandom" "$tmp/random" || exit 2
+        for m in "$tmp"/random/*.sym; do
+            name=$(basename "$m" .sym)
+            invariant "$m" "$name"
+            invariant "$m" "$name" --amp=float16
+            invariant "$m" "$name" --amp=bfloat16
+            excl=$(sed -n 's/^# exclude: //p' "$m")
+            [ -n "$excl" ] && invariant "$m" "$name" --amp=float16 --amp-exclude="$excl"
+        done
+    fi
+fi
 
 # The reader refuses what it does not know, with file:line:col.  The mutated
 # line is the first Activation of the MLP's dump.
@@ -104,5 +178,5 @@ refuse "unknown op" '= Activation(/= Activaton(/' \
 refuse "unknown attribute" 'act_type=/act_typo=/' \
     "$line:$(column 'act_type='): error: Activation has no attribute 'act_typo'"
 
-echo "roundtrip: $pass passed, $fail failed"
+echo "roundtrip: $pass passed, $fail failed ($compiled golden and random model builds checked)"
 [ "$fail" -eq 0 ]

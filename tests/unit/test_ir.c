@@ -742,7 +742,8 @@ static void test_print_read_round_trip(void **state)
     if (!fx->g)
         fail_msg("%s", diag_text(fx));
     char msg[512];
-    assert_true(verify_captured(fx->g, "infer-types", msg, sizeof msg));
+    /* frontend_compile runs every pass: a training graph */
+    assert_true(verify_captured(fx->g, "train-cast-elide", msg, sizeof msg));
     char *t1 = print_to_string(fx->g, "after infer-types");
     int f = diag_add_buffer(&fx->d, "tiny.ir", t1, strlen(t1));
     fx->g2 = ir_read(&fx->d, f);
@@ -751,7 +752,7 @@ static void test_print_read_round_trip(void **state)
     assert_int_equal(fx->d.nerr, 0);
     char *t2 = print_to_string(fx->g2, "after infer-types");
     assert_string_equal(t1, t2);
-    assert_true(verify_captured(fx->g2, "infer-types", msg, sizeof msg));
+    assert_true(verify_captured(fx->g2, "autodiff", msg, sizeof msg));
     assert_int_equal(fx->g2->nnodes, fx->g->nnodes);
     /* spot checks of what the text carries */
     assert_contains(t1, "model tiny\n");
@@ -1028,15 +1029,168 @@ static void test_verify(void **state)
     assert_true(verify_captured(g, NULL, msg, sizeof msg));
 }
 
+/* ir_verify's rule check, with the diagnostics it gives at the nodes. */
+static bool rules_ok(Fx *fx, const Graph *g, const char *pass)
+{
+    char msg[512];
+    fx->off = strlen(diag_text(fx));
+    bool ok = verify_captured(g, pass, msg, sizeof msg);
+    if (!ok)
+        assert_contains(msg, "a node disagrees with the shape and type rules");
+    return ok;
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+    int k = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
+        k++;
+    return k;
+}
+
+static void test_verify_rules(void **state)
+{
+    Fx *fx = *state;
+    Graph *g = fx->g = build_small(&fx->d, false);
+    for (int i = 0; i < g->nnodes; i++)
+        g->nodes[i]->dtype = DT_F32;
+    Node *x = g->nodes[0], *w = g->nodes[2], *fc = g->nodes[3];
+    assert_true(rules_ok(fx, g, "cast-elide"));
+    char *before = print_to_string(g, NULL);
+
+    /* a wrong output shape, reported once: the nodes that read it are not
+     * checked against it */
+    fc->shape = shape2(DIM_N, 5);
+    assert_true(rules_ok(fx, g, "elaborate"));
+    assert_false(rules_ok(fx, g, "infer-shapes"));
+    assert_contains(last_diag(fx), "error: 'fc' is declared [N,5], but FullyConnected gives [N,4] here");
+    assert_int_equal(count_of(last_diag(fx), "error:"), 1);
+    fc->shape = shape2(DIM_N, 4);
+    /* a parameter of the wrong shape, at its reader */
+    w->shape = shape2(4, 9);
+    assert_false(rules_ok(fx, g, "infer-shapes"));
+    assert_contains(last_diag(fx), "FullyConnected: weight shape [4,9] does not match the expected [4,8]");
+    w->shape = shape2(4, 8);
+
+    /* a parameter's dtype: an error with AMP off, and after the amp pass;
+     * before it, with AMP on, infer-types leaves it to the amp pass */
+    w->dtype = DT_F16;
+    assert_true(rules_ok(fx, g, "infer-shapes"));
+    assert_false(rules_ok(fx, g, "infer-types"));
+    assert_contains(last_diag(fx),
+                    "FullyConnected: input 'weight' ('fc_weight') is float16 but must be float32 here");
+    g->info.amp = DT_F16;
+    assert_true(rules_ok(fx, g, "infer-types"));
+    assert_false(rules_ok(fx, g, "amp"));
+    g->info.amp = DT_UNKNOWN;
+    /* a master only for a 16-bit parameter, and param_master typed by it */
+    w->attrs[PARAM_MASTER].e = DT_F32;
+    x->dtype = DT_F16;
+    fc->dtype = g->nodes[4]->dtype = g->nodes[5]->dtype = DT_F16;
+    g->nodes[1]->dtype = DT_F16;
+    assert_true(rules_ok(fx, g, "cast-elide"));
+    w->dtype = DT_F32;
+    assert_false(rules_ok(fx, g, "cast-elide"));
+    assert_contains(last_diag(fx), "'fc_weight' is float32, but only a 16-bit parameter has an fp32 "
+                                   "master (master=float32)");
+    w->dtype = DT_F16;
+    int wid = w->id;
+    Node *m = add_named(g, OP_param_master, &wid, 1, "fc_weight_master");
+    m->shape = w->shape;
+    m->dtype = DT_F16;
+    assert_false(rules_ok(fx, g, "cast-elide"));
+    assert_contains(last_diag(fx), "'fc_weight_master' is declared float16, but the master of "
+                                   "'fc_weight' is float32");
+    m->dtype = DT_F32;
+    assert_true(rules_ok(fx, g, "cast-elide"));
+    w->attrs[PARAM_MASTER].e = DT_UNKNOWN;
+    assert_false(rules_ok(fx, g, "cast-elide"));
+    assert_contains(last_diag(fx), "param_master reads 'fc_weight', which is not a parameter with "
+                                   "a master copy");
+    graph_free(fx->g);
+
+    /* the checks leave the graph as it was */
+    g = fx->g = build_small(&fx->d, false);
+    for (int i = 0; i < g->nnodes; i++)
+        g->nodes[i]->dtype = DT_F32;
+    assert_true(ir_check_rules(g, "cast-elide"));
+    g->nodes[3]->shape = shape2(DIM_N, 5);
+    assert_false(ir_check_rules(g, "cast-elide"));
+    g->nodes[3]->shape = shape2(DIM_N, 4);
+    char *after = print_to_string(g, NULL);
+    assert_string_equal(before, after);
+    free(before);
+    free(after);
+}
+
+/* BatchNorm's gamma and beta stay fp32 whatever produces them: a 16-bit
+ * value in those slots breaks infer-types' rules. */
+static void test_verify_rules_batchnorm_slots(void **state)
+{
+    Fx *fx = *state;
+    static const char src[] =
+        "model m(x: float16[N,4,3,3], g: float16[4]) {\n"
+        "    return BatchNorm(x, gamma=g, name=\"bn\")\n"
+        "}\n";
+    fx->g = frontend_elaborate(&fx->d, "bn.sym", src, strlen(src), NULL);
+    assert_non_null(fx->g);
+    assert_true(infer_shapes(fx->g));
+    assert_false(infer_types(fx->g)); /* the pass refuses it ... */
+    for (int i = 0; i < fx->g->nnodes; i++)
+        if (fx->g->nodes[i]->dtype == DT_UNKNOWN)
+            fx->g->nodes[i]->dtype = fx->g->nodes[i]->op == OP_BatchNorm ? DT_F16 : DT_F32;
+    /* ... and so does the check of a graph that claims to have passed it */
+    assert_false(rules_ok(fx, fx->g, "cast-elide"));
+    assert_contains(last_diag(fx), "BatchNorm: input 'gamma' ('g') is float16 but must be float32 here");
+}
+
+/* A training graph is what autodiff derives from its forward part: a
+ * grad_of moved between two parameters of one shape (BatchNorm's gamma and
+ * beta) passes every shape and type rule, and not the derivation. */
+static void test_autodiff_check(void **state)
+{
+    Fx *fx = *state;
+    fx->g = frontend_compile(&fx->d, "tiny.sym", round_trip_src, strlen(round_trip_src), NULL);
+    assert_non_null(fx->g);
+    Graph *g = fx->g;
+    assert_true(autodiff_check(g, true));
+    Node *gg = graph_find(g, "cbr1_bn1_gamma_grad_of"), *gb = graph_find(g, "cbr1_bn1_beta_grad_of");
+    assert_non_null(gg);
+    assert_non_null(gb);
+    int t = gg->in[1];
+    gg->in[1] = gb->in[1];
+    gb->in[1] = t;
+    assert_true(ir_check_rules(g, "train-cast-elide"));
+    fx->off = strlen(diag_text(fx));
+    assert_false(autodiff_check(g, true));
+    assert_contains(last_diag(fx), "the training graph: 'cbr1_bn1_");
+    assert_contains(last_diag(fx), "is not what autodiff derives from the forward part");
+    gb->in[1] = gg->in[1];
+    gg->in[1] = t;
+    assert_true(autodiff_check(g, true));
+    /* the inference graph too */
+    Node *bn = graph_find(g->infer, "cbr1_bn1");
+    assert_non_null(bn);
+    bn->attrs[BN_USE_GLOBAL_STATS].b = false;
+    fx->off = strlen(diag_text(fx));
+    assert_false(autodiff_check(g, true));
+    assert_contains(last_diag(fx), "the inference graph: 'cbr1_bn1' is not what autodiff derives");
+}
+
 static void test_verify_frontend_graphs(void **state)
 {
     Fx *fx = *state;
     char msg[512];
     fx->g = frontend_compile(&fx->d, "tiny.sym", round_trip_src, strlen(round_trip_src), NULL);
     assert_non_null(fx->g);
-    assert_true(verify_captured(fx->g, "elaborate", msg, sizeof msg));
-    assert_true(verify_captured(fx->g, "infer-shapes", msg, sizeof msg));
-    assert_true(verify_captured(fx->g, "infer-types", msg, sizeof msg));
+    assert_true(verify_captured(fx->g, "autodiff", msg, sizeof msg));
+    assert_true(verify_captured(fx->g, "train-cast-elide", msg, sizeof msg));
+    /* a training graph is not a forward graph: the ops autodiff made are
+     * refused at the node, before autodiff */
+    fx->off = strlen(diag_text(fx));
+    assert_false(verify_captured(fx->g, "cast-elide", msg, sizeof msg));
+    assert_contains(msg, "a node disagrees with the shape and type rules");
+    assert_contains(last_diag(fx), "is made by autodiff, but this is a graph after cast-elide");
     /* ids are topological: every input precedes its user */
     for (int i = 0; i < fx->g->nnodes; i++)
         for (int j = 0; j < fx->g->nodes[i]->nin; j++)
@@ -1105,6 +1259,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_read_errors_whole_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verify, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verify_frontend_graphs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_verify_rules, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_verify_rules_batchnorm_slots, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_autodiff_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_diag_format, setup, teardown),
     };
     return cmocka_run_group_tests_name("ir", tests, NULL, NULL);
