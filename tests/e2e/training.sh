@@ -27,7 +27,9 @@
 #  10. --profile prints phases that add up to the step, node kinds and nodes;
 #  11. cifar10 on small generated files through the driver: counts, the
 #      per-channel normalisation of every value of a batch (--dump-state),
-#      --augment crop=4,mirror runs; --augment refused for digits.
+#      --augment crop=4,mirror runs; --augment refused for digits;
+#  12. every train-block key (tests/golden/driver/train_settings_all.sym)
+#      reaches the program, which runs with them; its flags override them.
 # usage: training.sh AMPC DATA_DIR
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -369,6 +371,20 @@ if [ $rc -eq 2 ] && grep -q 'the digits data are never augmented' "$tmp/log" &&
     ok "augmentation is off by default and refused for digits (exit 2)"
 else bad "augmentation for digits (rc $rc)"; fi
 
+
+# ---- 12. the train block's settings reach the program (runtime/settings.c) ----
+if "$ampc" tests/golden/driver/train_settings_all.sym -o "$tmp/all" >"$tmp/log" 2>&1 &&
+    "$tmp/all" >"$tmp/log" 2>&1 &&
+    grep -q "batch 16, 640 steps per epoch" "$tmp/log" &&
+    grep -q "Loss scale: dynamic, init 1024, growth 2, backoff 0.5, interval 100" "$tmp/log" &&
+    grep -q "Augment: training images, zero padding by 2 then a random crop, a random horizontal mirror" "$tmp/log" &&
+    [ "$(grep -c '^Epoch\[[0-9]*\] Validation-accuracy' "$tmp/log")" = 1 ] &&
+    "$tmp/all" --batch-size 8 --augment off >"$tmp/log" 2>&1 &&
+    grep -q "batch 8, 1280 steps per epoch" "$tmp/log" && ! grep -q "^Augment" "$tmp/log"; then
+    ok "every train-block key reaches the program (max_steps=100 of epochs=2: one validation), flags override them"
+else
+    bad "the train block's settings in the program"
+fi
 
 echo "training: $pass passed, $fail failed ($(( $(date +%s) - start )) s)"
 [ "$fail" -eq 0 ]
