@@ -135,14 +135,33 @@ if [ $rc -eq 0 ] && [ ! -e "$tmp/sv/tiny_mlp-0003.params.tmp.q1W2e3" ] &&
    [ "$(grep -c 'a temporary checkpoint file left by a run that stopped while saving' "$tmp/log")" = 2 ]; then
     ok "stale checkpoint temporaries of this model are removed at the start, nothing else"
 else bad "stale temporaries (exit $rc; left: $left)"; fi
-# a real kill during the save: whatever it leaves, the next run removes
-( "$tmp/tiny" --data digits --data-dir "$tmp/d" --epochs 30 --save-dir "$tmp/kill" >/dev/null 2>&1 &
-  pid=$!
-  for _ in $(seq 200); do ls "$tmp/kill" 2>/dev/null | grep -q '\.tmp\.' && break; sleep 0.01; done
-  kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null )
-tiny --max-steps 1 --save-dir "$tmp/kill" >"$tmp/log" 2>&1
-if ! ls "$tmp/kill" | grep -q '\.tmp\.'; then ok "after a SIGKILL during saving, the next run leaves no temporary file"
-else bad "temporaries after a SIGKILL: $(ls "$tmp/kill")"; fi
+# a real SIGKILL during a save: a preloaded rename() kills the process just
+# before the temporary file would become the checkpoint
+cat >"$tmp/killer.c" <<'EOF'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <signal.h>
+#include <string.h>
+int rename(const char *from, const char *to)
+{
+    if (strstr(from, ".params.tmp."))
+        raise(SIGKILL);
+    int (*real)(const char *, const char *) =
+        (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
+    return real(from, to);
+}
+EOF
+if cc -shared -fPIC -o "$tmp/killer.so" "$tmp/killer.c" -ldl 2>"$tmp/log"; then
+    LD_PRELOAD=$tmp/killer.so "$tmp/tiny" --data digits --data-dir "$tmp/d" --epochs 2 \
+        --save-dir "$tmp/kill" >/dev/null 2>&1
+    rc=$?
+    before=$(ls "$tmp/kill" | grep -c '^tiny_mlp-0001\.params\.tmp\.')
+    tiny --max-steps 1 --save-dir "$tmp/kill" >"$tmp/log" 2>&1
+    if [ $rc -eq 137 ] && [ "$before" = 1 ] && ! ls "$tmp/kill" | grep -q '\.tmp\.' &&
+       grep -q "note: removed $tmp/kill/tiny_mlp-0001.params.tmp." "$tmp/log"; then
+        ok "a run killed (SIGKILL) while saving leaves a temporary file; the next run removes it"
+    else bad "SIGKILL while saving (exit $rc, $before temporaries; now: $(ls "$tmp/kill" | tr '\n' ' '))"; fi
+else bad "building the rename() shim"; fi
 
 # 5. a forged checkpoint with valid checksums
 python3 - "$tmp/ckpt.orig" "$tmp/forged.params" <<'EOF'
