@@ -43,6 +43,11 @@ bool train_settings_ok(const Graph *g);
 bool train_setting_ok(const Graph *g, const char *key);
 /* The same for v, given for key by an ampc flag (the message names flag). */
 bool train_flag_ok(const Graph *g, const char *key, const ConfigVal *v, const char *flag);
+/* The settings together against the model, as the program will check them
+ * before it starts (rt_settings_check: a schedule's warmup, augmentation of a
+ * non-image input, a named data source the input cannot take), reported at
+ * the entry to blame.  main.c runs it before it writes a program. */
+bool train_settings_fit(const Graph *g);
 
 /* Resolves the AMP settings: flags first, then the train block. */
 bool amp_options_resolve(const Graph *g, const PassOptions *po, AmpOptions *out);

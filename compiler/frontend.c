@@ -306,3 +306,48 @@ bool train_flag_ok(const Graph *g, const char *key, const ConfigVal *v, const ch
     diag_plain_error(g->diag, "%s: %s", flag, msg);
     return false;
 }
+
+/* The input the program feeds (codegen/c.c: the first Input that is not a
+ * label) and the loss head's classes, as ampc_model will say. */
+static const Node *data_input(const Graph *g)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        if (n->op == OP_Input && node_enum(n, INPUT_ROLE) != INPUT_LABEL)
+            return n;
+    }
+    return NULL;
+}
+
+bool train_settings_fit(const Graph *g)
+{
+    RtTrainOptions o;
+    rt_train_options_default(&o);
+    char msg[1024];
+    for (int i = 0; i < g->ntrain; i++)
+        if (!setting_apply(&o, g->train[i].key, g->train[i].val, msg, sizeof msg)) {
+            report_setting(g, &g->train[i], msg);
+            return false;
+        }
+    const Node *data = data_input(g);
+    int64_t classes = 0;
+    for (int i = 0; i < g->noutputs; i++) {
+        const Node *h = g->nodes[g->outputs[i]];
+        if (h->op == OP_SoftmaxOutput && h->shape.rank == 2)
+            classes = h->shape.d[1];
+    }
+    int rank = data && data->shape.rank > 0 ? data->shape.rank - 1 : 0;
+    for (int k = 0; k < rank; k++)
+        if (data->shape.d[k + 1] <= 0)
+            return true; /* a symbolic dimension: the program checks what it gets */
+    const char *key = rt_settings_check(&o, g->model, rank, data ? data->shape.d + 1 : NULL,
+                                        classes, msg, sizeof msg);
+    if (!key)
+        return true;
+    const ConfigEntry *e = train_entry(g, key);
+    if (e)
+        report_setting(g, e, msg);
+    else
+        diag_plain_error(g->diag, "train setting '%s': %s", key, msg);
+    return false;
+}

@@ -422,7 +422,7 @@ static int run(const Options *o, Diag *d)
         report_print(stdout, g, o->batch);
     double tgen = now_ms();
     if (ok && (o->output || o->source_only))
-        ok = generate(o, g, d);
+        ok = train_settings_fit(g) && generate(o, g, d);
     tgen = now_ms() - tgen;
     if (o->time_passes) {
         fprintf(stderr, "ampc: pass timings (ms), %d nodes at the end:\n", g->nnodes);

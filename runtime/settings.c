@@ -1134,3 +1134,105 @@ bad:
     return false;
 }
 
+
+/* ---- the settings together, against the model ---------------------------------- */
+
+/* The images of the named sources (data/digits.c, data/idx.c for Fashion-MNIST,
+ * data/cifar10.c), all of 10 classes; idx() and synthetic take their shape
+ * from the files or the model. */
+static const struct {
+    int kind;
+    const char *what;
+    int64_t image[3];
+} fixed_sources[] = {
+    {RT_DS_DIGITS, "digits", {1, 8, 8}},
+    {RT_DS_FASHION, "Fashion-MNIST", {1, 28, 28}},
+    {RT_DS_CIFAR10, "CIFAR-10", {3, 32, 32}},
+};
+
+/* Images of [C, H, W] fit an input of shape[rank] when they hold as many
+ * values and, for an input of rank 2 or more, the same dimensions once those
+ * of size 1 are dropped from both (1x64 images are not 8x8 ones). */
+#define RANK_MAX 8 /* program.h's RT_MAX_RANK */
+
+/* The values per sample of an input; -1 when a dimension is not positive or
+ * the product overflows. */
+static int64_t numel(int rank, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++)
+        n = n > 0 && shape[d] > 0 && n <= INT64_MAX / shape[d] ? n * shape[d] : -1;
+    return n;
+}
+
+static bool image_fits(const int64_t *image, int rank, const int64_t *shape)
+{
+    int64_t a[RANK_MAX], b[3], na = 0, nb = 0, n = numel(rank, shape);
+    for (int d = 0; d < rank; d++)
+        if (shape[d] != 1)
+            a[na++] = shape[d];
+    for (int d = 0; d < 3; d++)
+        if (image[d] != 1)
+            b[nb++] = image[d];
+    if (n != image[0] * image[1] * image[2])
+        return false;
+    bool same = rank <= 1 || na == nb;
+    for (int d = 0; rank > 1 && same && d < na; d++)
+        same = a[d] == b[d];
+    return same;
+}
+
+static void shape_text(char *buf, size_t cap, int rank, const int64_t *shape)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    for (int d = 0; d < rank && at < cap; d++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", d ? "x" : "", (long long)shape[d]);
+}
+
+const char *rt_settings_check(const RtTrainOptions *o, const char *model, int rank,
+                              const int64_t *shape, int64_t classes, char *err, size_t errlen)
+{
+    if (o->sched.kind != RT_LR_CONSTANT && o->sched.warmup_begin > o->lr) {
+        snprintf(err, errlen, "the %s schedule's warmup_begin (%g) exceeds the lr (%g)",
+                 o->sched.kind == RT_LR_COSINE ? "cosine" : o->sched.kind == RT_LR_POLY ? "poly"
+                                                                                      : "step",
+                 (double)o->sched.warmup_begin, (double)o->lr);
+        return "lr";
+    }
+    bool augment = o->augment_pad > 0 || o->augment_mirror;
+    if (augment && rank != 3) {
+        snprintf(err, errlen, "the model's input must be images [C, H, W] (model %s has rank %d)",
+                 model, rank);
+        return "augment";
+    }
+    RtDataSpec d; /* malformed: the parser said so where it was set (or opening will) */
+    if (!rt_data_spec_parse(o->data, &d, err, errlen))
+        d.kind = -1;
+    if (augment && d.kind == RT_DS_DIGITS) {
+        snprintf(err, errlen, "the digits data are never augmented (8x8 digits: a shift or a "
+                 "mirror changes the class)");
+        return "augment";
+    }
+    for (size_t k = 0; k < sizeof fixed_sources / sizeof fixed_sources[0]; k++) {
+        const int64_t *im = fixed_sources[k].image;
+        /* a rank out of range is the model table's error (rt_trainer_init) */
+        if (fixed_sources[k].kind != d.kind || rank < 0 || rank > RANK_MAX ||
+            (image_fits(im, rank, shape) && classes >= 10))
+            continue;
+        int64_t n = numel(rank, shape);
+        char ms[160];
+        shape_text(ms, sizeof ms, rank, shape);
+        if (n == im[0] * im[1] * im[2] && classes >= 10)
+            snprintf(err, errlen, "%s: its images are %lldx%lldx%lld (channels x rows x "
+                     "columns); model %s takes %s per sample", fixed_sources[k].what,
+                     (long long)im[0], (long long)im[1], (long long)im[2], model, ms);
+        else
+            snprintf(err, errlen, "%s: %lldx%lldx%lld images of 10 classes; model %s takes "
+                     "%lld values per sample (%s) and has %lld classes", fixed_sources[k].what,
+                     (long long)im[0], (long long)im[1], (long long)im[2], model, (long long)n,
+                     ms, (long long)classes);
+        return "data";
+    }
+    return NULL;
+}

@@ -205,6 +205,17 @@ typedef struct {
 } RtDataSpec;
 bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen);
 
+/* The settings together, against the model's data input (one sample:
+ * rank dimensions in shape) and its classes: what the program refuses before
+ * it starts, once every layer is applied.  NULL when they fit; else the key
+ * to blame ("lr", "augment", "data"), with a message in err (without the
+ * key, which callers name: the program its flag, ampc the entry): a schedule's
+ * warmup_begin above the lr, augmentation of a non-image input or of digits,
+ * a named source (digits, fashion_mnist, cifar10) whose images or classes the
+ * model cannot take.  ampc runs it before it writes a program. */
+const char *rt_settings_check(const RtTrainOptions *o, const char *model, int rank,
+                              const int64_t *shape, int64_t classes, char *err, size_t errlen);
+
 /* A decimal integer in [lo, hi] (the whole string). */
 bool rt_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *v);
 

@@ -634,11 +634,6 @@ static int open_data(const RtModel *m, const RtTrainOptions *o, uint64_t seed, i
         rt_data_synthetic(ds, sample, m->classes, seed, RT_SYNTHETIC_TRAIN, RT_SYNTHETIC_VAL);
         return 0;
     }
-    if ((o->augment_pad > 0 || o->augment_mirror) && d.kind == DS_DIGITS) {
-        fprintf(err, "%s: --augment: the digits data are never augmented (8x8 digits: a shift or "
-                "a mirror changes the class)\n", o->prog);
-        return 2;
-    }
     if (d.kind == DS_DIGITS) {
         if (sample != RT_DIGITS_PIXELS || m->classes < RT_DIGITS_CLASSES) {
             fprintf(err, "%s: the digits data are 8x8 images of 10 classes; model %s takes %lld "
@@ -1260,19 +1255,14 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         fprintf(err, "%s: %s\n", o->prog, msg);
         return 2;
     }
-    if (o->sched.kind != RT_LR_CONSTANT && o->sched.warmup_begin > o->lr) {
-        fprintf(err, "%s: the %s schedule's warmup_begin (%g) exceeds the lr (%g)\n", o->prog,
-                o->sched.kind == RT_LR_COSINE ? "cosine" : o->sched.kind == RT_LR_POLY ? "poly"
-                                                                                     : "step",
-                (double)o->sched.warmup_begin, (double)o->lr);
+    /* the settings together and against the model (ampc checked them too) */
+    const char *key =
+        rt_settings_check(o, m->name, m->data_rank, m->data_shape, m->classes, msg, sizeof msg);
+    if (key) {
+        fprintf(err, "%s: --%s: %s\n", o->prog, rt_setting_by_key(key)->flag, msg);
         return 2;
     }
     bool augment = o->augment_pad > 0 || o->augment_mirror;
-    if (augment && m->data_rank != 3) {
-        fprintf(err, "%s: --augment: the model's input must be images [C, H, W] (model %s has "
-                "rank %d)\n", o->prog, m->name, m->data_rank);
-        return 2;
-    }
     if (o->inject_nan_node[0] && !has_node(m, o->inject_nan_node)) {
         fprintf(err, "%s: --inject-nan: model %s has no node named '%s'\n", o->prog, m->name,
                 o->inject_nan_node);

@@ -206,9 +206,11 @@ static void test_run_errors(void **state)
     o.data = "record(\"dir\")";
     assert_int_equal(run(&ampc_model, &o, &r), 2);
     assert_non_null(strstr(err_text, "data source 'record(\"dir\")' is not synthetic, digits"));
-    /* CIFAR-10 images do not fit an 8x8 model; missing files are data errors */
+    /* CIFAR-10 images do not fit an 8x8 model: refused before the files are
+     * looked for (rt_settings_check, as ampc refuses it in a train block) */
     o.data = "cifar10(\"/nonexistent/cifar\")";
-    assert_int_equal(run(&ampc_model, &o, &r), 1);
+    assert_int_equal(run(&ampc_model, &o, &r), 2);
+    assert_non_null(strstr(err_text, "--data: CIFAR-10: 3x32x32 images of 10 classes; model"));
     /* augmentation is never on for digits */
     o.data = "digits";
     o.data_dir = "/nonexistent/dir";
