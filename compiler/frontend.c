@@ -235,8 +235,8 @@ static char *config_text(const ConfigVal *v)
 /* Applies one value to o with the program's own parser (runtime/settings.c).
  * False with a message in err: an unknown key or a value the program would
  * refuse. */
-static bool setting_apply(RtTrainOptions *o, const char *key, const ConfigVal *v, char *err,
-                          size_t errlen)
+static bool setting_apply_keep(RtTrainOptions *o, const char *key, const ConfigVal *v,
+                               char **keep, char *err, size_t errlen)
 {
     const RtSetting *s = rt_setting_by_key(key);
     if (!s) {
@@ -245,8 +245,17 @@ static bool setting_apply(RtTrainOptions *o, const char *key, const ConfigVal *v
     }
     char *text = config_text(v);
     bool ok = rt_setting_apply(o, s, text, RT_FROM_TRAIN, err, errlen);
-    free(text); /* o may point into it: o is thrown away unread */
+    if (keep)
+        *keep = text; /* o may point into it (data, init): the caller frees it after o */
+    else
+        free(text); /* o is thrown away unread */
     return ok;
+}
+
+static bool setting_apply(RtTrainOptions *o, const char *key, const ConfigVal *v, char *err,
+                          size_t errlen)
+{
+    return setting_apply_keep(o, key, v, NULL, err, errlen);
 }
 
 /* msg as it is when it names the key already, else after "train setting 'KEY': ". */
@@ -319,16 +328,10 @@ static const Node *data_input(const Graph *g)
     return NULL;
 }
 
-bool train_settings_fit(const Graph *g)
+/* rt_settings_check on o and g's data input and classes; NULL when they fit. */
+static const char *settings_misfit(const Graph *g, const RtTrainOptions *o, char *msg,
+                                   size_t msglen)
 {
-    RtTrainOptions o;
-    rt_train_options_default(&o);
-    char msg[1024];
-    for (int i = 0; i < g->ntrain; i++)
-        if (!setting_apply(&o, g->train[i].key, g->train[i].val, msg, sizeof msg)) {
-            report_setting(g, &g->train[i], msg);
-            return false;
-        }
     const Node *data = data_input(g);
     int64_t classes = 0;
     for (int i = 0; i < g->noutputs; i++) {
@@ -339,11 +342,32 @@ bool train_settings_fit(const Graph *g)
     int rank = data && data->shape.rank > 0 ? data->shape.rank - 1 : 0;
     for (int k = 0; k < rank; k++)
         if (data->shape.d[k + 1] <= 0)
-            return true; /* a symbolic dimension: the program checks what it gets */
-    const char *key = rt_settings_check(&o, g->model, rank, data ? data->shape.d + 1 : NULL,
-                                        classes, msg, sizeof msg);
-    if (!key)
-        return true;
+            return NULL; /* a symbolic dimension: the program checks what it gets */
+    return rt_settings_check(o, g->model, rank, data ? data->shape.d + 1 : NULL, classes, msg,
+                             msglen);
+}
+
+bool train_settings_fit(const Graph *g)
+{
+    RtTrainOptions o;
+    rt_train_options_default(&o);
+    char msg[1024];
+    char **texts = calloc((size_t)g->ntrain + 1, sizeof *texts);
+    if (!texts)
+        DIE("out of memory");
+    bool ok = true;
+    for (int i = 0; ok && i < g->ntrain; i++)
+        if (!setting_apply_keep(&o, g->train[i].key, g->train[i].val, &texts[i], msg,
+                                sizeof msg)) {
+            report_setting(g, &g->train[i], msg);
+            ok = false;
+        }
+    const char *key = ok ? settings_misfit(g, &o, msg, sizeof msg) : NULL;
+    for (int i = 0; i < g->ntrain; i++)
+        free(texts[i]);
+    free(texts);
+    if (!ok || !key)
+        return ok;
     const ConfigEntry *e = train_entry(g, key);
     if (e)
         report_setting(g, e, msg);
