@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "settings.h"
 #include "train.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -268,6 +269,26 @@ static void test_help(void **state)
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
         if (!strstr(out_text, flags[i]))
             fail_msg("--help does not mention %s", flags[i]);
+    /* every flag of the settings table (runtime/settings.c) is in the usage */
+    for (int i = 0; i < rt_nsettings; i++) {
+        char flag[80];
+        snprintf(flag, sizeof flag, "--%s", rt_settings[i].flag ? rt_settings[i].flag : "help");
+        if (!strstr(out_text, flag))
+            fail_msg("--help does not mention %s", flag);
+    }
+    /* and every one is a flag the program takes (getopt's table is built from it) */
+    for (int i = 0; i < rt_nsettings; i++) {
+        if (!rt_settings[i].flag)
+            continue;
+        char flag[80];
+        snprintf(flag, sizeof flag, "--%s", rt_settings[i].flag);
+        rt_train_options_default(&o);
+        int rc = parse(&o, rt_settings[i].has_arg ? ARGS(flag) : ARGS(flag, "extra"));
+        /* a flag with a value given none, or one without given a stray word */
+        if (rc != 2 || !strstr(err_text, rt_settings[i].has_arg ? "needs a value"
+                                                                  : "unexpected argument"))
+            fail_msg("%s: rc %d, %s", flag, rc, err_text);
+    }
     rt_train_options_default(&o);
     assert_int_equal(parse(&o, ARGS("-h")), 0);
     assert_string_equal(err_text, "");
