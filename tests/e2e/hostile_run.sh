@@ -13,7 +13,8 @@
 #   4. leftovers: a stale <model>-NNNN.params.tmp.XXXXXX in the save
 #      directory is removed at the start, and nothing else there;
 #   5. a forged checkpoint (valid checksums, epoch = INT64_MAX) is refused
-#      naming the field and the file;
+#      naming the field and the file; a resumed dynamic scale whose clean-step
+#      count exceeds a shorter growth interval grows at the next clean step;
 #   6. malformed data: gzip with trailing bytes, hex numbers in the CSV, and
 #      1x64 IDX images fed to the 8x8 model, each with its location.
 # usage: hostile_run.sh AMPC DATA_DIR   (the runtime is the one next to AMPC)
@@ -152,9 +153,8 @@ int rename(const char *from, const char *to)
 }
 EOF
 if cc -shared -fPIC -o "$tmp/killer.so" "$tmp/killer.c" -ldl 2>"$tmp/log"; then
-    LD_PRELOAD=$tmp/killer.so "$tmp/tiny" --data digits --data-dir "$tmp/d" --epochs 2 \
-        --save-dir "$tmp/kill" >/dev/null 2>&1
-    rc=$?
+    rc=$( { LD_PRELOAD=$tmp/killer.so "$tmp/tiny" --data digits --data-dir "$tmp/d" --epochs 2 \
+        --save-dir "$tmp/kill" >/dev/null 2>&1; echo $?; } 2>/dev/null)
     before=$(ls "$tmp/kill" | grep -c '^tiny_mlp-0001\.params\.tmp\.')
     tiny --max-steps 1 --save-dir "$tmp/kill" >"$tmp/log" 2>&1
     if [ $rc -eq 137 ] && [ "$before" = 1 ] && ! ls "$tmp/kill" | grep -q '\.tmp\.' &&
@@ -181,6 +181,18 @@ rc=$?
 if [ $rc -eq 1 ] && grep -q "checkpoint $tmp/forged.params: run state out of range: epoch is 9223372036854775807" "$tmp/log"; then
     ok "a forged checkpoint (epoch INT64_MAX, valid crc) is refused naming the field"
 else bad "forged epoch (exit $rc; 124 is a run that never ends)"; fi
+
+# a dynamic scale's clean-step count (46 after one epoch) past a shorter
+# growth interval on resume: grows at the next clean step, never counts on
+tiny --epochs 1 --loss-scale dynamic --save-dir "$tmp/ls" >"$tmp/log" 2>&1
+tiny --epochs 2 --loss-scale 'dynamic(interval=10)' --resume "$tmp/ls/tiny_mlp-0001.params" \
+    >"$tmp/log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "count of clean steps (46) reaches this run's growth interval (10)" "$tmp/log" &&
+   [ "$(grep -c 'AMP: increasing loss scale' "$tmp/log")" -ge 1 ] &&
+   grep -q 'AMP: increasing loss scale to 131072' "$tmp/log"; then
+    ok "a clean-step count past a shorter interval: the scale grows at the next clean step"
+else bad "resumed clean-step count past the interval (exit $rc)"; fi
 
 # 6. malformed data
 mkdir -p "$tmp/trail" && { cat "$data/digits.csv.gz"; printf 'junk'; } >"$tmp/trail/digits.csv.gz"
