@@ -1375,6 +1375,11 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         if (seed != o->seed)
             fprintf(err, "%s: note: resuming with the checkpoint's seed %llu (not %llu)\n",
                     o->prog, (unsigned long long)seed, (unsigned long long)o->seed);
+        if (rs->optimizer != (uint32_t)o->optimizer) { /* in range: checkpoint.c checked it */
+            static const char *const names[] = {"sgd", "nag", "adam"};
+            fprintf(err, "%s: note: the checkpoint was written with optimizer %s; this run uses "
+                    "%s\n", o->prog, names[rs->optimizer], names[o->optimizer]);
+        }
         epoch0 = rs->epoch;
         nb0 = rs->batch_in_epoch;
         step = rs->step;

@@ -194,6 +194,14 @@ if [ $rc -eq 0 ] && grep -q "count of clean steps (46) reaches this run's growth
     ok "a clean-step count past a shorter interval: the scale grows at the next clean step"
 else bad "resumed clean-step count past the interval (exit $rc)"; fi
 
+# another optimizer than the checkpoint's is said, not silent
+tiny --epochs 2 --optimizer 'adam()' --resume "$ckpt" >"$tmp/log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "note: the checkpoint was written with optimizer sgd; this run uses adam" "$tmp/log" &&
+   grep -q "holds no Adam state (mean, var) for 4 parameters: it starts from zero" "$tmp/log"; then
+    ok "resuming with another optimizer says so"
+else bad "resume with another optimizer (exit $rc)"; fi
+
 # 6. malformed data
 mkdir -p "$tmp/trail" && { cat "$data/digits.csv.gz"; printf 'junk'; } >"$tmp/trail/digits.csv.gz"
 size=$(stat -c %s "$data/digits.csv.gz")
