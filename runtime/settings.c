@@ -1042,7 +1042,9 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen)
     p += n;
     while (*p == ' ')
         p++;
-    int maxargs = d->kind == RT_DS_IDX ? 5 : d->kind == RT_DS_FASHION || d->kind == RT_DS_CIFAR10 ? 1 : 0;
+    int maxargs = d->kind == RT_DS_IDX                                    ? 5
+                  : d->kind == RT_DS_FASHION || d->kind == RT_DS_CIFAR10 ? 1
+                                                                         : 0;
     if (*p == '(') {
         p++;
         while (*p == ' ')
