@@ -68,7 +68,8 @@ struct AstNode {
     AstNode *a, *b, *c;
     AstList list;
     AstList params;     /* AST_DEF, AST_MODEL */
-    int depth;          /* 1 + the deepest child: bounded by AST_MAX_DEPTH */
+    int depth;          /* 1 + the deepest child (blocks and arguments add
+                           no level): bounded by AST_MAX_DEPTH */
 };
 
 /* A parsed program: the top-level declarations of the main file and, once,

@@ -326,7 +326,11 @@ static int list_depth(const AstList *l)
     return d;
 }
 
-/* Sets n->depth; reports and returns NULL if it is past the limit. */
+/* Sets n->depth; reports and returns NULL if it is past the limit.  A
+ * level is a construct the user nests: an operator, a call, a tuple, a
+ * statement, a declaration, a leaf.  A block (the braces of an if, a for or
+ * a def) and an argument (the slot of a call) are parts of their construct,
+ * not levels of their own, so 500 nested ifs are 500 levels, not 1000. */
 static AstNode *done(ParseCtx *c, AstNode *n)
 {
     int d = 0;
@@ -337,7 +341,7 @@ static AstNode *done(ParseCtx *c, AstNode *n)
     int ld = list_depth(&n->list), pd = list_depth(&n->params);
     d = ld > d ? ld : d;
     d = pd > d ? pd : d;
-    n->depth = d + 1;
+    n->depth = n->kind == AST_BLOCK || n->kind == AST_ARG ? d : d + 1;
     if (n->depth > AST_MAX_DEPTH) {
         diag_error(c->diag, n->loc, "expression nested too deeply (more than %d levels)",
                    AST_MAX_DEPTH);

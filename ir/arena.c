@@ -60,6 +60,35 @@ void *arena_alloc(Arena *a, size_t size)
     return p;
 }
 
+ArenaMark arena_mark(const Arena *a)
+{
+    return (ArenaMark){.head = a->head,
+                       .next = a->head ? a->head->next : NULL,
+                       .used = a->head ? a->head->used : 0,
+                       .total = a->total};
+}
+
+/* Blocks made since the mark are in two runs: new blocks pushed in front of
+ * the marked head, and large one-off blocks put right behind it (before
+ * its old successor).  Both runs are freed. */
+void arena_release(Arena *a, ArenaMark m)
+{
+    for (ArenaBlock *b = a->head, *next; b != m.head; b = next) {
+        next = b->next;
+        free(b);
+    }
+    a->head = m.head;
+    if (m.head) {
+        for (ArenaBlock *b = m.head->next, *next; b != m.next; b = next) {
+            next = b->next;
+            free(b);
+        }
+        m.head->next = m.next;
+        m.head->used = m.used;
+    }
+    a->total = m.total;
+}
+
 char *arena_strndup(Arena *a, const char *s, size_t n)
 {
     char *p = arena_alloc(a, n + 1);

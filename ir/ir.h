@@ -30,6 +30,14 @@ void *arena_alloc(Arena *a, size_t size);            /* zeroed, 16-aligned */
 char *arena_strdup(Arena *a, const char *s);
 char *arena_strndup(Arena *a, const char *s, size_t n);
 char *arena_printf(Arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A point to return to: arena_release frees everything allocated after
+ * arena_mark (nothing allocated since may be used again). */
+typedef struct {
+    ArenaBlock *head, *next;
+    size_t used, total;
+} ArenaMark;
+ArenaMark arena_mark(const Arena *a);
+void arena_release(Arena *a, ArenaMark m);
 
 /* A growable array whose storage is malloc'ed (it may move), for builders
  * that do not know their final size.  vec_push returns the new element. */

@@ -83,10 +83,12 @@ typedef struct {
     jmp_buf fail;       /* errors unwind here: everything lives in arenas */
 } Elab;
 
-enum { MAX_EVAL_DEPTH = 4000, MAX_WORK = 100000000, MAX_TUPLE_DEPTH = 64,
+/* NODE_STEPS: a node (and its name) costs what a few steps do */
+enum { MAX_EVAL_DEPTH = 4000, MAX_WORK = 10000000, MAX_NODES = 1000000, NODE_STEPS = 4,
+       MAX_TUPLE_DEPTH = 64,
        MAX_TUPLE_SIZE = 1000000, MAX_STRING = 1 << 20,
        MAX_STACK = 4 << 20 /* bytes: half of the usual 8 MiB main-thread stack */ };
-#define MAX_MEMORY ((int64_t)4 << 30)
+#define MAX_MEMORY ((int64_t)1 << 30)
 
 static _Noreturn void fail(Elab *e) { longjmp(e->fail, 1); }
 
@@ -111,18 +113,28 @@ static void charge(Elab *e, Loc loc, size_t more)
     size_t used = e->tmp.total + e->d->arena.total + (size_t)e->d->frames.len * sizeof(CallFrame) +
                   (e->g ? e->g->arena.total : 0);
     if (used > (size_t)limit || more > (size_t)limit - used)
-        error_at(e, loc, "elaboration needs more than %lld MiB: is a loop, a recursion or a "
-                         "string too long?", (long long)(limit >> 20));
+        error_at(e, loc, "elaboration needs more than its limit of %lld MiB (values, names and "
+                         "nodes): is a loop, a recursion or a string too long?",
+                 (long long)(limit >> 20));
 }
 
-static void tick(Elab *e, Loc loc)
+/* Work: every statement, loop iteration, call and expression evaluated is a
+ * step, and a node NODE_STEPS, so the limit bounds the time any input can
+ * take (about 50 ns a step: the default is about half a second of
+ * interpretation; a 10,000-block ResNet takes 2.6 million).  An exponential
+ * recursion (f(n-1) + f(n-1)) is stopped here. */
+static void tick_n(Elab *e, Loc loc, int steps)
 {
     int64_t limit = e->opt->max_work ? e->opt->max_work : MAX_WORK;
-    if (++e->work > limit)
-        error_at(e, loc, "elaboration exceeds its work limit (%lld steps): is a loop too long?",
+    if ((e->work += steps) > limit)
+        error_at(e, loc, "elaboration takes more than its limit of %lld steps (statements, loop "
+                         "iterations, calls, expressions evaluated, nodes made): is a loop too "
+                         "long, or a recursion exponential?",
                  (long long)limit);
     charge(e, loc, 0);
 }
+
+static void tick(Elab *e, Loc loc) { tick_n(e, loc, 1); }
 
 /* ---- did-you-mean ------------------------------------------------------------- */
 
@@ -217,8 +229,10 @@ static bool in_list(const char *const *list, const char *s)
 
 static Node *add_node(Elab *e, OpKind op, const int *in, int nin, Loc loc)
 {
-    if (e->opt->max_nodes && e->g->nnodes >= e->opt->max_nodes)
-        error_at(e, loc, "the model exceeds %lld nodes", (long long)e->opt->max_nodes);
+    int64_t limit = e->opt->max_nodes ? e->opt->max_nodes : MAX_NODES;
+    if (e->g->nnodes >= limit)
+        error_at(e, loc, "the model has more than its limit of %lld nodes", (long long)limit);
+    tick_n(e, loc, NODE_STEPS);
     Node *n = graph_add(e->g, op, in, nin, loc, e->frame->diag_frame);
     return n;
 }
@@ -486,10 +500,14 @@ static Value eval(Elab *e, const AstNode *x)
     /* Nesting is bounded in levels and, since a level's frame size depends
      * on the build (sanitizers make frames several times bigger), in bytes. */
     if (e->stack_base - (uintptr_t)__builtin_frame_address(0) > MAX_STACK)
-        error_at(e, x->loc, "expression nested too deeply (the elaborator's %d KiB of stack "
-                            "are used up)", MAX_STACK >> 10);
+        error_at(e, x->loc, "expressions nested too deeply, counted across nested calls (the "
+                            "elaborator's %d KiB of stack are used up)", MAX_STACK >> 10);
+    /* each function body may nest AST_MAX_DEPTH levels: this bounds the sum
+     * over the calls in progress */
     if (++e->eval_depth > MAX_EVAL_DEPTH)
-        error_at(e, x->loc, "expression nested too deeply (more than %d levels)", MAX_EVAL_DEPTH);
+        error_at(e, x->loc, "expressions nested too deeply, counted across nested calls (more "
+                            "than %d levels)", MAX_EVAL_DEPTH);
+    tick(e, x->loc);
     Value r = {0};
     switch (x->kind) {
     case AST_INT: r = v_int(x->ival); break;
@@ -595,10 +613,19 @@ static void drop_frame(Frame *f)
     vec_free(&f->ops);
 }
 
-static Value call_user(Elab *e, const AstNode *x, const AstNode *def, const Value *pos, int npos,
-                       const char **names, const Value *named, const Loc *named_loc, int nnamed)
+typedef struct {
+    const char *name; /* NULL: positional */
+    Value v;
+    Loc loc;          /* the value */
+    Loc name_loc;     /* the name of a named argument (else the value) */
+} Arg;
+
+/* args: the positional ones first (call() checks it). */
+static Value call_user(Elab *e, const AstNode *x, const AstNode *def, const Arg *args, int nargs)
 {
-    int np = def->params.n;
+    int np = def->params.n, npos = 0;
+    while (npos < nargs && !args[npos].name)
+        npos++;
     if (npos > np)
         error_at(e, x->loc, "too many arguments in call to '%s' (it takes %d, got %d)", def->str,
                  np, npos);
@@ -616,39 +643,38 @@ static Value call_user(Elab *e, const AstNode *x, const AstNode *def, const Valu
     Frame *fp = arena_alloc(&e->tmp, sizeof *fp);
     open_frame(fp, path, df, def);
     fp->parent = caller;
-    /* bind arguments in the callee frame (defaults may use earlier params) */
-    bool *bound = arena_alloc(&e->tmp, (size_t)(np ? np : 1));
-    Value *vals = arena_alloc(&e->tmp, sizeof(Value) * (size_t)(np ? np : 1));
-    for (int i = 0; i < npos; i++)
-        vals[i] = pos[i], bound[i] = true;
-    for (int j = 0; j < nnamed; j++) {
+    /* the argument each parameter takes, -1 for its default (an index, not
+     * a copy of the value: a recursion makes many calls) */
+    int *from = arena_alloc(&e->tmp, sizeof(int) * (size_t)(np ? np : 1));
+    for (int i = 0; i < np; i++)
+        from[i] = i < npos ? i : -1;
+    for (int j = npos; j < nargs; j++) {
         int i = 0;
-        while (i < np && strcmp(def->params.items[i]->str, names[j]) != 0)
+        while (i < np && strcmp(def->params.items[i]->str, args[j].name) != 0)
             i++;
         if (i == np) {
             Suggest s = {0};
             for (int k = 0; k < np; k++)
-                suggest_try(&s, names[j], def->params.items[k]->str);
-            error_at(e, named_loc[j], "'%s' has no parameter '%s'%s", def->str, names[j],
+                suggest_try(&s, args[j].name, def->params.items[k]->str);
+            error_at(e, args[j].name_loc, "'%s' has no parameter '%s'%s", def->str, args[j].name,
                      suggest_text(e, &s));
         }
-        if (bound[i])
-            error_at(e, named_loc[j], "argument '%s' given twice in call to '%s'", names[j], def->str);
-        vals[i] = named[j], bound[i] = true;
+        if (from[i] >= 0)
+            error_at(e, args[j].name_loc, "argument '%s' given twice in call to '%s'", args[j].name,
+                     def->str);
+        from[i] = j;
     }
+    /* bind in the callee frame, in order: defaults may use earlier params */
     e->frame = fp;
     e->call_depth++;
     for (int i = 0; i < np; i++) {
         const AstNode *p = def->params.items[i];
-        if (!bound[i]) {
-            if (!p->a) {
-                e->frame = caller;
-                drop_frame(fp);
-                error_at(e, x->loc, "missing argument '%s' in call to '%s'", p->str, def->str);
-            }
-            vals[i] = eval(e, p->a);
+        if (from[i] < 0 && !p->a) {
+            e->frame = caller;
+            drop_frame(fp);
+            error_at(e, x->loc, "missing argument '%s' in call to '%s'", p->str, def->str);
         }
-        assign(e, p->str, vals[i]);
+        assign(e, p->str, from[i] >= 0 ? args[from[i]].v : eval(e, p->a));
     }
     Value ret = {0};
     if (def->a)
@@ -758,13 +784,6 @@ static int param_kind_of_suffix(const char *suffix)
             return i;
     return PK_OTHER;
 }
-
-typedef struct {
-    const char *name; /* NULL: positional */
-    Value v;
-    Loc loc;          /* the value */
-    Loc name_loc;     /* the name of a named argument (else the value) */
-} Arg;
 
 static Value call_op(Elab *e, const AstNode *x, OpKind op, const Arg *args, int nargs)
 {
@@ -978,9 +997,42 @@ static bool user_callable(OpKind k)
            k < OP_part;
 }
 
-static Value call(Elab *e, const AstNode *x)
+/* What a call of a user function allocated, to give back when nothing
+ * refers to it any more. */
+typedef struct {
+    ArenaMark tmp, frame_names;
+    int frames, nodes;
+} CallMark;
+
+static CallMark call_mark(const Elab *e)
+{
+    return (CallMark){arena_mark(&e->tmp), arena_mark(&e->d->arena), e->d->frames.len,
+                      e->g->nnodes};
+}
+
+/* A call that made no node and returns a scalar or an existing tensor left
+ * nothing that anyone refers to: its arguments, frame, variables, path and
+ * call frames (no node records them) are freed.  So memory follows the
+ * live calls, not every call made, and a recursion that computes numbers
+ * (2^n calls) is stopped by the work limit, cheaply, not after gigabytes.
+ * Strings and tuples may live in the freed memory: those calls keep it. */
+static void call_release(Elab *e, const CallMark *m, const Value *ret)
+{
+    bool scalar = ret->k == V_NONE || ret->k == V_INT || ret->k == V_FLOAT || ret->k == V_BOOL ||
+                  ret->k == V_TENSOR;
+    if (!scalar || e->g->nnodes != m->nodes)
+        return;
+    arena_release(&e->tmp, m->tmp);
+    arena_release(&e->d->arena, m->frame_names);
+    e->d->frames.len = m->frames;
+}
+
+/* Not inlined into eval: its locals would enlarge eval's frame, which every
+ * level of a nested expression pays for (about 2 KiB instead of 0.5). */
+__attribute__((noinline)) static Value call(Elab *e, const AstNode *x)
 {
     tick(e, x->loc);
+    CallMark mark = call_mark(e);
     int n = x->list.n;
     Arg *args = arena_alloc(&e->tmp, sizeof(Arg) * (size_t)(n ? n : 1));
     for (int i = 0; i < n; i++) {
@@ -997,18 +1049,9 @@ static Value call(Elab *e, const AstNode *x)
     }
     int *def = strmap_get(&e->defs, x->str);
     if (def) {
-        int npos = 0;
-        while (npos < n && !args[npos].name)
-            npos++;
-        Value *pos = arena_alloc(&e->tmp, sizeof(Value) * (size_t)(n ? n : 1));
-        Value *named = arena_alloc(&e->tmp, sizeof(Value) * (size_t)(n ? n : 1));
-        const char **names = arena_alloc(&e->tmp, sizeof(char *) * (size_t)(n ? n : 1));
-        Loc *locs = arena_alloc(&e->tmp, sizeof(Loc) * (size_t)(n ? n : 1));
-        for (int i = 0; i < npos; i++)
-            pos[i] = args[i].v;
-        for (int i = npos; i < n; i++)
-            named[i - npos] = args[i].v, names[i - npos] = args[i].name, locs[i - npos] = args[i].name_loc;
-        return call_user(e, x, e->prog->decls.items[*def], pos, npos, names, named, locs, n - npos);
+        Value r = call_user(e, x, e->prog->decls.items[*def], args, n);
+        call_release(e, &mark, &r);
+        return r;
     }
     OpKind op = op_lookup(x->str);
     if (op != OP_COUNT && user_callable(op))

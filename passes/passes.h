@@ -18,9 +18,11 @@ typedef struct {
     const char *model;      /* which model to build, or NULL */
     int max_call_depth;     /* nested DSL calls (0: 100) */
     int64_t max_loop_iters; /* iterations of one loop (0: 1,000,000) */
-    int64_t max_nodes;      /* graph nodes (0: 10,000,000) */
-    int64_t max_work;       /* statements, calls and loop iterations run (0: 100,000,000) */
-    int64_t max_memory;     /* bytes held by values, names and the graph (0: 4 GiB) */
+    int64_t max_nodes;      /* graph nodes (0: 1,000,000) */
+    int64_t max_work;       /* statements, loop iterations, calls and expressions
+                               evaluated (0: 10,000,000, well under a second) */
+    int64_t max_memory;     /* bytes held by values, names and the graph, of the
+                               calls in progress and the nodes made (0: 1 GiB) */
 } ElabOptions;
 Graph *elaborate(const AstProgram *prog, Diag *d, const ElabOptions *opt);
 

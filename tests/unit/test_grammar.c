@@ -366,7 +366,7 @@ static void test_many_items(void **state)
     assert_int_equal(call->list.n, N);
     for (int i = 0; i < N; i++)
         assert_int_equal(call->list.items[i]->a->ival, i);
-    assert_int_equal(call->depth, 3);
+    assert_int_equal(call->depth, 2); /* an argument is no level of its own */
 }
 
 /* ---- declarations and statements ----------------------------------------- */
@@ -930,6 +930,40 @@ static void test_depth_limit_ok(void **state)
     assert_int_equal(fx->diag.nerr, 0);
 }
 
+/* A block and an argument are parts of their if, for, def or call, not
+ * levels: n nested ifs are n levels (500 used to be refused as "more than
+ * 1000 levels"), and so are n nested calls. */
+static void test_depth_nested_ifs(void **state)
+{
+    Fx *fx = *state;
+    /* def, 997 ifs, the return, its value: 1000 levels */
+    char *src = repeat("def f() {", "if x {", 997, "return y", "}", "}");
+    assert_true(parse(fx, src));
+    free(src);
+    assert_int_equal(fx->decls.items[0]->depth, 1000);
+}
+
+static void test_depth_nested_ifs_over(void **state)
+{
+    /* one if more: the def is the 1001st level */
+    expect_too_deep(*state, repeat("def f() {", "if x {", 998, "return y", "}", "}"), "1:1");
+}
+
+static void test_depth_nested_calls(void **state)
+{
+    Fx *fx = *state;
+    /* def, 998 calls (with named arguments), the leaf */
+    char *calls = repeat("def f() = ", "g(k=", 998, "1", ")", "");
+    assert_true(parse(fx, calls));
+    free(calls);
+    assert_int_equal(fx->decls.items[0]->depth, 1000);
+}
+
+static void test_depth_nested_calls_over(void **state)
+{
+    expect_too_deep(*state, repeat("def f() = ", "g(", 999, "1", ")", ""), "1:1");
+}
+
 /* ---- imports -------------------------------------------------------------- */
 
 typedef struct {
@@ -1211,6 +1245,10 @@ int main(void)
         T(test_deep_else_if),
         T(test_depth_limit_exact),
         T(test_depth_limit_ok),
+        T(test_depth_nested_ifs),
+        T(test_depth_nested_ifs_over),
+        T(test_depth_nested_calls),
+        T(test_depth_nested_calls_over),
         T(test_import_relative_and_diamond),
         T(test_import_from_buffer),
         T(test_import_cycle),

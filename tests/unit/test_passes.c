@@ -469,6 +469,59 @@ static void test_recursion(void **state)
     assert_contains(last_diag(fx), "error: recursion too deep: more than 5 nested calls (calling 'down')\n");
 }
 
+/* Runaway programs are stopped by limits that bite early and say what they
+ * are.  A call that made no node and returns a number gives its memory back,
+ * so a recursion of 2^n calls costs its live calls' memory, not gigabytes,
+ * and the work limit (which counts expressions, not only statements and
+ * calls) stops it. */
+static void test_runaway_limits(void **state)
+{
+    Fx *fx = *state;
+    static const char twice[] = "def f(n) = n == 0 ? 1 : f(n - 1) + f(n - 1)";
+    /* 2^14 calls in 1 MiB: each call's memory is freed when it returns */
+    ElabOptions small = {.max_memory = 1 << 20};
+    assert_non_null(compile_opts(fx, scalar_src(fx, twice, "", "f(14)"), &small));
+    assert_num(node_float(fx->g->nodes[fx->g->outputs[0]], SCALAR_SCALAR), 16384);
+    /* the work limit names itself */
+    ElabOptions work = {.max_work = 100000};
+    assert_null(compile_opts(fx, scalar_src(fx, twice, "", "f(40)"), &work));
+    assert_contains(last_diag(fx), "error: elaboration takes more than its limit of 100000 steps "
+                                   "(statements, loop iterations, calls, expressions evaluated, "
+                                   "nodes made): is a loop too long, or a recursion exponential?\n");
+    /* a recursion that makes tensors keeps its nodes: the node limit */
+    ElabOptions nodes = {.max_nodes = 100};
+    assert_null(compile_opts(fx, "def g(x, n) = n == 0 ? x : g(x, n - 1) + g(x, n - 1)\n"
+                                 "model m(x: float32[N,2]) { return g(x, 40) }\n", &nodes));
+    assert_contains(last_diag(fx), "error: the model has more than its limit of 100 nodes\n");
+    /* strings held in variables: the memory limit, in MiB */
+    ElabOptions mem = {.max_memory = 4 << 20};
+    assert_null(compile_opts(fx, scalar_src(fx, "", "    s = \"ab\"\n"
+                                                   "    for i in 0..18 { s = s + s }\n"
+                                                   "    for i in 0..100 { t = s + \"x\" }", "0"),
+                             &mem));
+    assert_contains(last_diag(fx), "error: elaboration needs more than its limit of 4 MiB (values, "
+                                   "names and nodes): is a loop, a recursion or a string too long?\n");
+}
+
+/* What a call returns survives the release of its memory: strings and
+ * tuples made in the call (their calls keep their memory), tensors; and
+ * the call chain of a later error is right although earlier calls' frames
+ * were given back. */
+static void test_call_memory_release(void **state)
+{
+    Fx *fx = *state;
+    static const char defs[] = "def s(n) = n == 0 ? \"a\" : s(n - 1) + \"b\"\n"
+                               "def t(n) = n == 0 ? (n, n + 1) : t(n - 1)\n"
+                               "def one(n) = n - n + 1\n"
+                               "def inv(n) = 1 / n";
+    assert_num(eval_in(fx, defs, "", "s(5) == \"abbbbb\" ? 1 : 0"), 1);
+    assert_num(eval_in(fx, defs, "    p = t(3)\n    q = t(4)", "p == (0, 1) && q == p ? 1 : 0"), 1);
+    const char *err = eval_error_in(fx, defs, "    a = one(1) + one(2) + one(3)", "inv(one(4) - 1)");
+    assert_contains(err, "t.sym:4:16: error: integer division by zero\n");
+    assert_contains(err, "note: in call to 'inv' from t.sym:7:17\n");
+    assert_false(strstr(err, "'one'"));
+}
+
 /* ---- names ------------------------------------------------------------------------------ */
 
 static const char resnet_like[] =
@@ -987,6 +1040,8 @@ int main(void)
         T(test_infer_types_errors),
         T(test_graph_stats_resnet50),
         T(test_graph_stats_small),
+        T(test_runaway_limits),
+        T(test_call_memory_release),
     };
 #undef T
     return cmocka_run_group_tests_name("passes", tests, NULL, NULL);
