@@ -49,6 +49,16 @@ bool train_flag_ok(const Graph *g, const char *key, const ConfigVal *v, const ch
  * the entry to blame.  main.c runs it before it writes a program. */
 bool train_settings_fit(const Graph *g);
 
+/* The pass a dump came after, from its banner "# ampc-ir 1: after PASS"
+ * (an index into pass_pipeline), or -1 for a file without one. */
+int frontend_dump_after(const SrcFile *f);
+/* What `ampc --from-ir` holds a dump after pass `after` to (docs/ir.md):
+ * the shape and type rules on every node (ir_check_rules), with AMP
+ * resolved from o and the train block before the amp pass, and for a
+ * training graph the derivation of its backward graph (autodiff_check).
+ * Reports at the nodes; false on any disagreement. */
+bool frontend_check_dump(Graph *g, int after, const PassOptions *o);
+
 /* Resolves the AMP settings: flags first, then the train block. */
 bool amp_options_resolve(const Graph *g, const PassOptions *po, AmpOptions *out);
 

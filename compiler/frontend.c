@@ -155,6 +155,39 @@ Graph *frontend_compile(Diag *d, const char *path, const char *text, size_t len,
     return g;
 }
 
+int frontend_dump_after(const SrcFile *f)
+{
+    const char *tag = "# ampc-ir 1: after ";
+    size_t n = strlen(tag);
+    if (f->len < n || strncmp(f->text, tag, n) != 0)
+        return -1;
+    for (int i = 0; i < pass_count; i++) {
+        size_t k = strlen(pass_pipeline[i].name);
+        if (strncmp(f->text + n, pass_pipeline[i].name, k) == 0 &&
+            (f->text[n + k] == '\n' || f->text[n + k] == '\r' || f->text[n + k] == 0))
+            return i;
+    }
+    return -1;
+}
+
+/* A banner promises what the passes before it did, and later passes (and
+ * the program) rely on it: hold the file to the shape and type rules of
+ * every node (before amp, with AMP on, dtypes may disagree as infer-types
+ * lets them), and a training graph to what autodiff derives from its
+ * forward part. */
+bool frontend_check_dump(Graph *g, int after, const PassOptions *o)
+{
+    AmpOptions ao;
+    if (after < pass_index("amp")) {
+        if (!amp_options_resolve(g, o, &ao))
+            return false;
+        g->info.amp = ao.target;
+    }
+    if (!ir_check_rules(g, pass_pipeline[after].name))
+        return false;
+    return after < pass_index("autodiff") || autodiff_check(g, after > pass_index("autodiff"));
+}
+
 static const ConfigEntry *train_entry(const Graph *g, const char *key)
 {
     for (int i = 0; i < g->ntrain; i++)

@@ -230,40 +230,6 @@ static bool dump_after(const Options *o, const Graph *g, int pass, Diag *d)
     return true;
 }
 
-/* The pass a dump came from, from its banner "# ampc-ir 1: after PASS". */
-static int dumped_after(const SrcFile *f)
-{
-    const char *tag = "# ampc-ir 1: after ";
-    size_t n = strlen(tag);
-    if (f->len < n || strncmp(f->text, tag, n) != 0)
-        return -1;
-    for (int i = 0; i < pass_count; i++) {
-        size_t k = strlen(pass_pipeline[i].name);
-        if (strncmp(f->text + n, pass_pipeline[i].name, k) == 0 &&
-            (f->text[n + k] == '\n' || f->text[n + k] == '\r' || f->text[n + k] == 0))
-            return i;
-    }
-    return -1;
-}
-
-/* A banner promises what the passes before it did, and later passes (and
- * the program) rely on it: hold the file to the shape and type rules of
- * every node (before amp, with AMP on, dtypes may disagree as infer-types
- * lets them), and a training graph to what autodiff derives from its
- * forward part. */
-static bool dump_keeps_promise(const Options *o, Graph *g, int after)
-{
-    AmpOptions ao;
-    if (after < pass_index("amp")) {
-        if (!amp_options_resolve(g, &o->pass, &ao))
-            return false;
-        g->info.amp = ao.target;
-    }
-    if (!ir_check_rules(g, pass_pipeline[after].name))
-        return false;
-    return after < pass_index("autodiff") || autodiff_check(g, after > pass_index("autodiff"));
-}
-
 static Graph *load_ir(const Options *o, Diag *d, int *done)
 {
     int file = diag_load_file(d, o->input);
@@ -272,14 +238,14 @@ static Graph *load_ir(const Options *o, Diag *d, int *done)
         return NULL;
     }
     /* A hand-written graph (no banner) gets shapes and types inferred. */
-    int after = dumped_after(diag_file(d, file));
+    int after = frontend_dump_after(diag_file(d, file));
     *done = after < 0 ? 0 : after;
     Graph *g = ir_read(d, file);
     if (g && !train_settings_ok(g)) { /* a dump's train lines, as a model file's */
         graph_free(g);
         return NULL;
     }
-    if (g && after >= 0 && !dump_keeps_promise(o, g, after)) {
+    if (g && after >= 0 && !frontend_check_dump(g, after, &o->pass)) {
         graph_free(g);
         return NULL;
     }

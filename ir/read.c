@@ -19,6 +19,7 @@ typedef struct {
     StrMap ids;   /* "%12" text -> node id */
     Arena tmp;
     bool failed;
+    int stage;    /* ir_stage of the pass the banner names; -1 without one */
 } Reader;
 
 static Loc here(const Reader *r) { return (Loc){r->file, r->line, (int)(r->p - r->line_start) + 1}; }
@@ -372,6 +373,11 @@ static bool read_node(Reader *r)
     OpKind op = op_lookup(opname);
     if (op == OP_COUNT)
         return rd_error(r, opat, "unknown op '%s'", opname);
+    /* a forward graph (the passes before autodiff, a hand-written graph)
+     * has none of the ops autodiff makes: their rules assume its graph */
+    if (op_made_by_autodiff(op) && r->stage < ir_stage("autodiff"))
+        return rd_error(r, opat, "%s is made by autodiff: only a dump after autodiff holds it",
+                        opname);
     if (!expect(r, '('))
         return false;
     Vec in = {0};
@@ -557,12 +563,29 @@ static bool read_line(Reader *r, Vec *train)
     return rd_error(r, at, "expected a node, 'model', 'train' or 'return', got '%s'", kw);
 }
 
+/* The stage of the pass the banner "# ampc-ir 1: after PASS" names, or -1. */
+static int banner_stage(const SrcFile *f)
+{
+    static const char tag[] = "# ampc-ir 1: after ";
+    if (f->len < sizeof tag - 1 || strncmp(f->text, tag, sizeof tag - 1) != 0)
+        return -1;
+    const char *p = f->text + sizeof tag - 1;
+    size_t n = strcspn(p, "\r\n");
+    char pass[32];
+    if (n >= sizeof pass)
+        return -1;
+    memcpy(pass, p, n);
+    pass[n] = 0;
+    return ir_stage(pass);
+}
+
 Graph *ir_read(Diag *d, int file)
 {
     const SrcFile *f = diag_file(d, file);
     if (!f)
         return NULL;
-    Reader r = {.d = d, .file = file, .p = f->text, .end = f->text + f->len, .line = 1};
+    Reader r = {.d = d, .file = file, .p = f->text, .end = f->text + f->len, .line = 1,
+                .stage = banner_stage(f)};
     r.line_start = r.p;
     arena_init(&r.tmp);
     Vec train = {0};

@@ -8,8 +8,9 @@
  *      cannot legitimately ask for millions of nodes (slow and big, not a
  *      bug).  The IR must verify after every pass, and the final graph's
  *      text dump must read back (ir_read) and print again identically;
- *   2. as an IR dump ("fuzz.ir"): ir_read, then the passes after elaborate
- *      (as `ampc --from-ir` runs them), verified after each.
+ *   2. as an IR dump ("fuzz.ir"): ir_read and the checks of what its
+ *      banner promises (frontend_check_dump), then the passes after the one
+ *      the banner names (as `ampc --from-ir` runs them), verified after each.
  *
  * Diagnostics go to /dev/null.  Anything that crashes, leaks, hangs, trips
  * ASan/UBSan or fails one of the checks above (abort()) is a bug.
@@ -118,11 +119,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         graph_free(g);
     }
 
-    /* 2. as an IR dump */
+    /* 2. as an IR dump, as `ampc --from-ir` reads it: held to what its
+     * banner promises, then on from the pass after it */
     int f = diag_add_buffer(&d, "fuzz.ir", (const char *)data, size);
     Graph *h = ir_read(&d, f);
+    static const PassOptions defaults = {0};
+    int after = frontend_dump_after(diag_file(&d, f));
+    if (h && after >= 0 && !frontend_check_dump(h, after, &defaults)) {
+        graph_free(h);
+        h = NULL;
+    }
     if (h)
-        h = run_passes(h, 0);
+        h = run_passes(h, after < 0 ? 0 : after);
     if (h)
         graph_free(h);
 
