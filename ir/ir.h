@@ -369,6 +369,10 @@ typedef struct {
     DType amp;            /* the AMP target (DT_F16, DT_BF16), DT_UNKNOWN when off */
     int casts_inserted;   /* by amp */
     int casts_elided;     /* by cast-elide and train-cast-elide */
+    /* by amp (amp_place.c), per sample: [0] bytes converted, [1] bytes follow
+     * and widest ops move in fp32, for the optimal and the greedy placement */
+    int64_t place_optimal[2], place_greedy[2];
+    int place_mode;       /* 0: no placement ran; else 1 + the AmpPlacement used */
 } GraphInfo;
 
 struct Graph {
