@@ -389,6 +389,9 @@ struct Graph {
     GraphInfo info;    /* carried through rewrites (graph_compact) */
     Graph *infer;      /* the inference graph autodiff builds (owned), or NULL */
     const char **why;  /* --explain: per node id, set by the amp pass (arena) */
+    /* --explain: the nodes cast-elide removed, and why (arena) */
+    struct { const char *name, *why; } *elided;
+    int nelided;
 };
 
 Graph *graph_new(Diag *d, const char *model);

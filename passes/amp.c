@@ -32,7 +32,14 @@ typedef struct {
     int *master;         /* old Param id -> new param_master id, or -1 */
     int *cache;          /* new id * DT_COUNT + dtype -> amp_cast id, or -1 */
     int *cast_src;       /* new id -> the value an amp_cast made here casts, or -1 */
-    int cap;             /* entries in cache/cast_src (by new id) */
+    int cap;             /* entries in cache/cast_src/origin (by new id) */
+    /* cast placement (amp_place.c) */
+    uint8_t *cls;        /* old id -> its effective AmpClass */
+    DType *label;        /* old id -> the dtype placement chose for a free op, or DT_UNKNOWN */
+    int *ucast;          /* old id * DT_COUNT + dtype -> the user's Cast that is that copy, or -1 */
+    int *canon;          /* old id -> the value it is (through no-op and repeated user Casts) */
+    int *origin;         /* new id -> the old node it copies, or -1 */
+    uint8_t *built;      /* old id -> built (user Casts may be built early, when reused) */
     bool force16[OP_COUNT], force32[OP_COUNT];
     StrMap exclude;
     int inserted;
@@ -90,6 +97,17 @@ static bool each_item(const char *list, bool (*fn)(Amp *, const char *, const ch
     return true;
 }
 
+/* An op with a label slot computes a loss: autodiff seeds the gradients at
+ * its output and the program logs it, both in fp32. */
+static bool is_loss_head(OpKind k)
+{
+    const OpInfo *oi = op_info(k);
+    for (int j = 0; j < oi->nslots; j++)
+        if (oi->slots[j].kind == SLOT_LABEL)
+            return true;
+    return false;
+}
+
 static bool force_op(Amp *a, const char *name, const char *flag)
 {
     OpKind k = op_lookup(name);
@@ -104,6 +122,13 @@ static bool force_op(Amp *a, const char *name, const char *flag)
         return false;
     }
     bool to16 = strcmp(flag, "--amp-fp16") == 0;
+    if (to16 && is_loss_head(k)) {
+        diag_plain_error(a->old->diag,
+                         "%s: %s is a loss head: training reads the loss and seeds the "
+                         "gradients at its output, in fp32, so it cannot run in 16 bits",
+                         flag, name);
+        return false;
+    }
     if ((to16 && a->force32[k]) || (!to16 && a->force16[k])) {
         diag_plain_error(a->old->diag, "%s is in both --amp-fp16 and --amp-fp32", name);
         return false;
@@ -118,6 +143,18 @@ static bool exclude_name(Amp *a, const char *name, const char *flag)
     if (!n) {
         diag_plain_error(a->old->diag, "%s: no node named '%s' (see --dump=infer-types for names)",
                          flag, name);
+        return false;
+    }
+    /* only an op AMP assigns a dtype can be kept in fp32: anything else
+     * would be silently ignored */
+    const char *what = n->op == OP_Param   ? "a parameter, whose dtype follows the ops that read it"
+                       : n->op == OP_Input ? "a model input, which keeps its declared dtype"
+                       : n->op == OP_Cast  ? "the user's Cast, which keeps the dtype written"
+                       : op_info(n->op)->amp == AMP_NONE ? "not an op AMP assigns a dtype"
+                                                         : NULL;
+    if (what) {
+        diag_plain_error(a->old->diag, "%s: '%s' is %s: exclude the ops that read it instead",
+                         flag, name, what);
         return false;
     }
     strmap_put(&a->exclude, n->name, n->id);
@@ -154,22 +191,38 @@ static AmpClass effective_class(Amp *a, const Node *n, const char **why)
     return oi->amp;
 }
 
-/* Whether input j of n is data AMP may cast (not a label, parameter or
- * statistic: those are never cast). */
+static bool is_cast_op(OpKind k)
+{
+    return k == OP_Cast || k == OP_amp_cast || k == OP_param_master;
+}
+
+/* The dtype input j of n is read in, given the dtype n runs in: `run` for
+ * data, parameters and anything else in an ordinary slot; fp32 for a
+ * keep_fp32 slot (BatchNorm's gamma, beta and statistics), whatever produces
+ * the value; DT_UNKNOWN (as it arrives) for labels, integers and the inputs
+ * of casts, which give their own dtype. */
+static DType input_dtype(const Graph *g, const Node *n, int j, DType run)
+{
+    const OpInfo *oi = op_info(n->op);
+    if (!dtype_is_float(g->nodes[n->in[j]]->dtype) || is_cast_op(n->op))
+        return DT_UNKNOWN;
+    if (oi->nslots && oi->slots[j].kind == SLOT_LABEL)
+        return DT_UNKNOWN;
+    if (oi->nslots && oi->slots[j].keep_fp32)
+        return DT_F32;
+    return dtype_is_float(run) ? run : DT_UNKNOWN;
+}
+
+/* Whether input j of n is data whose dtype takes part in n's own (a widest
+ * op's operands): not a label, an integer, a keep_fp32 slot or a parameter
+ * in a parameter slot. */
 static bool castable_input(const Graph *g, const Node *n, int j)
 {
     const OpInfo *oi = op_info(n->op);
-    if (!dtype_is_float(g->nodes[n->in[j]]->dtype))
+    if (input_dtype(g, n, j, DT_F32) != DT_F32 || (oi->nslots && oi->slots[j].keep_fp32))
         return false;
-    if (oi->nslots == 0)
-        return true;
-    SlotKind k = oi->slots[j].kind;
-    if (k == SLOT_LABEL)
-        return false;
-    if (k == SLOT_DATA)
-        return true;
     /* a tensor passed where a parameter goes is cast like data */
-    return g->nodes[n->in[j]]->op != OP_Param;
+    return !oi->nslots || oi->slots[j].kind == SLOT_DATA || g->nodes[n->in[j]]->op != OP_Param;
 }
 
 static DType widest(Amp *a, const Node *n, char *list, size_t cap)
@@ -220,6 +273,12 @@ static void decide(Amp *a, const Node *n)
             out = widest(a, n, list, sizeof list);
             why = arena_printf(&a->ng->arena, "widest of (%s)", list);
         }
+        a->cls[n->id] = (uint8_t)c;
+        if (a->label && a->label[n->id] != DT_UNKNOWN && a->label[n->id] != out) {
+            why = arena_printf(&a->ng->arena, "the fewest bytes converted (greedy gives %s: %s)",
+                               dname(out), why);
+            out = a->label[n->id];
+        }
     }
     }
     a->run[n->id] = out;
@@ -238,7 +297,9 @@ static void decide(Amp *a, const Node *n)
  * shadow of an fp32 master. */
 static DType param_dtype(Amp *a, const Node *p, DType *master)
 {
-    *master = DT_UNKNOWN;
+    /* a master the input graph gives (a dump read back) is kept: its
+     * param_master readers need it */
+    *master = node_dtype_attr(p, PARAM_MASTER);
     DType low = DT_UNKNOWN;
     if (is_low(p->dtype))
         low = p->dtype;
@@ -252,6 +313,61 @@ static DType param_dtype(Amp *a, const Node *p, DType *master)
     return low;
 }
 
+/* ---- cast placement -------------------------------------------------------- */
+
+/* Which user Cast is the copy of which value in which dtype, so that AMP
+ * reads it instead of casting again.  As cast-elide will, a no-op Cast is
+ * its input and a second equal Cast is the first. */
+static void user_casts(Amp *a)
+{
+    const Graph *g = a->old;
+    size_t n = (size_t)(g->nnodes ? g->nnodes : 1);
+    a->ucast = malloc(sizeof(int) * n * DT_COUNT);
+    a->canon = malloc(sizeof(int) * n);
+    if (!a->ucast || !a->canon)
+        DIE("out of memory");
+    for (size_t i = 0; i < n * DT_COUNT; i++)
+        a->ucast[i] = -1;
+    for (int c = 0; c < g->nnodes; c++) {
+        const Node *cn = g->nodes[c];
+        a->canon[c] = c;
+        if (cn->op != OP_Cast || g->nodes[cn->in[0]]->op == OP_Param)
+            continue;
+        int u = a->canon[cn->in[0]], *slot = &a->ucast[u * DT_COUNT + a->run[c]];
+        if (a->run[u] == a->run[c])
+            a->canon[c] = u;
+        else if (*slot >= 0)
+            a->canon[c] = *slot;
+        else
+            *slot = c;
+    }
+}
+
+/* Chooses the dtype of every free follow and widest op (amp_place.c) and
+ * decides again with those dtypes; greedy's decisions are what decide gave. */
+static void place(Amp *a)
+{
+    const Graph *g = a->old;
+    size_t n = (size_t)(g->nnodes ? g->nnodes : 1);
+    a->label = malloc(sizeof(DType) * n);
+    if (!a->label)
+        DIE("out of memory");
+    AmpPlace p = {.g = g, .target = a->opt->target, .run = a->run, .cls = a->cls,
+                  .read_dtype = input_dtype, .operand = castable_input,
+                  .mode = a->opt->placement, .given = a->opt->labels, .label = a->label};
+    amp_place(&p);
+    GraphInfo *info = &a->ng->info;
+    info->place_optimal[0] = p.optimal.converted, info->place_optimal[1] = p.optimal.wide32;
+    info->place_greedy[0] = p.greedy.converted, info->place_greedy[1] = p.greedy.wide32;
+    info->place_mode = 1 + (int)p.mode;
+    if (p.mode != AMP_PLACE_GREEDY) {
+        memset(a->reads, 0, n);
+        for (int i = 0; i < g->nnodes; i++)
+            decide(a, g->nodes[i]);
+    }
+    user_casts(a);
+}
+
 /* ---- phase 2: build -------------------------------------------------------- */
 
 static void grow(Amp *a, int need)
@@ -261,12 +377,13 @@ static void grow(Amp *a, int need)
     int cap = a->cap * 2 > need ? a->cap * 2 : need;
     a->cache = realloc(a->cache, sizeof(int) * (size_t)cap * DT_COUNT);
     a->cast_src = realloc(a->cast_src, sizeof(int) * (size_t)cap);
-    if (!a->cache || !a->cast_src)
+    a->origin = realloc(a->origin, sizeof(int) * (size_t)cap);
+    if (!a->cache || !a->cast_src || !a->origin)
         DIE("out of memory");
     for (int i = a->cap * DT_COUNT; i < cap * DT_COUNT; i++)
         a->cache[i] = -1;
     for (int i = a->cap; i < cap; i++)
-        a->cast_src[i] = -1;
+        a->cast_src[i] = a->origin[i] = -1;
     a->cap = cap;
 }
 
@@ -286,15 +403,53 @@ static Node *copy_node(Amp *a, const Node *o, const int *in, int nin)
     return c;
 }
 
-/* Value v in dtype d: itself, the original of an amp_cast, or a shared cast. */
+static void build(Amp *a, const Node *o);
+
+static void build_once(Amp *a, const Node *o)
+{
+    if (a->built[o->id])
+        return;
+    build(a, o);
+    a->built[o->id] = 1;
+    a->origin[a->map[o->id]] = o->id;
+}
+
+/* The user's Cast that is new value v's copy in dtype d, built now if the
+ * storage order has not reached it (with the unbuilt no-op Casts it reads,
+ * innermost first; no recursion), or -1. */
+static int user_copy(Amp *a, int v, DType d)
+{
+    int o = a->origin[v];
+    int c = o >= 0 && a->ucast ? a->ucast[a->canon[o] * DT_COUNT + d] : -1;
+    if (c < 0)
+        return -1;
+    while (!a->built[c]) {
+        int x = c;
+        while (!a->built[a->old->nodes[x]->in[0]])
+            x = a->old->nodes[x]->in[0];
+        build_once(a, a->old->nodes[x]);
+    }
+    return a->map[c];
+}
+
+/* Value v in dtype d: itself, the original of an amp_cast, the user's Cast
+ * of it to d, or a shared cast.  A user's Cast that changes nothing (its
+ * input has its dtype) is looked through: cast-elide removes it. */
 static int as_dtype(Amp *a, int v, DType d)
 {
     Graph *g = a->ng;
     if (g->nodes[v]->dtype == d)
         return v;
     int src = a->cast_src[v] >= 0 ? a->cast_src[v] : v;
+    while (g->nodes[src]->op == OP_Cast && g->nodes[g->nodes[src]->in[0]]->dtype == g->nodes[src]->dtype)
+        src = g->nodes[src]->in[0];
     if (g->nodes[src]->dtype == d)
         return src;
+    if (a->cache[src * DT_COUNT + d] < 0) {
+        int u = user_copy(a, src, d);
+        if (u >= 0)
+            a->cache[src * DT_COUNT + d] = u;
+    }
     int *slot = &a->cache[src * DT_COUNT + d];
     if (*slot >= 0)
         return *slot;
@@ -328,6 +483,31 @@ static int master_of(Amp *a, const Node *p)
     return m->id;
 }
 
+/* Old node p's value in dtype d (DT_UNKNOWN: as built).  A parameter stored
+ * as a 16-bit shadow is read in any other dtype from its fp32 master, never
+ * from the rounded shadow: data reads, BatchNorm's slots and graph outputs
+ * see the master (docs/amp.md). */
+static int read_as(Amp *a, const Node *p, DType d)
+{
+    int v = a->map[p->id];
+    if (d == DT_UNKNOWN || a->ng->nodes[v]->dtype == d)
+        return v;
+    if (p->op == OP_Param && node_dtype_attr(a->ng->nodes[v], PARAM_MASTER) != DT_UNKNOWN)
+        v = master_of(a, p);
+    return as_dtype(a, v, d);
+}
+
+/* A cast's input as it arrives, except that a shadowed parameter cast to a
+ * dtype other than its shadow's is cast from the master (one rounding). */
+static int cast_input(Amp *a, const Node *p, DType to)
+{
+    int v = a->map[p->id];
+    const Node *nv = a->ng->nodes[v];
+    if (p->op != OP_Param || nv->dtype == to || node_dtype_attr(nv, PARAM_MASTER) == DT_UNKNOWN)
+        return v;
+    return master_of(a, p);
+}
+
 static void build(Amp *a, const Node *o)
 {
     const Graph *g = a->old;
@@ -344,22 +524,10 @@ static void build(Amp *a, const Node *o)
     if (!in)
         DIE("out of memory");
     DType run = a->run[o->id];
-    bool is_cast = o->op == OP_Cast || o->op == OP_amp_cast || o->op == OP_param_master;
-    for (int j = 0; j < o->nin; j++) {
-        const Node *p = g->nodes[o->in[j]];
-        int v = a->map[p->id];
-        if (!is_cast && castable_input(g, o, j)) {
-            v = as_dtype(a, v, run);
-        } else if (!is_cast && p->op == OP_Param && op_info(o->op)->nslots &&
-                   !op_info(o->op)->slots[j].keep_fp32 && a->ng->nodes[v]->dtype != run &&
-                   dtype_is_float(run)) {
-            /* a 16-bit shadow read by an fp32 op: read the master instead */
-            v = (run == DT_F32 && node_dtype_attr(a->ng->nodes[v], PARAM_MASTER) == DT_F32)
-                    ? master_of(a, p)
-                    : as_dtype(a, v, run);
-        }
-        in[j] = v;
-    }
+    for (int j = 0; j < o->nin; j++)
+        in[j] = read_as(a, g->nodes[o->in[j]], input_dtype(g, o, j, run));
+    if (o->op == OP_Cast || o->op == OP_amp_cast)
+        in[0] = cast_input(a, g->nodes[o->in[0]], (DType)o->attrs[CAST_DTYPE].e);
     Node *c = copy_node(a, o, in, o->nin);
     free(in);
     c->dtype = run;
@@ -370,11 +538,71 @@ static void finish_outputs(Amp *a)
 {
     for (int i = 0; i < a->old->noutputs; i++) {
         const Node *o = a->old->nodes[a->old->outputs[i]];
-        int v = a->map[o->id];
-        if (dtype_is_float(o->dtype))
-            v = as_dtype(a, v, o->dtype);
-        graph_add_output(a->ng, v);
+        /* the declared dtype; a shadowed parameter from its master */
+        graph_add_output(a->ng, read_as(a, o, dtype_is_float(o->dtype) ? o->dtype : DT_UNKNOWN));
     }
+}
+
+/* ---- --explain ------------------------------------------------------------ */
+
+/* Why a node AMP copied from the old graph has its dtype, where decide()
+ * recorded no reason.  What a value is read from and by is printed with the
+ * final graph (compiler/frontend.c), since cast-elide still changes it. */
+static const char *explain_copied(Amp *a, const Node *o, const Node *c, const uint8_t *keep32)
+{
+    if (o->op == OP_Param) {
+        if (node_dtype_attr(c, PARAM_MASTER) != DT_UNKNOWN)
+            return arena_printf(&a->ng->arena, "stored as the %s shadow of the %s master the "
+                                "optimizer updates", dname(c->dtype),
+                                dname(node_dtype_attr(c, PARAM_MASTER)));
+    }
+    if (a->opt->target == DT_UNKNOWN)
+        return "amp is off";
+    if (o->op == OP_Param && keep32[o->id])
+        return "BatchNorm's gamma, beta and statistics stay fp32";
+    if (o->op == OP_Param)
+        return "a parameter no op reads in 16 bits";
+    if (o->op == OP_amp_cast)
+        return "an amp_cast of the input graph keeps its dtype";
+    if (o->op == OP_param_master)
+        return "a param_master of the input graph reads the master copy";
+    return arena_printf(&a->ng->arena, "its data is %s: AMP changes only floating-point ops",
+                        dtype_long(a->old->nodes[o->in[0]]->dtype));
+}
+
+/* Graph.why for every node of the new graph: the reason decide() gave, or
+ * one for what build() added. */
+static void explain(Amp *a)
+{
+    Graph *ng = a->ng;
+    /* new id -> old id + 1, 0 for what build() added */
+    int *old_of = calloc((size_t)ng->nnodes + 1, sizeof(int));
+    if (!old_of)
+        DIE("out of memory");
+    for (int i = 0; i < a->old->nnodes; i++)
+        old_of[a->map[i]] = i + 1;
+    /* old id -> read through a keep_fp32 slot (BatchNorm's four) */
+    uint8_t *keep32 = calloc((size_t)a->old->nnodes + 1, 1);
+    if (!keep32)
+        DIE("out of memory");
+    for (int i = 0; i < a->old->nnodes; i++) {
+        const Node *n = a->old->nodes[i];
+        const OpInfo *oi = op_info(n->op);
+        for (int j = 0; j < n->nin && j < oi->nslots; j++)
+            keep32[n->in[j]] |= oi->slots[j].keep_fp32;
+    }
+    ng->why = arena_alloc(&ng->arena, sizeof(char *) * (size_t)(ng->nnodes + 1));
+    for (int i = 0; i < ng->nnodes; i++) {
+        const Node *c = ng->nodes[i];
+        int o = old_of[i] - 1;
+        const char *w = o < 0 && c->op == OP_param_master ? "the master of a 16-bit parameter"
+                        : o < 0       ? "AMP's cast"
+                        : a->why[o]   ? a->why[o]
+                                      : explain_copied(a, a->old->nodes[o], c, keep32);
+        ng->why[i] = arena_printf(&ng->arena, "%s: %s", dname(c->dtype), w);
+    }
+    free(old_of);
+    free(keep32);
 }
 
 static void amp_free(Amp *a)
@@ -386,6 +614,12 @@ static void amp_free(Amp *a)
     free(a->master);
     free(a->cache);
     free(a->cast_src);
+    free(a->cls);
+    free(a->label);
+    free(a->ucast);
+    free(a->canon);
+    free(a->origin);
+    free(a->built);
     strmap_free(&a->exclude);
 }
 
@@ -399,7 +633,9 @@ bool amp(Graph **gp, const AmpOptions *opt)
     a.reads = calloc((size_t)n, 1);
     a.map = calloc((size_t)n, sizeof *a.map);
     a.master = malloc(sizeof(int) * (size_t)n);
-    if (!a.run || !a.why || !a.reads || !a.map || !a.master)
+    a.cls = calloc((size_t)n, 1);
+    a.built = calloc((size_t)n, 1);
+    if (!a.run || !a.why || !a.reads || !a.map || !a.master || !a.cls || !a.built)
         DIE("out of memory");
     for (int i = 0; i < n; i++)
         a.master[i] = -1;
@@ -416,20 +652,14 @@ bool amp(Graph **gp, const AmpOptions *opt)
     a.ng->info.amp = opt->target;
     for (int i = 0; i < g->nnodes; i++)
         decide(&a, g->nodes[i]);
+    if (opt->target != DT_UNKNOWN)
+        place(&a);
     for (int i = 0; i < g->nnodes; i++)
-        build(&a, g->nodes[i]);
+        build_once(&a, g->nodes[i]);
     finish_outputs(&a);
     a.ng->info.casts_inserted += a.inserted;
-    if (opt->explain) {
-        a.ng->why = arena_alloc(&a.ng->arena, sizeof(char *) * (size_t)(a.ng->nnodes + 1));
-        for (int i = 0; i < g->nnodes; i++) {
-            const char *w = a.why[i];
-            DType t = a.ng->nodes[a.map[i]]->dtype;
-            if (g->nodes[i]->op != OP_Param)
-                a.ng->why[a.map[i]] = arena_printf(&a.ng->arena, "%s: %s", dname(t),
-                                                   w ? w : "amp is off");
-        }
-    }
+    if (opt->explain)
+        explain(&a);
     amp_free(&a);
     graph_free(*gp);
     *gp = a.ng;

@@ -4,8 +4,13 @@
  * dtype (a model cast to fp16 by hand gets fp16 weights), except the slots
  * marked keep_fp32 in the op table (BatchNorm's gamma, beta and moving
  * statistics), which stay fp32.  Inputs and labels keep the dtype they were
- * declared with; Cast gives the dtype it names.  Mixed float dtypes meeting
- * in one op are an error here: inserting casts is the AMP pass's job. */
+ * declared with; Cast gives the dtype it names; param_master the dtype of its
+ * parameter's master.  Mixed float dtypes meeting in one op are an error
+ * when AMP is off (g->info.amp unset): inserting casts is the AMP pass's job.
+ * When AMP is on they are not, since the AMP pass decides every op's dtype
+ * and casts what disagrees: a widest op then takes the widest of its
+ * inputs' dtypes (MXNet's amp_multicast) and a parameter keeps the dtype its
+ * first reader gave it. */
 #include "passes.h"
 
 static bool set_param_dtype(Graph *g, Node *n, int slot, DType want)
@@ -15,7 +20,7 @@ static bool set_param_dtype(Graph *g, Node *n, int slot, DType want)
         p->dtype = want;
         return true;
     }
-    if (p->dtype != want) {
+    if (p->dtype != want && !(g->info.amp != DT_UNKNOWN && dtype_is_float(p->dtype))) {
         node_error(g, n, "%s: input '%s' ('%s') is %s but must be %s here",
                    op_info(n->op)->name, op_info(n->op)->slots[slot].name, p->name,
                    dtype_long(p->dtype), dtype_long(want));
@@ -42,6 +47,27 @@ static void type_data_params(Graph *g, const Node *n)
     }
 }
 
+/* What param_master(p) reads: p's master copy (fp32 unless the parameter
+ * says otherwise), or p itself when it has none. */
+static DType master_dtype(const Node *p)
+{
+    if (p->op != OP_Param)
+        return p->dtype;
+    DType m = node_dtype_attr(p, PARAM_MASTER);
+    return m != DT_UNKNOWN ? m : p->dtype;
+}
+
+/* Two float dtypes meeting in a widest op: the wider one, and fp32 for fp16
+ * with bf16 (neither holds the other). */
+static DType dtype_widest(DType a, DType b)
+{
+    if (a == b)
+        return a;
+    if (a == DT_F64 || b == DT_F64)
+        return DT_F64;
+    return DT_F32;
+}
+
 static bool type_node(Graph *g, Node *n)
 {
     const OpInfo *oi = op_info(n->op);
@@ -62,12 +88,18 @@ static bool type_node(Graph *g, Node *n)
         n->dtype = (DType)n->attrs[CAST_DTYPE].e;
         return true;
     }
+    if (n->op == OP_param_master) {
+        n->dtype = master_dtype(data);
+        return true;
+    }
     DType dt = data->dtype;
     if (oi->nslots == 0 || oi->amp == AMP_WIDEST) {
-        /* every input is data: they must agree */
+        /* every input is data: they must agree, or with AMP on the widest */
         for (int j = 1; j < n->nin; j++) {
             const Node *x = g->nodes[n->in[j]];
-            if (x->dtype != dt) {
+            if (x->dtype != dt && g->info.amp != DT_UNKNOWN && dtype_is_float(x->dtype)) {
+                dt = dtype_widest(dt, x->dtype);
+            } else if (x->dtype != dt) {
                 node_error(g, n, "dtype mismatch in %s: %s vs %s (insert a Cast, or compile "
                                  "with --amp)", oi->name, dtype_long(dt), dtype_long(x->dtype));
                 return false;

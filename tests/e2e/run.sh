@@ -9,7 +9,9 @@
 #   4. training: digits_cnn reaches 90% validation accuracy in fp32, fp16 and
 #      bf16; the loss falls for every other example on synthetic data;
 #   5. ampc honours CC/CFLAGS (a program built with ASan+UBSan trains clean),
-#      and an installed ampc works from another directory.
+#      and an installed ampc works from another directory;
+#   6. AMP dtype rules: BatchNorm slots fed by model inputs, a parameter
+#      shared by an fp16 op and a BatchNorm slot.
 # usage: run.sh AMPC REFCHECK STATCMP DATA_DIR
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -109,6 +111,31 @@ if make -s install PREFIX="$tmp/prefix" BUILD="$(dirname "$ampc")" >"$tmp/log" 2
     ok "an installed ampc compiles and the program runs from another directory"
 else
     bad "make install"
+fi
+
+# 6. AMP dtype rules (docs/amp.md): BatchNorm's gamma and beta given as model
+# inputs stay fp32 and the program runs clean under ASan+UBSan; a parameter
+# read as an fp16 FullyConnected bias and as a BatchNorm beta (through its
+# fp32 master) trains in fp16 to within 3 points of fp32.
+if CC=clang CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all" \
+       "$ampc" tests/e2e/models/amp_rules.sym --model=bn_inputs --amp=float16 -o "$tmp/bnin" \
+       >"$tmp/log" 2>&1 &&
+   "$tmp/bnin" --data synthetic --max-steps 2 --log-interval 0 >"$tmp/log" 2>&1; then
+    ok "AMP: BatchNorm with model inputs as gamma and beta builds and runs clean (ASan+UBSan)"
+else
+    bad "AMP: BatchNorm with model inputs as gamma and beta"
+fi
+declare -A sacc
+for amp in off float16; do
+    "$ampc" tests/e2e/models/amp_rules.sym --model=shared_param --amp=$amp -o "$tmp/shared_$amp" \
+        >"$tmp/log" 2>&1 &&
+        "$tmp/shared_$amp" --data digits --epochs 3 --seed 1 --log-interval 0 >"$tmp/log" 2>&1
+    sacc[$amp]=$(sed -n 's/^Final validation-accuracy=//p' "$tmp/log")
+done
+if awk -v a="${sacc[off]:-0}" -v b="${sacc[float16]:-0}" 'BEGIN { exit !(a > 0.5 && b > a - 0.03) }'; then
+    ok "AMP: a parameter shared by an fp16 op and a BatchNorm slot trains like fp32 (${sacc[float16]} vs ${sacc[off]})"
+else
+    bad "AMP: shared parameter: fp16 ${sacc[float16]:-none} vs fp32 ${sacc[off]:-none}"
 fi
 
 echo "e2e: $pass passed, $fail failed"
