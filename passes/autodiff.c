@@ -259,8 +259,9 @@ static bool compare(const Graph *have, const Graph *want, const char *what)
         free(order);
         Loc at = k < have->nnodes ? n->loc : return_line(have, n->loc);
         if (k >= 0 && k < have->nnodes)
-            diag_error(have->diag, at, "%s: '%s' is not what autodiff derives from the forward part",
-                       what, n->name);
+            diag_error(have->diag, at,
+                       "%s: '%s' is not what autodiff derives from the forward part", what,
+                       n->name);
         else
             diag_error(have->diag, at, "%s: its %s differ from what autodiff derives from the "
                                        "forward part",
