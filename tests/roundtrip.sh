@@ -16,7 +16,8 @@
 # invariant of docs/amp.md: the AMP rewrite's output passes infer-types'
 # rules unchanged.  That invariant (same after cast-elide and after
 # train-cast-elide, and resuming from cast-elide) is then checked on every
-# golden .sym case that compiles (AMP off and float16) and on random models
+# golden .sym case that compiles (AMP off, float16, and the AMP flags of each
+# of its RUN lines: --amp-exclude, --amp-fp16, ...) and on random models
 # (tests/random_models.py: AMP off, float16, bfloat16, and float16 with a
 # convolution that shares its weight excluded).
 # Then the reader must refuse a dump with an unknown op and one with an
@@ -137,6 +138,14 @@ if printf '%s\n' "${passes[@]}" | grep -qx cast-elide; then
     while IFS= read -r t; do
         invariant "$t" "$t"
         invariant "$t" "$t" --amp=float16
+        # and with the AMP flags of each of its RUN lines that compile it
+        while IFS= read -r flags; do
+            read -r -a f <<< "$flags"
+            [ "$flags" = --amp=float16 ] || invariant "$t" "$t" "${f[@]}"
+        done < <(grep -E '^\s*# ?RUN: .*%ampc %s' "$t" | sed 's/|.*//' |
+                 while IFS= read -r l; do
+                     grep -oE -- '--amp(-[a-z0-9]+)?=[A-Za-z0-9_,.]+' <<< "$l" | paste -sd' '
+                 done | sort -u | grep .)
     done < <(find tests/golden -name '*.sym' | sort)
 
     nrandom=${ROUNDTRIP_RANDOM:-30}
