@@ -500,8 +500,8 @@ static Value eval(Elab *e, const AstNode *x)
     /* Nesting is bounded in levels and, since a level's frame size depends
      * on the build (sanitizers make frames several times bigger), in bytes. */
     if (e->stack_base - (uintptr_t)__builtin_frame_address(0) > MAX_STACK)
-        error_at(e, x->loc, "expressions nested too deeply, counted across nested calls (the "
-                            "elaborator's %d KiB of stack are used up)", MAX_STACK >> 10);
+        error_at(e, x->loc, "expressions nested too deeply for the elaborator's %d KiB of stack "
+                            "(counted across nested calls)", MAX_STACK >> 10);
     /* each function body may nest AST_MAX_DEPTH levels: this bounds the sum
      * over the calls in progress */
     if (++e->eval_depth > MAX_EVAL_DEPTH)

@@ -503,6 +503,33 @@ static void test_runaway_limits(void **state)
                                    "names and nodes): is a loop, a recursion or a string too long?\n");
 }
 
+/* arena_release frees both runs of blocks made since the mark: new blocks in
+ * front of the marked head and large ones put behind it (ASan sees a leak or
+ * a double free), and allocation resumes where the mark was. */
+static void test_arena_mark_release(void **state)
+{
+    (void)state;
+    Arena a;
+    arena_init(&a);
+    ArenaMark empty = arena_mark(&a);
+    arena_alloc(&a, 100);
+    arena_alloc(&a, 100000); /* a large one-off block */
+    arena_release(&a, empty);
+    assert_null(a.head);
+    assert_int_equal(a.total, 0);
+    arena_alloc(&a, 32);
+    ArenaMark m = arena_mark(&a);
+    char *first = arena_alloc(&a, 16);
+    arena_alloc(&a, 50000);               /* behind the marked head */
+    for (int i = 0; i < 10; i++)
+        arena_alloc(&a, 60000 / 4);       /* fills blocks: new heads in front */
+    arena_alloc(&a, 70000);               /* behind a new head */
+    arena_release(&a, m);
+    assert_int_equal(a.total, 32);
+    assert_ptr_equal(arena_alloc(&a, 16), first);
+    arena_free(&a);
+}
+
 /* What a call returns survives the release of its memory: strings and
  * tuples made in the call (their calls keep their memory), tensors; and
  * the call chain of a later error is right although earlier calls' frames
@@ -1042,6 +1069,7 @@ int main(void)
         T(test_graph_stats_small),
         T(test_runaway_limits),
         T(test_call_memory_release),
+        T(test_arena_mark_release),
     };
 #undef T
     return cmocka_run_group_tests_name("passes", tests, NULL, NULL);
