@@ -251,6 +251,16 @@ typedef struct {
     DType lo;
     uint8_t *isfree, *ldc, *dual;
     int *alias;      /* label-independent: a no-op or duplicate cast -> what it repeats */
+    /* A Cast of a ldc Cast (ldc: a Cast of a free node f to fp32 or the
+     * target) is dyn: whether it is a no-op, or repeats another Cast of f,
+     * depends on f's dtype, so it is resolved in each network, with f (its
+     * base) fixed. */
+    uint8_t *dyn;
+    int *base;
+    int64_t *skey, *dkey; /* Casts by (value, kind, dtype): label-independent; per network */
+    int *sval, *dval, hcap;
+    int *dslots, ndslots; /* dkey slots used in this network */
+    int *memo, *memo_list, nmemo, *chain; /* dyn -> what it is in this network */
     int64_t *bytes;  /* per node: elements per sample (clamped) */
     int64_t *wide;   /* per free node: bytes it moves in 32 bits */
     DType *fix;      /* per node: a free node's dtype fixed for this solve, or DT_UNKNOWN */
@@ -311,6 +321,21 @@ static DType read_want(const Place *P, const Node *r, int j)
     return P->p->read_dtype(P->g, r, j, P->p->run[r->id]);
 }
 
+static int64_t cast_key(int src, const Node *c, DType e)
+{
+    return ((int64_t)src * 2 + (c->op == OP_Cast)) * 16 + e;
+}
+
+/* The slot of key k in an open-addressing table of cap (a power of 2). */
+static int slot(const int64_t *key, int cap, int64_t k)
+{
+    uint64_t h = (uint64_t)k * 0x9E3779B97F4A7C15u;
+    int i = (int)(h >> 40) & (cap - 1);
+    while (key[i] >= 0 && key[i] != k)
+        i = (i + 1) & (cap - 1);
+    return i;
+}
+
 /* Which nodes are free, which parameters have both an fp32 master and a
  * 16-bit shadow, and which casts repeat another. */
 static void classify(Place *P)
@@ -340,42 +365,43 @@ static void classify(Place *P)
     int ncast = 0;
     for (int v = 0; v < P->n; v++)
         ncast += is_cast(g->nodes[v]);
-    int hcap = 16;
-    while (hcap < 2 * ncast)
-        hcap *= 2;
-    int64_t *key = malloc(sizeof(int64_t) * (size_t)hcap);
-    int *val = malloc(sizeof(int) * (size_t)hcap);
-    if (!key || !val)
+    P->hcap = 16;
+    while (P->hcap < 2 * ncast)
+        P->hcap *= 2;
+    P->skey = malloc(sizeof(int64_t) * (size_t)P->hcap);
+    P->dkey = malloc(sizeof(int64_t) * (size_t)P->hcap);
+    P->sval = malloc(sizeof(int) * (size_t)P->hcap);
+    P->dval = malloc(sizeof(int) * (size_t)P->hcap);
+    P->dslots = malloc(sizeof(int) * (size_t)P->hcap);
+    if (!P->skey || !P->dkey || !P->sval || !P->dval || !P->dslots)
         DIE("out of memory");
-    for (int i = 0; i < hcap; i++)
-        key[i] = -1;
+    for (int i = 0; i < P->hcap; i++)
+        P->skey[i] = P->dkey[i] = -1;
     for (int v = 0; v < P->n; v++) {
         const Node *c = g->nodes[v];
         P->alias[v] = v;
         if (!is_cast(c) || g->nodes[c->in[0]]->op == OP_Param)
             continue;
-        int u = c->in[0];
+        int u = c->in[0], ur = P->alias[u];
         DType e = (DType)c->attrs[CAST_DTYPE].e;
         if (P->isfree[u] && in_domain(P, e)) {
-            P->ldc[v] = 1;
+            P->ldc[v] = 1, P->base[v] = u;
+        } else if ((P->ldc[ur] || P->dyn[ur]) && run[ur] != e) {
+            P->dyn[v] = 1, P->base[v] = P->base[ur];
+            continue;
         } else if (!P->isfree[u] && run[u] == e) {
             P->alias[v] = P->alias[u];
             continue;
         }
-        int64_t k = ((int64_t)P->alias[u] * 2 + (c->op == OP_Cast)) * 16 + e;
-        uint64_t h = (uint64_t)k * 0x9E3779B97F4A7C15u;
-        int i = (int)(h >> 40) & (hcap - 1);
-        while (key[i] >= 0 && key[i] != k)
-            i = (i + 1) & (hcap - 1);
-        if (key[i] == k) {
-            P->alias[v] = P->alias[val[i]];
+        int64_t k = cast_key(ur, c, e);
+        int i = slot(P->skey, P->hcap, k);
+        if (P->skey[i] == k) {
+            P->alias[v] = P->alias[P->sval[i]];
             P->ldc[v] = 0;
         } else {
-            key[i] = k, val[i] = v;
+            P->skey[i] = k, P->sval[i] = v;
         }
     }
-    free(key);
-    free(val);
 }
 
 static void add_demand(Place *P, int r, int u, DType want, int *cap)
@@ -419,7 +445,7 @@ static void collect(Place *P)
         P->parent[v] = v;
         if (P->alias[v] != v)
             unite(P->parent, v, P->alias[v]);
-        if (P->ldc[v])
+        if (P->ldc[v] || P->dyn[v])
             unite(P->parent, v, g->nodes[v]->in[0]);
     }
     for (int i = 0; i < P->ndem; i++)
@@ -445,23 +471,53 @@ static int term(const Place *P, int v)
     return t == DT_F32 ? S : t == P->lo ? T : THIRD;
 }
 
-/* What value v is, given the fixed dtypes: a cast of a free node is that
- * node when it runs in the cast's dtype. */
-static int resolve(const Place *P, int v)
-{
-    if (P->ldc[v]) {
-        int f = P->g->nodes[v]->in[0];
-        if (P->fix[f] == (DType)P->g->nodes[v]->attrs[CAST_DTYPE].e)
-            return f;
-    }
-    return v;
-}
-
 static DType value_dtype(const Place *P, int v)
 {
     if (P->ldc[v])
         return (DType)P->g->nodes[v]->attrs[CAST_DTYPE].e;
     return P->isfree[v] && P->fix[v] != DT_UNKNOWN ? P->fix[v] : P->p->run[v];
+}
+
+static DType cast_dtype(const Place *P, int c) { return (DType)P->g->nodes[c]->attrs[CAST_DTYPE].e; }
+
+/* What value v is, given the fixed dtypes: a ldc Cast is its free input f
+ * when f runs in its dtype; a dyn Cast is what cast-elide will make of it:
+ * its input (a no-op) or the first equal Cast of what its input is. */
+static int resolve(Place *P, int v)
+{
+    v = P->alias[v];
+    if (P->ldc[v]) {
+        int f = P->g->nodes[v]->in[0];
+        return P->fix[f] == cast_dtype(P, v) ? f : v;
+    }
+    if (!P->dyn[v])
+        return v;
+    int n = 0, x = v; /* the chain of dyn Casts down to a ldc one, innermost last */
+    while (P->dyn[x] && P->memo[x] < 0) {
+        P->chain[n++] = x;
+        x = P->alias[P->g->nodes[x]->in[0]];
+    }
+    ASSERT(P->dyn[x] || P->fix[P->base[x]] != DT_UNKNOWN);
+    int src = P->dyn[x] ? P->memo[x] : resolve(P, x);
+    while (n > 0) {
+        int c = P->chain[--n];
+        DType e = cast_dtype(P, c);
+        if (value_dtype(P, src) != e) {
+            int64_t k = cast_key(src, P->g->nodes[c], e);
+            int i = slot(P->skey, P->hcap, k), j;
+            if (P->skey[i] == k) {
+                src = P->alias[P->sval[i]];
+            } else if (P->dkey[j = slot(P->dkey, P->hcap, k)] == k) {
+                src = P->dval[j];
+            } else {
+                P->dkey[j] = k, P->dval[j] = c, P->dslots[P->ndslots++] = j;
+                src = c;
+            }
+        }
+        P->memo[c] = src;
+        P->memo_list[P->nmemo++] = c;
+    }
+    return src;
 }
 
 /* Remembers that u's per-value state must be cleared after this network. */
@@ -596,6 +652,11 @@ static void unbuild(Place *P, const Group *G, const int *touched, int nt)
     }
     for (int i = 0; i < G->nfree; i++)
         P->xid[G->free[i]] = -1;
+    for (int i = 0; i < P->nmemo; i++)
+        P->memo[P->memo_list[i]] = -1;
+    for (int i = 0; i < P->ndslots; i++)
+        P->dkey[P->dslots[i]] = -1;
+    P->nmemo = P->ndslots = 0;
 }
 
 static int by_name(const void *a, const void *b, void *g)
@@ -634,12 +695,17 @@ static void solve_group(Place *P, const Group *G, bool evaluate, const DType *fi
          * cannot express; enumerated, in the order of their names */
         for (int i = 0; i < G->ndem; i++) {
             const Demand *d = &P->dem[G->dem[i]];
-            if (d->want == LABEL && P->ldc[d->u]) {
-                int f = P->g->nodes[d->u]->in[0];
-                if (P->fix[f] == DT_UNKNOWN) {
-                    P->fix[f] = (DType)P->g->nodes[d->u]->attrs[CAST_DTYPE].e;
-                    branch[k++] = f;
-                }
+            int c = d->want == LABEL && P->ldc[d->u]      ? d->u
+                    : P->dyn[d->u]                         ? d->u
+                    : d->r >= 0 && P->dyn[d->r]            ? d->r
+                                                           : -1;
+            if (c >= 0 && P->fix[P->base[c]] == DT_UNKNOWN) {
+                /* first the dtype that makes the innermost Cast a no-op */
+                int x = c;
+                while (P->dyn[x])
+                    x = P->alias[P->g->nodes[x]->in[0]];
+                P->fix[P->base[c]] = cast_dtype(P, x);
+                branch[k++] = P->base[c];
             }
         }
         qsort_r(branch, (size_t)k, sizeof(int), by_name, (void *)P->g);
@@ -726,6 +792,11 @@ void amp_place(AmpPlace *p)
     size_t n = (size_t)(g->nnodes ? g->nnodes : 1);
     P.isfree = calloc(n, 1);
     P.ldc = calloc(n, 1);
+    P.dyn = calloc(n, 1);
+    P.base = malloc(sizeof(int) * n);
+    P.memo = malloc(sizeof(int) * n);
+    P.memo_list = malloc(sizeof(int) * n);
+    P.chain = malloc(sizeof(int) * n);
     P.dual = calloc(n, 1);
     P.alias = malloc(sizeof(int) * n);
     P.bytes = malloc(sizeof(int64_t) * n);
@@ -737,11 +808,13 @@ void amp_place(AmpPlace *p)
     P.third = calloc(n, sizeof(uint16_t));
     P.seen = calloc(n, sizeof(uint16_t));
     P.parent = malloc(sizeof(int) * n);
+    if (!P.dyn || !P.base || !P.memo || !P.memo_list || !P.chain)
+        DIE("out of memory");
     if (!P.isfree || !P.ldc || !P.dual || !P.alias || !P.bytes || !P.wide || !P.fix || !P.xid ||
         !P.aid || !P.bid || !P.third || !P.seen || !P.parent)
         DIE("out of memory");
     for (size_t i = 0; i < n; i++)
-        P.xid[i] = P.aid[i] = P.bid[i] = -1;
+        P.xid[i] = P.aid[i] = P.bid[i] = P.memo[i] = -1;
     classify(&P);
     collect(&P);
     /* greedy's dtypes, and the given ones (tests), as fixed labellings */
@@ -771,4 +844,6 @@ void amp_place(AmpPlace *p)
     free(P.isfree), free(P.ldc), free(P.dual), free(P.alias), free(P.bytes), free(P.wide);
     free(P.fix), free(P.xid), free(P.aid), free(P.bid), free(P.third), free(P.seen);
     free(P.parent), free(P.dem);
+    free(P.dyn), free(P.base), free(P.memo), free(P.memo_list), free(P.chain);
+    free(P.skey), free(P.dkey), free(P.sval), free(P.dval), free(P.dslots);
 }
