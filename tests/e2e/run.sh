@@ -116,7 +116,9 @@ fi
 # 6. AMP dtype rules (docs/amp.md): BatchNorm's gamma and beta given as model
 # inputs stay fp32 and the program runs clean under ASan+UBSan; a parameter
 # read as an fp16 FullyConnected bias and as a BatchNorm beta (through its
-# fp32 master) trains in fp16 to within 3 points of fp32.
+# fp32 master) trains in fp16 as in fp32: same seed, static loss scale (no
+# skipped steps), validation cross-entropy within 0.02 after 2 epochs (it was
+# 0.41 against 0.91 when BatchNorm read the fp16 shadow).
 if CC=clang CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all" \
        "$ampc" tests/e2e/models/amp_rules.sym --model=bn_inputs --amp=float16 -o "$tmp/bnin" \
        >"$tmp/log" 2>&1 &&
@@ -125,17 +127,19 @@ if CC=clang CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=al
 else
     bad "AMP: BatchNorm with model inputs as gamma and beta"
 fi
-declare -A sacc
+declare -A sce
 for amp in off float16; do
     "$ampc" tests/e2e/models/amp_rules.sym --model=shared_param --amp=$amp -o "$tmp/shared_$amp" \
         >"$tmp/log" 2>&1 &&
-        "$tmp/shared_$amp" --data digits --epochs 3 --seed 1 --log-interval 0 >"$tmp/log" 2>&1
-    sacc[$amp]=$(sed -n 's/^Final validation-accuracy=//p' "$tmp/log")
+        "$tmp/shared_$amp" --data digits --epochs 2 --seed 1 --loss-scale 128 --log-interval 0 \
+            >"$tmp/log" 2>&1
+    sce[$amp]=$(sed -n 's/^Epoch\[1\] Validation-cross-entropy=//p' "$tmp/log")
 done
-if awk -v a="${sacc[off]:-0}" -v b="${sacc[float16]:-0}" 'BEGIN { exit !(a > 0.5 && b > a - 0.03) }'; then
-    ok "AMP: a parameter shared by an fp16 op and a BatchNorm slot trains like fp32 (${sacc[float16]} vs ${sacc[off]})"
+if awk -v a="${sce[off]:-x}" -v b="${sce[float16]:-y}" \
+       'BEGIN { d = a - b; exit !(a == a + 0 && b == b + 0 && d < 0.02 && d > -0.02) }'; then
+    ok "AMP: a parameter shared by an fp16 op and a BatchNorm slot trains as in fp32 (cross-entropy ${sce[float16]} vs ${sce[off]})"
 else
-    bad "AMP: shared parameter: fp16 ${sacc[float16]:-none} vs fp32 ${sacc[off]:-none}"
+    bad "AMP: shared parameter: fp16 cross-entropy ${sce[float16]:-none} vs fp32 ${sce[off]:-none}"
 fi
 
 echo "e2e: $pass passed, $fail failed"
