@@ -70,6 +70,11 @@ static bool check_shape(Graph *g, Node *n, bool types)
     if (types && gdt != DT_UNKNOWN && gdt != dt)
         return rule_error(g, n, "'%s' is declared %s, but %s gives %s here", n->name,
                           dtype_long(dt), op_info(n->op)->name, dtype_long(gdt));
+    /* as infer-shapes refuses it: every size later computed must fit int64 */
+    if (!shape_size_ok(&declared))
+        return rule_error(g, n, "'%s' is too large: its shape %s has more than 2^60 elements "
+                                "per sample",
+                          n->name, shape_str(&declared, a, sizeof a));
     return true;
 }
 

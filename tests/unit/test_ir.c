@@ -1122,6 +1122,18 @@ static void test_verify_rules(void **state)
                                    "a master copy");
     graph_free(fx->g);
 
+    /* a tensor too large to address, refused as infer-shapes refuses it */
+    g = fx->g = build_small(&fx->d, false);
+    for (int i = 0; i < g->nnodes; i++)
+        g->nodes[i]->dtype = DT_F32;
+    Node *huge = add_named(g, OP_Param, NULL, 0, "huge");
+    huge->shape = (Shape){.rank = 3, .d = {INT32_MAX, INT32_MAX, 2}};
+    huge->dtype = DT_F32;
+    assert_false(rules_ok(fx, g, "infer-shapes"));
+    assert_contains(last_diag(fx), "'huge' is too large: its shape [2147483647,2147483647,2] has "
+                                   "more than 2^60 elements per sample");
+    graph_free(fx->g);
+
     /* the checks leave the graph as it was */
     g = fx->g = build_small(&fx->d, false);
     for (int i = 0; i < g->nnodes; i++)
