@@ -111,9 +111,9 @@ bool part_shape(Graph *g, Node *n)
         }
         n->dtype = like->dtype;
         return true;
-    case OP__backward_LeakyReLU: /* dgamma (prelu) */
+    case OP__backward_LeakyReLU: /* dgamma (prelu: only with gamma, its third input) */
     case OP__backward_broadcast: /* the gradient of the second input */
-        if (k == 1)
+        if (k == 1 && p->nin > 2)
             return like_input(g, n, 0) && (n->shape = in_node(g, p, 2)->shape, true) &&
                    (n->dtype = in_node(g, p, 2)->dtype, true);
         break;
