@@ -360,7 +360,10 @@ static void place(Amp *a)
     info->place_optimal[0] = p.optimal.converted, info->place_optimal[1] = p.optimal.wide32;
     info->place_greedy[0] = p.greedy.converted, info->place_greedy[1] = p.greedy.wide32;
     info->place_mode = 1 + (int)p.mode;
-    if (p.mode != AMP_PLACE_GREEDY) {
+    bool changed = false;
+    for (int i = 0; i < g->nnodes && !changed; i++)
+        changed = a->label[i] != DT_UNKNOWN && a->label[i] != a->run[i];
+    if (changed) {
         memset(a->reads, 0, n);
         for (int i = 0; i < g->nnodes; i++)
             decide(a, g->nodes[i]);

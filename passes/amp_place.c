@@ -43,7 +43,7 @@ enum { S = 0, T = 1, THIRD = -2 };
 /* ---- max-flow ---------------------------------------------------------------- */
 
 typedef struct {
-    int n, m, ncap, mcap;
+    int n, m, ncap, mcap, scap; /* scap: entries in level/it/queue/stack */
     int *head, *next, *to;
     int64_t *res, *sec; /* residual capacity; secondary capacity (phase 2) */
     int *level, *it, *queue, *stack;
@@ -131,10 +131,13 @@ static void net_unary(Net *N, int x, int64_t cost_h, int64_t cost_l)
 
 static void net_scratch(Net *N)
 {
-    N->level = grow_array(N->level, N->n, sizeof(int));
-    N->it = grow_array(N->it, N->n, sizeof(int));
-    N->queue = grow_array(N->queue, N->n, sizeof(int));
-    N->stack = grow_array(N->stack, N->n, sizeof(int));
+    if (N->n <= N->scap)
+        return;
+    N->scap = N->ncap;
+    N->level = grow_array(N->level, N->scap, sizeof(int));
+    N->it = grow_array(N->it, N->scap, sizeof(int));
+    N->queue = grow_array(N->queue, N->scap, sizeof(int));
+    N->stack = grow_array(N->stack, N->scap, sizeof(int));
 }
 
 /* Breadth-first levels over arcs with residual capacity (only infinite ones
@@ -261,6 +264,8 @@ typedef struct {
     int *sval, *dval, hcap;
     int *dslots, ndslots; /* dkey slots used in this network */
     int *memo, *memo_list, nmemo, *chain; /* dyn -> what it is in this network */
+    AmpCost fixed_cost; /* of the groups without free ops, once priced */
+    bool fixed_done;
     int64_t *bytes;  /* per node: elements per sample (clamped) */
     int64_t *wide;   /* per free node: bytes it moves in 32 bits */
     DType *fix;      /* per node: a free node's dtype fixed for this solve, or DT_UNKNOWN */
@@ -772,9 +777,14 @@ static AmpCost solve_all(Place *P, bool evaluate, const DType *fixed)
     for (int root = 0; root < n; root++) {
         Group G = {forder + fstart[root], fstart[root + 1] - fstart[root], order + start[root],
                    start[root + 1] - start[root], NULL, 0};
-        if (G.nfree || G.ndem)
-            solve_group(P, &G, evaluate || !G.nfree, fixed, &cost, touched, branch);
+        if (G.nfree)
+            solve_group(P, &G, evaluate, fixed, &cost, touched, branch);
+        else if (G.ndem && !P->fixed_done) /* the same in every call */
+            solve_group(P, &G, true, fixed, &P->fixed_cost, touched, branch);
     }
+    P->fixed_done = true;
+    cost.converted += P->fixed_cost.converted;
+    cost.wide32 += P->fixed_cost.wide32;
     /* 32-bit traffic of follow and widest ops whose dtype is not free */
     for (int v = 0; v < n; v++) {
         AmpClass c = op_info(P->g->nodes[v]->op)->amp;
