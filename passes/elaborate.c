@@ -1342,7 +1342,8 @@ static void default_wd_mults(Graph *g)
             continue;
         int k = node_param_kind(n);
         bool decay = k == PK_WEIGHT || k == PK_GAMMA ||
-                     (k == PK_OTHER && (ends_with(n->name, "_weight") || ends_with(n->name, "_gamma")));
+                     (k == PK_OTHER && n->name &&
+                      (ends_with(n->name, "_weight") || ends_with(n->name, "_gamma")));
         n->attrs[PARAM_WD_MULT].f = decay ? 1.0 : 0.0;
     }
 }
