@@ -1082,9 +1082,16 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen)
             char *dst = d->arg[slot];
             size_t len = 0;
             if (*p == '"' || *p == '\'') {
+                /* the escapes ampc writes (ir/print.c): \\ \" \' \n \t */
                 char q = *p++;
-                while (*p && *p != q && len + 1 < sizeof d->arg[0])
-                    dst[len++] = *p++;
+                while (*p && *p != q && len + 1 < sizeof d->arg[0]) {
+                    char c = *p++;
+                    if (c == '\\' && *p) {
+                        c = *p++;
+                        c = c == 'n' ? '\n' : c == 't' ? '\t' : c;
+                    }
+                    dst[len++] = c;
+                }
                 if (*p != q)
                     goto bad;
                 p++;

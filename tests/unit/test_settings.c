@@ -48,6 +48,38 @@ static void test_table_is_consistent(void **state)
     assert_null(rt_setting_by_key("clip_gradient"));
 }
 
+/* ---- strings cross from ampc to the program unchanged --------------------------------- */
+
+/* A path in a train-block string reaches the program as config_print writes
+ * it (escaped); the program's data parser undoes exactly those escapes. */
+static void test_data_path_escapes_round_trip(void **state)
+{
+    (void)state;
+    static const char *const paths[] = {"plain/dir", "back\\slash", "quote\"d", "it's",
+                                        "tab\there", "new\nline", "C:\\data\\\"x\""};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        ConfigVal str = {.kind = CV_STR, .s = paths[i]};
+        ConfigVal *args[] = {&str};
+        const char *names[] = {NULL};
+        ConfigVal call = {.kind = CV_CALL, .s = "cifar10", .nargs = 1, .argnames = names,
+                          .args = args};
+        char *text = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&text, &len);
+        assert_non_null(m);
+        config_print(m, &call);
+        assert_int_equal(fclose(m), 0);
+        RtDataSpec d;
+        char err[256] = "";
+        bool ok = rt_data_spec_parse(text, &d, err, sizeof err);
+        if (!ok)
+            fail_msg("%s: %s", text, err);
+        assert_int_equal(d.kind, RT_DS_CIFAR10);
+        assert_string_equal(d.arg[0], paths[i]);
+        free(text);
+    }
+}
+
 /* ---- ampc's train block takes exactly the table's keys ------------------------------- */
 
 /* A value the program accepts for each key; every key of the table must have
@@ -255,6 +287,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table_is_consistent),
+        cmocka_unit_test(test_data_path_escapes_round_trip),
         cmocka_unit_test_setup_teardown(test_train_block_takes_every_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_values_refused_at_entry, setup, teardown),
         cmocka_unit_test(test_docs_list_the_table),
