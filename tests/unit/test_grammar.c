@@ -1144,6 +1144,37 @@ static void test_main_missing(void **state)
                         "ampc: error: cannot open '/nonexistent/dir/m.sym': No such file or directory\n");
 }
 
+/* A source line over 160 bytes is shown as a window around the caret, "..."
+ * at each cut, never splitting a UTF-8 character; the caret still points at
+ * the column (one write per diagnostic: stderr is unbuffered). */
+static void test_long_line_window(void **state)
+{
+    Fx *fx = *state;
+    char src[2048] = "def f() = \"";
+    for (int i = 0; i < 150; i++)
+        strcat(src, "\xc3\xa9"); /* é: 2 bytes */
+    strcat(src, "\" @ \"");
+    for (int i = 0; i < 150; i++)
+        strcat(src, "\xc3\xbc"); /* ü */
+    strcat(src, "\"\n");
+    int col = (int)(strchr(src, '@') - src) + 1;
+    char want[64];
+    snprintf(want, sizeof want, "1:%d: error: stray '@' in program", col);
+    expect_error(fx, src, want);
+    const char *line = strchr(errors(fx), '\n') + 1, *eol = strchr(line, '\n');
+    const char *caret = eol + 1, *ceol = strchr(caret, '\n');
+    assert_int_equal(strncmp(line, " ...", 4), 0);
+    assert_int_equal(strncmp(eol - 3, "...", 3), 0);
+    assert_true(eol - line <= 1 + 3 + 160 + 3);
+    /* the first shown byte starts a character, the last ends one */
+    assert_int_not_equal((unsigned char)line[4] & 0xC0, 0x80);
+    assert_int_equal((unsigned char)eol[-4] & 0xC0, 0x80);
+    assert_int_equal((unsigned char)eol[-5], 0xC3);
+    /* the caret is under the '@' */
+    assert_int_equal(ceol[-1], '^');
+    assert_int_equal(line[ceol - 1 - caret], '@');
+}
+
 /* Only regular files are read: a device is refused by kind before a byte
  * is read, a FIFO without a writer is refused at once instead of blocking,
  * a directory by name; an empty regular file still loads. */
@@ -1256,6 +1287,7 @@ int main(void)
         T(test_import_missing),
         T(test_import_parse_error),
         T(test_main_missing),
+        T(test_long_line_window),
         T(test_load_not_regular),
         T(test_load_too_big),
     };
