@@ -450,7 +450,8 @@ static void collect(Place *P)
         P->parent[v] = v;
         if (P->alias[v] != v)
             unite(P->parent, v, P->alias[v]);
-        if (P->ldc[v] || P->dyn[v])
+        /* a dyn Cast may turn out to be any Cast of its base */
+        if (P->ldc[v] || P->dyn[v] || (is_cast(g->nodes[v]) && P->isfree[g->nodes[v]->in[0]]))
             unite(P->parent, v, g->nodes[v]->in[0]);
     }
     for (int i = 0; i < P->ndem; i++)

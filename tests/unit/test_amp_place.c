@@ -16,6 +16,9 @@
 
 #include "fixture.h"
 
+/* The AMP target of the graphs being checked. */
+static DType target = DT_F16;
+
 typedef struct {
     int64_t conv, wide; /* bytes converted; bytes moved in fp32 by follow/widest ops */
 } Price;
@@ -63,7 +66,7 @@ static Graph *typed(Fx *fx, const char *src)
 {
     Graph *g = frontend_elaborate(&fx->d, "t.sym", src, strlen(src), NULL);
     if (g)
-        g->info.amp = DT_F16;
+        g->info.amp = target;
     if (!g || !infer_shapes(g) || !infer_types(g))
         fail_msg("compiling\n%s\nfailed:\n%s", src, diag_text(fx));
     return g;
@@ -72,7 +75,7 @@ static Graph *typed(Fx *fx, const char *src)
 static Graph *rewrite(const Graph *t, AmpPlacement mode, const DType *labels)
 {
     Graph *g = graph_copy(t);
-    AmpOptions o = {.target = DT_F16, .placement = mode, .labels = labels};
+    AmpOptions o = {.target = target, .placement = mode, .labels = labels};
     assert_true(amp(&g, &o));
     assert_true(cast_elide(&g));
     return g;
@@ -134,7 +137,7 @@ static void check_constraints(const Graph *t, const Graph *g, const char *src)
         const Node *n = g->nodes[i];
         AmpClass c = op_info(n->op)->amp;
         bool softrelu = n->op == OP_Activation && node_enum(n, ACT_TYPE) == ACT_SOFTRELU;
-        if ((c == AMP_F16 && !softrelu && n->dtype != DT_F16) ||
+        if ((c == AMP_F16 && !softrelu && n->dtype != target) ||
             ((c == AMP_F32 || softrelu) && n->dtype != DT_F32))
             fail_msg("%s runs in %s in\n%s", n->name, dtype_long(n->dtype), src);
         const OpInfo *oi = op_info(n->op);
@@ -187,7 +190,7 @@ static void check_exact(Fx *fx, const char *src)
     Price best = {-1, -1};
     for (int mask = 0; mask < (1 << k); mask++) {
         for (int i = 0; i < k; i++)
-            labels[cand[i]] = mask >> i & 1 ? DT_F16 : DT_F32;
+            labels[cand[i]] = mask >> i & 1 ? target : DT_F32;
         Graph *g = rewrite(t, AMP_PLACE_GIVEN, labels);
         if (feasible(t, g)) {
             Price p = price(g);
@@ -321,6 +324,22 @@ static void test_random_graphs_exact(void **state)
     }
 }
 
+/* In a bfloat16 build the user's float16 Casts and fp16 inputs are a third
+ * dtype: what follows them is not free. */
+static void test_random_graphs_bf16(void **state)
+{
+    Fx *fx = *state;
+    const char *ng = getenv("AMP_PLACE_GRAPHS"), *seed = getenv("AMP_PLACE_SEED");
+    Rng r = {seed ? strtoull(seed, NULL, 10) * 3 + 1 : 0xB16B00B5u};
+    target = DT_BF16;
+    for (int i = 0; i < (ng ? atoi(ng) / 2 : 150); i++) {
+        Gen g;
+        random_graph(&r, &g, 1 + rnd(&r, 10));
+        check_exact(fx, g.src);
+    }
+    target = DT_F16;
+}
+
 static void test_random_graphs_sixteen(void **state)
 {
     Fx *fx = *state;
@@ -451,6 +470,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_known_cases, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_graphs_exact, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_random_graphs_bf16, setup, teardown),
         cmocka_unit_test_setup_teardown(test_random_graphs_sixteen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_examples, setup, teardown),
         cmocka_unit_test_setup_teardown(test_order_independent, setup, teardown),
