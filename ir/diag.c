@@ -70,7 +70,7 @@ static const char *file_kind(mode_t m)
            : S_ISBLK(m)  ? "a block device"
            : S_ISFIFO(m) ? "a FIFO"
            : S_ISSOCK(m) ? "a socket"
-                         : "an unknown kind of file";
+                         : "an unknown kind";
 }
 
 /* Every file ampc reads as source (a model, an import, an --from-ir dump)
@@ -94,7 +94,7 @@ int diag_load_file(Diag *d, const char *path)
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return load_failed(d, "it is %s, not a regular file", file_kind(st.st_mode));
+        return load_failed(d, "not a regular file (%s)", file_kind(st.st_mode));
     }
     const size_t max = AMPC_MAX_SOURCE_BYTES;
     if ((uint64_t)st.st_size > max) {

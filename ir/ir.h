@@ -102,7 +102,7 @@ void diag_free(Diag *d);
  * directory is refused without blocking and without reading it. */
 #define AMPC_MAX_SOURCE_BYTES ((size_t)256 << 20)
 int diag_load_file(Diag *d, const char *path);
-/* "No such file or directory", "it is a FIFO, not a regular file", ... */
+/* "No such file or directory", "not a regular file (a FIFO)", ... */
 const char *diag_load_error(const Diag *d);
 /* Adds an in-memory buffer (fuzzing, tests); the text is copied. */
 int diag_add_buffer(Diag *d, const char *path, const char *text, size_t len);

@@ -1182,7 +1182,7 @@ static void test_load_not_regular(void **state)
 {
     Fx *fx = *state;
     assert_int_equal(diag_load_file(&fx->diag, "/dev/zero"), -1);
-    assert_string_equal(diag_load_error(&fx->diag), "it is a character device, not a regular file");
+    assert_string_equal(diag_load_error(&fx->diag), "not a regular file (a character device)");
     TmpDir t;
     tmp_init(&t);
     tmp_write(&t, "empty.sym", "");
@@ -1190,9 +1190,9 @@ static void test_load_not_regular(void **state)
     snprintf(fifo, sizeof fifo, "%s/fifo", t.dir);
     assert_int_equal(mkfifo(fifo, 0600), 0);
     assert_int_equal(diag_load_file(&fx->diag, fifo), -1);
-    assert_string_equal(diag_load_error(&fx->diag), "it is a FIFO, not a regular file");
+    assert_string_equal(diag_load_error(&fx->diag), "not a regular file (a FIFO)");
     assert_int_equal(diag_load_file(&fx->diag, t.dir), -1);
-    assert_string_equal(diag_load_error(&fx->diag), "it is a directory, not a regular file");
+    assert_string_equal(diag_load_error(&fx->diag), "not a regular file (a directory)");
     int f = diag_load_file(&fx->diag, t.paths[0]);
     assert_true(f >= 0);
     assert_int_equal(diag_file(&fx->diag, f)->len, 0);
