@@ -162,13 +162,29 @@ int diag_push_frame(Diag *d, const char *fn, Loc call, int parent)
     return d->frames.len - 1;
 }
 
+/* Text from the model (names, strings, import paths) may hold control bytes
+ * (a newline, a terminal escape): written as \xNN, so a diagnostic keeps
+ * its lines and cannot drive the terminal. */
+static void put_escaped(FILE *out, const char *s)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if ((c < 32 && c != '\t') || c == 127)
+            fprintf(out, "\\x%02x", c);
+        else
+            fputc(c, out);
+    }
+}
+
 static void print_loc(const Diag *d, FILE *out, Loc loc)
 {
     const SrcFile *f = diag_file(d, loc.file);
-    if (f)
-        fprintf(out, "%s:%d:%d: ", f->path, loc.line, loc.col);
-    else
+    if (f) {
+        put_escaped(out, f->path);
+        fprintf(out, ":%d:%d: ", loc.line, loc.col);
+    } else {
         fputs("ampc: ", out);
+    }
 }
 
 /* The most of a source line a diagnostic shows: a longer line (a generated
@@ -229,8 +245,9 @@ static void print_frames(const Diag *d, FILE *out, int frame)
     for (; frame >= 0 && frame < d->frames.len && guard < 16; guard++) {
         const CallFrame *cf = &VEC_AT(d->frames, CallFrame, frame);
         const SrcFile *f = diag_file(d, cf->call.file);
-        fprintf(out, "note: in call to '%s' from %s:%d:%d\n", cf->fn, f ? f->path : "?",
-                cf->call.line, cf->call.col);
+        fprintf(out, "note: in call to '%s' from ", cf->fn);
+        put_escaped(out, f ? f->path : "?");
+        fprintf(out, ":%d:%d\n", cf->call.line, cf->call.col);
         frame = cf->parent;
     }
     if (frame >= 0)
@@ -243,6 +260,9 @@ static void print_frames(const Diag *d, FILE *out, int frame)
  * made one write() per byte (25 s for an error on a 10 MB line). */
 static void emit(Diag *d, Loc loc, int frame, const char *kind, const char *fmt, va_list ap)
 {
+    char *text = NULL;
+    if (vasprintf(&text, fmt, ap) < 0)
+        DIE("out of memory");
     char *buf = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&buf, &len);
@@ -250,7 +270,8 @@ static void emit(Diag *d, Loc loc, int frame, const char *kind, const char *fmt,
         DIE("out of memory");
     print_loc(d, m, loc);
     fprintf(m, "%s: ", kind);
-    vfprintf(m, fmt, ap);
+    put_escaped(m, text); /* it quotes names and strings from the model */
+    free(text);
     fputc('\n', m);
     print_source_line(d, m, loc);
     print_frames(d, m, frame);
