@@ -537,12 +537,19 @@ static void build(Amp *a, const Node *o)
     a->map[o->id] = c->id;
 }
 
+DType amp_output_dtype(const Node *o, DType target)
+{
+    if (!dtype_is_float(o->dtype))
+        return DT_UNKNOWN;
+    return target != DT_UNKNOWN && is_loss_head(o->op) ? DT_F32 : o->dtype;
+}
+
 static void finish_outputs(Amp *a)
 {
     for (int i = 0; i < a->old->noutputs; i++) {
         const Node *o = a->old->nodes[a->old->outputs[i]];
         /* the declared dtype; a shadowed parameter from its master */
-        graph_add_output(a->ng, read_as(a, o, dtype_is_float(o->dtype) ? o->dtype : DT_UNKNOWN));
+        graph_add_output(a->ng, read_as(a, o, amp_output_dtype(o, a->opt->target)));
     }
 }
 

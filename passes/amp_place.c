@@ -442,7 +442,7 @@ static void collect(Place *P)
     for (int i = 0; i < g->noutputs; i++) {
         const Node *o = g->nodes[g->outputs[i]];
         if (!(o->op == OP_Param && P->dual[o->id]))
-            add_demand(P, -1, o->id, o->dtype, &cap);
+            add_demand(P, -1, o->id, amp_output_dtype(o, P->p->target), &cap);
     }
     /* connected groups: free readers with what they read, widest ops with
      * their operands, casts with what they repeat or cast */

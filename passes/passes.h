@@ -57,6 +57,12 @@ typedef struct {
     bool explain;            /* record why each node got its dtype (Graph.why) */
 } AmpOptions;
 bool amp(Graph **g, const AmpOptions *opt);
+/* The dtype AMP returns graph output o in: the dtype the model declares,
+ * except that a loss head (an op with a label slot) stays in fp32, the dtype
+ * it runs in, since autodiff seeds the gradients there and the program logs
+ * its probabilities (casting it back to a hand-written fp16 would hide the
+ * head).  amp.c and amp_place.c both use it, so the cost model is exact. */
+DType amp_output_dtype(const Node *o, DType target);
 
 /* amp_place.c: the exact cast placement (docs/amp.md, "Cast placement").
  * Given every node's dtype as greedy decides it, chooses the dtype of each

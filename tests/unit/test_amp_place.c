@@ -147,11 +147,17 @@ static void check_constraints(const Graph *t, const Graph *g, const char *src)
                          dtype_long(g->nodes[n->in[j]]->dtype));
     }
     assert_int_equal(g->noutputs, t->noutputs);
-    for (int i = 0; i < t->noutputs; i++)
-        if (g->nodes[g->outputs[i]]->dtype != t->nodes[t->outputs[i]]->dtype)
+    for (int i = 0; i < t->noutputs; i++) {
+        /* the declared dtype; a loss head (it has a label slot) stays fp32 */
+        const Node *o = t->nodes[t->outputs[i]];
+        DType want = o->dtype;
+        for (int j = 0; j < op_info(o->op)->nslots; j++)
+            if (op_info(o->op)->slots[j].kind == SLOT_LABEL)
+                want = DT_F32;
+        if (g->nodes[g->outputs[i]]->dtype != want)
             fail_msg("output %d is %s, declared %s, in\n%s", i,
-                     dtype_long(g->nodes[g->outputs[i]]->dtype),
-                     dtype_long(t->nodes[t->outputs[i]]->dtype), src);
+                     dtype_long(g->nodes[g->outputs[i]]->dtype), dtype_long(want), src);
+    }
     /* the user's Casts are kept as written, or were no-ops */
     for (int i = 0; i < t->nnodes; i++) {
         const Node *n = t->nodes[i];
