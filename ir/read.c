@@ -530,6 +530,11 @@ static bool read_line(Reader *r, Vec *train)
         /* a training graph's dump goes on with its inference graph */
         if (r->g && (r->first || r->g->noutputs == 0))
             return rd_error(r, at, "a second 'model' line");
+        /* only autodiff makes an inference graph: before it (or without a
+         * banner) no pass would infer the second graph's shapes */
+        if (r->g && r->stage < ir_stage("autodiff"))
+            return rd_error(r, at, "a second 'model' line: only a dump after autodiff holds an "
+                                   "inference graph");
         const char *name = word(r);
         if (!name)
             return false;
