@@ -157,19 +157,15 @@ static bool only_keys(const RtCall *c, const char *const *keys, const char *s, c
     return true;
 }
 
+static bool call_float(const RtCall *c, const char *key, float *dst, const char *what, char *err,
+                       size_t errlen);
+
 static bool get_num(const RtCall *c, const char *key, float *dst, const char *s, char *err,
                     size_t errlen)
 {
-    double v;
-    bool bad = false;
-    if (!rt_call_num(c, key, &v, &bad))
-        return true;
-    if (bad) {
-        snprintf(err, errlen, "initialiser '%s': %s must be a number", s, key);
-        return false;
-    }
-    *dst = (float)v;
-    return true;
+    char what[300];
+    snprintf(what, sizeof what, "initialiser '%.250s'", s);
+    return call_float(c, key, dst, what, err, errlen);
 }
 
 static bool get_factor(const RtCall *c, RtFanType *f, const char *s, char *err, size_t errlen)
