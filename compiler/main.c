@@ -2,6 +2,7 @@
  * dumps (and, with --verify or AMPC_VERIFY=1, the IR verifier) in between. */
 #include "driver.h"
 #include "../codegen/codegen.h"
+#include "../ir/plan.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -40,6 +41,7 @@ static void usage(FILE *f)
           "  --target=cpu            the backend (cpu: portable C with OpenBLAS)\n"
           "  --model=NAME            the model to build (default: the first in FILE)\n"
           "  --dump=PASS|all         print the IR after PASS (or after every pass)\n"
+          "  --dump=memplan          the training step's memory plan: lifetimes, sizes, offsets\n"
           "  --dump-dir=DIR          write dumps to DIR/NN.PASS.ir (or .dot) instead\n"
           "  --dump-format=text|dot  IR text (readable back) or Graphviz\n"
           "  --from-ir FILE.ir       start from a dump instead of a .sym file\n"
@@ -180,7 +182,8 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         diag_plain_error(d, "no input file (see ampc --help)");
         return 1;
     }
-    if (o->dump && strcmp(o->dump, "all") != 0 && pass_index(o->dump) < 0) {
+    if (o->dump && strcmp(o->dump, "all") != 0 && strcmp(o->dump, "memplan") != 0 &&
+        pass_index(o->dump) < 0) {
         diag_plain_error(d, "unknown pass '%s' for --dump (see ampc --help)", o->dump);
         return 1;
     }
@@ -337,7 +340,8 @@ static int run(const Options *o, Diag *d)
                             "--from-ir\n", o->input);
         return 1;
     }
-    if (o->dump && strcmp(o->dump, "all") != 0 && pass_index(o->dump) < done) {
+    bool want_plan = o->dump && strcmp(o->dump, "memplan") == 0;
+    if (o->dump && strcmp(o->dump, "all") != 0 && !want_plan && pass_index(o->dump) < done) {
         diag_plain_error(d, "--dump=%s: '%s' is a dump after %s, a later pass", o->dump, o->input,
                          pass_pipeline[done].name);
         graph_free(g);
@@ -363,14 +367,16 @@ static int run(const Options *o, Diag *d)
     /* The forward passes always run; the training passes when a program or
      * a dump of them is asked for. */
     int forward_end = pass_index("cast-elide"), last = forward_end;
-    if (o->output || o->source_only || (o->dump && strcmp(o->dump, "all") == 0))
+    /* --report and --dump=memplan plan the training step of a model that trains */
+    bool plan_only = !o->output && !o->source_only && (o->report || want_plan);
+    if (o->output || o->source_only || (o->dump && strcmp(o->dump, "all") == 0) || plan_only)
         last = pass_count - 1;
     else if (o->dump && pass_index(o->dump) > last)
         last = pass_index(o->dump);
     for (int i = done + 1; ok && i <= last; i++) {
         /* --dump=all on a model that cannot train shows the forward passes */
-        if (i > forward_end && !o->output && !o->source_only && strcmp(o->dump, "all") == 0 &&
-            !has_loss_head(g))
+        if (i > forward_end && !o->output && !o->source_only &&
+            (plan_only || strcmp(o->dump, "all") == 0) && !has_loss_head(g))
             break;
         double t = now_ms();
         ok = pass_pipeline[i].run(&g, &o->pass);
@@ -386,6 +392,21 @@ static int run(const Options *o, Diag *d)
     }
     if (ok && o->report && done >= forward_end)
         report_print(stdout, g, o->batch);
+    if (ok && want_plan && !g->infer) {
+        diag_plain_error(d, "--dump=memplan needs a model that trains (a loss head)");
+        ok = false;
+    }
+    if (ok && g->infer && (want_plan || o->report || o->verify)) {
+        BufferPlan plan;
+        memplan(g, &plan);
+        if (o->verify && !memplan_verify(g, &plan, stderr))
+            DIE("the memory plan verifier failed");
+        if (want_plan)
+            plan_print(stdout, g, &plan);
+        else if (o->report)
+            plan_report(stdout, &plan, o->batch);
+        plan_free(&plan);
+    }
     double tgen = now_ms();
     if (ok && (o->output || o->source_only))
         ok = train_settings_fit(g) && generate(o, g, d);

@@ -1,0 +1,291 @@
+/* plan.c - the buffer plan: liveness, the verifier, the dump and the report
+ * lines (plan.h).  passes/memplan.c makes the plan. */
+#include "plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool plan_has_buffer(const Node *n)
+{
+    return n->op != OP_grad_of && n->op != OP_param_master && n->op != OP_bn_moving_update;
+}
+
+bool plan_value_bytes(const Node *n, LinExpr *out)
+{
+    out->fixed = out->per_sample = 0;
+    if (n->shape.rank < 0 || n->dtype == DT_UNKNOWN)
+        return false;
+    int64_t e = dtype_size(n->dtype);
+    int nsym = 0;
+    for (int i = 0; i < n->shape.rank; i++) {
+        Dim d = n->shape.d[i];
+        int64_t k = dim_is_sym(d) ? -d : d;
+        nsym += dim_is_sym(d);
+        if (__builtin_mul_overflow(e, k, &e) || e > ((int64_t)1 << 62))
+            return false;
+    }
+    if (nsym > 1)
+        return false;
+    if (nsym)
+        out->per_sample = e;
+    else
+        out->fixed = e;
+    return true;
+}
+
+void plan_liveness(const Graph *g, int *first, int *last)
+{
+    int n = g->nnodes;
+    for (int i = 0; i < n; i++) {
+        const Node *x = g->nodes[i];
+        /* a part is written by the node it is a result of */
+        first[i] = x->op == OP_part ? first[x->in[0]] : i;
+        last[i] = first[i];
+    }
+    for (int i = 0; i < n; i++) {
+        const Node *x = g->nodes[i];
+        /* grad_of hands its gradient to the optimizer, bn_moving_update runs
+         * after the step: both read after it */
+        int at = x->op == OP_grad_of || x->op == OP_bn_moving_update ? n : first[i];
+        for (int j = 0; j < x->nin; j++)
+            if (last[x->in[j]] < at)
+                last[x->in[j]] = at;
+    }
+    for (int i = 0; i < g->noutputs; i++)
+        last[g->outputs[i]] = n;
+}
+
+void plan_free(BufferPlan *p)
+{
+    free(p->v);
+    memset(p, 0, sizeof *p);
+}
+
+static int64_t at1(LinExpr e) { return e.fixed + e.per_sample; }
+
+static const char *lin(char *buf, size_t cap, LinExpr e)
+{
+    snprintf(buf, cap, "%lld+%lldN", (long long)e.fixed, (long long)e.per_sample);
+    return buf;
+}
+
+void plan_print(FILE *f, const Graph *g, const BufferPlan *p)
+{
+    char a[64], b[64];
+    fprintf(f, "# ampc memplan: model %s, %d steps, alignment %d\n", g->model, p->nsteps, PLAN_ALIGN);
+    for (int i = 0; i < p->n; i++) {
+        const PlanValue *v = &p->v[i];
+        const Node *n = g->nodes[v->node];
+        fprintf(f, "%%%d %s ", v->node, op_info(n->op)->name);
+        for (const unsigned char *c = (const unsigned char *)n->name; *c; c++)
+            fputc(*c > 0x20 && *c < 0x7f ? *c : '?', f); /* one token, one line */
+        fprintf(f, " live=[%d,%d] size=%s ", v->first, v->last, lin(a, sizeof a, v->size));
+        if (v->kind == PV_ARENA)
+            fprintf(f, "offset=%s\n", lin(b, sizeof b, v->offset));
+        else
+            fputs("external\n", f);
+    }
+    plan_report(f, p, g->info.bind_batch);
+}
+
+static double mib(LinExpr e, int64_t batch)
+{
+    return ((double)e.fixed + (double)e.per_sample * (double)batch) / (1024.0 * 1024.0);
+}
+
+void plan_report(FILE *f, const BufferPlan *p, int64_t batch)
+{
+    char a[64];
+    fprintf(f, "memplan: training step arena: %s bytes (fixed + per sample)\n", lin(a, sizeof a, p->arena));
+    fprintf(f, "memplan: unplanned (one buffer per value): %s bytes\n", lin(a, sizeof a, p->unplanned));
+    fprintf(f, "memplan: liveness lower bound: %s bytes\n", lin(a, sizeof a, p->lower));
+    fprintf(f, "memplan: outside the arena (parameters, inputs): %s bytes\n",
+            lin(a, sizeof a, p->external));
+    if (p->lower.per_sample > 0)
+        fprintf(f, "memplan: per sample: planned %.3fx the lower bound, unplanned %.3fx\n",
+                (double)p->arena.per_sample / (double)p->lower.per_sample,
+                (double)p->unplanned.per_sample / (double)p->lower.per_sample);
+    if (batch > 0)
+        fprintf(f, "memplan: at batch %lld: arena %.1f MiB, unplanned %.1f MiB, lower bound %.1f MiB\n",
+                (long long)batch, mib(p->arena, batch), mib(p->unplanned, batch), mib(p->lower, batch));
+}
+
+/* ---- the verifier ----------------------------------------------------------
+ *
+ * Two arena values a and b of positive sizes occupy [o_a(N), o_a(N) + s_a(N))
+ * and [o_b(N), ...), linear in N.  a lies below b for every real N >= 1 iff
+ * the gap g(N) = o_b(N) - o_a(N) - s_a(N), a linear function, is >= 0 at N = 1
+ * and its slope is >= 0 (a line non-negative at 1 and not falling stays so).
+ * If neither lies below the other for every N, they overlap at some real
+ * N >= 1: the two gaps sum to -(s_a + s_b) < 0, so both are negative
+ * wherever one changes sign.  "Below" is transitive (sizes are >= 0), and
+ * if a lies below b then o_a < o_b in the order at infinity (per_sample,
+ * then fixed), so a set of pairwise disjoint values is a chain in that
+ * order.  The sweep keeps the live values ranked in that order (a Fenwick
+ * tree over ranks) and checks each new value against its neighbours only:
+ * if it lies above its predecessor and below its successor the chain stays
+ * one, else two values overlap.  O(n log n). */
+
+static const BufferPlan *sort_plan;
+static int by_start(const void *x, const void *y)
+{
+    const PlanValue *a = &sort_plan->v[*(const int *)x], *b = &sort_plan->v[*(const int *)y];
+    if (a->offset.per_sample != b->offset.per_sample)
+        return a->offset.per_sample < b->offset.per_sample ? -1 : 1;
+    if (a->offset.fixed != b->offset.fixed)
+        return a->offset.fixed < b->offset.fixed ? -1 : 1;
+    return *(const int *)x - *(const int *)y;
+}
+
+static bool below(const PlanValue *a, const PlanValue *b)
+{
+    int64_t g0 = b->offset.fixed - a->offset.fixed - a->size.fixed;
+    int64_t g1 = b->offset.per_sample - a->offset.per_sample - a->size.per_sample;
+    return g1 >= 0 && g0 + g1 >= 0;
+}
+
+static void fw_add(int *t, int n, int i, int d)
+{
+    for (i++; i <= n; i += i & -i)
+        t[i] += d;
+}
+static int fw_prefix(const int *t, int i) /* count of ranks < i */
+{
+    int s = 0;
+    for (; i > 0; i -= i & -i)
+        s += t[i];
+    return s;
+}
+static int fw_kth(const int *t, int n, int k) /* rank of the k-th (1-based) */
+{
+    int pos = 0, step = 1;
+    while (step * 2 <= n)
+        step *= 2;
+    for (; step; step /= 2)
+        if (pos + step <= n && t[pos + step] < k)
+            pos += step, k -= t[pos];
+    return pos; /* 0-based rank */
+}
+
+#define ERR(...) (ok = false, err ? (void)fprintf(err, __VA_ARGS__) : (void)0)
+
+bool memplan_verify(const Graph *g, const BufferPlan *p, FILE *err)
+{
+    bool ok = true;
+    const int64_t lim = (int64_t)1 << 62;
+    if (p->arena.fixed < 0 || p->arena.per_sample < 0)
+        ERR("memplan: the arena's size is negative\n");
+    int *first = NULL, *last = NULL;
+    if (g) {
+        if (p->nsteps != g->nnodes)
+            ERR("memplan: %d steps for a graph of %d nodes\n", p->nsteps, g->nnodes);
+        first = malloc(sizeof(int) * (size_t)(g->nnodes + 1));
+        last = malloc(sizeof(int) * (size_t)(g->nnodes + 1));
+        if (!first || !last)
+            DIE("out of memory");
+        plan_liveness(g, first, last);
+    }
+    int m = 0;
+    int *idx = malloc(sizeof(int) * (size_t)(p->n + 1));
+    if (!idx)
+        DIE("out of memory");
+    for (int i = 0; i < p->n; i++) {
+        const PlanValue *v = &p->v[i];
+        if (v->first < 0 || v->first > v->last || v->last > p->nsteps) {
+            ERR("memplan: %%%d: bad live interval [%d,%d]\n", v->node, v->first, v->last);
+            continue;
+        }
+        if (v->size.fixed < 0 || v->size.per_sample < 0 || v->size.fixed > lim ||
+            v->size.per_sample > lim) {
+            ERR("memplan: %%%d: bad size\n", v->node);
+            continue;
+        }
+        if (g) {
+            LinExpr b;
+            if (v->node < 0 || v->node >= g->nnodes) {
+                ERR("memplan: value %d is not a node\n", v->node);
+                continue;
+            }
+            if (v->first > first[v->node] || v->last < last[v->node])
+                ERR("memplan: %%%d: live [%d,%d] misses [%d,%d]\n", v->node, v->first, v->last,
+                    first[v->node], last[v->node]);
+            if (v->kind == PV_ARENA &&
+                (!plan_value_bytes(g->nodes[v->node], &b) || v->size.per_sample < b.per_sample ||
+                 at1(v->size) < at1(b)))
+                ERR("memplan: %%%d: its size does not hold its bytes\n", v->node);
+        }
+        if (v->kind != PV_ARENA)
+            continue;
+        if (v->offset.fixed < 0 || v->offset.per_sample < 0 || v->offset.fixed > lim ||
+            v->offset.per_sample > lim) {
+            ERR("memplan: %%%d: negative offset\n", v->node);
+            continue;
+        }
+        if (v->offset.fixed % PLAN_ALIGN || v->offset.per_sample % PLAN_ALIGN)
+            ERR("memplan: %%%d: offset not aligned to %d\n", v->node, PLAN_ALIGN);
+        /* the arena's end lies at or above the value's end for every N >= 1 */
+        int64_t e0 = p->arena.fixed - v->offset.fixed - v->size.fixed;
+        int64_t e1 = p->arena.per_sample - v->offset.per_sample - v->size.per_sample;
+        if (e1 < 0 || e0 + e1 < 0)
+            ERR("memplan: %%%d: ends outside the arena for some N\n", v->node);
+        if (v->size.fixed || v->size.per_sample)
+            idx[m++] = i;
+    }
+    free(first);
+    free(last);
+    if (ok) {
+        sort_plan = p;
+        qsort(idx, (size_t)m, sizeof(int), by_start);
+        int *rank = malloc(sizeof(int) * (size_t)(p->n + 1));
+        int *tree = calloc((size_t)m + 1, sizeof(int));
+        /* values by first step and by last step (counting sort) */
+        int S = p->nsteps + 2;
+        int *hs = calloc((size_t)S + 1, sizeof(int)), *he = calloc((size_t)S + 1, sizeof(int));
+        int *bys = malloc(sizeof(int) * (size_t)(m + 1)), *bye = malloc(sizeof(int) * (size_t)(m + 1));
+        if (!rank || !tree || !hs || !he || !bys || !bye)
+            DIE("out of memory");
+        for (int r = 0; r < m; r++) {
+            rank[idx[r]] = r;
+            hs[p->v[idx[r]].first + 1]++;
+            he[p->v[idx[r]].last + 1]++;
+        }
+        for (int s = 0; s < S; s++)
+            hs[s + 1] += hs[s], he[s + 1] += he[s];
+        for (int r = 0; r < m; r++) {
+            bys[hs[p->v[idx[r]].first]++] = idx[r];
+            bye[he[p->v[idx[r]].last]++] = idx[r];
+        }
+        /* hs[s] is now the end of step s's list; its start is hs[s-1] */
+        int live = 0;
+        for (int s = 0; s <= p->nsteps && ok; s++) {
+            if (s > 0) /* values whose last step was s-1 */
+                for (int k = s - 1 > 0 ? he[s - 2] : 0; k < he[s - 1]; k++)
+                    fw_add(tree, m, rank[bye[k]], -1), live--;
+            for (int k = s > 0 ? hs[s - 1] : 0; k < hs[s]; k++) {
+                int i = bys[k], r = rank[i];
+                int before = fw_prefix(tree, r);
+                if (before > 0) {
+                    const PlanValue *q = &p->v[idx[fw_kth(tree, m, before)]];
+                    if (!below(q, &p->v[i]))
+                        ERR("memplan: %%%d and %%%d are live together at step %d and overlap "
+                            "for some N >= 1\n", q->node, p->v[i].node, s);
+                }
+                if (before < live) {
+                    const PlanValue *q = &p->v[idx[fw_kth(tree, m, before + 1)]];
+                    if (!below(&p->v[i], q))
+                        ERR("memplan: %%%d and %%%d are live together at step %d and overlap "
+                            "for some N >= 1\n", p->v[i].node, q->node, s);
+                }
+                fw_add(tree, m, r, 1), live++;
+            }
+        }
+        free(rank);
+        free(tree);
+        free(hs);
+        free(he);
+        free(bys);
+        free(bye);
+    }
+    free(idx);
+    return ok;
+}

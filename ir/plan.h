@@ -1,0 +1,79 @@
+/* plan.h - the lowered program's buffer plan (issue 10, items 3 and 6).
+ *
+ * A BufferPlan places every value of the training step that owns a buffer
+ * (codegen/c.c: every node except grad_of, param_master and
+ * bn_moving_update) in one arena.  Sizes and offsets are linear in the
+ * symbolic batch N: `fixed + per_sample * N`.  passes/memplan.c makes a plan;
+ * memplan_verify proves it.  The C emitter does not use it yet. */
+#ifndef AMPC_PLAN_H
+#define AMPC_PLAN_H
+
+#include "ir.h"
+
+#define PLAN_ALIGN 64 /* bytes: both parts of every offset are multiples of it */
+
+typedef struct {
+    int64_t fixed, per_sample; /* fixed + per_sample * N */
+} LinExpr;
+
+typedef enum {
+    PV_ARENA,    /* placed in the shared arena */
+    PV_EXTERNAL, /* its own buffer outside the arena: parameters, graph inputs
+                  * (filled by the data loader), a size not linear in N */
+} PlanKind;
+
+typedef struct {
+    int node;       /* the value (node id) */
+    PlanKind kind;
+    LinExpr size;   /* bytes */
+    LinExpr offset; /* in the arena (PV_ARENA) */
+    int first, last;/* live interval in steps, both inclusive; step = node id
+                     * (execution order), nsteps = after the step (read by the
+                     * program or the optimizer) */
+} PlanValue;
+
+typedef struct {
+    PlanValue *v;      /* malloc'ed */
+    int n;
+    int nsteps;        /* nodes of the graph */
+    LinExpr arena;     /* the arena's bytes */
+    LinExpr unplanned; /* the arena's values each in its own buffer */
+    LinExpr lower;     /* liveness lower bound: the largest sum of live fixed
+                        * bytes, and of live per-sample bytes, at any step */
+    LinExpr external;  /* PV_EXTERNAL values */
+} BufferPlan;
+
+/* Whether node n owns a buffer in the training step (as codegen/c.c). */
+bool plan_has_buffer(const Node *n);
+/* n's bytes as fixed + per_sample * N; false when not linear in N (two
+ * dimensions with N) or unknown. */
+bool plan_value_bytes(const Node *n, LinExpr *out);
+/* Liveness over the execution order (node ids): first[i], the step that
+ * writes i (a part's producer's); last[i], its last read, nsteps for what is
+ * read after the step (graph outputs, the gradients grad_of hands to the
+ * optimizer, bn_moving_update's inputs), first[i] when never read.  Arrays
+ * of g->nnodes, filled for every node. */
+void plan_liveness(const Graph *g, int *first, int *last);
+
+void plan_free(BufferPlan *p);
+/* --dump=memplan: one line per value (%node id in storage order, op, name
+ * with odd bytes as '?', interval, size, offset or `external`), then the
+ * report lines. */
+void plan_print(FILE *f, const Graph *g, const BufferPlan *p);
+/* --report lines (per sample and fixed, bytes; batch > 0 adds the totals). */
+void plan_report(FILE *f, const BufferPlan *p, int64_t batch);
+
+/* Proves that no two arena values with overlapping live intervals share a
+ * byte for any batch N >= 1, that both parts of every offset and size are
+ * non-negative and aligned, and that every value lies inside the arena.
+ * With g, also that each value's size holds its node's bytes and its
+ * interval covers its definition and every read (as memplan computes them).
+ * Prints each violation to err (when not NULL); false if any.
+ * O(n log n): a sweep over steps with the live values ordered by offset. */
+bool memplan_verify(const Graph *g, const BufferPlan *p, FILE *err);
+
+/* passes/memplan.c: the plan of g's training step (docs/codegen.md, "Memory
+ * plan"); *out is owned by the caller (plan_free). */
+void memplan(const Graph *g, BufferPlan *out);
+
+#endif

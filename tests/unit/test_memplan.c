@@ -1,0 +1,243 @@
+/* test_memplan.c - the memory planner (passes/memplan.c) and its verifier
+ * (ir/plan.c): every example in fp32, fp16 and bf16, in its order and in
+ * shuffled topological orders, random DAGs, and hand-made plans the verifier
+ * must refuse. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "fixture.h"
+#include "../ir/plan.h"
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = 0;
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static Graph *compile(Fx *fx, const char *path, const char *text, size_t len, const char *amp)
+{
+    PassOptions po = {.amp = amp};
+    fx->off = strlen(diag_text(fx));
+    Graph *g = frontend_compile(&fx->d, path, text, len, &po);
+    if (!g)
+        fail_msg("%s: %s", path, last_diag(fx));
+    return g;
+}
+
+/* Plans g, verifies the plan against g, and checks what the report says. */
+static void plan_and_check(const Graph *g, const char *what)
+{
+    BufferPlan p;
+    memplan(g, &p);
+    char *msg = NULL;
+    size_t mlen = 0;
+    FILE *err = open_memstream(&msg, &mlen);
+    bool ok = memplan_verify(g, &p, err);
+    fclose(err);
+    if (!ok)
+        fail_msg("%s: the verifier refused the plan:\n%s", what, msg);
+    free(msg);
+    assert_int_equal(p.nsteps, g->nnodes);
+    assert_true(p.n > 10);
+    if (getenv("MEMPLAN_TEST_VERBOSE"))
+        fprintf(stderr, "%s: %d values, arena %lld+%lldN, lower bound %lld+%lldN\n", what, p.n,
+                (long long)p.arena.fixed, (long long)p.arena.per_sample,
+                (long long)p.lower.fixed, (long long)p.lower.per_sample);
+    assert_true(p.arena.per_sample >= p.lower.per_sample);
+    assert_true(p.arena.fixed >= p.lower.fixed);
+    assert_true(p.unplanned.per_sample >= p.lower.per_sample);
+    /* the aim: within 1.15x of the liveness lower bound (alignment aside) */
+    assert_true((double)p.arena.per_sample <= 1.15 * (double)p.lower.per_sample + 64.0 * p.n);
+    plan_free(&p);
+}
+
+static void test_examples(void **state)
+{
+    Fx *fx = *state;
+    static const char *const ex[] = {"examples/mlp.sym", "examples/digits_cnn.sym",
+                                     "examples/fashion_cnn.sym", "examples/resnet20_cifar.sym",
+                                     "examples/resnext_mini.sym", "examples/resnet50_v1d.sym",
+                                     "examples/resnet50_v1d_manual_fp16.sym"};
+    static const char *const amps[] = {"off", "float16", "bfloat16"};
+    for (size_t e = 0; e < sizeof ex / sizeof *ex; e++) {
+        size_t len;
+        char *text = read_file(ex[e], &len);
+        for (int a = 0; a < 3; a++) {
+            Graph *g = compile(fx, ex[e], text, len, amps[a]);
+            char what[128];
+            snprintf(what, sizeof what, "%s --amp=%s", ex[e], amps[a]);
+            plan_and_check(g, what);
+            /* other execution orders: 5 shuffled topological orders */
+            for (uint64_t seed = 1; seed <= 5 && e < 5; seed++) {
+                Graph *c = graph_shuffle(graph_copy(g), seed);
+                snprintf(what, sizeof what, "%s --amp=%s, shuffled (seed %d)", ex[e], amps[a], (int)seed);
+                plan_and_check(c, what);
+                graph_free(c);
+            }
+            graph_free(g);
+        }
+        free(text);
+    }
+}
+
+static uint64_t rng(uint64_t *s)
+{
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return *s;
+}
+
+/* Random DAGs of dense layers, activations, scaled copies and adds of values
+ * made long before (read late and by many). */
+static void test_random_dags(void **state)
+{
+    Fx *fx = *state;
+    for (uint64_t seed = 1; seed <= 40; seed++) {
+        uint64_t s = seed * 0x9e3779b97f4a7c15ull;
+        int nv = 3 + (int)(rng(&s) % 40);
+        int *w = malloc(sizeof(int) * (size_t)nv);
+        char *src = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&src, &len);
+        fprintf(f, "model r(data: float32[N,16], softmax_label: float32[N]) {\n    v0 = data\n");
+        w[0] = 16;
+        for (int i = 1; i < nv; i++) {
+            int j = (int)(rng(&s) % (uint64_t)i), k = (int)(rng(&s) % (uint64_t)i);
+            switch (rng(&s) % 4) {
+            case 0:
+                w[i] = 8 << (rng(&s) % 4);
+                fprintf(f, "    v%d = FullyConnected(v%d, num_hidden=%d)\n", i, j, w[i]);
+                break;
+            case 1:
+                w[i] = w[j];
+                fprintf(f, "    v%d = Activation(v%d, act_type=\"relu\")\n", i, j);
+                break;
+            case 2:
+                w[i] = w[j];
+                fprintf(f, "    v%d = v%d * 0.5\n", i, j);
+                break;
+            default:
+                w[i] = w[j];
+                if (w[k] == w[j])
+                    fprintf(f, "    v%d = v%d + v%d\n", i, j, k);
+                else
+                    fprintf(f, "    v%d = v%d + FullyConnected(v%d, num_hidden=%d)\n", i, j, k, w[j]);
+            }
+        }
+        /* every value reaches the loss */
+        fprintf(f, "    h = FullyConnected(v0, num_hidden=10)\n");
+        for (int i = 1; i < nv; i++)
+            fprintf(f, "    h = h + FullyConnected(v%d, num_hidden=10)\n", i);
+        fprintf(f, "    return SoftmaxOutput(h, softmax_label)\n}\n");
+        fclose(f);
+        for (int a = 0; a < 2; a++) {
+            Graph *g = compile(fx, "random.sym", src, len, a ? "float16" : "off");
+            plan_and_check(g, src);
+            graph_free(g);
+        }
+        free(src);
+        free(w);
+    }
+}
+
+/* ---- hand-made plans ---------------------------------------------------- */
+
+static PlanValue pv(int node, int first, int last, int64_t o0, int64_t o1, int64_t s0, int64_t s1)
+{
+    return (PlanValue){.node = node, .kind = PV_ARENA, .first = first, .last = last,
+                       .offset = {o0, o1}, .size = {s0, s1}};
+}
+
+static bool verify2(PlanValue a, PlanValue b, LinExpr arena)
+{
+    PlanValue v[2] = {a, b};
+    BufferPlan p = {.v = v, .n = 2, .nsteps = 10, .arena = arena};
+    return memplan_verify(NULL, &p, NULL);
+}
+
+static void test_verifier_refuses(void **state)
+{
+    (void)state;
+    LinExpr big = {4096, 4096};
+    /* disjoint lifetimes may share bytes */
+    assert_true(verify2(pv(0, 0, 2, 0, 0, 128, 0), pv(1, 3, 5, 0, 0, 128, 0), big));
+    /* live together, disjoint for every N */
+    assert_true(verify2(pv(0, 0, 4, 0, 0, 128, 0), pv(1, 3, 5, 128, 0, 0, 64), big));
+    assert_true(verify2(pv(0, 0, 4, 0, 0, 0, 64), pv(1, 3, 5, 0, 64, 64, 0), big));
+    /* overlap at N = 1 */
+    assert_false(verify2(pv(0, 0, 4, 0, 0, 128, 0), pv(1, 3, 5, 64, 0, 128, 0), big));
+    /* one step in common is enough */
+    assert_false(verify2(pv(0, 0, 3, 0, 0, 128, 0), pv(1, 3, 5, 0, 0, 128, 0), big));
+    /* disjoint at N = 1 and 2, overlapping from N = 3: 64N against [128, 192) */
+    assert_false(verify2(pv(0, 0, 4, 0, 0, 0, 64), pv(1, 3, 5, 128, 0, 64, 0), big));
+    /* disjoint at N = 1 (a below b) and at N = 4 (b below a), overlapping at N = 3 */
+    assert_false(verify2(pv(0, 0, 4, 0, 64, 64, 0), pv(1, 3, 5, 200, 0, 64, 0), big));
+    /* alignment of either part */
+    assert_false(verify2(pv(0, 0, 2, 32, 0, 64, 0), pv(1, 3, 5, 0, 0, 64, 0), big));
+    assert_false(verify2(pv(0, 0, 2, 0, 32, 64, 0), pv(1, 3, 5, 0, 0, 64, 0), big));
+    /* outside the arena for large N only */
+    assert_false(verify2(pv(0, 0, 2, 0, 0, 0, 64), pv(1, 3, 5, 0, 0, 64, 0), (LinExpr){4096, 0}));
+    /* a bad interval */
+    assert_false(verify2(pv(0, 3, 2, 0, 0, 64, 0), pv(1, 3, 5, 0, 0, 64, 0), big));
+    /* a chain of three where only non-neighbours in time overlap */
+    PlanValue v[3] = {pv(0, 0, 9, 0, 0, 64, 0), pv(1, 1, 2, 64, 0, 64, 0), pv(2, 3, 9, 32 * 2, 0, 64, 0)};
+    BufferPlan p = {.v = v, .n = 3, .nsteps = 10, .arena = big};
+    assert_true(memplan_verify(NULL, &p, NULL));
+    v[2].offset.fixed = 0;
+    assert_false(memplan_verify(NULL, &p, NULL));
+}
+
+/* A real plan, spoiled: two values live together moved onto each other. */
+static void test_verifier_refuses_spoiled_plan(void **state)
+{
+    Fx *fx = *state;
+    size_t len;
+    char *text = read_file("examples/digits_cnn.sym", &len);
+    Graph *g = compile(fx, "examples/digits_cnn.sym", text, len, "float16");
+    free(text);
+    BufferPlan p;
+    memplan(g, &p);
+    assert_true(memplan_verify(g, &p, NULL));
+    int a = -1, b = -1;
+    for (int i = 0; i < p.n && b < 0; i++)
+        for (int j = i + 1; j < p.n && b < 0; j++)
+            if (p.v[i].kind == PV_ARENA && p.v[j].kind == PV_ARENA && p.v[i].size.per_sample &&
+                p.v[j].size.per_sample && p.v[i].last >= p.v[j].first)
+                a = i, b = j;
+    assert_true(b >= 0);
+    LinExpr keep = p.v[b].offset;
+    p.v[b].offset = p.v[a].offset;
+    assert_false(memplan_verify(g, &p, NULL));
+    p.v[b].offset = keep;
+    /* a lifetime shorter than the graph's reads */
+    assert_true(p.v[a].last > p.v[a].first);
+    p.v[a].last = p.v[a].first;
+    assert_false(memplan_verify(g, &p, NULL));
+    plan_free(&p);
+    graph_free(g);
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_verifier_refuses),
+        T(test_verifier_refuses_spoiled_plan),
+        T(test_random_dags),
+        T(test_examples),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
