@@ -7,8 +7,10 @@
  * model as an argument, so tests drive it with hand-written models.
  * docs/training.md describes the program a user sees.
  *
- * Sections follow the source files: lossscale.c, train.c, init.c, optim.c,
- * checkpoint.c, data/synthetic.c, data/digits.c, state.c.
+ * Sections follow the source files: lossscale.c, train.c (with options.c,
+ * trainer.c and lr.c), init.c, optim.c, checkpoint.c, data/synthetic.c,
+ * data/digits.c, state.c.  The interfaces between train.c and the files split
+ * from it by job are in train_internal.h.
  */
 #ifndef AMPC_TRAIN_H
 #define AMPC_TRAIN_H
@@ -49,7 +51,8 @@ bool rt_loss_scaler_update(RtLossScaler *ls, bool finite, FILE *log, FILE *warn)
  * overflows at every scale: the forward pass holds inf or NaN). */
 bool rt_loss_scaler_exhausted(const RtLossScaler *ls);
 
-/* ---- train.c: the command line, buffers, the loop (options: settings.h) --- */
+/* ---- train.c (the loop), options.c (the command line), trainer.c (buffers),
+ * lr.c (the learning rate); the options themselves: settings.h ------------ */
 
 /* What a run ends with (for tests). */
 typedef struct {

@@ -1,0 +1,284 @@
+/* log.c - what a run writes about itself: the clock; the MXNet-style text
+ * log's lines a run starts with, MXNet's Speedometer line and the metric
+ * lines (the Speedometer's inline form and the per-epoch Train-/Validation-
+ * lines); and --json-log, one JSON object per event per line, with its
+ * escaping and its write-error check.  Apart from the loop so that the log
+ * formats, which tests compare byte for byte, are defined in one place.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "train_internal.h"
+
+double rt_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* "accuracy=..\tcross-entropy=..[\ttop_k_accuracy_5=..]" with a prefix per
+ * name ("" for the Speedometer, "Train-"/"Validation-" per line). */
+void rt_metric_print_inline(FILE *out, const RtModel *m, const Metric *mt)
+{
+    fprintf(out, "accuracy=%f\tcross-entropy=%f", rt_metric_acc(mt), rt_metric_ce(mt));
+    if (m->classes > TOP_K)
+        fprintf(out, "\ttop_k_accuracy_%d=%f", TOP_K, rt_metric_topk(mt));
+}
+
+void rt_metric_print_lines(FILE *out, const RtModel *m, const Metric *mt, const char *pre)
+{
+    fprintf(out, "%saccuracy=%f\n", pre, rt_metric_acc(mt));
+    fprintf(out, "%scross-entropy=%f\n", pre, rt_metric_ce(mt));
+    if (m->classes > TOP_K)
+        fprintf(out, "%stop_k_accuracy_%d=%f\n", pre, TOP_K, rt_metric_topk(mt));
+}
+
+/* ---- --json-log: one JSON object per event, per line (JSON Lines) ------------ */
+
+static void jl_raw_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        unsigned char c = *p;
+        if (c == '"' || c == '\\') {
+            fputc('\\', f);
+            fputc(c, f);
+            p++;
+        } else if (c < 0x20 || c == 0x7f) {
+            switch (c) {
+            case '\n': fputs("\\n", f); break;
+            case '\t': fputs("\\t", f); break;
+            case '\r': fputs("\\r", f); break;
+            default: fprintf(f, "\\u%04x", c);
+            }
+            p++;
+        } else if (c < 0x80) {
+            fputc(c, f);
+            p++;
+        } else {
+            /* UTF-8 passes through when well formed; any other byte is U+FFFD */
+            int n = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+            bool good = n > 0;
+            for (int k = 1; good && k < n; k++)
+                good = (p[k] & 0xc0) == 0x80;
+            if (good && n == 3 && ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0)))
+                good = false; /* overlong or a surrogate */
+            if (good && n == 4 && ((c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90)))
+                good = false;
+            if (good) {
+                fwrite(p, 1, (size_t)n, f);
+                p += n;
+            } else {
+                fputs("\\ufffd", f);
+                p++;
+            }
+        }
+    }
+    fputc('"', f);
+}
+
+void rt_jl_key(JLog *j, const char *key)
+{
+    if (j->comma)
+        fputc(',', j->f);
+    jl_raw_str(j->f, key);
+    fputc(':', j->f);
+    j->comma = true;
+}
+
+void rt_jl_begin(JLog *j, const char *event)
+{
+    if (!j->f)
+        return;
+    fputc('{', j->f);
+    j->comma = false;
+    rt_jl_key(j, "event");
+    jl_raw_str(j->f, event);
+    rt_jl_key(j, "time");
+    fprintf(j->f, "%.6f", rt_now_s() - j->t0);
+}
+
+void rt_jl_str(JLog *j, const char *key, const char *v)
+{
+    if (!j->f)
+        return;
+    rt_jl_key(j, key);
+    if (v)
+        jl_raw_str(j->f, v);
+    else
+        fputs("null", j->f);
+}
+
+/* a finite number, else null (JSON has no inf or NaN) */
+void rt_jl_num(JLog *j, const char *key, double v)
+{
+    if (!j->f)
+        return;
+    rt_jl_key(j, key);
+    if (isfinite(v))
+        fprintf(j->f, "%.17g", v);
+    else
+        fputs("null", j->f);
+}
+
+void rt_jl_int(JLog *j, const char *key, long long v)
+{
+    if (!j->f)
+        return;
+    rt_jl_key(j, key);
+    fprintf(j->f, "%lld", v);
+}
+
+void rt_jl_bool(JLog *j, const char *key, bool v)
+{
+    if (!j->f)
+        return;
+    rt_jl_key(j, key);
+    fputs(v ? "true" : "false", j->f);
+}
+
+void rt_jl_obj(JLog *j, const char *key)
+{
+    if (!j->f)
+        return;
+    rt_jl_key(j, key);
+    fputc('{', j->f);
+    j->comma = false;
+}
+
+void rt_jl_close(JLog *j, char c)
+{
+    if (!j->f)
+        return;
+    fputc(c, j->f);
+    j->comma = true;
+}
+
+void rt_jl_end(JLog *j)
+{
+    if (!j->f)
+        return;
+    fputs("}\n", j->f);
+    if ((fflush(j->f) != 0 || ferror(j->f)) && !j->werr)
+        j->werr = errno ? errno : EIO;
+}
+
+/* A failed write of the JSON log is an error: a log cut mid-object must
+ * not end in exit status 0.  Says so once; true when it failed. */
+bool rt_jl_failed(const JLog *j, const RtTrainOptions *o, FILE *err)
+{
+    if (!j->werr)
+        return false;
+    fprintf(err, "%s: --json-log %s: write error: %s\n", o->prog, o->json_log,
+            strerror(j->werr));
+    return true;
+}
+
+/* "key": {"accuracy": .., "cross_entropy": .., "top_k_accuracy_5": ..} */
+void rt_jl_metrics(JLog *j, const char *key, const RtModel *m, const Metric *mt)
+{
+    if (!j->f)
+        return;
+    rt_jl_obj(j, key);
+    rt_jl_num(j, "accuracy", rt_metric_acc(mt));
+    rt_jl_num(j, "cross_entropy", rt_metric_ce(mt));
+    if (m->classes > TOP_K)
+        rt_jl_num(j, "top_k_accuracy_5", rt_metric_topk(mt));
+    rt_jl_int(j, "samples", (long long)mt->samples);
+    rt_jl_close(j, '}');
+}
+
+/* The lines a run starts with: the model and its data, the loss scale, the
+ * augmentation, where a resumed run starts; then the JSON "start" (and
+ * "resume") events. */
+void rt_log_start(FILE *out, JLog *jl, const RtModel *m, const RtTrainOptions *o,
+                  const RtDataset *ds, const RtLossScaler *ls, const RtLogStart *s)
+{
+    fprintf(out, "Model %s: %lld trainable values, amp %s; data %s: %lld training and %lld "
+            "validation samples; batch %lld, %lld steps per epoch\n", m->name,
+            (long long)s->nvalues, m->amp ? m->amp : "off", ds->name, (long long)ds->ntrain,
+            (long long)ds->nval, (long long)s->batch, (long long)s->steps_per_epoch);
+    if (ls->mode == RT_LS_DYNAMIC)
+        fprintf(out, "Loss scale: dynamic, init %.9g, growth %g, backoff %g, interval %d, min %g, "
+                "max %.9g\n", (double)o->loss_scale.init, (double)ls->rule.growth,
+                (double)ls->rule.backoff, ls->rule.interval, (double)ls->rule.min_scale,
+                (double)ls->rule.max_scale);
+    else if (s->amp_on)
+        fprintf(out, "Loss scale: %s %g\n", rt_loss_scale_mode_name(ls->mode),
+                (double)ls->s.scale);
+    if (o->augment_pad > 0 || o->augment_mirror) {
+        fprintf(out, "Augment: training images");
+        if (o->augment_pad)
+            fprintf(out, ", zero padding by %d then a random crop", o->augment_pad);
+        if (o->augment_mirror)
+            fprintf(out, ", a random horizontal mirror");
+        fprintf(out, " (validation images unchanged)\n");
+    }
+    if (s->resumed)
+        fprintf(out, "Resumed from \"%s\": epoch %lld, batch %lld, step %lld, update %lld, loss "
+                "scale %g\n", o->resume, (long long)s->epoch, (long long)s->batch_in_epoch,
+                (long long)s->step, (long long)s->num_update, (double)ls->s.scale);
+    fflush(out);
+    static const char *const opt_names[] = {"sgd", "nag", "adam"};
+    rt_jl_begin(jl, "start");
+    rt_jl_str(jl, "model", m->name);
+    rt_jl_str(jl, "amp", m->amp ? m->amp : "off");
+    rt_jl_str(jl, "data", ds->name);
+    rt_jl_int(jl, "train_samples", (long long)ds->ntrain);
+    rt_jl_int(jl, "validation_samples", (long long)ds->nval);
+    rt_jl_int(jl, "batch_size", (long long)s->batch);
+    rt_jl_int(jl, "steps_per_epoch", (long long)s->steps_per_epoch);
+    rt_jl_int(jl, "epochs", o->epochs);
+    if (o->max_steps >= 0)
+        rt_jl_int(jl, "max_steps", (long long)o->max_steps);
+    else
+        rt_jl_str(jl, "max_steps", NULL);
+    rt_jl_int(jl, "trainable_values", (long long)s->nvalues);
+    rt_jl_str(jl, "optimizer", opt_names[o->optimizer]);
+    rt_jl_num(jl, "lr", o->lr);
+    rt_jl_str(jl, "loss_scale_mode", rt_loss_scale_mode_name(ls->mode));
+    rt_jl_num(jl, "loss_scale", ls->s.scale);
+    rt_jl_int(jl, "seed", (long long)s->seed);
+    rt_jl_int(jl, "augment_crop", o->augment_pad);
+    rt_jl_bool(jl, "augment_mirror", o->augment_mirror);
+    rt_jl_end(jl);
+    if (s->resumed) {
+        rt_jl_begin(jl, "resume");
+        rt_jl_str(jl, "file", o->resume);
+        rt_jl_int(jl, "epoch", (long long)s->epoch);
+        rt_jl_int(jl, "batch", (long long)s->batch_in_epoch);
+        rt_jl_int(jl, "step", (long long)s->step);
+        rt_jl_int(jl, "num_update", (long long)s->num_update);
+        rt_jl_num(jl, "loss_scale", ls->s.scale);
+        rt_jl_end(jl);
+    }
+}
+
+/* MXNet's Speedometer: the line of the batches (nbatch - interval, nbatch]
+ * at speed samples per second with the metrics since the last line, and its
+ * JSON event. */
+void rt_log_speedometer(FILE *out, JLog *jl, const RtModel *m, int64_t epoch, int64_t nbatch,
+                        int interval, int64_t step, double speed, const Metric *local, float lr,
+                        float loss_scale)
+{
+    fprintf(out, "Epoch[%lld] Batch [%lld-%lld]\tSpeed: %.2f samples/sec\t",
+            (long long)epoch, (long long)(nbatch - interval), (long long)nbatch, speed);
+    rt_metric_print_inline(out, m, local);
+    fputc('\n', out);
+    fflush(out);
+    rt_jl_begin(jl, "speedometer");
+    rt_jl_int(jl, "epoch", (long long)epoch);
+    rt_jl_int(jl, "batch_begin", (long long)(nbatch - interval));
+    rt_jl_int(jl, "batch_end", (long long)nbatch);
+    rt_jl_int(jl, "step", (long long)step);
+    rt_jl_num(jl, "samples_per_sec", speed);
+    rt_jl_metrics(jl, "metrics", m, local);
+    rt_jl_num(jl, "lr", lr);
+    rt_jl_num(jl, "loss_scale", loss_scale);
+    rt_jl_end(jl);
+}

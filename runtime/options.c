@@ -1,0 +1,155 @@
+/* options.c - the training program's command line: --help (its text shows
+ * the defaults in force: the model's train block over the built-in ones),
+ * the flags through getopt_long, and rt_train_main, which layers the
+ * built-in defaults, the model's train_defaults and the flags, then runs.
+ * The parsers of every value live in settings.c (one table for the train
+ * block and the flags); this file only drives them from argv, so that
+ * what a flag means is said once.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "settings.h"
+#include "train.h"
+
+static void usage(const RtTrainOptions *o, FILE *out)
+{
+    const RtLossScaleConfig *ls = &o->loss_scale;
+    char lsd[160];
+    if (ls->mode == RT_LS_DEFAULT)
+        snprintf(lsd, sizeof lsd, "float16: dynamic, else off");
+    else if (ls->mode == RT_LS_STATIC)
+        snprintf(lsd, sizeof lsd, "%g", (double)ls->init);
+    else
+        snprintf(lsd, sizeof lsd, "%s", rt_loss_scale_mode_name(ls->mode));
+    fprintf(out,
+            "Usage: %s [options]\n"
+            "Trains the model compiled into this program (docs/training.md).\n"
+            "\n"
+            "  --epochs N          passes over the training set (%d)\n"
+            "  --max-steps N       stop after N steps (batches) in all (no limit)\n"
+            "  --batch-size N      samples per step (%lld)\n"
+            "  --lr X              learning rate%s (%g), or a schedule: constant(base=),\n"
+            "                      cosine(...), step(factor=, steps=), poly(power=, final=)\n"
+            "  --optimizer SPEC    sgd(...), nag(...) or adam(beta1=0.9, beta2=0.999,\n"
+            "                      epsilon=1e-8, wd=) (%s)\n"
+            "  --init SPEC         the weights' initialiser: xavier(...), msra_prelu(...),\n"
+            "                      uniform(scale=0.07), normal(sigma=0.01), zero, one\n"
+            "  --momentum X        SGD/NAG momentum, 0 for none (%g)\n"
+            "  --wd X              weight decay (%g)\n"
+            "  --loss-scale S      dynamic, dynamic(init=, growth=, backoff=, interval=, min=,\n"
+            "                      max=), off, or a number: a static scale (%s)\n"
+            "  --seed N            initialisation, shuffling and synthetic data (%llu)\n"
+            "  --data SOURCE       synthetic | digits | fashion_mnist | fashion_mnist(\"DIR\")\n"
+            "                      | idx(TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS)\n"
+            "                      | cifar10 | cifar10(\"DIR\") (%s)\n"
+            "  --data-dir DIR      where digits.csv.gz, fashion-mnist/ and cifar10/ are\n"
+            "                      (%s; default $AMPC_DATA_DIR)\n"
+            "  --augment LIST      training images: crop=PAD (zero padding, then a random\n"
+            "                      crop), mirror (random flips), off (%s)\n"
+            "  --random-crop PAD, --random-mirror   the same as separate flags\n"
+            "  --json-log FILE     every log event as one JSON object per line\n"
+            "  --profile           time per node, node kind and phase, printed at the end\n"
+            "  --log-interval N    batches between progress lines, 0 for none (%d)\n"
+            "  --save-dir DIR      a checkpoint per epoch: DIR/<model>-<epoch>.params\n"
+            "  --resume FILE       continue from a checkpoint\n"
+            "  --eval-only         validate the resumed (or initial) parameters and stop\n"
+            "  --threads N         OpenBLAS threads (OpenBLAS's default)\n"
+            "  --check-numerics    name the first node whose output holds inf or NaN\n"
+            "  -h, --help          this text\n"
+            "Testing: --inject-inf-at-step=K (step K's gradients overflow),\n"
+            "  --inject-nan=NODE:STEP (a NaN in NODE's output at STEP),\n"
+            "  --dump-state FILE (write the first step's gradients and stop)\n",
+            o->prog, o->epochs, (long long)o->batch_size,
+            o->sched.kind != RT_LR_CONSTANT ? " (the schedule's base)" : "", (double)o->lr,
+            o->optimizer == RT_OPT_ADAM ? "adam" : o->optimizer == RT_OPT_NAG ? "nag" : "sgd",
+            (double)o->momentum, (double)o->wd, lsd, (unsigned long long)o->seed, o->data,
+            o->data_dir,
+            o->augment_pad && o->augment_mirror ? "crop and mirror"
+            : o->augment_pad ? "crop" : o->augment_mirror ? "mirror" : "off",
+            o->log_interval);
+}
+
+/* The long options of every flag in the table (getopt_long's val: 256 + its
+ * index), then --help. */
+static const struct option *long_options(void)
+{
+    static struct option longopts[64];
+    if (longopts[0].name)
+        return longopts;
+    int n = 0;
+    for (int i = 0; i < rt_nsettings && n < 62; i++)
+        if (rt_settings[i].flag)
+            longopts[n++] = (struct option){rt_settings[i].flag,
+                                            rt_settings[i].has_arg ? required_argument
+                                                                   : no_argument,
+                                            NULL, 256 + i};
+    longopts[n] = (struct option){"help", no_argument, NULL, 'h'};
+    return longopts;
+}
+
+int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FILE *err)
+{
+    const struct option *longopts = long_options();
+    if (argc > 0 && argv[0]) {
+        const char *slash = strrchr(argv[0], '/');
+        o->prog = slash ? slash + 1 : argv[0];
+    }
+    opterr = 0;
+    optind = 0; /* GNU: rescan from the start (several parses in one process) */
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c == 'h') {
+            usage(o, out);
+            return 0;
+        }
+        if (c == ':') {
+            fprintf(err, "%s: option '%s' needs a value\nTry '%s --help'.\n", o->prog,
+                    argv[optind - 1], o->prog);
+            return 2;
+        }
+        if (c < 256 || c >= 256 + rt_nsettings) {
+            if (optopt && strncmp(argv[optind - 1], "--", 2) == 0)
+                fprintf(err, "%s: option '%.*s' takes no value\n", o->prog,
+                        (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
+            else if (optopt)
+                fprintf(err, "%s: unknown option '-%c'\n", o->prog, optopt);
+            else
+                fprintf(err, "%s: unknown option '%s'\n", o->prog, argv[optind - 1]);
+            fprintf(err, "Try '%s --help'.\n", o->prog);
+            return 2;
+        }
+        const RtSetting *s = &rt_settings[c - 256];
+        char msg[512];
+        if (!rt_setting_apply(o, s, optarg, RT_FROM_FLAG, msg, sizeof msg)) {
+            fprintf(err, "%s: --%s: %s\nTry '%s --help'.\n", o->prog, s->flag, msg, o->prog);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(err, "%s: unexpected argument '%s'\nTry '%s --help'.\n", o->prog, argv[optind],
+                o->prog);
+        return 2;
+    }
+    return -1;
+}
+
+int rt_train_main(int argc, char **argv, const RtModel *m)
+{
+    RtTrainOptions o;
+    char err[1024];
+    rt_train_options_default(&o);
+    if (argc > 0 && argv[0]) {
+        const char *slash = strrchr(argv[0], '/');
+        o.prog = slash ? slash + 1 : argv[0];
+    }
+    if (!rt_train_apply_defaults(&o, m->train_defaults, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", o.prog, err);
+        return 2;
+    }
+    int rc = rt_train_parse_args(&o, argc, argv, stdout, stderr);
+    if (rc >= 0)
+        return rc;
+    return rt_train_run(m, &o, stdout, stderr, NULL);
+}

@@ -1,0 +1,160 @@
+/* train_internal.h - the interfaces between the files of the training driver
+ * (runtime/train.c and the files split from it by job), not part of the
+ * runtime's API (train.h): emitted programs never include it.  One section
+ * per file; every function here is named rt_* so that none clashes with a
+ * symbol of a program that links the runtime.
+ */
+#ifndef AMPC_RT_TRAIN_INTERNAL_H
+#define AMPC_RT_TRAIN_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "data/data_ext.h"
+#include "settings.h"
+#include "train.h"
+
+/* ---- options.c: the command line (--help, flags), rt_train_main ------------- */
+/* (its entry points, rt_train_parse_args and rt_train_main, are in train.h) */
+
+/* ---- trainer.c: buffers, masters, optimizer state, the workspace ----------- */
+/* (rt_trainer_init, rt_trainer_free, rt_trainer_init_params, rt_buffer_elems:
+ * train.h; rt_ctx_ws: program.h) */
+
+/* ---- lr.c: the learning-rate schedules -------------------------------------- */
+/* (rt_lr_at: train.h) */
+
+/* ---- metrics.c: accuracy, top-k accuracy, cross-entropy --------------------- */
+
+#define TOP_K 5
+
+typedef struct {
+    int64_t correct, topk, ce_count, samples;
+    double ce_sum;
+} Metric;
+void rt_metric_add(Metric *mt, const RtModel *m, const RtCtx *ctx, int prob, int64_t n);
+double rt_metric_acc(const Metric *mt);
+double rt_metric_topk(const Metric *mt);
+double rt_metric_ce(const Metric *mt);
+
+/* ---- datasrc.c: the data source of --data, checked against the model -------- */
+
+/* Fisher-Yates from (seed, epoch): a pure function of both. */
+void rt_shuffle(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch);
+/* The data set of o->data (docs/training.md, Data).  Returns 0, 1 (a data
+ * error) or 2 (a source the model cannot take). */
+int rt_open_data(const RtModel *m, const RtTrainOptions *o, uint64_t seed, int64_t sample,
+                 RtDataset *ds, FILE *err);
+/* An image source's [C, H, W] against the model's input.  Returns 0, or 2
+ * with a message. */
+int rt_check_image_shape(const RtModel *m, const RtDataset *ds, const RtTrainOptions *o,
+                         FILE *err);
+
+/* ---- log.c: the MXNet-style text log (Speedometer) and --json-log ------------ */
+
+/* The monotonic clock, in seconds (the logs, the Speedometer, --profile). */
+double rt_now_s(void);
+/* "accuracy=..\tcross-entropy=..[\ttop_k_accuracy_5=..]" with a prefix per
+ * name ("" for the Speedometer, "Train-"/"Validation-" per line). */
+void rt_metric_print_inline(FILE *out, const RtModel *m, const Metric *mt);
+void rt_metric_print_lines(FILE *out, const RtModel *m, const Metric *mt, const char *pre);
+
+/* --json-log: one JSON object per event, per line (JSON Lines); with f NULL
+ * every call does nothing. */
+typedef struct {
+    FILE *f;
+    double t0;
+    bool comma; /* a member precedes: the next needs a comma */
+    int werr;   /* errno of the first failed write (a full disk): the run stops; 0: none */
+} JLog;
+void rt_jl_key(JLog *j, const char *key);
+void rt_jl_begin(JLog *j, const char *event);
+void rt_jl_str(JLog *j, const char *key, const char *v);
+void rt_jl_num(JLog *j, const char *key, double v); /* a finite number, else null */
+void rt_jl_int(JLog *j, const char *key, long long v);
+void rt_jl_bool(JLog *j, const char *key, bool v);
+void rt_jl_obj(JLog *j, const char *key);
+void rt_jl_close(JLog *j, char c);
+void rt_jl_end(JLog *j);
+/* A failed write of the JSON log: says so once; true when it failed. */
+bool rt_jl_failed(const JLog *j, const RtTrainOptions *o, FILE *err);
+/* "key": {"accuracy": .., "cross_entropy": .., "top_k_accuracy_5": ..} */
+void rt_jl_metrics(JLog *j, const char *key, const RtModel *m, const Metric *mt);
+
+/* Where a run starts and what it runs: the first lines of the logs. */
+typedef struct {
+    int64_t batch, steps_per_epoch, nvalues; /* nvalues: trainable values */
+    uint64_t seed;
+    bool amp_on;  /* a 16-bit model or a loss scale: the Loss-scale lines */
+    bool resumed; /* from o->resume: the "Resumed from" line and event */
+    int64_t epoch, batch_in_epoch, step, num_update;
+} RtLogStart;
+/* The lines a run starts with: the model and its data, the loss scale, the
+ * augmentation, where a resumed run starts; then the JSON "start" (and
+ * "resume") events. */
+void rt_log_start(FILE *out, JLog *jl, const RtModel *m, const RtTrainOptions *o,
+                  const RtDataset *ds, const RtLossScaler *ls, const RtLogStart *s);
+/* MXNet's Speedometer line of the batches (nbatch - interval, nbatch] and its
+ * JSON event. */
+void rt_log_speedometer(FILE *out, JLog *jl, const RtModel *m, int64_t epoch, int64_t nbatch,
+                        int interval, int64_t step, double speed, const Metric *local, float lr,
+                        float loss_scale);
+
+/* ---- hooks.c: --check-numerics, --inject-nan, --profile (the after_node hook) */
+
+typedef struct {
+    bool check;            /* --check-numerics */
+    bool train;            /* in the train step (else the inference step) */
+    bool past_head;        /* the loss head has run: later nodes are the backward pass */
+    const char *nan_node;  /* --inject-nan */
+    int64_t nan_step;
+    bool found;            /* a node's output held inf/NaN in this step */
+    bool backward;         /* ... in the backward pass */
+    char name[128];
+    int buffer;
+} Numerics;
+/* "--check-numerics: WHERE: the output of node ... holds inf or NaN" to err */
+void rt_numerics_report(FILE *err, const char *prog, const RtModel *m, const Numerics *nm,
+                        const char *where);
+
+/* --profile: time per node (the after_node hook) and per phase */
+enum { PH_DATA, PH_FORWARD, PH_BACKWARD, PH_CHECK, PH_MOVING, PH_OPTIM, PH_OTHER, PH_N };
+
+typedef struct {
+    const char *name;
+    double sec;
+    int64_t calls;
+    bool backward;
+} ProfNode;
+
+struct Prof {
+    bool on;          /* collecting (the first step of a run is not counted) */
+    bool past_head;   /* the loss head has run in this train step */
+    int step_fn;      /* 0 the train step, 1 the inference step */
+    double last;      /* the end of the previous node (or the start of the step) */
+    ProfNode *node[2];
+    int cap[2];
+    double phase[PH_N];
+    double step_sec;  /* the train steps, whole */
+    int64_t steps;
+    double infer_sec; /* inference steps (validation) */
+    int64_t infer_steps;
+    double infer_t0;
+    bool was_on;
+};
+typedef struct Prof Prof;
+/* an inference step (validation) begins (true) or ends (false) */
+void rt_prof_infer(Prof *pf, bool begin);
+/* the profile to out, and as a "profile" event to jl */
+void rt_prof_report(const Prof *pf, FILE *out, JLog *jl);
+
+/* What t->hook points to when either hook is on. */
+typedef struct {
+    Numerics *nm; /* NULL when neither --check-numerics nor --inject-nan */
+    Prof *pf;     /* NULL without --profile */
+} Hooks;
+/* RtCtx.after_node: both hooks after each node. */
+void rt_after_node(RtCtx *ctx, int node, const char *name, int buffer);
+
+#endif
