@@ -41,7 +41,7 @@ RTEST_SRC := $(wildcard tests/runtime/test_*.c)
 RTEST_BIN := $(patsubst tests/runtime/%.c,$(BUILD)/rtests/%,$(RTEST_SRC))
 NVCC     ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 
-.PHONY: FORCE e2e data nvcc-check all check unit golden roundtrip asan-check fuzz-check valgrind-check fuzz bench demo \
+.PHONY: FORCE fuzzlib e2e data nvcc-check all check unit golden roundtrip asan-check fuzz-check valgrind-check fuzz bench demo \
         deps install clean format
 all: $(BUILD)/ampc
 
@@ -127,9 +127,12 @@ FUZZ_TARGET ?= fuzz_frontend
 # backend, so fewer runs keep it to a few tens of seconds.
 EMIT_FUZZ_RUNS ?= 4000
 # FORCE: the sub-make decides what to rebuild, so fixes in ir/, passes/ and
-# grammar/ reach the fuzzer.
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c FORCE
+# grammar/ reach the fuzzer.  One rule builds the library for both targets,
+# so under -j two sub-makes never write the same objects at once.
+fuzzlib: FORCE
 	$(MAKE) BUILD=build/fuzzlib CC=clang CFLAGS="-O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" build/fuzzlib/libampc.a
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h fuzzlib
 	@mkdir -p $(@D)
 	clang $(AMPC_CFLAGS) -Ibuild/fuzzlib/gen $(FUZZ_FLAGS) -o $@ $< build/fuzzlib/libampc.a -lm
 

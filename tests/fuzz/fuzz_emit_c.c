@@ -23,6 +23,7 @@
  *   make build/fuzz/fuzz_emit_c && tests/fuzz/run.sh build/fuzz/fuzz_emit_c check
  */
 #include "driver.h"
+#include "fuzz_common.h"
 #include "../../codegen/codegen.h"
 
 #include <stdint.h>
@@ -37,17 +38,6 @@ static const ElabOptions fuzz_limits = {
     .max_work = 1000000,
     .max_memory = 256 << 20,
 };
-
-static FILE *null_out(void)
-{
-    static FILE *f;
-    if (!f) {
-        f = fopen("/dev/null", "w");
-        if (!f)
-            abort();
-    }
-    return f;
-}
 
 static void bug(const char *what, const char *text, size_t len, size_t at)
 {

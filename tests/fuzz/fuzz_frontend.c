@@ -18,6 +18,7 @@
  *   make build/fuzz/fuzz_frontend && tests/fuzz/run.sh build/fuzz/fuzz_frontend check
  */
 #include "driver.h"
+#include "fuzz_common.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -34,17 +35,6 @@ static const ElabOptions fuzz_limits = {
     .max_work = 1000000,
     .max_memory = 256 << 20,
 };
-
-static FILE *null_out(void)
-{
-    static FILE *f;
-    if (!f) {
-        f = fopen("/dev/null", "w");
-        if (!f)
-            abort();
-    }
-    return f;
-}
 
 static void bug(const char *what, const char *text, size_t len)
 {
