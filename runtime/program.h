@@ -10,6 +10,18 @@
  * elements of its dtype.  Parameters live in buffers too (the train and
  * inference steps read them from the same place); each trainable
  * parameter's gradient is one buffer of the train step.
+ *
+ * The compiler's memory plan (passes/memplan.c) places the steps' other
+ * values in one arena of `arena_fixed + arena_per_sample * batch` bytes: a
+ * buffer with in_arena starts `off_fixed + off_per_sample * batch`
+ * bytes into it (both parts multiples of 64), for the largest batch the run
+ * uses; buffers that are never live at the same time share bytes, so a
+ * step's kernels write every element of their outputs and nothing outside
+ * the step may read an arena buffer except the train step's results (its
+ * loss head's output, the gradients, what moving_update reads) between that
+ * step and the next call of any step.  A buffer not in_arena
+ * (parameters, inputs; every buffer under --no-memplan) has memory of its
+ * own, zeroed.
  */
 #ifndef AMPC_PROGRAM_H
 #define AMPC_PROGRAM_H
@@ -40,7 +52,9 @@ typedef struct {
 typedef struct {
     const char *name;     /* the value's node name, for --check-numerics */
     RtDType dtype;
-    int64_t fixed, per_sample;
+    int64_t fixed, per_sample;     /* elements */
+    bool in_arena;                 /* false: memory of its own (zero-initialised tables say so) */
+    int64_t off_fixed, off_per_sample; /* bytes into the arena when in_arena */
 } RtBuffer;
 
 /* What a step function sees. */
@@ -65,6 +79,7 @@ typedef struct {
     const RtParam *params;
     int nbuffers;
     const RtBuffer *buffers;
+    int64_t arena_fixed, arena_per_sample; /* bytes of the shared arena */
     int data, label;                  /* input buffers (fp32) */
     int prob_train, prob_infer;       /* the loss head's output in each step (fp32 [N, classes]) */
     int data_rank;                    /* per-sample input shape, e.g. [1, 8, 8] */

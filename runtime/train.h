@@ -75,13 +75,16 @@ typedef struct {
     const RtModel *m;
     int64_t batch;       /* the N buffers are sized for */
     RtCtx ctx;           /* ctx.buf, ctx.master point into the arrays below */
+    void *arena;         /* the planned buffers (program.h), or NULL */
+    int64_t arena_bytes;
     float **state;       /* per parameter: momentum or Adam's mean (fp32, numel), or NULL */
     float **state2;      /* per parameter: Adam's var (fp32, numel), or NULL */
     void *hook;          /* the driver's after_node state (--check-numerics, --inject-nan) */
 } RtTrainer;
 
 /* Allocates every buffer (fixed + per_sample*batch elements, 64-byte
- * aligned, zeroed), the fp32 masters of parameters with has_master and
+ * aligned, zeroed; those in_arena at their planned offsets in one arena,
+ * bounds checked), the fp32 masters of parameters with has_master and
  * nstate zeroed fp32 state tensors per trainable parameter (0: none; 1:
  * momentum, in state; 2: Adam's mean and var, in state and state2; a bool
  * true means 1).  False with a message on a bad table or out of memory. */

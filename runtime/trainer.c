@@ -56,7 +56,9 @@ void rt_trainer_free(RtTrainer *t)
 {
     if (t->ctx.buf)
         for (int i = 0; i < t->m->nbuffers; i++)
-            free(t->ctx.buf[i]);
+            if (!t->m->buffers[i].in_arena)
+                free(t->ctx.buf[i]);
+    free(t->arena);
     if (t->ctx.master)
         for (int i = 0; i < t->m->nparams; i++)
             free(t->ctx.master[i]);
@@ -90,6 +92,51 @@ static bool check_buffer(const RtModel *m, int b, RtDType dt, int64_t need, int6
         snprintf(err, errlen, "model %s: %s (buffer %d) holds %lld elements, needs %lld", m->name,
                  what, b, (long long)buffer_elems(&m->buffers[b], batch), (long long)need);
         return false;
+    }
+    return true;
+}
+
+/* a + b * batch, or -1 when negative or it overflows */
+static int64_t lin_bytes(int64_t a, int64_t b, int64_t batch)
+{
+    int64_t r;
+    if (a < 0 || b < 0 || __builtin_mul_overflow(b, batch, &r) || __builtin_add_overflow(r, a, &r))
+        return -1;
+    return r;
+}
+
+/* The arena of the planned buffers, and their pointers into it: each must
+ * lie inside it and be 64-byte aligned (the table comes from the compiler,
+ * but a bad one is an error here, not a write out of bounds). */
+static bool alloc_arena(RtTrainer *t, const RtModel *m, int64_t batch, char *err, size_t errlen)
+{
+    int64_t size = lin_bytes(m->arena_fixed, m->arena_per_sample, batch);
+    if (size < 0 || (uint64_t)size > SIZE_MAX - 64) {
+        snprintf(err, errlen, "model %s: the arena of %lld + %lld * %lld bytes overflows", m->name,
+                 (long long)m->arena_fixed, (long long)m->arena_per_sample, (long long)batch);
+        return false;
+    }
+    t->arena_bytes = size;
+    if (size > 0 && !(t->arena = alloc64((size_t)size))) {
+        snprintf(err, errlen, "model %s: out of memory for the arena of %lld bytes at batch size "
+                 "%lld", m->name, (long long)size, (long long)batch);
+        return false;
+    }
+    for (int i = 0; i < m->nbuffers; i++) {
+        const RtBuffer *b = &m->buffers[i];
+        if (!b->in_arena)
+            continue;
+        int64_t off = lin_bytes(b->off_fixed, b->off_per_sample, batch);
+        int64_t n = buffer_elems(b, batch), end;
+        if (off < 0 || n < 0 || off % 64 || __builtin_mul_overflow(n, rt_dtype_size(b->dtype), &end) ||
+            __builtin_add_overflow(end, off, &end) || end > size) {
+            snprintf(err, errlen, "model %s: buffer %d (%s) at arena offset %lld + %lld * N does "
+                     "not fit the arena of %lld bytes at N = %lld", m->name, i, b->name,
+                     (long long)b->off_fixed, (long long)b->off_per_sample, (long long)size,
+                     (long long)batch);
+            return false;
+        }
+        t->ctx.buf[i] = (char *)t->arena + off;
     }
     return true;
 }
@@ -142,9 +189,14 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, 
     if (nstate >= 2)
         t->state2 = calloc((size_t)m->nparams + 1, sizeof *t->state2);
     bool ok = t->ctx.buf && t->ctx.master && t->state && (nstate < 2 || t->state2);
+    if (ok && !alloc_arena(t, m, batch, err, errlen)) {
+        rt_trainer_free(t);
+        return false;
+    }
     for (int i = 0; ok && i < m->nbuffers; i++) {
         int64_t n = buffer_elems(&m->buffers[i], batch);
-        ok = n >= 0 && (t->ctx.buf[i] = alloc64((size_t)n * rt_dtype_size(m->buffers[i].dtype)));
+        if (!m->buffers[i].in_arena)
+            ok = n >= 0 && (t->ctx.buf[i] = alloc64((size_t)n * rt_dtype_size(m->buffers[i].dtype)));
     }
     for (int i = 0; ok && i < m->nparams; i++) {
         const RtParam *p = &m->params[i];
