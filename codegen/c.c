@@ -1,8 +1,10 @@
 /* c.c - the C backend: the training graph as a C file for runtime/program.h.
  *
- * Every value gets a buffer (a simple planner: no reuse yet), except
- * parameters (their table entry's buffer), grad_of (its gradient's buffer)
- * and param_master (the fp32 master the runtime keeps).  The train step runs
+ * Every value gets a buffer, except parameters (their table entry's
+ * buffer), grad_of (its gradient's buffer) and param_master (the fp32
+ * master the runtime keeps).  Where a buffer lives is the memory plan's
+ * decision (passes/memplan.c, made by the driver): a planned value is
+ * written as an offset into the shared arena; the emitter only prints it.  The train step runs
  * the training graph in storage (topological) order, one kernel call per
  * line with the node's number, op, dtype and shape in a comment; BatchNorm's moving-statistics
  * updates go to a separate function the runtime calls only on steps it does
@@ -23,6 +25,8 @@ typedef struct {
     const char *name;
     DType dtype;
     int64_t fixed, per_sample;
+    bool in_arena;
+    LinExpr offset; /* bytes into the arena */
 } Buf;
 
 typedef struct {
@@ -40,6 +44,9 @@ typedef struct {
     const char **parts;  /* node * 4 + index -> C expression of that part, or NULL */
     int *buf;            /* node -> buffer, -1 */
     int *uses;
+    const BufferPlan *plan; /* of the graph being emitted, or NULL */
+    const PlanValue **placed; /* node -> its planned value, or NULL */
+    LinExpr arena;       /* the arena: the larger of the two steps' */
     bool ok;
 } Cg;
 
@@ -74,7 +81,30 @@ static int new_buf(Cg *c, const Node *n)
         b->per_sample = e;
     else
         b->fixed = e;
+    const PlanValue *v = c->placed ? c->placed[n->id] : NULL;
+    if (v && v->kind == PV_ARENA) {
+        b->in_arena = true;
+        b->offset = v->offset;
+    }
     return c->bufs.len - 1;
+}
+
+/* node -> planned value, for the graph about to be emitted */
+static void index_plan(Cg *c, const Graph *g, const BufferPlan *p)
+{
+    c->plan = p;
+    c->placed = NULL;
+    if (!p)
+        return;
+    c->placed = arena_alloc(&c->a, sizeof(PlanValue *) * (size_t)(g->nnodes + 1));
+    memset(c->placed, 0, sizeof(PlanValue *) * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < p->n; i++)
+        if (p->v[i].node >= 0 && p->v[i].node < g->nnodes)
+            c->placed[p->v[i].node] = &p->v[i];
+    if (p->arena.fixed > c->arena.fixed)
+        c->arena.fixed = p->arena.fixed;
+    if (p->arena.per_sample > c->arena.per_sample)
+        c->arena.per_sample = p->arena.per_sample;
 }
 
 /* ---- dimension expressions ---------------------------------------------- */
@@ -350,7 +380,8 @@ static void emit_op(Cg *c, const Node *n)
         break;
     case OP__backward_Activation:
         fprintf(f, "%srt_activation_backward(%s, %s, %s, %s, %s, %s, %s, false);\n", I,
-                act_enum(node_enum(n, ACT_TYPE)), numelx(c, n), DT, IN(1), IN(2), IN(0), OUT);
+                act_enum(node_enum(n, ACT_TYPE)), numelx(c, n), DT, plan_reads(n, 1) ? IN(1) : "NULL",
+                IN(2), IN(0), OUT);
         break;
     case OP_LeakyReLU: {
         const char *o, *ch, *in;
@@ -520,6 +551,21 @@ static void emit_op(Cg *c, const Node *n)
     }
 }
 
+/* Whether n's call writes n's own value: backward nodes with several
+ * results skip the first when nothing reads it (so that a check after the
+ * node does not read bytes the plan gave to another value). */
+static bool writes_value(const Cg *c, const Node *n)
+{
+    switch (n->op) {
+    case OP__backward_Convolution:
+    case OP__backward_FullyConnected:
+    case OP__backward_BatchNorm:
+    case OP__backward_LeakyReLU:
+    case OP__backward_broadcast: return c->uses[n->id] > 0;
+    default: return true;
+    }
+}
+
 /* Nodes that need no call: leaves, views and the results other calls write. */
 static bool silent(const Node *n)
 {
@@ -612,7 +658,7 @@ static void emit_function(Cg *c, const char *name, bool moving)
         fprintf(f, "    /* node %d: %s %s%s */\n    {\n", n->id, op_info(n->op)->name,
                 dtype_short(n->dtype), shape_str(&n->shape, sb, sizeof sb));
         emit_op(c, n);
-        if (c->buf[i] >= 0) {
+        if (c->buf[i] >= 0 && writes_value(c, n)) {
             fprintf(f, "        if (ctx->after_node)\n            ctx->after_node(ctx, %d, ", n->id);
             c_string(f, n->name);
             fprintf(f, ", %d);\n", c->buf[i]);
@@ -652,8 +698,9 @@ static void emit_tables(Cg *c, const Graph *t)
         const Buf *b = &VEC_AT(c->bufs, Buf, i);
         fputs("    {", f);
         c_string(f, b->name);
-        fprintf(f, ", %s, %lld, %lld}, /* %d */\n", rt_dtype(b->dtype),
-                (long long)b->fixed, (long long)b->per_sample, i);
+        fprintf(f, ", %s, %lld, %lld, %s, %lld, %lld}, /* %d */\n", rt_dtype(b->dtype),
+                (long long)b->fixed, (long long)b->per_sample, b->in_arena ? "true" : "false",
+                (long long)b->offset.fixed, (long long)b->offset.per_sample, i);
     }
     fputs("};\n\n", f);
 }
@@ -735,7 +782,7 @@ bool cg_check(const Graph *train)
     return check_nodes(train) && check_nodes(infer);
 }
 
-bool cg_emit_c(FILE *out, const Graph *train)
+bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans)
 {
     if (!cg_check(train))
         return false;
@@ -743,6 +790,7 @@ bool cg_emit_c(FILE *out, const Graph *train)
     arena_init(&c.a);
     const Graph *infer = train->infer;
     int head = loss_head(train), ihead = loss_head(infer);
+    index_plan(&c, train, plans ? plans->train : NULL);
     assign_values(&c, train);
     const char **tval = c.val;
     int *tbuf = c.buf;
@@ -774,6 +822,7 @@ bool cg_emit_c(FILE *out, const Graph *train)
     emit_function(&c, "train_step", false);
     emit_function(&c, "moving_update", true);
     int prob_train = tbuf[head];
+    index_plan(&c, infer, plans ? plans->infer : NULL);
     assign_values(&c, infer);
     emit_function(&c, "infer_step", false);
     int prob_infer = c.buf[ihead];
@@ -785,6 +834,8 @@ bool cg_emit_c(FILE *out, const Graph *train)
     fputs(",\n", out);
     fprintf(out, "    .nparams = %d,\n    .params = params,\n    .nbuffers = %d,\n    .buffers = buffers,\n",
             c.params.len, c.bufs.len);
+    fprintf(out, "    .arena_fixed = %lld,\n    .arena_per_sample = %lld,\n", (long long)c.arena.fixed,
+            (long long)c.arena.per_sample);
     fprintf(out, "    .data = %d,\n    .label = %d,\n    .prob_train = %d,\n    .prob_infer = %d,\n", data,
             label, prob_train, prob_infer);
     fprintf(out, "    .data_rank = %d,\n    .data_shape = {", data_node ? data_node->shape.rank - 1 : 0);

@@ -9,6 +9,7 @@
 #define AMPC_CODEGEN_H
 
 #include "../ir/ir.h"
+#include "../ir/plan.h"
 
 /* c.c: whether the backend can run `train` (after autodiff, its inference
  * graph in train->infer): a loss head, data and label inputs, only dtypes
@@ -16,11 +17,17 @@
  * first problem (at its node) through the graph's Diag. */
 bool cg_check(const Graph *train);
 
+/* The memory plans of the two steps (passes/memplan.c), verified; both
+ * NULL: every value its own buffer (--no-memplan). */
+typedef struct {
+    const BufferPlan *train, *infer;
+} CgPlans;
+
 /* c.c: writes the program's C source, after cg_check (false, with nothing
- * written, when that fails).  Every string from the model is written as an
- * escaped C string literal, so the file is well-formed C whatever the names
- * hold. */
-bool cg_emit_c(FILE *out, const Graph *train);
+ * written, when that fails), placing values as plans say (NULL: none).
+ * Every string from the model is written as an escaped C string literal, so
+ * the file is well-formed C whatever the names hold. */
+bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans);
 
 /* build.c: compiles a C file into an executable with $CC (default cc) and
  * $CFLAGS (default -O2), against the runtime found next to ampc (the build

@@ -25,6 +25,8 @@ typedef struct {
     bool time_passes;       /* --time-passes: per-pass wall time to stderr */
     const char *optimizer;  /* --optimizer: overrides the train block's */
     const char *loss_scale; /* --loss-scale: likewise */
+    bool no_memplan;        /* --no-memplan: every value its own buffer */
+    bool no_inplace;        /* --no-inplace: the plan shares buffers but never in place */
     PassOptions pass;
 } Options;
 
@@ -42,6 +44,8 @@ static void usage(FILE *f)
           "  --model=NAME            the model to build (default: the first in FILE)\n"
           "  --dump=PASS|all         print the IR after PASS (or after every pass)\n"
           "  --dump=memplan          the training step's memory plan: lifetimes, sizes, offsets\n"
+          "  --no-memplan            give every value its own buffer (no sharing, no reuse)\n"
+          "  --no-inplace            share buffers, but never write a value over its input\n"
           "  --dump-dir=DIR          write dumps to DIR/NN.PASS.ir (or .dot) instead\n"
           "  --dump-format=text|dot  IR text (readable back) or Graphviz\n"
           "  --from-ir FILE.ir       start from a dump instead of a .sym file\n"
@@ -86,7 +90,10 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
 {
     enum { O_DUMP = 256, O_DUMP_DIR, O_DUMP_FORMAT, O_FROM_IR, O_BATCH, O_REPORT, O_HELP,
            O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE, O_TIME, O_AMP_PLACE };
+    enum { O_NO_MEMPLAN = 400, O_NO_INPLACE };
     static const struct option longs[] = {
+        {"no-memplan", no_argument, NULL, O_NO_MEMPLAN},
+        {"no-inplace", no_argument, NULL, O_NO_INPLACE},
         {"dump", required_argument, NULL, O_DUMP},
         {"dump-dir", required_argument, NULL, O_DUMP_DIR},
         {"dump-format", required_argument, NULL, O_DUMP_FORMAT},
@@ -116,6 +123,8 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         switch (c) {
         case 'o': o->output = optarg; break;
         case 'S': o->source_only = true; break;
+        case O_NO_MEMPLAN: o->no_memplan = true; break;
+        case O_NO_INPLACE: o->no_inplace = true; break;
         case O_OPTIMIZER: o->optimizer = optarg; break;
         case O_TIME: o->time_passes = true; break;
         case O_LOSS_SCALE: o->loss_scale = optarg; break;
@@ -289,7 +298,19 @@ static bool generate(const Options *o, const Graph *g, Diag *d)
     FILE *m = open_memstream(&text, &len);
     if (!m)
         DIE("out of memory");
-    bool ok = cg_emit_c(m, g);
+    /* the plans of both steps, proved before anything is written (a plan
+     * the verifier refuses is a compiler bug, never a program) */
+    BufferPlan tp = {0}, ip = {0};
+    CgPlans plans = {&tp, &ip};
+    if (!o->no_memplan && g->infer) {
+        memplan(g, !o->no_inplace, &tp);
+        memplan(g->infer, !o->no_inplace, &ip);
+        if (!memplan_verify(g, &tp, stderr) || !memplan_verify(g->infer, &ip, stderr))
+            DIE("the memory plan verifier failed");
+    }
+    bool ok = cg_emit_c(m, g, !o->no_memplan && g->infer ? &plans : NULL);
+    plan_free(&tp);
+    plan_free(&ip);
     if (fclose(m) != 0)
         DIE("out of memory");
     if (ok && o->source_only)
@@ -398,7 +419,7 @@ static int run(const Options *o, Diag *d)
     }
     if (ok && g->infer && (want_plan || o->report || o->verify)) {
         BufferPlan plan;
-        memplan(g, &plan);
+        memplan(g, !o->no_inplace, &plan);
         if (o->verify && !memplan_verify(g, &plan, stderr))
             DIE("the memory plan verifier failed");
         if (want_plan)

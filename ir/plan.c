@@ -5,6 +5,42 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- kernel facts ------------------------------------------------------------
+ *
+ * In place: the CPU kernels of these ops walk their tensors in chunks,
+ * reading every element of a chunk before writing that chunk of the output
+ * (runtime/cpu/act.c, elemwise.c), so the output may start where the input
+ * starts.  Only same-shape elementwise forms qualify: broadcasting reads an
+ * input element for several outputs, and the elementwise backward writes
+ * two results from one dy. */
+static const unsigned char inplace_slots[OP_COUNT] = {
+    [OP_Activation] = 1 << 0,          /* x */
+    [OP__backward_Activation] = 1 << 0, /* dy */
+    [OP_elemwise_add] = 3,             /* a or b */
+    [OP_elemwise_sub] = 3,
+    [OP_elemwise_mul] = 3,
+    [OP__plus_scalar] = 1 << 0,
+    [OP__minus_scalar] = 1 << 0,
+    [OP__rminus_scalar] = 1 << 0,
+    [OP__mul_scalar] = 1 << 0,
+    [OP__div_scalar] = 1 << 0,
+}; /* bit k: input slot k */
+
+bool plan_may_overwrite(const Node *n, int slot)
+{
+    return slot >= 0 && slot < 8 && slot < n->nin && (inplace_slots[n->op] >> slot & 1) &&
+           plan_reads(n, slot);
+}
+
+bool plan_reads(const Node *n, int slot)
+{
+    /* dx = dy * f'(y) for every activation but softsign, whose derivative
+     * needs x (runtime/kernels/act.h) */
+    if (n->op == OP__backward_Activation && slot == 1)
+        return node_enum(n, ACT_TYPE) == ACT_SOFTSIGN;
+    return true;
+}
+
 bool plan_has_buffer(const Node *n)
 {
     return n->op != OP_grad_of && n->op != OP_param_master && n->op != OP_bn_moving_update;
@@ -48,7 +84,7 @@ void plan_liveness(const Graph *g, int *first, int *last)
          * after the step: both read after it */
         int at = x->op == OP_grad_of || x->op == OP_bn_moving_update ? n : first[i];
         for (int j = 0; j < x->nin; j++)
-            if (last[x->in[j]] < at)
+            if (plan_reads(x, j) && last[x->in[j]] < at)
                 last[x->in[j]] = at;
     }
     for (int i = 0; i < g->noutputs; i++)
@@ -167,6 +203,52 @@ static int fw_kth(const int *t, int n, int k) /* rank of the k-th (1-based) */
     return pos; /* 0-based rank */
 }
 
+#define ERR(...) (*okp = false, err ? (void)fprintf(err, __VA_ARGS__) : (void)0)
+
+/* Each in-place claim (w overwrites x): x is an arena value of the plan,
+ * handed on once, dying at the step that writes w, at w's offset with w's
+ * size; with g, w's kernel may overwrite that input (plan_may_overwrite)
+ * and both have one dtype.  x's time then ends half a step early. */
+static void check_inplace(const Graph *g, const BufferPlan *p, int *t1, bool *okp, FILE *err)
+{
+    int *vi = malloc(sizeof(int) * (size_t)(p->nsteps + 1));
+    bool *handed = calloc((size_t)p->n + 1, sizeof(bool));
+    if (!vi || !handed)
+        DIE("out of memory");
+    for (int i = 0; i < p->nsteps; i++)
+        vi[i] = -1;
+    for (int i = 0; i < p->n; i++) {
+        int nd = p->v[i].node;
+        if (nd < 0 || nd >= p->nsteps || vi[nd] >= 0)
+            ERR("memplan: value %d is not one node of the %d steps\n", nd, p->nsteps);
+        else
+            vi[nd] = i;
+    }
+    for (int i = 0; *okp && i < p->n; i++) {
+        const PlanValue *w = &p->v[i];
+        if (w->overwrites < 0)
+            continue;
+        int x = w->overwrites < p->nsteps ? vi[w->overwrites] : -1;
+        const PlanValue *xv = x >= 0 ? &p->v[x] : NULL;
+        bool slot_ok = !g;
+        for (int k = 0; g && xv && k < g->nodes[w->node]->nin; k++)
+            slot_ok |= g->nodes[w->node]->in[k] == xv->node && plan_may_overwrite(g->nodes[w->node], k);
+        if (!xv || xv->kind != PV_ARENA || w->kind != PV_ARENA || handed[x] ||
+            xv->first >= xv->last || xv->last != w->first || xv->offset.fixed != w->offset.fixed ||
+            xv->offset.per_sample != w->offset.per_sample || xv->size.fixed != w->size.fixed ||
+            xv->size.per_sample != w->size.per_sample || !slot_ok ||
+            (g && g->nodes[xv->node]->dtype != g->nodes[w->node]->dtype)) {
+            ERR("memplan: %%%d cannot overwrite %%%d in place\n", w->node, w->overwrites);
+            continue;
+        }
+        handed[x] = true;
+        t1[x] = 2 * xv->last - 1;
+    }
+    free(vi);
+    free(handed);
+}
+
+#undef ERR
 #define ERR(...) (ok = false, err ? (void)fprintf(err, __VA_ARGS__) : (void)0)
 
 bool memplan_verify(const Graph *g, const BufferPlan *p, FILE *err)
@@ -233,31 +315,40 @@ bool memplan_verify(const Graph *g, const BufferPlan *p, FILE *err)
     }
     free(first);
     free(last);
+    /* in place: time 2s is step s; a value handed on at step s ends at 2s - 1,
+     * before the value written over it starts */
+    int *t0 = malloc(sizeof(int) * (size_t)(p->n + 1)), *t1 = malloc(sizeof(int) * (size_t)(p->n + 1));
+    if (!t0 || !t1)
+        DIE("out of memory");
+    for (int i = 0; i < p->n; i++)
+        t0[i] = 2 * p->v[i].first, t1[i] = 2 * p->v[i].last;
+    if (ok)
+        check_inplace(g, p, t1, &ok, err);
     if (ok) {
         sort_plan = p;
         qsort(idx, (size_t)m, sizeof(int), by_start);
         int *rank = malloc(sizeof(int) * (size_t)(p->n + 1));
         int *tree = calloc((size_t)m + 1, sizeof(int));
         /* values by first step and by last step (counting sort) */
-        int S = p->nsteps + 2;
+        int S = 2 * p->nsteps + 2;
         int *hs = calloc((size_t)S + 1, sizeof(int)), *he = calloc((size_t)S + 1, sizeof(int));
         int *bys = malloc(sizeof(int) * (size_t)(m + 1)), *bye = malloc(sizeof(int) * (size_t)(m + 1));
         if (!rank || !tree || !hs || !he || !bys || !bye)
             DIE("out of memory");
         for (int r = 0; r < m; r++) {
             rank[idx[r]] = r;
-            hs[p->v[idx[r]].first + 1]++;
-            he[p->v[idx[r]].last + 1]++;
+            hs[t0[idx[r]] + 1]++;
+            he[t1[idx[r]] + 1]++;
         }
         for (int s = 0; s < S; s++)
             hs[s + 1] += hs[s], he[s + 1] += he[s];
         for (int r = 0; r < m; r++) {
-            bys[hs[p->v[idx[r]].first]++] = idx[r];
-            bye[he[p->v[idx[r]].last]++] = idx[r];
+            bys[hs[t0[idx[r]]]++] = idx[r];
+            bye[he[t1[idx[r]]]++] = idx[r];
         }
-        /* hs[s] is now the end of step s's list; its start is hs[s-1] */
+        /* hs[s] is now the end of time s's list; its start is hs[s-1] */
         int live = 0;
-        for (int s = 0; s <= p->nsteps && ok; s++) {
+        for (int s = 0; s < S - 1 && ok; s++) {
             if (s > 0) /* values whose last step was s-1 */
                 for (int k = s - 1 > 0 ? he[s - 2] : 0; k < he[s - 1]; k++)
                     fw_add(tree, m, rank[bye[k]], -1), live--;
@@ -268,13 +359,13 @@ bool memplan_verify(const Graph *g, const BufferPlan *p, FILE *err)
                     const PlanValue *q = &p->v[idx[fw_kth(tree, m, before)]];
                     if (!below(q, &p->v[i]))
                         ERR("memplan: %%%d and %%%d are live together at step %d and overlap "
-                            "for some N >= 1\n", q->node, p->v[i].node, s);
+                            "for some N >= 1\n", q->node, p->v[i].node, s / 2);
                 }
                 if (before < live) {
                     const PlanValue *q = &p->v[idx[fw_kth(tree, m, before + 1)]];
                     if (!below(&p->v[i], q))
                         ERR("memplan: %%%d and %%%d are live together at step %d and overlap "
-                            "for some N >= 1\n", p->v[i].node, q->node, s);
+                            "for some N >= 1\n", p->v[i].node, q->node, s / 2);
                 }
                 fw_add(tree, m, r, 1), live++;
             }
@@ -287,5 +378,7 @@ bool memplan_verify(const Graph *g, const BufferPlan *p, FILE *err)
         free(bye);
     }
     free(idx);
+    free(t0);
+    free(t1);
     return ok;
 }

@@ -30,6 +30,8 @@ typedef struct {
     int first, last;/* live interval in steps, both inclusive; step = node id
                      * (execution order), nsteps = after the step (read by the
                      * program or the optimizer) */
+    int overwrites; /* in place: the node id of the input whose bytes this
+                     * value's kernel writes over (it dies at `first`), or -1 */
 } PlanValue;
 
 typedef struct {
@@ -42,6 +44,15 @@ typedef struct {
                         * bytes, and of live per-sample bytes, at any step */
     LinExpr external;  /* PV_EXTERNAL values */
 } BufferPlan;
+
+/* Kernel facts the planner needs, by op (a table next to the op table, in
+ * plan.c): whether a node's kernel may write its own value over the bytes of
+ * input slot `slot` (elementwise kernels that read each element before
+ * writing it); and whether the kernel reads input slot `slot` at all (the
+ * backward of an activation reads its input only for softsign).  An input
+ * a kernel does not read is passed as NULL and not kept alive for it. */
+bool plan_may_overwrite(const Node *n, int slot);
+bool plan_reads(const Node *n, int slot);
 
 /* Whether node n owns a buffer in the training step (as codegen/c.c). */
 bool plan_has_buffer(const Node *n);
@@ -72,8 +83,10 @@ void plan_report(FILE *f, const BufferPlan *p, int64_t batch);
  * O(n log n): a sweep over steps with the live values ordered by offset. */
 bool memplan_verify(const Graph *g, const BufferPlan *p, FILE *err);
 
-/* passes/memplan.c: the plan of g's training step (docs/codegen.md, "Memory
- * plan"); *out is owned by the caller (plan_free). */
-void memplan(const Graph *g, BufferPlan *out);
+/* passes/memplan.c: the plan of g's step (the training graph, or an
+ * inference graph: docs/codegen.md, "Memory plan"); *out is owned by the
+ * caller (plan_free).  With inplace, a value may take over the bytes of an
+ * input that dies at its node (plan_may_overwrite). */
+void memplan(const Graph *g, bool inplace, BufferPlan *out);
 
 #endif

@@ -104,7 +104,29 @@ static void alloc_give(Alloc *a, int64_t off, int64_t size)
     a->free.len = n;
 }
 
-void memplan(const Graph *g, BufferPlan *out)
+/* The input of value v's node whose bytes v may take over (arena value
+ * index), or -1: an input slot the kernel may overwrite, an arena value of
+ * the same dtype and size that dies at v's step and is not handed on
+ * already. */
+static int inplace_source(const Graph *g, const BufferPlan *p, const int *vi, const bool *handed,
+                          const PlanValue *v)
+{
+    const Node *n = g->nodes[v->node];
+    if (n->op == OP_part)
+        return -1;
+    for (int k = 0; k < n->nin; k++) {
+        int x = vi[n->in[k]];
+        if (x < 0 || handed[x] || !plan_may_overwrite(n, k))
+            continue;
+        const PlanValue *xv = &p->v[x];
+        if (xv->kind == PV_ARENA && xv->last == v->first && xv->size.fixed == v->size.fixed &&
+            xv->size.per_sample == v->size.per_sample && g->nodes[xv->node]->dtype == n->dtype)
+            return x;
+    }
+    return -1;
+}
+
+void memplan(const Graph *g, bool inplace, BufferPlan *out)
 {
     memset(out, 0, sizeof *out);
     int nn = g->nnodes;
@@ -119,7 +141,7 @@ void memplan(const Graph *g, BufferPlan *out)
         if (!plan_has_buffer(n))
             continue;
         PlanValue *v = &out->v[out->n++];
-        *v = (PlanValue){.node = i, .first = first[i], .last = last[i]};
+        *v = (PlanValue){.node = i, .first = first[i], .last = last[i], .overwrites = -1};
         bool linear = plan_value_bytes(n, &v->size);
         v->kind = !linear || n->op == OP_Param || n->op == OP_Input ? PV_EXTERNAL : PV_ARENA;
         if (v->kind == PV_EXTERNAL) {
@@ -145,13 +167,26 @@ void memplan(const Graph *g, BufferPlan *out)
     Alloc fx = {0}, ps = {0};
     int64_t live_f = 0, live_p = 0;
     int64_t *slot = malloc(sizeof(int64_t) * (size_t)(out->n + 1));
-    if (!slot)
+    int *vi = malloc(sizeof(int) * (size_t)(nn + 1));
+    bool *handed = calloc((size_t)out->n + 1, sizeof(bool));
+    if (!slot || !vi || !handed)
         DIE("out of memory");
+    for (int i = 0; i < nn; i++)
+        vi[i] = -1;
+    for (int i = 0; i < out->n; i++)
+        vi[out->v[i].node] = i;
     for (int s = 0; s <= nn; s++) {
         for (int k = s > 0 ? hs[s - 1] : 0; k < hs[s]; k++) {
             PlanValue *v = &out->v[bys[k]];
             live_f += v->size.fixed, live_p += v->size.per_sample;
-            if (v->size.per_sample == 0) {
+            int x = inplace ? inplace_source(g, out, vi, handed, v) : -1;
+            if (x >= 0) { /* v takes over x's slot, which is not freed at this step */
+                handed[x] = true;
+                slot[bys[k]] = slot[x];
+                v->offset = out->v[x].offset;
+                v->overwrites = out->v[x].node;
+                live_f -= v->size.fixed, live_p -= v->size.per_sample; /* the same bytes */
+            } else if (v->size.per_sample == 0) {
                 slot[bys[k]] = round64(v->size.fixed);
                 v->offset.fixed = alloc_take(&fx, slot[bys[k]]);
             } else {
@@ -165,6 +200,8 @@ void memplan(const Graph *g, BufferPlan *out)
             out->lower.per_sample = live_p;
         for (int k = s > 0 ? he[s - 1] : 0; k < he[s]; k++) {
             PlanValue *v = &out->v[bye[k]];
+            if (handed[bye[k]])
+                continue;
             live_f -= v->size.fixed, live_p -= v->size.per_sample;
             if (v->size.per_sample == 0)
                 alloc_give(&fx, v->offset.fixed, slot[bye[k]]);
@@ -181,6 +218,8 @@ void memplan(const Graph *g, BufferPlan *out)
     vec_free(&fx.free);
     vec_free(&ps.free);
     free(slot);
+    free(vi);
+    free(handed);
     free(hs);
     free(he);
     free(bys);

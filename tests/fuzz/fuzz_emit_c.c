@@ -206,7 +206,17 @@ static void emit_and_check(Diag *d, Graph *g)
         if (!m)
             abort();
         int nerr = d->nerr;
-        bool ok = cg_emit_c(m, g);
+        /* the planner runs on whatever the fuzzer builds, and its plans are
+         * proved: a refused plan is a bug */
+        BufferPlan tp, ip;
+        memplan(g, true, &tp);
+        memplan(g->infer, true, &ip);
+        if (!memplan_verify(g, &tp, stderr) || !memplan_verify(g->infer, &ip, stderr))
+            bug("the memory plan verifier refused a plan", NULL, 0, 0);
+        CgPlans plans = {&tp, &ip};
+        bool ok = cg_emit_c(m, g, &plans);
+        plan_free(&tp);
+        plan_free(&ip);
         if (fclose(m))
             abort();
         if (ok) {

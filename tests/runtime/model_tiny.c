@@ -25,17 +25,17 @@ enum {
 
 #define BUFFERS(DT)                                                                          \
     {                                                                                        \
-        [B_DATA] = {"data", RT_F32, 0, IN},           [B_LABEL] = {"softmax_label", RT_F32, 0, 1}, \
-        [B_W1] = {"fc1_weight", DT, HID * IN, 0},     [B_B1] = {"fc1_bias", DT, HID, 0},         \
-        [B_W2] = {"fc2_weight", DT, OUT * HID, 0},    [B_B2] = {"fc2_bias", DT, OUT, 0},         \
-        [B_X] = {"data_cast", DT, 0, IN},             [B_H1] = {"fc1", DT, 0, HID},              \
-        [B_A1] = {"relu1", DT, 0, HID},               [B_LOGITS] = {"fc2", DT, 0, OUT},          \
-        [B_LOGITS32] = {"fc2_cast", RT_F32, 0, OUT},  [B_PROB] = {"softmax", RT_F32, 0, OUT},    \
-        [B_DLOGITS32] = {"fc2_cast_grad", RT_F32, 0, OUT},                                      \
-        [B_DLOGITS] = {"fc2_grad", DT, 0, OUT},       [B_DA1] = {"relu1_grad", DT, 0, HID},      \
-        [B_DH1] = {"fc1_grad", DT, 0, HID},           [B_GW1] = {"fc1_weight_grad", DT, HID * IN, 0}, \
-        [B_GB1] = {"fc1_bias_grad", DT, HID, 0},      [B_GW2] = {"fc2_weight_grad", DT, OUT * HID, 0}, \
-        [B_GB2] = {"fc2_bias_grad", DT, OUT, 0},      [B_PROB_INFER] = {"softmax_infer", RT_F32, 0, OUT}, \
+        [B_DATA] = {"data", RT_F32, 0, IN, false, 0, 0},           [B_LABEL] = {"softmax_label", RT_F32, 0, 1, false, 0, 0}, \
+        [B_W1] = {"fc1_weight", DT, HID * IN, 0, false, 0, 0},     [B_B1] = {"fc1_bias", DT, HID, 0, false, 0, 0},         \
+        [B_W2] = {"fc2_weight", DT, OUT * HID, 0, false, 0, 0},    [B_B2] = {"fc2_bias", DT, OUT, 0, false, 0, 0},         \
+        [B_X] = {"data_cast", DT, 0, IN, false, 0, 0},             [B_H1] = {"fc1", DT, 0, HID, false, 0, 0},              \
+        [B_A1] = {"relu1", DT, 0, HID, false, 0, 0},               [B_LOGITS] = {"fc2", DT, 0, OUT, false, 0, 0},          \
+        [B_LOGITS32] = {"fc2_cast", RT_F32, 0, OUT, false, 0, 0},  [B_PROB] = {"softmax", RT_F32, 0, OUT, false, 0, 0},    \
+        [B_DLOGITS32] = {"fc2_cast_grad", RT_F32, 0, OUT, false, 0, 0},                                      \
+        [B_DLOGITS] = {"fc2_grad", DT, 0, OUT, false, 0, 0},       [B_DA1] = {"relu1_grad", DT, 0, HID, false, 0, 0},      \
+        [B_DH1] = {"fc1_grad", DT, 0, HID, false, 0, 0},           [B_GW1] = {"fc1_weight_grad", DT, HID * IN, 0, false, 0, 0}, \
+        [B_GB1] = {"fc1_bias_grad", DT, HID, 0, false, 0, 0},      [B_GW2] = {"fc2_weight_grad", DT, OUT * HID, 0, false, 0, 0}, \
+        [B_GB2] = {"fc2_bias_grad", DT, OUT, 0, false, 0, 0},      [B_PROB_INFER] = {"softmax_infer", RT_F32, 0, OUT, false, 0, 0}, \
     }
 
 /* wd_mult as the compiler emits it: MXNet's 0 for biases */

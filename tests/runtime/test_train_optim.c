@@ -45,13 +45,13 @@ static const RtParam params[NP] = {
 };
 
 static const RtBuffer buffers[2 * NP + 3] = {
-    {"fc_weight", RT_F32, N, 0}, {"fc_bias", RT_F32, N, 0}, {"conv_weight", RT_F16, N, 0},
-    {"bn_gamma", RT_F32, N, 0},  {"bf_weight", RT_BF16, N, 0}, {"bn_moving_mean", RT_F32, N, 0},
-    {"h_weight", RT_F16, N, 0},  {"m_weight", RT_F16, N, 0},
-    {"g0", RT_F32, N, 0},        {"g1", RT_F32, N, 0},        {"g2", RT_F16, N, 0},
-    {"g3", RT_F32, N, 0},        {"g4", RT_BF16, N, 0},       {"unused", RT_F32, N, 0},
-    {"g6", RT_F16, N, 0},        {"g7", RT_F32, N, 0}, /* an fp32 gradient of an fp16 weight */
-    {"data", RT_F32, 0, 4},      {"label", RT_F32, 0, 1},     {"prob", RT_F32, 0, 3},
+    {"fc_weight", RT_F32, N, 0, false, 0, 0}, {"fc_bias", RT_F32, N, 0, false, 0, 0}, {"conv_weight", RT_F16, N, 0, false, 0, 0},
+    {"bn_gamma", RT_F32, N, 0, false, 0, 0},  {"bf_weight", RT_BF16, N, 0, false, 0, 0}, {"bn_moving_mean", RT_F32, N, 0, false, 0, 0},
+    {"h_weight", RT_F16, N, 0, false, 0, 0},  {"m_weight", RT_F16, N, 0, false, 0, 0},
+    {"g0", RT_F32, N, 0, false, 0, 0},        {"g1", RT_F32, N, 0, false, 0, 0},        {"g2", RT_F16, N, 0, false, 0, 0},
+    {"g3", RT_F32, N, 0, false, 0, 0},        {"g4", RT_BF16, N, 0, false, 0, 0},       {"unused", RT_F32, N, 0, false, 0, 0},
+    {"g6", RT_F16, N, 0, false, 0, 0},        {"g7", RT_F32, N, 0, false, 0, 0}, /* an fp32 gradient of an fp16 weight */
+    {"data", RT_F32, 0, 4, false, 0, 0},      {"label", RT_F32, 0, 1, false, 0, 0},     {"prob", RT_F32, 0, 3, false, 0, 0},
 };
 
 static const RtModel model = {
@@ -508,11 +508,11 @@ static const RtParam sparams[SP] = {
     {"f_gamma", RT_PK_GAMMA, RT_F16, true, 1, {777}, 777, "default", 0, 1.5f, 5, SP + 5},
 };
 static const RtBuffer sbuffers[2 * SP + 3] = {
-    {"a_weight", RT_F16, 1001, 0}, {"b_weight", RT_BF16, 4099, 0}, {"c_weight", RT_F16, 3, 0},
-    {"d_bias", RT_BF16, 17, 0},    {"e_weight", RT_F16, 8, 0},     {"f_gamma", RT_F16, 777, 0},
-    {"ga", RT_F16, 1001, 0},       {"gb", RT_BF16, 4099, 0},       {"gc", RT_F16, 3, 0},
-    {"gd", RT_BF16, 17, 0},        {"ge", RT_F16, 8, 0},           {"gf", RT_F16, 777, 0},
-    {"data", RT_F32, 0, 4},        {"label", RT_F32, 0, 1},        {"prob", RT_F32, 0, 3},
+    {"a_weight", RT_F16, 1001, 0, false, 0, 0}, {"b_weight", RT_BF16, 4099, 0, false, 0, 0}, {"c_weight", RT_F16, 3, 0, false, 0, 0},
+    {"d_bias", RT_BF16, 17, 0, false, 0, 0},    {"e_weight", RT_F16, 8, 0, false, 0, 0},     {"f_gamma", RT_F16, 777, 0, false, 0, 0},
+    {"ga", RT_F16, 1001, 0, false, 0, 0},       {"gb", RT_BF16, 4099, 0, false, 0, 0},       {"gc", RT_F16, 3, 0, false, 0, 0},
+    {"gd", RT_BF16, 17, 0, false, 0, 0},        {"ge", RT_F16, 8, 0, false, 0, 0},           {"gf", RT_F16, 777, 0, false, 0, 0},
+    {"data", RT_F32, 0, 4, false, 0, 0},        {"label", RT_F32, 0, 1, false, 0, 0},        {"prob", RT_F32, 0, 3, false, 0, 0},
 };
 static const RtModel smodel = {
     .name = "optim_simd_test", .nparams = SP, .params = sparams, .nbuffers = 2 * SP + 3,

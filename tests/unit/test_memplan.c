@@ -42,7 +42,7 @@ static Graph *compile(Fx *fx, const char *path, const char *text, size_t len, co
 static void plan_and_check(const Graph *g, const char *what)
 {
     BufferPlan p;
-    memplan(g, &p);
+    memplan(g, true, &p);
     char *msg = NULL;
     size_t mlen = 0;
     FILE *err = open_memstream(&msg, &mlen);
@@ -209,7 +209,7 @@ static void test_verifier_refuses_spoiled_plan(void **state)
     Graph *g = compile(fx, "examples/digits_cnn.sym", text, len, "float16");
     free(text);
     BufferPlan p;
-    memplan(g, &p);
+    memplan(g, true, &p);
     assert_true(memplan_verify(g, &p, NULL));
     int a = -1, b = -1;
     for (int i = 0; i < p.n && b < 0; i++)
