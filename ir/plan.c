@@ -116,7 +116,9 @@ void plan_print(FILE *f, const Graph *g, const BufferPlan *p)
         for (const unsigned char *c = (const unsigned char *)n->name; *c; c++)
             fputc(*c > 0x20 && *c < 0x7f ? *c : '?', f); /* one token, one line */
         fprintf(f, " live=[%d,%d] size=%s ", v->first, v->last, lin(a, sizeof a, v->size));
-        if (v->kind == PV_ARENA)
+        if (v->kind == PV_ARENA && v->in_place)
+            fprintf(f, "offset=%s over=%%%d\n", lin(b, sizeof b, v->offset), v->overwrites);
+        else if (v->kind == PV_ARENA)
             fprintf(f, "offset=%s\n", lin(b, sizeof b, v->offset));
         else
             fputs("external\n", f);
@@ -226,9 +228,9 @@ static void check_inplace(const Graph *g, const BufferPlan *p, int *t1, bool *ok
     }
     for (int i = 0; *okp && i < p->n; i++) {
         const PlanValue *w = &p->v[i];
-        if (w->overwrites < 0)
+        if (!w->in_place)
             continue;
-        int x = w->overwrites < p->nsteps ? vi[w->overwrites] : -1;
+        int x = w->overwrites >= 0 && w->overwrites < p->nsteps ? vi[w->overwrites] : -1;
         const PlanValue *xv = x >= 0 ? &p->v[x] : NULL;
         bool slot_ok = !g;
         for (int k = 0; g && xv && k < g->nodes[w->node]->nin; k++)

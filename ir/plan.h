@@ -30,8 +30,9 @@ typedef struct {
     int first, last;/* live interval in steps, both inclusive; step = node id
                      * (execution order), nsteps = after the step (read by the
                      * program or the optimizer) */
-    int overwrites; /* in place: the node id of the input whose bytes this
-                     * value's kernel writes over (it dies at `first`), or -1 */
+    bool in_place;  /* its kernel writes it over the bytes of an input that
+                     * dies at `first`: node id `overwrites` */
+    int overwrites;
 } PlanValue;
 
 typedef struct {

@@ -141,7 +141,7 @@ void memplan(const Graph *g, bool inplace, BufferPlan *out)
         if (!plan_has_buffer(n))
             continue;
         PlanValue *v = &out->v[out->n++];
-        *v = (PlanValue){.node = i, .first = first[i], .last = last[i], .overwrites = -1};
+        *v = (PlanValue){.node = i, .first = first[i], .last = last[i]};
         bool linear = plan_value_bytes(n, &v->size);
         v->kind = !linear || n->op == OP_Param || n->op == OP_Input ? PV_EXTERNAL : PV_ARENA;
         if (v->kind == PV_EXTERNAL) {
@@ -184,6 +184,7 @@ void memplan(const Graph *g, bool inplace, BufferPlan *out)
                 handed[x] = true;
                 slot[bys[k]] = slot[x];
                 v->offset = out->v[x].offset;
+                v->in_place = true;
                 v->overwrites = out->v[x].node;
                 live_f -= v->size.fixed, live_p -= v->size.per_sample; /* the same bytes */
             } else if (v->size.per_sample == 0) {
