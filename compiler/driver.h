@@ -41,6 +41,10 @@ Graph *frontend_compile(Diag *d, const char *path, const char *text, size_t len,
 bool train_settings_ok(const Graph *g);
 /* The same for the entry of one key (true when there is none). */
 bool train_setting_ok(const Graph *g, const char *key);
+/* The fp32 optimizer tensors a run keeps per trainable parameter under g's
+ * train block (runtime/optim.c: 2 for Adam, 1 for SGD or NAG with momentum,
+ * else 0). */
+int train_optimizer_nstate(const Graph *g);
 /* The same for v, given for key by an ampc flag (the message names flag). */
 bool train_flag_ok(const Graph *g, const char *key, const ConfigVal *v, const char *flag);
 /* The settings together against the model, as the program will check them

@@ -338,6 +338,22 @@ bool train_setting_ok(const Graph *g, const char *key)
     return false;
 }
 
+int train_optimizer_nstate(const Graph *g)
+{
+    RtTrainOptions o;
+    rt_train_options_default(&o);
+    char msg[1024];
+    const ConfigEntry *e = train_entry(g, "optimizer");
+    if (e && !setting_apply(&o, "optimizer", e->val, msg, sizeof msg))
+        return 0;
+    e = train_entry(g, "momentum");
+    if (e && !setting_apply(&o, "momentum", e->val, msg, sizeof msg))
+        return 0;
+    /* runtime/optim.c: Adam keeps mean and var, SGD and NAG a momentum
+     * unless it is 0 */
+    return o.optimizer == RT_OPT_ADAM ? 2 : o.momentum != 0.0f ? 1 : 0;
+}
+
 bool train_flag_ok(const Graph *g, const char *key, const ConfigVal *v, const char *flag)
 {
     RtTrainOptions o;

@@ -424,8 +424,10 @@ static int run(const Options *o, Diag *d)
             DIE("the memory plan verifier failed");
         if (want_plan)
             plan_print(stdout, g, &plan);
-        else if (o->report)
+        else if (o->report) {
             plan_report(stdout, &plan, o->batch);
+            plan_report_params(stdout, g, train_optimizer_nstate(g));
+        }
         plan_free(&plan);
     }
     double tgen = now_ms();

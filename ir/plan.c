@@ -139,6 +139,10 @@ void plan_report(FILE *f, const BufferPlan *p, int64_t batch)
     fprintf(f, "memplan: liveness lower bound: %s bytes\n", lin(a, sizeof a, p->lower));
     fprintf(f, "memplan: outside the arena (parameters, inputs): %s bytes\n",
             lin(a, sizeof a, p->external));
+    fprintf(f, "memplan: in the arena, gradients for the optimizer (all live at the step's end): "
+               "%s bytes; the rest is activations and temporaries\n", lin(a, sizeof a, p->grads));
+    fprintf(f, "memplan: workspace: one buffer, the largest kernel's, sized when the program "
+               "starts\n");
     if (p->lower.per_sample > 0)
         fprintf(f, "memplan: per sample: planned %.3fx the lower bound, unplanned %.3fx\n",
                 (double)p->arena.per_sample / (double)p->lower.per_sample,
@@ -146,6 +150,33 @@ void plan_report(FILE *f, const BufferPlan *p, int64_t batch)
     if (batch > 0)
         fprintf(f, "memplan: at batch %lld: arena %.1f MiB, unplanned %.1f MiB, lower bound %.1f MiB\n",
                 (long long)batch, mib(p->arena, batch), mib(p->unplanned, batch), mib(p->lower, batch));
+}
+
+void plan_report_params(FILE *f, const Graph *g, int nstate)
+{
+    int64_t values = 0, masters = 0, state = 0;
+    bool *trained = calloc((size_t)g->nnodes + 1, sizeof(bool));
+    if (!trained)
+        DIE("out of memory");
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == OP_grad_of)
+            trained[g->nodes[i]->in[1]] = true;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        LinExpr b;
+        if (n->op != OP_Param || !plan_value_bytes(n, &b) || b.per_sample)
+            continue;
+        int64_t numel = b.fixed / dtype_size(n->dtype);
+        values += b.fixed;
+        if (node_dtype_attr(n, PARAM_MASTER) == DT_F32)
+            masters += numel * 4;
+        if (trained[i])
+            state += (int64_t)nstate * numel * 4;
+    }
+    free(trained);
+    fprintf(f, "memplan: parameters %lld bytes, fp32 masters %lld bytes, optimizer state %lld "
+               "bytes (%d fp32 tensor%s per trainable parameter)\n", (long long)values,
+            (long long)masters, (long long)state, nstate, nstate == 1 ? "" : "s");
 }
 
 /* ---- the verifier ----------------------------------------------------------

@@ -44,6 +44,8 @@ typedef struct {
     LinExpr lower;     /* liveness lower bound: the largest sum of live fixed
                         * bytes, and of live per-sample bytes, at any step */
     LinExpr external;  /* PV_EXTERNAL values */
+    LinExpr grads;     /* arena values the optimizer reads after the step
+                        * (the parameters' gradients), a part of `lower` */
 } BufferPlan;
 
 /* Kernel facts the planner needs, by op (a table next to the op table, in
@@ -74,6 +76,10 @@ void plan_free(BufferPlan *p);
 void plan_print(FILE *f, const Graph *g, const BufferPlan *p);
 /* --report lines (per sample and fixed, bytes; batch > 0 adds the totals). */
 void plan_report(FILE *f, const BufferPlan *p, int64_t batch);
+/* --report: the bytes outside the arena that a run keeps for g's
+ * parameters: the values the steps read, the fp32 masters of 16-bit ones,
+ * and nstate fp32 optimizer tensors per trainable parameter. */
+void plan_report_params(FILE *f, const Graph *g, int nstate);
 
 /* Proves that no two arena values with overlapping live intervals share a
  * byte for any batch N >= 1, that both parts of every offset and size are

@@ -136,6 +136,12 @@ void memplan(const Graph *g, bool inplace, BufferPlan *out)
     if (!first || !last || !out->v)
         DIE("out of memory");
     plan_liveness(g, first, last);
+    bool *grad = calloc((size_t)nn + 1, sizeof(bool)); /* read by grad_of */
+    if (!grad)
+        DIE("out of memory");
+    for (int i = 0; i < nn; i++)
+        if (g->nodes[i]->op == OP_grad_of)
+            grad[g->nodes[i]->in[0]] = true;
     for (int i = 0; i < nn; i++) {
         const Node *n = g->nodes[i];
         if (!plan_has_buffer(n))
@@ -149,7 +155,10 @@ void memplan(const Graph *g, bool inplace, BufferPlan *out)
             continue;
         }
         out->unplanned.fixed += v->size.fixed, out->unplanned.per_sample += v->size.per_sample;
+        if (grad[i])
+            out->grads.fixed += v->size.fixed, out->grads.per_sample += v->size.per_sample;
     }
+    free(grad);
     /* arena values by first step and by last step (counting sort) */
     int S = nn + 2, m = 0;
     int *hs = calloc((size_t)S + 1, sizeof(int)), *he = calloc((size_t)S + 1, sizeof(int));
