@@ -17,6 +17,7 @@ typedef struct {
     const char *amp_placement; /* --amp-placement=optimal|greedy, or NULL: optimal */
     bool explain;             /* --explain[=NAME] */
     const char *explain_name;
+    bool no_schedule;         /* --no-schedule: keep the order the passes left */
     FILE *out;                /* where --explain prints */
 } PassOptions;
 

@@ -105,6 +105,11 @@ static bool run_amp(Graph **g, const PassOptions *o)
     return amp(g, &ao);
 }
 
+static bool run_schedule(Graph **g, const PassOptions *o)
+{
+    return o->no_schedule || schedule(g);
+}
+
 const PassDesc pass_pipeline[] = {
     {"elaborate", NULL},
     {"infer-shapes", run_infer_shapes},
@@ -113,6 +118,7 @@ const PassDesc pass_pipeline[] = {
     {"cast-elide", run_cast_elide},
     {"autodiff", run_autodiff},
     {"train-cast-elide", run_train_cast_elide},
+    {"schedule", run_schedule},
 };
 const int pass_count = (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]);
 

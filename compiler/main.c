@@ -46,6 +46,8 @@ static void usage(FILE *f)
           "  --dump=memplan          the training step's memory plan: lifetimes, sizes, offsets\n"
           "  --no-memplan            give every value its own buffer (no sharing, no reuse)\n"
           "  --no-inplace            share buffers, but never write a value over its input\n"
+          "  --no-schedule           run nodes in the order the passes left (no reordering\n"
+          "                          for a lower peak)\n"
           "  --dump-dir=DIR          write dumps to DIR/NN.PASS.ir (or .dot) instead\n"
           "  --dump-format=text|dot  IR text (readable back) or Graphviz\n"
           "  --from-ir FILE.ir       start from a dump instead of a .sym file\n"
@@ -90,10 +92,11 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
 {
     enum { O_DUMP = 256, O_DUMP_DIR, O_DUMP_FORMAT, O_FROM_IR, O_BATCH, O_REPORT, O_HELP,
            O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE, O_TIME, O_AMP_PLACE };
-    enum { O_NO_MEMPLAN = 400, O_NO_INPLACE };
+    enum { O_NO_MEMPLAN = 400, O_NO_INPLACE, O_NO_SCHEDULE };
     static const struct option longs[] = {
         {"no-memplan", no_argument, NULL, O_NO_MEMPLAN},
         {"no-inplace", no_argument, NULL, O_NO_INPLACE},
+        {"no-schedule", no_argument, NULL, O_NO_SCHEDULE},
         {"dump", required_argument, NULL, O_DUMP},
         {"dump-dir", required_argument, NULL, O_DUMP_DIR},
         {"dump-format", required_argument, NULL, O_DUMP_FORMAT},
@@ -125,6 +128,7 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         case 'S': o->source_only = true; break;
         case O_NO_MEMPLAN: o->no_memplan = true; break;
         case O_NO_INPLACE: o->no_inplace = true; break;
+        case O_NO_SCHEDULE: o->pass.no_schedule = true; break;
         case O_OPTIMIZER: o->optimizer = optarg; break;
         case O_TIME: o->time_passes = true; break;
         case O_LOSS_SCALE: o->loss_scale = optarg; break;

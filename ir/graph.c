@@ -227,6 +227,11 @@ Graph *graph_compact(Graph *g)
     return ng;
 }
 
+Graph *graph_reorder(Graph *g, const int *order)
+{
+    return graph_rebuild(g, order, g->nnodes);
+}
+
 Graph *graph_shuffle(Graph *g, uint64_t seed)
 {
     int n = g->nnodes;

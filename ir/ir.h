@@ -412,6 +412,9 @@ Graph *graph_copy(const Graph *g);
 /* The same graph stored in a random topological order (tests of order
  * independence): returns a new graph and frees g. */
 Graph *graph_shuffle(Graph *g, uint64_t seed);
+/* g's nodes stored in `order` (a topological order of all of them): frees g,
+ * returns the new graph, which takes over g's inference graph. */
+Graph *graph_reorder(Graph *g, const int *order);
 /* Count of users per node (malloc'ed, caller frees). */
 int *graph_use_counts(const Graph *g);
 /* A node's attribute, checked against the expected type (DIE on a mismatch: a bug). */

@@ -35,9 +35,14 @@ bool plan_may_overwrite(const Node *n, int slot)
 bool plan_reads(const Node *n, int slot)
 {
     /* dx = dy * f'(y) for every activation but softsign, whose derivative
-     * needs x (runtime/kernels/act.h) */
+     * needs x (runtime/kernels/act.h); the emitter passes NULL for x */
     if (n->op == OP__backward_Activation && slot == 1)
         return node_enum(n, ACT_TYPE) == ACT_SOFTSIGN;
+    /* the forward value is there for its shape (sum, mean) or its name (a
+     * Dropout's mask is keyed by it): the kernel reads only dy */
+    if ((n->op == OP__backward_sum || n->op == OP__backward_mean || n->op == OP__backward_Dropout) &&
+        slot == 1)
+        return false;
     return true;
 }
 

@@ -108,4 +108,10 @@ bool autodiff(Graph **g);
  * grad_of swapped between two parameters of one shape; this can. */
 bool autodiff_check(const Graph *g, bool elided);
 
+/* schedule.c: stores the training graph and its inference graph in the
+ * execution order of lowest peak memory it finds (a greedy list schedule,
+ * kept only when its liveness lower bound beats the order they came in;
+ * docs/codegen.md, "Schedule").  Always true. */
+bool schedule(Graph **g);
+
 #endif
