@@ -47,6 +47,7 @@ typedef struct {
     const BufferPlan *plan; /* of the graph being emitted, or NULL */
     const PlanValue **placed; /* node -> its planned value, or NULL */
     LinExpr arena;       /* the arena: the larger of the two steps' */
+    bool ws_only;        /* emitting the workspace function: sizes, no calls */
     bool ok;
 } Cg;
 
@@ -301,6 +302,16 @@ static uint32_t rng_stream(const char *name)
     return h;
 }
 
+/* The workspace function (emit_workspace) sizes what a call asks of
+ * rt_ctx_ws instead of making the call: true when it did. */
+static bool ws_line(Cg *c, const char *wsx)
+{
+    if (!c->ws_only)
+        return false;
+    fprintf(c->f, "        {\n            size_t b = %s;\n            ws = b > ws ? b : ws;\n        }\n", wsx);
+    return true;
+}
+
 /* Convolution and FullyConnected share their call shapes: rt_<k>_forward,
  * and a backward node that calls rt_<k>_backward_data when its own value is
  * read and rt_<k>_backward_weight for the weight and bias parts.  The dims
@@ -308,20 +319,24 @@ static uint32_t rng_stream(const char *name)
 static void emit_dense_forward(Cg *c, const Node *n, const char *k)
 {
     const char *I = "        ";
-    fprintf(c->f, "%srt_%s_forward(&d, %s, %s, %s, %s, %s, rt_ctx_ws(ctx, rt_%s_workspace_bytes(&d, %s, RT_PASS_FORWARD)));\n",
-            I, k, DT, IN(0), IN(1), n->nin > 2 ? IN(2) : "NULL", OUT, k, DT);
+    const char *wsx = arena_printf(&c->a, "rt_%s_workspace_bytes(&d, %s, RT_PASS_FORWARD)", k, DT);
+    if (!ws_line(c, wsx))
+        fprintf(c->f, "%srt_%s_forward(&d, %s, %s, %s, %s, %s, rt_ctx_ws(ctx, %s));\n", I, k, DT,
+                IN(0), IN(1), n->nin > 2 ? IN(2) : "NULL", OUT, wsx);
 }
 
 static void emit_dense_backward(Cg *c, const Node *n, const char *k)
 {
     const char *I = "        ";
     const char *dw = part_of(c, n, 1), *db = part_of(c, n, 2);
-    if (c->uses[n->id])
-        fprintf(c->f, "%srt_%s_backward_data(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_%s_workspace_bytes(&d, %s, RT_PASS_BACKWARD)));\n",
-                I, k, DT, IN(2), IN(0), OUT, k, DT);
-    if (dw)
-        fprintf(c->f, "%srt_%s_backward_weight(&d, %s, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_%s_workspace_bytes(&d, %s, RT_PASS_BACKWARD_WEIGHT)));\n",
-                I, k, DT, IN(1), IN(0), dw, or_null(db), k, DT);
+    const char *wsd = arena_printf(&c->a, "rt_%s_workspace_bytes(&d, %s, RT_PASS_BACKWARD)", k, DT);
+    const char *wsw = arena_printf(&c->a, "rt_%s_workspace_bytes(&d, %s, RT_PASS_BACKWARD_WEIGHT)", k, DT);
+    if (c->uses[n->id] && !ws_line(c, wsd))
+        fprintf(c->f, "%srt_%s_backward_data(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, %s));\n", I,
+                k, DT, IN(2), IN(0), OUT, wsd);
+    if (dw && !ws_line(c, wsw))
+        fprintf(c->f, "%srt_%s_backward_weight(&d, %s, %s, %s, %s, %s, false, rt_ctx_ws(ctx, %s));\n",
+                I, k, DT, IN(1), IN(0), dw, or_null(db), wsw);
 }
 
 static void emit_op(Cg *c, const Node *n)
@@ -410,13 +425,15 @@ static void emit_op(Cg *c, const Node *n)
         break;
     case OP_Pooling:
         pool_dims(c, n, INODE(0), I);
-        fprintf(f, "%srt_pool_forward(&d, %s, %s, %s, rt_ctx_ws(ctx, rt_pool_workspace_bytes(&d, %s, RT_PASS_FORWARD)));\n",
-                I, DT, IN(0), OUT, DT);
+        if (!ws_line(c, arena_printf(&c->a, "rt_pool_workspace_bytes(&d, %s, RT_PASS_FORWARD)", DT)))
+            fprintf(f, "%srt_pool_forward(&d, %s, %s, %s, rt_ctx_ws(ctx, rt_pool_workspace_bytes(&d, %s, RT_PASS_FORWARD)));\n",
+                    I, DT, IN(0), OUT, DT);
         break;
     case OP__backward_Pooling:
         pool_dims(c, n, INODE(1), I);
-        fprintf(f, "%srt_pool_backward(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_pool_workspace_bytes(&d, %s, RT_PASS_BACKWARD)));\n",
-                I, DT, IN(1), IN(0), OUT, DT);
+        if (!ws_line(c, arena_printf(&c->a, "rt_pool_workspace_bytes(&d, %s, RT_PASS_BACKWARD)", DT)))
+            fprintf(f, "%srt_pool_backward(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_pool_workspace_bytes(&d, %s, RT_PASS_BACKWARD)));\n",
+                    I, DT, IN(1), IN(0), OUT, DT);
         break;
     case OP_Flatten:
     case OP_Reshape:
@@ -463,6 +480,8 @@ static void emit_op(Cg *c, const Node *n)
         break;
     case OP__backward_broadcast:
         emit_bcast_dims(c, INODE(1), INODE(2), I);
+        if (ws_line(c, arena_printf(&c->a, "rt_broadcast_workspace_bytes(&d, %s, RT_PASS_BACKWARD)", DT)))
+            break;
         fprintf(f, "%srt_broadcast_backward(%s, &d, %s, %s, %s, %s, %s, %s, false, false, rt_ctx_ws(ctx, rt_broadcast_workspace_bytes(&d, %s, RT_PASS_BACKWARD)));\n",
                 I, node_enum(n, BCAST_OP) == BCAST_ADD ? "RT_BIN_ADD" : "RT_BIN_MUL", DT, IN(0), IN(1),
                 IN(2), c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 1)), DT);
@@ -523,8 +542,9 @@ static void emit_op(Cg *c, const Node *n)
     case OP_sum:
     case OP_mean:
         reduce_dims(c, n, INODE(0), I);
-        fprintf(f, "%srt_%s_forward(&d, %s, %s, %s, rt_ctx_ws(ctx, rt_reduce_workspace_bytes(&d, %s, RT_PASS_FORWARD)));\n",
-                I, n->op == OP_sum ? "sum" : "mean", DT, IN(0), OUT, DT);
+        if (!ws_line(c, arena_printf(&c->a, "rt_reduce_workspace_bytes(&d, %s, RT_PASS_FORWARD)", DT)))
+            fprintf(f, "%srt_%s_forward(&d, %s, %s, %s, rt_ctx_ws(ctx, rt_reduce_workspace_bytes(&d, %s, RT_PASS_FORWARD)));\n",
+                    I, n->op == OP_sum ? "sum" : "mean", DT, IN(0), OUT, DT);
         break;
     case OP__backward_sum:
     case OP__backward_mean:
@@ -666,6 +686,42 @@ static void emit_function(Cg *c, const char *name, bool moving)
         fputs("    }\n", f);
     }
     fputs("}\n\n", f);
+}
+
+/* Ops whose calls take a workspace (rt_ctx_ws). */
+static bool takes_workspace(OpKind k)
+{
+    switch (k) {
+    case OP_Convolution:
+    case OP__backward_Convolution:
+    case OP_FullyConnected:
+    case OP__backward_FullyConnected:
+    case OP_Pooling:
+    case OP__backward_Pooling:
+    case OP__backward_broadcast:
+    case OP_sum:
+    case OP_mean: return true;
+    default: return false;
+    }
+}
+
+/* name(N): the largest workspace a call of the graph being emitted asks
+ * for at batch N, so that the runtime allocates it once, at start-up. */
+static void emit_workspace(Cg *c, const char *name)
+{
+    FILE *f = c->f;
+    fprintf(f, "static size_t %s(int64_t N)\n{\n    size_t ws = 0;\n    (void)N;\n", name);
+    c->ws_only = true;
+    for (int i = 0; i < c->g->nnodes; i++) {
+        const Node *n = c->g->nodes[i];
+        if (!takes_workspace(n->op))
+            continue;
+        fprintf(f, "    /* node %d */\n    {\n", n->id);
+        emit_op(c, n);
+        fputs("    }\n", f);
+    }
+    c->ws_only = false;
+    fputs("    return ws;\n}\n\n", f);
 }
 
 static const char *kind_enum(int k)
@@ -821,10 +877,15 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans)
             AMPC_VERSION);
     emit_function(&c, "train_step", false);
     emit_function(&c, "moving_update", true);
+    emit_workspace(&c, "train_workspace");
     int prob_train = tbuf[head];
     index_plan(&c, infer, plans ? plans->infer : NULL);
     assign_values(&c, infer);
     emit_function(&c, "infer_step", false);
+    emit_workspace(&c, "infer_workspace");
+    fputs("static size_t workspace_bytes(int64_t N)\n{\n"
+          "    size_t t = train_workspace(N), i = infer_workspace(N);\n"
+          "    return t > i ? t : i;\n}\n\n", out);
     int prob_infer = c.buf[ihead];
     (void)tval;
     emit_tables(&c, train);
@@ -843,7 +904,7 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans)
         fprintf(out, "%s%lld", k > 1 ? ", " : "", (long long)data_node->shape.d[k]);
     fprintf(out, "},\n    .classes = %lld,\n    .amp = \"%s\",\n", (long long)train->nodes[head]->shape.d[1],
             train->info.amp ? dtype_long(train->info.amp) : "off");
-    fputs("    .train_defaults = train_defaults,\n    .train_step = train_step,\n"
+    fputs("    .train_defaults = train_defaults,\n    .workspace_bytes = workspace_bytes,\n    .train_step = train_step,\n"
           "    .moving_update = moving_update,\n    .infer_step = infer_step,\n};\n",
           out);
     bool ok = c.ok;

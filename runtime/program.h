@@ -87,6 +87,9 @@ typedef struct {
     int64_t classes;
     const char *amp;                  /* "off", "float16", "bfloat16" */
     const char *const *train_defaults; /* "key=value" run-time defaults from the train block, NULL-ended */
+    size_t (*workspace_bytes)(int64_t batch); /* the largest workspace a call of either step
+                                              * asks for (one buffer, allocated at start-up);
+                                              * NULL: grown on demand */
     void (*train_step)(RtCtx *ctx);   /* forward and backward on the batch in data/label */
     void (*moving_update)(RtCtx *ctx);/* BatchNorm moving statistics (skipped on overflow) */
     void (*infer_step)(RtCtx *ctx);   /* inference forward (BatchNorm on moving statistics) */

@@ -193,6 +193,10 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, 
         rt_trainer_free(t);
         return false;
     }
+    /* the workspace, once: the largest any call of either step asks for at
+     * this batch size (a program without the function grows it on demand) */
+    if (ok && m->workspace_bytes)
+        rt_ctx_ws(&t->ctx, m->workspace_bytes(batch));
     for (int i = 0; ok && i < m->nbuffers; i++) {
         int64_t n = buffer_elems(&m->buffers[i], batch);
         if (!m->buffers[i].in_arena)
