@@ -86,6 +86,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libampc.a
 
 unit: $(UNIT_BIN) $(RTEST_BIN) $(BUILD)/rtests/tiny_train nvcc-check $(DATA_DIR)/digits.csv.gz
 	@set -e; for t in $(UNIT_BIN) $(RTEST_BIN); do echo "== $$t"; AMPC_DATA_DIR=$(DATA_DIR) $$t; done
+	tests/runtime/device_seam.sh
 	@echo "== tiny_train (the runtime's main on a hand-written model)"
 	$(BUILD)/rtests/tiny_train --data synthetic --max-steps 20 --log-interval 10 >/dev/null
 	test "$$($(BUILD)/rtests/tiny_train --bogus 2>/dev/null; echo $$?)" = 2
@@ -159,6 +160,7 @@ $(BUILD)/e2e/statcmp: tests/e2e/statcmp.c
 e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statcmp $(DATA_DIR)/digits.csv.gz
 	tests/e2e/run.sh $(BUILD)/ampc $(BUILD)/e2e/refcheck $(BUILD)/e2e/statcmp $(DATA_DIR)
 	tests/e2e/training.sh $(BUILD)/ampc $(DATA_DIR)
+	tests/e2e/device_loop.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/hostile_run.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/fashion.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/hostile_compile.sh $(BUILD)/ampc

@@ -197,16 +197,15 @@ static uint32_t crc(const void *p, size_t n)
 
 enum { F_MASTER = 1, F_TRAINABLE = 2, F_STATE = 4, F_STATE2 = 8 };
 
-/* The fp32 values of parameter i: the master, the fp32 buffer, or the
- * 16-bit buffer widened into tmp. */
+/* The fp32 values of parameter i, copied from the device into tmp: the
+ * master, the fp32 buffer, or the 16-bit buffer widened. */
 static const float *param_values(const RtTrainer *t, int i, float *tmp)
 {
     const RtParam *p = &t->m->params[i];
     if (p->has_master && t->ctx.master && t->ctx.master[i])
-        return t->ctx.master[i];
-    if (p->dtype == RT_F32)
-        return t->ctx.buf[p->buffer];
-    rt_to_f32(tmp, t->ctx.buf[p->buffer], (size_t)p->numel, p->dtype);
+        rt_trainer_read_f32(t, tmp, t->ctx.master[i], (size_t)p->numel, RT_F32);
+    else
+        rt_trainer_read_f32(t, tmp, t->ctx.buf[p->buffer], (size_t)p->numel, p->dtype);
     return tmp;
 }
 
@@ -248,10 +247,14 @@ static bool payload(Buf *b, const RtTrainer *t, const RtRunState *rs)
             put_u64(b, (uint64_t)p->shape[d]);
         put_u64(b, (uint64_t)p->numel);
         put_f32s(b, param_values(t, i, tmp), p->numel);
-        if (st)
-            put_f32s(b, st, p->numel);
-        if (st2)
-            put_f32s(b, st2, p->numel);
+        if (st) {
+            rt_trainer_read_f32(t, tmp, st, (size_t)p->numel, RT_F32);
+            put_f32s(b, tmp, p->numel);
+        }
+        if (st2) {
+            rt_trainer_read_f32(t, tmp, st2, (size_t)p->numel, RT_F32);
+            put_f32s(b, tmp, p->numel);
+        }
     }
     free(tmp);
     return !b->oom;
@@ -676,6 +679,19 @@ static void shape_text(char *dst, size_t cap, int rank, const int64_t *shape)
         snprintf(dst + at, cap - at, "]");
 }
 
+/* n fp32 values rounded once to the 16-bit dt on the host, then copied to
+ * device pointer dst */
+static bool to_device_16(RtDevice *d, void *dst, const float *src, size_t n, RtDType dt)
+{
+    uint16_t *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    if (!tmp)
+        return false;
+    rt_from_f32(tmp, src, n, dt);
+    rt_dev_to_device(d, dst, tmp, n * sizeof *tmp);
+    free(tmp);
+    return true;
+}
+
 bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name, FILE *warn,
                          char *err, size_t errlen)
 {
@@ -713,21 +729,19 @@ bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name,
     bool ck_adam = false;
     for (int i = 0; i < ck->nparams; i++)
         ck_adam |= ck->params[i].state2 != NULL;
+    RtDevice *d = t->dev;
     for (int i = 0; i < m->nparams; i++) {
         const RtParam *p = &m->params[i];
         const RtCkptParam *q = &ck->params[i];
         void *buf = t->ctx.buf[p->buffer];
         size_t n = (size_t)p->numel;
-        if (p->has_master && t->ctx.master && t->ctx.master[i]) {
-            memcpy(t->ctx.master[i], q->values, n * sizeof(float));
-            if (p->dtype == RT_F32)
-                memcpy(buf, q->values, n * sizeof(float));
-            else
-                rt_from_f32(buf, q->values, n, p->dtype);
-        } else if (p->dtype == RT_F32) {
-            memcpy(buf, q->values, n * sizeof(float));
-        } else {
-            rt_from_f32(buf, q->values, n, p->dtype);
+        if (p->has_master && t->ctx.master && t->ctx.master[i])
+            rt_dev_to_device(d, t->ctx.master[i], q->values, n * sizeof(float));
+        if (p->dtype == RT_F32) {
+            rt_dev_to_device(d, buf, q->values, n * sizeof(float));
+        } else if (!to_device_16(d, buf, q->values, n, p->dtype)) {
+            snprintf(err, errlen, "out of memory loading checkpoint %s", name);
+            return false;
         }
         float *st = t->state ? t->state[i] : NULL;
         float *st2 = t->state2 ? t->state2[i] : NULL;
@@ -735,13 +749,13 @@ bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name,
          * second state agrees (both there or both absent) */
         bool fits = (st2 != NULL) == (q->state2 != NULL);
         if (st && q->state && fits) {
-            memcpy(st, q->state, n * sizeof(float));
+            rt_dev_to_device(d, st, q->state, n * sizeof(float));
             if (st2)
-                memcpy(st2, q->state2, n * sizeof(float));
+                rt_dev_to_device(d, st2, q->state2, n * sizeof(float));
         } else if (st) {
-            memset(st, 0, n * sizeof(float));
+            rt_dev_fill(d, st, RT_F32, n, 0.0f);
             if (st2)
-                memset(st2, 0, n * sizeof(float));
+                rt_dev_fill(d, st2, RT_F32, n, 0.0f);
             missing++;
             if (q->state)
                 unused++;
@@ -816,4 +830,109 @@ int rt_checkpoint_clean_stale(const char *dir, const char *model, FILE *note, co
     }
     closedir(d);
     return removed;
+}
+
+/* ---- the run's side: --save-dir, resuming, the checkpoint of an epoch -------------- */
+
+/* mkdir -p */
+static bool ensure_dir(const char *dir, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return true;
+        snprintf(err, errlen, "--save-dir %s: not a directory", dir);
+        return false;
+    }
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        snprintf(err, errlen, "--save-dir: the path is too long");
+        return false;
+    }
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != 0)
+            continue;
+        char c = *p;
+        *p = 0;
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+            snprintf(err, errlen, "--save-dir: cannot create %.400s: %.200s", path,
+                     strerror(errno));
+            return false;
+        }
+        *p = c;
+        if (c == 0)
+            break;
+    }
+    return true;
+}
+
+bool rt_save_dir_prepare(const char *dir, const char *model, FILE *note, const char *prog,
+                         char *err, size_t errlen)
+{
+    if (!ensure_dir(dir, err, errlen))
+        return false;
+    /* what a run killed while saving left (docs/training.md, Writing) */
+    rt_checkpoint_clean_stale(dir, model, note, prog);
+    return true;
+}
+
+void rt_checkpoint_resume(const RtRunState *rs, const RtTrainOptions *o, int64_t steps_per_epoch,
+                          RtLossScaler *ls, RtRunState *at, FILE *err)
+{
+    if (rs->seed != o->seed)
+        fprintf(err, "%s: note: resuming with the checkpoint's seed %llu (not %llu)\n", o->prog,
+                (unsigned long long)rs->seed, (unsigned long long)o->seed);
+    if (rs->optimizer != (uint32_t)o->optimizer) { /* in range: the reader checked it */
+        static const char *const names[] = {"sgd", "nag", "adam"};
+        fprintf(err, "%s: note: the checkpoint was written with optimizer %s; this run uses "
+                "%s\n", o->prog, names[rs->optimizer], names[o->optimizer]);
+    }
+    at->epoch = rs->epoch;
+    at->batch_in_epoch = rs->batch_in_epoch;
+    at->step = rs->step;
+    at->num_update = rs->num_update;
+    if (rs->batch_size != o->batch_size && at->batch_in_epoch > 0) {
+        fprintf(err, "%s: warning: the checkpoint was written at batch size %lld, this run "
+                "uses %lld: it starts at the next epoch\n", o->prog, (long long)rs->batch_size,
+                (long long)o->batch_size);
+        at->epoch++;
+        at->batch_in_epoch = 0;
+    }
+    if (at->batch_in_epoch >= steps_per_epoch) {
+        at->epoch++;
+        at->batch_in_epoch = 0;
+    }
+    ls->skipped = rs->ls.skipped;
+    ls->nonfinite = rs->ls.nonfinite;
+    if (rs->ls.mode == ls->mode && ls->mode == RT_LS_DYNAMIC) {
+        ls->s = rs->ls.s;
+        if (ls->s.tracker >= ls->rule.interval) { /* a shorter interval than the saved run's */
+            fprintf(err, "%s: note: the checkpoint's count of clean steps (%d) reaches this "
+                    "run's growth interval (%d): the scale grows after the next clean step\n",
+                    o->prog, (int)ls->s.tracker, (int)ls->rule.interval);
+            ls->s.tracker = ls->rule.interval - 1;
+        }
+    } else if (rs->ls.mode != ls->mode)
+        fprintf(err, "%s: note: the checkpoint's loss scale is %s, this run's %s: the scale "
+                "starts at %g\n", o->prog, rt_loss_scale_mode_name(rs->ls.mode),
+                rt_loss_scale_mode_name(ls->mode), (double)ls->s.scale);
+}
+
+bool rt_checkpoint_save_epoch(const char *dir, const RtTrainer *t, RtRunState rs,
+                              int64_t steps_per_epoch, char **path, char *err, size_t errlen)
+{
+    const char *model = t->m->name;
+    int64_t epoch = rs.epoch;
+    if (rs.batch_in_epoch >= steps_per_epoch) { /* a whole epoch: the next one starts */
+        rs.epoch = epoch + 1;
+        rs.batch_in_epoch = 0;
+    }
+    size_t cap = strlen(dir) + strlen(model) + 40;
+    free(*path);
+    if (!(*path = malloc(cap))) {
+        snprintf(err, errlen, "out of memory");
+        return false;
+    }
+    snprintf(*path, cap, "%s/%s-%04lld.params", dir, model, (long long)epoch + 1);
+    return rt_checkpoint_save(*path, t, &rs, err, errlen);
 }

@@ -14,25 +14,31 @@
 
 /* ---- --check-numerics and --inject-nan: the after_node hook ------------------- */
 
-static void numerics_node(RtCtx *ctx, Numerics *nm, const RtModel *m, const char *name,
-                          int buffer)
+bool rt_has_node(const RtModel *m, const char *name)
+{
+    for (int i = 0; i < m->nbuffers; i++)
+        if (m->buffers[i].name && strcmp(m->buffers[i].name, name) == 0)
+            return true;
+    return false;
+}
+
+/* Both on the node's output through the device: the NaN is a fill of its
+ * first element (NAN rounds to the quiet NaNs 0x7e00 in fp16 and 0x7fc0 in
+ * bf16), the check a finite-flag check read back at once. */
+static void numerics_node(RtCtx *ctx, RtDevice *d, Numerics *nm, const RtModel *m,
+                          const char *name, int buffer)
 {
     if (!nm || !name || buffer < 0 || buffer >= m->nbuffers)
         return;
     RtDType dt = m->buffers[buffer].dtype;
     if (nm->train && nm->nan_node && (int64_t)ctx->step == nm->nan_step &&
-        strcmp(name, nm->nan_node) == 0) {
-        if (dt == RT_F32) {
-            float nan = NAN;
-            memcpy(ctx->buf[buffer], &nan, sizeof nan);
-        } else {
-            uint16_t bits = dt == RT_F16 ? 0x7e00u : 0x7fc0u;
-            memcpy(ctx->buf[buffer], &bits, sizeof bits);
-        }
-    }
+        strcmp(name, nm->nan_node) == 0)
+        rt_dev_fill(d, ctx->buf[buffer], dt, 1, NAN);
     if (nm->check && !nm->found) {
         int64_t n = rt_buffer_elems(m, buffer, ctx->batch);
-        if (n > 0 && !rt_all_finite(ctx->buf[buffer], (size_t)n, dt)) {
+        if (n > 0)
+            rt_dev_check_finite(d, ctx->buf[buffer], (size_t)n, dt);
+        if (n > 0 && !rt_dev_read_flag(d)) {
             nm->found = true;
             nm->backward = nm->train && nm->past_head;
             nm->buffer = buffer;
@@ -256,11 +262,13 @@ void rt_after_node(RtCtx *ctx, int node, const char *name, int buffer)
     if (!h || !name)
         return;
     Prof *pf = h->pf && h->pf->on ? h->pf : NULL;
+    if (pf) /* the node's work done before it is timed (a no-op on the CPU) */
+        rt_dev_synchronize(t->dev);
     double now = pf ? rt_now_s() : 0;
     if (pf)
         prof_node(pf, t->m, node, name, buffer, now);
     if (h->nm) {
-        numerics_node(ctx, h->nm, t->m, name, buffer);
+        numerics_node(ctx, t->dev, h->nm, t->m, name, buffer);
         if (pf)
             now = rt_now_s(); /* the check's own time is not the next node's */
     }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fileio.h"
 #include "train_internal.h"
 
 double rt_now_s(void)
@@ -281,4 +282,138 @@ void rt_log_speedometer(FILE *out, JLog *jl, const RtModel *m, int64_t epoch, in
     rt_jl_num(jl, "lr", lr);
     rt_jl_num(jl, "loss_scale", loss_scale);
     rt_jl_end(jl);
+}
+
+/* ---- the events of the loop ----------------------------------------------------- */
+
+void rt_log_nonfinite(FILE *out, FILE *err, JLog *jl, const RtTrainOptions *o,
+                      const RtLossScaler *ls, const RtStepAt *at, float loss_scale,
+                      const char *node, const char *param)
+{
+    long long epoch = (long long)at->epoch, nbatch = (long long)at->batch,
+              step = (long long)at->step;
+    bool dynamic = ls->mode == RT_LS_DYNAMIC;
+    if (param)
+        fprintf(out, "Epoch[%lld] Batch [%lld]\tNumerics: the gradient of parameter '%s' holds "
+                "inf or NaN\n", epoch, nbatch, param);
+    if (dynamic)
+        fprintf(out, "Epoch[%lld] Batch [%lld]\tAMP: gradient overflow at step %lld: step "
+                "skipped (%lld skipped in all)\n", epoch, nbatch, step,
+                (long long)ls->skipped + 1);
+    else if (ls->nonfinite < 10)
+        fprintf(err, "%s: warning: step %lld (epoch %lld, batch %lld): the gradients hold inf "
+                "or NaN and the update was applied (loss scale %s %g: only dynamic loss "
+                "scaling skips steps)%s\n", o->prog, step, epoch, nbatch,
+                rt_loss_scale_mode_name(ls->mode), (double)ls->s.scale,
+                ls->nonfinite == 9 ? "; further such steps are counted, not reported" : "");
+    rt_jl_begin(jl, dynamic ? "skipped_step" : "nonfinite_step");
+    rt_jl_int(jl, "epoch", epoch);
+    rt_jl_int(jl, "batch", nbatch);
+    rt_jl_int(jl, "step", step);
+    rt_jl_num(jl, "loss_scale", loss_scale);
+    rt_jl_int(jl, dynamic ? "skipped_total" : "nonfinite_total",
+              (long long)(dynamic ? ls->skipped : ls->nonfinite) + 1);
+    rt_jl_str(jl, "first_nonfinite_node", node);
+    rt_jl_str(jl, "first_nonfinite_param", param);
+    rt_jl_end(jl);
+}
+
+void rt_log_scale_change(JLog *jl, const RtStepAt *at, float before, float after)
+{
+    if (after == before)
+        return;
+    rt_jl_begin(jl, "loss_scale");
+    rt_jl_int(jl, "epoch", (long long)at->epoch);
+    rt_jl_int(jl, "batch", (long long)at->batch);
+    rt_jl_int(jl, "step", (long long)at->step);
+    rt_jl_num(jl, "old", before);
+    rt_jl_num(jl, "new", after);
+    rt_jl_str(jl, "change", after < before ? "decrease" : "increase");
+    rt_jl_end(jl);
+}
+
+void rt_log_epoch_train(FILE *out, const RtModel *m, const RtEpochLog *e)
+{
+    char pre[64];
+    snprintf(pre, sizeof pre, "Epoch[%lld] Train-", (long long)e->epoch);
+    rt_metric_print_lines(out, m, e->train, pre);
+    if (e->amp_on)
+        fprintf(out, "Epoch[%lld] Loss-scale=%.9g Skipped-steps=%lld\n", (long long)e->epoch,
+                (double)e->loss_scale, (long long)e->skipped);
+    if (e->nonfinite > 0)
+        fprintf(out, "Epoch[%lld] Nonfinite-steps=%lld\n", (long long)e->epoch,
+                (long long)e->nonfinite);
+    fprintf(out, "Epoch[%lld] Time cost=%.3f\n", (long long)e->epoch, e->cost);
+    fflush(out);
+}
+
+void rt_log_checkpoint(FILE *out, JLog *jl, const RtEpochLog *e)
+{
+    fprintf(out, "Saved checkpoint to \"%s\"\n", e->checkpoint);
+    rt_jl_begin(jl, "checkpoint");
+    rt_jl_int(jl, "epoch", (long long)e->epoch);
+    rt_jl_str(jl, "file", e->checkpoint);
+    rt_jl_int(jl, "step", (long long)e->step);
+    rt_jl_int(jl, "num_update", (long long)e->num_update);
+    rt_jl_end(jl);
+}
+
+void rt_log_epoch_end(FILE *out, JLog *jl, const RtModel *m, const RtEpochLog *e)
+{
+    char pre[64];
+    snprintf(pre, sizeof pre, "Epoch[%lld] Validation-", (long long)e->epoch);
+    rt_metric_print_lines(out, m, e->val, pre);
+    fflush(out);
+    rt_jl_begin(jl, "epoch");
+    rt_jl_int(jl, "epoch", (long long)e->epoch);
+    rt_jl_int(jl, "batches", (long long)e->batches);
+    rt_jl_int(jl, "step", (long long)e->step);
+    rt_jl_int(jl, "num_update", (long long)e->num_update);
+    rt_jl_metrics(jl, "train", m, e->train);
+    rt_jl_num(jl, "time_cost", e->cost);
+    rt_jl_num(jl, "samples_per_sec", e->cost > 0 ? (double)e->train->samples / e->cost : NAN);
+    rt_jl_num(jl, "lr", e->lr);
+    rt_jl_num(jl, "loss_scale", e->loss_scale);
+    rt_jl_int(jl, "skipped_steps", (long long)e->skipped);
+    rt_jl_int(jl, "nonfinite_steps", (long long)e->nonfinite);
+    rt_jl_str(jl, "checkpoint", e->checkpoint);
+    rt_jl_metrics(jl, "validation", m, e->val);
+    rt_jl_end(jl);
+}
+
+void rt_log_end(FILE *out, JLog *jl, const RtModel *m, const RtLossScaler *ls, int64_t step,
+                int64_t num_update, const Metric *val)
+{
+    fprintf(out, "Final validation-accuracy=%f\n", rt_metric_acc(val));
+    fflush(out);
+    rt_jl_begin(jl, "end");
+    rt_jl_int(jl, "steps", (long long)step);
+    rt_jl_int(jl, "num_update", (long long)num_update);
+    rt_jl_int(jl, "skipped_steps", (long long)ls->skipped);
+    rt_jl_num(jl, "loss_scale", ls->s.scale);
+    rt_jl_metrics(jl, "validation", m, val);
+    rt_jl_end(jl);
+}
+
+int rt_jl_open(JLog *jl, const RtTrainOptions *o, FILE *err)
+{
+    const char *clash = o->json_log && rt_is_input(o->json_log) ? "--json-log"
+                        : o->dump_state && rt_is_input(o->dump_state) ? "--dump-state"
+                                                                      : NULL;
+    if (clash) {
+        fprintf(err, "%s: %s %s: this file is one of the run's inputs; refusing to overwrite "
+                "it\n", o->prog, clash, clash[2] == 'j' ? o->json_log : o->dump_state);
+        return 2;
+    }
+    if (!o->json_log)
+        return 0;
+    /* written as the run goes (a log of a killed run is still read), so not
+     * through a temporary file; a device or FIFO works as well */
+    jl->f = fopen(o->json_log, "w");
+    if (!jl->f) {
+        fprintf(err, "%s: --json-log: cannot open %s: %s\n", o->prog, o->json_log,
+                strerror(errno));
+        return 1;
+    }
+    return 0;
 }

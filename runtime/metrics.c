@@ -1,5 +1,6 @@
 /* metrics.c - the metrics of the training and validation logs: accuracy,
- * MXNet's top-5 accuracy and the cross-entropy, summed over batches.  Apart
+ * MXNet's top-5 accuracy and the cross-entropy, summed over batches, on the
+ * host: the loss head's output is copied from the device first.  Apart
  * from the logs that print them (log.c) because the loop, validation and
  * the logs all read the same sums.
  */
@@ -25,10 +26,11 @@ static int64_t topk_count(int64_t n, int64_t classes, const float *p, const floa
     return hit;
 }
 
-void rt_metric_add(Metric *mt, const RtModel *m, const RtCtx *ctx, int prob, int64_t n)
+void rt_metric_add(Metric *mt, RtTrainer *t, int prob, int64_t n)
 {
-    const void *p = ctx->buf[prob];
-    const float *label = ctx->buf[m->label];
+    const RtModel *m = t->m;
+    const void *p = rt_trainer_read_rows(t, prob, n); /* the probabilities, on the host */
+    const float *label = t->y_host;                   /* the labels the batch was loaded from */
     RtDType dt = m->buffers[prob].dtype;
     int64_t cnt = 0;
     mt->correct += rt_accuracy_count(n, m->classes, dt, p, label);

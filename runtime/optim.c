@@ -244,8 +244,8 @@ bool rt_optim_step(const RtModel *m, RtCtx *ctx, float *const *state, const RtOp
     return rt_optim_step2(m, ctx, state, NULL, c);
 }
 
-bool rt_optim_step2(const RtModel *m, RtCtx *ctx, float *const *state, float *const *state2,
-                    const RtOptConfig *c)
+bool rt_optim_step2(const RtModel *m, const RtCtx *ctx, float *const *state,
+                    float *const *state2, const RtOptConfig *c)
 {
     bool with_mom = rt_optim_has_state(c);
     unsigned bad = 0;

@@ -1,5 +1,6 @@
 /* state.c - writes the state of one training step (train.h, rt_dump_state)
- * so tests can check a compiled program's gradients from outside it. */
+ * so tests can check a compiled program's gradients from outside it; every
+ * tensor is copied from the device first. */
 #include "train.h"
 
 #include <errno.h>
@@ -10,15 +11,30 @@
 
 static bool put(FILE *f, const void *p, size_t n) { return fwrite(p, 1, n, f) == n; }
 
-/* n values of buffer b (any dtype) as fp32, times scale. */
-static bool put_f32(FILE *f, const void *src, int64_t n, RtDType dt, float scale)
+/* n values at device pointer src (any dtype) as fp32, times scale */
+static bool put_f32(FILE *f, const RtTrainer *t, const void *src, int64_t n, RtDType dt,
+                    float scale)
 {
     float tmp[1024];
     for (int64_t i = 0; i < n; i += 1024) {
         int64_t k = n - i < 1024 ? n - i : 1024;
-        rt_to_f32(tmp, (const char *)src + (size_t)i * rt_dtype_size(dt), (size_t)k, dt);
+        rt_trainer_read_f32(t, tmp, (const char *)src + (size_t)i * rt_dtype_size(dt), (size_t)k,
+                            dt);
         for (int64_t j = 0; j < k; j++)
             tmp[j] *= scale;
+        if (!put(f, tmp, sizeof(float) * (size_t)k))
+            return false;
+    }
+    return true;
+}
+
+/* n fp32 values at device pointer src, bit for bit */
+static bool put_raw(FILE *f, const RtTrainer *t, const float *src, int64_t n)
+{
+    float tmp[1024];
+    for (int64_t i = 0; i < n; i += 1024) {
+        int64_t k = n - i < 1024 ? n - i : 1024;
+        rt_trainer_read_f32(t, tmp, src + i, (size_t)k, RT_F32);
         if (!put(f, tmp, sizeof(float) * (size_t)k))
             return false;
     }
@@ -39,8 +55,17 @@ bool rt_dump_state(const RtModel *m, const RtTrainer *t, const char *path, char 
     for (int i = 0; i < m->data_rank; i++)
         sample *= m->data_shape[i];
     int64_t data_values = sample * batch;
-    double loss = rt_cross_entropy_sum(batch, classes, RT_F32, ctx->buf[m->prob_train],
-                                       ctx->buf[m->label], &count);
+    float *label = malloc((size_t)batch * sizeof *label);
+    if (!label) {
+        snprintf(err, errlen, "--dump-state: out of memory");
+        rt_out_abort(&out);
+        return false;
+    }
+    rt_trainer_read_f32(t, label, ctx->buf[m->label], (size_t)batch, RT_F32);
+    double loss = rt_cross_entropy_sum(batch, classes, RT_F32,
+                                       rt_trainer_read_rows(t, m->prob_train, batch), label,
+                                       &count);
+    free(label);
     uint32_t version = 1, np = (uint32_t)m->nparams;
     bool ok = put(f, "AMPCSTAT", 8) && put(f, &version, 4) && put(f, &np, 4) &&
               put(f, &batch, 8) && put(f, &data_values, 8) && put(f, &ctx->seed, 8) &&
@@ -51,19 +76,19 @@ bool rt_dump_state(const RtModel *m, const RtTrainer *t, const char *path, char 
         uint32_t len = (uint32_t)strlen(p->name);
         ok = put(f, &len, 4) && put(f, p->name, len) && put(f, &p->numel, 8);
         if (ok && ctx->master && ctx->master[i])
-            ok = put(f, ctx->master[i], sizeof(float) * (size_t)p->numel);
+            ok = put_raw(f, t, ctx->master[i], p->numel);
         else if (ok)
-            ok = put_f32(f, ctx->buf[p->buffer], p->numel, p->dtype, 1.0f);
+            ok = put_f32(f, t, ctx->buf[p->buffer], p->numel, p->dtype, 1.0f);
         if (ok && p->grad >= 0) {
-            ok = put_f32(f, ctx->buf[p->grad], p->numel, m->buffers[p->grad].dtype, unscale);
+            ok = put_f32(f, t, ctx->buf[p->grad], p->numel, m->buffers[p->grad].dtype, unscale);
         } else if (ok) {
             float zero = 0;
             for (int64_t k = 0; ok && k < p->numel; k++)
                 ok = put(f, &zero, sizeof zero);
         }
     }
-    ok = ok && put(f, ctx->buf[m->data], sizeof(float) * (size_t)data_values) &&
-         put(f, ctx->buf[m->label], sizeof(float) * (size_t)batch);
+    ok = ok && put_raw(f, t, ctx->buf[m->data], data_values) &&
+         put_raw(f, t, ctx->buf[m->label], batch);
     if (!ok) {
         snprintf(err, errlen, "--dump-state: cannot write '%s': %s", path, strerror(errno));
         rt_out_abort(&out);

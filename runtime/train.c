@@ -1,22 +1,27 @@
-/* train.c - the training loop (docs/training.md).  Per step: fill the batch,
- * train_step (forward and backward) with ctx.loss_scale, the finite check
- * over every gradient, then, unless a dynamic loss scale skips the step,
- * moving_update (BatchNorm statistics) and the optimizer over every
- * parameter (optim.c); the loss scaler's rule (lossscale.c); the metrics
- * (metrics.c); a Speedometer line every --log-interval batches and, per
- * epoch, the training metrics, the time, a checkpoint (checkpoint.c) and a
- * validation pass through infer_step.  The other jobs of a run are in their
- * own files (train_internal.h): the command line (options.c), buffers
- * (trainer.c), learning-rate schedules (lr.c), the data source (datasrc.c),
- * the logs (log.c) and the per-node hooks (hooks.c).  main() lives in
- * main.c, so tests link the runtime with their own models.
+/* train.c - the training loop (docs/training.md).  Per step: the batch
+ * filled on the host and copied to the device, train_step (forward and
+ * backward) with ctx.loss_scale, the gradients all-reduced over the run's
+ * devices, the finite check over every gradient, then, unless a dynamic
+ * loss scale skips the step, moving_update (BatchNorm statistics) and the
+ * fused optimizer over every parameter; the loss scaler's rule
+ * (lossscale.c); the metrics (metrics.c); a Speedometer line every
+ * --log-interval batches and, per epoch, the training metrics, the time, a
+ * checkpoint (checkpoint.c) and a validation pass through infer_step.
+ *
+ * The loop reaches the memory the steps run on only through the device
+ * interface (device.h, through the trainer's calls in trainer.c): it calls
+ * no kernel and reads no buffer (tests/runtime/device_seam.sh checks).  The
+ * other jobs of a run are in their own files (train_internal.h): the
+ * command line (options.c), buffers (trainer.c), learning-rate schedules
+ * (lr.c), the data source (datasrc.c), the logs (log.c) and the per-node
+ * hooks (hooks.c).  main() lives in main.c, so tests link the runtime with
+ * their own models.
  */
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "data/data_ext.h"
 #include "fileio.h"
@@ -34,12 +39,13 @@ static bool validate(const RtModel *m, RtTrainer *t, const RtDataset *ds, int64_
 {
     Metric mt = {0};
     int64_t b = t->batch;
-    float *x = t->ctx.buf[m->data], *y = t->ctx.buf[m->label];
     for (int64_t at = 0; at < ds->nval; at += b) {
         int64_t n = ds->nval - at < b ? ds->nval - at : b;
         for (int64_t j = 0; j < b; j++)
             idx[j] = at + (j < n ? j : 0);
-        ds->fill(ds, RT_SPLIT_VAL, idx, b, x, y);
+        rt_trainer_staging_ready(t);
+        ds->fill(ds, RT_SPLIT_VAL, idx, b, t->x_host, t->y_host);
+        rt_trainer_load_batch(t);
         t->ctx.batch = b;
         nm->train = false;
         nm->found = false;
@@ -55,10 +61,19 @@ static bool validate(const RtModel *m, RtTrainer *t, const RtDataset *ds, int64_
             rt_numerics_report(err, prog, m, nm, where);
             return false;
         }
-        rt_metric_add(&mt, m, &t->ctx, m->prob_infer, n);
+        rt_metric_add(&mt, t, m->prob_infer, n);
     }
     *res = mt;
     return true;
+}
+
+/* The clock once the device has finished the work queued before: the
+ * profile's phases and the Speedometer time the device's work, not its
+ * queueing (the CPU device is synchronous: just the clock). */
+static double dev_now(RtTrainer *t)
+{
+    rt_dev_synchronize(t->dev);
+    return rt_now_s();
 }
 
 /* ---- the run ------------------------------------------------------------------- */
@@ -96,44 +111,14 @@ static void run_free(Run *r)
         fclose(r->json);
 }
 
-static bool has_node(const RtModel *m, const char *name)
+/* The profile's phase k gets the time since *since, which moves to now. */
+static void prof_phase(Prof *pf, RtTrainer *t, int k, double *since)
 {
-    for (int i = 0; i < m->nbuffers; i++)
-        if (m->buffers[i].name && strcmp(m->buffers[i].name, name) == 0)
-            return true;
-    return false;
-}
-
-/* mkdir -p */
-static bool ensure_dir(const char *dir, char *err, size_t errlen)
-{
-    struct stat st;
-    if (stat(dir, &st) == 0) {
-        if (S_ISDIR(st.st_mode))
-            return true;
-        snprintf(err, errlen, "--save-dir %s: not a directory", dir);
-        return false;
-    }
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
-        snprintf(err, errlen, "--save-dir: the path is too long");
-        return false;
-    }
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != 0)
-            continue;
-        char c = *p;
-        *p = 0;
-        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
-            snprintf(err, errlen, "--save-dir: cannot create %.400s: %.200s", path,
-                     strerror(errno));
-            return false;
-        }
-        *p = c;
-        if (c == 0)
-            break;
-    }
-    return true;
+    if (!pf || !pf->on)
+        return;
+    double now = dev_now(t);
+    pf->phase[k] += now - *since;
+    *since = now;
 }
 
 int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err,
@@ -165,17 +150,15 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         return 2;
     }
     bool augment = o->augment_pad > 0 || o->augment_mirror;
-    if (o->inject_nan_node[0] && !has_node(m, o->inject_nan_node)) {
+    if (o->inject_nan_node[0] && !rt_has_node(m, o->inject_nan_node)) {
         fprintf(err, "%s: --inject-nan: model %s has no node named '%s'\n", o->prog, m->name,
                 o->inject_nan_node);
         return 2;
     }
-    if (o->save_dir && !ensure_dir(o->save_dir, msg, sizeof msg)) {
+    if (o->save_dir && !rt_save_dir_prepare(o->save_dir, m->name, err, o->prog, msg, sizeof msg)) {
         fprintf(err, "%s: %s\n", o->prog, msg);
         return 2;
     }
-    if (o->save_dir) /* what a run killed while saving left (docs/training.md, Writing) */
-        rt_checkpoint_clean_stale(o->save_dir, m->name, err, o->prog);
     /* a checkpoint first: its seed decides the data */
     uint64_t seed = o->seed;
     if (o->resume) {
@@ -241,77 +224,27 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         t->ctx.check_node = 1;
     }
     JLog jl = {.t0 = rt_now_s()};
-    const char *clash = o->json_log && rt_is_input(o->json_log) ? "--json-log"
-                        : o->dump_state && rt_is_input(o->dump_state) ? "--dump-state"
-                                                                      : NULL;
-    if (clash) {
-        fprintf(err, "%s: %s %s: this file is one of the run's inputs; refusing to overwrite "
-                "it\n", o->prog, clash, clash[2] == 'j' ? o->json_log : o->dump_state);
+    rc = rt_jl_open(&jl, o, err);
+    run.json = jl.f;
+    if (rc != 0) {
         run_free(&run);
-        return 2;
-    }
-    if (o->json_log) {
-        /* written as the run goes (a log of a killed run is still read), so
-         * not through a temporary file; a device or FIFO works as well */
-        jl.f = fopen(o->json_log, "w");
-        if (!jl.f) {
-            fprintf(err, "%s: --json-log: cannot open %s: %s\n", o->prog, o->json_log,
-                    strerror(errno));
-            run_free(&run);
-            return 1;
-        }
-        run.json = jl.f;
+        return rc;
     }
 
     /* where the run starts */
     RtLossScaler ls;
     rt_loss_scaler_init(&ls, &o->loss_scale, m->amp);
-    int64_t epoch0 = 0, nb0 = 0, step = 0, num_update = 0;
+    RtRunState at = {0}; /* epoch, batch_in_epoch, step, num_update */
     if (run.have_ck) {
-        const RtRunState *rs = &run.ck.run;
         if (!rt_checkpoint_apply(&run.ck, t, o->resume, err, msg, sizeof msg)) {
             fprintf(err, "%s: %s\n", o->prog, msg);
             run_free(&run);
             return 1;
         }
-        if (seed != o->seed)
-            fprintf(err, "%s: note: resuming with the checkpoint's seed %llu (not %llu)\n",
-                    o->prog, (unsigned long long)seed, (unsigned long long)o->seed);
-        if (rs->optimizer != (uint32_t)o->optimizer) { /* in range: checkpoint.c checked it */
-            static const char *const names[] = {"sgd", "nag", "adam"};
-            fprintf(err, "%s: note: the checkpoint was written with optimizer %s; this run uses "
-                    "%s\n", o->prog, names[rs->optimizer], names[o->optimizer]);
-        }
-        epoch0 = rs->epoch;
-        nb0 = rs->batch_in_epoch;
-        step = rs->step;
-        num_update = rs->num_update;
-        if (rs->batch_size != b && nb0 > 0) {
-            fprintf(err, "%s: warning: the checkpoint was written at batch size %lld, this run "
-                    "uses %lld: it starts at the next epoch\n", o->prog,
-                    (long long)rs->batch_size, (long long)b);
-            epoch0++;
-            nb0 = 0;
-        }
-        if (nb0 >= steps_per_epoch) {
-            epoch0++;
-            nb0 = 0;
-        }
-        ls.skipped = rs->ls.skipped;
-        ls.nonfinite = rs->ls.nonfinite;
-        if (rs->ls.mode == ls.mode && ls.mode == RT_LS_DYNAMIC) {
-            ls.s = rs->ls.s;
-            if (ls.s.tracker >= ls.rule.interval) { /* a shorter interval than the saved run's */
-                fprintf(err, "%s: note: the checkpoint's count of clean steps (%d) reaches this "
-                        "run's growth interval (%d): the scale grows after the next clean "
-                        "step\n", o->prog, (int)ls.s.tracker, (int)ls.rule.interval);
-                ls.s.tracker = ls.rule.interval - 1;
-            }
-        } else if (rs->ls.mode != ls.mode)
-            fprintf(err, "%s: note: the checkpoint's loss scale is %s, this run's %s: the "
-                    "scale starts at %g\n", o->prog, rt_loss_scale_mode_name(rs->ls.mode),
-                    rt_loss_scale_mode_name(ls.mode), (double)ls.s.scale);
+        rt_checkpoint_resume(&run.ck.run, o, steps_per_epoch, &ls, &at, err);
     }
+    int64_t epoch0 = at.epoch, nb0 = at.batch_in_epoch, step = at.step,
+            num_update = at.num_update;
     int64_t nvalues = 0;
     for (int i = 0; i < m->nparams; i++)
         nvalues += m->params[i].grad >= 0 ? m->params[i].numel : 0;
@@ -326,9 +259,15 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         run_free(&run);
         return 1;
     }
+    /* the device's per-call state, and every device starting from rank 0's
+     * parameters (one device: nothing moves) */
+    if (!rt_trainer_setup(t, msg, sizeof msg) || !rt_trainer_broadcast_params(t, msg, sizeof msg)) {
+        fprintf(err, "%s: %s\n", o->prog, msg);
+        run_free(&run);
+        return 1;
+    }
     int64_t run_steps = 0; /* steps of this run (the profile skips the first) */
-
-    float *x = t->ctx.buf[m->data], *y = t->ctx.buf[m->label];
+    float *x = t->x_host;  /* host staging: the device's batch is loaded from it */
     int64_t total = steps_per_epoch * o->epochs;
     bool validated = false;
     Metric val = {0};
@@ -340,42 +279,48 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         r.epochs = (int)epoch + 1;
         rt_shuffle(run.perm, ds->ntrain, seed, epoch);
         Metric global = {0}, local = {0};
-        double t0 = rt_now_s(), tic = t0;
+        double t0 = dev_now(t), tic = t0;
         int64_t skipped0 = ls.skipped, nonfinite0 = ls.nonfinite;
         int64_t nbatch = epoch == epoch0 ? nb0 : 0;
         bool first = true;
         for (; nbatch < steps_per_epoch; nbatch++) {
             if (o->max_steps >= 0 && step >= o->max_steps)
                 break;
-            double ph0 = pf ? rt_now_s() : 0, ph1 = 0;
+            RtStepAt here = {.epoch = epoch, .batch = nbatch, .step = step};
+            double ph0 = pf ? dev_now(t) : 0, ph = ph0;
             if (pf) {
                 pf->on = run_steps > 0;
                 pf->past_head = false;
             }
-            ds->fill(ds, RT_SPLIT_TRAIN, run.perm + nbatch * b, b, x, y);
+            /* the batch: filled and augmented on the host, then copied */
+            rt_trainer_staging_ready(t);
+            ds->fill(ds, RT_SPLIT_TRAIN, run.perm + nbatch * b, b, x, t->y_host);
             if (augment)
                 for (int64_t j = 0; j < b; j++)
                     rt_augment(x + j * sample, (int)m->data_shape[0], (int)m->data_shape[1],
                                (int)m->data_shape[2], o->augment_pad, o->augment_mirror, seed,
                                (uint64_t)epoch, run.perm[nbatch * b + j], run.scratch);
+            rt_trainer_load_batch(t);
             t->ctx.batch = b;
             t->ctx.step = (uint64_t)step;
             t->ctx.loss_scale = step == o->inject_inf_step ? INFINITY : ls.s.scale;
             nm.train = true;
             nm.past_head = false;
             nm.found = false;
-            if (pf) {
-                ph1 = rt_now_s();
-                pf->last = ph1;
-            }
+            prof_phase(pf, t, PH_DATA, &ph);
+            if (pf)
+                pf->last = ph;
             m->train_step(&t->ctx);
+            if (!rt_trainer_reduce_grads(t, msg, sizeof msg)) {
+                fprintf(err, "%s: %s\n", o->prog, msg);
+                rc = 1;
+                goto done;
+            }
+            /* the nodes have added their times to forward and backward;
+             * what follows the last node goes to its pass */
             if (pf && pf->on) {
-                /* the nodes have added their times to forward and backward;
-                 * what follows the last node goes to its pass */
-                double now = rt_now_s();
-                pf->phase[PH_DATA] += ph1 - ph0;
-                pf->phase[pf->past_head ? PH_BACKWARD : PH_FORWARD] += now - pf->last;
-                ph1 = now;
+                prof_phase(pf, t, pf->past_head ? PH_BACKWARD : PH_FORWARD, &pf->last);
+                ph = pf->last;
             }
             if (o->dump_state) {
                 ok = rt_dump_state(m, t, o->dump_state, msg, sizeof msg);
@@ -397,84 +342,39 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 fprintf(out, "Epoch[%lld] Batch [%lld]\tNumerics: gradient overflow at step %lld, "
                         "first in the output of node '%s' (loss scale %g)\n", (long long)epoch,
                         (long long)nbatch, (long long)step, nm.name, (double)t->ctx.loss_scale);
-            rt_metric_add(&global, m, &t->ctx, m->prob_train, b);
-            rt_metric_add(&local, m, &t->ctx, m->prob_train, b);
+            rt_metric_add(&global, t, m->prob_train, b);
+            rt_metric_add(&local, t, m->prob_train, b);
+            prof_phase(pf, t, PH_OTHER, &ph); /* the metrics */
             /* dynamic: every gradient checked before anything changes; else
              * the check is fused into the update (which cannot be skipped) */
             bool finite = true;
-            double ph2 = pf ? rt_now_s() : 0;
-            if (pf && pf->on)
-                pf->phase[PH_OTHER] += ph2 - ph1; /* the metrics */
-            if (ls.mode == RT_LS_DYNAMIC)
-                finite = rt_optim_grads_finite(m, &t->ctx);
-            if (pf && pf->on) {
-                double now = rt_now_s();
-                pf->phase[PH_CHECK] += now - ph2;
-                ph2 = now;
+            if (ls.mode == RT_LS_DYNAMIC) {
+                rt_dev_check_grads(t->dev);
+                finite = rt_dev_read_flag(t->dev);
             }
+            prof_phase(pf, t, PH_CHECK, &ph);
             if (finite || ls.mode != RT_LS_DYNAMIC) {
                 if (m->moving_update)
                     m->moving_update(&t->ctx);
-                if (pf && pf->on) {
-                    double now = rt_now_s();
-                    pf->phase[PH_MOVING] += now - ph2;
-                    ph2 = now;
-                }
+                prof_phase(pf, t, PH_MOVING, &ph);
                 oc.lr = rt_lr_at(&o->sched, o->lr, num_update + 1, steps_per_epoch, total);
                 oc.rescale_grad = (float)(1.0 / ((double)b * (double)t->ctx.loss_scale));
                 oc.t = num_update + 1;
-                bool f = rt_optim_step2(m, &t->ctx, t->state, t->state2, &oc);
-                if (pf && pf->on) {
-                    double now = rt_now_s();
-                    pf->phase[PH_OPTIM] += now - ph2;
-                    ph2 = now;
-                }
-                if (ls.mode != RT_LS_DYNAMIC)
-                    finite = f;
+                rt_dev_optim_step(t->dev, t->state, t->state2, &oc);
+                prof_phase(pf, t, PH_OPTIM, &ph);
+                if (ls.mode != RT_LS_DYNAMIC) /* the check fused into the update */
+                    finite = rt_dev_read_flag(t->dev);
                 num_update++;
                 r.lr = oc.lr;
             }
             if (!finite) {
-                int pi = o->check_numerics && !nm.found ? rt_optim_first_nonfinite(m, &t->ctx) : -1;
-                if (pi >= 0)
-                    fprintf(out, "Epoch[%lld] Batch [%lld]\tNumerics: the gradient of parameter "
-                            "'%s' holds inf or NaN\n", (long long)epoch, (long long)nbatch,
-                            m->params[pi].name);
-                if (ls.mode == RT_LS_DYNAMIC)
-                    fprintf(out, "Epoch[%lld] Batch [%lld]\tAMP: gradient overflow at step %lld: "
-                            "step skipped (%lld skipped in all)\n", (long long)epoch,
-                            (long long)nbatch, (long long)step, (long long)ls.skipped + 1);
-                else if (ls.nonfinite < 10)
-                    fprintf(err, "%s: warning: step %lld (epoch %lld, batch %lld): the gradients "
-                            "hold inf or NaN and the update was applied (loss scale %s %g: "
-                            "only dynamic loss scaling skips steps)%s\n", o->prog,
-                            (long long)step, (long long)epoch, (long long)nbatch,
-                            rt_loss_scale_mode_name(ls.mode), (double)ls.s.scale,
-                            ls.nonfinite == 9 ? "; further such steps are counted, not reported"
-                                              : "");
-                rt_jl_begin(&jl, ls.mode == RT_LS_DYNAMIC ? "skipped_step" : "nonfinite_step");
-                rt_jl_int(&jl, "epoch", (long long)epoch);
-                rt_jl_int(&jl, "batch", (long long)nbatch);
-                rt_jl_int(&jl, "step", (long long)step);
-                rt_jl_num(&jl, "loss_scale", t->ctx.loss_scale);
-                rt_jl_int(&jl, ls.mode == RT_LS_DYNAMIC ? "skipped_total" : "nonfinite_total",
-                       (long long)(ls.mode == RT_LS_DYNAMIC ? ls.skipped : ls.nonfinite) + 1);
-                rt_jl_str(&jl, "first_nonfinite_node", nm.found ? nm.name : NULL);
-                rt_jl_str(&jl, "first_nonfinite_param", pi >= 0 ? m->params[pi].name : NULL);
-                rt_jl_end(&jl);
+                int pi = o->check_numerics && !nm.found ? rt_dev_first_nonfinite(t->dev) : -1;
+                rt_log_nonfinite(out, err, &jl, o, &ls, &here, t->ctx.loss_scale,
+                                 nm.found ? nm.name : NULL, pi >= 0 ? m->params[pi].name : NULL);
             }
             float scale_before = ls.s.scale;
             rt_loss_scaler_update(&ls, finite, out, err);
-            if (ls.s.scale != scale_before) {
-                rt_jl_begin(&jl, "loss_scale");
-                rt_jl_int(&jl, "epoch", (long long)epoch);
-                rt_jl_int(&jl, "batch", (long long)nbatch);
-                rt_jl_int(&jl, "step", (long long)step);
-                rt_jl_num(&jl, "old", scale_before);
-                rt_jl_num(&jl, "new", ls.s.scale);
-                rt_jl_str(&jl, "change", ls.s.scale < scale_before ? "decrease" : "increase");
-                rt_jl_end(&jl);
-            }
+            rt_log_scale_change(&jl, &here, scale_before, ls.s.scale);
             if (rt_loss_scaler_exhausted(&ls)) {
                 fprintf(err, "%s: error: step %lld: the loss scale underflowed to %g (the "
                         "gradients overflow at every scale): the forward pass or the data hold "
@@ -489,9 +389,9 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
              * log_interval batches a line, then the local metric resets */
             if (first) {
                 first = false;
-                tic = rt_now_s();
+                tic = dev_now(t);
             } else if (o->log_interval > 0 && nbatch % o->log_interval == 0) {
-                double now = rt_now_s();
+                double now = dev_now(t);
                 double dt = now - tic > 0 ? now - tic : 1e-9;
                 double speed = (double)o->log_interval * (double)b / dt;
                 rt_log_speedometer(out, &jl, m, epoch, nbatch, o->log_interval, step, speed,
@@ -499,10 +399,9 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 local = (Metric){0};
                 tic = now;
             }
+            prof_phase(pf, t, PH_OTHER, &ph);
             if (pf && pf->on) {
-                double now = rt_now_s();
-                pf->phase[PH_OTHER] += now - ph2;
-                pf->step_sec += now - ph0;
+                pf->step_sec += ph - ph0;
                 pf->steps++;
             }
             if (rt_jl_failed(&jl, o, err)) {
@@ -510,50 +409,26 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 goto done;
             }
         }
-        double cost = rt_now_s() - t0;
+        RtEpochLog el = {.epoch = epoch, .batches = nbatch - (epoch == epoch0 ? nb0 : 0),
+                         .step = step, .num_update = num_update, .train = &global, .val = &val,
+                         .cost = dev_now(t) - t0, .amp_on = amp_on,
+                         .skipped = ls.skipped - skipped0, .nonfinite = ls.nonfinite - nonfinite0};
         r.train_accuracy = rt_metric_acc(&global);
-        char pre[64];
-        snprintf(pre, sizeof pre, "Epoch[%lld] Train-", (long long)epoch);
-        rt_metric_print_lines(out, m, &global, pre);
-        if (amp_on)
-            fprintf(out, "Epoch[%lld] Loss-scale=%.9g Skipped-steps=%lld\n", (long long)epoch,
-                    (double)ls.s.scale, (long long)(ls.skipped - skipped0));
-        if (ls.nonfinite > nonfinite0)
-            fprintf(out, "Epoch[%lld] Nonfinite-steps=%lld\n", (long long)epoch,
-                    (long long)(ls.nonfinite - nonfinite0));
-        fprintf(out, "Epoch[%lld] Time cost=%.3f\n", (long long)epoch, cost);
-        fflush(out);
+        el.loss_scale = ls.s.scale;
+        rt_log_epoch_train(out, m, &el);
         if (o->save_dir) {
             RtRunState rs = {.seed = seed, .batch_size = b, .epoch = epoch,
                              .batch_in_epoch = nbatch, .step = step, .num_update = num_update,
                              .optimizer = (uint32_t)o->optimizer, .momentum = o->momentum,
                              .ls = ls};
-            if (nbatch >= steps_per_epoch) {
-                rs.epoch = epoch + 1;
-                rs.batch_in_epoch = 0;
-            }
-            size_t cap = strlen(o->save_dir) + strlen(m->name) + 40;
-            free(run.path);
-            run.path = malloc(cap);
-            if (!run.path) {
-                fprintf(err, "%s: out of memory\n", o->prog);
-                rc = 1;
-                goto done;
-            }
-            snprintf(run.path, cap, "%s/%s-%04lld.params", o->save_dir, m->name,
-                     (long long)epoch + 1);
-            if (!rt_checkpoint_save(run.path, t, &rs, msg, sizeof msg)) {
+            if (!rt_checkpoint_save_epoch(o->save_dir, t, rs, steps_per_epoch, &run.path, msg,
+                                          sizeof msg)) {
                 fprintf(err, "%s: %s\n", o->prog, msg);
                 rc = 1;
                 goto done;
             }
-            fprintf(out, "Saved checkpoint to \"%s\"\n", run.path);
-            rt_jl_begin(&jl, "checkpoint");
-            rt_jl_int(&jl, "epoch", (long long)epoch);
-            rt_jl_str(&jl, "file", run.path);
-            rt_jl_int(&jl, "step", (long long)step);
-            rt_jl_int(&jl, "num_update", (long long)num_update);
-            rt_jl_end(&jl);
+            el.checkpoint = run.path;
+            rt_log_checkpoint(out, &jl, &el);
         }
         char when[64];
         snprintf(when, sizeof when, "after epoch %lld", (long long)epoch);
@@ -562,24 +437,8 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             goto done;
         }
         validated = true;
-        snprintf(pre, sizeof pre, "Epoch[%lld] Validation-", (long long)epoch);
-        rt_metric_print_lines(out, m, &val, pre);
-        fflush(out);
-        rt_jl_begin(&jl, "epoch");
-        rt_jl_int(&jl, "epoch", (long long)epoch);
-        rt_jl_int(&jl, "batches", (long long)(nbatch - (epoch == epoch0 ? nb0 : 0)));
-        rt_jl_int(&jl, "step", (long long)step);
-        rt_jl_int(&jl, "num_update", (long long)num_update);
-        rt_jl_metrics(&jl, "train", m, &global);
-        rt_jl_num(&jl, "time_cost", cost);
-        rt_jl_num(&jl, "samples_per_sec", cost > 0 ? (double)global.samples / cost : NAN);
-        rt_jl_num(&jl, "lr", r.lr);
-        rt_jl_num(&jl, "loss_scale", ls.s.scale);
-        rt_jl_int(&jl, "skipped_steps", (long long)(ls.skipped - skipped0));
-        rt_jl_int(&jl, "nonfinite_steps", (long long)(ls.nonfinite - nonfinite0));
-        rt_jl_str(&jl, "checkpoint", o->save_dir ? run.path : NULL);
-        rt_jl_metrics(&jl, "validation", m, &val);
-        rt_jl_end(&jl);
+        el.lr = r.lr;
+        rt_log_epoch_end(out, &jl, m, &el);
         if (rt_jl_failed(&jl, o, err)) {
             rc = 1;
             goto done;
@@ -593,15 +452,7 @@ final:
         }
         rt_metric_print_lines(out, m, &val, "Validation-");
     }
-    fprintf(out, "Final validation-accuracy=%f\n", rt_metric_acc(&val));
-    fflush(out);
-    rt_jl_begin(&jl, "end");
-    rt_jl_int(&jl, "steps", (long long)step);
-    rt_jl_int(&jl, "num_update", (long long)num_update);
-    rt_jl_int(&jl, "skipped_steps", (long long)ls.skipped);
-    rt_jl_num(&jl, "loss_scale", ls.s.scale);
-    rt_jl_metrics(&jl, "validation", m, &val);
-    rt_jl_end(&jl);
+    rt_log_end(out, &jl, m, &ls, step, num_update, &val);
     if (pf)
         rt_prof_report(pf, out, &jl);
     if (rt_jl_failed(&jl, o, err))

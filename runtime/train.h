@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "device.h"
 #include "kernels/lossscale.h"
 #include "program.h"
 #include "settings.h" /* the settings' types and parsers */
@@ -70,15 +71,26 @@ typedef struct {
  * 0 after --help (usage printed to out), 2 on a bad flag (message to err). */
 int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FILE *err);
 
-/* Buffers, masters and optimizer state of one model at one batch size. */
+/* Buffers, masters and optimizer state of one model at one batch size, in
+ * the memory of one device (device.h): every pointer below except the host
+ * staging buffers is a device pointer, read and written only through it. */
 typedef struct {
     const RtModel *m;
     int64_t batch;       /* the N buffers are sized for */
+    RtDevice *dev;       /* the device the buffers live on (the CPU's) */
     RtCtx ctx;           /* ctx.buf, ctx.master point into the arrays below */
     void *arena;         /* the planned buffers (program.h), or NULL */
     int64_t arena_bytes;
     float **state;       /* per parameter: momentum or Adam's mean (fp32, numel), or NULL */
     float **state2;      /* per parameter: Adam's var (fp32, numel), or NULL */
+    RtDevTensor *grads;  /* every trainable parameter's gradient: the all-reduce bucket */
+    int ngrads;
+    /* host staging: the data loader fills x_host [batch, sample] and y_host
+     * [batch], rt_trainer_load_batch copies them to the data and label
+     * buffers; prob_host receives the loss head's output for the metrics */
+    float *x_host, *y_host;
+    void *prob_host;
+    RtDevEvent batch_copied; /* the staging buffers may be refilled once it is done */
     void *hook;          /* the driver's after_node state (--check-numerics, --inject-nan) */
 } RtTrainer;
 
@@ -97,6 +109,24 @@ bool rt_trainer_init_params(RtTrainer *t, const char *weight_init, uint64_t seed
                             size_t errlen);
 /* Elements of buffer b at the trainer's batch size. */
 int64_t rt_buffer_elems(const RtModel *m, int b, int64_t batch);
+/* The device's setup step (rt_dev_setup over the trainer's buffers), once
+ * before the first step; false with a message. */
+bool rt_trainer_setup(RtTrainer *t, char *err, size_t errlen);
+/* The host staging buffers may be written (the previous batch's copy to the
+ * device has finished). */
+void rt_trainer_staging_ready(RtTrainer *t);
+/* The staged batch (x_host, y_host) to the data and label buffers. */
+void rt_trainer_load_batch(RtTrainer *t);
+/* The first n rows of the loss head's output in buffer prob, copied to
+ * prob_host. */
+const void *rt_trainer_read_rows(const RtTrainer *t, int prob, int64_t n);
+/* n elements of dtype dt at device pointer src into host dst as fp32 (a
+ * 16-bit one widened). */
+void rt_trainer_read_f32(const RtTrainer *t, float *dst, const void *src, size_t n, RtDType dt);
+/* The gradients summed over the run's devices (the identity on one). */
+bool rt_trainer_reduce_grads(RtTrainer *t, char *err, size_t errlen);
+/* Every device takes rank 0's parameters, masters and optimizer state. */
+bool rt_trainer_broadcast_params(RtTrainer *t, char *err, size_t errlen);
 
 /* The learning rate of update t (1 on the first update; MXNet's num_update). */
 float rt_lr_at(const RtLrSchedule *s, float base_lr, int64_t t, int64_t steps_per_epoch,
@@ -136,7 +166,7 @@ bool rt_init_param(const RtParam *p, const char *weight_init, uint64_t seed, flo
 
 /* ---- optim.c: the fused optimizer over all parameters ------------------- */
 
-typedef struct {
+typedef struct RtOptConfig {
     RtOptKind kind;
     float lr, momentum, wd;
     float rescale_grad;  /* 1/(batch x loss_scale): unscaling folded in */
@@ -166,8 +196,8 @@ bool rt_optim_step(const RtModel *m, RtCtx *ctx, float *const *state, const RtOp
 /* The same with the second state (Adam's var, state2[i]); rt_optim_step is
  * this with state2 NULL (sgd and nag).  Adam skips parameters without both
  * states. */
-bool rt_optim_step2(const RtModel *m, RtCtx *ctx, float *const *state, float *const *state2,
-                    const RtOptConfig *c);
+bool rt_optim_step2(const RtModel *m, const RtCtx *ctx, float *const *state,
+                    float *const *state2, const RtOptConfig *c);
 /* Bytes moved per parameter element by one update; separate_check adds the
  * read of the gradient by a finite check before the update (dynamic loss
  * scaling; docs/training.md). */
@@ -216,6 +246,21 @@ typedef struct {
  * directory, fsynced, renamed over path, the directory fsynced. */
 bool rt_checkpoint_save(const char *path, const RtTrainer *t, const RtRunState *rs, char *err,
                         size_t errlen);
+/* --save-dir: made (mkdir -p), then cleared of the temporary files a run
+ * killed while saving left (notes to note).  False with a message. */
+bool rt_save_dir_prepare(const char *dir, const char *model, FILE *note, const char *prog,
+                         char *err, size_t errlen);
+/* Where a run resumed from a checkpoint's run state rs starts (at: epoch,
+ * batch_in_epoch, step, num_update; the next epoch when rs's batch size
+ * differs mid-epoch or its epoch was whole) and its loss scaler's state;
+ * notes and warnings to err. */
+void rt_checkpoint_resume(const RtRunState *rs, const RtTrainOptions *o, int64_t steps_per_epoch,
+                          RtLossScaler *ls, RtRunState *at, FILE *err);
+/* The checkpoint at the end of epoch rs.epoch, after rs.batch_in_epoch
+ * batches: DIR/MODEL-NNNN.params (NNNN = epoch + 1), its path left in *path
+ * (the previous one freed). */
+bool rt_checkpoint_save_epoch(const char *dir, const RtTrainer *t, RtRunState rs,
+                              int64_t steps_per_epoch, char **path, char *err, size_t errlen);
 /* Parses a checkpoint from memory (name is the file for messages); every
  * check of the format: magic, version, sizes, both checksums, the payload
  * parsed to its exact end.  rt_checkpoint_free releases it. */

@@ -33,7 +33,9 @@ typedef struct {
     int64_t correct, topk, ce_count, samples;
     double ce_sum;
 } Metric;
-void rt_metric_add(Metric *mt, const RtModel *m, const RtCtx *ctx, int prob, int64_t n);
+/* The first n rows of buffer prob (the loss head's output of the step just
+ * run) against the staged labels (t->y_host). */
+void rt_metric_add(Metric *mt, RtTrainer *t, int prob, int64_t n);
 double rt_metric_acc(const Metric *mt);
 double rt_metric_topk(const Metric *mt);
 double rt_metric_ce(const Metric *mt);
@@ -101,6 +103,43 @@ void rt_log_speedometer(FILE *out, JLog *jl, const RtModel *m, int64_t epoch, in
                         int interval, int64_t step, double speed, const Metric *local, float lr,
                         float loss_scale);
 
+/* Where a step is: its epoch, batch within the epoch and step count. */
+typedef struct {
+    int64_t epoch, batch, step;
+} RtStepAt;
+/* A step whose gradients held inf/NaN: the text lines (the parameter with
+ * --check-numerics, the skip or the warning) and the JSON event; node and
+ * param name the first non-finite node output and gradient, or NULL. */
+void rt_log_nonfinite(FILE *out, FILE *err, JLog *jl, const RtTrainOptions *o,
+                      const RtLossScaler *ls, const RtStepAt *at, float loss_scale,
+                      const char *node, const char *param);
+/* The JSON "loss_scale" event when the scale changed. */
+void rt_log_scale_change(JLog *jl, const RtStepAt *at, float before, float after);
+
+/* What an epoch logs at its end. */
+typedef struct {
+    int64_t epoch, batches, step, num_update;
+    const Metric *train, *val;
+    double cost;            /* seconds */
+    float lr, loss_scale;
+    bool amp_on;
+    int64_t skipped, nonfinite; /* in this epoch */
+    const char *checkpoint; /* the file saved, or NULL */
+} RtEpochLog;
+/* The Train- lines, the loss scale, non-finite steps and the time. */
+void rt_log_epoch_train(FILE *out, const RtModel *m, const RtEpochLog *e);
+/* "Saved checkpoint to ..." and its JSON event. */
+void rt_log_checkpoint(FILE *out, JLog *jl, const RtEpochLog *e);
+/* The Validation- lines and the JSON "epoch" event. */
+void rt_log_epoch_end(FILE *out, JLog *jl, const RtModel *m, const RtEpochLog *e);
+/* The final line and the JSON "end" event. */
+void rt_log_end(FILE *out, JLog *jl, const RtModel *m, const RtLossScaler *ls, int64_t step,
+                int64_t num_update, const Metric *val);
+/* Refuses a --json-log or --dump-state that names one of the run's inputs
+ * (2), then opens the JSON log when there is one (1 when it cannot).  0: go
+ * on. */
+int rt_jl_open(JLog *jl, const RtTrainOptions *o, FILE *err);
+
 /* ---- hooks.c: --check-numerics, --inject-nan, --profile (the after_node hook) */
 
 typedef struct {
@@ -114,6 +153,8 @@ typedef struct {
     char name[128];
     int buffer;
 } Numerics;
+/* Whether a node (its output buffer) is called name: --inject-nan's check. */
+bool rt_has_node(const RtModel *m, const char *name);
 /* "--check-numerics: WHERE: the output of node ... holds inf or NaN" to err */
 void rt_numerics_report(FILE *err, const char *prog, const RtModel *m, const Numerics *nm,
                         const char *where);

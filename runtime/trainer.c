@@ -1,7 +1,9 @@
 /* trainer.c - the memory of a run: every buffer of the model at one batch
  * size (64-byte aligned, zeroed), the fp32 masters of 16-bit parameters, the
  * optimizer state, the parameters' initial values, and the workspace that
- * kernels grow through rt_ctx_ws.  Apart from the loop so that tests (and
+ * kernels grow through rt_ctx_ws.  All of it but the workspace and the
+ * host staging buffers is device memory (device.h), allocated, written and
+ * read through the device only.  Apart from the loop so that tests (and
  * rt_dump_state) can build a trainer without running one.
  */
 #include <stdlib.h>
@@ -30,15 +32,6 @@ void *rt_ctx_ws(RtCtx *ctx, size_t bytes)
 
 /* ---- buffers ------------------------------------------------------------------- */
 
-static void *alloc64(size_t bytes)
-{
-    size_t size = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, size ? size : 64);
-    if (p)
-        memset(p, 0, size ? size : 64);
-    return p;
-}
-
 static int64_t buffer_elems(const RtBuffer *b, int64_t batch)
 {
     if (b->fixed < 0 || b->per_sample < 0 ||
@@ -54,20 +47,24 @@ int64_t rt_buffer_elems(const RtModel *m, int b, int64_t batch)
 
 void rt_trainer_free(RtTrainer *t)
 {
-    if (t->ctx.buf)
+    RtDevice *d = t->dev;
+    if (d && t->ctx.buf)
         for (int i = 0; i < t->m->nbuffers; i++)
             if (!t->m->buffers[i].in_arena)
-                free(t->ctx.buf[i]);
-    free(t->arena);
-    if (t->ctx.master)
-        for (int i = 0; i < t->m->nparams; i++)
-            free(t->ctx.master[i]);
-    if (t->state)
-        for (int i = 0; i < t->m->nparams; i++)
-            free(t->state[i]);
-    if (t->state2)
-        for (int i = 0; i < t->m->nparams; i++)
-            free(t->state2[i]);
+                rt_dev_free(d, t->ctx.buf[i]);
+    if (d) {
+        rt_dev_free(d, t->arena);
+        for (int i = 0; i < t->m->nparams; i++) {
+            rt_dev_free(d, t->ctx.master ? t->ctx.master[i] : NULL);
+            rt_dev_free(d, t->state ? t->state[i] : NULL);
+            rt_dev_free(d, t->state2 ? t->state2[i] : NULL);
+        }
+        rt_dev_host_free(d, t->x_host);
+        rt_dev_host_free(d, t->y_host);
+        rt_dev_host_free(d, t->prob_host);
+        rt_device_close(d);
+    }
+    free(t->grads);
     free(t->ctx.buf);
     free(t->ctx.master);
     free(t->state);
@@ -117,7 +114,7 @@ static bool alloc_arena(RtTrainer *t, const RtModel *m, int64_t batch, char *err
         return false;
     }
     t->arena_bytes = size;
-    if (size > 0 && !(t->arena = alloc64((size_t)size))) {
+    if (size > 0 && !(t->arena = rt_dev_alloc(t->dev, (size_t)size, "the arena", err, errlen))) {
         snprintf(err, errlen, "model %s: out of memory for the arena of %lld bytes at batch size "
                  "%lld", m->name, (long long)size, (long long)batch);
         return false;
@@ -183,12 +180,15 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, 
                 return false;
         }
     }
+    if (!(t->dev = rt_device_cpu_open(err, errlen)))
+        return false;
     t->ctx.buf = calloc((size_t)m->nbuffers + 1, sizeof *t->ctx.buf);
     t->ctx.master = calloc((size_t)m->nparams + 1, sizeof *t->ctx.master);
     t->state = calloc((size_t)m->nparams + 1, sizeof *t->state);
+    t->grads = calloc((size_t)m->nparams + 1, sizeof *t->grads);
     if (nstate >= 2)
         t->state2 = calloc((size_t)m->nparams + 1, sizeof *t->state2);
-    bool ok = t->ctx.buf && t->ctx.master && t->state && (nstate < 2 || t->state2);
+    bool ok = t->ctx.buf && t->ctx.master && t->state && t->grads && (nstate < 2 || t->state2);
     if (ok && !alloc_arena(t, m, batch, err, errlen)) {
         rt_trainer_free(t);
         return false;
@@ -197,20 +197,35 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, 
      * this batch size (a program without the function grows it on demand) */
     if (ok && m->workspace_bytes)
         rt_ctx_ws(&t->ctx, m->workspace_bytes(batch));
+    RtDevice *d = t->dev;
+    char derr[256]; /* the device's message; the trainer's says which batch size */
     for (int i = 0; ok && i < m->nbuffers; i++) {
-        int64_t n = buffer_elems(&m->buffers[i], batch);
-        if (!m->buffers[i].in_arena)
-            ok = n >= 0 && (t->ctx.buf[i] = alloc64((size_t)n * rt_dtype_size(m->buffers[i].dtype)));
+        const RtBuffer *bf = &m->buffers[i];
+        int64_t n = buffer_elems(bf, batch);
+        if (!bf->in_arena)
+            ok = n >= 0 && (t->ctx.buf[i] = rt_dev_alloc(d, (size_t)n * rt_dtype_size(bf->dtype),
+                                                          bf->name, derr, sizeof derr));
     }
     for (int i = 0; ok && i < m->nparams; i++) {
         const RtParam *p = &m->params[i];
+        size_t bytes = (size_t)p->numel * sizeof(float);
         if (p->has_master)
-            ok = (t->ctx.master[i] = alloc64((size_t)p->numel * sizeof(float))) != NULL;
+            ok = (t->ctx.master[i] = rt_dev_alloc(d, bytes, p->name, derr, sizeof derr)) != NULL;
         if (ok && with_state && p->grad >= 0)
-            ok = (t->state[i] = alloc64((size_t)p->numel * sizeof(float))) != NULL;
+            ok = (t->state[i] = rt_dev_alloc(d, bytes, p->name, derr, sizeof derr)) != NULL;
         if (ok && nstate >= 2 && p->grad >= 0)
-            ok = (t->state2[i] = alloc64((size_t)p->numel * sizeof(float))) != NULL;
+            ok = (t->state2[i] = rt_dev_alloc(d, bytes, p->name, derr, sizeof derr)) != NULL;
+        if (ok && p->grad >= 0)
+            t->grads[t->ngrads++] = (RtDevTensor){t->ctx.buf[p->grad], (size_t)p->numel,
+                                                  m->buffers[p->grad].dtype};
     }
+    size_t prob = (size_t)m->classes * (size_t)batch * sizeof(float);
+    ok = ok &&
+         (t->x_host = rt_dev_host_alloc(d, (size_t)(sample * batch) * sizeof(float), "the batch",
+                                        derr, sizeof derr)) &&
+         (t->y_host = rt_dev_host_alloc(d, (size_t)batch * sizeof(float), "the labels", derr,
+                                        sizeof derr)) &&
+         (t->prob_host = rt_dev_host_alloc(d, prob, "the loss head's output", derr, sizeof derr));
     if (!ok) {
         snprintf(err, errlen, "model %s: out of memory for the buffers at batch size %lld",
                  m->name, (long long)batch);
@@ -224,26 +239,103 @@ bool rt_trainer_init_params(RtTrainer *t, const char *weight_init, uint64_t seed
                             size_t errlen)
 {
     const RtModel *m = t->m;
+    int64_t maxn = 1;
+    for (int i = 0; i < m->nparams; i++)
+        maxn = m->params[i].numel > maxn ? m->params[i].numel : maxn;
+    /* made on the host, in fp32 and in the storage dtype, then copied */
+    float *w32 = malloc((size_t)maxn * sizeof(float));
+    uint16_t *w16 = malloc((size_t)maxn * sizeof(uint16_t));
+    bool ok = w32 && w16;
+    if (!ok)
+        snprintf(err, errlen, "out of memory");
+    for (int i = 0; ok && i < m->nparams; i++) {
+        const RtParam *p = &m->params[i];
+        size_t n = (size_t)p->numel;
+        if (!(ok = rt_init_param(p, weight_init, seed, w32, err, errlen)))
+            break;
+        if (p->has_master)
+            rt_dev_to_device(t->dev, t->ctx.master[i], w32, n * sizeof(float));
+        if (p->dtype == RT_F16)
+            ampc_float_to_half_n(w16, w32, n);
+        else if (p->dtype == RT_BF16)
+            ampc_float_to_bf16_n(w16, w32, n);
+        if (p->dtype == RT_F32)
+            rt_dev_to_device(t->dev, t->ctx.buf[p->buffer], w32, n * sizeof(float));
+        else
+            rt_dev_to_device(t->dev, t->ctx.buf[p->buffer], w16, n * sizeof(uint16_t));
+    }
+    free(w32);
+    free(w16);
+    return ok;
+}
+
+/* ---- the device calls of the loop ---------------------------------------------- */
+
+bool rt_trainer_setup(RtTrainer *t, char *err, size_t errlen)
+{
+    return rt_dev_setup(t->dev, t->m, &t->ctx, err, errlen);
+}
+
+void rt_trainer_staging_ready(RtTrainer *t) { rt_dev_event_wait(t->dev, &t->batch_copied); }
+
+void rt_trainer_load_batch(RtTrainer *t)
+{
+    const RtModel *m = t->m;
+    int64_t sample = 1;
+    for (int i = 0; i < m->data_rank; i++)
+        sample *= m->data_shape[i];
+    rt_dev_to_device(t->dev, t->ctx.buf[m->data], t->x_host,
+                     (size_t)(sample * t->batch) * sizeof(float));
+    rt_dev_to_device(t->dev, t->ctx.buf[m->label], t->y_host, (size_t)t->batch * sizeof(float));
+    rt_dev_event_record(t->dev, &t->batch_copied);
+}
+
+const void *rt_trainer_read_rows(const RtTrainer *t, int prob, int64_t n)
+{
+    const RtModel *m = t->m;
+    n = n < t->batch ? n : t->batch;
+    rt_dev_to_host(t->dev, t->prob_host, t->ctx.buf[prob],
+                   (size_t)(n * m->classes) * rt_dtype_size(m->buffers[prob].dtype));
+    return t->prob_host;
+}
+
+void rt_trainer_read_f32(const RtTrainer *t, float *dst, const void *src, size_t n, RtDType dt)
+{
+    enum { CH = 4096 };
+    uint16_t tmp[CH];
+    if (dt == RT_F32)
+        rt_dev_to_host(t->dev, dst, src, n * sizeof(float));
+    for (size_t i = 0; dt != RT_F32 && i < n; i += CH) {
+        size_t k = n - i < CH ? n - i : CH;
+        rt_dev_to_host(t->dev, tmp, (const uint16_t *)src + i, k * sizeof(uint16_t));
+        rt_to_f32(dst + i, tmp, k, dt);
+    }
+}
+
+bool rt_trainer_reduce_grads(RtTrainer *t, char *err, size_t errlen)
+{
+    return rt_dev_allreduce(t->dev, t->grads, t->ngrads, RT_REDUCE_SUM, err, errlen);
+}
+
+bool rt_trainer_broadcast_params(RtTrainer *t, char *err, size_t errlen)
+{
+    const RtModel *m = t->m;
+    RtDevTensor *b = calloc((size_t)m->nparams * 4 + 1, sizeof *b);
+    int n = 0;
+    if (!b) {
+        snprintf(err, errlen, "out of memory");
+        return false;
+    }
     for (int i = 0; i < m->nparams; i++) {
         const RtParam *p = &m->params[i];
-        void *buf = t->ctx.buf[p->buffer];
-        float *w32 = p->has_master ? t->ctx.master[i]
-                   : p->dtype == RT_F32 ? buf : malloc((size_t)p->numel * sizeof(float));
-        if (!w32) {
-            snprintf(err, errlen, "out of memory");
-            return false;
-        }
-        bool ok = rt_init_param(p, weight_init, seed, w32, err, errlen);
-        if (ok && p->dtype == RT_F16)
-            ampc_float_to_half_n(buf, w32, (size_t)p->numel);
-        else if (ok && p->dtype == RT_BF16)
-            ampc_float_to_bf16_n(buf, w32, (size_t)p->numel);
-        else if (ok && p->has_master) /* an fp32 parameter with a master: keep both */
-            memcpy(buf, w32, (size_t)p->numel * sizeof(float));
-        if (w32 != buf && !p->has_master)
-            free(w32);
-        if (!ok)
-            return false;
+        size_t k = (size_t)p->numel;
+        b[n++] = (RtDevTensor){t->ctx.buf[p->buffer], k, p->dtype};
+        float *more[3] = {t->ctx.master[i], t->state[i], t->state2 ? t->state2[i] : NULL};
+        for (int j = 0; j < 3; j++)
+            if (more[j])
+                b[n++] = (RtDevTensor){more[j], k, RT_F32};
     }
-    return true;
+    bool ok = rt_dev_broadcast(t->dev, b, n, 0, err, errlen);
+    free(b);
+    return ok;
 }

@@ -1,0 +1,269 @@
+/* device.c - the CPU device (device.h): device memory is host memory, every
+ * call is synchronous, so events and synchronisation only keep count, and
+ * a run has one device, so the collectives are the identity.  The finite
+ * flag and the optimizer are the CPU kernels (rt_multi_all_finite,
+ * optim.c's rt_optim_step2) over the buffers setup recorded.  This is the
+ * only file of the training driver that reads or writes the memory the
+ * steps run on.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#include "train.h"
+
+typedef struct {
+    RtDevice base;        /* first: an RtDevice * is a CpuDevice * */
+    const RtModel *m;     /* setup's model and buffers (NULL before setup) */
+    const RtCtx *ctx;
+    void **buf0;          /* ctx->buf and ctx->master as setup saw them */
+    float **master0;
+    RtTensorRef *grads;   /* the gradient bucket of the finite check */
+    int ngrads;
+    bool flag;            /* the finite flag */
+    uint64_t seq;         /* events recorded */
+} CpuDevice;
+
+static CpuDevice *cpu(RtDevice *d) { return (CpuDevice *)d; }
+
+/* ---- memory ------------------------------------------------------------------------ */
+
+static void *cpu_alloc(RtDevice *d, size_t bytes, const char *what, char *err, size_t errlen)
+{
+    (void)d;
+    size_t size = bytes ? bytes : RT_DEV_ALIGN;
+    void *p = NULL;
+    if (size <= SIZE_MAX - (RT_DEV_ALIGN - 1)) {
+        size = (size + RT_DEV_ALIGN - 1) / RT_DEV_ALIGN * RT_DEV_ALIGN;
+        p = aligned_alloc(RT_DEV_ALIGN, size);
+    }
+    if (!p) {
+        snprintf(err, errlen, "cpu: out of memory for %s (%zu bytes)", what ? what : "a buffer",
+                 bytes);
+        return NULL;
+    }
+    memset(p, 0, size);
+    return p;
+}
+
+static void cpu_free(RtDevice *d, void *p)
+{
+    (void)d;
+    free(p);
+}
+
+static void cpu_copy(RtDevice *d, void *dst, const void *src, size_t bytes)
+{
+    (void)d;
+    if (bytes && dst != src)
+        memmove(dst, src, bytes);
+}
+
+static void cpu_fill(RtDevice *d, void *dst, RtDType dt, size_t n, float value)
+{
+    (void)d;
+    if (dt == RT_F32) {
+        float *p = dst;
+        for (size_t i = 0; i < n; i++)
+            p[i] = value;
+        return;
+    }
+    uint16_t bits;
+    rt_from_f32(&bits, &value, 1, dt);
+    uint16_t *p = dst;
+    for (size_t i = 0; i < n; i++)
+        p[i] = bits;
+}
+
+/* ---- setup ------------------------------------------------------------------------- */
+
+static bool same_buffers(const CpuDevice *c, const RtModel *m, const RtCtx *ctx)
+{
+    if (c->m != m || c->ctx != ctx)
+        return false;
+    for (int i = 0; i < m->nbuffers; i++)
+        if (c->buf0[i] != ctx->buf[i])
+            return false;
+    for (int i = 0; ctx->master && i < m->nparams; i++)
+        if (c->master0[i] != ctx->master[i])
+            return false;
+    return true;
+}
+
+static bool cpu_setup(RtDevice *d, const RtModel *m, const RtCtx *ctx, char *err, size_t errlen)
+{
+    CpuDevice *c = cpu(d);
+    if (c->m && same_buffers(c, m, ctx))
+        return true;
+    free(c->buf0);
+    free(c->master0);
+    free(c->grads);
+    c->m = NULL;
+    c->ngrads = 0;
+    c->buf0 = calloc((size_t)m->nbuffers + 1, sizeof *c->buf0);
+    c->master0 = calloc((size_t)m->nparams + 1, sizeof *c->master0);
+    c->grads = calloc((size_t)m->nparams + 1, sizeof *c->grads);
+    if (!c->buf0 || !c->master0 || !c->grads) {
+        snprintf(err, errlen, "cpu: out of memory for the setup of model %s", m->name);
+        return false;
+    }
+    memcpy(c->buf0, ctx->buf, (size_t)m->nbuffers * sizeof *c->buf0);
+    if (ctx->master)
+        memcpy(c->master0, ctx->master, (size_t)m->nparams * sizeof *c->master0);
+    for (int i = 0; i < m->nparams; i++) {
+        const RtParam *p = &m->params[i];
+        if (p->grad >= 0)
+            c->grads[c->ngrads++] =
+                (RtTensorRef){ctx->buf[p->grad], (size_t)p->numel, m->buffers[p->grad].dtype};
+    }
+    c->m = m;
+    c->ctx = ctx;
+    c->flag = true;
+    return true;
+}
+
+/* ---- the finite flag -------------------------------------------------------------- */
+
+/* rt_multi_all_finite takes a bounded number of tensors per call (optim.c
+ * passes 64 at a time too) */
+enum { CHUNK = 64 };
+
+static void cpu_check_grads(RtDevice *d)
+{
+    CpuDevice *c = cpu(d);
+    bool ok = true;
+    for (int i = 0; i < c->ngrads; i += CHUNK)
+        ok &= rt_multi_all_finite(c->grads + i, c->ngrads - i < CHUNK ? c->ngrads - i : CHUNK);
+    c->flag = ok;
+}
+
+static void cpu_check_finite(RtDevice *d, const void *p, size_t n, RtDType dt)
+{
+    cpu(d)->flag = n == 0 || rt_all_finite(p, n, dt);
+}
+
+static bool cpu_read_flag(RtDevice *d) { return cpu(d)->flag; }
+
+static int cpu_first_nonfinite(RtDevice *d)
+{
+    CpuDevice *c = cpu(d);
+    return c->m ? rt_optim_first_nonfinite(c->m, c->ctx) : -1;
+}
+
+static void cpu_optim_step(RtDevice *d, float *const *state, float *const *state2,
+                           const RtOptConfig *oc)
+{
+    CpuDevice *c = cpu(d);
+    if (!c->m)
+        return;
+    c->flag = rt_optim_step2(c->m, c->ctx, state, state2, oc);
+}
+
+/* ---- ordering: every call above has finished when it returns ---------------------- */
+
+static void cpu_event_record(RtDevice *d, RtDevEvent *e) { e->seq = ++cpu(d)->seq; }
+static void cpu_event_wait(RtDevice *d, const RtDevEvent *e) { (void)d, (void)e; }
+static bool cpu_event_done(RtDevice *d, const RtDevEvent *e)
+{
+    return e->seq <= cpu(d)->seq;
+}
+static void cpu_synchronize(RtDevice *d) { (void)d; }
+
+/* ---- collectives: one device --------------------------------------------------------- */
+
+static int cpu_world_size(const RtDevice *d)
+{
+    (void)d;
+    return 1;
+}
+static int cpu_rank(const RtDevice *d)
+{
+    (void)d;
+    return 0;
+}
+
+static bool check_bucket(const RtDevTensor *bucket, int n, const char *call, char *err,
+                         size_t errlen)
+{
+    if (n < 0 || (n > 0 && !bucket)) {
+        snprintf(err, errlen, "cpu: %s of %d tensors", call, n);
+        return false;
+    }
+    for (int i = 0; i < n; i++)
+        if ((!bucket[i].ptr && bucket[i].n) || (unsigned)bucket[i].dt > RT_BF16) {
+            snprintf(err, errlen, "cpu: %s: tensor %d of the bucket has no memory or no dtype",
+                     call, i);
+            return false;
+        }
+    return true;
+}
+
+/* The sum over one device is its own value and the mean divides by 1: the
+ * bucket is left as it is, bit for bit (a NaN payload included). */
+static bool cpu_allreduce(RtDevice *d, const RtDevTensor *bucket, int n, RtReduceOp op, char *err,
+                          size_t errlen)
+{
+    (void)d;
+    if (op != RT_REDUCE_SUM && op != RT_REDUCE_MEAN) {
+        snprintf(err, errlen, "cpu: all-reduce: unknown reduction %d", (int)op);
+        return false;
+    }
+    return check_bucket(bucket, n, "all-reduce", err, errlen);
+}
+
+static bool cpu_broadcast(RtDevice *d, const RtDevTensor *bucket, int n, int root, char *err,
+                          size_t errlen)
+{
+    if (root < 0 || root >= cpu_world_size(d)) {
+        snprintf(err, errlen, "cpu: broadcast from device %d of %d", root, cpu_world_size(d));
+        return false;
+    }
+    return check_bucket(bucket, n, "broadcast", err, errlen);
+}
+
+static void cpu_close(RtDevice *d)
+{
+    CpuDevice *c = cpu(d);
+    free(c->buf0);
+    free(c->master0);
+    free(c->grads);
+    free(c);
+}
+
+static const RtDeviceOps cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .to_device = cpu_copy,
+    .to_host = cpu_copy,
+    .fill = cpu_fill,
+    .setup = cpu_setup,
+    .check_grads = cpu_check_grads,
+    .check_finite = cpu_check_finite,
+    .read_flag = cpu_read_flag,
+    .first_nonfinite = cpu_first_nonfinite,
+    .optim_step = cpu_optim_step,
+    .event_record = cpu_event_record,
+    .event_wait = cpu_event_wait,
+    .event_done = cpu_event_done,
+    .synchronize = cpu_synchronize,
+    .world_size = cpu_world_size,
+    .rank = cpu_rank,
+    .allreduce = cpu_allreduce,
+    .broadcast = cpu_broadcast,
+    .close = cpu_close,
+};
+
+RtDevice *rt_device_cpu_open(char *err, size_t errlen)
+{
+    CpuDevice *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "cpu: out of memory for the device");
+        return NULL;
+    }
+    c->base.ops = &cpu_ops;
+    c->flag = true;
+    return &c->base;
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The training loop on the device interface (runtime/device.h) trains the
+# examples bit for bit as the loop did before it: each compiled program runs
+# a few steps on digits and saves a checkpoint; the same emitted C, linked
+# with tests/e2e/loopref.c instead of the runtime's main, repeats the steps
+# with the reference loop (tests/runtime/ref_loop.h: the CPU kernels on host
+# pointers, no device calls) and compares every parameter, master and
+# optimizer state bit for bit.  digits_cnn and mlp, fp32 and AMP (fp16,
+# bf16), SGD momentum, NAG and Adam, a dynamic loss scale with a skipped
+# overflow step and a static one with a non-finite step.
+# usage: device_loop.sh AMPC DATA_DIR
+set -u
+ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+data=$2
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 2
+lib=$(dirname "$ampc")/libampcrt.a
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export AMPC_DATA_DIR=$data
+pass=0 fail=0
+ok() { pass=$((pass+1)); echo "PASS $1"; }
+bad() { fail=$((fail+1)); echo "FAIL $1"; [ -f "$tmp/log" ] && tail -20 "$tmp/log" | sed 's/^/    /'; }
+
+# model amp steps flags...
+check() {
+    local model=$1 amp=$2 steps=$3; shift 3
+    local c=$tmp/$model-$amp.c d=$tmp/ck-$model-$amp-$pass-$fail
+    local what="device loop = reference loop: $model --amp=$amp $steps steps $*"
+    rm -f "$tmp/log"
+    if ! "$ampc" "examples/$model.sym" --amp="$amp" -S -o "$c" >"$tmp/log" 2>&1 ||
+       ! cc -O2 -std=c11 -I runtime "$c" "$lib" -lopenblas -lz -lm -o "$tmp/prog" >>"$tmp/log" 2>&1 ||
+       ! cc -O2 -std=c11 -D_GNU_SOURCE -I runtime -I tests/runtime "$c" tests/e2e/loopref.c "$lib" \
+            -lopenblas -lz -lm -o "$tmp/ref" >>"$tmp/log" 2>&1; then
+        bad "$what (build)"; return
+    fi
+    if ! "$tmp/prog" --data digits --max-steps "$steps" --log-interval 0 --save-dir "$d" "$@" \
+            >"$tmp/log" 2>&1; then
+        bad "$what (the program)"; return
+    fi
+    if "$tmp/ref" "$d/$model-0001.params" "$steps" --data digits "$@" >"$tmp/log" 2>&1; then
+        ok "$what"
+    else
+        bad "$what"
+    fi
+}
+
+check digits_cnn off 6
+check digits_cnn off 5 --optimizer='adam(wd=0.0001)'
+check digits_cnn float16 6 --loss-scale=dynamic --inject-inf-at-step 2
+check digits_cnn bfloat16 5 --optimizer='nag(momentum=0.9)'
+check mlp off 6 --loss-scale=1e30
+check mlp float16 5 --optimizer=adam
+echo "device_loop: $pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,502 @@
+/*
+ * test_device.c - the device interface (runtime/device.h) on the CPU device
+ * (runtime/cpu/device.c): every call's contract (alloc alignment, zeroing
+ * and its failure message, copies both ways, fill, the finite flag over
+ * fp32/fp16/bf16 gradients with an inf or NaN planted anywhere, the fused
+ * optimizer step against optim.c's, events, all-reduce and broadcast on one
+ * device, setup's idempotence), the trainer's staging path, and the loop
+ * built on the interface (train.c) against a reference loop that calls the
+ * kernels directly (ref_loop.h): the trained parameters bit for bit, fp32,
+ * fp16 and bf16, SGD momentum and Adam, with a skipped overflow step.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "device.h"
+#include "kernels/half.h"
+#include "model_tiny.c"
+#include "ref_loop.h"
+#include "train.h"
+
+static RtDevice *open_cpu(void)
+{
+    char err[256];
+    RtDevice *d = rt_device_cpu_open(err, sizeof err);
+    if (!d)
+        fail_msg("%s", err);
+    return d;
+}
+
+/* ---- memory ------------------------------------------------------------------------- */
+
+static void test_alloc_aligned_zeroed(void **state)
+{
+    (void)state;
+    RtDevice *d = open_cpu();
+    char err[256];
+    static const size_t sizes[] = {0, 1, 2, 63, 64, 65, 1000, 4096, 100003, 1 << 20};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        /* dirty a block of the same size first, so a reused one must be cleared */
+        unsigned char *p = rt_dev_alloc(d, sizes[k], "dirty", err, sizeof err);
+        assert_non_null(p);
+        rt_dev_fill(d, p, RT_F32, sizes[k] / 4, -3.5f);
+        rt_dev_free(d, p);
+        p = rt_dev_alloc(d, sizes[k], "a tensor", err, sizeof err);
+        assert_non_null(p);
+        assert_int_equal((uintptr_t)p % RT_DEV_ALIGN, 0);
+        unsigned char back[64];
+        for (size_t at = 0; at < sizes[k]; at += sizeof back) {
+            size_t n = sizes[k] - at < sizeof back ? sizes[k] - at : sizeof back;
+            memset(back, 0xee, sizeof back);
+            rt_dev_to_host(d, back, p + at, n);
+            for (size_t i = 0; i < n; i++)
+                assert_int_equal(back[i], 0);
+        }
+        rt_dev_free(d, p);
+    }
+    rt_dev_free(d, NULL); /* nothing */
+    void *h = rt_dev_host_alloc(d, 100, "staging", err, sizeof err);
+    assert_non_null(h);
+    assert_int_equal((uintptr_t)h % RT_DEV_ALIGN, 0);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(((unsigned char *)h)[i], 0);
+    rt_dev_host_free(d, h);
+    rt_device_close(d);
+}
+
+static void test_alloc_failure_message(void **state)
+{
+    (void)state;
+    RtDevice *d = open_cpu();
+    char err[256] = "";
+    /* sizes whose rounding to the alignment overflows: refused before any
+     * allocator sees them */
+    assert_null(rt_dev_alloc(d, SIZE_MAX, "the arena", err, sizeof err));
+    assert_non_null(strstr(err, "out of memory"));
+    assert_non_null(strstr(err, "the arena"));
+    char bytes[32];
+    snprintf(bytes, sizeof bytes, "%zu bytes", (size_t)SIZE_MAX);
+    assert_non_null(strstr(err, bytes));
+    err[0] = 0;
+    assert_null(rt_dev_host_alloc(d, SIZE_MAX - 1, "the batch", err, sizeof err));
+    assert_non_null(strstr(err, "out of memory for the batch"));
+    rt_device_close(d);
+}
+
+static void test_copies(void **state)
+{
+    (void)state;
+    RtDevice *d = open_cpu();
+    char err[256];
+    enum { NB = 1000 };
+    unsigned char src[NB], back[NB];
+    for (int i = 0; i < NB; i++)
+        src[i] = (unsigned char)(i * 37 + 11);
+    unsigned char *p = rt_dev_alloc(d, NB, "x", err, sizeof err);
+    assert_non_null(p);
+    rt_dev_to_device(d, p, src, NB);
+    memset(back, 0, NB);
+    rt_dev_to_host(d, back, p, NB);
+    assert_memory_equal(back, src, NB);
+    /* a part, at an offset into the block (device pointer arithmetic) */
+    unsigned char part[7] = {1, 2, 3, 4, 5, 6, 7};
+    rt_dev_to_device(d, p + 501, part, sizeof part);
+    rt_dev_to_host(d, back, p, NB);
+    assert_memory_equal(back + 501, part, sizeof part);
+    assert_memory_equal(back, src, 501);
+    assert_memory_equal(back + 508, src + 508, NB - 508);
+    memset(back, 0, NB);
+    rt_dev_to_host(d, back + 3, p + 500, 9);
+    assert_int_equal(back[3], src[500]);
+    assert_memory_equal(back + 4, part, sizeof part);
+    assert_int_equal(back[11], src[508]);
+    assert_int_equal(back[12], 0);
+    rt_dev_to_device(d, p, src, 0); /* zero bytes: nothing */
+    rt_dev_free(d, p);
+    rt_device_close(d);
+}
+
+static void test_fill(void **state)
+{
+    (void)state;
+    RtDevice *d = open_cpu();
+    char err[256];
+    enum { NE = 33 };
+    float f[NE + 1];
+    uint16_t h[NE + 1];
+    float *pf = rt_dev_alloc(d, (NE + 1) * sizeof(float), "f", err, sizeof err);
+    uint16_t *ph = rt_dev_alloc(d, (NE + 1) * sizeof(uint16_t), "h", err, sizeof err);
+    assert_non_null(pf);
+    assert_non_null(ph);
+    rt_dev_fill(d, pf, RT_F32, NE, 1.5f);
+    rt_dev_to_host(d, f, pf, sizeof f);
+    for (int i = 0; i < NE; i++)
+        assert_true(f[i] == 1.5f);
+    assert_true(f[NE] == 0.0f); /* not past n */
+    rt_dev_fill(d, ph, RT_F16, NE, 1.5f);
+    rt_dev_to_host(d, h, ph, sizeof h);
+    for (int i = 0; i < NE; i++)
+        assert_int_equal(h[i], 0x3e00);
+    assert_int_equal(h[NE], 0);
+    rt_dev_fill(d, ph, RT_BF16, NE, -2.0f);
+    rt_dev_to_host(d, h, ph, sizeof h);
+    for (int i = 0; i < NE; i++)
+        assert_int_equal(h[i], 0xc000);
+    /* one rounding, as rt_from_f32: 1/3 in fp16, NaN as the quiet NaN */
+    rt_dev_fill(d, ph + 1, RT_F16, 1, 1.0f / 3.0f);
+    rt_dev_fill(d, ph + 2, RT_F16, 1, NAN);
+    rt_dev_fill(d, ph + 3, RT_BF16, 1, NAN);
+    rt_dev_to_host(d, h, ph, sizeof h);
+    assert_int_equal(h[0], 0xc000);
+    assert_int_equal(h[1], ampc_float_to_half(1.0f / 3.0f));
+    assert_int_equal(h[2], 0x7e00);
+    assert_int_equal(h[3], 0x7fc0);
+    assert_int_equal(h[4], 0xc000);
+    rt_dev_free(d, pf);
+    rt_dev_free(d, ph);
+    rt_device_close(d);
+}
+
+/* ---- a model with fp32, fp16 and bf16 gradients -------------------------------------- */
+
+enum { NP = 4, NG = 37 };
+static const RtParam mix_params[NP] = {
+    {"a_weight", RT_PK_WEIGHT, RT_F32, false, 1, {NG}, NG, "default", 1, 1, 0, NP + 0},
+    {"b_weight", RT_PK_WEIGHT, RT_F16, true, 1, {NG}, NG, "default", 1, 1, 1, NP + 1},
+    {"c_weight", RT_PK_WEIGHT, RT_BF16, true, 1, {NG}, NG, "default", 1, 1, 2, NP + 2},
+    {"d_moving_mean", RT_PK_MOVING_MEAN, RT_F32, false, 1, {NG}, NG, "default", 0, 1, 3, -1},
+};
+static const RtBuffer mix_buffers[2 * NP + 3] = {
+    {"a_weight", RT_F32, NG, 0, false, 0, 0}, {"b_weight", RT_F16, NG, 0, false, 0, 0},
+    {"c_weight", RT_BF16, NG, 0, false, 0, 0}, {"d_moving_mean", RT_F32, NG, 0, false, 0, 0},
+    {"ga", RT_F32, NG, 0, false, 0, 0}, {"gb", RT_F16, NG, 0, false, 0, 0},
+    {"gc", RT_BF16, NG, 0, false, 0, 0}, {"unused", RT_F32, NG, 0, false, 0, 0},
+    {"data", RT_F32, 0, 4, false, 0, 0}, {"label", RT_F32, 0, 1, false, 0, 0},
+    {"prob", RT_F32, 0, 3, false, 0, 0},
+};
+static const RtModel mix = {
+    .name = "device_test", .nparams = NP, .params = mix_params, .nbuffers = 2 * NP + 3,
+    .buffers = mix_buffers, .data = 2 * NP, .label = 2 * NP + 1, .prob_train = 2 * NP + 2,
+    .prob_infer = 2 * NP + 2, .data_rank = 1, .data_shape = {4}, .classes = 3,
+};
+
+static void mix_trainer(RtTrainer *t, int nstate)
+{
+    char err[256];
+    if (!rt_trainer_init(t, &mix, 2, nstate, err, sizeof err) ||
+        !rt_trainer_init_params(t, "uniform(scale=0.5)", 7, err, sizeof err) ||
+        !rt_trainer_setup(t, err, sizeof err))
+        fail_msg("%s", err);
+    /* every gradient finite and nonzero */
+    for (int i = 0; i < NP; i++)
+        if (mix_params[i].grad >= 0)
+            rt_dev_fill(t->dev, t->ctx.buf[mix_params[i].grad],
+                        mix_buffers[mix_params[i].grad].dtype, NG, 0.25f * (float)(i + 1));
+}
+
+static void test_finite_flag(void **state)
+{
+    (void)state;
+    RtTrainer t;
+    mix_trainer(&t, 1);
+    RtDevice *d = t.dev;
+    rt_dev_check_grads(d);
+    assert_true(rt_dev_read_flag(d));
+    assert_int_equal(rt_dev_first_nonfinite(d), -1);
+    static const float bad[] = {NAN, INFINITY, -INFINITY};
+    static const int where[] = {0, 17, NG - 1};
+    for (int i = 0; i < NP; i++) {
+        const RtParam *p = &mix_params[i];
+        if (p->grad < 0)
+            continue;
+        RtDType dt = mix_buffers[p->grad].dtype;
+        char *g = t.ctx.buf[p->grad];
+        for (int b = 0; b < 3; b++)
+            for (int w = 0; w < 3; w++) {
+                size_t at = (size_t)where[w] * rt_dtype_size(dt);
+                rt_dev_fill(d, g + at, dt, 1, bad[b]);
+                rt_dev_check_grads(d);
+                if (rt_dev_read_flag(d))
+                    fail_msg("%s (%s): %g at %d not found", p->name, rt_dtype_name(dt),
+                             (double)bad[b], where[w]);
+                assert_int_equal(rt_dev_first_nonfinite(d), i);
+                rt_dev_check_finite(d, g, NG, dt);
+                assert_false(rt_dev_read_flag(d));
+                rt_dev_fill(d, g + at, dt, 1, 1.0f);
+                rt_dev_check_grads(d);
+                assert_true(rt_dev_read_flag(d));
+            }
+    }
+    /* the largest finite values are finite; the unused buffer is not a gradient */
+    rt_dev_fill(d, t.ctx.buf[NP + 1], RT_F16, 1, 65504.0f);
+    rt_dev_fill(d, t.ctx.buf[NP + 3], RT_F32, NG, NAN);
+    rt_dev_check_grads(d);
+    assert_true(rt_dev_read_flag(d));
+    rt_dev_check_finite(d, t.ctx.buf[NP + 3], 0, RT_F32); /* no elements: finite */
+    assert_true(rt_dev_read_flag(d));
+    rt_trainer_free(&t);
+}
+
+/* The device's optimizer is optim.c's, and its flag the update's fused check. */
+static void test_optim_step(void **state)
+{
+    (void)state;
+    RtTrainer a, b;
+    mix_trainer(&a, 2);
+    mix_trainer(&b, 2);
+    RtOptConfig oc = {.kind = RT_OPT_ADAM, .lr = 0.01f, .wd = 1e-4f, .rescale_grad = 0.5f,
+                      .clip_gradient = -1, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-8f,
+                      .t = 1};
+    for (int k = 0; k < 3; k++, oc.t++) {
+        rt_dev_optim_step(a.dev, a.state, a.state2, &oc);
+        assert_true(rt_dev_read_flag(a.dev));
+        assert_true(rt_optim_step2(&mix, &b.ctx, b.state, b.state2, &oc));
+    }
+    for (int i = 0; i < NP; i++) {
+        const RtParam *p = &mix_params[i];
+        assert_memory_equal(a.ctx.buf[p->buffer], b.ctx.buf[p->buffer],
+                            NG * rt_dtype_size(p->dtype));
+        if (p->has_master)
+            assert_memory_equal(a.ctx.master[i], b.ctx.master[i], NG * sizeof(float));
+        if (p->grad >= 0) {
+            assert_memory_equal(a.state[i], b.state[i], NG * sizeof(float));
+            assert_memory_equal(a.state2[i], b.state2[i], NG * sizeof(float));
+        }
+    }
+    /* a NaN gradient: the update is applied and the flag says so */
+    rt_dev_fill(a.dev, a.ctx.buf[NP + 2], RT_BF16, 1, NAN);
+    rt_dev_optim_step(a.dev, a.state, a.state2, &oc);
+    assert_false(rt_dev_read_flag(a.dev));
+    rt_trainer_free(&a);
+    rt_trainer_free(&b);
+}
+
+/* Setup twice on the same buffers changes nothing; on moved buffers it
+ * rebuilds (the finite check follows the gradient to its new place). */
+static void test_setup_idempotent(void **state)
+{
+    (void)state;
+    RtTrainer t;
+    mix_trainer(&t, 1);
+    char err[256];
+    assert_true(rt_trainer_setup(&t, err, sizeof err));
+    assert_true(rt_trainer_setup(&t, err, sizeof err));
+    rt_dev_check_grads(t.dev);
+    assert_true(rt_dev_read_flag(t.dev));
+    void *other = rt_dev_alloc(t.dev, NG * sizeof(float), "moved", err, sizeof err);
+    assert_non_null(other);
+    rt_dev_fill(t.dev, other, RT_F32, NG, INFINITY);
+    void *was = t.ctx.buf[NP + 0];
+    t.ctx.buf[NP + 0] = other;
+    rt_dev_check_grads(t.dev); /* not set up again: the old gradient */
+    assert_true(rt_dev_read_flag(t.dev));
+    assert_true(rt_trainer_setup(&t, err, sizeof err));
+    rt_dev_check_grads(t.dev);
+    assert_false(rt_dev_read_flag(t.dev));
+    assert_int_equal(rt_dev_first_nonfinite(t.dev), 0);
+    t.ctx.buf[NP + 0] = was;
+    assert_true(rt_trainer_setup(&t, err, sizeof err));
+    rt_dev_check_grads(t.dev);
+    assert_true(rt_dev_read_flag(t.dev));
+    rt_dev_free(t.dev, other);
+    rt_trainer_free(&t);
+}
+
+static void test_events(void **state)
+{
+    (void)state;
+    RtDevice *d = open_cpu();
+    RtDevEvent never = {0}, e1 = {0}, e2 = {0};
+    assert_true(rt_dev_event_done(d, &never)); /* never recorded: complete */
+    rt_dev_event_record(d, &e1);
+    rt_dev_event_record(d, &e2);
+    assert_true(e1.seq > 0 && e2.seq > e1.seq); /* recorded in order */
+    rt_dev_event_wait(d, &e2);
+    assert_true(rt_dev_event_done(d, &e1));
+    assert_true(rt_dev_event_done(d, &e2));
+    rt_dev_synchronize(d);
+    rt_device_close(d);
+}
+
+/* One device: the sum and the mean over it are the tensor itself, bit for
+ * bit; broadcast from rank 0 keeps it; bad requests are refused. */
+static void test_collectives(void **state)
+{
+    (void)state;
+    RtDevice *d = open_cpu();
+    char err[256];
+    assert_int_equal(rt_dev_world_size(d), 1);
+    assert_int_equal(rt_dev_rank(d), 0);
+    float f[5] = {1.5f, -0.0f, NAN, INFINITY, 3e-45f};
+    uint16_t h[3] = {0x7e01, 0x8001, 0x3c00};
+    unsigned char ref_f[sizeof f], ref_h[sizeof h];
+    float *pf = rt_dev_alloc(d, sizeof f, "f", err, sizeof err);
+    uint16_t *ph = rt_dev_alloc(d, sizeof h, "h", err, sizeof err);
+    rt_dev_to_device(d, pf, f, sizeof f);
+    rt_dev_to_device(d, ph, h, sizeof h);
+    memcpy(ref_f, f, sizeof f);
+    memcpy(ref_h, h, sizeof h);
+    RtDevTensor bucket[3] = {{pf, 5, RT_F32}, {ph, 3, RT_F16}, {ph, 3, RT_BF16}};
+    assert_true(rt_dev_allreduce(d, bucket, 3, RT_REDUCE_SUM, err, sizeof err));
+    assert_true(rt_dev_allreduce(d, bucket, 3, RT_REDUCE_MEAN, err, sizeof err));
+    assert_true(rt_dev_broadcast(d, bucket, 3, 0, err, sizeof err));
+    assert_true(rt_dev_allreduce(d, NULL, 0, RT_REDUCE_SUM, err, sizeof err)); /* empty */
+    rt_dev_to_host(d, f, pf, sizeof f);
+    rt_dev_to_host(d, h, ph, sizeof h);
+    assert_memory_equal(f, ref_f, sizeof f);
+    assert_memory_equal(h, ref_h, sizeof h);
+    assert_false(rt_dev_broadcast(d, bucket, 3, 1, err, sizeof err));
+    assert_string_equal(err, "cpu: broadcast from device 1 of 1");
+    assert_false(rt_dev_broadcast(d, bucket, 3, -1, err, sizeof err));
+    assert_false(rt_dev_allreduce(d, bucket, 3, (RtReduceOp)7, err, sizeof err));
+    assert_non_null(strstr(err, "unknown reduction 7"));
+    assert_false(rt_dev_allreduce(d, bucket, -1, RT_REDUCE_SUM, err, sizeof err));
+    assert_false(rt_dev_allreduce(d, NULL, 2, RT_REDUCE_SUM, err, sizeof err));
+    RtDevTensor hole = {NULL, 4, RT_F32};
+    assert_false(rt_dev_allreduce(d, &hole, 1, RT_REDUCE_SUM, err, sizeof err));
+    assert_non_null(strstr(err, "tensor 0"));
+    hole.n = 0; /* no elements, no memory: fine */
+    assert_true(rt_dev_allreduce(d, &hole, 1, RT_REDUCE_SUM, err, sizeof err));
+    rt_dev_free(d, pf);
+    rt_dev_free(d, ph);
+    rt_device_close(d);
+}
+
+/* ---- the trainer's staging path ------------------------------------------------------- */
+
+static void test_staging(void **state)
+{
+    (void)state;
+    RtTrainer t;
+    mix_trainer(&t, 0);
+    for (int i = 0; i < 8; i++)
+        t.x_host[i] = (float)i + 0.5f;
+    t.y_host[0] = 2;
+    t.y_host[1] = 1;
+    rt_trainer_staging_ready(&t);
+    rt_trainer_load_batch(&t);
+    assert_true(rt_dev_event_done(t.dev, &t.batch_copied));
+    float back[8];
+    rt_trainer_read_f32(&t, back, t.ctx.buf[mix.data], 8, RT_F32);
+    assert_memory_equal(back, t.x_host, sizeof back);
+    rt_trainer_read_f32(&t, back, t.ctx.buf[mix.label], 2, RT_F32);
+    assert_true(back[0] == 2 && back[1] == 1);
+    /* the loss head's rows come back to prob_host */
+    float prob[6] = {0.1f, 0.2f, 0.7f, 0.5f, 0.25f, 0.25f};
+    rt_dev_to_device(t.dev, t.ctx.buf[mix.prob_train], prob, sizeof prob);
+    const float *rows = rt_trainer_read_rows(&t, mix.prob_train, 2);
+    assert_ptr_equal(rows, t.prob_host);
+    assert_memory_equal(rows, prob, sizeof prob);
+    /* a 16-bit buffer widened */
+    float w[NG];
+    rt_trainer_read_f32(&t, w, t.ctx.buf[NP + 1], NG, RT_F16);
+    assert_true(w[0] == 0.5f && w[NG - 1] == 0.5f);
+    char err[256];
+    assert_true(rt_trainer_reduce_grads(&t, err, sizeof err));
+    assert_true(rt_trainer_broadcast_params(&t, err, sizeof err));
+    rt_trainer_free(&t);
+}
+
+/* ---- the loop on the interface against the reference loop ---------------------------- */
+
+static char tmp_root[256];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void loop_case(const RtModel *m, const char *opt, const char *loss_scale, int64_t inject,
+                      int64_t steps)
+{
+    RtTrainOptions o;
+    char err[512];
+    rt_train_options_default(&o);
+    if (!rt_train_apply_defaults(&o, m->train_defaults, err, sizeof err))
+        fail_msg("%s", err);
+    o.prog = "test";
+    o.data = "synthetic";
+    o.batch_size = 16;
+    o.max_steps = steps;
+    o.log_interval = 0;
+    o.inject_inf_step = inject;
+    const char *const set[] = {opt ? opt : NULL, loss_scale, NULL};
+    char line[128];
+    for (int i = 0; i < 2; i++) {
+        if (!set[i])
+            continue;
+        snprintf(line, sizeof line, "%s", set[i]);
+        const char *const one[] = {line, NULL};
+        if (!rt_train_apply_defaults(&o, one, err, sizeof err))
+            fail_msg("%s: %s", line, err);
+    }
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/%s-%s-%lld", tmp_root, m->name, m->amp ? m->amp : "off",
+             (long long)steps);
+    nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    o.save_dir = dir;
+    FILE *out = tmpfile(), *errf = tmpfile();
+    RtTrainResult r;
+    assert_int_equal(rt_train_run(m, &o, out, errf, &r), 0);
+    fclose(out);
+    fclose(errf);
+    assert_int_equal(r.steps, steps);
+    if (inject >= 0 && o.loss_scale.mode == RT_LS_DYNAMIC)
+        assert_true(r.skipped >= 1);
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s-0001.params", dir, m->name);
+    if (ref_loop_run(m, &o, steps, path, err, sizeof err) != 0)
+        fail_msg("%s %s %s: %s", m->name, opt ? opt : "", loss_scale ? loss_scale : "", err);
+}
+
+static void test_loop_matches_reference(void **state)
+{
+    (void)state;
+    loop_case(&ampc_model, NULL, NULL, -1, 9);
+    loop_case(&ampc_model, "optimizer=adam", NULL, -1, 7);
+    loop_case(&tiny_model_f16, NULL, "loss_scale=dynamic", 3, 8);
+    loop_case(&tiny_model_f16, "optimizer=adam", "loss_scale=1024", 2, 6);
+    loop_case(&tiny_model_bf16, "optimizer=nag(momentum=0.9)", NULL, -1, 5);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    snprintf(tmp_root, sizeof tmp_root, "/tmp/ampc_test_device_XXXXXX");
+    return mkdtemp(tmp_root) ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return nftw(tmp_root, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_alloc_aligned_zeroed),
+        cmocka_unit_test(test_alloc_failure_message),
+        cmocka_unit_test(test_copies),
+        cmocka_unit_test(test_fill),
+        cmocka_unit_test(test_finite_flag),
+        cmocka_unit_test(test_optim_step),
+        cmocka_unit_test(test_setup_idempotent),
+        cmocka_unit_test(test_events),
+        cmocka_unit_test(test_collectives),
+        cmocka_unit_test(test_staging),
+        cmocka_unit_test(test_loop_matches_reference),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
