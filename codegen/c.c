@@ -21,32 +21,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    const char *name;
-    DType dtype;
-    int64_t fixed, per_sample;
-    bool in_arena;
-    LinExpr offset; /* bytes into the arena */
-} Buf;
 
 typedef struct {
     FILE *f;
     const Graph *train;
     Arena a;
-    Vec bufs;            /* Buf */
-    Vec params;          /* int: Param node id in the train graph */
-    int *param_grad;     /* by param index: gradient buffer, -1 */
-    StrMap shared;       /* Param and Input names -> buffer */
-    StrMap param_index;  /* Param names -> index */
+    const Program *prog; /* what this file prints (codegen/lower.c) */
     /* per graph being emitted */
     const Graph *g;
     const char **val;    /* node -> C expression of its data */
     const char **parts;  /* node * 4 + index -> C expression of that part, or NULL */
     int *buf;            /* node -> buffer, -1 */
     int *uses;
-    const BufferPlan *plan; /* of the graph being emitted, or NULL */
-    const PlanValue **placed; /* node -> its planned value, or NULL */
-    LinExpr arena;       /* the arena: the larger of the two steps' */
     bool ws_only;        /* emitting the workspace function: sizes, no calls */
     bool ok;
 } Cg;
@@ -70,42 +56,6 @@ static int64_t checked_numel(const Shape *s, int lo, int hi)
         if (__builtin_mul_overflow(k, s->d[i] < 0 ? -s->d[i] : s->d[i], &k))
             DIE("codegen: an element count overflows after cg_check");
     return k;
-}
-
-static int new_buf(Cg *c, const Node *n)
-{
-    Buf *b = vec_push(&c->bufs, sizeof(Buf));
-    b->name = n->name;
-    b->dtype = n->dtype;
-    int64_t e = checked_numel(&n->shape, 0, n->shape.rank);
-    if (shape_has_sym(&n->shape))
-        b->per_sample = e;
-    else
-        b->fixed = e;
-    const PlanValue *v = c->placed ? c->placed[n->id] : NULL;
-    if (v && v->kind == PV_ARENA) {
-        b->in_arena = true;
-        b->offset = v->offset;
-    }
-    return c->bufs.len - 1;
-}
-
-/* node -> planned value, for the graph about to be emitted */
-static void index_plan(Cg *c, const Graph *g, const BufferPlan *p)
-{
-    c->plan = p;
-    c->placed = NULL;
-    if (!p)
-        return;
-    c->placed = arena_alloc(&c->a, sizeof(PlanValue *) * (size_t)(g->nnodes + 1));
-    memset(c->placed, 0, sizeof(PlanValue *) * (size_t)(g->nnodes + 1));
-    for (int i = 0; i < p->n; i++)
-        if (p->v[i].node >= 0 && p->v[i].node < g->nnodes)
-            c->placed[p->v[i].node] = &p->v[i];
-    if (p->arena.fixed > c->arena.fixed)
-        c->arena.fixed = p->arena.fixed;
-    if (p->arena.per_sample > c->arena.per_sample)
-        c->arena.per_sample = p->arena.per_sample;
 }
 
 /* ---- dimension expressions ---------------------------------------------- */
@@ -571,65 +521,19 @@ static void emit_op(Cg *c, const Node *n)
     }
 }
 
-/* Whether n's call writes n's own value: backward nodes with several
- * results skip the first when nothing reads it (so that a check after the
- * node does not read bytes the plan gave to another value). */
-static bool writes_value(const Cg *c, const Node *n)
-{
-    switch (n->op) {
-    case OP__backward_Convolution:
-    case OP__backward_FullyConnected:
-    case OP__backward_BatchNorm:
-    case OP__backward_LeakyReLU:
-    case OP__backward_broadcast: return c->uses[n->id] > 0;
-    default: return true;
-    }
-}
-
-/* Nodes that need no call: leaves, views and the results other calls write. */
-static bool silent(const Node *n)
-{
-    return n->op == OP_Input || n->op == OP_Param || n->op == OP_part || n->op == OP_grad_of ||
-           n->op == OP_param_master;
-}
-
 /* ---- values and tables ---------------------------------------------------- */
 
-static void assign_values(Cg *c, const Graph *g)
+/* The C expression of each node's data in graph g (which: 0 the training
+ * graph, 1 the inference graph), from the program's buffers. */
+static void assign_values(Cg *c, const Graph *g, int which)
 {
     c->g = g;
     c->val = arena_alloc(&c->a, sizeof(char *) * (size_t)(g->nnodes + 1));
-    c->buf = arena_alloc(&c->a, sizeof(int) * (size_t)(g->nnodes + 1));
+    c->buf = c->prog->node_buf[which];
     for (int i = 0; i < g->nnodes; i++) {
-        const Node *n = g->nodes[i];
-        int b = -1;
-        if (n->op == OP_bn_moving_update) {
-            b = -1;
-        } else if (n->op == OP_Param || n->op == OP_Input) {
-            int *have = strmap_get(&c->shared, n->name);
-            if (have) {
-                b = *have;
-            } else {
-                b = new_buf(c, n);
-                strmap_put(&c->shared, n->name, b);
-            }
-            if (n->op == OP_Param && !strmap_get(&c->param_index, n->name) && g == c->train) {
-                strmap_put(&c->param_index, n->name, c->params.len);
-                *(int *)vec_push(&c->params, sizeof(int)) = n->id;
-            }
-        } else if (n->op == OP_grad_of) {
-            b = c->buf[n->in[0]];
-        } else if (n->op == OP_param_master) {
-            const Node *p = g->nodes[n->in[0]];
-            int *pi = strmap_get(&c->param_index, p->name);
-            c->buf[i] = -1;
-            c->val[i] = arena_printf(&c->a, "ctx->master[%d]", pi ? *pi : 0);
-            continue;
-        } else {
-            b = new_buf(c, n);
-        }
-        c->buf[i] = b;
-        c->val[i] = b >= 0 ? arena_printf(&c->a, "B(%d)", b) : NULL;
+        int b = c->buf[i];
+        c->val[i] = b >= 0 ? arena_printf(&c->a, "B(%d)", b)
+                  : b <= -2 ? arena_printf(&c->a, "ctx->master[%d]", -2 - b) : NULL;
     }
     c->parts = arena_alloc(&c->a, sizeof(char *) * (size_t)(g->nnodes + 1) * 4);
     for (int i = 0; i < g->nnodes; i++) {
@@ -665,56 +569,40 @@ static void c_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static void emit_function(Cg *c, const char *name, bool moving)
+static void emit_function(Cg *c, const char *name, StepKind k)
 {
     FILE *f = c->f;
+    const ProgStep *st = &c->prog->step[k];
     fprintf(f, "static void %s(RtCtx *ctx)\n{\n    const int64_t N = ctx->batch;\n    (void)N;\n", name);
-    for (int i = 0; i < c->g->nnodes; i++) {
-        const Node *n = c->g->nodes[i];
-        if (silent(n) || (n->op == OP_bn_moving_update) != moving)
-            continue;
+    for (int i = 0; i < st->ncalls; i++) {
+        const ProgCall *call = &st->calls[i];
+        const Node *n = c->g->nodes[call->node];
         char sb[160];
         /* the node's number, never its name: a name may hold a comment's end */
         fprintf(f, "    /* node %d: %s %s%s */\n    {\n", n->id, op_info(n->op)->name,
                 dtype_short(n->dtype), shape_str(&n->shape, sb, sizeof sb));
         emit_op(c, n);
-        if (c->buf[i] >= 0 && writes_value(c, n)) {
+        if (call->nout > 0 && call->out[0] >= 0 && k != STEP_MOVING) {
             fprintf(f, "        if (ctx->after_node)\n            ctx->after_node(ctx, %d, ", n->id);
             c_string(f, n->name);
-            fprintf(f, ", %d);\n", c->buf[i]);
+            fprintf(f, ", %d);\n", call->out[0]);
         }
         fputs("    }\n", f);
     }
     fputs("}\n\n", f);
 }
 
-/* Ops whose calls take a workspace (rt_ctx_ws). */
-static bool takes_workspace(OpKind k)
-{
-    switch (k) {
-    case OP_Convolution:
-    case OP__backward_Convolution:
-    case OP_FullyConnected:
-    case OP__backward_FullyConnected:
-    case OP_Pooling:
-    case OP__backward_Pooling:
-    case OP__backward_broadcast:
-    case OP_sum:
-    case OP_mean: return true;
-    default: return false;
-    }
-}
-
 /* name(N): the largest workspace a call of the graph being emitted asks
  * for at batch N, so that the runtime allocates it once, at start-up. */
-static void emit_workspace(Cg *c, const char *name)
+static void emit_workspace(Cg *c, const char *name, StepKind k)
 {
     FILE *f = c->f;
     fprintf(f, "static size_t %s(int64_t N)\n{\n    size_t ws = 0;\n    (void)N;\n", name);
     c->ws_only = true;
-    for (int i = 0; i < c->g->nnodes; i++) {
-        const Node *n = c->g->nodes[i];
-        if (!takes_workspace(n->op))
+    const ProgStep *st = &c->prog->step[k];
+    for (int i = 0; i < st->ncalls; i++) {
+        const Node *n = c->g->nodes[st->calls[i].node];
+        if (!st->calls[i].workspace)
             continue;
         fprintf(f, "    /* node %d */\n    {\n", n->id);
         emit_op(c, n);
@@ -734,9 +622,12 @@ static const char *kind_enum(int k)
 static void emit_tables(Cg *c, const Graph *t)
 {
     FILE *f = c->f;
+    const Program *pr = c->prog;
     fputs("static const RtParam params[] = {\n", f);
-    for (int i = 0; i < c->params.len; i++) {
-        const Node *p = t->nodes[VEC_AT(c->params, int, i)];
+    for (int i = 0; i < pr->nparams; i++) {
+        const Node *p = graph_find(t, pr->buf[pr->param_buf[i]].name);
+        if (!p || p->op != OP_Param)
+            DIE("codegen: parameter %d is not a parameter of the training graph", i);
         fputs("    {", f);
         c_string(f, p->name);
         fprintf(f, ", %s, %s, %s, %d, {", kind_enum(node_param_kind(p)),
@@ -747,16 +638,17 @@ static void emit_tables(Cg *c, const Graph *t)
         fprintf(f, "}, %lld, ", (long long)checked_numel(&p->shape, 0, p->shape.rank));
         c_string(f, p->attrs[PARAM_INIT].s);
         fprintf(f, ", (float)%.9g, (float)%.9g, %d, %d},\n", node_float(p, PARAM_WD_MULT),
-                node_float(p, PARAM_LR_MULT), *strmap_get(&c->shared, p->name), c->param_grad[i]);
+                node_float(p, PARAM_LR_MULT), pr->param_buf[i], pr->param_grad[i]);
     }
     fputs("};\n\nstatic const RtBuffer buffers[] = {\n", f);
-    for (int i = 0; i < c->bufs.len; i++) {
-        const Buf *b = &VEC_AT(c->bufs, Buf, i);
+    for (int i = 0; i < pr->nbuf; i++) {
+        const ProgBuffer *b = &pr->buf[i];
         fputs("    {", f);
         c_string(f, b->name);
         fprintf(f, ", %s, %lld, %lld, %s, %lld, %lld}, /* %d */\n", rt_dtype(b->dtype),
-                (long long)b->fixed, (long long)b->per_sample, b->in_arena ? "true" : "false",
-                (long long)b->offset.fixed, (long long)b->offset.per_sample, i);
+                (long long)b->elems.fixed, (long long)b->elems.per_sample,
+                b->in_arena ? "true" : "false", (long long)b->offset.fixed,
+                (long long)b->offset.per_sample, i);
     }
     fputs("};\n\n", f);
 }
@@ -842,22 +734,17 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans)
 {
     if (!cg_check(train))
         return false;
-    Cg c = {.f = out, .train = train, .ok = true};
+    Program prog;
+    lower(train, plans, &prog);
+    /* the program proved from itself, as a dump read back would be */
+    if (!program_verify(&prog, stderr))
+        DIE("the lowered program does not verify");
+    Cg c = {.f = out, .train = train, .prog = &prog, .ok = true};
     arena_init(&c.a);
     const Graph *infer = train->infer;
     int head = loss_head(train), ihead = loss_head(infer);
-    index_plan(&c, train, plans ? plans->train : NULL);
-    assign_values(&c, train);
-    const char **tval = c.val;
+    assign_values(&c, train, 0);
     int *tbuf = c.buf;
-    c.param_grad = arena_alloc(&c.a, sizeof(int) * (size_t)(c.params.len + 1));
-    for (int i = 0; i < c.params.len; i++)
-        c.param_grad[i] = -1;
-    for (int i = 0; i < train->nnodes; i++) {
-        const Node *n = train->nodes[i];
-        if (n->op == OP_grad_of)
-            c.param_grad[*strmap_get(&c.param_index, train->nodes[n->in[1]]->name)] = tbuf[i];
-    }
     int data = -1, label = -1;
     const Node *data_node = NULL;
     for (int i = 0; i < train->nnodes; i++) {
@@ -875,28 +762,26 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans)
                  " * provides main(), data, the optimizer and logging. */\n"
                  "#include \"program.h\"\n\n#define B(i) (ctx->buf[i])\n\n",
             AMPC_VERSION);
-    emit_function(&c, "train_step", false);
-    emit_function(&c, "moving_update", true);
-    emit_workspace(&c, "train_workspace");
+    emit_function(&c, "train_step", STEP_TRAIN);
+    emit_function(&c, "moving_update", STEP_MOVING);
+    emit_workspace(&c, "train_workspace", STEP_TRAIN);
     int prob_train = tbuf[head];
-    index_plan(&c, infer, plans ? plans->infer : NULL);
-    assign_values(&c, infer);
-    emit_function(&c, "infer_step", false);
-    emit_workspace(&c, "infer_workspace");
+    assign_values(&c, infer, 1);
+    emit_function(&c, "infer_step", STEP_INFER);
+    emit_workspace(&c, "infer_workspace", STEP_INFER);
     fputs("static size_t workspace_bytes(int64_t N)\n{\n"
           "    size_t t = train_workspace(N), i = infer_workspace(N);\n"
           "    return t > i ? t : i;\n}\n\n", out);
     int prob_infer = c.buf[ihead];
-    (void)tval;
     emit_tables(&c, train);
     emit_train_defaults(out, train);
     fputs("const RtModel ampc_model = {\n    .name = ", out);
     c_string(out, train->model);
     fputs(",\n", out);
     fprintf(out, "    .nparams = %d,\n    .params = params,\n    .nbuffers = %d,\n    .buffers = buffers,\n",
-            c.params.len, c.bufs.len);
-    fprintf(out, "    .arena_fixed = %lld,\n    .arena_per_sample = %lld,\n", (long long)c.arena.fixed,
-            (long long)c.arena.per_sample);
+            prog.nparams, prog.nbuf);
+    fprintf(out, "    .arena_fixed = %lld,\n    .arena_per_sample = %lld,\n", (long long)prog.arena.fixed,
+            (long long)prog.arena.per_sample);
     fprintf(out, "    .data = %d,\n    .label = %d,\n    .prob_train = %d,\n    .prob_infer = %d,\n", data,
             label, prob_train, prob_infer);
     fprintf(out, "    .data_rank = %d,\n    .data_shape = {", data_node ? data_node->shape.rank - 1 : 0);
@@ -909,10 +794,7 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans)
           out);
     bool ok = c.ok;
     free(c.uses);
-    vec_free(&c.bufs);
-    vec_free(&c.params);
-    strmap_free(&c.shared);
-    strmap_free(&c.param_index);
     arena_free(&c.a);
+    program_free(&prog);
     return ok;
 }

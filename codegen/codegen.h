@@ -23,6 +23,12 @@ typedef struct {
     const BufferPlan *train, *infer;
 } CgPlans;
 
+/* lower.c: the lowered program of `train` (after cg_check) with the plans
+ * (NULL: every value its own buffer); *out is the caller's (program_free). */
+void lower(const Graph *train, const CgPlans *plans, Program *out);
+/* Whether calls of op k ask for the workspace. */
+bool lower_takes_workspace(OpKind k);
+
 /* c.c: writes the program's C source, after cg_check (false, with nothing
  * written, when that fails), placing values as plans say (NULL: none).
  * Every string from the model is written as an escaped C string literal, so

@@ -27,6 +27,7 @@ typedef struct {
     const char *loss_scale; /* --loss-scale: likewise */
     bool no_memplan;        /* --no-memplan: every value its own buffer */
     bool no_inplace;        /* --no-inplace: the plan shares buffers but never in place */
+    const char *check_program; /* --check-program FILE: read a program dump back and prove it */
     PassOptions pass;
 } Options;
 
@@ -44,6 +45,8 @@ static void usage(FILE *f)
           "  --model=NAME            the model to build (default: the first in FILE)\n"
           "  --dump=PASS|all         print the IR after PASS (or after every pass)\n"
           "  --dump=memplan          the training step's memory plan: lifetimes, sizes, offsets\n"
+          "  --dump=program          the lowered program: buffers, each step's calls\n"
+          "  --check-program FILE    read a --dump=program text back and prove its plan\n"
           "  --no-memplan            give every value its own buffer (no sharing, no reuse)\n"
           "  --no-inplace            share buffers, but never write a value over its input\n"
           "  --no-schedule           run nodes in the order the passes left (no reordering\n"
@@ -92,11 +95,12 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
 {
     enum { O_DUMP = 256, O_DUMP_DIR, O_DUMP_FORMAT, O_FROM_IR, O_BATCH, O_REPORT, O_HELP,
            O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE, O_TIME, O_AMP_PLACE };
-    enum { O_NO_MEMPLAN = 400, O_NO_INPLACE, O_NO_SCHEDULE };
+    enum { O_NO_MEMPLAN = 400, O_NO_INPLACE, O_NO_SCHEDULE, O_CHECK_PROGRAM };
     static const struct option longs[] = {
         {"no-memplan", no_argument, NULL, O_NO_MEMPLAN},
         {"no-inplace", no_argument, NULL, O_NO_INPLACE},
         {"no-schedule", no_argument, NULL, O_NO_SCHEDULE},
+        {"check-program", required_argument, NULL, O_CHECK_PROGRAM},
         {"dump", required_argument, NULL, O_DUMP},
         {"dump-dir", required_argument, NULL, O_DUMP_DIR},
         {"dump-format", required_argument, NULL, O_DUMP_FORMAT},
@@ -129,6 +133,7 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         case O_NO_MEMPLAN: o->no_memplan = true; break;
         case O_NO_INPLACE: o->no_inplace = true; break;
         case O_NO_SCHEDULE: o->pass.no_schedule = true; break;
+        case O_CHECK_PROGRAM: o->check_program = optarg; break;
         case O_OPTIMIZER: o->optimizer = optarg; break;
         case O_TIME: o->time_passes = true; break;
         case O_LOSS_SCALE: o->loss_scale = optarg; break;
@@ -191,12 +196,12 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         }
         o->input = argv[optind];
     }
-    if (!o->input) {
+    if (!o->input && !o->check_program) {
         diag_plain_error(d, "no input file (see ampc --help)");
         return 1;
     }
     if (o->dump && strcmp(o->dump, "all") != 0 && strcmp(o->dump, "memplan") != 0 &&
-        pass_index(o->dump) < 0) {
+        strcmp(o->dump, "program") != 0 && pass_index(o->dump) < 0) {
         diag_plain_error(d, "unknown pass '%s' for --dump (see ampc --help)", o->dump);
         return 1;
     }
@@ -295,6 +300,68 @@ static const char *default_c_path(const char *input, char *buf, size_t cap)
 /* The C source is made in memory first, so a code generation error leaves
  * every file as it was; then -S writes it (to -o, or MODEL.c) and -o builds
  * the program (codegen/output.c: temporary files, never an input). */
+/* The plans of both steps (none under --no-memplan), proved: a plan the
+ * verifier refuses is a compiler bug, never a program. */
+static const CgPlans *make_plans(const Options *o, const Graph *g, BufferPlan *tp, BufferPlan *ip,
+                                 CgPlans *plans)
+{
+    memset(tp, 0, sizeof *tp);
+    memset(ip, 0, sizeof *ip);
+    if (o->no_memplan || !g->infer)
+        return NULL;
+    memplan(g, !o->no_inplace, tp);
+    memplan(g->infer, !o->no_inplace, ip);
+    if (!memplan_verify(g, tp, stderr) || !memplan_verify(g->infer, ip, stderr))
+        DIE("the memory plan verifier failed");
+    *plans = (CgPlans){tp, ip};
+    return plans;
+}
+
+/* --dump=program: the lowered program, proved from its own text */
+static bool dump_program(const Options *o, const Graph *g)
+{
+    if (!cg_check(g))
+        return false;
+    BufferPlan tp, ip;
+    CgPlans plans;
+    Program p;
+    lower(g, make_plans(o, g, &tp, &ip, &plans), &p);
+    if (!program_verify(&p, stderr))
+        DIE("the lowered program does not verify");
+    program_print(stdout, &p);
+    program_free(&p);
+    plan_free(&tp);
+    plan_free(&ip);
+    return true;
+}
+
+/* --check-program FILE */
+static int check_program(const Options *o, Diag *d)
+{
+    int file = diag_load_file(d, o->check_program);
+    if (file < 0) {
+        diag_plain_error(d, "cannot read '%s': %s", o->check_program, diag_load_error(d));
+        return 1;
+    }
+    Program p;
+    bool ok = program_read(d, file, &p);
+    if (ok && !program_verify(&p, stderr)) {
+        diag_plain_error(d, "'%s': the program's plan does not hold (above)", o->check_program);
+        ok = false;
+    }
+    if (ok && o->dump && strcmp(o->dump, "program") == 0) {
+        program_print(stdout, &p); /* read back and printed again: the same text */
+    } else if (ok) {
+        int calls = 0;
+        for (int k = 0; k < STEP_COUNT; k++)
+            calls += p.step[k].ncalls;
+        printf("%s: model %s, %d buffers, %d calls: the plan holds for every batch size\n",
+               o->check_program, p.model, p.nbuf, calls);
+    }
+    program_free(&p);
+    return ok ? 0 : 1;
+}
+
 static bool generate(const Options *o, const Graph *g, Diag *d)
 {
     char *text = NULL, buf[4096];
@@ -302,17 +369,9 @@ static bool generate(const Options *o, const Graph *g, Diag *d)
     FILE *m = open_memstream(&text, &len);
     if (!m)
         DIE("out of memory");
-    /* the plans of both steps, proved before anything is written (a plan
-     * the verifier refuses is a compiler bug, never a program) */
-    BufferPlan tp = {0}, ip = {0};
-    CgPlans plans = {&tp, &ip};
-    if (!o->no_memplan && g->infer) {
-        memplan(g, !o->no_inplace, &tp);
-        memplan(g->infer, !o->no_inplace, &ip);
-        if (!memplan_verify(g, &tp, stderr) || !memplan_verify(g->infer, &ip, stderr))
-            DIE("the memory plan verifier failed");
-    }
-    bool ok = cg_emit_c(m, g, !o->no_memplan && g->infer ? &plans : NULL);
+    BufferPlan tp, ip;
+    CgPlans plans;
+    bool ok = cg_emit_c(m, g, make_plans(o, g, &tp, &ip, &plans));
     plan_free(&tp);
     plan_free(&ip);
     if (fclose(m) != 0)
@@ -343,6 +402,8 @@ static double now_ms(void)
 
 static int run(const Options *o, Diag *d)
 {
+    if (o->check_program)
+        return check_program(o, d);
     Graph *g;
     int done = 0;
     double times[32] = {0}, t0 = now_ms();
@@ -365,7 +426,8 @@ static int run(const Options *o, Diag *d)
                             "--from-ir\n", o->input);
         return 1;
     }
-    bool want_plan = o->dump && strcmp(o->dump, "memplan") == 0;
+    bool want_program = o->dump && strcmp(o->dump, "program") == 0;
+    bool want_plan = o->dump && (strcmp(o->dump, "memplan") == 0 || want_program);
     if (o->dump && strcmp(o->dump, "all") != 0 && !want_plan && pass_index(o->dump) < done) {
         diag_plain_error(d, "--dump=%s: '%s' is a dump after %s, a later pass", o->dump, o->input,
                          pass_pipeline[done].name);
@@ -418,15 +480,19 @@ static int run(const Options *o, Diag *d)
     if (ok && o->report && done >= forward_end)
         report_print(stdout, g, o->batch);
     if (ok && want_plan && !g->infer) {
-        diag_plain_error(d, "--dump=memplan needs a model that trains (a loss head)");
+        diag_plain_error(d, "--dump=%s needs a model that trains (a loss head)", o->dump);
         ok = false;
     }
-    if (ok && g->infer && (want_plan || o->report || o->verify)) {
+    if (ok && want_program) {
+        ok = dump_program(o, g);
+    } else if (ok && g->infer && (want_plan || o->report || o->verify)) {
         BufferPlan plan;
         memplan(g, !o->no_inplace, &plan);
         if (o->verify && !memplan_verify(g, &plan, stderr))
             DIE("the memory plan verifier failed");
-        if (want_plan)
+        if (want_plan && o->dot)
+            plan_print_dot(stdout, g, &plan);
+        else if (want_plan)
             plan_print(stdout, g, &plan);
         else if (o->report) {
             plan_report(stdout, &plan, o->batch);

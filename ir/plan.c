@@ -131,6 +131,62 @@ void plan_print(FILE *f, const Graph *g, const BufferPlan *p)
     plan_report(f, p, g->info.bind_batch);
 }
 
+/* A name as a Graphviz string's inside: quotes and backslashes escaped,
+ * control bytes as '?'. */
+static void dot_escaped(FILE *f, const char *s)
+{
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+        if (*c == '"' || *c == '\\')
+            fprintf(f, "\\%c", *c);
+        else
+            fputc(*c < 0x20 || *c == 0x7f ? '?' : *c, f);
+}
+
+void plan_print_dot(FILE *f, const Graph *g, const BufferPlan *p)
+{
+    /* values sharing bytes share a colour: the slot's offset picks it */
+    static const char *const palette[] = {"#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3",
+                                          "#fdb462", "#b3de69", "#fccde5", "#d9d9d9", "#bc80bd",
+                                          "#ccebc5", "#ffed6f"};
+    int *at = malloc(sizeof(int) * (size_t)(g->nnodes + 1));
+    if (!at)
+        DIE("out of memory");
+    for (int i = 0; i < g->nnodes; i++)
+        at[i] = -1;
+    for (int i = 0; i < p->n; i++)
+        at[p->v[i].node] = i;
+    fputs("// ampc memplan\ndigraph \"", f);
+    dot_escaped(f, g->model);
+    fputs("\" {\n  node [fontname=\"Helvetica\", shape=box];\n", f);
+    char a[64], b[64];
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        if (n->op == OP_Param || at[i] < 0)
+            continue;
+        const PlanValue *v = &p->v[at[i]];
+        fprintf(f, "  n%d [label=\"%%%d ", i, i);
+        dot_escaped(f, n->name);
+        fprintf(f, "\\n%s live=[%d,%d]\\n", op_info(n->op)->name, v->first, v->last);
+        if (v->kind == PV_ARENA) {
+            uint64_t h = (uint64_t)v->offset.fixed * 0x9E3779B97F4A7C15ull ^
+                         (uint64_t)v->offset.per_sample * 0xC2B2AE3D27D4EB4Full;
+            fprintf(f, "@%s size %s%s\", style=filled, fillcolor=\"%s\"];\n",
+                    lin(a, sizeof a, v->offset), lin(b, sizeof b, v->size),
+                    v->in_place ? " (in place)" : "", palette[(h >> 32) % 12]);
+        } else {
+            fprintf(f, "external\", shape=oval];\n");
+        }
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        for (int j = 0; j < n->nin; j++)
+            if (at[n->in[j]] >= 0 && at[i] >= 0 && g->nodes[n->in[j]]->op != OP_Param)
+                fprintf(f, "  n%d -> n%d;\n", n->in[j], i);
+    }
+    fputs("}\n", f);
+    free(at);
+}
+
 static double mib(LinExpr e, int64_t batch)
 {
     return ((double)e.fixed + (double)e.per_sample * (double)batch) / (1024.0 * 1024.0);

@@ -74,6 +74,10 @@ void plan_free(BufferPlan *p);
  * with odd bytes as '?', interval, size, offset or `external`), then the
  * report lines. */
 void plan_print(FILE *f, const Graph *g, const BufferPlan *p);
+/* --dump=memplan --dump-format=dot: the step's values coloured by the
+ * bytes they occupy (values sharing a slot share a colour), with their
+ * lifetimes and offsets. */
+void plan_print_dot(FILE *f, const Graph *g, const BufferPlan *p);
 /* --report lines (per sample and fixed, bytes; batch > 0 adds the totals). */
 void plan_report(FILE *f, const BufferPlan *p, int64_t batch);
 /* --report: the bytes outside the arena that a run keeps for g's
@@ -95,5 +99,80 @@ bool memplan_verify(const Graph *g, const BufferPlan *p, FILE *err);
  * caller (plan_free).  With inplace, a value may take over the bytes of an
  * input that dies at its node (plan_may_overwrite). */
 void memplan(const Graph *g, bool inplace, BufferPlan *out);
+
+/* ---- the lowered program ------------------------------------------------------
+ *
+ * What a backend prints (codegen/lower.c makes it, codegen/c.c prints it):
+ * the buffers (every value the steps read or write, with its bytes and where
+ * it lives), and three steps, each an ordered list of kernel calls with
+ * their argument buffers and a placement.  Its text form (program_print,
+ * --dump=program) reads back (program_read) and is checked from the text
+ * alone (program_verify): the liveness its calls imply, proved against its
+ * buffer offsets for every N >= 1 by memplan_verify. */
+
+typedef enum { PB_VALUE, PB_PARAM, PB_INPUT, PB_MASTER } ProgBufKind;
+typedef enum { PLACE_CPU } Placement; /* the CUDA and gradient-placement issues add theirs */
+typedef enum { STEP_TRAIN, STEP_MOVING, STEP_INFER, STEP_COUNT } StepKind;
+
+typedef struct {
+    const char *name;  /* the value's node name (a parameter's for masters) */
+    ProgBufKind kind;
+    DType dtype;
+    LinExpr elems;     /* elements: fixed + per_sample * N */
+    bool in_arena;
+    LinExpr offset;    /* bytes into the arena, when in_arena */
+} ProgBuffer;
+
+#define PROG_MAX_ARGS 8 /* inputs or outputs of one call; wider calls (Concat) list the rest in `more` */
+
+typedef struct {
+    int node;          /* the node of its step's graph */
+    OpKind op;         /* the kernel family */
+    Placement place;
+    bool workspace;    /* asks for the workspace */
+    int nin, nout;
+    int *in, *out;     /* buffer numbers; -1: an argument the kernel does not read or write */
+} ProgCall;
+
+typedef struct {
+    ProgCall *calls;
+    int ncalls;
+    int *results;      /* buffers read after the step (the loss head's output,
+                        * the gradients, moving_update's inputs) */
+    int nresults;
+} ProgStep;
+
+typedef struct {
+    const char *model;
+    Arena a;           /* every array and string above */
+    int nparams;       /* the parameter table, in the order of the training graph */
+    int *param_buf;    /* parameter k's buffer */
+    int *param_grad;   /* its gradient's buffer in the train step, -1 for none */
+    int *node_buf[2];  /* lowering only (not printed): node -> buffer of the
+                        * training graph [0] and the inference graph [1];
+                        * -1 none, <= -2 the master of parameter -2 - k */
+    ProgBuffer *buf;
+    int nbuf;
+    ProgStep step[STEP_COUNT];
+    LinExpr arena;     /* bytes */
+} Program;
+
+const char *step_name(StepKind k); /* "train", "moving_update", "infer" */
+const char *placement_name(Placement p); /* "cpu" */
+void program_free(Program *p);
+/* The text form: a header, one line per buffer, then each step's calls and
+ * results.  Names are printed as C-escaped string literals. */
+void program_print(FILE *f, const Program *p);
+/* Parses program_print's text, file `file` of d; false after reporting the
+ * first problem as path:line:col: error.  *out is the caller's to
+ * program_free either way. */
+bool program_read(Diag *d, int file, Program *out);
+/* Checks p from itself: buffer numbers, sizes and offsets in range and
+ * aligned, each step's calls writing an arena buffer before reading it, and
+ * no two arena buffers live at once in a step sharing a byte for any
+ * N >= 1 (memplan_verify on the liveness the calls imply, an output at an
+ * input's offset counting as an in-place write).  Prints each problem to
+ * err (when not NULL); false if any. */
+bool program_verify(const Program *p, FILE *err);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "fixture.h"
 #include "../ir/plan.h"
+#include "../codegen/codegen.h"
 
 static char *read_file(const char *path, size_t *len)
 {
@@ -317,6 +318,59 @@ static void test_inplace(void **state)
     graph_free(g);
 }
 
+/* The lowered program of every example, planned and unplanned: it proves
+ * itself (program_verify), and its text reads back to the same text. */
+static void test_program_round_trip(void **state)
+{
+    Fx *fx = *state;
+    static const char *const ex[] = {"examples/mlp.sym", "examples/digits_cnn.sym",
+                                     "examples/resnet20_cifar.sym", "examples/resnext_mini.sym",
+                                     "examples/resnet50_v1d.sym"};
+    for (size_t e = 0; e < sizeof ex / sizeof *ex; e++) {
+        size_t len;
+        char *text = read_file(ex[e], &len);
+        Graph *g = compile(fx, ex[e], text, len, "float16");
+        free(text);
+        for (int planned = 0; planned < 2; planned++) {
+            BufferPlan tp, ip;
+            memplan(g, true, &tp);
+            memplan(g->infer, true, &ip);
+            CgPlans plans = {&tp, &ip};
+            Program p;
+            lower(g, planned ? &plans : NULL, &p);
+            assert_true(program_verify(&p, stderr));
+            char *a = NULL, *b = NULL;
+            size_t alen = 0, blen = 0;
+            FILE *f = open_memstream(&a, &alen);
+            program_print(f, &p);
+            fclose(f);
+            int file = diag_add_buffer(&fx->d, "round.prog", a, alen);
+            Program q;
+            assert_true(program_read(&fx->d, file, &q));
+            assert_true(program_verify(&q, stderr));
+            f = open_memstream(&b, &blen);
+            program_print(f, &q);
+            fclose(f);
+            assert_int_equal(alen, blen);
+            assert_memory_equal(a, b, alen);
+            /* a planned program shares bytes: some two buffers have one offset */
+            int shared = 0;
+            for (int i = 0; planned && !shared && i < q.nbuf; i++)
+                for (int j = i + 1; q.buf[i].in_arena && j < q.nbuf; j++)
+                    shared += q.buf[j].in_arena && q.buf[i].offset.fixed == q.buf[j].offset.fixed &&
+                              q.buf[i].offset.per_sample == q.buf[j].offset.per_sample;
+            assert_true(!planned || shared > 0);
+            free(a);
+            free(b);
+            program_free(&p);
+            program_free(&q);
+            plan_free(&tp);
+            plan_free(&ip);
+        }
+        graph_free(g);
+    }
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -324,6 +378,7 @@ int main(void)
         T(test_verifier_refuses),
         T(test_verifier_refuses_spoiled_plan),
         T(test_inplace),
+        T(test_program_round_trip),
         T(test_random_dags),
         T(test_examples),
     };

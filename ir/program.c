@@ -1,0 +1,475 @@
+/* program.c - the lowered program's text form: print, read back, verify
+ * (plan.h).  codegen/lower.c makes a program from the training graph and
+ * its plans.
+ *
+ *   # ampc program 1
+ *   model "mlp"
+ *   arena 68928+1664N
+ *   buffer 0 input f32 0+64N "data"
+ *   buffer 4 value f32 0+128N @68928+0N "dense1_fc1"
+ *   step train
+ *   call %4 FullyConnected cpu ws in=(0,2,3) out=(4)
+ *   results (13,16,17)
+ *   end
+ *
+ * Buffer sizes are elements (fixed+per_sampleN), offsets bytes; `-` is an
+ * argument the kernel leaves alone, `mK` the fp32 master of parameter K.
+ * The reader trusts nothing: program_verify re-derives every step's
+ * liveness from its calls and proves the offsets against it. */
+#include "plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *step_name(StepKind k)
+{
+    static const char *const n[] = {"train", "moving_update", "infer"};
+    return n[k];
+}
+
+const char *placement_name(Placement p)
+{
+    (void)p;
+    return "cpu";
+}
+
+static const char *const kind_names[] = {"value", "param", "input"};
+
+void program_free(Program *p)
+{
+    arena_free(&p->a);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- printing -------------------------------------------------------------- */
+
+static void put_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+        if (*c == '"' || *c == '\\')
+            fprintf(f, "\\%c", *c);
+        else if (*c < 0x20 || *c > 0x7e)
+            fprintf(f, "\\%03o", *c);
+        else
+            fputc(*c, f);
+    fputc('"', f);
+}
+
+static void put_args(FILE *f, const char *what, const int *a, int n)
+{
+    if (what)
+        fprintf(f, " %s=(", what);
+    else
+        fputs(" (", f);
+    for (int i = 0; i < n; i++) {
+        if (i)
+            fputc(',', f);
+        if (a[i] == -1)
+            fputc('-', f);
+        else if (a[i] <= -2)
+            fprintf(f, "m%d", -2 - a[i]);
+        else
+            fprintf(f, "%d", a[i]);
+    }
+    fputc(')', f);
+}
+
+void program_print(FILE *f, const Program *p)
+{
+    fputs("# ampc program 1\nmodel ", f);
+    put_string(f, p->model ? p->model : "");
+    fprintf(f, "\narena %lld+%lldN\n", (long long)p->arena.fixed, (long long)p->arena.per_sample);
+    for (int i = 0; i < p->nbuf; i++) {
+        const ProgBuffer *b = &p->buf[i];
+        fprintf(f, "buffer %d %s %s %lld+%lldN ", i, kind_names[b->kind], dtype_short(b->dtype),
+                (long long)b->elems.fixed, (long long)b->elems.per_sample);
+        if (b->in_arena)
+            fprintf(f, "@%lld+%lldN ", (long long)b->offset.fixed, (long long)b->offset.per_sample);
+        put_string(f, b->name ? b->name : "");
+        fputc('\n', f);
+    }
+    for (int k = 0; k < STEP_COUNT; k++) {
+        const ProgStep *s = &p->step[k];
+        fprintf(f, "step %s\n", step_name((StepKind)k));
+        for (int c = 0; c < s->ncalls; c++) {
+            const ProgCall *x = &s->calls[c];
+            fprintf(f, "call %%%d %s %s%s", x->node, op_info(x->op)->name, placement_name(x->place),
+                    x->workspace ? " ws" : "");
+            put_args(f, "in", x->in, x->nin);
+            put_args(f, "out", x->out, x->nout);
+            fputc('\n', f);
+        }
+        fputs("results", f);
+        put_args(f, NULL, s->results, s->nresults);
+        fputc('\n', f);
+    }
+    fputs("end\n", f);
+}
+
+/* ---- reading --------------------------------------------------------------- */
+
+typedef struct {
+    Diag *d;
+    int file;
+    const char *p, *end, *line;
+    int lineno;
+    Program *out;
+    bool ok;
+} Rd;
+
+static bool rd_fail(Rd *r, const char *what)
+{
+    if (r->ok) {
+        Loc l = {r->file, r->lineno, (int)(r->p - r->line) + 1};
+        diag_error(r->d, l, "%s", what);
+    }
+    r->ok = false;
+    return false;
+}
+
+static bool lit(Rd *r, const char *s)
+{
+    size_t n = strlen(s);
+    if ((size_t)(r->end - r->p) < n || memcmp(r->p, s, n) != 0)
+        return false;
+    r->p += n;
+    return true;
+}
+
+static bool expect(Rd *r, const char *s)
+{
+    if (lit(r, s))
+        return true;
+    char m[96];
+    snprintf(m, sizeof m, "expected '%s' in a program dump", s);
+    return rd_fail(r, m);
+}
+
+static bool num(Rd *r, int64_t *v)
+{
+    bool neg = lit(r, "-");
+    if (r->p >= r->end || *r->p < '0' || *r->p > '9')
+        return rd_fail(r, "expected a number");
+    int64_t x = 0;
+    while (r->p < r->end && *r->p >= '0' && *r->p <= '9') {
+        if (__builtin_mul_overflow(x, 10, &x) || __builtin_add_overflow(x, *r->p - '0', &x))
+            return rd_fail(r, "a number out of range");
+        r->p++;
+    }
+    *v = neg ? -x : x;
+    return true;
+}
+
+static bool small(Rd *r, int *v)
+{
+    int64_t x;
+    if (!num(r, &x))
+        return false;
+    if (x < -2 || x > (1 << 30))
+        return rd_fail(r, "a number out of range");
+    *v = (int)x;
+    return true;
+}
+
+static bool lin_expr(Rd *r, LinExpr *e)
+{
+    return num(r, &e->fixed) && expect(r, "+") && num(r, &e->per_sample) && expect(r, "N");
+}
+
+static bool word(Rd *r, char *buf, size_t cap)
+{
+    size_t n = 0;
+    while (r->p < r->end && *r->p != ' ' && *r->p != '\n' && *r->p != '(' && n + 1 < cap)
+        buf[n++] = *r->p++;
+    buf[n] = 0;
+    if (n == 0 || (r->p < r->end && *r->p != ' ' && *r->p != '\n' && *r->p != '('))
+        return rd_fail(r, "expected a word");
+    return true;
+}
+
+static bool string(Rd *r, const char **out)
+{
+    if (!expect(r, "\""))
+        return false;
+    const char *q = r->p; /* the string's extent first: its escapes only shrink it */
+    while (q < r->end && *q != '"' && *q != '\n')
+        q += *q == '\\' && q + 1 < r->end ? 2 : 1;
+    char *s = arena_alloc(&r->out->a, (size_t)(q - r->p) + 1);
+    size_t n = 0;
+    while (r->p < r->end && *r->p != '"' && *r->p != '\n') {
+        char c = *r->p++;
+        if (c == '\\' && r->p < r->end && (*r->p == '"' || *r->p == '\\')) {
+            c = *r->p++;
+        } else if (c == '\\' && r->end - r->p >= 3) {
+            int v = 0;
+            for (int k = 0; k < 3; k++) {
+                if (r->p[k] < '0' || r->p[k] > '7')
+                    return rd_fail(r, "a bad escape in a string");
+                v = v * 8 + (r->p[k] - '0');
+            }
+            if (v == 0 || v > 255)
+                return rd_fail(r, "a bad escape in a string");
+            c = (char)v;
+            r->p += 3;
+        } else if (c == '\\') {
+            return rd_fail(r, "a bad escape in a string");
+        }
+        s[n++] = c;
+    }
+    s[n] = 0;
+    *out = s;
+    return expect(r, "\"");
+}
+
+static bool eol(Rd *r)
+{
+    if (!expect(r, "\n"))
+        return false;
+    r->lineno++;
+    r->line = r->p;
+    return true;
+}
+
+/* "(a,b,-,m3)" into an arena array */
+static bool args(Rd *r, int **out, int *n)
+{
+    if (!expect(r, "("))
+        return false;
+    Vec v = {0};
+    while (r->ok && !lit(r, ")")) {
+        if (v.len && !expect(r, ","))
+            break;
+        int x;
+        if (lit(r, "-"))
+            x = -1;
+        else if (lit(r, "m") && small(r, &x))
+            x = -2 - x;
+        else if (!small(r, &x) || x < 0)
+            rd_fail(r, "expected a buffer number, '-' or mK");
+        if (!r->ok)
+            break;
+        *(int *)vec_push(&v, sizeof(int)) = x;
+    }
+    *n = v.len;
+    *out = arena_alloc(&r->out->a, sizeof(int) * (size_t)(v.len + 1));
+    if (v.len)
+        memcpy(*out, v.data, sizeof(int) * (size_t)v.len);
+    vec_free(&v);
+    return r->ok;
+}
+
+static bool read_buffer(Rd *r, Vec *bufs)
+{
+    int64_t idx;
+    char kind[16], dt[16];
+    if (!num(r, &idx) || !expect(r, " ") || !word(r, kind, sizeof kind) || !expect(r, " ") ||
+        !word(r, dt, sizeof dt) || !expect(r, " "))
+        return false;
+    if (idx != bufs->len)
+        return rd_fail(r, "buffers must be numbered 0, 1, 2, ... in order");
+    ProgBuffer *b = vec_push(bufs, sizeof(ProgBuffer));
+    memset(b, 0, sizeof *b);
+    int k = 0;
+    while (k < 3 && strcmp(kind_names[k], kind) != 0)
+        k++;
+    if (k == 3)
+        return rd_fail(r, "a buffer kind is value, param or input");
+    b->kind = (ProgBufKind)k;
+    b->dtype = dtype_parse(dt);
+    if (b->dtype == DT_UNKNOWN)
+        return rd_fail(r, "an unknown dtype");
+    if (!lin_expr(r, &b->elems) || !expect(r, " "))
+        return false;
+    if (lit(r, "@")) {
+        b->in_arena = true;
+        if (!lin_expr(r, &b->offset) || !expect(r, " "))
+            return false;
+    }
+    return string(r, &b->name) && eol(r);
+}
+
+static bool read_step(Rd *r, StepKind k)
+{
+    ProgStep *s = &r->out->step[k];
+    if (!expect(r, "step ") || !expect(r, step_name(k)) || !eol(r))
+        return false;
+    Vec calls = {0};
+    while (r->ok && lit(r, "call %")) {
+        ProgCall *c = vec_push(&calls, sizeof(ProgCall));
+        memset(c, 0, sizeof *c);
+        char op[64], place[16];
+        if (!small(r, &c->node) || c->node < 0 || !expect(r, " ") || !word(r, op, sizeof op) ||
+            !expect(r, " ") || !word(r, place, sizeof place))
+            break;
+        c->op = op_lookup(op);
+        if (c->op == OP_COUNT) {
+            rd_fail(r, "an unknown op");
+            break;
+        }
+        if (strcmp(place, "cpu") != 0) {
+            rd_fail(r, "an unknown placement (cpu is the only one)");
+            break;
+        }
+        c->workspace = lit(r, " ws");
+        if (!expect(r, " in=") || !args(r, &c->in, &c->nin) || !expect(r, " out=") ||
+            !args(r, &c->out, &c->nout) || !eol(r))
+            break;
+    }
+    s->ncalls = calls.len;
+    s->calls = arena_alloc(&r->out->a, sizeof(ProgCall) * (size_t)(calls.len + 1));
+    if (calls.len)
+        memcpy(s->calls, calls.data, sizeof(ProgCall) * (size_t)calls.len);
+    vec_free(&calls);
+    return r->ok && expect(r, "results ") && args(r, &s->results, &s->nresults) && eol(r);
+}
+
+bool program_read(Diag *d, int file, Program *out)
+{
+    const SrcFile *f = diag_file(d, file);
+    memset(out, 0, sizeof *out);
+    arena_init(&out->a);
+    Rd r = {.d = d, .file = file, .p = f->text, .end = f->text + f->len, .line = f->text,
+            .lineno = 1, .out = out, .ok = true};
+    Vec bufs = {0};
+    if (expect(&r, "# ampc program 1") && eol(&r) && expect(&r, "model ") &&
+        string(&r, &out->model) && eol(&r) && expect(&r, "arena ") && lin_expr(&r, &out->arena) &&
+        eol(&r))
+        while (r.ok && lit(&r, "buffer "))
+            read_buffer(&r, &bufs);
+    out->nbuf = bufs.len;
+    out->buf = arena_alloc(&out->a, sizeof(ProgBuffer) * (size_t)(bufs.len + 1));
+    if (bufs.len)
+        memcpy(out->buf, bufs.data, sizeof(ProgBuffer) * (size_t)bufs.len);
+    vec_free(&bufs);
+    for (int k = 0; r.ok && k < STEP_COUNT; k++)
+        read_step(&r, (StepKind)k);
+    if (r.ok && expect(&r, "end") && eol(&r) && r.p != r.end)
+        rd_fail(&r, "text after 'end'");
+    return r.ok;
+}
+
+/* ---- verifying --------------------------------------------------------------- */
+
+#define ERR(...) (ok = false, err ? (void)fprintf(err, __VA_ARGS__) : (void)0)
+
+static bool arg_ok(const Program *p, int a) { return a == -1 || (a <= -2) || a < p->nbuf; }
+
+/* The calls of `steps` run one after another (moving_update continues the
+ * train step: it reads what that step wrote), as one sequence to prove. */
+static bool verify_sequence(const Program *p, const StepKind *steps, int nsteps, int results_of,
+                            FILE *err)
+{
+    bool ok = true;
+    int n = 0;
+    for (int k = 0; k < nsteps; k++)
+        n += p->step[steps[k]].ncalls;
+    int T = n > p->nbuf ? n : p->nbuf; /* the plan's steps; T means "after" */
+    int *first = malloc(sizeof(int) * (size_t)(p->nbuf + 1));
+    int *last = malloc(sizeof(int) * (size_t)(p->nbuf + 1));
+    int *over = malloc(sizeof(int) * (size_t)(p->nbuf + 1));
+    if (!first || !last || !over)
+        DIE("out of memory");
+    for (int i = 0; i < p->nbuf; i++)
+        first[i] = last[i] = over[i] = -1;
+    int t = 0;
+    for (int k = 0; k < nsteps; k++) {
+        const ProgStep *s = &p->step[steps[k]];
+        for (int c = 0; c < s->ncalls; c++, t++) {
+            const ProgCall *x = &s->calls[c];
+            for (int j = 0; j < x->nin; j++) {
+                int b = x->in[j];
+                if (!arg_ok(p, x->in[j])) {
+                    ERR("program: %s call %d reads buffer %d of %d\n", step_name(steps[k]), c, b, p->nbuf);
+                    continue;
+                }
+                if (b < 0 || !p->buf[b].in_arena)
+                    continue;
+                if (first[b] < 0)
+                    ERR("program: %s call %d (%%%d) reads arena buffer %d before any call writes "
+                        "it\n", step_name(steps[k]), c, x->node, b);
+                last[b] = t;
+            }
+            for (int j = 0; j < x->nout; j++) {
+                int b = x->out[j];
+                if (!arg_ok(p, b) || b <= -2) {
+                    ERR("program: %s call %d writes buffer %d\n", step_name(steps[k]), c, b);
+                    continue;
+                }
+                if (b < 0 || !p->buf[b].in_arena)
+                    continue;
+                if (first[b] >= 0 && first[b] != t)
+                    ERR("program: arena buffer %d is written by two calls\n", b);
+                first[b] = t;
+                if (last[b] < t)
+                    last[b] = t;
+                /* an output at an input's offset: a write in place */
+                for (int q = 0; q < x->nin; q++) {
+                    int a = x->in[q];
+                    if (a >= 0 && a != b && p->buf[a].in_arena && last[a] == t &&
+                        p->buf[a].offset.fixed == p->buf[b].offset.fixed &&
+                        p->buf[a].offset.per_sample == p->buf[b].offset.per_sample)
+                        over[b] = a;
+                }
+            }
+        }
+    }
+    const ProgStep *rs = &p->step[results_of];
+    for (int i = 0; i < rs->nresults; i++) {
+        int b = rs->results[i];
+        if (b < 0 || b >= p->nbuf)
+            ERR("program: result buffer %d of %d\n", b, p->nbuf);
+        else if (p->buf[b].in_arena && first[b] < 0)
+            ERR("program: result buffer %d is never written\n", b);
+        else
+            last[b] = T;
+    }
+    BufferPlan bp = {.nsteps = T, .arena = p->arena};
+    bp.v = malloc(sizeof(PlanValue) * (size_t)(p->nbuf + 1));
+    if (!bp.v)
+        DIE("out of memory");
+    for (int b = 0; ok && b < p->nbuf; b++) {
+        const ProgBuffer *pb = &p->buf[b];
+        if (!pb->in_arena || first[b] < 0)
+            continue;
+        int64_t ds = dtype_size(pb->dtype), f0, f1;
+        if (pb->elems.fixed < 0 || pb->elems.per_sample < 0 ||
+            __builtin_mul_overflow(pb->elems.fixed, ds, &f0) ||
+            __builtin_mul_overflow(pb->elems.per_sample, ds, &f1)) {
+            ERR("program: buffer %d: a bad size\n", b);
+            break;
+        }
+        PlanValue *v = &bp.v[bp.n++];
+        *v = (PlanValue){.node = b, .kind = PV_ARENA, .size = {f0, f1}, .offset = pb->offset,
+                         .first = first[b], .last = last[b]};
+        if (over[b] >= 0) {
+            v->in_place = true;
+            v->overwrites = over[b];
+        }
+    }
+    if (ok && !memplan_verify(NULL, &bp, err))
+        ok = false;
+    free(bp.v);
+    free(first);
+    free(last);
+    free(over);
+    return ok;
+}
+
+bool program_verify(const Program *p, FILE *err)
+{
+    bool ok = true;
+    for (int i = 0; i < p->nbuf; i++) {
+        const ProgBuffer *b = &p->buf[i];
+        if (b->kind != PB_VALUE && b->in_arena)
+            ERR("program: buffer %d (a %s) lies in the arena\n", i, kind_names[b->kind]);
+        if (b->dtype <= DT_UNKNOWN || dtype_size(b->dtype) <= 0)
+            ERR("program: buffer %d has no dtype\n", i);
+    }
+    if (!ok)
+        return false;
+    static const StepKind train[] = {STEP_TRAIN, STEP_MOVING}, infer[] = {STEP_INFER};
+    bool a = verify_sequence(p, train, 2, STEP_TRAIN, err);
+    bool b = verify_sequence(p, infer, 1, STEP_INFER, err);
+    return a && b;
+}
