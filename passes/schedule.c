@@ -5,8 +5,10 @@
  * (passes/memplan.c) places values by the same order, so choosing the
  * order is choosing the peak.  This pass stores the training graph and its
  * inference graph in a topological order picked greedily for low live
- * bytes, when that order's liveness lower bound (the plan's own measure)
- * beats the order the graph came in; otherwise it keeps that order.  Either
+ * bytes, when that order's liveness lower bound (the largest sum of live
+ * bytes at any step, memplan's measure, here computed from the order without
+ * building the graph) beats the order the graph came in; otherwise it keeps
+ * that order, and the graph is not rebuilt.  Either
  * way the result is deterministic: it depends on the graph, not on the
  * machine or a seed.
  *
@@ -221,9 +223,55 @@ static void sched_free(Sched *s)
     free(s->order);
 }
 
-/* The greedy order of g (all its nodes). */
-static int *greedy_order(const Graph *g)
+/* The largest sum of live bytes (weighed as above) over the steps of g run
+ * in `order` (NULL: storage order): each value lives from its writer's step
+ * to its last reader's, to the end when read after the step.  The measure
+ * memplan's lower bound takes, without building the reordered graph. */
+static int64_t order_peak(const Sched *s, const int *order)
 {
+    const Graph *g = s->g;
+    int n = g->nnodes;
+    int *pos = malloc(sizeof(int) * (size_t)(n + 1));
+    int *end = malloc(sizeof(int) * (size_t)(n + 1));
+    int64_t *delta_at = calloc((size_t)n + 2, sizeof(int64_t));
+    if (!pos || !end || !delta_at)
+        DIE("out of memory");
+    for (int k = 0; k < n; k++)
+        pos[order ? order[k] : k] = k;
+    for (int i = 0; i < n; i++)
+        end[i] = s->held[i] ? n : pos[i];
+    for (int i = 0; i < n; i++) {
+        const Node *x = g->nodes[i];
+        for (int j = 0; j < x->nin; j++)
+            if (counted_read(x, j) && end[x->in[j]] < pos[i])
+                end[x->in[j]] = pos[i];
+    }
+    for (int i = 0; i < n; i++)
+        if (s->bytes[i]) { /* a node's bytes include its parts', live as long as the longest */
+            int e = end[i];
+            for (int u = s->users_start[i]; u < s->users_start[i + 1]; u++)
+                if (g->nodes[s->users[u]]->op == OP_part && end[s->users[u]] > e)
+                    e = end[s->users[u]];
+            delta_at[pos[i]] += s->bytes[i];
+            delta_at[e + 1] -= s->bytes[i];
+        }
+    int64_t live = 0, peak = 0;
+    for (int k = 0; k <= n; k++) {
+        live += delta_at[k];
+        if (live > peak)
+            peak = live;
+    }
+    free(pos);
+    free(end);
+    free(delta_at);
+    return peak;
+}
+
+/* g in the greedy order when that lowers its peak; g itself otherwise. */
+static Graph *schedule_one(Graph *g)
+{
+    if (g->nnodes == 0)
+        return g;
     Sched s;
     sched_init(&s, g);
     for (int i = 0; i < s.n; i++)
@@ -234,49 +282,22 @@ static int *greedy_order(const Graph *g)
     while (s.nheap > 0)
         run_node(&s, pick(&s));
     ASSERT(s.count == s.n);
-    int *order = s.order;
-    s.order = NULL;
-    sched_free(&s);
-    return order;
-}
-
-/* The liveness lower bound of g's order, per sample first. */
-static LinExpr peak(const Graph *g)
-{
-    BufferPlan p;
-    memplan(g, true, &p);
-    LinExpr r = p.lower;
-    plan_free(&p);
-    return r;
-}
-
-static bool lower_than(LinExpr a, LinExpr b)
-{
-    return a.per_sample != b.per_sample ? a.per_sample < b.per_sample : a.fixed < b.fixed;
-}
-
-/* g in the greedy order when that lowers its peak; g itself otherwise. */
-static Graph *schedule_one(Graph *g)
-{
-    if (g->nnodes == 0)
-        return g;
-    int *order = greedy_order(g);
     bool same = true;
     for (int i = 0; i < g->nnodes && same; i++)
-        same = order[i] == i;
-    if (same) {
-        free(order);
-        return g;
+        same = s.order[i] == i;
+    /* the readers' counts were spent by the run: count again for the measure */
+    bool better = false;
+    if (!same) {
+        memset(s.readers, 0, sizeof(int) * (size_t)s.n);
+        for (int i = 0; i < s.n; i++)
+            for (int j = 0; j < g->nodes[i]->nin; j++)
+                if (counted_read(g->nodes[i], j))
+                    s.readers[g->nodes[i]->in[j]]++;
+        better = order_peak(&s, s.order) < order_peak(&s, NULL);
     }
-    Graph *c = graph_reorder(graph_copy(g), order);
-    free(order);
-    if (lower_than(peak(c), peak(g))) {
-        c->infer = g->infer;
-        g->infer = NULL;
-        graph_free(g);
-        return c;
-    }
-    graph_free(c);
+    if (better)
+        g = graph_reorder(g, s.order);
+    sched_free(&s);
     return g;
 }
 
