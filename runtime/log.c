@@ -204,6 +204,10 @@ void rt_log_start(FILE *out, JLog *jl, const RtModel *m, const RtTrainOptions *o
             "validation samples; batch %lld, %lld steps per epoch\n", m->name,
             (long long)s->nvalues, m->amp ? m->amp : "off", ds->name, (long long)ds->ntrain,
             (long long)ds->nval, (long long)s->batch, (long long)s->steps_per_epoch);
+    fprintf(out, "Memory: arena %.1f MiB (the planned values of both steps), other buffers %.1f "
+            "MiB, fp32 masters and optimizer state %.1f MiB, workspace %.1f MiB\n",
+            (double)s->arena / 1048576.0, (double)s->own / 1048576.0,
+            (double)s->state / 1048576.0, (double)s->workspace / 1048576.0);
     if (ls->mode == RT_LS_DYNAMIC)
         fprintf(out, "Loss scale: dynamic, init %.9g, growth %g, backoff %g, interval %d, min %g, "
                 "max %.9g\n", (double)o->loss_scale.init, (double)ls->rule.growth,

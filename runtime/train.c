@@ -252,7 +252,9 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     RtLogStart start = {.batch = b, .steps_per_epoch = steps_per_epoch, .nvalues = nvalues,
                         .seed = seed, .amp_on = amp_on, .resumed = run.have_ck,
                         .epoch = epoch0, .batch_in_epoch = nb0, .step = step,
-                        .num_update = num_update};
+                        .num_update = num_update, .arena = t->arena_bytes,
+                        .own = t->own_bytes, .state = t->state_bytes,
+                        .workspace = (int64_t)t->ctx.ws_bytes};
     rt_log_start(out, &jl, m, o, ds, &ls, &start);
     if (rt_jl_failed(&jl, o, err)) {
         fflush(out);
@@ -453,6 +455,10 @@ final:
         rt_metric_print_lines(out, m, &val, "Validation-");
     }
     rt_log_end(out, &jl, m, &ls, step, num_update, &val);
+    if (m->workspace_bytes && t->ctx.ws_bytes > t->ws_start)
+        fprintf(err, "%s: warning: the workspace grew from %zu to %zu bytes after start-up (the "
+                "program's workspace_bytes asked for too little)\n", o->prog, t->ws_start,
+                t->ctx.ws_bytes);
     if (pf)
         rt_prof_report(pf, out, &jl);
     if (rt_jl_failed(&jl, o, err))

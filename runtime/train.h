@@ -81,6 +81,9 @@ typedef struct {
     RtCtx ctx;           /* ctx.buf, ctx.master point into the arrays below */
     void *arena;         /* the planned buffers (program.h), or NULL */
     int64_t arena_bytes;
+    int64_t own_bytes;   /* the buffers outside the arena (parameters, inputs, unplanned values) */
+    int64_t state_bytes; /* fp32 masters and optimizer state */
+    size_t ws_start;     /* the workspace sized at start-up (workspace_bytes) */
     float **state;       /* per parameter: momentum or Adam's mean (fp32, numel), or NULL */
     float **state2;      /* per parameter: Adam's var (fp32, numel), or NULL */
     RtDevTensor *grads;  /* every trainable parameter's gradient: the all-reduce bucket */

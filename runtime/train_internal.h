@@ -91,6 +91,7 @@ typedef struct {
     bool amp_on;  /* a 16-bit model or a loss scale: the Loss-scale lines */
     bool resumed; /* from o->resume: the "Resumed from" line and event */
     int64_t epoch, batch_in_epoch, step, num_update;
+    int64_t arena, own, state, workspace; /* bytes the run holds (the Memory line) */
 } RtLogStart;
 /* The lines a run starts with: the model and its data, the loss scale, the
  * augmentation, where a resumed run starts; then the JSON "start" (and

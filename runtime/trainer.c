@@ -197,18 +197,23 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, 
      * this batch size (a program without the function grows it on demand) */
     if (ok && m->workspace_bytes)
         rt_ctx_ws(&t->ctx, m->workspace_bytes(batch));
+    t->ws_start = t->ctx.ws_bytes;
     RtDevice *d = t->dev;
     char derr[256]; /* the device's message; the trainer's says which batch size */
     for (int i = 0; ok && i < m->nbuffers; i++) {
         const RtBuffer *bf = &m->buffers[i];
         int64_t n = buffer_elems(bf, batch);
-        if (!bf->in_arena)
+        if (!bf->in_arena) {
             ok = n >= 0 && (t->ctx.buf[i] = rt_dev_alloc(d, (size_t)n * rt_dtype_size(bf->dtype),
                                                           bf->name, derr, sizeof derr));
+            t->own_bytes += ok ? n * (int64_t)rt_dtype_size(bf->dtype) : 0;
+        }
     }
     for (int i = 0; ok && i < m->nparams; i++) {
         const RtParam *p = &m->params[i];
         size_t bytes = (size_t)p->numel * sizeof(float);
+        t->state_bytes += (int64_t)bytes * ((p->has_master ? 1 : 0) +
+                                            (p->grad >= 0 ? (nstate >= 2 ? 2 : with_state) : 0));
         if (p->has_master)
             ok = (t->ctx.master[i] = rt_dev_alloc(d, bytes, p->name, derr, sizeof derr)) != NULL;
         if (ok && with_state && p->grad >= 0)

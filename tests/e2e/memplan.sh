@@ -12,6 +12,8 @@
 #     (the step's gradients, output and inputs, bit for bit); for
 #     ResNet-50 v1d this is the step the issue asks for, and the peak RSS of
 #     each run is printed (information, never asserted).
+#   - every planned run prints its Memory line and its workspace, sized at
+#     start-up by the program's workspace_bytes, never grows;
 #   - a model the schedule pass reorders trains bit-identically with and
 #     without --no-schedule.
 # A kernel that leaves part of its output unwritten, or reads a value the
@@ -61,6 +63,12 @@ for m in examples/mlp.sym examples/digits_cnn.sym examples/fashion_cnn.sym \
             grep -E 'Train-|Validation-' "$tmp/out_$mode" | sed 's/Time cost=.*//' >"$tmp/metrics_$mode"
         done
         [ $same = 1 ] || continue
+        # the workspace was sized at start-up: it never grew during the run
+        if grep -q '^Memory: arena' "$tmp/out_plan" && ! grep -q 'workspace grew' "$tmp/out_plan"; then
+            ok "$base --amp=$amp: the Memory line, and a workspace sized once at start-up"
+        else
+            cp "$tmp/out_plan" "$tmp/log"; bad "$base --amp=$amp: no Memory line, or the workspace grew"
+        fi
         for mode in noinplace nomemplan; do
             if cmp -s "$tmp"/ck_plan/*.params "$tmp"/ck_$mode/*.params &&
                cmp -s "$tmp/metrics_plan" "$tmp/metrics_$mode" && [ -s "$tmp/metrics_plan" ]; then
