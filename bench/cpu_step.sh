@@ -165,6 +165,12 @@ for t in $threads; do
     printf "$fmt" fp32 "$t" "$aw" "$(best ${!aw_v})" "$tw" "$(best ${!tw_v})" "$(ratio "$aw" "$tw")" \
         "$ac" "$tc" "$(ratio "$ac" "$tc")"
 done
+for a in $amps; do
+    for t in $threads; do
+        aw_v="AW_${a}_$t" ac_v="AC_${a}_$t"
+        printf "$fmt" "$a" "$t" "$(median ${!aw_v})" "$(best ${!aw_v})" - - - "$(median ${!ac_v})" - -
+    done
+done
 echo
 mfmt='%-9s %-7s | %8s %8s | %9s %8s %6s | %8s %8s %6s\n'
 printf "$mfmt" "" "" "ampc" "" "MXNet" "" "" "ampc" "MXNet" ""
@@ -174,12 +180,6 @@ for t in $threads; do
     aw=$(median ${!aw_v}) ac=$(median ${!ac_v}) mw=$(median ${!mw_v}) mc=$(median ${!mc_v})
     printf "$mfmt" fp32 "$t" "$aw" "$(best ${!aw_v})" "$mw" "$(best ${!mw_v})" "$(ratio "$aw" "$mw")" \
         "$ac" "$mc" "$(ratio "$ac" "$mc")"
-done
-for a in $amps; do
-    for t in $threads; do
-        aw_v="AW_${a}_$t" ac_v="AC_${a}_$t"
-        printf "$fmt" "$a" "$t" "$(median ${!aw_v})" "$(best ${!aw_v})" - - - "$(median ${!ac_v})" - -
-    done
 done
 echo "(ms/step: median wall time a step, best: the fastest 5-step interval or run;"
 echo " CPU ms: CPU time a step, all threads; ratio: ampc/PyTorch or ampc/MXNet, below 1 ="
