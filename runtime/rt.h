@@ -172,6 +172,26 @@ void rt_batchnorm_backward(const RtBnDims *d, RtDType dt, const void *x, const v
                            const float *gamma, const float *save_mean, const float *save_invstd,
                            bool fix_gamma, bool use_global_stats, void *dx, float *dgamma,
                            float *dbeta, bool acc_dx, bool acc_param);
+/* The fuse pass's BatchNorm + relu (docs/codegen.md, "Fusions"): y =
+ * relu(BatchNorm(x)) with the BatchNorm's value rounded to dt before the
+ * relu, where the unfused pair stores it, so y has the pair's bits; the
+ * arguments are the unfused calls'. */
+void rt_batchnorm_relu_forward_train(const RtBnDims *d, RtDType dt, const void *x,
+                                     const float *gamma, const float *beta, float eps,
+                                     bool fix_gamma, void *y, float *save_mean,
+                                     float *save_invstd);
+void rt_batchnorm_relu_forward_inference(const RtBnDims *d, RtDType dt, const void *x,
+                                         const float *gamma, const float *beta,
+                                         const float *moving_mean, const float *moving_var,
+                                         float eps, bool fix_gamma, void *y, float *save_mean,
+                                         float *save_invstd);
+/* Their backward: rt_batchnorm_backward of dy masked by y > 0 (the relu's
+ * output), rounded to dt as the unfused relu backward stores it. */
+void rt_batchnorm_relu_backward(const RtBnDims *d, RtDType dt, const void *x, const void *y,
+                                const void *dy, const float *gamma, const float *save_mean,
+                                const float *save_invstd, bool fix_gamma, bool use_global_stats,
+                                void *dx, float *dgamma, float *dbeta, bool acc_dx,
+                                bool acc_param);
 
 /* ---- act.c: Activation, LeakyReLU, Dropout -------------------------------- */
 
@@ -242,6 +262,9 @@ typedef enum { RT_BIN_ADD, RT_BIN_SUB, RT_BIN_MUL } RtBinOp;
 /* elemwise_add/sub/mul: a, b, y of n elements (y may alias a or b). */
 void rt_elemwise_forward(RtBinOp op, size_t n, RtDType dt, const void *a, const void *b,
                          void *y);
+/* The fuse pass's elemwise_add + relu: y = relu(a + b), the sum rounded to
+ * dt before the relu, as the unfused pair stores it (y may alias a or b). */
+void rt_add_relu_forward(size_t n, RtDType dt, const void *a, const void *b, void *y);
 /* a and b are read only by mul.  da == db is allowed (y = x op x). */
 void rt_elemwise_backward(RtBinOp op, size_t n, RtDType dt, const void *dy, const void *a,
                           const void *b, void *da, void *db, bool acc_a, bool acc_b);

@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "cpu.h"
+#include "kernels/act.h"
 
 /* The kernels walk groups of channels (RT_BN_GROUP at most; the threads
  * take groups as they come free), and each group image by image, so memory
@@ -168,11 +169,37 @@ typedef struct {
     const float *gamma, *beta, *mean_in, *var_in, *save_mean_in, *save_invstd_in;
     float eps;
     bool fix_gamma, use_global_stats, acc_dx, acc_param;
+    bool relu;        /* the fused BatchNorm + relu: y = relu(bn(x)) */
+    const void *ry;   /* its backward: the relu's output, dy is masked by ry > 0 */
     void *y;
     float *save_mean, *save_invstd, *dgamma, *dbeta;
     int64_t gs; /* channels a group */
     const BnSegs *f;
 } BnJob;
+
+/* The relu of the fused BatchNorm + relu, on BatchNorm's fp32 values r:
+ * first rounded to dt, where the unfused BatchNorm stores them and the relu
+ * reads them back, then ampc_relu (the unfused relu's values, NaN -> 0). */
+static void relu_rounded(float *r, size_t m, RtDType dt)
+{
+    rt__round_through(r, m, dt);
+    for (size_t i = 0; i < m; i++)
+        r[i] = ampc_relu(r[i]);
+}
+
+/* The fused backward's dy: dy * ampc_relu_grad_y(y) into mb, rounded to dt
+ * as the unfused relu backward stores it; dy itself when not fused. */
+static const float *relu_masked(const BnJob *j, const float *g, size_t off, size_t m, float *mb,
+                                float *yb)
+{
+    if (!j->ry)
+        return g;
+    const float *yv = rt__view(j->ry, off, m, j->dt, yb);
+    for (size_t i = 0; i < m; i++)
+        mb[i] = g[i] * ampc_relu_grad_y(yv[i]);
+    rt__round_through(mb, m, j->dt);
+    return mb;
+}
 
 /* y = x*scale[c] + shift[c] over channels [c0, c1) */
 static void group_affine(const BnJob *j, int64_t c0, const float *scale, const float *shift,
@@ -182,6 +209,8 @@ static void group_affine(const BnJob *j, int64_t c0, const float *scale, const f
     FOR_GROUP_CHUNKS(j->d, c0, c1, j->x, j->dt, in, c, v, m, off, {
         float *r = rt__out(j->y, off, j->dt, false, out);
         j->f->affine(r, v, m, scale[c - c0], shift[c - c0]);
+        if (j->relu)
+            relu_rounded(r, m, j->dt);
         if (r == out)
             rt__commit(j->y, off, out, m, j->dt, false);
     })
@@ -309,7 +338,7 @@ static void bn_bwd_range(void *p, size_t g0, size_t g1)
     RtDType dt = j->dt;
     bool fix_gamma = j->fix_gamma, acc_param = j->acc_param, acc_dx = j->acc_dx;
     double cnt = (double)d->outer * (double)d->inner;
-    float xb[RT_CHUNK], dyb[RT_CHUNK], out[RT_CHUNK];
+    float xb[RT_CHUNK], dyb[RT_CHUNK], out[RT_CHUNK], mb[RT_CHUNK], yb[RT_CHUNK];
     double sdy[RT_BN_GROUP], sdyx[RT_BN_GROUP];
     float k[RT_BN_GROUP], mdy[RT_BN_GROUP], mdyx[RT_BN_GROUP];
     for (size_t gi = g0; gi < g1; gi++) {
@@ -318,6 +347,7 @@ static void bn_bwd_range(void *p, size_t g0, size_t g1)
             sdy[c - c0] = sdyx[c - c0] = 0.0;
         FOR_GROUP_CHUNKS(d, c0, c1, j->dy, dt, dyb, c, g, m, off, {
             const float *v = rt__view(j->x, off, m, dt, xb);
+            g = relu_masked(j, g, off, m, mb, yb);
             j->f->bwd_sums(g, v, m, j->save_mean_in[c], j->save_invstd_in[c], &sdy[c - c0],
                          &sdyx[c - c0]);
         })
@@ -335,6 +365,7 @@ static void bn_bwd_range(void *p, size_t g0, size_t g1)
             continue;
         FOR_GROUP_CHUNKS(d, c0, c1, j->dy, dt, dyb, c, g, m, off, {
             float *r = rt__out(j->y, off, dt, acc_dx, out);
+            g = relu_masked(j, g, off, m, mb, yb);
             if (j->use_global_stats) {
                 seg_scale(r, g, m, k[c - c0]);
             } else {
@@ -357,5 +388,43 @@ void rt_batchnorm_backward(const RtBnDims *d, RtDType dt, const void *x, const v
                .save_invstd_in = save_invstd, .fix_gamma = fix_gamma,
                .use_global_stats = use_global_stats, .acc_dx = acc_dx, .acc_param = acc_param,
                .y = dx, .dgamma = dgamma, .dbeta = dbeta};
+    bn_run(d, &j, 2, bn_bwd_range);
+}
+
+/* ---- BatchNorm + relu (the fuse pass's) ------------------------------------ */
+
+void rt_batchnorm_relu_forward_train(const RtBnDims *d, RtDType dt, const void *x,
+                                     const float *gamma, const float *beta, float eps,
+                                     bool fix_gamma, void *y, float *save_mean,
+                                     float *save_invstd)
+{
+    BnJob j = {.d = d, .dt = dt, .x = x, .gamma = gamma, .beta = beta, .eps = eps,
+               .fix_gamma = fix_gamma, .y = y, .save_mean = save_mean,
+               .save_invstd = save_invstd, .relu = true};
+    bn_run(d, &j, 2, bn_train_range);
+}
+
+void rt_batchnorm_relu_forward_inference(const RtBnDims *d, RtDType dt, const void *x,
+                                         const float *gamma, const float *beta,
+                                         const float *moving_mean, const float *moving_var,
+                                         float eps, bool fix_gamma, void *y, float *save_mean,
+                                         float *save_invstd)
+{
+    BnJob j = {.d = d, .dt = dt, .x = x, .gamma = gamma, .beta = beta, .mean_in = moving_mean,
+               .var_in = moving_var, .eps = eps, .fix_gamma = fix_gamma, .y = y,
+               .save_mean = save_mean, .save_invstd = save_invstd, .relu = true};
+    bn_run(d, &j, 1, bn_infer_range);
+}
+
+void rt_batchnorm_relu_backward(const RtBnDims *d, RtDType dt, const void *x, const void *y,
+                                const void *dy, const float *gamma, const float *save_mean,
+                                const float *save_invstd, bool fix_gamma, bool use_global_stats,
+                                void *dx, float *dgamma, float *dbeta, bool acc_dx,
+                                bool acc_param)
+{
+    BnJob j = {.d = d, .dt = dt, .x = x, .dy = dy, .gamma = gamma, .save_mean_in = save_mean,
+               .save_invstd_in = save_invstd, .fix_gamma = fix_gamma,
+               .use_global_stats = use_global_stats, .acc_dx = acc_dx, .acc_param = acc_param,
+               .y = dx, .dgamma = dgamma, .dbeta = dbeta, .ry = y};
     bn_run(d, &j, 2, bn_bwd_range);
 }

@@ -161,6 +161,21 @@ static inline void rt__commit(void *dst, size_t off, const float *val, size_t n,
     }
 }
 
+/* v[0, n) rounded to dt and widened back, in place (n <= RT_CHUNK): the
+ * value a fused kernel computes with where the unfused ops would store it
+ * in dt and read it back (nothing to do in fp32). */
+static inline void rt__round_through(float *v, size_t n, RtDType dt)
+{
+    uint16_t t[RT_CHUNK];
+    if (dt == RT_F16) {
+        rt__f2h(t, v, n);
+        rt__h2f(v, t, n);
+    } else if (dt == RT_BF16) {
+        rt__f2b(t, v, n);
+        rt__b2f(v, t, n);
+    }
+}
+
 /* One element. */
 static inline float rt__get(const void *src, size_t i, RtDType dt)
 {

@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "cpu.h"
+#include "kernels/act.h"
 
 
 static inline float bin(RtBinOp op, float a, float b)
@@ -62,6 +63,29 @@ void rt_elemwise_forward(RtBinOp op, size_t n, RtDType dt, const void *a, const 
 {
     BinJob j = {op, dt, a, b, NULL, y, NULL, NULL, false, false};
     rt__parallel_range(n, bin_fwd_range, &j);
+}
+
+/* relu(a + b): the sum as add_f32 makes it, rounded to dt where the unfused
+ * add stores it, then the unfused relu's ampc_relu (NaN -> 0). */
+static void add_relu_range(void *p, size_t lo, size_t hi)
+{
+    const BinJob *j = p;
+    float ab[RT_CHUNK], bb[RT_CHUNK], yb[RT_CHUNK];
+    RT_CHUNKS_IN(lo, hi, off, m) {
+        const float *va = rt__view(j->a, off, m, j->dt, ab), *vb = rt__view(j->b, off, m, j->dt, bb);
+        float *r = rt__out(j->y, off, j->dt, false, yb);
+        add_f32(r, va, vb, m);
+        rt__round_through(r, m, j->dt);
+        for (size_t i = 0; i < m; i++)
+            r[i] = ampc_relu(r[i]);
+        rt__commit(j->y, off, r, m, j->dt, false);
+    }
+}
+
+void rt_add_relu_forward(size_t n, RtDType dt, const void *a, const void *b, void *y)
+{
+    BinJob j = {RT_BIN_ADD, dt, a, b, NULL, y, NULL, NULL, false, false};
+    rt__parallel_range(n, add_relu_range, &j);
 }
 
 static void bin_bwd_range(void *p, size_t lo, size_t hi)
