@@ -339,6 +339,35 @@ static void emit_op(Cg *c, const Node *n)
                 or_null(part_of(c, n, 1)), or_null(part_of(c, n, 2)));
         break;
     }
+    /* the fuse pass's ops (passes/fuse.c): the unfused calls' arguments */
+    case OP__fused_BatchNorm_relu: {
+        bn_dims(c, n, INODE(0), I);
+        const char *m = part_of(c, n, 1), *s = part_of(c, n, 2);
+        bool fix = node_bool(n, BN_FIX_GAMMA);
+        if (node_bool(n, BN_USE_GLOBAL_STATS))
+            fprintf(f, "%srt_batchnorm_relu_forward_inference(&d, %s, %s, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n",
+                    I, DT, IN(0), IN(1), IN(2), IN(3), IN(4), node_float(n, BN_EPS),
+                    fix ? "true" : "false", OUT, or_null(m), or_null(s));
+        else
+            fprintf(f, "%srt_batchnorm_relu_forward_train(&d, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n", I,
+                    DT, IN(0), IN(1), IN(2), node_float(n, BN_EPS), fix ? "true" : "false", OUT,
+                    or_null(m), or_null(s));
+        break;
+    }
+    case OP__backward_fused_BatchNorm_relu: /* dy, y, x, gamma, save_mean, save_invstd */
+        bn_dims(c, n, INODE(2), I);
+        fprintf(f, "%srt_batchnorm_relu_backward(&d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, false);\n",
+                I, DT, IN(2), IN(1), IN(0), IN(3), IN(4), IN(5), node_bool(n, BN_FIX_GAMMA) ? "true" : "false",
+                node_bool(n, BN_USE_GLOBAL_STATS) ? "true" : "false", c->uses[n->id] ? OUT : "NULL",
+                or_null(part_of(c, n, 1)), or_null(part_of(c, n, 2)));
+        break;
+    case OP__fused_add_relu:
+        fprintf(f, "%srt_add_relu_forward(%s, %s, %s, %s, %s);\n", I, numelx(c, n), DT, IN(0), IN(1), OUT);
+        break;
+    case OP__backward_fused_add_relu: /* dy, y: the relu's backward reads only y */
+        fprintf(f, "%srt_activation_backward(RT_ACT_RELU, %s, %s, NULL, %s, %s, %s, false);\n", I,
+                numelx(c, n), DT, IN(1), IN(0), OUT);
+        break;
     case OP_Activation:
         fprintf(f, "%srt_activation_forward(%s, %s, %s, %s, %s);\n", I, act_enum(node_enum(n, ACT_TYPE)),
                 numelx(c, n), DT, IN(0), OUT);

@@ -19,6 +19,7 @@ typedef struct {
     const char *explain_name;
     bool no_schedule;         /* --no-schedule: keep the order the passes left */
     FILE *out;                /* where --explain prints */
+    unsigned no_fuse;         /* --no-fuse: the fusions turned off (bit k: rule k) */
 } PassOptions;
 
 /* The pass pipeline after elaborate, as a straight list (DESIGN.md 4). */
@@ -63,6 +64,10 @@ int frontend_dump_after(const SrcFile *f);
  * training graph the derivation of its backward graph (autodiff_check).
  * Reports at the nodes; false on any disagreement. */
 bool frontend_check_dump(Graph *g, int after, const PassOptions *o);
+/* A training graph after pass `after` (autodiff or later) against what the
+ * passes derive from its forward part: autodiff_check, or fuse_check after
+ * fuse.  Reports at the nodes. */
+bool training_graph_check(const Graph *g, int after);
 
 /* Resolves the AMP settings: flags first, then the train block. */
 bool amp_options_resolve(const Graph *g, const PassOptions *po, AmpOptions *out);

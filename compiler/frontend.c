@@ -28,6 +28,13 @@ static bool run_train_cast_elide(Graph **g, const PassOptions *o)
     return ok;
 }
 
+static bool run_fuse(Graph **g, const PassOptions *o)
+{
+    FuseOptions fo = {.disabled = o->no_fuse, .explain = o->explain,
+                      .explain_name = o->explain_name, .out = o->out};
+    return fuse(g, &fo);
+}
+
 /* --explain's "(SOURCE -> READERS)" for casts and parameters, from the final
  * graph: the reader with the smallest name (independent of storage order),
  * "the output", and how many more. */
@@ -118,6 +125,7 @@ const PassDesc pass_pipeline[] = {
     {"cast-elide", run_cast_elide},
     {"autodiff", run_autodiff},
     {"train-cast-elide", run_train_cast_elide},
+    {"fuse", run_fuse},
     {"schedule", run_schedule},
 };
 const int pass_count = (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]);
@@ -191,7 +199,13 @@ bool frontend_check_dump(Graph *g, int after, const PassOptions *o)
     }
     if (!ir_check_rules(g, pass_pipeline[after].name))
         return false;
-    return after < pass_index("autodiff") || autodiff_check(g, after > pass_index("autodiff"));
+    return after < pass_index("autodiff") || training_graph_check(g, after);
+}
+
+bool training_graph_check(const Graph *g, int after)
+{
+    return after >= pass_index("fuse") ? fuse_check(g)
+                                        : autodiff_check(g, after > pass_index("autodiff"));
 }
 
 static const ConfigEntry *train_entry(const Graph *g, const char *key)

@@ -66,7 +66,10 @@ static void usage(FILE *f)
           "  --amp-placement=optimal|greedy\n"
           "                          dtypes of follow/widest ops: fewest bytes converted\n"
           "                          (default), or each follows its inputs\n"
-          "  --explain[=NAME]        say why each node (or NAME) got its dtype\n"
+          "  --explain[=NAME]        say why each node (or NAME) got its dtype, and (with -o,\n"
+          "                          -S or --dump=fuse) list the fusions made\n"
+          "  --no-fuse=NAME,...|all  turn fusions off (repeatable): bn_relu (BatchNorm +\n"
+          "                          relu), add_relu (elemwise_add + relu); docs/codegen.md\n"
           "  --report                op counts, parameters, FLOPs, activation bytes, casts\n"
           "  --verify                check IR invariants after every pass\n"
           "  --time-passes           print the time each pass takes (stderr)\n"
@@ -94,7 +97,7 @@ static bool parse_int(const char *s, int64_t *out)
 static int parse_options(int argc, char **argv, Options *o, Diag *d)
 {
     enum { O_DUMP = 256, O_DUMP_DIR, O_DUMP_FORMAT, O_FROM_IR, O_BATCH, O_REPORT, O_HELP,
-           O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE, O_TIME, O_AMP_PLACE };
+           O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE, O_TIME, O_AMP_PLACE, O_NO_FUSE };
     enum { O_NO_MEMPLAN = 400, O_NO_INPLACE, O_NO_SCHEDULE, O_CHECK_PROGRAM };
     static const struct option longs[] = {
         {"no-memplan", no_argument, NULL, O_NO_MEMPLAN},
@@ -115,6 +118,7 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         {"amp-exclude", required_argument, NULL, O_AMPX},
         {"amp-placement", required_argument, NULL, O_AMP_PLACE},
         {"explain", optional_argument, NULL, O_EXPLAIN},
+        {"no-fuse", required_argument, NULL, O_NO_FUSE},
         {"shuffle-seed", required_argument, NULL, O_SHUFFLE},
         {"target", required_argument, NULL, O_TARGET},
         {"optimizer", required_argument, NULL, O_OPTIMIZER},
@@ -177,6 +181,10 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         case O_AMPX: o->pass.amp_exclude = optarg; break;
         case O_AMP_PLACE: o->pass.amp_placement = optarg; break;
         case O_EXPLAIN: o->pass.explain = true, o->pass.explain_name = optarg; break;
+        case O_NO_FUSE:
+            if (!fuse_disable(d, optarg, &o->pass.no_fuse))
+                return 1;
+            break;
         case O_HELP: usage(stdout); return -1;
         case O_VERSION: printf("ampc %s\n", AMPC_VERSION); return -1;
         case ':': diag_plain_error(d, "option '%s' needs a value", argv[optind - 1]); return 1;
@@ -470,8 +478,7 @@ static int run(const Options *o, Diag *d)
         times[i] = now_ms() - t;
         if (ok && o->verify && !ir_verify(g, pass_pipeline[i].name))
             DIE("the IR verifier failed after %s", pass_pipeline[i].name);
-        if (ok && o->verify && i >= pass_index("autodiff") &&
-            !autodiff_check(g, i > pass_index("autodiff")))
+        if (ok && o->verify && i >= pass_index("autodiff") && !training_graph_check(g, i))
             DIE("the training graph differs from autodiff's own after %s", pass_pipeline[i].name);
         ok = ok && dump_after(o, g, i, d);
         if (ok && i == forward_end && o->report)

@@ -289,6 +289,10 @@ bool op_table_check(void);
 enum { CONV_KERNEL, CONV_STRIDE, CONV_PAD, CONV_DILATE, CONV_NUM_FILTER, CONV_NUM_GROUP,
        CONV_NO_BIAS, CONV_NATTRS };
 enum { BN_EPS, BN_MOMENTUM, BN_FIX_GAMMA, BN_USE_GLOBAL_STATS, BN_AXIS, BN_NATTRS };
+/* the fused ops (ops/fused.c): BatchNorm's attributes, then the name of
+ * the node the fused one absorbed */
+enum { FUSED_BN_ABSORBED = BN_NATTRS, FUSED_BN_NATTRS };
+enum { FUSED_ADD_ABSORBED, FUSED_ADD_NATTRS };
 enum { ACT_TYPE, ACT_NATTRS };
 enum { ACT_RELU, ACT_SIGMOID, ACT_TANH, ACT_SOFTRELU, ACT_SOFTSIGN };
 enum { LRELU_TYPE, LRELU_SLOPE, LRELU_NATTRS };
@@ -479,11 +483,13 @@ Graph *ir_read(Diag *d, int file);
  * on g and its inference graph; prints what is wrong and returns false.  A
  * failure is a compiler bug, never a user error. */
 bool ir_verify(const Graph *g, const char *after_pass);
-/* A pass's position in the pipeline (elaborate 0 ... train-cast-elide 6), or
+/* A pass's position in the pipeline (elaborate 0 ... fuse 7, schedule 8), or
  * -1 for a name that is none. */
 int ir_stage(const char *pass);
 /* part, grad_of, bn_moving_update, _slice_axis and the _backward_ ops. */
 bool op_made_by_autodiff(OpKind k);
+/* The ops the fuse pass makes (_fused_*, _backward_fused_*). */
+bool op_made_by_fuse(OpKind k);
 /* Re-runs the shape rules (from infer-shapes on) and the type rules of
  * infer-types and of what amp adds (from infer-types on) on every node of g
  * and its inference graph, against each node's inputs as declared, and

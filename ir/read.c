@@ -375,6 +375,9 @@ static bool read_node(Reader *r)
         return rd_error(r, opat, "unknown op '%s'", opname);
     /* a forward graph (the passes before autodiff, a hand-written graph)
      * has none of the ops autodiff makes: their rules assume its graph */
+    if (op_made_by_fuse(op) && r->stage < ir_stage("fuse"))
+        return rd_error(r, opat, "%s is made by the fuse pass: only a dump after fuse holds it",
+                        opname);
     if (op_made_by_autodiff(op) && r->stage < ir_stage("autodiff"))
         return rd_error(r, opat, "%s is made by autodiff: only a dump after autodiff holds it",
                         opname);

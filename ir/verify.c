@@ -21,7 +21,8 @@ static bool bad(const char *pass, const Node *n, const char *what)
 int ir_stage(const char *pass)
 {
     static const char *const order[] = {"elaborate", "infer-shapes", "infer-types", "amp",
-                                        "cast-elide", "autodiff", "train-cast-elide", NULL};
+                                        "cast-elide", "autodiff", "train-cast-elide", "fuse",
+                                        "schedule", NULL};
     for (int i = 0; pass && order[i]; i++)
         if (strcmp(order[i], pass) == 0)
             return i;
@@ -32,6 +33,12 @@ bool op_made_by_autodiff(OpKind k)
 {
     return k == OP_part || k == OP_grad_of || k == OP_bn_moving_update || k == OP__slice_axis ||
            strncmp(op_info(k)->name, "_backward_", 10) == 0;
+}
+
+bool op_made_by_fuse(OpKind k)
+{
+    const char *s = op_info(k)->name;
+    return strncmp(s, "_fused_", 7) == 0 || strncmp(s, "_backward_fused_", 16) == 0;
 }
 
 /* ---- the rules, checked ------------------------------------------------------ */
@@ -211,7 +218,11 @@ static bool check_graph(Graph *g, const char *pass, int stage)
             poisoned[i] = poisoned[n->in[j]];
         if (poisoned[i])
             continue;
-        if (stage < ir_stage("autodiff") && op_made_by_autodiff(n->op))
+        if (stage < ir_stage("fuse") && op_made_by_fuse(n->op))
+            poisoned[i] = !rule_error(g, n, "'%s': %s is made by the fuse pass, but this is a "
+                                            "graph after %s",
+                                      n->name, op_info(n->op)->name, pass);
+        else if (stage < ir_stage("autodiff") && op_made_by_autodiff(n->op))
             poisoned[i] = !rule_error(g, n, "'%s': %s is made by autodiff, but this is a graph "
                                             "after %s",
                                       n->name, op_info(n->op)->name, pass);

@@ -108,6 +108,30 @@ bool autodiff(Graph **g);
  * grad_of swapped between two parameters of one shape; this can. */
 bool autodiff_check(const Graph *g, bool elided);
 
+/* fuse.c: the fusions (docs/codegen.md, "Fusions"), rules of one table
+ * applied to the training graph and its inference graph after
+ * train-cast-elide: BatchNorm + relu (bn_relu) and elemwise_add + relu
+ * (add_relu), each with its backward.  Bit `k` of disabled turns rule k
+ * off (--no-fuse); with explain, each fusion made is listed on out (stdout
+ * when NULL), only those naming explain_name when that is set.  Replaces *g. */
+typedef struct {
+    unsigned disabled;
+    bool explain;
+    const char *explain_name;
+    FILE *out;
+} FuseOptions;
+bool fuse(Graph **g, const FuseOptions *o);
+/* --no-fuse=LIST: sets the bits of the rules a comma-separated list names
+ * ("all": every one); an unknown name is reported, with the valid ones. */
+bool fuse_disable(Diag *d, const char *list, unsigned *disabled);
+int fuse_rule_count(void);
+const char *fuse_rule_name(int k); /* NULL past the last */
+/* A training graph read from a dump after fuse, checked: its fused nodes
+ * expanded back (by their `absorbed` names) must give what autodiff and
+ * train-cast-elide derive (autodiff_check), and fusing that again with the
+ * rules the dump shows must give the dump. */
+bool fuse_check(const Graph *g);
+
 /* schedule.c: stores the training graph and its inference graph in the
  * execution order of lowest peak memory it finds (a greedy list schedule,
  * kept only when its liveness lower bound beats the order they came in;

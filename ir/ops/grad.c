@@ -86,6 +86,7 @@ bool part_shape(Graph *g, Node *n)
     const Node *like = NULL;
     switch (p->op) {
     case OP_BatchNorm: /* save_mean, save_invstd: fp32 [C] */
+    case OP__fused_BatchNorm_relu:
         if (k <= 2) {
             n->shape = in_node(g, p, 1)->shape;
             n->dtype = DT_F32;
@@ -93,8 +94,9 @@ bool part_shape(Graph *g, Node *n)
         }
         break;
     case OP__backward_BatchNorm: /* dgamma, dbeta */
+    case OP__backward_fused_BatchNorm_relu:
         if (k <= 2) {
-            n->shape = in_node(g, p, 2)->shape;
+            n->shape = in_node(g, p, p->op == OP__backward_BatchNorm ? 2 : 3)->shape;
             n->dtype = DT_F32;
             return true;
         }

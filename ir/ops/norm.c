@@ -14,11 +14,7 @@ const SlotSpec bn_slots[] = {
     SLOT_END,
 };
 const AttrSpec bn_attrs[] = {
-    {"eps", AT_FLOAT, false, "1e-5", 1e-30, 1e30, NULL},
-    {"momentum", AT_FLOAT, false, "0.9", 0, 1, NULL},
-    {"fix_gamma", AT_BOOL, false, "false", 0, 0, NULL},
-    {"use_global_stats", AT_BOOL, false, "false", 0, 0, NULL},
-    {"axis", AT_INT, false, "1", -AMPC_MAX_RANK, AMPC_MAX_RANK - 1, NULL},
+    BN_ATTR_SPECS,
     ATTR_END,
 };
 

@@ -19,6 +19,15 @@
 #define ATTR_END {NULL, AT_INT, false, NULL, 0, 0, NULL}
 #define INT_MAX_ATTR 2147483647.0
 
+/* BatchNorm's attributes, in the order of ir.h's BN_*: also the first ones
+ * of the fused ops that run a BatchNorm (ops/fused.c). */
+#define BN_ATTR_SPECS                                                             \
+    {"eps", AT_FLOAT, false, "1e-5", 1e-30, 1e30, NULL},                          \
+    {"momentum", AT_FLOAT, false, "0.9", 0, 1, NULL},                             \
+    {"fix_gamma", AT_BOOL, false, "false", 0, 0, NULL},                           \
+    {"use_global_stats", AT_BOOL, false, "false", 0, 0, NULL},                    \
+    {"axis", AT_INT, false, "1", -AMPC_MAX_RANK, AMPC_MAX_RANK - 1, NULL}
+
 static inline Node *in_node(const Graph *g, const Node *n, int i) { return g->nodes[n->in[i]]; }
 
 /* The input in a slot (by index), or NULL when absent (no_bias). */

@@ -735,14 +735,18 @@ static const char round_trip_src[] =
     "    lr = 0.1; data = digits; loss_scale = dynamic\n"
     "}\n";
 
+/* frontend_compile without the fuse pass's rewrites: a graph after
+ * train-cast-elide */
+static const PassOptions unfused = {.no_fuse = ~0u};
+
 static void test_print_read_round_trip(void **state)
 {
     Fx *fx = *state;
-    fx->g = frontend_compile(&fx->d, "tiny.sym", round_trip_src, strlen(round_trip_src), NULL);
+    fx->g = frontend_compile(&fx->d, "tiny.sym", round_trip_src, strlen(round_trip_src), &unfused);
     if (!fx->g)
         fail_msg("%s", diag_text(fx));
     char msg[512];
-    /* frontend_compile runs every pass: a training graph */
+    /* frontend_compile runs every pass (fuse making no fusion): a training graph */
     assert_true(verify_captured(fx->g, "train-cast-elide", msg, sizeof msg));
     char *t1 = print_to_string(fx->g, "after train-cast-elide");
     int f = diag_add_buffer(&fx->d, "tiny.ir", t1, strlen(t1));
@@ -1175,7 +1179,7 @@ static void test_verify_rules_batchnorm_slots(void **state)
 static void test_autodiff_check(void **state)
 {
     Fx *fx = *state;
-    fx->g = frontend_compile(&fx->d, "tiny.sym", round_trip_src, strlen(round_trip_src), NULL);
+    fx->g = frontend_compile(&fx->d, "tiny.sym", round_trip_src, strlen(round_trip_src), &unfused);
     assert_non_null(fx->g);
     Graph *g = fx->g;
     assert_true(autodiff_check(g, true));
@@ -1202,11 +1206,93 @@ static void test_autodiff_check(void **state)
     assert_contains(last_diag(fx), "the inference graph: 'cbr1_bn1' is not what autodiff derives");
 }
 
+/* The fuse pass on the tiny model: its conv-bn-relu becomes one node each
+ * way (training and inference graphs); the dump after fuse reads back to
+ * itself and passes fuse_check; the same graph said to come from before
+ * fuse is refused at its fused ops; the `absorbed` names are what the check
+ * expands the dump by, and a wrong one is caught. */
+static void test_fuse_check(void **state)
+{
+    Fx *fx = *state;
+    fx->g = frontend_compile(&fx->d, "tiny.sym", round_trip_src, strlen(round_trip_src), NULL);
+    if (!fx->g)
+        fail_msg("%s", diag_text(fx));
+    Graph *g = fx->g;
+    char msg[512];
+    assert_true(verify_captured(g, "fuse", msg, sizeof msg));
+    Node *f = graph_find(g, "cbr1_act1"), *b = graph_find(g, "cbr1_bn1_bwd");
+    assert_non_null(f);
+    assert_non_null(b);
+    assert_int_equal(f->op, OP__fused_BatchNorm_relu);
+    assert_string_equal(f->attrs[FUSED_BN_ABSORBED].s, "cbr1_bn1");
+    assert_int_equal(b->op, OP__backward_fused_BatchNorm_relu);
+    assert_string_equal(b->attrs[FUSED_BN_ABSORBED].s, "cbr1_act1_bwd");
+    assert_int_equal(b->in[1], f->id); /* masks by the relu's output */
+    assert_null(graph_find(g, "cbr1_bn1"));
+    assert_null(graph_find(g, "cbr1_act1_bwd"));
+    assert_int_equal(graph_find(g->infer, "cbr1_act1")->op, OP__fused_BatchNorm_relu);
+    assert_true(fuse_check(g));
+    /* the dump reads back to itself (roundtrip.sh checks whole dumps, with
+     * their inference graphs) */
+    char *t1 = print_to_string(g, "after fuse");
+    int file = diag_add_buffer(&fx->d, "fused.ir", t1, strlen(t1));
+    fx->g2 = ir_read(&fx->d, file);
+    if (!fx->g2)
+        fail_msg("%s", diag_text(fx));
+    char *t2 = print_to_string(fx->g2, "after fuse");
+    assert_string_equal(t1, t2);
+    free(t1);
+    free(t2);
+    /* before fuse, a fused op is refused at its node */
+    fx->off = strlen(diag_text(fx));
+    assert_false(verify_captured(g, "train-cast-elide", msg, sizeof msg));
+    assert_contains(last_diag(fx), "is made by the fuse pass, but this is a graph after "
+                                   "train-cast-elide");
+    /* an absorbed name another node has */
+    f->attrs[FUSED_BN_ABSORBED].s = "cbr1_conv1";
+    fx->off = strlen(diag_text(fx));
+    assert_false(fuse_check(g));
+    assert_contains(last_diag(fx), "'cbr1_act1': the node it absorbed, 'cbr1_conv1', has the "
+                                   "name of another node");
+    /* a free name that is not the one autodiff named the parts after */
+    f->attrs[FUSED_BN_ABSORBED].s = "cbr1_bn9";
+    fx->off = strlen(diag_text(fx));
+    assert_false(fuse_check(g));
+    assert_contains(last_diag(fx), "is not what autodiff derives from the forward part");
+    f->attrs[FUSED_BN_ABSORBED].s = "cbr1_bn1";
+    assert_true(fuse_check(g));
+}
+
+/* --no-fuse names: each rule, lists, all; an unknown one is named with the
+ * valid ones. */
+static void test_fuse_disable(void **state)
+{
+    Fx *fx = *state;
+    unsigned m = 0;
+    assert_int_equal(fuse_rule_count(), 2);
+    assert_string_equal(fuse_rule_name(0), "bn_relu");
+    assert_string_equal(fuse_rule_name(1), "add_relu");
+    assert_null(fuse_rule_name(2));
+    assert_true(fuse_disable(&fx->d, "add_relu", &m));
+    assert_int_equal(m, 2u);
+    m = 0;
+    assert_true(fuse_disable(&fx->d, "bn_relu,add_relu", &m));
+    assert_int_equal(m, 3u);
+    m = 0;
+    assert_true(fuse_disable(&fx->d, "all", &m));
+    assert_int_equal(m, ~0u);
+    fx->off = strlen(diag_text(fx));
+    assert_false(fuse_disable(&fx->d, "bn_relu,bn_rel", &m));
+    assert_contains(last_diag(fx), "--no-fuse: unknown fusion 'bn_rel' (the fusions are "
+                                   "bn_relu, add_relu, or all)");
+    assert_false(fuse_disable(&fx->d, "", &m));
+}
+
 static void test_verify_frontend_graphs(void **state)
 {
     Fx *fx = *state;
     char msg[512];
-    fx->g = frontend_compile(&fx->d, "tiny.sym", round_trip_src, strlen(round_trip_src), NULL);
+    fx->g = frontend_compile(&fx->d, "tiny.sym", round_trip_src, strlen(round_trip_src), &unfused);
     assert_non_null(fx->g);
     assert_true(verify_captured(fx->g, "autodiff", msg, sizeof msg));
     assert_true(verify_captured(fx->g, "train-cast-elide", msg, sizeof msg));
@@ -1287,6 +1373,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_verify_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_verify_rules_batchnorm_slots, setup, teardown),
         cmocka_unit_test_setup_teardown(test_autodiff_check, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fuse_check, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fuse_disable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_diag_format, setup, teardown),
     };
     return cmocka_run_group_tests_name("ir", tests, NULL, NULL);

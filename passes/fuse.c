@@ -1,0 +1,535 @@
+/* fuse.c - the fuse pass: rewrites patterns of the training graph (and of
+ * its inference graph) into the fused ops of ops.def, by the rules of one
+ * table.  It runs after autodiff and train-cast-elide, before schedule and
+ * code generation.
+ *
+ * Every rule is "a relu reading the value p of an op of one kind": the two
+ * become one node, and so do their backward nodes.  A rule applies where
+ *   - r is Activation(act_type=relu) and p its input, of the rule's kind,
+ *     in r's dtype (and, for an add, both inputs in it too);
+ *   - p is not a graph output, and nothing but r reads p, except the nodes
+ *     the rule rewrites with it: p's parts (BatchNorm's saved statistics)
+ *     and the relu's backward nodes _backward_Activation(dy, p, r), which
+ *     the rule can fuse or rewrite to read r alone.
+ * So after a fusion no node reads p's value: it is never stored.
+ *
+ * The fused node takes p's place in storage order (its inputs are p's) and
+ * the name of the node whose value it gives; its `absorbed` attribute names
+ * the other, so that fuse_check can expand a dump back into the unfused
+ * graph, derive it again with autodiff, and fuse it again.
+ *
+ * The kernels round where the unfused ops store (docs/codegen.md,
+ * "Fusions"): a fusion never changes a bit of the result. */
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* readers of each value, as a CSR table */
+typedef struct {
+    int *start, *user;
+} Readers;
+
+/* --explain: where the lines go (NULL: nowhere), the one node asked
+ * about (or NULL), and which graph */
+typedef struct {
+    FILE *out;
+    const char *only, *graph;
+} Explain;
+
+typedef struct FuseRule FuseRule;
+struct FuseRule {
+    const char *name;     /* --no-fuse=NAME */
+    OpKind first;         /* the op the relu reads */
+    OpKind fused;         /* first + relu */
+    OpKind fused_bwd;     /* their backward nodes */
+    int kept_attrs;       /* first's attributes the fused ops keep (then `absorbed`) */
+    bool parts;           /* first's parts (its other results) go with it */
+    bool same_inputs;     /* first's inputs must have its dtype (the add's two) */
+    /* whether backward node q (a relu backward of r) can go with the
+     * fusion (NULL: always) */
+    bool (*bwd_ok)(const Graph *g, const Readers *rd, const Node *p, const Node *q);
+    /* rewrites q (and what it feeds) into fused_bwd reading r, which the
+     * caller redirects to the fused node afterwards */
+    void (*bwd_rewrite)(Graph *g, const Readers *rd, const FuseRule *rule, Node *q, int r,
+                        const Explain *ex);
+};
+
+static bool bn_bwd_ok(const Graph *g, const Readers *rd, const Node *p, const Node *q);
+static void bn_bwd_rewrite(Graph *g, const Readers *rd, const FuseRule *rule, Node *q, int r,
+                           const Explain *ex);
+static void add_bwd_rewrite(Graph *g, const Readers *rd, const FuseRule *rule, Node *q, int r,
+                            const Explain *ex);
+
+static const FuseRule rules[] = {
+    {"bn_relu", OP_BatchNorm, OP__fused_BatchNorm_relu, OP__backward_fused_BatchNorm_relu,
+     BN_NATTRS, true, false, bn_bwd_ok, bn_bwd_rewrite},
+    {"add_relu", OP_elemwise_add, OP__fused_add_relu, OP__backward_fused_add_relu, 0, false, true,
+     NULL, add_bwd_rewrite},
+};
+enum { NRULES = sizeof rules / sizeof rules[0] };
+
+/* ---- the graph's readers ---------------------------------------------------- */
+
+static Readers readers_of(const Graph *g)
+{
+    int n = g->nnodes;
+    Readers rd = {calloc((size_t)n + 2, sizeof(int)), NULL};
+    if (!rd.start)
+        DIE("out of memory");
+    int edges = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++)
+            rd.start[g->nodes[i]->in[j] + 1]++, edges++;
+    for (int i = 0; i < n; i++)
+        rd.start[i + 1] += rd.start[i];
+    rd.user = malloc(sizeof(int) * (size_t)(edges ? edges : 1));
+    int *fill = calloc((size_t)n + 1, sizeof(int));
+    if (!rd.user || !fill)
+        DIE("out of memory");
+    /* a node that reads a value twice is listed twice */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++) {
+            int v = g->nodes[i]->in[j];
+            rd.user[rd.start[v] + fill[v]++] = i;
+        }
+    free(fill);
+    return rd;
+}
+
+static int reader_count(const Readers *rd, int v) { return rd->start[v + 1] - rd->start[v]; }
+
+static bool is_relu(const Node *n)
+{
+    return n->op == OP_Activation && node_enum(n, ACT_TYPE) == ACT_RELU;
+}
+
+/* the relu's backward node: _backward_Activation(dy, p, r), relu */
+static bool is_relu_bwd_of(const Node *q, int p, int r)
+{
+    return q->op == OP__backward_Activation && node_enum(q, ACT_TYPE) == ACT_RELU &&
+           q->nin == 3 && q->in[1] == p && q->in[2] == r;
+}
+
+static bool is_part(const Graph *g, int v, int of, int64_t index)
+{
+    const Node *n = g->nodes[v];
+    return n->op == OP_part && n->in[0] == of && node_int(n, PART_INDEX) == index;
+}
+
+/* ---- rewriting ---------------------------------------------------------------- */
+
+/* n becomes op with nin inputs and attributes: the first `keep` of its own,
+ * then `absorbed` (when not NULL). */
+static void node_become(Graph *g, Node *n, OpKind op, const int *in, int nin, int keep,
+                        const char *absorbed)
+{
+    const OpInfo *oi = op_info(op);
+    int *nin_arr = arena_alloc(&g->arena, sizeof(int) * (size_t)nin);
+    memcpy(nin_arr, in, sizeof(int) * (size_t)nin);
+    AttrVal *attrs = arena_alloc(&g->arena, sizeof(AttrVal) * (size_t)(oi->nattrs + 1));
+    for (int a = 0; a < keep; a++)
+        attrs[a] = n->attrs[a];
+    if (absorbed)
+        attrs[keep] = (AttrVal){.type = AT_STR, .s = arena_strdup(&g->arena, absorbed)};
+    n->op = op;
+    n->in = nin_arr;
+    n->nin = nin;
+    n->attrs = attrs;
+}
+
+/* "fuse bn_relu: bn1 + relu1 -> _fused_BatchNorm_relu relu1", with
+ * " (inference graph)" there */
+static void explain_line(const Explain *ex, const FuseRule *rule, const char *a, const char *b,
+                         const Node *made)
+{
+    const char *only = ex->only;
+    if (!ex->out || (only && strcmp(only, a) != 0 && (!b || strcmp(only, b) != 0) &&
+                     strcmp(only, made->name) != 0))
+        return;
+    fprintf(ex->out, "fuse %s: %s%s%s -> %s %s%s\n", rule->name, a, b ? " + " : "", b ? b : "",
+            op_info(made->op)->name, made->name, ex->graph);
+}
+
+/* bn_relu: the relu's backward feeds only BatchNorm's backward of p (its
+ * dy), which then masks dy by r > 0 itself. */
+static const Node *bn_bwd_of(const Graph *g, const Readers *rd, const Node *p, const Node *q)
+{
+    if ((q->flags & NF_OUTPUT) || reader_count(rd, q->id) != 1)
+        return NULL;
+    const Node *b = g->nodes[rd->user[rd->start[q->id]]];
+    if (b->op != OP__backward_BatchNorm || b->nin != 5 || b->in[0] != q->id ||
+        b->in[1] != p->in[0] || b->in[2] != p->in[1] || !is_part(g, b->in[3], p->id, 1) ||
+        !is_part(g, b->in[4], p->id, 2) || b->dtype != q->dtype)
+        return NULL;
+    return b; /* the fused node keeps b's attributes, so they need not be p's */
+}
+
+static bool bn_bwd_ok(const Graph *g, const Readers *rd, const Node *p, const Node *q)
+{
+    return bn_bwd_of(g, rd, p, q) != NULL;
+}
+
+/* q is read by nothing after this: graph_compact drops it */
+static void bn_bwd_rewrite(Graph *g, const Readers *rd, const FuseRule *rule, Node *q, int r,
+                           const Explain *ex)
+{
+    Node *b = g->nodes[rd->user[rd->start[q->id]]];
+    int in[6] = {q->in[0], r, b->in[1], b->in[2], b->in[3], b->in[4]};
+    node_become(g, b, rule->fused_bwd, in, 6, rule->kept_attrs, q->name);
+    explain_line(ex, rule, q->name, b->name, b);
+}
+
+/* add_relu: the add's gradient is the relu's, passed on as it is, so the
+ * relu's backward only changes to read r alone (its kernel reads only r). */
+static void add_bwd_rewrite(Graph *g, const Readers *rd, const FuseRule *rule, Node *q, int r,
+                            const Explain *ex)
+{
+    (void)rd;
+    int in[2] = {q->in[0], r};
+    node_become(g, q, rule->fused_bwd, in, 2, 0, NULL);
+    explain_line(ex, rule, q->name, NULL, q);
+}
+
+/* Whether the rule applies to relu r reading p (the conditions above). */
+static bool applies(const Graph *g, const Readers *rd, const FuseRule *rule, const Node *p,
+                    const Node *r)
+{
+    if (p->op != rule->first || (p->flags & NF_OUTPUT) || p->dtype != r->dtype)
+        return false;
+    for (int j = 0; j < p->nin && rule->same_inputs; j++)
+        if (g->nodes[p->in[j]]->dtype != p->dtype)
+            return false;
+    for (int k = rd->start[p->id]; k < rd->start[p->id + 1]; k++) {
+        const Node *q = g->nodes[rd->user[k]];
+        if (q == r || (q->op == OP_part && rule->parts))
+            continue;
+        if (!is_relu_bwd_of(q, p->id, r->id) || (rule->bwd_ok && !rule->bwd_ok(g, rd, p, q)))
+            return false;
+    }
+    /* r reads p once (relu has one input) */
+    return true;
+}
+
+static void apply(Graph *g, const Readers *rd, const FuseRule *rule, Node *p, Node *r, int *repl,
+                  const Explain *ex)
+{
+    const char *pname = p->name;
+    node_become(g, p, rule->fused, p->in, p->nin, rule->kept_attrs, pname);
+    p->name = r->name;
+    p->flags = (p->flags & ~(uint32_t)NF_EXPLICIT_NAME) | (r->flags & NF_EXPLICIT_NAME);
+    repl[r->id] = p->id;
+    explain_line(ex, rule, pname, r->name, p);
+    /* the backward nodes read p's id (as a value no longer) only as the
+     * relu's x, which they drop */
+    for (int k = rd->start[p->id]; k < rd->start[p->id + 1]; k++) {
+        Node *q = g->nodes[rd->user[k]];
+        if (q != r && q->op == OP__backward_Activation)
+            rule->bwd_rewrite(g, rd, rule, q, r->id, ex);
+    }
+}
+
+static const FuseRule *rule_for(OpKind first, unsigned disabled)
+{
+    for (int k = 0; k < NRULES; k++)
+        if (rules[k].first == first && !(disabled & (1u << k)))
+            return &rules[k];
+    return NULL;
+}
+
+/* One graph: matches on the graph as it came (the matches share no node),
+ * rewrites, redirects r's readers to the fused node, drops the dead. */
+static Graph *fuse_graph(Graph *g, unsigned disabled, const Explain *ex)
+{
+    Readers rd = readers_of(g);
+    int n = g->nnodes;
+    int *repl = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    int *match = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (!repl || !match)
+        DIE("out of memory");
+    for (int i = 0; i < n; i++)
+        repl[i] = i;
+    /* canonical order: --explain lists the same lines however g is stored */
+    int *order = graph_canonical_order(g);
+    int nmatch = 0;
+    for (int k = 0; k < n; k++) {
+        const Node *r = g->nodes[order[k]];
+        if (!is_relu(r))
+            continue;
+        const Node *p = g->nodes[r->in[0]];
+        const FuseRule *rule = rule_for(p->op, disabled);
+        if (rule && applies(g, &rd, rule, p, r))
+            match[nmatch++] = r->id;
+    }
+    for (int k = 0; k < nmatch; k++) {
+        Node *r = g->nodes[match[k]], *p = g->nodes[r->in[0]];
+        apply(g, &rd, rule_for(p->op, disabled), p, r, repl, ex);
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++)
+            g->nodes[i]->in[j] = repl[g->nodes[i]->in[j]];
+    for (int i = 0; i < g->noutputs; i++) {
+        g->nodes[g->outputs[i]]->flags &= ~(uint32_t)NF_OUTPUT;
+        g->outputs[i] = repl[g->outputs[i]];
+    }
+    for (int i = 0; i < g->noutputs; i++)
+        g->nodes[g->outputs[i]]->flags |= NF_OUTPUT;
+    free(order);
+    free(match);
+    free(repl);
+    free(rd.start);
+    free(rd.user);
+    return nmatch ? graph_compact(g) : g;
+}
+
+bool fuse(Graph **gp, const FuseOptions *o)
+{
+    static const FuseOptions none = {0};
+    if (!o)
+        o = &none;
+    FILE *out = o->explain ? (o->out ? o->out : stdout) : NULL;
+    Explain train = {out, o->explain_name, ""}, inf = {out, o->explain_name, " (inference graph)"};
+    Graph *g = *gp, *infer = g->infer;
+    g->infer = NULL;
+    g = fuse_graph(g, o->disabled, &train);
+    g->infer = infer ? fuse_graph(infer, o->disabled, &inf) : NULL;
+    *gp = g;
+    return true;
+}
+
+bool fuse_disable(Diag *d, const char *list, unsigned *disabled)
+{
+    char valid[256] = "";
+    for (int k = 0; k < NRULES; k++)
+        snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s, ", rules[k].name);
+    for (const char *s = list;;) {
+        size_t len = strcspn(s, ",");
+        int k = 0;
+        while (k < NRULES && !(strlen(rules[k].name) == len && !strncmp(rules[k].name, s, len)))
+            k++;
+        if (len == 3 && !strncmp(s, "all", 3)) {
+            *disabled = ~0u;
+        } else if (k < NRULES) {
+            *disabled |= 1u << k;
+        } else {
+            diag_plain_error(d, "--no-fuse: unknown fusion '%.*s' (the fusions are %sor all)",
+                             (int)len, s, valid);
+            return false;
+        }
+        if (!s[len])
+            return true;
+        s += len + 1;
+    }
+}
+
+int fuse_rule_count(void) { return NRULES; }
+const char *fuse_rule_name(int k) { return k >= 0 && k < NRULES ? rules[k].name : NULL; }
+
+/* ---- a dump after fuse, checked --------------------------------------------- */
+
+/* Expansion: per old node, its value in the unfused graph and, for a fused
+ * forward node, the node it absorbed (-1 for the others). */
+typedef struct {
+    const Graph *g;
+    Graph *u;
+    int *val, *first;
+    bool ok;
+} Expand;
+
+/* c gets o's first `keep` attributes, shape, dtype and `name` */
+static Node *finish_copy(Expand *e, const Node *o, Node *c, const char *name, int keep)
+{
+    for (int a = 0; a < keep; a++) {
+        c->attrs[a] = o->attrs[a];
+        if (o->attrs[a].type == AT_STR)
+            c->attrs[a].s = arena_strdup(&e->u->arena, o->attrs[a].s);
+    }
+    c->shape = o->shape;
+    c->dtype = o->dtype;
+    if (!graph_set_name(e->u, c, name)) {
+        node_error(e->g, o, "'%s': the name '%s' is given to two nodes once the fused ones are "
+                            "expanded",
+                   o->name, name);
+        e->ok = false;
+    }
+    return c;
+}
+
+static Node *add_copy(Expand *e, const Node *o, OpKind op, const int *in, int nin,
+                      const char *name, int keep)
+{
+    return finish_copy(e, o, graph_add(e->u, op, in, nin, o->loc, o->frame), name, keep);
+}
+
+static Node *add_relu_node(Expand *e, const Node *o, OpKind op, const int *in, int nin,
+                           const char *name)
+{
+    Node *c = add_copy(e, o, op, in, nin, name, 0);
+    c->attrs[ACT_TYPE] = (AttrVal){.type = AT_ENUM, .e = ACT_RELU};
+    return c;
+}
+
+/* y of a fused backward node: the fused forward node `want` it pairs with */
+static bool pairs_with(Expand *e, const Node *o, OpKind want)
+{
+    const Node *y = e->g->nodes[o->in[1]];
+    if (y->op == want)
+        return true;
+    node_error(e->g, o, "'%s': %s reads '%s' as y, which is not a %s", o->name,
+               op_info(o->op)->name, y->name, op_info(want)->name);
+    return e->ok = false;
+}
+
+/* The unfused nodes of fused node o (false when o is none). */
+static bool expand_fused(Expand *e, const Node *o)
+{
+    int in[6];
+    for (int j = 0; j < o->nin && j < 6; j++)
+        in[j] = e->val[o->in[j]];
+    const char *absorbed = op_info(o->op)->nattrs ? o->attrs[op_info(o->op)->nattrs - 1].s : "";
+    if (op_made_by_fuse(o->op) && op_info(o->op)->nattrs && graph_find(e->g, absorbed)) {
+        node_error(e->g, o, "'%s': the node it absorbed, '%s', has the name of another node",
+                   o->name, absorbed);
+        return !(e->ok = false);
+    }
+    Node *a, *b;
+    switch (o->op) {
+    case OP__fused_BatchNorm_relu:
+    case OP__fused_add_relu:
+        a = add_copy(e, o, o->op == OP__fused_add_relu ? OP_elemwise_add : OP_BatchNorm, in,
+                     o->nin, absorbed, o->op == OP__fused_add_relu ? 0 : BN_NATTRS);
+        b = add_relu_node(e, o, OP_Activation, &a->id, 1, o->name);
+        b->flags = o->flags & ~(uint32_t)NF_OUTPUT;
+        e->first[o->id] = a->id;
+        e->val[o->id] = b->id;
+        return true;
+    case OP__backward_fused_BatchNorm_relu:
+        if (pairs_with(e, o, OP__fused_BatchNorm_relu)) {
+            int act[3] = {in[0], e->first[o->in[1]], in[1]};
+            a = add_relu_node(e, o, OP__backward_Activation, act, 3, absorbed);
+            in[1] = a->id;
+            e->val[o->id] = add_copy(e, o, OP__backward_BatchNorm, in + 1, 5, o->name,
+                                     BN_NATTRS)->id;
+        }
+        return true;
+    case OP__backward_fused_add_relu:
+        if (pairs_with(e, o, OP__fused_add_relu)) {
+            in[2] = e->val[o->in[1]];
+            in[1] = e->first[o->in[1]];
+            e->val[o->id] = add_relu_node(e, o, OP__backward_Activation, in, 3, o->name)->id;
+        }
+        return true;
+    default: return false;
+    }
+}
+
+/* g with its fused nodes expanded into the nodes they replaced, or NULL
+ * (reported at g's node) when that cannot be done. */
+static Graph *unfuse_graph(const Graph *g)
+{
+    int n = g->nnodes ? g->nnodes : 1;
+    Expand e = {g, graph_new(g->diag, g->model), malloc(sizeof(int) * (size_t)n),
+                malloc(sizeof(int) * (size_t)n), true};
+    if (!e.val || !e.first)
+        DIE("out of memory");
+    graph_set_train(e.u, g->train, g->ntrain);
+    e.u->info = g->info;
+    for (int i = 0; i < g->nnodes && e.ok; i++) {
+        const Node *o = g->nodes[i];
+        e.first[i] = -1;
+        if (expand_fused(&e, o))
+            continue;
+        /* inputs renumbered in place (a Concat may have millions); a part of
+         * a fused BatchNorm is a part of the BatchNorm it absorbed */
+        Node *c = graph_add(e.u, o->op, o->in, o->nin, o->loc, o->frame);
+        for (int j = 0; j < c->nin; j++)
+            c->in[j] = o->op == OP_part && e.first[o->in[j]] >= 0 ? e.first[o->in[j]]
+                                                                   : e.val[o->in[j]];
+        finish_copy(&e, o, c, o->name, op_info(o->op)->nattrs);
+        c->flags = o->flags & ~(uint32_t)NF_OUTPUT;
+        e.val[i] = c->id;
+    }
+    for (int i = 0; i < g->noutputs && e.ok; i++)
+        graph_add_output(e.u, e.val[g->outputs[i]]);
+    free(e.val);
+    free(e.first);
+    if (!e.ok) {
+        graph_free(e.u);
+        return NULL;
+    }
+    return e.u;
+}
+
+static char *print_text(const Graph *g)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        DIE("out of memory");
+    ir_print(f, g, NULL);
+    if (fclose(f) != 0)
+        DIE("out of memory");
+    return text;
+}
+
+/* Reports the first node of `have` whose line differs from `want`'s. */
+static bool same_as(const Graph *have, const Graph *want, const char *what)
+{
+    char *a = print_text(have), *b = print_text(want);
+    size_t i = 0;
+    int line = 0;
+    for (; a[i] && a[i] == b[i]; i++)
+        line += a[i] == '\n';
+    bool same = !a[i] && !b[i];
+    if (!same) {
+        size_t start = i;
+        while (start > 0 && b[start - 1] != '\n')
+            start--;
+        int *order = graph_canonical_order(have);
+        /* a banner, `model`, the train lines, then the nodes in canonical order */
+        int k = line - 2 - have->ntrain;
+        const Node *n = have->nodes[k >= 0 && k < have->nnodes ? order[k] : have->outputs[0]];
+        free(order);
+        diag_error(have->diag, n->loc, "%s: '%s' is not what the fuse pass makes of the unfused "
+                                       "graph",
+                   what, n->name);
+        diag_note(have->diag, n->loc, "the fuse pass gives: %.*s", (int)strcspn(b + start, "\n"),
+                  b + start);
+    }
+    free(a);
+    free(b);
+    return same;
+}
+
+/* The rules a graph shows: those of the fused ops it holds. */
+static unsigned rules_absent(const Graph *g, unsigned absent)
+{
+    for (int i = 0; g && i < g->nnodes; i++)
+        for (int k = 0; k < NRULES; k++)
+            if (g->nodes[i]->op == rules[k].fused || g->nodes[i]->op == rules[k].fused_bwd)
+                absent &= ~(1u << k);
+    return absent;
+}
+
+bool fuse_check(const Graph *g)
+{
+    Graph *u = unfuse_graph(g);
+    Graph *ui = u && g->infer ? unfuse_graph(g->infer) : NULL;
+    if (!u || (g->infer && !ui)) {
+        graph_free(u);
+        graph_free(ui);
+        return false;
+    }
+    u->infer = ui;
+    bool ok = autodiff_check(u, true);
+    if (ok) {
+        /* fused again with the rules the dump shows, it must be the dump */
+        unsigned disabled = rules_absent(g->infer, rules_absent(g, (1u << NRULES) - 1));
+        FuseOptions fo = {.disabled = disabled};
+        ok = fuse(&u, &fo) && same_as(g, u, "the training graph") &&
+             (!g->infer || same_as(g->infer, u->infer, "the inference graph"));
+    }
+    graph_free(u);
+    return ok;
+}

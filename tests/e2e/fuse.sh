@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Fusions change no bit (docs/codegen.md, "Fusions"), end to end: for
+# digits_cnn (conv-bn-relu) and resnet20_cifar (conv-bn-relu and residual
+# add-relu), in fp32 and with --amp=float16 and --amp=bfloat16, the program
+# compiled with every fusion and the one compiled with --no-fuse=all (and,
+# in fp32, with each fusion off alone) train 3 steps at batch 4 on synthetic
+# data: their checkpoints (parameters, optimizer state, BatchNorm moving
+# statistics) and the first step's gradients (--dump-state) are byte for
+# byte the same.  The fused C source must call the fused kernels, and the
+# unfused one none, so that the comparison compares something.
+# usage: fuse.sh AMPC
+set -u
+ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass+1)); echo "PASS $1"; }
+bad() { fail=$((fail+1)); echo "FAIL $1"; [ -f "$tmp/log" ] && tail -20 "$tmp/log" | sed 's/^/    /'; }
+fused_calls='rt_batchnorm_relu_forward_train|rt_batchnorm_relu_backward|rt_add_relu_forward'
+
+# build NAME MODEL FLAGS...: $tmp/NAME (the program) and $tmp/NAME.c
+build() {
+    local name=$1 model=$2
+    shift 2
+    "$ampc" "examples/$model.sym" "$@" -S -o "$tmp/$name.c" >"$tmp/log" 2>&1 &&
+        "$ampc" "examples/$model.sym" "$@" -o "$tmp/$name" >"$tmp/log" 2>&1
+}
+
+# train NAME: 3 steps at batch 4, one thread; the checkpoint and the state
+train() {
+    local name=$1
+    mkdir -p "$tmp/$name.ck"
+    "$tmp/$name" --data synthetic --batch-size 4 --max-steps 3 --epochs 1 --log-interval 0 \
+        --threads 1 --save-dir "$tmp/$name.ck" >"$tmp/log" 2>&1 &&
+        "$tmp/$name" --data synthetic --batch-size 4 --threads 1 --log-interval 0 \
+            --dump-state "$tmp/$name.state" >"$tmp/log" 2>&1
+}
+
+# same A B WHAT: the checkpoints and states of runs A and B are identical
+same() {
+    local a=$1 b=$2 what=$3 ca cb
+    ca=$(ls "$tmp/$a.ck"/*.params 2>/dev/null | head -1)
+    cb=$(ls "$tmp/$b.ck"/*.params 2>/dev/null | head -1)
+    if [ -z "$ca" ] || [ -z "$cb" ]; then
+        bad "$what: no checkpoint written"
+    elif ! cmp -s "$ca" "$cb"; then
+        bad "$what: the checkpoints differ ($(cmp "$ca" "$cb" 2>&1 | head -1))"
+    elif ! cmp -s "$tmp/$a.state" "$tmp/$b.state"; then
+        bad "$what: the first step's gradients (--dump-state) differ"
+    else
+        ok "$what: checkpoints and first-step gradients bit-identical"
+    fi
+}
+
+for model in digits_cnn resnet20_cifar; do
+    for amp in off float16 bfloat16; do
+        base=${model}_$amp
+        if ! build "$base" "$model" --amp=$amp || ! build "$base.nf" "$model" --amp=$amp --no-fuse=all
+        then
+            bad "$model --amp=$amp: compiling"
+            continue
+        fi
+        if ! grep -Eq "$fused_calls" "$tmp/$base.c"; then
+            bad "$model --amp=$amp: the fused program calls no fused kernel"
+        elif grep -Eq "$fused_calls" "$tmp/$base.nf.c"; then
+            bad "$model --amp=$amp: --no-fuse=all still calls a fused kernel"
+        fi
+        if ! train "$base" || ! train "$base.nf"; then
+            bad "$model --amp=$amp: training"
+            continue
+        fi
+        same "$base" "$base.nf" "$model --amp=$amp fused vs --no-fuse=all"
+        [ "$amp" = off ] || continue
+        for rule in bn_relu add_relu; do
+            if build "$base.no_$rule" "$model" --amp=$amp --no-fuse=$rule && train "$base.no_$rule"
+            then
+                same "$base" "$base.no_$rule" "$model --amp=$amp fused vs --no-fuse=$rule"
+            else
+                bad "$model --amp=$amp --no-fuse=$rule: compiling or training"
+            fi
+        done
+    done
+done
+# resnet20 has both fusions: each flag removes its own kernels only
+if grep -q rt_add_relu_forward "$tmp/resnet20_cifar_off.no_bn_relu.c" &&
+    ! grep -q rt_batchnorm_relu "$tmp/resnet20_cifar_off.no_bn_relu.c" &&
+    grep -q rt_batchnorm_relu_backward "$tmp/resnet20_cifar_off.no_add_relu.c" &&
+    ! grep -q rt_add_relu_forward "$tmp/resnet20_cifar_off.no_add_relu.c"; then
+    ok "resnet20_cifar: --no-fuse=bn_relu and --no-fuse=add_relu each turn off their own fusion"
+else
+    bad "resnet20_cifar: --no-fuse=bn_relu / add_relu do not turn off exactly their fusion"
+fi
+echo "fuse: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
