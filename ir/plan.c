@@ -24,6 +24,8 @@ static const unsigned char inplace_slots[OP_COUNT] = {
     [OP__rminus_scalar] = 1 << 0,
     [OP__mul_scalar] = 1 << 0,
     [OP__div_scalar] = 1 << 0,
+    [OP__fused_add_relu] = 3,             /* a or b (runtime/cpu/elemwise.c) */
+    [OP__backward_fused_add_relu] = 1 << 0, /* dy: relu's backward, as above */
 }; /* bit k: input slot k */
 
 bool plan_may_overwrite(const Node *n, int slot)
