@@ -183,7 +183,15 @@ typedef struct {
 static void relu_rounded(float *r, size_t m, RtDType dt)
 {
     rt__round_through(r, m, dt);
-    for (size_t i = 0; i < m; i++)
+    /* four lanes at a time, branch-free (a relu's sign is data, so a branch
+     * mispredicts half the time): act.c's relu_f32, the same bits */
+    const rt_v4 z = rt__splat4(0.0f);
+    size_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+        rt_v4 a = rt__ld4(r + i);
+        rt__st4(r + i, rt__and4(a, a > z));
+    }
+    for (; i < m; i++)
         r[i] = ampc_relu(r[i]);
 }
 
@@ -195,7 +203,12 @@ static const float *relu_masked(const BnJob *j, const float *g, size_t off, size
     if (!j->ry)
         return g;
     const float *yv = rt__view(j->ry, off, m, j->dt, yb);
-    for (size_t i = 0; i < m; i++)
+    /* branch-free, as act.c's relu_grad_f32 (the same bits) */
+    const rt_v4 z = rt__splat4(0.0f), one = rt__splat4(1.0f);
+    size_t i = 0;
+    for (; i + 4 <= m; i += 4)
+        rt__st4(mb + i, rt__ld4(g + i) * rt__and4(one, rt__ld4(yv + i) > z));
+    for (; i < m; i++)
         mb[i] = g[i] * ampc_relu_grad_y(yv[i]);
     rt__round_through(mb, m, j->dt);
     return mb;

@@ -76,7 +76,14 @@ static void add_relu_range(void *p, size_t lo, size_t hi)
         float *r = rt__out(j->y, off, j->dt, false, yb);
         add_f32(r, va, vb, m);
         rt__round_through(r, m, j->dt);
-        for (size_t i = 0; i < m; i++)
+        /* branch-free, four lanes at a time: act.c's relu_f32, the same bits */
+        const rt_v4 z = rt__splat4(0.0f);
+        size_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            rt_v4 a = rt__ld4(r + i);
+            rt__st4(r + i, rt__and4(a, a > z));
+        }
+        for (; i < m; i++)
             r[i] = ampc_relu(r[i]);
         rt__commit(j->y, off, r, m, j->dt, false);
     }
