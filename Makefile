@@ -166,6 +166,7 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/hostile_compile.sh $(BUILD)/ampc
 	tests/e2e/fuse.sh $(BUILD)/ampc
 	tests/e2e/memplan.sh $(BUILD)/ampc
+	tests/e2e/threads.sh $(BUILD)/ampc
 
 valgrind-check: $(BUILD)/ampc
 	tests/valgrind.sh $(BUILD)/ampc

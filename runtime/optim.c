@@ -36,17 +36,21 @@
  * pass (rt_optim_step's return value) and costs no extra memory traffic.
  *
  * Speed: the multi-precision loops (fp16 or bf16 gradient and shadow, fp32
- * master) hand the first n - n % 8 elements of each tensor to
- * optim_simd.c's AVX2 + F16C body where the CPU has both (CPUID, checked
- * once; AMPC_NO_SIMD=1 in the environment keeps the per-element loops),
- * bit-identical to them, and do the rest themselves.  ~21 GB/s on one core
- * against ~4.4 GB/s for the per-element loops (docs/performance.md, "Fused
- * optimizer bandwidth"); the bytes are the same 20 (SGD momentum, NAG) or
- * 28 (Adam) per parameter.  fp32 and mixed cases stay per-element.
+ * master) and the fp32 loop (fp32 gradient and weight, no master) hand the
+ * first n - n % 8 elements of each piece to optim_simd.c's AVX2 (+ F16C)
+ * body where the CPU has both (CPUID, checked once; AMPC_NO_SIMD=1 in the
+ * environment keeps the per-element loops), bit-identical to them, and do
+ * the rest themselves.  ~21 GB/s on one core against ~4.4 GB/s for the
+ * per-element loops (docs/performance.md, "Fused optimizer bandwidth"); the
+ * bytes are the same 20 (SGD momentum, NAG) or 28 (Adam) per parameter.
+ * The mixed cases (widening a 16-bit weight without a master, or an fp32
+ * weight with a 16-bit gradient) stay per-element.  The pieces are blocks
+ * of each tensor that the runtime's threads share (see "threads" below).
  */
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "kernels/optim.h"
 #include "train.h"
 
@@ -59,6 +63,8 @@ bool rt_optim_simd_active(void);
 void rt_optim_simd_reread(void);
 size_t rt_optim_simd_mp(int op, bool bf16, const uint16_t *g, float *w, float *m, float *v,
                         uint16_t *s, size_t n, const AmpcOptParam *q, unsigned *bad);
+size_t rt_optim_simd_f32(int op, const float *g, float *w, float *m, float *v, size_t n,
+                         const AmpcOptParam *q, unsigned *bad);
 
 float rt_optim_wd_mult(const RtParam *p) { return p->wd_mult; }
 
@@ -140,17 +146,17 @@ static int simd_op(RtOptKind k, const float *mom)
                             : RT_SIMD_SGD_MOM;
 }
 
-/* One tensor; returns nonzero when a gradient element is inf or NaN (the
- * check reads the bits the update reads anyway). */
-static unsigned update_tensor(const RtParam *p, RtDType gdt, const void *grad, void *wbuf,
+/* n elements of one tensor (wdt its storage dtype; the pointers at the
+ * first of them); returns nonzero when a gradient element is inf or NaN
+ * (the check reads the bits the update reads anyway). */
+static unsigned update_tensor(RtDType wdt, size_t n, RtDType gdt, const void *grad, void *wbuf,
                               float *master, float *mom, float *var, const AmpcOptParam *q,
                               RtOptKind kind)
 {
-    size_t n = (size_t)p->numel;
     unsigned bad = 0;
     if (kind == RT_OPT_ADAM && (!mom || !var))
         return 0; /* no state: rt_optim_step refuses this before */
-    if (master && p->dtype == RT_F16 && gdt == RT_F16) {
+    if (master && wdt == RT_F16 && gdt == RT_F16) {
         /* the multi-precision kernels: fp16 gradient -> fp32 master -> fp16 shadow */
         const ampc_half *g = grad;
         ampc_half *w16 = wbuf;
@@ -178,7 +184,7 @@ static unsigned update_tensor(const RtParam *p, RtDType gdt, const void *grad, v
             }
         return bad;
     }
-    if (master && p->dtype == RT_BF16 && gdt == RT_BF16) {
+    if (master && wdt == RT_BF16 && gdt == RT_BF16) {
         const ampc_bf16 *g = grad;
         ampc_bf16 *w16 = wbuf;
         size_t i0 = rt_optim_simd_mp(simd_op(kind, mom), true, g, master, mom, var, w16, n, q,
@@ -205,11 +211,12 @@ static unsigned update_tensor(const RtParam *p, RtDType gdt, const void *grad, v
             }
         return bad;
     }
-    if (!master && p->dtype == RT_F32 && gdt == RT_F32) {
+    if (!master && wdt == RT_F32 && gdt == RT_F32) {
         /* fp32: the buffer is the weight */
         const float *g = grad;
         float *w = wbuf;
-        for (size_t i = 0; i < n; i++) {
+        size_t i0 = rt_optim_simd_f32(simd_op(kind, mom), g, w, mom, var, n, q, &bad);
+        for (size_t i = i0; i < n; i++) {
             bad |= !ampc_isfinite(g[i]);
             update_f32(&w[i], mom ? &mom[i] : NULL, var ? &var[i] : NULL, g[i], q, kind);
         }
@@ -225,13 +232,13 @@ static unsigned update_tensor(const RtParam *p, RtDType gdt, const void *grad, v
         bad |= !ampc_isfinite(g);
         float wv, *w = master ? &master[i] : &wv;
         if (!master)
-            wv = p->dtype == RT_F32 ? ((float *)wbuf)[i]
-               : p->dtype == RT_F16 ? ampc_half_to_float(((ampc_half *)wbuf)[i])
-                                    : ampc_bf16_to_float(((ampc_bf16 *)wbuf)[i]);
+            wv = wdt == RT_F32 ? ((float *)wbuf)[i]
+               : wdt == RT_F16 ? ampc_half_to_float(((ampc_half *)wbuf)[i])
+                               : ampc_bf16_to_float(((ampc_bf16 *)wbuf)[i]);
         update_f32(w, mom ? &mom[i] : NULL, var ? &var[i] : NULL, g, q, kind);
-        if (p->dtype == RT_F32)
+        if (wdt == RT_F32)
             ((float *)wbuf)[i] = *w;
-        else if (p->dtype == RT_F16)
+        else if (wdt == RT_F16)
             ((ampc_half *)wbuf)[i] = ampc_float_to_half(*w);
         else
             ((ampc_bf16 *)wbuf)[i] = ampc_float_to_bf16(*w);
@@ -244,11 +251,82 @@ bool rt_optim_step(const RtModel *m, RtCtx *ctx, float *const *state, const RtOp
     return rt_optim_step2(m, ctx, state, NULL, c);
 }
 
+/* ---- threads ----
+ * Every element's update is independent of every other's, so the tensors
+ * are cut into blocks of OPT_BLOCK elements (the last of each tensor
+ * shorter) that the threads take as they come free; OPT_BLOCK is a multiple
+ * of 8, so each element takes the same path (AVX2 body or per-element tail)
+ * as in one pass over its tensor, and the bits do not depend on the thread
+ * count.  The finite flag is an OR.  Tensors go to the threads OPT_GROUP at
+ * a time (the job's table lives on the stack). */
+enum { OPT_BLOCK = 16384, OPT_GROUP = 64 };
+
+typedef struct {
+    RtDType wdt, gdt;
+    size_t n, first; /* elements; index of the tensor's first block in the job */
+    const void *grad;
+    void *wbuf;
+    float *master, *mom, *var;
+    AmpcOptParam q;
+} OptTensor;
+
+typedef struct {
+    OptTensor t[OPT_GROUP];
+    int ntensors;
+    size_t nblocks;
+    RtOptKind kind;
+    unsigned bad;
+} OptJob;
+
+static void opt_blocks(void *ctx, size_t lo, size_t hi)
+{
+    OptJob *j = ctx;
+    int a = 0, b = j->ntensors - 1; /* the tensor holding block lo: the last with first <= lo */
+    while (a < b) {
+        int mid = (a + b + 1) / 2;
+        if (j->t[mid].first <= lo)
+            a = mid;
+        else
+            b = mid - 1;
+    }
+    unsigned bad = 0;
+    for (size_t k = lo; k < hi; k++) {
+        while (a + 1 < j->ntensors && j->t[a + 1].first <= k)
+            a++;
+        const OptTensor *t = &j->t[a];
+        size_t off = (k - t->first) * OPT_BLOCK;
+        size_t n = t->n - off < OPT_BLOCK ? t->n - off : OPT_BLOCK;
+        size_t we = rt_dtype_size(t->wdt), ge = rt_dtype_size(t->gdt);
+        bad |= update_tensor(t->wdt, n, t->gdt, (const char *)t->grad + off * ge,
+                             (char *)t->wbuf + off * we, t->master ? t->master + off : NULL,
+                             t->mom ? t->mom + off : NULL, t->var ? t->var + off : NULL, &t->q,
+                             j->kind);
+    }
+    if (bad)
+        __atomic_fetch_or(&j->bad, 1u, __ATOMIC_RELAXED);
+}
+
+static void opt_run(OptJob *j)
+{
+    if (j->nblocks == 0)
+        return;
+    size_t elems = 0;
+    for (int i = 0; i < j->ntensors; i++)
+        elems += j->t[i].n;
+    rt__parallel_items(j->nblocks, elems / j->nblocks, opt_blocks, j);
+    j->ntensors = 0;
+    j->nblocks = 0;
+}
+
 bool rt_optim_step2(const RtModel *m, const RtCtx *ctx, float *const *state,
                     float *const *state2, const RtOptConfig *c)
 {
     bool with_mom = rt_optim_has_state(c);
-    unsigned bad = 0;
+    OptJob j;
+    j.ntensors = 0;
+    j.nblocks = 0;
+    j.kind = c->kind;
+    j.bad = 0;
     for (int i = 0; i < m->nparams; i++) {
         const RtParam *p = &m->params[i];
         if (p->grad < 0)
@@ -274,8 +352,15 @@ bool rt_optim_step2(const RtModel *m, const RtCtx *ctx, float *const *state,
             if (!mom || !var)
                 continue; /* Adam needs both states (rt_trainer_init with nstate 2) */
         }
-        bad |= update_tensor(p, m->buffers[p->grad].dtype, ctx->buf[p->grad], ctx->buf[p->buffer],
-                             master, mom, var, &q, c->kind);
+        if (p->numel <= 0)
+            continue; /* nothing to update (and no block of its own) */
+        j.t[j.ntensors++] = (OptTensor){p->dtype, m->buffers[p->grad].dtype, (size_t)p->numel,
+                                  j.nblocks, ctx->buf[p->grad], ctx->buf[p->buffer], master, mom,
+                                  var, q};
+        j.nblocks += ((size_t)p->numel + OPT_BLOCK - 1) / OPT_BLOCK;
+        if (j.ntensors == OPT_GROUP)
+            opt_run(&j);
     }
-    return !bad;
+    opt_run(&j);
+    return !j.bad;
 }

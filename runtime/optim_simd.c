@@ -1,5 +1,6 @@
-/* optim_simd.c - the AVX2 + F16C body of the fused multi-precision
- * optimizer (runtime/optim.c), picked at run time.
+/* optim_simd.c - the AVX2 + F16C body of the fused optimizer
+ * (runtime/optim.c) for multi-precision and for fp32 parameters, picked at
+ * run time.
  *
  * 8 elements a step: the 16-bit gradient widened (vcvtph2ps for fp16, a
  * shift for bf16), the fp32 master and state updated in the operation order
@@ -8,6 +9,8 @@
  * contracted, whatever -ffp-contract says), the shadow rounded from the new
  * master (vcvtps2ph with explicit round-to-nearest-even, or bf16's integer
  * rounding as half.h's), and the finite check of the gradient bits ORed in.
+ * fp32 parameters (no master: the weight is updated in place, no shadow)
+ * take the same body with an fp32 gradient load and an fp32 exponent check.
  * The hardware conversions are exact IEEE conversions that quiet NaN and keep
  * the top payload bits, as half.h's do; vcvtph2ps ignores DAZ and vcvtps2ph
  * ignores FTZ, and a float subnormal rounds to a half zero either way.  So
@@ -38,6 +41,8 @@ bool rt_optim_simd_active(void);
 void rt_optim_simd_reread(void);
 size_t rt_optim_simd_mp(int op, bool bf16, const uint16_t *g, float *w, float *m, float *v,
                         uint16_t *s, size_t n, const AmpcOptParam *q, unsigned *bad);
+size_t rt_optim_simd_f32(int op, const float *g, float *w, float *m, float *v, size_t n,
+                         const AmpcOptParam *q, unsigned *bad);
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
@@ -101,12 +106,26 @@ SIMD_INLINE __m256 clip8(__m256 x, __m256 b, __m256 nb)
 #define SUB _mm256_sub_ps
 #define MUL _mm256_mul_ps
 
-/* One kernel for every (op, dtype, clip): op, bf and clip are constants at
- * each call site below, so each instance is specialised. */
-SIMD_INLINE size_t mp_body(int op, bool bf, bool clip, const uint16_t *restrict g,
-                           float *restrict w, float *restrict m, float *restrict v,
-                           uint16_t *restrict s, size_t n, const AmpcOptParam *q, unsigned *bad)
+/* lanes of 8 fp32 gradients whose exponent is all ones, ORed into acc */
+SIMD_INLINE __m256i nonfinite8_f32(__m256i acc, const float *p)
 {
+    __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    __m256i e = _mm256_set1_epi32(0x7f800000);
+    return _mm256_or_si256(acc, _mm256_cmpeq_epi32(_mm256_and_si256(x, e), e));
+}
+
+/* One kernel for every (op, dtype, clip): op, gt and clip are constants at
+ * each call site below, so each instance is specialised.  gt: GT_F16 or
+ * GT_BF16 (16-bit gradient g16, shadow s written from the new master w) or
+ * GT_F32 (fp32 gradient g32, w the weight itself, no shadow: the fp32
+ * parameters of optim.c's per-element loop, in the same operation order). */
+enum { GT_F16, GT_BF16, GT_F32 };
+SIMD_INLINE size_t mp_body(int op, int gt, bool clip, const uint16_t *restrict g16,
+                           const float *restrict g32, float *restrict w, float *restrict m,
+                           float *restrict v, uint16_t *restrict s, size_t n,
+                           const AmpcOptParam *q, unsigned *bad)
+{
+    const bool bf = gt == GT_BF16;
     const AmpcOptParam p = *q;
     __m256 cb = V(p.clip_gradient), cnb = V(-p.clip_gradient);
     __m256 rs = V(p.rescale_grad), lr = V(p.lr), wd = V(p.wd), mo = V(p.momentum);
@@ -114,10 +133,18 @@ SIMD_INLINE size_t mp_body(int op, bool bf, bool clip, const uint16_t *restrict 
     __m256 b1 = V(p.beta1), c1 = V(1.f - p.beta1), b2 = V(p.beta2), c2 = V(1.f - p.beta2);
     __m256 ep = V(p.epsilon);
     __m128i acc = _mm_setzero_si128();
+    __m256i acc32 = _mm256_setzero_si256();
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        acc = nonfinite8(acc, g + i, bf);
-        __m256 gf = load16(g + i, bf), wv = LD(w + i);
+        __m256 gf;
+        if (gt == GT_F32) {
+            acc32 = nonfinite8_f32(acc32, g32 + i);
+            gf = LD(g32 + i);
+        } else {
+            acc = nonfinite8(acc, g16 + i, bf);
+            gf = load16(g16 + i, bf);
+        }
+        __m256 wv = LD(w + i);
         switch (op) {
         case RT_SIMD_SGD: /* (1 - lr*wd)*w - (lr*rs)*g, or - lr*clip(rs*g) */
             wv = SUB(MUL(one_lw, wv), clip ? MUL(lr, clip8(MUL(rs, gf), cb, cnb)) : MUL(lrs, gf));
@@ -153,35 +180,39 @@ SIMD_INLINE size_t mp_body(int op, bool bf, bool clip, const uint16_t *restrict 
         }
         }
         ST(w + i, wv);
-        store16(s + i, wv, bf);
+        if (gt != GT_F32)
+            store16(s + i, wv, bf);
     }
-    *bad |= !_mm_testz_si128(acc, acc);
+    *bad |= !_mm_testz_si128(acc, acc) || !_mm256_testz_si256(acc32, acc32);
     return i;
 }
 
-#define INST(NAME, OP, BF, CLIP)                                                              \
-    SIMD static size_t NAME(const uint16_t *g, float *w, float *m, float *v, uint16_t *s,    \
-                            size_t n, const AmpcOptParam *q, unsigned *bad)                   \
+#define INST(NAME, OP, GT, CLIP)                                                              \
+    SIMD static size_t NAME(const void *g, float *w, float *m, float *v, uint16_t *s, size_t n, \
+                            const AmpcOptParam *q, unsigned *bad)                             \
     {                                                                                         \
-        return mp_body(OP, BF, CLIP, g, w, m, v, s, n, q, bad);                               \
+        return mp_body(OP, GT, CLIP, GT == GT_F32 ? NULL : (const uint16_t *)g,               \
+                       GT == GT_F32 ? (const float *)g : NULL, w, m, v, s, n, q, bad);        \
     }
-#define INST4(OP, NAME)                                                                       \
-    INST(NAME##_h, OP, false, false)                                                          \
-    INST(NAME##_hc, OP, false, true)                                                          \
-    INST(NAME##_b, OP, true, false)                                                           \
-    INST(NAME##_bc, OP, true, true)
-INST4(RT_SIMD_SGD, sgd)
-INST4(RT_SIMD_SGD_MOM, sgd_mom)
-INST4(RT_SIMD_NAG, nag)
-INST4(RT_SIMD_ADAM, adam)
+#define INST6(OP, NAME)                                                                       \
+    INST(NAME##_h, OP, GT_F16, false)                                                         \
+    INST(NAME##_hc, OP, GT_F16, true)                                                         \
+    INST(NAME##_b, OP, GT_BF16, false)                                                        \
+    INST(NAME##_bc, OP, GT_BF16, true)                                                        \
+    INST(NAME##_f, OP, GT_F32, false)                                                         \
+    INST(NAME##_fc, OP, GT_F32, true)
+INST6(RT_SIMD_SGD, sgd)
+INST6(RT_SIMD_SGD_MOM, sgd_mom)
+INST6(RT_SIMD_NAG, nag)
+INST6(RT_SIMD_ADAM, adam)
 
-typedef size_t (*MpFn)(const uint16_t *, float *, float *, float *, uint16_t *, size_t,
+typedef size_t (*MpFn)(const void *, float *, float *, float *, uint16_t *, size_t,
                        const AmpcOptParam *, unsigned *);
-static const MpFn mp_fns[4][4] = {
-    {sgd_h, sgd_hc, sgd_b, sgd_bc},
-    {sgd_mom_h, sgd_mom_hc, sgd_mom_b, sgd_mom_bc},
-    {nag_h, nag_hc, nag_b, nag_bc},
-    {adam_h, adam_hc, adam_b, adam_bc},
+static const MpFn mp_fns[4][6] = {
+    {sgd_h, sgd_hc, sgd_b, sgd_bc, sgd_f, sgd_fc},
+    {sgd_mom_h, sgd_mom_hc, sgd_mom_b, sgd_mom_bc, sgd_mom_f, sgd_mom_fc},
+    {nag_h, nag_hc, nag_b, nag_bc, nag_f, nag_fc},
+    {adam_h, adam_hc, adam_b, adam_bc, adam_f, adam_fc},
 };
 
 static bool cpu_has_avx2_f16c(void)
@@ -226,6 +257,22 @@ size_t rt_optim_simd_mp(int op, bool bf16, const uint16_t *g, float *w, float *m
 #else
     (void)op, (void)bf16, (void)g, (void)w, (void)m, (void)v, (void)s, (void)n, (void)q,
         (void)bad;
+    return 0;
+#endif
+}
+
+/* The same for an fp32 parameter without a master: fp32 gradient g, fp32
+ * weight w updated in place, no shadow. */
+size_t rt_optim_simd_f32(int op, const float *g, float *w, float *m, float *v, size_t n,
+                         const AmpcOptParam *q, unsigned *bad)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (op < 0 || op > 3 || n < 8 || !rt_optim_simd_active())
+        return 0;
+    int k = 4 + (q->clip_gradient >= 0.0f ? 1 : 0);
+    return mp_fns[op][k](g, w, m, v, NULL, n, q, bad);
+#else
+    (void)op, (void)g, (void)w, (void)m, (void)v, (void)n, (void)q, (void)bad;
     return 0;
 #endif
 }

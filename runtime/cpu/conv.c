@@ -407,7 +407,10 @@ static void blas_backward_weight(const RtConvDims *d, RtDType dt, const void *x,
  * Samples are spread over rt__threads() threads, which take the next sample
  * (or block of samples) as they come free; the weight gradient sums fixed
  * blocks of samples separately and adds the blocks in order, so no result
- * depends on the thread count or on the scheduling. */
+ * depends on the thread count or on the scheduling.  That block sum (rows
+ * of dW^T shared out, each element adding blocks 0, 1, 2... in order) and
+ * the packing of the weights (a depth block of the packed A per item) run
+ * on the threads too. */
 
 /* im2col_prep's tables for the fast im2col (conv_simd.h) */
 #define RT_FAST_PERIOD 64
@@ -657,12 +660,12 @@ static void ident_geom(const Geom *g, int channels, Geom *f)
 /* A-blocked packing of an A operand [M, kd] (rows padded to mp, depth to a
  * multiple of nrp, with zeros): element (r, t) = src[r*rs + t*cs], or with
  * flip_kk the filters' taps reversed: (r, t = k*kk + q) =
- * src[k*rs' + r*kk + (kk-1-q)] where rs' = cs. */
+ * src[k*rs' + r*kk + (kk-1-q)] where rs' = cs.  Only the depth blocks
+ * [b0, b1) of nrp columns (the threads share the blocks out). */
 static void pack_a(const float *src, size_t rs, size_t cs, int M, int kd, size_t mp, int nrp,
-                   size_t flip_kk, float *dst)
+                   size_t flip_kk, size_t b0, size_t b1, float *dst)
 {
-    size_t nb = div_up((size_t)kd, (size_t)nrp);
-    for (size_t b = 0; b < nb; b++)
+    for (size_t b = b0; b < b1; b++)
         for (size_t r = 0; r < mp; r++) {
             float *d = dst + (b * mp + r) * (size_t)nrp;
             for (int q = 0; q < nrp; q++) {
@@ -1033,28 +1036,115 @@ static void bwd_weight_job(void *arg, int tid, int nt)
     }
 }
 
+/* ---- the weight gradient's block sum, on the threads ----
+ * Row i of group gi of the accumulators (dW^T: ckk rows of ldw columns per
+ * group) is the sum over the sample blocks, added in block order, then
+ * written transposed into dW[gi*kg + k][i].  Rows are independent and each
+ * element keeps its order of addition, so the bits do not depend on how the
+ * rows are shared out. */
+typedef struct {
+    const Plan *pl;
+    RtDType dt;
+    void *dw;
+    bool acc;
+} WSum;
+
+static void wsum_rows(void *ctx, size_t lo, size_t hi)
+{
+    const WSum *j = ctx;
+    const Plan *pl = j->pl;
+    const Geom *g = &pl->g;
+    size_t ckk = (size_t)g->cg * g->kk, ldw = pl->ldw, kg = (size_t)g->kg;
+    for (size_t r = lo; r < hi; r++) {
+        float *s = pl->acc[0] + r * ldw; /* rows of a group are contiguous */
+        for (int b = 1; b < pl->nblk; b++) {
+            const float *a = pl->acc[b] + r * ldw;
+            size_t i = 0;
+            for (; i + 4 <= kg; i += 4)
+                rt__st4(s + i, rt__ld4(s + i) + rt__ld4(a + i));
+            for (; i < kg; i++)
+                s[i] += a[i];
+        }
+    }
+    /* transposed: dW[gi*kg + k][i] for the rows (gi, i) in [lo, hi) */
+    for (size_t r = lo; r < hi;) {
+        size_t gi = r / ckk, i0 = r % ckk, i1 = hi - r < ckk - i0 ? i0 + (hi - r) : ckk;
+        const float *sg = pl->acc[0] + gi * ckk * ldw;
+        for (size_t k = 0; k < kg; k++) {
+            size_t o = (gi * kg + k) * ckk;
+            if (j->dt == RT_F32) {
+                float *w = (float *)j->dw + o;
+                if (j->acc)
+                    for (size_t i = i0; i < i1; i++)
+                        w[i] += sg[i * ldw + k];
+                else
+                    for (size_t i = i0; i < i1; i++)
+                        w[i] = sg[i * ldw + k];
+            } else {
+                for (size_t i = i0; i < i1; i++)
+                    rt__set(j->dw, o + i, sg[i * ldw + k], j->dt, j->acc);
+            }
+        }
+        r += i1 - i0;
+    }
+}
+
+/* ---- weight packing, on the threads ----
+ * 16-bit weights are widened into w32 (a range job), then each (group,
+ * depth block) of the packed A is written by one thread (pack_a over that
+ * block alone): every element is a copy, so nothing can depend on the
+ * threads. */
+typedef struct {
+    const Plan *pl;
+    RtPass pass;
+    const float *wf;
+    const void *w16;
+    float *w32;
+    RtDType dt;
+    size_t nb; /* depth blocks per group */
+} WPack;
+
+static void widen_range(void *ctx, size_t lo, size_t hi)
+{
+    const WPack *j = ctx;
+    rt_to_f32(j->w32 + lo, (const char *)j->w16 + lo * rt_dtype_size(j->dt), hi - lo, j->dt);
+}
+
+static void pack_blocks(void *ctx, size_t lo, size_t hi)
+{
+    const WPack *j = ctx;
+    const Plan *pl = j->pl;
+    const Geom *g = &pl->g;
+    size_t ckk = (size_t)g->cg * g->kk;
+    for (size_t it = lo; it < hi; it++) {
+        size_t gi = it / j->nb, b = it % j->nb;
+        const float *wg = j->wf + gi * (size_t)g->kg * ckk;
+        float *a = pl->a + gi * pl->agrp;
+        if (j->pass == RT_PASS_FORWARD)
+            pack_a(wg, ckk, 1, g->kg, (int)ckk, pl->ap, pl->nrp, 0, b, b + 1, a);
+        else if (pl->flip)
+            pack_a(wg, 0, ckk, g->cg, g->kg * (int)g->kk, pl->ap, pl->nrp, g->kk, b, b + 1, a);
+        else
+            pack_a(wg, 1, ckk, (int)ckk, g->kg, pl->ap, pl->nrp, 0, b, b + 1, a);
+    }
+}
+
 static void simd_pack_weights(const Plan *pl, const RtConvDims *d, RtDType dt, const void *w,
                               RtPass pass, float *w32)
 {
     const Geom *g = &pl->g;
     size_t ckk = (size_t)g->cg * g->kk, wn = (size_t)d->k * ckk;
-    const float *wf = w;
+    WPack j = {pl, pass, w, w, w32, dt, 0};
     if (dt != RT_F32) {
         /* the packed A is the only copy needed: widen into it first, then
          * pack from there into place would overlap, so widen into w32 */
-        rt_to_f32(w32, w, wn, dt);
-        wf = w32;
+        rt__parallel_range(wn, widen_range, &j);
+        j.wf = w32;
     }
-    for (int gi = 0; gi < d->groups; gi++) {
-        const float *wg = wf + (size_t)gi * g->kg * ckk;
-        float *a = pl->a + (size_t)gi * pl->agrp;
-        if (pass == RT_PASS_FORWARD)
-            pack_a(wg, ckk, 1, g->kg, (int)ckk, pl->ap, pl->nrp, 0, a);
-        else if (pl->flip)
-            pack_a(wg, 0, ckk, g->cg, g->kg * (int)g->kk, pl->ap, pl->nrp, g->kk, a);
-        else
-            pack_a(wg, 1, ckk, (int)ckk, g->kg, pl->ap, pl->nrp, 0, a);
-    }
+    /* the packed depth: ckk (forward), kg*kk (flip) or kg (backward data) */
+    size_t kd = pass == RT_PASS_FORWARD ? ckk : pl->flip ? (size_t)g->kg * g->kk : (size_t)g->kg;
+    j.nb = div_up(kd, (size_t)pl->nrp);
+    rt__parallel_items((size_t)d->groups * j.nb, pl->ap * (size_t)pl->nrp, pack_blocks, &j);
 }
 
 /* fp32 copy of 16-bit weights: carved after the plan's own workspace */
@@ -1125,35 +1215,9 @@ void rt_conv_backward_weight(const RtConvDims *d, RtDType dt, const void *x, con
     Job j = {&pl, d, dt, x, dy, NULL, dbias ? &one : NULL, NULL, accumulate, 0};
     rt__parallel(pl.nt, bwd_weight_job, &j);
 
-    /* dW[k][i] = the sum of the blocks' dW^T[i][k], in block order */
-    const Geom *g = &pl.g;
-    size_t ckk = (size_t)g->cg * g->kk, tot = (size_t)d->groups * ckk * pl.ldw;
-    float *s = pl.acc[0];
-    for (int b = 1; b < pl.nblk; b++) {
-        const float *a = pl.acc[b];
-        size_t i = 0;
-        for (; i + 4 <= tot; i += 4)
-            rt__st4(s + i, rt__ld4(s + i) + rt__ld4(a + i));
-        for (; i < tot; i++)
-            s[i] += a[i];
-    }
-    for (int gi = 0; gi < d->groups; gi++)
-        for (int k = 0; k < g->kg; k++) {
-            size_t o = ((size_t)gi * g->kg + (size_t)k) * ckk;
-            const float *col = s + (size_t)gi * ckk * pl.ldw + (size_t)k;
-            if (dt == RT_F32) {
-                float *w = (float *)dw + o;
-                if (accumulate)
-                    for (size_t i = 0; i < ckk; i++)
-                        w[i] += col[i * pl.ldw];
-                else
-                    for (size_t i = 0; i < ckk; i++)
-                        w[i] = col[i * pl.ldw];
-            } else {
-                for (size_t i = 0; i < ckk; i++)
-                    rt__set(dw, o + i, col[i * pl.ldw], dt, accumulate);
-            }
-        }
+    WSum ws_job = {&pl, dt, dw, accumulate};
+    rt__parallel_items((size_t)d->groups * pl.g.cg * pl.g.kk, (size_t)pl.nblk * pl.ldw, wsum_rows,
+                       &ws_job);
     if (dbias)
         for (int k = 0; k < d->k; k++) {
             double s = 0.0;

@@ -197,38 +197,98 @@ void rt_store_f32(void *dst, const float *src, size_t n, RtDType dt, bool accumu
     rt__commit(dst, 0, src, n, dt, accumulate);
 }
 
-bool rt_all_finite(const void *p, size_t n, RtDType dt)
+/* Nonzero when an element of p[lo, hi) is inf or NaN: an OR of a
+ * per-element flag, no early exit, so the loops vectorise. */
+static unsigned nonfinite(const void *p, size_t lo, size_t hi, RtDType dt)
 {
-    /* OR of a per-element flag, no early exit, so the loops vectorise */
     unsigned bad = 0;
     switch (dt) {
     case RT_F32: {
         const uint32_t *u = p;
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = lo; i < hi; i++)
             bad |= (u[i] & 0x7f800000u) == 0x7f800000u;
         break;
     }
     case RT_F16: {
         const ampc_half *h = p;
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = lo; i < hi; i++)
             bad |= (h[i] & 0x7c00u) == 0x7c00u;
         break;
     }
     case RT_BF16: {
         const ampc_bf16 *b = p;
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = lo; i < hi; i++)
             bad |= (b[i] & 0x7f80u) == 0x7f80u;
         break;
     }
     }
-    return !bad;
+    return bad;
+}
+
+/* The finite checks on the threads: the tensors cut into blocks of
+ * FIN_BLOCK elements that the threads take as they come free, each OR-ing
+ * what it saw into the job's flag (an OR: no thread count changes it). */
+enum { FIN_BLOCK = 65536 };
+
+typedef struct {
+    const RtTensorRef *t;
+    int count;
+    size_t *first; /* block index of each tensor's first block */
+    unsigned bad;
+} FinJob;
+
+static void fin_blocks(void *ctx, size_t lo, size_t hi)
+{
+    FinJob *j = ctx;
+    int a = 0, b = j->count - 1; /* the last tensor whose first block <= lo */
+    while (a < b) {
+        int mid = (a + b + 1) / 2;
+        if (j->first[mid] <= lo)
+            a = mid;
+        else
+            b = mid - 1;
+    }
+    unsigned bad = 0;
+    for (size_t k = lo; k < hi; k++) {
+        while (a + 1 < j->count && j->first[a + 1] <= k)
+            a++;
+        const RtTensorRef *t = &j->t[a];
+        size_t off = (k - j->first[a]) * FIN_BLOCK;
+        bad |= nonfinite(t->ptr, off, t->n - off < FIN_BLOCK ? t->n : off + FIN_BLOCK, t->dt);
+    }
+    if (bad)
+        __atomic_fetch_or(&j->bad, 1u, __ATOMIC_RELAXED);
+}
+
+/* count tensors at most RT_FINITE_GROUP (the block table is on the stack) */
+enum { RT_FINITE_GROUP = 64 };
+
+static bool all_finite_group(const RtTensorRef *t, int count)
+{
+    size_t first[RT_FINITE_GROUP], nb = 0, elems = 0;
+    for (int i = 0; i < count; i++) {
+        first[i] = nb;
+        nb += (t[i].n + FIN_BLOCK - 1) / FIN_BLOCK;
+        elems += t[i].n;
+    }
+    if (nb == 0)
+        return true;
+    FinJob j = {t, count, first, 0};
+    rt__parallel_items(nb, elems / nb, fin_blocks, &j);
+    return !j.bad;
+}
+
+bool rt_all_finite(const void *p, size_t n, RtDType dt)
+{
+    RtTensorRef t = {p, n, dt};
+    return all_finite_group(&t, 1);
 }
 
 bool rt_multi_all_finite(const RtTensorRef *t, int count)
 {
     bool ok = true;
-    for (int i = 0; i < count; i++)
-        ok &= rt_all_finite(t[i].ptr, t[i].n, t[i].dt);
+    for (int i = 0; i < count; i += RT_FINITE_GROUP)
+        ok &= all_finite_group(t + i, count - i < RT_FINITE_GROUP ? count - i : RT_FINITE_GROUP);
     return ok;
 }
 

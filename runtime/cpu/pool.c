@@ -7,7 +7,8 @@
  * (an empty window, possible only with the full convention and stride >
  * kernel, gives 0).  Sums accumulate in double, so global average pooling
  * over 16-bit data loses nothing before the single rounding of the result.
- * 16-bit planes are widened into the workspace, one (n, c) plane at a time.
+ * 16-bit planes are widened into the workspace, one (n, c) plane at a time
+ * per thread; the threads share the planes out (see "threads" below).
  */
 #include <math.h>
 
@@ -62,6 +63,26 @@ bool rt_pool_dims_init(RtPoolDims *d)
     return true;
 }
 
+/* ---- threads ----
+ * The (n, c) planes are independent (a window never leaves its plane), so
+ * the threads take pieces of consecutive planes as they come free and each
+ * plane is computed as on one thread: the bits do not depend on the thread
+ * count.  16-bit planes are widened into per-thread scratch, one set per
+ * thread the kernels may use (rt__threads(), read by the query and the
+ * kernels alike, so the workspace stays as sized). */
+static int pool_threads(void) { return rt__threads(); }
+
+/* one thread's scratch: x plane (forward, max backward), y or dy plane, dx
+ * plane (backward) */
+static size_t scratch_bytes(const PGeom *g)
+{
+    size_t t = 0;
+    rt__ws_add(&t, g->in * sizeof(float));
+    rt__ws_add(&t, g->out * sizeof(float));
+    rt__ws_add(&t, g->in * sizeof(float));
+    return t;
+}
+
 size_t rt_pool_workspace_bytes(const RtPoolDims *d, RtDType dt, RtPass pass)
 {
     (void)pass;
@@ -69,11 +90,7 @@ size_t rt_pool_workspace_bytes(const RtPoolDims *d, RtDType dt, RtPass pass)
         return 0;
     PGeom g;
     pgeom(d, &g);
-    size_t t = 0;
-    rt__ws_add(&t, g.in * sizeof(float));  /* x plane (forward, max backward) */
-    rt__ws_add(&t, g.out * sizeof(float)); /* y or dy plane */
-    rt__ws_add(&t, g.in * sizeof(float));  /* dx plane (backward) */
-    return t;
+    return scratch_bytes(&g) * (size_t)pool_threads();
 }
 
 /* One window: the clipped bounds lo/hi per axis and the divisor for avg. */
@@ -113,107 +130,180 @@ static void window(const PGeom *g, const RtPoolDims *d, int o0, int o1, int o2, 
                         end_ = idx + (size_t)((w).hi[2] - (w).lo[2]);                 \
                  idx < end_; idx++)
 
-void rt_pool_forward(const RtPoolDims *d, RtDType dt, const void *x, void *y, void *ws)
-{
+typedef struct {
+    const RtPoolDims *d;
     PGeom g;
-    pgeom(d, &g);
-    bool half = dt != RT_F32;
-    char *p = ws;
-    float *xbuf = half ? rt__ws_take(&p, g.in * sizeof(float)) : NULL;
-    float *ybuf = half ? rt__ws_take(&p, g.out * sizeof(float)) : NULL;
-    size_t esz = rt_dtype_size(dt);
-    for (size_t pl = 0; pl < (size_t)d->n * d->c; pl++) {
+    RtDType dt;
+    const void *x, *dy;
+    void *y; /* y (forward) or dx (backward) */
+    char *ws;
+    bool backward, acc;
+    size_t planes, piece;
+    size_t next; /* the next plane (threads take pieces as they come free) */
+} PoolJob;
+
+static void fwd_plane(const PGeom *g, const RtPoolDims *d, const float *xp, float *yp)
+{
+    size_t oi = 0;
+    for (int o0 = 0; o0 < g->O[0]; o0++)
+        for (int o1 = 0; o1 < g->O[1]; o1++)
+            for (int o2 = 0; o2 < g->O[2]; o2++, oi++) {
+                Win w;
+                window(g, d, o0, o1, o2, &w);
+                if (d->type == RT_POOL_MAX) {
+                    float m = -INFINITY;
+                    bool any = false;
+                    FOR_WINDOW(*g, w, i) {
+                        any = true;
+                        if (xp[i] > m)
+                            m = xp[i];
+                    }
+                    yp[oi] = any ? m : 0.0f;
+                } else {
+                    double s = 0.0;
+                    FOR_WINDOW(*g, w, i) s += xp[i];
+                    yp[oi] = (float)(s / w.div);
+                }
+            }
+}
+
+/* dxp += the gradient of one plane (xp read by max only) */
+static void bwd_plane(const PGeom *g, const RtPoolDims *d, const float *xp, const float *dyp,
+                      float *dxp)
+{
+    size_t oi = 0;
+    for (int o0 = 0; o0 < g->O[0]; o0++)
+        for (int o1 = 0; o1 < g->O[1]; o1++)
+            for (int o2 = 0; o2 < g->O[2]; o2++, oi++) {
+                Win w;
+                window(g, d, o0, o1, o2, &w);
+                if (d->type == RT_POOL_MAX) {
+                    float m = -INFINITY;
+                    size_t best = SIZE_MAX;
+                    FOR_WINDOW(*g, w, i) {
+                        if (best == SIZE_MAX || xp[i] > m) {
+                            m = xp[i];
+                            best = i;
+                        }
+                    }
+                    if (best != SIZE_MAX)
+                        dxp[best] += dyp[oi];
+                } else {
+                    float v = dyp[oi] / w.div;
+                    FOR_WINDOW(*g, w, i) dxp[i] += v;
+                }
+            }
+}
+
+static void fwd_planes(const PoolJob *j, char *scratch, size_t lo, size_t hi)
+{
+    const PGeom *g = &j->g;
+    bool half = j->dt != RT_F32;
+    size_t esz = rt_dtype_size(j->dt);
+    char *p = scratch;
+    float *xbuf = half ? rt__ws_take(&p, g->in * sizeof(float)) : NULL;
+    float *ybuf = half ? rt__ws_take(&p, g->out * sizeof(float)) : NULL;
+    for (size_t pl = lo; pl < hi; pl++) {
         const float *xp;
         float *yp;
         if (half) {
-            rt_to_f32(xbuf, (const char *)x + pl * g.in * esz, g.in, dt);
+            rt_to_f32(xbuf, (const char *)j->x + pl * g->in * esz, g->in, j->dt);
             xp = xbuf;
             yp = ybuf;
         } else {
-            xp = (const float *)x + pl * g.in;
-            yp = (float *)y + pl * g.out;
+            xp = (const float *)j->x + pl * g->in;
+            yp = (float *)j->y + pl * g->out;
         }
-        size_t oi = 0;
-        for (int o0 = 0; o0 < g.O[0]; o0++)
-            for (int o1 = 0; o1 < g.O[1]; o1++)
-                for (int o2 = 0; o2 < g.O[2]; o2++, oi++) {
-                    Win w;
-                    window(&g, d, o0, o1, o2, &w);
-                    if (d->type == RT_POOL_MAX) {
-                        float m = -INFINITY;
-                        bool any = false;
-                        FOR_WINDOW(g, w, i) {
-                            any = true;
-                            if (xp[i] > m)
-                                m = xp[i];
-                        }
-                        yp[oi] = any ? m : 0.0f;
-                    } else {
-                        double s = 0.0;
-                        FOR_WINDOW(g, w, i) s += xp[i];
-                        yp[oi] = (float)(s / w.div);
-                    }
-                }
+        fwd_plane(g, j->d, xp, yp);
         if (half)
-            rt_from_f32((char *)y + pl * g.out * esz, ybuf, g.out, dt);
+            rt_from_f32((char *)j->y + pl * g->out * esz, ybuf, g->out, j->dt);
     }
+}
+
+static void bwd_planes(const PoolJob *j, char *scratch, size_t lo, size_t hi)
+{
+    const PGeom *g = &j->g;
+    bool half = j->dt != RT_F32, max = j->d->type == RT_POOL_MAX;
+    size_t esz = rt_dtype_size(j->dt);
+    char *p = scratch;
+    float *xbuf = half ? rt__ws_take(&p, g->in * sizeof(float)) : NULL;
+    float *dybuf = half ? rt__ws_take(&p, g->out * sizeof(float)) : NULL;
+    float *dxbuf = half ? rt__ws_take(&p, g->in * sizeof(float)) : NULL;
+    for (size_t pl = lo; pl < hi; pl++) {
+        const float *xp = NULL, *dyp;
+        float *dxp;
+        char *dx = (char *)j->y + pl * g->in * esz;
+        if (half) {
+            if (max) {
+                rt_to_f32(xbuf, (const char *)j->x + pl * g->in * esz, g->in, j->dt);
+                xp = xbuf;
+            }
+            rt_to_f32(dybuf, (const char *)j->dy + pl * g->out * esz, g->out, j->dt);
+            dyp = dybuf;
+            dxp = dxbuf;
+            if (j->acc)
+                rt_to_f32(dxp, dx, g->in, j->dt);
+        } else {
+            if (max)
+                xp = (const float *)j->x + pl * g->in;
+            dyp = (const float *)j->dy + pl * g->out;
+            dxp = (float *)dx;
+        }
+        if (!j->acc)
+            memset(dxp, 0, g->in * sizeof *dxp);
+        bwd_plane(g, j->d, xp, dyp, dxp);
+        if (half)
+            rt_from_f32(dx, dxp, g->in, j->dt);
+    }
+}
+
+static void pool_job(void *arg, int tid, int nt)
+{
+    (void)nt;
+    PoolJob *j = arg;
+    char *scratch = j->ws ? j->ws + (size_t)tid * scratch_bytes(&j->g) : NULL;
+    for (;;) {
+        size_t lo = __atomic_fetch_add(&j->next, j->piece, __ATOMIC_RELAXED);
+        if (lo >= j->planes)
+            return;
+        size_t hi = lo + j->piece < j->planes ? lo + j->piece : j->planes;
+        if (j->backward)
+            bwd_planes(j, scratch, lo, hi);
+        else
+            fwd_planes(j, scratch, lo, hi);
+    }
+}
+
+/* About four pieces per thread; one thread when the work (every window
+ * element read once, roughly in + out per plane) is small. */
+static void pool_run(PoolJob *j)
+{
+    j->planes = (size_t)j->d->n * (size_t)j->d->c;
+    int nt = pool_threads();
+    size_t work = j->planes * (j->g.in + j->g.out);
+    if ((size_t)nt > work / RT_PAR_MIN)
+        nt = (int)(work / RT_PAR_MIN);
+    if ((size_t)nt > j->planes)
+        nt = (int)j->planes;
+    if (nt < 1)
+        nt = 1;
+    j->piece = (j->planes + 4 * (size_t)nt - 1) / (4 * (size_t)nt);
+    j->next = 0;
+    rt__parallel(nt, pool_job, j);
+}
+
+void rt_pool_forward(const RtPoolDims *d, RtDType dt, const void *x, void *y, void *ws)
+{
+    PoolJob j = {.d = d, .dt = dt, .x = x, .y = y, .ws = ws};
+    pgeom(d, &j.g);
+    pool_run(&j);
 }
 
 void rt_pool_backward(const RtPoolDims *d, RtDType dt, const void *x, const void *dy, void *dx,
                       bool accumulate, void *ws)
 {
-    PGeom g;
-    pgeom(d, &g);
-    bool half = dt != RT_F32, max = d->type == RT_POOL_MAX;
-    char *p = ws;
-    float *xbuf = half ? rt__ws_take(&p, g.in * sizeof(float)) : NULL;
-    float *dybuf = half ? rt__ws_take(&p, g.out * sizeof(float)) : NULL;
-    float *dxbuf = half ? rt__ws_take(&p, g.in * sizeof(float)) : NULL;
-    size_t esz = rt_dtype_size(dt);
-    for (size_t pl = 0; pl < (size_t)d->n * d->c; pl++) {
-        const float *xp = NULL, *dyp;
-        float *dxp;
-        if (half) {
-            if (max) {
-                rt_to_f32(xbuf, (const char *)x + pl * g.in * esz, g.in, dt);
-                xp = xbuf;
-            }
-            rt_to_f32(dybuf, (const char *)dy + pl * g.out * esz, g.out, dt);
-            dyp = dybuf;
-            dxp = dxbuf;
-            if (accumulate)
-                rt_to_f32(dxp, (const char *)dx + pl * g.in * esz, g.in, dt);
-        } else {
-            if (max)
-                xp = (const float *)x + pl * g.in;
-            dyp = (const float *)dy + pl * g.out;
-            dxp = (float *)dx + pl * g.in;
-        }
-        if (!accumulate)
-            memset(dxp, 0, g.in * sizeof *dxp);
-        size_t oi = 0;
-        for (int o0 = 0; o0 < g.O[0]; o0++)
-            for (int o1 = 0; o1 < g.O[1]; o1++)
-                for (int o2 = 0; o2 < g.O[2]; o2++, oi++) {
-                    Win w;
-                    window(&g, d, o0, o1, o2, &w);
-                    if (max) {
-                        float m = -INFINITY;
-                        size_t best = SIZE_MAX;
-                        FOR_WINDOW(g, w, i) {
-                            if (best == SIZE_MAX || xp[i] > m) {
-                                m = xp[i];
-                                best = i;
-                            }
-                        }
-                        if (best != SIZE_MAX)
-                            dxp[best] += dyp[oi];
-                    } else {
-                        float v = dyp[oi] / w.div;
-                        FOR_WINDOW(g, w, i) dxp[i] += v;
-                    }
-                }
-        if (half)
-            rt_from_f32((char *)dx + pl * g.in * esz, dxp, g.in, dt);
-    }
+    PoolJob j = {.d = d, .dt = dt, .x = x, .dy = dy, .y = dx, .ws = ws, .backward = true,
+                 .acc = accumulate};
+    pgeom(d, &j.g);
+    pool_run(&j);
 }
