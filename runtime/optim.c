@@ -354,9 +354,9 @@ bool rt_optim_step2(const RtModel *m, const RtCtx *ctx, float *const *state,
         }
         if (p->numel <= 0)
             continue; /* nothing to update (and no block of its own) */
-        j.t[j.ntensors++] = (OptTensor){p->dtype, m->buffers[p->grad].dtype, (size_t)p->numel,
-                                  j.nblocks, ctx->buf[p->grad], ctx->buf[p->buffer], master, mom,
-                                  var, q};
+        j.t[j.ntensors++] =
+            (OptTensor){p->dtype, m->buffers[p->grad].dtype, (size_t)p->numel, j.nblocks,
+                        ctx->buf[p->grad], ctx->buf[p->buffer], master, mom, var, q};
         j.nblocks += ((size_t)p->numel + OPT_BLOCK - 1) / OPT_BLOCK;
         if (j.ntensors == OPT_GROUP)
             opt_run(&j);
