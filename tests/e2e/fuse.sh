@@ -6,7 +6,8 @@
 # in fp32, with each fusion off alone) train 3 steps at batch 4 on synthetic
 # data: their checkpoints (parameters, optimizer state, BatchNorm moving
 # statistics) and the first step's gradients (--dump-state) are byte for
-# byte the same.  The fused C source must call the fused kernels, and the
+# byte the same; in fp32 the fused program on 2 threads too (the fused
+# kernels split channels and elements over threads as the unfused ones do).  The fused C source must call the fused kernels, and the
 # unfused one none, so that the comparison compares something.
 # usage: fuse.sh AMPC
 set -u
@@ -28,14 +29,15 @@ build() {
         "$ampc" "examples/$model.sym" "$@" -o "$tmp/$name" >"$tmp/log" 2>&1
 }
 
-# train NAME: 3 steps at batch 4, one thread; the checkpoint and the state
+# train NAME [RUN [THREADS]]: program NAME, 3 steps at batch 4 on THREADS
+# threads (1); the checkpoint and the state under the name RUN (NAME)
 train() {
-    local name=$1
-    mkdir -p "$tmp/$name.ck"
+    local name=$1 run=${2:-$1} threads=${3:-1}
+    mkdir -p "$tmp/$run.ck"
     "$tmp/$name" --data synthetic --batch-size 4 --max-steps 3 --epochs 1 --log-interval 0 \
-        --threads 1 --save-dir "$tmp/$name.ck" >"$tmp/log" 2>&1 &&
-        "$tmp/$name" --data synthetic --batch-size 4 --threads 1 --log-interval 0 \
-            --dump-state "$tmp/$name.state" >"$tmp/log" 2>&1
+        --threads "$threads" --save-dir "$tmp/$run.ck" >"$tmp/log" 2>&1 &&
+        "$tmp/$name" --data synthetic --batch-size 4 --threads "$threads" --log-interval 0 \
+            --dump-state "$tmp/$run.state" >"$tmp/log" 2>&1
 }
 
 # same A B WHAT: the checkpoints and states of runs A and B are identical
@@ -73,6 +75,11 @@ for model in digits_cnn resnet20_cifar; do
         fi
         same "$base" "$base.nf" "$model --amp=$amp fused vs --no-fuse=all"
         [ "$amp" = off ] || continue
+        if train "$base" "$base.t2" 2; then
+            same "$base.t2" "$base.nf" "$model --amp=$amp fused on 2 threads vs --no-fuse=all on 1"
+        else
+            bad "$model --amp=$amp: training on 2 threads"
+        fi
         for rule in bn_relu add_relu; do
             if build "$base.no_$rule" "$model" --amp=$amp --no-fuse=$rule && train "$base.no_$rule"
             then
