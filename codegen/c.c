@@ -289,6 +289,26 @@ static void emit_dense_backward(Cg *c, const Node *n, const char *k)
                 I, k, DT, IN(1), IN(0), dw, or_null(db), wsw);
 }
 
+/* BatchNorm's forward, plain or with its relu fused (fn: the kernel
+ * family): on the moving statistics, or on the batch's, saving them in
+ * the node's parts. */
+static void emit_bn_forward(Cg *c, const Node *n, const char *fn)
+{
+    FILE *f = c->f;
+    const char *I = "        ";
+    bn_dims(c, n, INODE(0), I);
+    const char *m = part_of(c, n, 1), *s = part_of(c, n, 2);
+    bool fix = node_bool(n, BN_FIX_GAMMA);
+    if (node_bool(n, BN_USE_GLOBAL_STATS))
+        fprintf(f, "%s%s_forward_inference(&d, %s, %s, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n",
+                I, fn, DT, IN(0), IN(1), IN(2), IN(3), IN(4), node_float(n, BN_EPS),
+                fix ? "true" : "false", OUT, or_null(m), or_null(s));
+    else
+        fprintf(f, "%s%s_forward_train(&d, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n", I, fn,
+                DT, IN(0), IN(1), IN(2), node_float(n, BN_EPS), fix ? "true" : "false", OUT,
+                or_null(m), or_null(s));
+}
+
 static void emit_op(Cg *c, const Node *n)
 {
     FILE *f = c->f;
@@ -310,20 +330,9 @@ static void emit_op(Cg *c, const Node *n)
         fc_dims(c, n, INODE(1), I);
         emit_dense_backward(c, n, "fc");
         break;
-    case OP_BatchNorm: {
-        bn_dims(c, n, INODE(0), I);
-        const char *m = part_of(c, n, 1), *s = part_of(c, n, 2);
-        bool fix = node_bool(n, BN_FIX_GAMMA);
-        if (node_bool(n, BN_USE_GLOBAL_STATS))
-            fprintf(f, "%srt_batchnorm_forward_inference(&d, %s, %s, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n",
-                    I, DT, IN(0), IN(1), IN(2), IN(3), IN(4), node_float(n, BN_EPS),
-                    fix ? "true" : "false", OUT, or_null(m), or_null(s));
-        else
-            fprintf(f, "%srt_batchnorm_forward_train(&d, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n", I,
-                    DT, IN(0), IN(1), IN(2), node_float(n, BN_EPS), fix ? "true" : "false", OUT,
-                    or_null(m), or_null(s));
+    case OP_BatchNorm:
+        emit_bn_forward(c, n, "rt_batchnorm");
         break;
-    }
     case OP_bn_moving_update: {
         const Node *bn = c->g->nodes[INODE(0)->in[0]];
         bn_dims(c, bn, c->g->nodes[bn->in[0]], I);
@@ -340,20 +349,9 @@ static void emit_op(Cg *c, const Node *n)
         break;
     }
     /* the fuse pass's ops (passes/fuse.c): the unfused calls' arguments */
-    case OP__fused_BatchNorm_relu: {
-        bn_dims(c, n, INODE(0), I);
-        const char *m = part_of(c, n, 1), *s = part_of(c, n, 2);
-        bool fix = node_bool(n, BN_FIX_GAMMA);
-        if (node_bool(n, BN_USE_GLOBAL_STATS))
-            fprintf(f, "%srt_batchnorm_relu_forward_inference(&d, %s, %s, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n",
-                    I, DT, IN(0), IN(1), IN(2), IN(3), IN(4), node_float(n, BN_EPS),
-                    fix ? "true" : "false", OUT, or_null(m), or_null(s));
-        else
-            fprintf(f, "%srt_batchnorm_relu_forward_train(&d, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n", I,
-                    DT, IN(0), IN(1), IN(2), node_float(n, BN_EPS), fix ? "true" : "false", OUT,
-                    or_null(m), or_null(s));
+    case OP__fused_BatchNorm_relu:
+        emit_bn_forward(c, n, "rt_batchnorm_relu");
         break;
-    }
     case OP__backward_fused_BatchNorm_relu: /* dy, y, x, gamma, save_mean, save_invstd */
         bn_dims(c, n, INODE(2), I);
         fprintf(f, "%srt_batchnorm_relu_backward(&d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, false);\n",

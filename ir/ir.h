@@ -469,6 +469,8 @@ int grad_cast(GradCtx *c, int v, DType t);
 int *graph_canonical_order(const Graph *g);
 /* The text dump; `pass` names the banner ("after infer-shapes"). */
 void ir_print(FILE *f, const Graph *g, const char *pass);
+/* ir_print of g (no banner) into a malloc'ed string: for comparing graphs. */
+char *ir_print_string(const Graph *g);
 void ir_print_dot(FILE *f, const Graph *g, const char *pass);
 void config_print(FILE *f, const ConfigVal *v);
 /* Parses one train-block value (as a dump writes it: 1e-4, "dir", dynamic,

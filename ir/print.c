@@ -225,3 +225,16 @@ void ir_print_dot(FILE *f, const Graph *g, const char *pass)
     fputs("}\n", f);
     free(order);
 }
+
+char *ir_print_string(const Graph *g)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        DIE("out of memory");
+    ir_print(f, g, NULL);
+    if (fclose(f) != 0)
+        DIE("out of memory");
+    return text;
+}

@@ -166,19 +166,6 @@ bool autodiff(Graph **gp)
 
 /* ---- the backward graph of a dump, derived again --------------------------- */
 
-/* The text dump of g into a malloc'ed string. */
-static char *print_text(const Graph *g)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f)
-        DIE("out of memory");
-    ir_print(f, g, NULL);
-    if (fclose(f) != 0)
-        DIE("out of memory");
-    return text;
-}
 
 /* The forward part of a training graph: what its outputs other than
  * gradients and moving-statistics updates depend on.  NULL (reported) when
@@ -240,7 +227,7 @@ static Loc return_line(const Graph *g, Loc from)
  * `want` differ, at the node of `have` that line lists. */
 static bool compare(const Graph *have, const Graph *want, const char *what)
 {
-    char *a = print_text(have), *b = print_text(want);
+    char *a = ir_print_string(have), *b = ir_print_string(want);
     bool same = strcmp(a, b) == 0;
     if (!same) {
         int line = 0;

@@ -460,23 +460,11 @@ static Graph *unfuse_graph(const Graph *g)
     return e.u;
 }
 
-static char *print_text(const Graph *g)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f)
-        DIE("out of memory");
-    ir_print(f, g, NULL);
-    if (fclose(f) != 0)
-        DIE("out of memory");
-    return text;
-}
 
 /* Reports the first node of `have` whose line differs from `want`'s. */
 static bool same_as(const Graph *have, const Graph *want, const char *what)
 {
-    char *a = print_text(have), *b = print_text(want);
+    char *a = ir_print_string(have), *b = ir_print_string(want);
     size_t i = 0;
     int line = 0;
     for (; a[i] && a[i] == b[i]; i++)
