@@ -1,7 +1,7 @@
 /* codegen.h - the code generation layer: from the training graph (after
  * train-cast-elide) to a program.
  *
- * The C backend (c.c) writes one C file that defines the RtModel of
+ * The C backend (emit_c.c) writes one C file that defines the RtModel of
  * runtime/program.h: a parameter table, a buffer table and step functions
  * calling runtime kernels in a static order; build.c compiles it against the
  * runtime into an executable. */
@@ -11,7 +11,7 @@
 #include "../ir/ir.h"
 #include "../ir/plan.h"
 
-/* c.c: whether the backend can run `train` (after autodiff, its inference
+/* emit_c.c: whether the backend can run `train` (after autodiff, its inference
  * graph in train->infer): a loss head, data and label inputs, only dtypes
  * it has kernels for, and sizes that fit int64.  False after reporting the
  * first problem (at its node) through the graph's Diag. */
@@ -29,7 +29,7 @@ void lower(const Graph *train, const CgPlans *plans, Program *out);
 /* Whether calls of op k ask for the workspace. */
 bool lower_takes_workspace(OpKind k);
 
-/* c.c: writes the program's C source, after cg_check (false, with nothing
+/* emit_c.c: writes the program's C source, after cg_check (false, with nothing
  * written, when that fails), placing values as plans say (NULL: none).
  * Every string from the model is written as an escaped C string literal, so
  * the file is well-formed C whatever the names hold. */

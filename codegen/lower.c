@@ -25,31 +25,20 @@ typedef struct {
     Vec params;        /* int: parameter buffers */
 } Lw;
 
+/* the ops that make no call (and have no row in ir/kernels.def); any other
+ * op without a row is refused by the emitter, never skipped */
 static bool silent(const Node *n)
 {
     return n->op == OP_Input || n->op == OP_Param || n->op == OP_part || n->op == OP_grad_of ||
            n->op == OP_param_master;
 }
 
-bool lower_takes_workspace(OpKind k)
-{
-    switch (k) {
-    case OP_Convolution:
-    case OP__backward_Convolution:
-    case OP_FullyConnected:
-    case OP__backward_FullyConnected:
-    case OP_Pooling:
-    case OP__backward_Pooling:
-    case OP__backward_broadcast:
-    case OP_sum:
-    case OP_mean: return true;
-    default: return false;
-    }
-}
+/* the kernel table's workspace sizer (ir/kernels.def) */
+bool lower_takes_workspace(OpKind k) { return kernel_row(k)->ws != NULL; }
 
 /* Whether n's call writes n's own value: a backward node with several
  * results (its value and parts) skips the first when nothing reads it
- * (codegen/c.c passes NULL or leaves out the call). */
+ * (codegen/emit_c.c passes NULL or leaves out the call). */
 static bool writes_value(const Node *n, int readers, bool has_parts)
 {
     return readers > 0 || !has_parts || strncmp(op_info(n->op)->name, "_backward", 9) != 0;

@@ -5,47 +5,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- kernel facts ------------------------------------------------------------
- *
- * In place: the CPU kernels of these ops walk their tensors in chunks,
- * reading every element of a chunk before writing that chunk of the output
- * (runtime/cpu/act.c, elemwise.c), so the output may start where the input
- * starts.  Only same-shape elementwise forms qualify: broadcasting reads an
- * input element for several outputs, and the elementwise backward writes
- * two results from one dy. */
-static const unsigned char inplace_slots[OP_COUNT] = {
-    [OP_Activation] = 1 << 0,          /* x */
-    [OP__backward_Activation] = 1 << 0, /* dy */
-    [OP_elemwise_add] = 3,             /* a or b */
-    [OP_elemwise_sub] = 3,
-    [OP_elemwise_mul] = 3,
-    [OP__plus_scalar] = 1 << 0,
-    [OP__minus_scalar] = 1 << 0,
-    [OP__rminus_scalar] = 1 << 0,
-    [OP__mul_scalar] = 1 << 0,
-    [OP__div_scalar] = 1 << 0,
-    [OP__fused_add_relu] = 3,             /* a or b (runtime/cpu/elemwise.c) */
-    [OP__backward_fused_add_relu] = 1 << 0, /* dy: relu's backward, as above */
-}; /* bit k: input slot k */
+/* ---- kernel facts: the binding table (kernels.def) ---------------------------- */
+
+static const KernelRow kernel_rows[OP_COUNT] = {
+#define KERNEL(id, family, cpu, ws, mode, cuda, overwrites, unread) \
+    [OP_##id] = {true, cpu, ws, mode, cuda, overwrites, unread},
+#include "kernels.def"
+#undef KERNEL
+};
+
+const KernelRow *kernel_row(OpKind k)
+{
+    static const KernelRow none = {0};
+    return k >= 0 && k < OP_COUNT && kernel_rows[k].has ? &kernel_rows[k] : &none;
+}
 
 bool plan_may_overwrite(const Node *n, int slot)
 {
-    return slot >= 0 && slot < 8 && slot < n->nin && (inplace_slots[n->op] >> slot & 1) &&
+    return slot >= 0 && slot < 8 && slot < n->nin && (kernel_row(n->op)->overwrites >> slot & 1) &&
            plan_reads(n, slot);
 }
 
 bool plan_reads(const Node *n, int slot)
 {
     /* dx = dy * f'(y) for every activation but softsign, whose derivative
-     * needs x (runtime/kernels/act.h); the emitter passes NULL for x */
+     * needs x (runtime/kernels/act.h) */
     if (n->op == OP__backward_Activation && slot == 1)
         return node_enum(n, ACT_TYPE) == ACT_SOFTSIGN;
-    /* the forward value is there for its shape (sum, mean) or its name (a
-     * Dropout's mask is keyed by it): the kernel reads only dy */
-    if ((n->op == OP__backward_sum || n->op == OP__backward_mean || n->op == OP__backward_Dropout) &&
-        slot == 1)
-        return false;
-    return true;
+    return !(slot >= 0 && slot < 8 && (kernel_row(n->op)->unread >> slot & 1));
 }
 
 bool plan_has_buffer(const Node *n)

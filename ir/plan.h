@@ -1,10 +1,10 @@
 /* plan.h - the lowered program's buffer plan (issue 10, items 3 and 6).
  *
  * A BufferPlan places every value of the training step that owns a buffer
- * (codegen/c.c: every node except grad_of, param_master and
+ * (codegen/emit_c.c: every node except grad_of, param_master and
  * bn_moving_update) in one arena.  Sizes and offsets are linear in the
  * symbolic batch N: `fixed + per_sample * N`.  passes/memplan.c makes a plan;
- * memplan_verify proves it.  The C emitter does not use it yet. */
+ * memplan_verify proves it; codegen/lower.c places the program's buffers by it. */
 #ifndef AMPC_PLAN_H
 #define AMPC_PLAN_H
 
@@ -48,16 +48,25 @@ typedef struct {
                         * (the parameters' gradients), a part of `lower` */
 } BufferPlan;
 
-/* Kernel facts the planner needs, by op (a table next to the op table, in
- * plan.c): whether a node's kernel may write its own value over the bytes of
- * input slot `slot` (elementwise kernels that read each element before
- * writing it); and whether the kernel reads input slot `slot` at all (the
- * backward of an activation reads its input only for softsign).  An input
- * a kernel does not read is passed as NULL and not kept alive for it. */
+/* The kernel binding of an op (kernels.def, one row per op that has kernels;
+ * see there for each column): the function each target calls, its
+ * workspace sizer, its mode constant, and the slots it may overwrite or
+ * never reads.  Ops without a row (no call) get a row with has = false. */
+typedef struct {
+    bool has;
+    const char *cpu, *ws, *mode, *cuda;
+    unsigned char overwrites, unread; /* bit k: input slot k */
+} KernelRow;
+const KernelRow *kernel_row(OpKind k);
+
+/* Kernel facts the planner needs, from the rows: whether a node's kernel
+ * may write its own value over the bytes of input slot `slot`, and whether
+ * the kernel reads input slot `slot` at all.  An input a kernel does not
+ * read is passed as NULL and not kept alive for it. */
 bool plan_may_overwrite(const Node *n, int slot);
 bool plan_reads(const Node *n, int slot);
 
-/* Whether node n owns a buffer in the training step (as codegen/c.c). */
+/* Whether node n owns a buffer in the training step (as codegen/emit_c.c). */
 bool plan_has_buffer(const Node *n);
 /* n's bytes as fixed + per_sample * N; false when not linear in N (two
  * dimensions with N) or unknown. */
@@ -102,7 +111,7 @@ void memplan(const Graph *g, bool inplace, BufferPlan *out);
 
 /* ---- the lowered program ------------------------------------------------------
  *
- * What a backend prints (codegen/lower.c makes it, codegen/c.c prints it):
+ * What a backend prints (codegen/lower.c makes it, codegen/emit_c.c prints it):
  * the buffers (every value the steps read or write, with its bytes and where
  * it lives), and three steps, each an ordered list of kernel calls with
  * their argument buffers and a placement.  Its text form (program_print,

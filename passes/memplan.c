@@ -1,7 +1,7 @@
 /* memplan.c - the memory plan of the training step (docs/codegen.md,
- * "Memory plan"), not yet used by the emitter.
+ * "Memory plan"), which codegen/lower.c places the program's buffers by.
  *
- * Values are the nodes that own a buffer in codegen/c.c, in its execution
+ * Values are the nodes that own a buffer in codegen/emit_c.c, in its execution
  * order (storage order: step = node id).  Liveness (plan_liveness): a value
  * lives from the step that writes it to its last read; graph outputs, the
  * gradients the optimizer reads (grad_of) and bn_moving_update's inputs live

@@ -2,6 +2,7 @@
  * (ir/plan.c): every example in fp32, fp16 and bf16, in its order and in
  * shuffled topological orders, random DAGs, and hand-made plans the verifier
  * must refuse. */
+#include <ctype.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -371,6 +372,46 @@ static void test_program_round_trip(void **state)
     }
 }
 
+/* The kernel binding table (ir/kernels.def): every op but the five that make
+ * no call has a row; every function a row names (or the stem of the
+ * functions its family derives) is declared in runtime/rt.h; a mode is an
+ * RT_ constant; in place only where the kernel reads what it overwrites. */
+static void test_kernel_table(void **state)
+{
+    (void)state;
+    size_t len;
+    char *rt = read_file("runtime/rt.h", &len);
+    for (int k = 0; k < OP_COUNT; k++) {
+        const KernelRow *r = kernel_row((OpKind)k);
+        bool silent = k == OP_Input || k == OP_Param || k == OP_part || k == OP_grad_of ||
+                      k == OP_param_master;
+        if (r->has == silent)
+            fail_msg("op %s: %s", op_info((OpKind)k)->name,
+                     silent ? "makes no call but has a kernel row" : "has no kernel row");
+        if (silent)
+            continue;
+        const char *names[2] = {r->cpu, r->ws};
+        for (int j = 0; j < 2; j++) {
+            if (!names[j])
+                continue;
+            bool declared = false;
+            size_t n = strlen(names[j]);
+            for (const char *p = strstr(rt, names[j]); p && !declared; p = strstr(p + 1, names[j]))
+                declared = (p == rt || !(isalnum((unsigned char)p[-1]) || p[-1] == '_')) &&
+                           (p[n] == '(' || p[n] == '_');
+            if (!declared)
+                fail_msg("op %s: %s is not declared in runtime/rt.h", op_info((OpKind)k)->name,
+                         names[j]);
+        }
+        assert_non_null(r->cpu);
+        if (r->mode && (strncmp(r->mode, "RT_", 3) != 0 || !strstr(rt, r->mode)))
+            fail_msg("op %s: mode %s is not an RT_ constant of runtime/rt.h", op_info((OpKind)k)->name,
+                     r->mode);
+        assert_true((r->overwrites & r->unread) == 0);
+    }
+    free(rt);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -381,6 +422,7 @@ int main(void)
         T(test_program_round_trip),
         T(test_random_dags),
         T(test_examples),
+        T(test_kernel_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,16 +1,17 @@
-/* c.c - the C backend: the training graph as a C file for runtime/program.h.
+/* emit_c.c - the C backend: prints the lowered program (codegen/lower.c) as a
+ * C file for runtime/program.h.
  *
- * Every value gets a buffer, except parameters (their table entry's
- * buffer), grad_of (its gradient's buffer) and param_master (the fp32
- * master the runtime keeps).  Where a buffer lives is the memory plan's
- * decision (passes/memplan.c, made by the driver): a planned value is
- * written as an offset into the shared arena; the emitter only prints it.  The train step runs
- * the training graph in storage (topological) order, one kernel call per
- * line with the node's number, op, dtype and shape in a comment; BatchNorm's moving-statistics
- * updates go to a separate function the runtime calls only on steps it does
- * not skip; the inference step runs the inference graph on the same
- * parameter buffers.  Dimensions that depend on the batch are written in
- * terms of N, bound when the program starts.
+ * It plans nothing: which values exist, where each lives (a buffer of the
+ * program, an offset into the shared arena by the memory plan), and the
+ * order of the calls are the program's.  What it adds is the C spelling of
+ * each call: the kernel binding table (ir/kernels.def) names the function,
+ * its workspace sizer and its mode constant, and one printer per kernel
+ * family writes the arguments from the node's attributes and shapes.  Each
+ * call is printed with the node's number, op, dtype and shape in a comment;
+ * BatchNorm's moving-statistics updates go to a separate function the
+ * runtime calls only on steps it does not skip; the inference step runs on
+ * the same parameter buffers.  Dimensions that depend on the batch are
+ * written in terms of N, bound when the program starts.
  *
  * Names come from the model file and are untrusted: they reach the C file
  * only as escaped string literals (c_string), never in comments or code, and
@@ -213,18 +214,6 @@ static const char *lrelu_enum(int k)
     return e[k];
 }
 
-static const char *scalar_enum(OpKind k)
-{
-    switch (k) {
-    case OP__plus_scalar: return "RT_SCALAR_PLUS";
-    case OP__minus_scalar: return "RT_SCALAR_MINUS";
-    case OP__rminus_scalar: return "RT_SCALAR_RMINUS";
-    case OP__mul_scalar: return "RT_SCALAR_MUL";
-    case OP__div_scalar: return "RT_SCALAR_DIV";
-    default: return "RT_SCALAR_RDIV";
-    }
-}
-
 static void lrelu_split(Cg *c, const Node *x, const char **outer, const char **ch,
                         const char **inner)
 {
@@ -262,290 +251,369 @@ static bool ws_line(Cg *c, const char *wsx)
     return true;
 }
 
-/* Convolution and FullyConnected share their call shapes: rt_<k>_forward,
- * and a backward node that calls rt_<k>_backward_data when its own value is
- * read and rt_<k>_backward_weight for the weight and bias parts.  The dims
- * struct d is already declared. */
-static void emit_dense_forward(Cg *c, const Node *n, const char *k)
+/* ---- one printer per kernel family (ir/kernels.def) --------------------------
+ *
+ * Each prints the calls of one family's nodes, taking the function, its
+ * workspace sizer and its mode constant from the op's row k; none decides
+ * where a value lives (the program's buffers, in c->val) or what runs when
+ * (the program's calls). */
+
+typedef void EmitFn(Cg *c, const Node *n, const KernelRow *k);
+
+#define I "        " /* a call's indent in its block */
+
+/* "<ws>(&d, <dtype>, <pass>)" */
+static const char *wsx(Cg *c, const Node *n, const KernelRow *k, const char *pass)
 {
-    const char *I = "        ";
-    const char *wsx = arena_printf(&c->a, "rt_%s_workspace_bytes(&d, %s, RT_PASS_FORWARD)", k, DT);
-    if (!ws_line(c, wsx))
-        fprintf(c->f, "%srt_%s_forward(&d, %s, %s, %s, %s, %s, rt_ctx_ws(ctx, %s));\n", I, k, DT,
-                IN(0), IN(1), n->nin > 2 ? IN(2) : "NULL", OUT, wsx);
+    return arena_printf(&c->a, "%s(&d, %s, %s)", k->ws, DT, pass);
 }
 
-static void emit_dense_backward(Cg *c, const Node *n, const char *k)
+/* Convolution and FullyConnected share their call shapes: the forward, and
+ * a backward node that calls <stem>_data when its own value is read and
+ * <stem>_weight for the weight and bias parts.  The dims struct d is
+ * already declared. */
+static void dense_forward(Cg *c, const Node *n, const KernelRow *k)
 {
-    const char *I = "        ";
+    const char *ws = wsx(c, n, k, "RT_PASS_FORWARD");
+    if (!ws_line(c, ws))
+        fprintf(c->f, "%s%s(&d, %s, %s, %s, %s, %s, rt_ctx_ws(ctx, %s));\n", I, k->cpu, DT, IN(0),
+                IN(1), n->nin > 2 ? IN(2) : "NULL", OUT, ws);
+}
+
+static void dense_backward(Cg *c, const Node *n, const KernelRow *k)
+{
     const char *dw = part_of(c, n, 1), *db = part_of(c, n, 2);
-    const char *wsd = arena_printf(&c->a, "rt_%s_workspace_bytes(&d, %s, RT_PASS_BACKWARD)", k, DT);
-    const char *wsw = arena_printf(&c->a, "rt_%s_workspace_bytes(&d, %s, RT_PASS_BACKWARD_WEIGHT)", k, DT);
+    const char *wsd = wsx(c, n, k, "RT_PASS_BACKWARD");
+    const char *wsw = wsx(c, n, k, "RT_PASS_BACKWARD_WEIGHT");
     if (c->uses[n->id] && !ws_line(c, wsd))
-        fprintf(c->f, "%srt_%s_backward_data(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, %s));\n", I,
-                k, DT, IN(2), IN(0), OUT, wsd);
+        fprintf(c->f, "%s%s_data(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, %s));\n", I, k->cpu, DT,
+                IN(2), IN(0), OUT, wsd);
     if (dw && !ws_line(c, wsw))
-        fprintf(c->f, "%srt_%s_backward_weight(&d, %s, %s, %s, %s, %s, false, rt_ctx_ws(ctx, %s));\n",
-                I, k, DT, IN(1), IN(0), dw, or_null(db), wsw);
+        fprintf(c->f, "%s%s_weight(&d, %s, %s, %s, %s, %s, false, rt_ctx_ws(ctx, %s));\n", I, k->cpu,
+                DT, IN(1), IN(0), dw, or_null(db), wsw);
 }
 
-/* BatchNorm's forward, plain or with its relu fused (fn: the kernel
- * family): on the moving statistics, or on the batch's, saving them in
- * the node's parts. */
-static void emit_bn_forward(Cg *c, const Node *n, const char *fn)
+static void emit_conv_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    conv_dims(c, n, INODE(0), I);
+    dense_forward(c, n, k);
+}
+
+static void emit_conv_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    conv_dims(c, n, INODE(1), I);
+    dense_backward(c, n, k);
+}
+
+static void emit_fc_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    fc_dims(c, n, INODE(0), I);
+    dense_forward(c, n, k);
+}
+
+static void emit_fc_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    fc_dims(c, n, INODE(1), I);
+    dense_backward(c, n, k);
+}
+
+/* BatchNorm's forward, plain or with its relu fused: on the moving
+ * statistics (<stem>_forward_inference), or on the batch's
+ * (<stem>_forward_train), saving them in the node's parts. */
+static void emit_bn_forward(Cg *c, const Node *n, const KernelRow *k)
 {
     FILE *f = c->f;
-    const char *I = "        ";
     bn_dims(c, n, INODE(0), I);
     const char *m = part_of(c, n, 1), *s = part_of(c, n, 2);
     bool fix = node_bool(n, BN_FIX_GAMMA);
     if (node_bool(n, BN_USE_GLOBAL_STATS))
         fprintf(f, "%s%s_forward_inference(&d, %s, %s, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n",
-                I, fn, DT, IN(0), IN(1), IN(2), IN(3), IN(4), node_float(n, BN_EPS),
+                I, k->cpu, DT, IN(0), IN(1), IN(2), IN(3), IN(4), node_float(n, BN_EPS),
                 fix ? "true" : "false", OUT, or_null(m), or_null(s));
     else
-        fprintf(f, "%s%s_forward_train(&d, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n", I, fn,
+        fprintf(f, "%s%s_forward_train(&d, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n", I, k->cpu,
                 DT, IN(0), IN(1), IN(2), node_float(n, BN_EPS), fix ? "true" : "false", OUT,
                 or_null(m), or_null(s));
 }
 
-static void emit_op(Cg *c, const Node *n)
+static void emit_bn_moving(Cg *c, const Node *n, const KernelRow *k)
+{
+    const Node *bn = c->g->nodes[INODE(0)->in[0]];
+    bn_dims(c, bn, c->g->nodes[bn->in[0]], I);
+    fprintf(c->f, "%s%s(d.c, d.outer * d.inner, %s, %s, (float)%.9g, (float)%.9g, %s, %s);\n", I,
+            k->cpu, IN(0), IN(1), node_float(n, BN_EPS), node_float(n, BN_MOMENTUM), IN(2), IN(3));
+}
+
+static const char *bools(const Node *n, int a, int b, const char **second)
+{
+    *second = node_bool(n, b) ? "true" : "false";
+    return node_bool(n, a) ? "true" : "false";
+}
+
+/* dy, x, gamma, save_mean, save_invstd */
+static void emit_bn_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    const char *global, *fix = bools(n, BN_FIX_GAMMA, BN_USE_GLOBAL_STATS, &global);
+    bn_dims(c, n, INODE(1), I);
+    fprintf(c->f, "%s%s(&d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, false);\n", I, k->cpu,
+            DT, IN(1), IN(0), IN(2), IN(3), IN(4), fix, global, c->uses[n->id] ? OUT : "NULL",
+            or_null(part_of(c, n, 1)), or_null(part_of(c, n, 2)));
+}
+
+/* dy, y, x, gamma, save_mean, save_invstd */
+static void emit_bn_relu_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    const char *global, *fix = bools(n, BN_FIX_GAMMA, BN_USE_GLOBAL_STATS, &global);
+    bn_dims(c, n, INODE(2), I);
+    fprintf(c->f, "%s%s(&d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, false);\n", I,
+            k->cpu, DT, IN(2), IN(1), IN(0), IN(3), IN(4), IN(5), fix, global,
+            c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 1)), or_null(part_of(c, n, 2)));
+}
+
+static void emit_act_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s);\n", I, k->cpu, act_enum(node_enum(n, ACT_TYPE)),
+            numelx(c, n), DT, IN(0), OUT);
+}
+
+/* dy, x (NULL where unread), y */
+static void emit_act_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s, %s, %s, false);\n", I, k->cpu,
+            act_enum(node_enum(n, ACT_TYPE)), numelx(c, n), DT, plan_reads(n, 1) ? IN(1) : "NULL",
+            IN(2), IN(0), OUT);
+}
+
+/* dy, y: an activation backward from its output alone, of the row's mode */
+static void emit_relu_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, NULL, %s, %s, %s, false);\n", I, k->cpu, k->mode, numelx(c, n),
+            DT, IN(1), IN(0), OUT);
+}
+
+static void emit_lrelu_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    const char *o, *ch, *in;
+    lrelu_split(c, INODE(0), &o, &ch, &in);
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s, %s, %s, (float)%.9g, %s);\n", I, k->cpu,
+            lrelu_enum(node_enum(n, LRELU_TYPE)), o, ch, in, DT, IN(0), n->nin > 1 ? IN(1) : "NULL",
+            node_float(n, LRELU_SLOPE), OUT);
+}
+
+static void emit_lrelu_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    const char *o, *ch, *in;
+    lrelu_split(c, INODE(1), &o, &ch, &in);
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, false, false);\n", I,
+            k->cpu, lrelu_enum(node_enum(n, LRELU_TYPE)), o, ch, in, DT, IN(1),
+            n->nin > 2 ? IN(2) : "NULL", node_float(n, LRELU_SLOPE), IN(0),
+            c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 1)));
+}
+
+static void emit_dropout_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %uu, %s);\n", I, k->cpu,
+            numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), rng_stream(n->name), OUT);
+}
+
+/* the mask's stream is the forward node's (input 1), never read as data */
+static void emit_dropout_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %uu, %s, false);\n", I, k->cpu,
+            numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), rng_stream(INODE(1)->name), OUT);
+}
+
+static void emit_pool_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    pool_dims(c, n, INODE(0), I);
+    const char *ws = wsx(c, n, k, "RT_PASS_FORWARD");
+    if (!ws_line(c, ws))
+        fprintf(c->f, "%s%s(&d, %s, %s, %s, rt_ctx_ws(ctx, %s));\n", I, k->cpu, DT, IN(0), OUT, ws);
+}
+
+static void emit_pool_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    pool_dims(c, n, INODE(1), I);
+    const char *ws = wsx(c, n, k, "RT_PASS_BACKWARD");
+    if (!ws_line(c, ws))
+        fprintf(c->f, "%s%s(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, %s));\n", I, k->cpu, DT, IN(1),
+                IN(0), OUT, ws);
+}
+
+static void emit_copy(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, %s);\n", I, k->cpu, numelx(c, n), DT, IN(0), OUT);
+}
+
+static void emit_concat(Cg *c, const Node *n, const KernelRow *k)
 {
     FILE *f = c->f;
-    const char *I = "        ";
-    switch (n->op) {
-    case OP_Convolution:
-        conv_dims(c, n, INODE(0), I);
-        emit_dense_forward(c, n, "conv");
-        break;
-    case OP__backward_Convolution:
-        conv_dims(c, n, INODE(1), I);
-        emit_dense_backward(c, n, "conv");
-        break;
-    case OP_FullyConnected:
-        fc_dims(c, n, INODE(0), I);
-        emit_dense_forward(c, n, "fc");
-        break;
-    case OP__backward_FullyConnected:
-        fc_dims(c, n, INODE(1), I);
-        emit_dense_backward(c, n, "fc");
-        break;
-    case OP_BatchNorm:
-        emit_bn_forward(c, n, "rt_batchnorm");
-        break;
-    case OP_bn_moving_update: {
-        const Node *bn = c->g->nodes[INODE(0)->in[0]];
-        bn_dims(c, bn, c->g->nodes[bn->in[0]], I);
-        fprintf(f, "%srt_batchnorm_update_moving(d.c, d.outer * d.inner, %s, %s, (float)%.9g, (float)%.9g, %s, %s);\n",
-                I, IN(0), IN(1), node_float(n, BN_EPS), node_float(n, BN_MOMENTUM), IN(2), IN(3));
-        break;
-    }
-    case OP__backward_BatchNorm: {
-        bn_dims(c, n, INODE(1), I);
-        fprintf(f, "%srt_batchnorm_backward(&d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, false);\n",
-                I, DT, IN(1), IN(0), IN(2), IN(3), IN(4), node_bool(n, BN_FIX_GAMMA) ? "true" : "false",
-                node_bool(n, BN_USE_GLOBAL_STATS) ? "true" : "false", c->uses[n->id] ? OUT : "NULL",
-                or_null(part_of(c, n, 1)), or_null(part_of(c, n, 2)));
-        break;
-    }
-    /* the fuse pass's ops (passes/fuse.c): the unfused calls' arguments */
-    case OP__fused_BatchNorm_relu:
-        emit_bn_forward(c, n, "rt_batchnorm_relu");
-        break;
-    case OP__backward_fused_BatchNorm_relu: /* dy, y, x, gamma, save_mean, save_invstd */
-        bn_dims(c, n, INODE(2), I);
-        fprintf(f, "%srt_batchnorm_relu_backward(&d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, false);\n",
-                I, DT, IN(2), IN(1), IN(0), IN(3), IN(4), IN(5), node_bool(n, BN_FIX_GAMMA) ? "true" : "false",
-                node_bool(n, BN_USE_GLOBAL_STATS) ? "true" : "false", c->uses[n->id] ? OUT : "NULL",
-                or_null(part_of(c, n, 1)), or_null(part_of(c, n, 2)));
-        break;
-    case OP__fused_add_relu:
-        fprintf(f, "%srt_add_relu_forward(%s, %s, %s, %s, %s);\n", I, numelx(c, n), DT, IN(0), IN(1), OUT);
-        break;
-    case OP__backward_fused_add_relu: /* dy, y: the relu's backward reads only y */
-        fprintf(f, "%srt_activation_backward(RT_ACT_RELU, %s, %s, NULL, %s, %s, %s, false);\n", I,
-                numelx(c, n), DT, IN(1), IN(0), OUT);
-        break;
-    case OP_Activation:
-        fprintf(f, "%srt_activation_forward(%s, %s, %s, %s, %s);\n", I, act_enum(node_enum(n, ACT_TYPE)),
-                numelx(c, n), DT, IN(0), OUT);
-        break;
-    case OP__backward_Activation:
-        fprintf(f, "%srt_activation_backward(%s, %s, %s, %s, %s, %s, %s, false);\n", I,
-                act_enum(node_enum(n, ACT_TYPE)), numelx(c, n), DT, plan_reads(n, 1) ? IN(1) : "NULL",
-                IN(2), IN(0), OUT);
-        break;
-    case OP_LeakyReLU: {
-        const char *o, *ch, *in;
-        lrelu_split(c, INODE(0), &o, &ch, &in);
-        fprintf(f, "%srt_leaky_relu_forward(%s, %s, %s, %s, %s, %s, %s, (float)%.9g, %s);\n", I,
-                lrelu_enum(node_enum(n, LRELU_TYPE)), o, ch, in, DT, IN(0), n->nin > 1 ? IN(1) : "NULL",
-                node_float(n, LRELU_SLOPE), OUT);
-        break;
-    }
-    case OP__backward_LeakyReLU: {
-        const char *o, *ch, *in;
-        lrelu_split(c, INODE(1), &o, &ch, &in);
-        fprintf(f, "%srt_leaky_relu_backward(%s, %s, %s, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, false, false);\n",
-                I, lrelu_enum(node_enum(n, LRELU_TYPE)), o, ch, in, DT, IN(1),
-                n->nin > 2 ? IN(2) : "NULL", node_float(n, LRELU_SLOPE), IN(0),
-                c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 1)));
-        break;
-    }
-    case OP_Dropout:
-        fprintf(f, "%srt_dropout_forward(%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %uu, %s);\n", I,
-                numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), rng_stream(n->name), OUT);
-        break;
-    case OP__backward_Dropout:
-        fprintf(f, "%srt_dropout_backward(%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %uu, %s, false);\n", I,
-                numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), rng_stream(INODE(1)->name), OUT);
-        break;
-    case OP_Pooling:
-        pool_dims(c, n, INODE(0), I);
-        if (!ws_line(c, arena_printf(&c->a, "rt_pool_workspace_bytes(&d, %s, RT_PASS_FORWARD)", DT)))
-            fprintf(f, "%srt_pool_forward(&d, %s, %s, %s, rt_ctx_ws(ctx, rt_pool_workspace_bytes(&d, %s, RT_PASS_FORWARD)));\n",
-                    I, DT, IN(0), OUT, DT);
-        break;
-    case OP__backward_Pooling:
-        pool_dims(c, n, INODE(1), I);
-        if (!ws_line(c, arena_printf(&c->a, "rt_pool_workspace_bytes(&d, %s, RT_PASS_BACKWARD)", DT)))
-            fprintf(f, "%srt_pool_backward(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, rt_pool_workspace_bytes(&d, %s, RT_PASS_BACKWARD)));\n",
-                    I, DT, IN(1), IN(0), OUT, DT);
-        break;
-    case OP_Flatten:
-    case OP_Reshape:
-        fprintf(f, "%srt_reshape_forward(%s, %s, %s, %s);\n", I, numelx(c, n), DT, IN(0), OUT);
-        break;
-    case OP_Concat: {
-        int64_t dim = node_int(n, CONCAT_DIM);
-        if (dim < 0)
-            dim += n->shape.rank;
-        fprintf(f, "%sconst void *xs[] = {", I);
-        for (int j = 0; j < n->nin; j++)
-            fprintf(f, "%s%s", j ? ", " : "", IN(j));
-        fprintf(f, "};\n%sconst int64_t len[] = {", I);
-        for (int j = 0; j < n->nin; j++)
-            fprintf(f, "%s%s", j ? ", " : "", prodx(c, &INODE(j)->shape, (int)dim, (int)dim + 1));
-        fprintf(f, "};\n%srt_concat_forward(%d, xs, len, %s, %s, %s, %s);\n", I, n->nin,
-                prodx(c, &n->shape, 0, (int)dim), prodx(c, &n->shape, (int)dim + 1, n->shape.rank), DT,
-                OUT);
-        break;
-    }
-    case OP__slice_axis: {
-        const Node *x = INODE(0);
-        int axis = (int)node_int(n, SLICE_AXIS);
-        int64_t b = node_int(n, SLICE_BEGIN), e = node_int(n, SLICE_END), total = x->shape.d[axis];
-        fprintf(f, "%sconst int64_t len[] = {%lld, %lld, %lld};\n", I, (long long)b, (long long)(e - b),
-                (long long)(total - e));
-        fprintf(f, "%svoid *const parts[] = {NULL, %s, NULL};\n", I, OUT);
-        fprintf(f, "%srt_concat_backward(3, %s, len, %s, %s, %s, parts, NULL);\n", I, IN(0),
-                prodx(c, &x->shape, 0, axis), prodx(c, &x->shape, axis + 1, x->shape.rank), DT);
-        break;
-    }
-    case OP_elemwise_add:
-    case OP_elemwise_sub:
-    case OP_elemwise_mul:
-        fprintf(f, "%srt_elemwise_forward(%s, %s, %s, %s, %s, %s);\n", I,
-                n->op == OP_elemwise_add ? "RT_BIN_ADD" : n->op == OP_elemwise_sub ? "RT_BIN_SUB" : "RT_BIN_MUL",
-                numelx(c, n), DT, IN(0), IN(1), OUT);
-        break;
-    case OP_broadcast_add:
-    case OP_broadcast_mul:
-        emit_bcast_dims(c, INODE(0), INODE(1), I);
-        fprintf(f, "%srt_broadcast_forward(%s, &d, %s, %s, %s, %s);\n", I,
-                n->op == OP_broadcast_add ? "RT_BIN_ADD" : "RT_BIN_MUL", DT, IN(0), IN(1), OUT);
-        break;
-    case OP__backward_broadcast:
-        emit_bcast_dims(c, INODE(1), INODE(2), I);
-        if (ws_line(c, arena_printf(&c->a, "rt_broadcast_workspace_bytes(&d, %s, RT_PASS_BACKWARD)", DT)))
-            break;
-        fprintf(f, "%srt_broadcast_backward(%s, &d, %s, %s, %s, %s, %s, %s, false, false, rt_ctx_ws(ctx, rt_broadcast_workspace_bytes(&d, %s, RT_PASS_BACKWARD)));\n",
-                I, node_enum(n, BCAST_OP) == BCAST_ADD ? "RT_BIN_ADD" : "RT_BIN_MUL", DT, IN(0), IN(1),
-                IN(2), c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 1)), DT);
-        break;
-    case OP__plus_scalar:
-    case OP__minus_scalar:
-    case OP__rminus_scalar:
-    case OP__mul_scalar:
-    case OP__div_scalar:
-    case OP__rdiv_scalar:
-        fprintf(f, "%srt_scalar_forward(%s, %s, %s, %s, (float)%.9g, %s);\n", I, scalar_enum(n->op),
-                numelx(c, n), DT, IN(0), node_float(n, SCALAR_SCALAR), OUT);
-        break;
-    case OP__backward_rdiv_scalar:
-        fprintf(f, "%srt_scalar_backward(RT_SCALAR_RDIV, %s, %s, %s, (float)%.9g, %s, %s, false);\n", I,
-                numelx(c, n), DT, IN(1), node_float(n, SCALAR_SCALAR), IN(0), OUT);
-        break;
-    case OP_exp:
-    case OP_log:
-    case OP_sqrt:
-        fprintf(f, "%srt_unary_forward(%s, %s, %s, %s, %s);\n", I,
-                n->op == OP_exp ? "RT_UNARY_EXP" : n->op == OP_log ? "RT_UNARY_LOG" : "RT_UNARY_SQRT",
-                numelx(c, n), DT, IN(0), OUT);
-        break;
-    case OP__backward_log:
-        fprintf(f, "%srt_unary_backward(RT_UNARY_LOG, %s, %s, %s, NULL, %s, %s, false);\n", I,
-                numelx(c, n), DT, IN(1), IN(0), OUT);
-        break;
-    case OP__backward_sqrt:
-        fprintf(f, "%srt_unary_backward(RT_UNARY_SQRT, %s, %s, NULL, %s, %s, %s, false);\n", I,
-                numelx(c, n), DT, IN(1), IN(0), OUT);
-        break;
-    case OP_Cast:
-    case OP_amp_cast:
-        fprintf(f, "%srt_cast_forward(%s, %s, %s, %s, %s);\n", I, numelx(c, n),
-                rt_dtype(INODE(0)->dtype), IN(0), DT, OUT);
-        break;
-    case OP_softmax:
-    case OP_log_softmax:
-    case OP__backward_softmax:
-    case OP__backward_log_softmax: {
-        bool fwd = n->op == OP_softmax || n->op == OP_log_softmax;
-        const Node *x = INODE(fwd ? 0 : 1);
-        int64_t axis = node_int(n, SOFTMAX_AXIS);
-        if (axis < 0)
-            axis += x->shape.rank;
-        const char *o, *l, *in;
-        axis_split(c, &x->shape, (int)axis, &o, &l, &in);
-        const char *fn = n->op == OP_softmax ? "rt_softmax_forward"
-                       : n->op == OP_log_softmax ? "rt_log_softmax_forward"
-                       : n->op == OP__backward_softmax ? "rt_softmax_backward" : "rt_log_softmax_backward";
-        if (fwd)
-            fprintf(f, "%s%s(%s, %s, %s, %s, %s, %s);\n", I, fn, o, l, in, DT, IN(0), OUT);
-        else
-            fprintf(f, "%s%s(%s, %s, %s, %s, %s, %s, %s, false);\n", I, fn, o, l, in, DT, IN(1), IN(0), OUT);
-        break;
-    }
-    case OP_sum:
-    case OP_mean:
-        reduce_dims(c, n, INODE(0), I);
-        if (!ws_line(c, arena_printf(&c->a, "rt_reduce_workspace_bytes(&d, %s, RT_PASS_FORWARD)", DT)))
-            fprintf(f, "%srt_%s_forward(&d, %s, %s, %s, rt_ctx_ws(ctx, rt_reduce_workspace_bytes(&d, %s, RT_PASS_FORWARD)));\n",
-                    I, n->op == OP_sum ? "sum" : "mean", DT, IN(0), OUT, DT);
-        break;
-    case OP__backward_sum:
-    case OP__backward_mean:
-        reduce_dims(c, n, INODE(1), I);
-        fprintf(f, "%srt_%s_backward(&d, %s, %s, %s, false);\n", I,
-                n->op == OP__backward_sum ? "sum" : "mean", DT, IN(0), OUT);
-        break;
-    case OP_SoftmaxOutput:
-        fprintf(f, "%srt_softmax_output_forward(%s, %s, %s, %s, %s);\n", I, dimx(c, n->shape.d[0]),
-                dimx(c, n->shape.d[1]), DT, IN(0), OUT);
-        break;
-    case OP__backward_SoftmaxOutput:
-        fprintf(f, "%sconst RtSmoParams p = {.grad_scale = (float)%.9g, .smooth_alpha = (float)%.9g, .use_ignore = %s, "
-                   ".ignore_label = (float)%.9g, .normalization = %d};\n",
-                I, node_float(n, SMO_GRAD_SCALE), node_float(n, SMO_SMOOTH_ALPHA),
-                node_bool(n, SMO_USE_IGNORE) ? "true" : "false", node_float(n, SMO_IGNORE_LABEL),
-                node_enum(n, SMO_NORMALIZATION));
-        fprintf(f, "%srt_softmax_output_backward(%s, %s, %s, %s, (const float *)%s, &p, ctx->loss_scale, %s, false);\n",
-                I, dimx(c, n->shape.d[0]), dimx(c, n->shape.d[1]), DT, IN(0), IN(1), OUT);
-        break;
-    default:
+    int64_t dim = node_int(n, CONCAT_DIM);
+    if (dim < 0)
+        dim += n->shape.rank;
+    fprintf(f, "%sconst void *xs[] = {", I);
+    for (int j = 0; j < n->nin; j++)
+        fprintf(f, "%s%s", j ? ", " : "", IN(j));
+    fprintf(f, "};\n%sconst int64_t len[] = {", I);
+    for (int j = 0; j < n->nin; j++)
+        fprintf(f, "%s%s", j ? ", " : "", prodx(c, &INODE(j)->shape, (int)dim, (int)dim + 1));
+    fprintf(f, "};\n%s%s(%d, xs, len, %s, %s, %s, %s);\n", I, k->cpu, n->nin,
+            prodx(c, &n->shape, 0, (int)dim), prodx(c, &n->shape, (int)dim + 1, n->shape.rank), DT, OUT);
+}
+
+/* a slice is the middle part of a three-way split along the axis */
+static void emit_slice(Cg *c, const Node *n, const KernelRow *k)
+{
+    const Node *x = INODE(0);
+    int axis = (int)node_int(n, SLICE_AXIS);
+    int64_t b = node_int(n, SLICE_BEGIN), e = node_int(n, SLICE_END), total = x->shape.d[axis];
+    fprintf(c->f, "%sconst int64_t len[] = {%lld, %lld, %lld};\n", I, (long long)b, (long long)(e - b),
+            (long long)(total - e));
+    fprintf(c->f, "%svoid *const parts[] = {NULL, %s, NULL};\n", I, OUT);
+    fprintf(c->f, "%s%s(3, %s, len, %s, %s, %s, parts, NULL);\n", I, k->cpu, IN(0),
+            prodx(c, &x->shape, 0, axis), prodx(c, &x->shape, axis + 1, x->shape.rank), DT);
+}
+
+/* same-shape binary: [mode,] n, dtype, a, b, y */
+static void emit_binary(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s%s%s, %s, %s, %s, %s);\n", I, k->cpu, k->mode ? k->mode : "",
+            k->mode ? ", " : "", numelx(c, n), DT, IN(0), IN(1), OUT);
+}
+
+static void emit_bcast_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    emit_bcast_dims(c, INODE(0), INODE(1), I);
+    fprintf(c->f, "%s%s(%s, &d, %s, %s, %s, %s);\n", I, k->cpu, k->mode, DT, IN(0), IN(1), OUT);
+}
+
+/* dy, a, b; the op is the forward's (an attribute) */
+static void emit_bcast_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    emit_bcast_dims(c, INODE(1), INODE(2), I);
+    const char *ws = wsx(c, n, k, "RT_PASS_BACKWARD");
+    if (ws_line(c, ws))
+        return;
+    fprintf(c->f, "%s%s(%s, &d, %s, %s, %s, %s, %s, %s, false, false, rt_ctx_ws(ctx, %s));\n", I,
+            k->cpu, node_enum(n, BCAST_OP) == BCAST_ADD ? "RT_BIN_ADD" : "RT_BIN_MUL", DT, IN(0),
+            IN(1), IN(2), c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 1)), ws);
+}
+
+static void emit_scalar_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, (float)%.9g, %s);\n", I, k->cpu, k->mode, numelx(c, n), DT,
+            IN(0), node_float(n, SCALAR_SCALAR), OUT);
+}
+
+/* dy, x */
+static void emit_scalar_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, (float)%.9g, %s, %s, false);\n", I, k->cpu, k->mode,
+            numelx(c, n), DT, IN(1), node_float(n, SCALAR_SCALAR), IN(0), OUT);
+}
+
+static void emit_unary_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s);\n", I, k->cpu, k->mode, numelx(c, n), DT, IN(0), OUT);
+}
+
+/* dy, x: the derivative from the input (log) */
+static void emit_unary_backward_x(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, NULL, %s, %s, false);\n", I, k->cpu, k->mode, numelx(c, n),
+            DT, IN(1), IN(0), OUT);
+}
+
+/* dy, y: the derivative from the output (sqrt) */
+static void emit_unary_backward_y(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, NULL, %s, %s, %s, false);\n", I, k->cpu, k->mode, numelx(c, n),
+            DT, IN(1), IN(0), OUT);
+}
+
+static void emit_cast(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s);\n", I, k->cpu, numelx(c, n), rt_dtype(INODE(0)->dtype),
+            IN(0), DT, OUT);
+}
+
+/* outer, len, inner around the softmax axis of x */
+static void softmax_split(Cg *c, const Node *n, const Node *x, const char **o, const char **l,
+                          const char **in)
+{
+    int64_t axis = node_int(n, SOFTMAX_AXIS);
+    if (axis < 0)
+        axis += x->shape.rank;
+    axis_split(c, &x->shape, (int)axis, o, l, in);
+}
+
+static void emit_softmax_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    const char *o, *l, *in;
+    softmax_split(c, n, INODE(0), &o, &l, &in);
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s, %s);\n", I, k->cpu, o, l, in, DT, IN(0), OUT);
+}
+
+/* dy, y */
+static void emit_softmax_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    const char *o, *l, *in;
+    softmax_split(c, n, INODE(1), &o, &l, &in);
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s, %s, %s, false);\n", I, k->cpu, o, l, in, DT, IN(1), IN(0),
+            OUT);
+}
+
+static void emit_reduce_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    reduce_dims(c, n, INODE(0), I);
+    const char *ws = wsx(c, n, k, "RT_PASS_FORWARD");
+    if (!ws_line(c, ws))
+        fprintf(c->f, "%s%s(&d, %s, %s, %s, rt_ctx_ws(ctx, %s));\n", I, k->cpu, DT, IN(0), OUT, ws);
+}
+
+/* dy, x (for its shape only) */
+static void emit_reduce_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    reduce_dims(c, n, INODE(1), I);
+    fprintf(c->f, "%s%s(&d, %s, %s, %s, false);\n", I, k->cpu, DT, IN(0), OUT);
+}
+
+static void emit_smo_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s);\n", I, k->cpu, dimx(c, n->shape.d[0]),
+            dimx(c, n->shape.d[1]), DT, IN(0), OUT);
+}
+
+/* prob, label; the loss scale is the runtime's */
+static void emit_smo_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%sconst RtSmoParams p = {.grad_scale = (float)%.9g, .smooth_alpha = (float)%.9g, .use_ignore = %s, "
+                  ".ignore_label = (float)%.9g, .normalization = %d};\n",
+            I, node_float(n, SMO_GRAD_SCALE), node_float(n, SMO_SMOOTH_ALPHA),
+            node_bool(n, SMO_USE_IGNORE) ? "true" : "false", node_float(n, SMO_IGNORE_LABEL),
+            node_enum(n, SMO_NORMALIZATION));
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, (const float *)%s, &p, ctx->loss_scale, %s, false);\n", I,
+            k->cpu, dimx(c, n->shape.d[0]), dimx(c, n->shape.d[1]), DT, IN(0), IN(1), OUT);
+}
+
+#undef I
+
+static EmitFn *const emitters[OP_COUNT] = {
+#define KERNEL(id, family, cpu, ws, mode, cuda, overwrites, unread) [OP_##id] = emit_##family,
+#include "kernels.def"
+#undef KERNEL
+};
+
+/* n's calls, by its row of the kernel table */
+static void emit_op(Cg *c, const Node *n)
+{
+    const KernelRow *k = kernel_row(n->op);
+    if (!k->has || !emitters[n->op] || !k->cpu) {
         node_error(c->g, n, "the C backend has no kernel for %s", op_info(n->op)->name);
         c->ok = false;
+        return;
     }
+    emitters[n->op](c, n, k);
 }
 
 /* ---- values and tables ---------------------------------------------------- */
