@@ -80,8 +80,11 @@ typedef struct {
     int nbuffers;
     const RtBuffer *buffers;
     int64_t arena_fixed, arena_per_sample; /* bytes of the shared arena */
-    int data, label;                  /* input buffers (fp32) */
-    int prob_train, prob_infer;       /* the loss head's output in each step (fp32 [N, classes]) */
+    int data, label;                  /* input buffers (fp32); label -1 without a loss head */
+    int prob_train, prob_infer;       /* the loss head's output in each step (fp32 [N, classes]);
+                                       * without a loss head (train_step NULL: the program only
+                                       * predicts) prob_train is -1 and prob_infer the model's
+                                       * output, [N, classes] with classes its per-sample size */
     int data_rank;                    /* per-sample input shape, e.g. [1, 8, 8] */
     int64_t data_shape[RT_MAX_RANK];
     int64_t classes;

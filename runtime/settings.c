@@ -883,6 +883,11 @@ SETTING(set_json_log) { UNUSED_ARGS; return path_into(v, &o->json_log); }
 SETTING(set_save_dir) { UNUSED_ARGS; return path_into(v, &o->save_dir); }
 SETTING(set_resume) { UNUSED_ARGS; return path_into(v, &o->resume); }
 SETTING(set_dump_state) { UNUSED_ARGS; return path_into(v, &o->dump_state); }
+SETTING(set_load_params) { UNUSED_ARGS; return path_into(v, &o->load_params); }
+SETTING(set_save_params) { UNUSED_ARGS; return path_into(v, &o->save_params); }
+SETTING(set_save_params_16bit) { UNUSED_ARGS; o->save_params_16bit = true; return true; }
+SETTING(set_predict) { UNUSED_ARGS; return path_into(v, &o->predict); }
+SETTING(set_output) { UNUSED_ARGS; return path_into(v, &o->output); }
 SETTING(set_inject_inf) { UNUSED_ARGS; return rt_parse_i64(v, 0, INT64_MAX, &o->inject_inf_step); }
 
 /* NODE:STEP; a node name may hold ':' (the last one separates the step). */
@@ -962,6 +967,11 @@ const RtSetting rt_settings[] = {
     {NULL, "inject-nan", FLAG, true, "NODE:STEP (a node name, a step number >= 0)",
      set_inject_nan},
     {NULL, "dump-state", FLAG, true, "a file name", set_dump_state},
+    {NULL, "load-params", FLAG, true, "an MXNet .params file", set_load_params},
+    {NULL, "save-params", FLAG, true, "a file name", set_save_params},
+    {NULL, "save-params-16bit", FLAG, false, "", set_save_params_16bit},
+    {NULL, "predict", FLAG, true, "a .npy file", set_predict},
+    {NULL, "output", FLAG, true, "a file name", set_output},
 };
 const int rt_nsettings = (int)(sizeof rt_settings / sizeof rt_settings[0]);
 

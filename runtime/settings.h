@@ -146,6 +146,12 @@ typedef struct {
     int64_t inject_nan_step;   /* ... at this step; < 0: none */
     const char *dump_state; /* testing: after the first step's backward, write the
                                state (rt_dump_state) here and stop */
+    /* MXNet interoperability (runtime/predict.c, docs/mxnet.md) */
+    const char *load_params;  /* an MXNet .params file loaded over the initial parameters */
+    const char *save_params;  /* the parameters written as an MXNet .params file at the end */
+    bool save_params_16bit;   /* ... each in the dtype the steps read (16-bit shadows), not fp32 */
+    const char *predict;      /* a float32 .npy of inputs: run the inference step, no training */
+    const char *output;       /* where --predict writes the outputs (.npy) */
     const char *prog;     /* for messages: argv[0]'s base name */
 } RtTrainOptions;
 

@@ -130,9 +130,15 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     char msg[1024];
     int rc = 0;
     rt_inputs_reset(); /* the files this run reads: no output may be one of them */
-    if (!m->train_step || !m->infer_step) {
-        fprintf(err, "%s: model %s has no %s step (a model needs a loss head to train)\n",
-                o->prog, m->name, m->train_step ? "inference" : "train");
+    if (!m->infer_step) {
+        fprintf(err, "%s: model %s has no inference step\n", o->prog, m->name);
+        return 2;
+    }
+    if ((rc = rt_predict_check_options(o, err)) != 0)
+        return rc;
+    if (!m->train_step && !o->predict) {
+        fprintf(err, "%s: model %s has no train step (a model needs a loss head to train); it "
+                "predicts: --predict INPUT.npy --output OUT.npy\n", o->prog, m->name);
         return 2;
     }
     if (o->threads > 0)
@@ -149,6 +155,8 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         fprintf(err, "%s: --%s: %s\n", o->prog, rt_setting_by_key(key)->flag, msg);
         return 2;
     }
+    if (o->predict)
+        return rt_predict_run(m, o, out, err);
     bool augment = o->augment_pad > 0 || o->augment_mirror;
     if (o->inject_nan_node[0] && !rt_has_node(m, o->inject_nan_node)) {
         fprintf(err, "%s: --inject-nan: model %s has no node named '%s'\n", o->prog, m->name,
@@ -242,6 +250,11 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             return 1;
         }
         rt_checkpoint_resume(&run.ck.run, o, steps_per_epoch, &ls, &at, err);
+    }
+    if (o->load_params && !rt_params_load(t, o->load_params, msg, sizeof msg)) {
+        fprintf(err, "%s: %s\n", o->prog, msg);
+        run_free(&run);
+        return 1;
     }
     int64_t epoch0 = at.epoch, nb0 = at.batch_in_epoch, step = at.step,
             num_update = at.num_update;
@@ -453,6 +466,14 @@ final:
             goto done;
         }
         rt_metric_print_lines(out, m, &val, "Validation-");
+    }
+    if (o->save_params) {
+        if (!rt_params_save(t, o->save_params, o->save_params_16bit, msg, sizeof msg)) {
+            fprintf(err, "%s: %s\n", o->prog, msg);
+            rc = 1;
+            goto done;
+        }
+        fprintf(out, "Saved parameters to %s\n", o->save_params);
     }
     rt_log_end(out, &jl, m, &ls, step, num_update, &val);
     if (m->workspace_bytes && t->ctx.ws_bytes > t->ws_start)

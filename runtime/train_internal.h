@@ -199,4 +199,24 @@ typedef struct {
 /* RtCtx.after_node: both hooks after each node. */
 void rt_after_node(RtCtx *ctx, int node, const char *name, int buffer);
 
+/* ---- predict.c: --load-params, --save-params, --predict (docs/mxnet.md) -------- */
+
+/* The options together: 0, or 2 with a message (--predict without --output,
+ * --load-params with --resume, ...). */
+int rt_predict_check_options(const RtTrainOptions *o, FILE *err);
+/* An MXNet .params file (mxparams.h) into the trainer's parameters: every
+ * key matched to a parameter (NAME, arg:NAME, aux:NAME for a moving
+ * statistic), every shape equal, no parameter missing, all checked before
+ * anything is written; then the fp32 masters and the steps' values (16-bit
+ * ones rounded once).  False with a message naming the file. */
+bool rt_params_load(RtTrainer *t, const char *path, char *err, size_t errlen);
+/* The parameters as an MXNet .params file (V2 arrays, arg:/aux: keys):
+ * fp32 (the masters), or with sixteen each in the dtype the steps read.
+ * Atomic, never over one of the run's inputs. */
+bool rt_params_save(const RtTrainer *t, const char *path, bool sixteen, char *err, size_t errlen);
+/* --predict: the inference step over the .npy's rows (after --resume or
+ * --load-params), the outputs [rows, classes] to --output; no data set, no
+ * training.  Returns the exit status (0, 1). */
+int rt_predict_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err);
+
 #endif

@@ -155,10 +155,13 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, 
                  (long long)m->classes, m->data_rank, (long long)batch);
         return false;
     }
+    /* a model without a train step (no loss head: it only predicts) has no
+     * label and no train-step output */
     if (!check_buffer(m, m->data, RT_F32, sample * batch, batch, "the data input", err, errlen) ||
-        !check_buffer(m, m->label, RT_F32, batch, batch, "the label input", err, errlen) ||
-        !check_buffer(m, m->prob_train, RT_F32, m->classes * batch, batch,
-                      "the train step's output", err, errlen) ||
+        (m->train_step &&
+         (!check_buffer(m, m->label, RT_F32, batch, batch, "the label input", err, errlen) ||
+          !check_buffer(m, m->prob_train, RT_F32, m->classes * batch, batch,
+                        "the train step's output", err, errlen))) ||
         !check_buffer(m, m->prob_infer, RT_F32, m->classes * batch, batch,
                       "the inference step's output", err, errlen))
         return false;
@@ -291,7 +294,9 @@ void rt_trainer_load_batch(RtTrainer *t)
         sample *= m->data_shape[i];
     rt_dev_to_device(t->dev, t->ctx.buf[m->data], t->x_host,
                      (size_t)(sample * t->batch) * sizeof(float));
-    rt_dev_to_device(t->dev, t->ctx.buf[m->label], t->y_host, (size_t)t->batch * sizeof(float));
+    if (m->label >= 0 && m->label < m->nbuffers) /* none without a loss head */
+        rt_dev_to_device(t->dev, t->ctx.buf[m->label], t->y_host,
+                         (size_t)t->batch * sizeof(float));
     rt_dev_event_record(t->dev, &t->batch_copied);
 }
 
