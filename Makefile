@@ -26,7 +26,7 @@ GEN_CFLAGS  := -Wno-unused-function -Wno-sign-compare -Wno-unused-parameter \
 
 # runtime/settings.c: the train settings' parsers, shared with the runtime (a leaf).
 LIB_SRC  := $(wildcard ir/*.c ir/ops/*.c passes/*.c codegen/*.c) grammar/ast.c compiler/frontend.c \
-            compiler/report.c runtime/settings.c
+            compiler/report.c compiler/mxnet_json.c runtime/settings.c
 GEN_SRC  := $(BUILD)/gen/parser.c $(BUILD)/gen/lexer.c
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -37,6 +37,8 @@ RT_CFLAGS := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iruntime -MMD -MP
 RT_SRC   := $(wildcard runtime/*.c runtime/cpu/*.c runtime/data/*.c)
 RT_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_SRC))
 RT_LIBS  := -lopenblas -lz -lm
+# json-c (libjson-c-dev): ampc --from-mxnet reads MXNet symbol JSON with it.
+JSON_LIBS := $(shell pkg-config --libs json-c 2>/dev/null || echo -ljson-c)
 RTEST_SRC := $(wildcard tests/runtime/test_*.c)
 RTEST_BIN := $(patsubst tests/runtime/%.c,$(BUILD)/rtests/%,$(RTEST_SRC))
 NVCC     ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
@@ -77,12 +79,12 @@ $(BUILD)/libampcrt.a: $(RT_OBJ)
 
 # ampc finds the runtime next to itself (codegen/build.c), so it is built too.
 $(BUILD)/ampc: $(BUILD)/obj/compiler/main.o $(BUILD)/libampc.a | $(BUILD)/libampcrt.a
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ -lm
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) -lm
 
 # ---- tests -----------------------------------------------------------------
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libampc.a
 	@mkdir -p $(@D)
-	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampc.a $(LDFLAGS) -lcmocka -lm
+	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampc.a $(LDFLAGS) -lcmocka $(JSON_LIBS) -lm
 
 unit: $(UNIT_BIN) $(RTEST_BIN) $(BUILD)/rtests/tiny_train nvcc-check $(DATA_DIR)/digits.csv.gz
 	@set -e; for t in $(UNIT_BIN) $(RTEST_BIN); do echo "== $$t"; AMPC_DATA_DIR=$(DATA_DIR) $$t; done
@@ -135,7 +137,7 @@ fuzzlib: FORCE
 
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h fuzzlib
 	@mkdir -p $(@D)
-	clang $(AMPC_CFLAGS) -Ibuild/fuzzlib/gen $(FUZZ_FLAGS) -o $@ $< build/fuzzlib/libampc.a -lm
+	clang $(AMPC_CFLAGS) -Ibuild/fuzzlib/gen $(FUZZ_FLAGS) -o $@ $< build/fuzzlib/libampc.a $(JSON_LIBS) -lm
 
 # Replays the corpus, then a deterministic fuzzing pass (fixed seed and run
 # count), for each target.

@@ -17,6 +17,7 @@ typedef struct {
     const char *amp_placement; /* --amp-placement=optimal|greedy, or NULL: optimal */
     bool explain;             /* --explain[=NAME] */
     const char *explain_name;
+    bool explain_training;    /* the training passes run too: NAME may be a node they make */
     bool no_schedule;         /* --no-schedule: keep the order the passes left */
     FILE *out;                /* where --explain prints */
     unsigned no_fuse;         /* --no-fuse: the fusions turned off (bit k: rule k) */
@@ -71,6 +72,18 @@ bool training_graph_check(const Graph *g, int after);
 
 /* Resolves the AMP settings: flags first, then the train block. */
 bool amp_options_resolve(const Graph *g, const PassOptions *po, AmpOptions *out);
+
+/* mxnet_json.c: ampc --from-mxnet.  Reads the MXNet symbol JSON file at
+ * path (loaded into d's file table) and returns the model as ampc source
+ * (malloc'ed, *len bytes), which frontend_elaborate then builds; NULL after
+ * an error reported through d (malformed JSON, an op or attribute ampc does
+ * not have, an input without a shape).  docs/mxnet.md. */
+typedef struct {
+    const char *const *shapes; /* --input-shape NAME=D0,D1,... (D0: the batch, N) */
+    int nshapes;
+    const char *loss;          /* --loss=softmax, or NULL */
+} MxImportOptions;
+char *mxnet_import(Diag *d, const char *path, const MxImportOptions *o, size_t *len);
 
 /* report.c: --report. batch > 0 also gives per-batch totals. */
 void report_print(FILE *f, const Graph *g, int64_t batch);

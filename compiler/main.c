@@ -28,6 +28,12 @@ typedef struct {
     bool no_memplan;        /* --no-memplan: every value its own buffer */
     bool no_inplace;        /* --no-inplace: the plan shares buffers but never in place */
     const char *check_program; /* --check-program FILE: read a program dump back and prove it */
+    bool from_mxnet;        /* --from-mxnet FILE: the input is MXNet symbol JSON */
+    const char *shapes[16]; /* --input-shape NAME=D0,... (repeatable) */
+    int nshapes;
+    const char *loss;       /* --loss=softmax */
+    const char *emit_sym;   /* --emit-sym FILE: the imported model as ampc source */
+    const char *emit_mxnet; /* --emit-mxnet-json FILE: the forward graph as MXNet symbol JSON */
     PassOptions pass;
 } Options;
 
@@ -54,6 +60,13 @@ static void usage(FILE *f)
           "  --dump-dir=DIR          write dumps to DIR/NN.PASS.ir (or .dot) instead\n"
           "  --dump-format=text|dot  IR text (readable back) or Graphviz\n"
           "  --from-ir FILE.ir       start from a dump instead of a .sym file\n"
+          "  --from-mxnet FILE.json  start from an MXNet symbol JSON file (docs/mxnet.md)\n"
+          "  --input-shape NAME=D0,D1,...\n"
+          "                          its input's shape (D0, the batch, becomes N; repeatable)\n"
+          "  --loss=softmax          end the imported model in SoftmaxOutput with input 'label'\n"
+          "  --emit-sym FILE         write the imported model as ampc source\n"
+          "  --emit-mxnet-json FILE  write the forward graph (after --amp's rewrite) as MXNet\n"
+          "                          symbol JSON\n"
           "  --batch-size=N          bind the batch size N in reports and dumps\n"
           "  --amp=off|float16|bfloat16\n"
           "                          mixed precision (default: the train block's amp)\n"
@@ -99,11 +112,17 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
     enum { O_DUMP = 256, O_DUMP_DIR, O_DUMP_FORMAT, O_FROM_IR, O_BATCH, O_REPORT, O_HELP,
            O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE, O_TIME, O_AMP_PLACE, O_NO_FUSE };
     enum { O_NO_MEMPLAN = 400, O_NO_INPLACE, O_NO_SCHEDULE, O_CHECK_PROGRAM };
+    enum { O_FROM_MXNET = 500, O_INPUT_SHAPE, O_LOSS, O_EMIT_SYM, O_EMIT_MXNET };
     static const struct option longs[] = {
         {"no-memplan", no_argument, NULL, O_NO_MEMPLAN},
         {"no-inplace", no_argument, NULL, O_NO_INPLACE},
         {"no-schedule", no_argument, NULL, O_NO_SCHEDULE},
         {"check-program", required_argument, NULL, O_CHECK_PROGRAM},
+        {"from-mxnet", required_argument, NULL, O_FROM_MXNET},
+        {"input-shape", required_argument, NULL, O_INPUT_SHAPE},
+        {"loss", required_argument, NULL, O_LOSS},
+        {"emit-sym", required_argument, NULL, O_EMIT_SYM},
+        {"emit-mxnet-json", required_argument, NULL, O_EMIT_MXNET},
         {"dump", required_argument, NULL, O_DUMP},
         {"dump-dir", required_argument, NULL, O_DUMP_DIR},
         {"dump-format", required_argument, NULL, O_DUMP_FORMAT},
@@ -138,6 +157,18 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         case O_NO_INPLACE: o->no_inplace = true; break;
         case O_NO_SCHEDULE: o->pass.no_schedule = true; break;
         case O_CHECK_PROGRAM: o->check_program = optarg; break;
+        case O_FROM_MXNET: o->from_mxnet = true, o->input = optarg; break;
+        case O_INPUT_SHAPE:
+            if (o->nshapes == (int)(sizeof o->shapes / sizeof o->shapes[0])) {
+                diag_plain_error(d, "--input-shape given more than %d times",
+                                 (int)(sizeof o->shapes / sizeof o->shapes[0]));
+                return 1;
+            }
+            o->shapes[o->nshapes++] = optarg;
+            break;
+        case O_LOSS: o->loss = optarg; break;
+        case O_EMIT_SYM: o->emit_sym = optarg; break;
+        case O_EMIT_MXNET: o->emit_mxnet = optarg; break;
         case O_OPTIMIZER: o->optimizer = optarg; break;
         case O_TIME: o->time_passes = true; break;
         case O_LOSS_SCALE: o->loss_scale = optarg; break;
@@ -208,6 +239,15 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         diag_plain_error(d, "no input file (see ampc --help)");
         return 1;
     }
+    if (o->from_mxnet && o->from_ir) {
+        diag_plain_error(d, "--from-mxnet and --from-ir: give one input");
+        return 1;
+    }
+    if (!o->from_mxnet && (o->nshapes || o->loss || o->emit_sym)) {
+        diag_plain_error(d, "%s applies to a model imported with --from-mxnet",
+                         o->nshapes ? "--input-shape" : o->loss ? "--loss" : "--emit-sym");
+        return 1;
+    }
     if (o->dump && strcmp(o->dump, "all") != 0 && strcmp(o->dump, "memplan") != 0 &&
         strcmp(o->dump, "program") != 0 && pass_index(o->dump) < 0) {
         diag_plain_error(d, "unknown pass '%s' for --dump (see ampc --help)", o->dump);
@@ -257,6 +297,31 @@ static bool dump_after(const Options *o, const Graph *g, int pass, Diag *d)
         return false;
     }
     return true;
+}
+
+/* --from-mxnet: the JSON as ampc source (mxnet_json.c), elaborated as a
+ * .sym file is; --emit-sym writes that source, and its path names it in
+ * messages (else FILE.json.sym, which the note explains). */
+static Graph *load_mxnet(const Options *o, Diag *d)
+{
+    MxImportOptions mo = {.shapes = o->shapes, .nshapes = o->nshapes, .loss = o->loss};
+    size_t len;
+    char *text = mxnet_import(d, o->input, &mo, &len);
+    if (!text)
+        return NULL;
+    char name[4200];
+    snprintf(name, sizeof name, "%s.sym", o->input);
+    Graph *g = NULL;
+    if (!o->emit_sym || cg_write_file(d, o->emit_sym, text, len)) {
+        ElabOptions eo = {.model = NULL};
+        int nerr = d->nerr;
+        g = frontend_elaborate(d, o->emit_sym ? o->emit_sym : name, text, len, &eo);
+        if (!g && d->nerr > nerr && !o->emit_sym)
+            fprintf(stderr, "ampc: note: '%s' is the ampc source the import of '%s' made: "
+                            "write it with --emit-sym FILE\n", name, o->input);
+    }
+    free(text);
+    return g;
 }
 
 static Graph *load_ir(const Options *o, Diag *d, int *done)
@@ -417,6 +482,8 @@ static int run(const Options *o, Diag *d)
     double times[32] = {0}, t0 = now_ms();
     if (o->from_ir) {
         g = load_ir(o, d, &done);
+    } else if (o->from_mxnet) {
+        g = load_mxnet(o, d);
     } else {
         ElabOptions eo = {.model = o->model};
         g = frontend_elaborate(d, o->input, NULL, 0, &eo);
@@ -426,7 +493,7 @@ static int run(const Options *o, Diag *d)
     if (!g) {
         size_t n = strlen(o->input);
         /* a likely mix-up of the two kinds of input */
-        if (!o->from_ir && n > 3 && strcmp(o->input + n - 3, ".ir") == 0)
+        if (!o->from_ir && !o->from_mxnet && n > 3 && strcmp(o->input + n - 3, ".ir") == 0)
             fprintf(stderr, "ampc: note: '%s' looks like an IR dump: read it with --from-ir\n",
                     o->input);
         if (o->from_ir && n > 4 && strcmp(o->input + n - 4, ".sym") == 0)
@@ -468,13 +535,15 @@ static int run(const Options *o, Diag *d)
         last = pass_count - 1;
     else if (o->dump && pass_index(o->dump) > last)
         last = pass_index(o->dump);
+    PassOptions po = o->pass;
+    po.explain_training = last >= pass_index("fuse") && has_loss_head(g);
     for (int i = done + 1; ok && i <= last; i++) {
         /* --dump=all on a model that cannot train shows the forward passes */
         if (i > forward_end && !o->output && !o->source_only &&
             (plan_only || strcmp(o->dump, "all") == 0) && !has_loss_head(g))
             break;
         double t = now_ms();
-        ok = pass_pipeline[i].run(&g, &o->pass);
+        ok = pass_pipeline[i].run(&g, &po);
         times[i] = now_ms() - t;
         if (ok && o->verify && !ir_verify(g, pass_pipeline[i].name))
             DIE("the IR verifier failed after %s", pass_pipeline[i].name);
