@@ -28,8 +28,37 @@ static bool run_train_cast_elide(Graph **g, const PassOptions *o)
     return ok;
 }
 
+/* --explain=NAME for a node of the training step that the forward graph
+ * lacks (print_explain left it here): what made it, or an error when no
+ * graph has it.  The inference graph holds the forward graph's nodes. */
+static const char *explain_dtype(DType t) /* as amp.c's lines spell them */
+{
+    return t == DT_F16 ? "fp16" : t == DT_BF16 ? "bf16" : t == DT_F32 ? "fp32" : dtype_short(t);
+}
+
+static bool explain_training_node(const Graph *g, const PassOptions *o)
+{
+    const char *name = o->explain_name;
+    const Node *n = graph_find(g, name);
+    if (!n && !(g->infer && graph_find(g->infer, name))) {
+        diag_plain_error(g->diag, "--explain: no node named '%s' (see --dump=fuse for names)",
+                         name);
+        return false;
+    }
+    FILE *out = o->out ? o->out : stdout;
+    if (n && op_made_by_autodiff(n->op))
+        fprintf(out, "%-40s %s: made by autodiff, in the dtype of the gradient it computes\n",
+                n->name, explain_dtype(n->dtype));
+    else if (n && n->op == OP_amp_cast && !(g->infer && graph_find(g->infer, name)))
+        fprintf(out, "%-40s %s: a cast of a gradient that train-cast-elide keeps\n", n->name,
+                explain_dtype(n->dtype));
+    return true;
+}
+
 static bool run_fuse(Graph **g, const PassOptions *o)
 {
+    if (o->explain && o->explain_name && !explain_training_node(*g, o))
+        return false;
     FuseOptions fo = {.disabled = o->no_fuse, .explain = o->explain,
                       .explain_name = o->explain_name, .out = o->out};
     return fuse(g, &fo);
@@ -53,7 +82,9 @@ static void print_flow(FILE *out, const Graph *g, const Node *n, const int *coun
 }
 
 /* --explain: why each node of the final forward graph (after cast-elide)
- * has its dtype; --explain=NAME also answers for a node cast-elide removed. */
+ * has its dtype; --explain=NAME also answers for a node cast-elide removed,
+ * and, when the training passes run, leaves a name the forward graph lacks
+ * to explain_training_node (a backward node). */
 static bool print_explain(const Graph *g, const PassOptions *o)
 {
     FILE *out = o->out ? o->out : stdout;
@@ -64,6 +95,8 @@ static bool print_explain(const Graph *g, const PassOptions *o)
                 fprintf(out, "%-40s %s\n", name, g->elided[i].why);
                 return true;
             }
+        if (o->explain_training)
+            return true;
         diag_plain_error(g->diag, "--explain: no node named '%s' (see --dump=cast-elide for names)",
                          name);
         return false;
