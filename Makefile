@@ -45,7 +45,7 @@ NVCC     ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v 
 
 .PHONY: FORCE fuzzlib e2e data nvcc-check all check unit golden roundtrip asan-check fuzz-check valgrind-check fuzz bench demo \
         deps install clean format
-all: $(BUILD)/ampc
+all: $(BUILD)/ampc cuda
 
 # ---- the compiler ----------------------------------------------------------
 # One run of each generator makes both of its outputs (`&:` is a grouped
@@ -86,7 +86,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libampc.a
 	@mkdir -p $(@D)
 	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampc.a $(LDFLAGS) -lcmocka $(JSON_LIBS) -lm
 
-unit: $(UNIT_BIN) $(RTEST_BIN) $(BUILD)/rtests/tiny_train nvcc-check $(DATA_DIR)/digits.csv.gz
+unit: $(UNIT_BIN) $(RTEST_BIN) $(BUILD)/rtests/tiny_train nvcc-check cuda-check $(DATA_DIR)/digits.csv.gz
 	@set -e; for t in $(UNIT_BIN) $(RTEST_BIN); do echo "== $$t"; AMPC_DATA_DIR=$(DATA_DIR) $$t; done
 	tests/runtime/device_seam.sh
 	@echo "== tiny_train (the runtime's main on a hand-written model)"
@@ -109,6 +109,37 @@ nvcc-check:
 	    $(NVCC) -std=c++17 -Iruntime -arch=sm_80 -Werror all-warnings -o $(BUILD)/nvcc/kernels_check tests/runtime/kernels_check.cu && \
 	    echo "nvcc-check: runtime/kernels/*.h compile with nvcc"; \
 	else echo "nvcc-check: nvcc not found or no check file: skipped"; fi
+
+# ---- the CUDA runtime library (runtime/cuda/, docs/backend-cuda.md) -----------
+# Built where nvcc is (make says so where it is not): a fat binary for sm_80
+# and sm_90 (+ compute_90 PTX), no FMA contraction, no fast math, no
+# flush-to-zero, so the kernels round as their CPU twins.  ptxas -v's report
+# and the PTX are kept for cuda-check.
+.PHONY: cuda cuda-check
+CUDA_SRC   := $(wildcard runtime/cuda/*.cu)
+CUDA_DEPS  := $(wildcard runtime/cuda/*.h runtime/cuda/*.cuh runtime/kernels/*.h runtime/*.h)
+NVCC_FLAGS := -std=c++17 -Iruntime -O3 -fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
+              -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90] \
+              -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+$(BUILD)/cuda/%.o: runtime/cuda/%.cu $(CUDA_DEPS)
+	@mkdir -p $(BUILD)/cuda/keep/$*
+	@echo "nvcc $< (sm_80, sm_90)"
+	@$(NVCC) $(NVCC_FLAGS) -Xptxas -v --keep --keep-dir $(BUILD)/cuda/keep/$* -c $< -o $@ \
+	    2>$(BUILD)/cuda/$*.ptxas.log || { cat $(BUILD)/cuda/$*.ptxas.log; exit 1; }
+
+$(BUILD)/libampccuda.a: $(patsubst runtime/cuda/%.cu,$(BUILD)/cuda/%.o,$(CUDA_SRC))
+	rm -f $@
+	ar rcs $@ $^
+
+cuda:
+	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory $(BUILD)/libampccuda.a; \
+	else echo "SKIPPED: the CUDA runtime library $(BUILD)/libampccuda.a: no nvcc (install the CUDA toolkit or set NVCC=)"; fi
+
+# The kernels' PTX and registers (tests/runtime/cuda_ptx_check.sh); the
+# kernels themselves run emulated in unit (tests/runtime/test_cuda_emu.c).
+cuda-check: cuda
+	@if [ -n "$(NVCC)" ]; then tests/runtime/cuda_ptx_check.sh $(NVCC) $(BUILD)/cuda; \
+	else echo "SKIPPED: cuda-check (the PTX and register-spill checks of the CUDA kernels): no nvcc"; fi
 
 golden: $(BUILD)/ampc
 	tests/golden/run.sh $(BUILD)/ampc

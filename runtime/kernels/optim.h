@@ -99,12 +99,20 @@ static inline AMPC_HD void ampc_adam_update(float *w, float *mean, float *var, f
 }
 
 /* MXNet's Python Adam.update: lr * sqrt(1 - beta2^t) / (1 - beta1^t), in
- * double, t = the update count (1 on the first update). */
-static inline AMPC_HD float ampc_adam_lr(double lr, double beta1, double beta2, long t)
+ * double, t = the update count (1 on the first update).  The factor is a
+ * function of the step alone: the CUDA optimizer takes it from the host
+ * (pow differs between libms) and forms the product per tensor on the
+ * device, the same double multiply as here. */
+static inline AMPC_HD double ampc_adam_corr(double beta1, double beta2, long t)
 {
     double coef1 = 1.0 - pow(beta1, (double)t);
     double coef2 = 1.0 - pow(beta2, (double)t);
-    return (float)(lr * (sqrt(coef2) / coef1));
+    return sqrt(coef2) / coef1;
+}
+
+static inline AMPC_HD float ampc_adam_lr(double lr, double beta1, double beta2, long t)
+{
+    return (float)(lr * ampc_adam_corr(beta1, beta2, t));
 }
 
 /* ---- multi-precision: fp16 gradient -> fp32 master + state -> fp16 shadow ---- */

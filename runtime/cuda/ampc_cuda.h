@@ -1,0 +1,130 @@
+/*
+ * ampc_cuda.h - the custom CUDA kernels of the CUDA runtime library
+ * (build/libampccuda.a), as C functions that launch them on a stream.
+ *
+ * Every kernel is built from the per-element math the CPU kernels use
+ * (runtime/kernels/) and is the device twin of a CPU function, bit for
+ * bit (docs/backend-cuda.md, "What is proven where"):
+ *
+ *   ampc_cu_cast          rt_cast_forward / rt_cast_backward (acc)
+ *   ampc_cu_binary        rt_elemwise_forward (add, sub, mul)
+ *   ampc_cu_add_relu      rt_add_relu_forward
+ *   ampc_cu_relu          rt_activation_forward(RT_ACT_RELU)
+ *   ampc_cu_relu_backward rt_activation_backward(RT_ACT_RELU)
+ *   ampc_cu_fill          the CPU device's fill (rt_from_f32 once, then copies)
+ *   ampc_cu_finite        rt_all_finite, as a device flag
+ *   ampc_cu_mt_finite     rt_multi_all_finite over a multi-tensor table
+ *   ampc_cu_mt_optim      rt_optim_step2: SGD, SGD with momentum, NAG, Adam,
+ *                         multi-precision, all tensors in one launch
+ *   ampc_cu_loss_scale    rt_loss_scaler_update's rule (kernels/lossscale.h)
+ *
+ * The flag: an int32 in device memory, 0 = all finite.  The checks only
+ * ever store 1 into it (clear it first with ampc_cu_set_flag), so the
+ * host never has to read it for the optimizer to skip a step.
+ *
+ * dtypes are RtDType's values (0 fp32, 1 fp16, 2 bf16); n counts elements.
+ * Each function returns 0 or the launch's cudaError_t.  The stream is
+ * cudaStream_t (a struct CUstream_st *; NULL is the default stream).
+ * C and C++; host code only (the kernels themselves are in kernels.cuh).
+ */
+#ifndef AMPC_CUDA_H
+#define AMPC_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/lossscale.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct CUstream_st *AmpcStream;
+
+enum { AMPC_DT_F32 = 0, AMPC_DT_F16 = 1, AMPC_DT_BF16 = 2 };  /* RtDType */
+enum { AMPC_BIN_ADD = 0, AMPC_BIN_SUB = 1, AMPC_BIN_MUL = 2 }; /* RtBinOp */
+enum { AMPC_OPT_SGD = 0, AMPC_OPT_NAG = 1, AMPC_OPT_ADAM = 2 }; /* RtOptKind */
+
+/* Threads per block of the multi-tensor kernels, and the default chunk: one
+ * block updates one chunk of one tensor (PyTorch's multi_tensor_apply:
+ * 512 threads, 65,536-element chunks). */
+#define AMPC_MT_THREADS 512
+#define AMPC_MT_CHUNK 65536
+
+/* One tensor of a multi-tensor table (64 bytes).  The finite check reads
+ * grad only; the optimizer updates element i as optim.c's update_tensor:
+ * the gradient widened from gdt, the fp32 master (or, without one, the
+ * weight widened from wdt) updated with the state, the weight buffer
+ * written back rounded to wdt (the 16-bit shadow, or the fp32 weight). */
+typedef struct AmpcMtTensor {
+    const void *grad;
+    void *weight;   /* the buffer the steps read (wdt) */
+    float *master;  /* fp32 master, or NULL */
+    float *mom;     /* momentum, or Adam's mean; NULL: plain SGD */
+    float *var;     /* Adam's var, or NULL */
+    int64_t n;      /* elements */
+    float lr_mult, wd_mult;
+    int32_t gdt, wdt;
+} AmpcMtTensor;
+
+/* Block b of a launch does chunk `chunk` (elements [chunk*size, +size)) of
+ * tensor `tensor`. */
+typedef struct AmpcMtBlock {
+    int32_t tensor, chunk;
+} AmpcMtBlock;
+
+/* Blocks a table needs with chunks of `chunk` elements; -1 when a count
+ * does not fit an int32 (a grid of 2^31 blocks). */
+int64_t ampc_mt_count_blocks(const AmpcMtTensor *t, int nt, int64_t chunk);
+/* Writes the block table (ampc_mt_count_blocks entries, tensors in order,
+ * empty tensors skipped); returns the count or -1. */
+int64_t ampc_mt_fill_blocks(const AmpcMtTensor *t, int nt, int64_t chunk, AmpcMtBlock *out);
+
+/* What one optimizer step needs besides the table: optim.c's AmpcOptParam
+ * before the per-tensor multipliers.  rescale_grad is used as it is when
+ * the launch gets no loss scale; with one (a device AmpcLossScale) each
+ * block forms (float)(1 / (batch * scale)) in double, as train.c does, so
+ * the scale never has to come back to the host. */
+typedef struct AmpcMtStep {
+    int32_t kind;                     /* AMPC_OPT_* */
+    float lr, wd, momentum, clip_gradient, beta1, beta2, epsilon, rescale_grad;
+    double batch;                     /* with a device loss scale */
+    double adam_corr;                 /* ampc_adam_corr(beta1, beta2, t) */
+} AmpcMtStep;
+
+/* The loss scaler's counters, kept on the device next to its state. */
+typedef struct AmpcLossScaleStats {
+    int64_t steps, skipped, grown, backed_off;
+} AmpcLossScaleStats;
+
+int ampc_cu_set_flag(AmpcStream s, int32_t *flag, int32_t value);
+int ampc_cu_cast(AmpcStream s, size_t n, int from, const void *x, int to, void *y, int acc);
+int ampc_cu_binary(AmpcStream s, int op, size_t n, int dt, const void *a, const void *b, void *y);
+int ampc_cu_add_relu(AmpcStream s, size_t n, int dt, const void *a, const void *b, void *y);
+int ampc_cu_relu(AmpcStream s, size_t n, int dt, const void *x, void *y);
+int ampc_cu_relu_backward(AmpcStream s, size_t n, int dt, const void *y, const void *dy, void *dx,
+                          int acc);
+int ampc_cu_fill(AmpcStream s, void *dst, int dt, size_t n, float value);
+/* ORs "some element is inf or NaN" into *found (never clears it) */
+int ampc_cu_finite(AmpcStream s, const void *p, size_t n, int dt, int32_t *found);
+/* The same over the gradients of a device table of nblocks blocks */
+int ampc_cu_mt_finite(AmpcStream s, const AmpcMtTensor *tensors, const AmpcMtBlock *blocks,
+                      int64_t nblocks, int64_t chunk, int32_t *found);
+/* One optimizer step over a device table.  skip (may be NULL): when *skip
+ * is nonzero every block returns before touching memory (the dynamic loss
+ * scale's skipped step).  found (may be NULL; must not be skip): ORed with
+ * "some gradient read was inf or NaN" (the check fused into the update
+ * when the step cannot be skipped).  scale (may be NULL): see AmpcMtStep. */
+int ampc_cu_mt_optim(AmpcStream s, const AmpcMtTensor *tensors, const AmpcMtBlock *blocks,
+                     int64_t nblocks, int64_t chunk, const AmpcMtStep *step, const int32_t *skip,
+                     int32_t *found, const AmpcLossScale *scale);
+/* One thread: state = ampc_loss_scale_update(state, *found != 0, rule);
+ * stats (may be NULL) counted. */
+int ampc_cu_loss_scale(AmpcStream s, AmpcLossScale *state, const int32_t *found,
+                       AmpcLossScaleRule rule, AmpcLossScaleStats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* AMPC_CUDA_H */

@@ -1,0 +1,440 @@
+/*
+ * kernels.cuh - the custom CUDA kernels and their launchers (the functions
+ * of ampc_cuda.h), in one source that nvcc compiles for the GPU
+ * (runtime/cuda/kernels.cu, into libampccuda.a) and gcc/clang compile as
+ * host C through cuda/emu.h (tests/runtime/test_cuda_emu.c), so the code
+ * the GPU runs is the code checked against the CPU twins in `make unit`.
+ *
+ * The source is therefore the common subset of C11 and CUDA C++17: no
+ * templates, references or overloading; explicit casts from void *; no
+ * designated initialisers or compound literals.  And every kernel keeps
+ * emu.h's rules: no shared memory, no __syncthreads, no warp intrinsics, no
+ * thread reads what another thread of its launch writes.  The one store
+ * several threads may make to the same word is the flag's 1 (the same value
+ * whoever wins, as PyTorch's found_inf).
+ *
+ * The per-element math is runtime/kernels/ (half.h, act.h, optim.h, lossscale.h), in the CPU kernels' order of
+ * operations; nvcc builds this with -fmad=false and without fast math or
+ * flush-to-zero, so each operation rounds as on the host (the PTX check,
+ * tests/runtime/cuda_ptx_check.sh).
+ */
+#ifndef AMPC_CUDA_KERNELS_CUH
+#define AMPC_CUDA_KERNELS_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda/ampc_cuda.h"
+#include "kernels/act.h"
+#include "kernels/half.h"
+#include "kernels/lossscale.h"
+#include "kernels/optim.h"
+
+#ifdef __CUDACC__
+#define AMPC_LAUNCH(k, grid, block, stream, ...) k<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#define AMPC_LAUNCH_ERROR() ((int)cudaGetLastError())
+#define AMPC_CU_API extern "C"
+#else
+#ifndef AMPC_CUDA_EMU_H
+#error "a host build of cuda/kernels.cuh includes cuda/emu.h first"
+#endif
+#define AMPC_CU_API
+#endif
+
+/* Threads per block and the most blocks of the grid-stride (element-wise)
+ * kernels; the tests make the cap small to exercise the stride. */
+#define AMPC_CU_THREADS 256
+#ifndef AMPC_CU_GRID_CAP
+#define AMPC_CU_GRID_CAP 4096
+#endif
+
+/* ---- element access ---------------------------------------------------------- */
+
+static inline AMPC_HD float ampc_cu_load(const void *p, size_t i, int dt)
+{
+    if (dt == AMPC_DT_F32)
+        return ((const float *)p)[i];
+    if (dt == AMPC_DT_F16)
+        return ampc_half_to_float(((const ampc_half *)p)[i]);
+    return ampc_bf16_to_float(((const ampc_bf16 *)p)[i]);
+}
+
+static inline AMPC_HD void ampc_cu_store(void *p, size_t i, int dt, float v)
+{
+    if (dt == AMPC_DT_F32)
+        ((float *)p)[i] = v;
+    else if (dt == AMPC_DT_F16)
+        ((ampc_half *)p)[i] = ampc_float_to_half(v);
+    else
+        ((ampc_bf16 *)p)[i] = ampc_float_to_bf16(v);
+}
+
+/* rt__commit's rule: dst = (acc ? dst : 0) + v in fp32, rounded once */
+static inline AMPC_HD void ampc_cu_store_acc(void *p, size_t i, int dt, float v, int acc)
+{
+    if (acc)
+        v = ampc_cu_load(p, i, dt) + v;
+    ampc_cu_store(p, i, dt, v);
+}
+
+/* inf or NaN, on the stored bits (a 16-bit value is not widened) */
+static inline AMPC_HD int ampc_cu_nonfinite(const void *p, size_t i, int dt)
+{
+    if (dt == AMPC_DT_F32)
+        return !ampc_isfinite(((const float *)p)[i]);
+    if (dt == AMPC_DT_F16)
+        return !ampc_half_isfinite(((const ampc_half *)p)[i]);
+    return !ampc_bf16_isfinite(((const ampc_bf16 *)p)[i]);
+}
+
+/* grid-stride loops: the first element of this thread, and the stride */
+static inline __device__ size_t ampc_cu_first(void)
+{
+    return (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+static inline __device__ size_t ampc_cu_stride(void) { return (size_t)gridDim.x * blockDim.x; }
+
+/* ---- kernels: flag, casts, element-wise --------------------------------------- */
+
+__global__ void ampc_k_set_flag(int32_t *flag, int32_t value)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        *flag = value;
+}
+
+/* from == to without acc is a copy of the bits (rt_copy: a NaN's payload
+ * and a signalling NaN survive); anything else goes through fp32. */
+__global__ void ampc_k_cast(size_t n, int from, const void *x, int to, void *y, int acc)
+{
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
+        if (from == to && !acc) {
+            if (to == AMPC_DT_F32)
+                ((uint32_t *)y)[i] = ((const uint32_t *)x)[i];
+            else
+                ((uint16_t *)y)[i] = ((const uint16_t *)x)[i];
+        } else {
+            ampc_cu_store_acc(y, i, to, ampc_cu_load(x, i, from), acc);
+        }
+    }
+}
+
+__global__ void ampc_k_binary(int op, size_t n, int dt, const void *a, const void *b, void *y)
+{
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
+        float va = ampc_cu_load(a, i, dt), vb = ampc_cu_load(b, i, dt);
+        float r = op == AMPC_BIN_ADD ? va + vb : op == AMPC_BIN_SUB ? va - vb : va * vb;
+        ampc_cu_store(y, i, dt, r);
+    }
+}
+
+/* relu(a + b) with the sum rounded to dt first, where the unfused add
+ * stores it (rt_add_relu_forward) */
+__global__ void ampc_k_add_relu(size_t n, int dt, const void *a, const void *b, void *y)
+{
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
+        float s = ampc_cu_load(a, i, dt) + ampc_cu_load(b, i, dt);
+        if (dt == AMPC_DT_F16)
+            s = ampc_half_to_float(ampc_float_to_half(s));
+        else if (dt == AMPC_DT_BF16)
+            s = ampc_bf16_to_float(ampc_float_to_bf16(s));
+        ampc_cu_store(y, i, dt, ampc_relu(s));
+    }
+}
+
+__global__ void ampc_k_relu(size_t n, int dt, const void *x, void *y)
+{
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride())
+        ampc_cu_store(y, i, dt, ampc_relu(ampc_cu_load(x, i, dt)));
+}
+
+/* dx = dy * relu'(y) (MXNet differentiates relu through its output) */
+__global__ void ampc_k_relu_backward(size_t n, int dt, const void *y, const void *dy, void *dx,
+                                     int acc)
+{
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
+        float g = ampc_cu_load(dy, i, dt) * ampc_relu_grad_y(ampc_cu_load(y, i, dt));
+        ampc_cu_store_acc(dx, i, dt, g, acc);
+    }
+}
+
+/* bits: the value rounded to the dtype once, on the host */
+__global__ void ampc_k_fill(void *dst, int dt, size_t n, uint32_t bits)
+{
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
+        if (dt == AMPC_DT_F32)
+            ((uint32_t *)dst)[i] = bits;
+        else
+            ((uint16_t *)dst)[i] = (uint16_t)bits;
+    }
+}
+
+/* ---- the finite checks ----------------------------------------------------------- */
+
+__global__ void ampc_k_finite(const void *p, size_t n, int dt, int32_t *found)
+{
+    int bad = 0;
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride())
+        bad |= ampc_cu_nonfinite(p, i, dt);
+    if (bad)
+        *found = 1;
+}
+
+/* The range of block blockIdx.x in a multi-tensor launch: [*lo, *hi) of
+ * tensor *t. */
+static inline __device__ const AmpcMtTensor *ampc_cu_mt_range(const AmpcMtTensor *tensors,
+                                                             const AmpcMtBlock *blocks,
+                                                             int64_t chunk, size_t *lo,
+                                                             size_t *hi)
+{
+    AmpcMtBlock b = blocks[blockIdx.x];
+    const AmpcMtTensor *t = &tensors[b.tensor];
+    size_t first = (size_t)b.chunk * (size_t)chunk;
+    size_t n = (size_t)t->n;
+    *lo = first;
+    *hi = n - first < (size_t)chunk ? n : first + (size_t)chunk;
+    return t;
+}
+
+__global__ void ampc_k_mt_finite(const AmpcMtTensor *tensors, const AmpcMtBlock *blocks,
+                                 int64_t chunk, int32_t *found)
+{
+    size_t lo, hi;
+    const AmpcMtTensor *t = ampc_cu_mt_range(tensors, blocks, chunk, &lo, &hi);
+    const void *g = t->grad;
+    int dt = t->gdt, bad = 0;
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+        bad |= ampc_cu_nonfinite(g, i, dt);
+    if (bad)
+        *found = 1;
+}
+
+/* ---- the fused multi-tensor optimizer ------------------------------------------ */
+
+/* optim.c's update_f32: which update an element gets */
+static inline AMPC_HD void ampc_cu_update(float *w, float *mom, float *var, float g,
+                                          AmpcOptParam q, int kind)
+{
+    if (kind == AMPC_OPT_ADAM)
+        ampc_adam_update(w, mom, var, g, q);
+    else if (!mom)
+        ampc_sgd_update(w, g, q);
+    else if (kind == AMPC_OPT_NAG)
+        ampc_nag_mom_update(w, mom, g, q);
+    else
+        ampc_sgd_mom_update(w, mom, g, q);
+}
+
+/* rt_optim_step2's per-tensor parameters (lr x lr_mult, wd x wd_mult, Adam's
+ * lr_t in double) from the step and the table */
+static inline AMPC_HD AmpcOptParam ampc_cu_opt_param(const AmpcMtStep *s, const AmpcMtTensor *t,
+                                                     const AmpcLossScale *scale)
+{
+    AmpcOptParam q;
+    q.lr = s->lr * t->lr_mult;
+    q.wd = s->wd * t->wd_mult;
+    q.momentum = s->momentum;
+    q.rescale_grad =
+        scale ? (float)(1.0 / (s->batch * (double)scale->scale)) : s->rescale_grad;
+    q.clip_gradient = s->clip_gradient;
+    q.beta1 = 0.0f;
+    q.beta2 = 0.0f;
+    q.epsilon = 0.0f;
+    if (s->kind == AMPC_OPT_ADAM) {
+        q.beta1 = s->beta1;
+        q.beta2 = s->beta2;
+        q.epsilon = s->epsilon;
+        q.lr = (float)(((double)s->lr * (double)t->lr_mult) * s->adam_corr);
+    }
+    return q;
+}
+
+/* Each element is read and written once: gradient, master (or weight) and
+ * state in, master, state and weight (the 16-bit shadow) out; bytes per
+ * parameter as optim.c's (docs/backend-cuda.md). */
+__global__ void ampc_k_mt_optim(const AmpcMtTensor *tensors, const AmpcMtBlock *blocks,
+                                int64_t chunk, AmpcMtStep step, const int32_t *skip,
+                                int32_t *found, const AmpcLossScale *scale)
+{
+    if (skip && *skip)
+        return;
+    size_t lo, hi;
+    const AmpcMtTensor *t = ampc_cu_mt_range(tensors, blocks, chunk, &lo, &hi);
+    AmpcOptParam q = ampc_cu_opt_param(&step, t, scale);
+    const void *grad = t->grad;
+    void *weight = t->weight;
+    float *master = t->master, *mom = t->mom, *var = t->var;
+    int gdt = t->gdt, wdt = t->wdt, kind = step.kind, bad = 0;
+    for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        float g = ampc_cu_load(grad, i, gdt);
+        bad |= !ampc_isfinite(g);
+        float w = master ? master[i] : ampc_cu_load(weight, i, wdt);
+        ampc_cu_update(&w, mom ? &mom[i] : NULL, var ? &var[i] : NULL, g, q, kind);
+        if (master)
+            master[i] = w;
+        ampc_cu_store(weight, i, wdt, w);
+    }
+    if (bad && found)
+        *found = 1;
+}
+
+/* ---- the loss scale ---------------------------------------------------------------- */
+
+/* One thread: the rule of kernels/lossscale.h on the device flag, so the
+ * scale the next step uses never passes through the host. */
+__global__ void ampc_k_loss_scale(AmpcLossScale *state, const int32_t *found,
+                                  AmpcLossScaleRule rule, AmpcLossScaleStats *stats)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0)
+        return;
+    AmpcLossScale old = *state;
+    int inf = *found != 0;
+    AmpcLossScale now = ampc_loss_scale_update(old, inf, rule);
+    *state = now;
+    if (stats) {
+        stats->steps++;
+        stats->skipped += inf;
+        stats->grown += now.scale > old.scale;
+        stats->backed_off += now.scale < old.scale;
+    }
+}
+
+/* ---- launchers (ampc_cuda.h) ------------------------------------------------------- */
+
+static inline unsigned ampc_cu_grid(size_t n)
+{
+    size_t b = (n + AMPC_CU_THREADS - 1) / AMPC_CU_THREADS;
+    return b < AMPC_CU_GRID_CAP ? (unsigned)b : (unsigned)AMPC_CU_GRID_CAP;
+}
+
+AMPC_CU_API int64_t ampc_mt_count_blocks(const AmpcMtTensor *t, int nt, int64_t chunk)
+{
+    if (chunk <= 0 || nt < 0)
+        return -1;
+    int64_t total = 0;
+    for (int i = 0; i < nt; i++) {
+        if (t[i].n < 0)
+            return -1;
+        int64_t c = t[i].n / chunk + (t[i].n % chunk != 0);
+        if (c > INT32_MAX || total > INT32_MAX - c)
+            return -1;
+        total += c;
+    }
+    return total;
+}
+
+AMPC_CU_API int64_t ampc_mt_fill_blocks(const AmpcMtTensor *t, int nt, int64_t chunk,
+                                        AmpcMtBlock *out)
+{
+    int64_t total = ampc_mt_count_blocks(t, nt, chunk);
+    if (total < 0)
+        return -1;
+    int64_t k = 0;
+    for (int i = 0; i < nt; i++)
+        for (int64_t c = 0; c * chunk < t[i].n; c++) {
+            out[k].tensor = i;
+            out[k].chunk = (int32_t)c;
+            k++;
+        }
+    return k;
+}
+
+AMPC_CU_API int ampc_cu_set_flag(AmpcStream s, int32_t *flag, int32_t value)
+{
+    AMPC_LAUNCH(ampc_k_set_flag, 1, 1, s, flag, value);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_CU_API int ampc_cu_cast(AmpcStream s, size_t n, int from, const void *x, int to, void *y,
+                             int acc)
+{
+    if (n == 0 || (from == to && !acc && x == y))
+        return 0;
+    AMPC_LAUNCH(ampc_k_cast, ampc_cu_grid(n), AMPC_CU_THREADS, s, n, from, x, to, y, acc);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_CU_API int ampc_cu_binary(AmpcStream s, int op, size_t n, int dt, const void *a,
+                               const void *b, void *y)
+{
+    if (n == 0)
+        return 0;
+    AMPC_LAUNCH(ampc_k_binary, ampc_cu_grid(n), AMPC_CU_THREADS, s, op, n, dt, a, b, y);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_CU_API int ampc_cu_add_relu(AmpcStream s, size_t n, int dt, const void *a, const void *b,
+                                 void *y)
+{
+    if (n == 0)
+        return 0;
+    AMPC_LAUNCH(ampc_k_add_relu, ampc_cu_grid(n), AMPC_CU_THREADS, s, n, dt, a, b, y);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_CU_API int ampc_cu_relu(AmpcStream s, size_t n, int dt, const void *x, void *y)
+{
+    if (n == 0)
+        return 0;
+    AMPC_LAUNCH(ampc_k_relu, ampc_cu_grid(n), AMPC_CU_THREADS, s, n, dt, x, y);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_CU_API int ampc_cu_relu_backward(AmpcStream s, size_t n, int dt, const void *y,
+                                      const void *dy, void *dx, int acc)
+{
+    if (n == 0)
+        return 0;
+    AMPC_LAUNCH(ampc_k_relu_backward, ampc_cu_grid(n), AMPC_CU_THREADS, s, n, dt, y, dy, dx,
+                acc);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_CU_API int ampc_cu_fill(AmpcStream s, void *dst, int dt, size_t n, float value)
+{
+    if (n == 0)
+        return 0;
+    uint32_t bits = dt == AMPC_DT_F32 ? ampc_f32_bits(value)
+                  : dt == AMPC_DT_F16 ? ampc_float_to_half(value)
+                                      : ampc_float_to_bf16(value);
+    AMPC_LAUNCH(ampc_k_fill, ampc_cu_grid(n), AMPC_CU_THREADS, s, dst, dt, n, bits);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_CU_API int ampc_cu_finite(AmpcStream s, const void *p, size_t n, int dt, int32_t *found)
+{
+    if (n == 0)
+        return 0;
+    AMPC_LAUNCH(ampc_k_finite, ampc_cu_grid(n), AMPC_CU_THREADS, s, p, n, dt, found);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_CU_API int ampc_cu_mt_finite(AmpcStream s, const AmpcMtTensor *tensors,
+                                  const AmpcMtBlock *blocks, int64_t nblocks, int64_t chunk,
+                                  int32_t *found)
+{
+    if (nblocks <= 0)
+        return 0;
+    AMPC_LAUNCH(ampc_k_mt_finite, nblocks, AMPC_MT_THREADS, s, tensors, blocks, chunk, found);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_CU_API int ampc_cu_mt_optim(AmpcStream s, const AmpcMtTensor *tensors,
+                                 const AmpcMtBlock *blocks, int64_t nblocks, int64_t chunk,
+                                 const AmpcMtStep *step, const int32_t *skip, int32_t *found,
+                                 const AmpcLossScale *scale)
+{
+    if (nblocks <= 0)
+        return 0;
+    AMPC_LAUNCH(ampc_k_mt_optim, nblocks, AMPC_MT_THREADS, s, tensors, blocks, chunk, *step,
+                skip, found, scale);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_CU_API int ampc_cu_loss_scale(AmpcStream s, AmpcLossScale *state, const int32_t *found,
+                                   AmpcLossScaleRule rule, AmpcLossScaleStats *stats)
+{
+    AMPC_LAUNCH(ampc_k_loss_scale, 1, 1, s, state, found, rule, stats);
+    return AMPC_LAUNCH_ERROR();
+}
+
+#endif /* AMPC_CUDA_KERNELS_CUH */
