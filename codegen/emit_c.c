@@ -531,6 +531,21 @@ static void emit_unary_backward_y(Cg *c, const Node *n, const KernelRow *k)
             DT, IN(1), IN(0), OUT);
 }
 
+/* x, a_min, a_max (clip) */
+static void emit_clip_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, (float)%.9g, (float)%.9g, %s);\n", I, k->cpu, numelx(c, n), DT,
+            IN(0), node_float(n, CLIP_A_MIN), node_float(n, CLIP_A_MAX), OUT);
+}
+
+/* dy, x */
+static void emit_clip_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, (float)%.9g, (float)%.9g, %s, %s, false);\n", I, k->cpu,
+            numelx(c, n), DT, IN(1), node_float(n, CLIP_A_MIN), node_float(n, CLIP_A_MAX), IN(0),
+            OUT);
+}
+
 static void emit_cast(Cg *c, const Node *n, const KernelRow *k)
 {
     fprintf(c->f, "%s%s(%s, %s, %s, %s, %s);\n", I, k->cpu, numelx(c, n), rt_dtype(INODE(0)->dtype),

@@ -297,6 +297,12 @@ void rt_scalar_forward(RtScalarOp op, size_t n, RtDType dt, const void *x, float
 void rt_scalar_backward(RtScalarOp op, size_t n, RtDType dt, const void *x, float s,
                         const void *dy, void *dx, bool accumulate);
 
+/* clip: y = min(max(x, lo), hi); dx = dy where lo <= x <= hi, else 0
+ * (MXNet's clip and its backward). */
+void rt_clip_forward(size_t n, RtDType dt, const void *x, float lo, float hi, void *y);
+void rt_clip_backward(size_t n, RtDType dt, const void *x, float lo, float hi, const void *dy,
+                      void *dx, bool accumulate);
+
 /* exp, log, sqrt. */
 typedef enum { RT_UNARY_EXP, RT_UNARY_LOG, RT_UNARY_SQRT } RtUnaryOp;
 void rt_unary_forward(RtUnaryOp op, size_t n, RtDType dt, const void *x, void *y);

@@ -6,6 +6,31 @@ const AttrSpec scalar_attrs[] = {
     {"scalar", AT_FLOAT, true, NULL, -1e300, 1e300, NULL},
     ATTR_END,
 };
+/* clip's bounds: MXNet requires both (a float each). */
+const AttrSpec clip_attrs[] = {
+    {"a_min", AT_FLOAT, true, NULL, -1e30, 1e30, NULL},
+    {"a_max", AT_FLOAT, true, NULL, -1e30, 1e30, NULL},
+    ATTR_END,
+};
+
+bool clip_check(Graph *g, Node *n)
+{
+    if (node_float(n, CLIP_A_MIN) > node_float(n, CLIP_A_MAX)) {
+        node_error(g, n, "clip: a_min=%g is above a_max=%g", node_float(n, CLIP_A_MIN),
+                   node_float(n, CLIP_A_MAX));
+        return false;
+    }
+    return true;
+}
+
+/* dy where a_min <= x <= a_max, else 0 (MXNet's clip backward). */
+bool clip_grad(GradCtx *c, const Node *n, int dy)
+{
+    int in[2] = {dy, n->in[0]};
+    int g = grad_emit(c, OP__backward_clip, in, 2, n);
+    grad_add(c, n->in[0], g);
+    return g >= 0;
+}
 
 static const char *elemwise_symbol(OpKind k)
 {

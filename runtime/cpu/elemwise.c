@@ -307,6 +307,34 @@ void rt_scalar_backward(RtScalarOp op, size_t n, RtDType dt, const void *x, floa
     }
 }
 
+/* ---- clip ---------------------------------------------------------------------- */
+
+void rt_clip_forward(size_t n, RtDType dt, const void *x, float lo, float hi, void *y)
+{
+    float xb[RT_CHUNK], yb[RT_CHUNK];
+    RT_CHUNKS(n, off, m) {
+        const float *v = rt__view(x, off, m, dt, xb);
+        float *r = rt__out(y, off, dt, false, yb);
+        for (size_t i = 0; i < m; i++)
+            r[i] = v[i] < lo ? lo : v[i] > hi ? hi : v[i]; /* a NaN passes, as in MXNet */
+        rt__commit(y, off, r, m, dt, false);
+    }
+}
+
+void rt_clip_backward(size_t n, RtDType dt, const void *x, float lo, float hi, const void *dy,
+                      void *dx, bool accumulate)
+{
+    float xb[RT_CHUNK], gb[RT_CHUNK], ob[RT_CHUNK];
+    RT_CHUNKS(n, off, m) {
+        const float *v = rt__view(x, off, m, dt, xb);
+        const float *g = rt__view(dy, off, m, dt, gb);
+        float *r = rt__out(dx, off, dt, accumulate, ob);
+        for (size_t i = 0; i < m; i++)
+            r[i] = v[i] > hi || v[i] < lo ? 0.0f : g[i];
+        rt__commit(dx, off, r, m, dt, accumulate);
+    }
+}
+
 /* ---- exp, log, sqrt ------------------------------------------------------------ */
 
 void rt_unary_forward(RtUnaryOp op, size_t n, RtDType dt, const void *x, void *y)

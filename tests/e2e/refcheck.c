@@ -396,6 +396,12 @@ static bool eval_node(const Ref *r, const Node *n, double *y)
         for (int64_t k = 0; k < e; k++)
             y[k] = n->op == OP_exp ? exp(x[k]) : n->op == OP_log ? log(x[k]) : sqrt(x[k]);
         break;
+    case OP_clip: {
+        double lo = node_float(n, CLIP_A_MIN), hi = node_float(n, CLIP_A_MAX);
+        for (int64_t k = 0; k < e; k++)
+            y[k] = x[k] < lo ? lo : x[k] > hi ? hi : x[k];
+        break;
+    }
     case OP_SoftmaxOutput: break; /* the loss is taken at the end */
     default:
         fprintf(stderr, "refcheck: no reference for %s\n", op_info(n->op)->name);
