@@ -108,6 +108,7 @@ static const ShapeCase shape_cases[] = {
     {"exp", IMG, "exp(x)", NULL, "[N,4,9,9]"},
     {"log", IMG, "log(x)", NULL, "[N,4,9,9]"},
     {"sqrt", IMG, "sqrt(x)", NULL, "[N,4,9,9]"},
+    {"clip", IMG, "clip(x, a_min=0, a_max=6)", NULL, "[N,4,9,9]"},
     {"Cast", IMG, "Cast(x, dtype=float16)", NULL, "[N,4,9,9]"},
     {"softmax", "x: float32[N,10]", "softmax(x)", NULL, "[N,10]"},
     {"log_softmax", "x: float32[N,10]", "log_softmax(x, axis=1)", NULL, "[N,10]"},
