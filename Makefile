@@ -44,7 +44,7 @@ RTEST_BIN := $(patsubst tests/runtime/%.c,$(BUILD)/rtests/%,$(RTEST_SRC))
 NVCC     ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 
 .PHONY: FORCE fuzzlib e2e data nvcc-check all check unit golden roundtrip asan-check fuzz-check valgrind-check fuzz bench demo \
-        deps install clean format
+        deps install clean format mxnet-env mxnet-check
 all: $(BUILD)/ampc cuda
 
 # ---- the compiler ----------------------------------------------------------
@@ -172,9 +172,22 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h fuzzlib
 
 # Replays the corpus, then a deterministic fuzzing pass (fixed seed and run
 # count), for each target.
-fuzz-check: $(BUILD)/fuzz/fuzz_frontend $(BUILD)/fuzz/fuzz_emit_c $(BUILD)/ampc
+fuzz-check: $(BUILD)/fuzz/fuzz_frontend $(BUILD)/fuzz/fuzz_emit_c $(BUILD)/ampc \
+            $(BUILD)/fuzz/fuzz_mxparams $(BUILD)/fuzz/fuzz_npy
 	AMPC=$(BUILD)/ampc tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_frontend check
 	AMPC=$(BUILD)/ampc FUZZ_RUNS=$(EMIT_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_emit_c check
+	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_mxparams check
+	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_npy check
+
+# The training program's file readers (--load-params, --predict): each
+# target is its reader's source built with the fuzzer (no library).
+RT_FUZZ_CFLAGS := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iruntime $(FUZZ_FLAGS)
+$(BUILD)/fuzz/fuzz_mxparams: tests/fuzz/fuzz_mxparams.c runtime/mxparams.c runtime/mxparams.h runtime/fileio.c
+	@mkdir -p $(@D)
+	clang $(RT_FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_mxparams.c runtime/mxparams.c runtime/fileio.c -lz
+$(BUILD)/fuzz/fuzz_npy: tests/fuzz/fuzz_npy.c runtime/npy.c runtime/npy.h runtime/fileio.c
+	@mkdir -p $(@D)
+	clang $(RT_FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_npy.c runtime/npy.c runtime/fileio.c -lz
 
 # make fuzz [FUZZ_TARGET=fuzz_emit_c] [FUZZ_SECONDS=N]
 fuzz: $(BUILD)/fuzz/$(FUZZ_TARGET) $(BUILD)/ampc
@@ -201,6 +214,24 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/memplan.sh $(BUILD)/ampc
 	tests/e2e/threads.sh $(BUILD)/ampc
 
+# MXNet interoperability, checked against MXNet 1.9.1 itself (tests/mxnet/,
+# docs/mxnet.md).  make mxnet-env makes its Python environment from the
+# hash-pinned tests/mxnet/requirements.txt (CI does; elsewhere the tests
+# print SKIPPED without it, unless AMPC_REQUIRE_MXNET=1).
+MXNET_ENV ?= $(CURDIR)/build/mxnet-env
+export MXNET_ENV
+mxnet-env: $(MXNET_ENV)/.installed
+$(MXNET_ENV)/.installed: tests/mxnet/requirements.txt
+	rm -rf $(MXNET_ENV)
+	python3 -m venv $(MXNET_ENV)
+	$(MXNET_ENV)/bin/python -m pip install --no-input --disable-pip-version-check --require-hashes \
+	    --no-deps --only-binary=:all: -r tests/mxnet/requirements.txt
+	$(MXNET_ENV)/bin/python -c 'import mxnet, numpy; assert (mxnet.__version__, numpy.__version__) == ("1.9.1", "1.23.5")'
+	touch $@
+
+mxnet-check: $(BUILD)/ampc $(BUILD)/libampcrt.a
+	tests/mxnet/params.sh $(BUILD)/ampc
+
 valgrind-check: $(BUILD)/ampc
 	tests/valgrind.sh $(BUILD)/ampc
 
@@ -212,6 +243,7 @@ check:
 	@$(MAKE) --no-print-directory golden
 	@$(MAKE) --no-print-directory roundtrip
 	@$(MAKE) --no-print-directory e2e
+	@$(MAKE) --no-print-directory mxnet-check
 	@$(MAKE) --no-print-directory valgrind-check
 	@$(MAKE) --no-print-directory asan-check
 	@$(MAKE) --no-print-directory fuzz-check

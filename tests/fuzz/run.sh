@@ -49,19 +49,25 @@ mkdir -p "$seeds" "$work"
 
 # ---- the seed corpus -------------------------------------------------------
 cd "$root" || exit 2
+# A reader of a binary format (fuzz_mxparams, fuzz_npy) starts from its own
+# corpus alone, tests/fuzz/corpus_NAME/ (NAME: the target without fuzz_),
+# without the model files, the IR dumps and the DSL dictionary.
+own=tests/fuzz/corpus_${target#fuzz_}
+[ -d "$own" ] || own=
 n=0
 while IFS= read -r f; do
     # flatten the path into a name: tests/golden/errors/x.sym -> tests_golden_errors_x.sym
     cp "$f" "$seeds/${f//\//_}"
     n=$((n + 1))
-done < <( { ls examples/*.sym 2>/dev/null
+done < <( if [ -n "$own" ]; then find "$own" -type f ! -name 'README*'; else
+            ls examples/*.sym 2>/dev/null
             find tests/golden -type f \( -name '*.sym' -o -name '*.ir' \) 2>/dev/null
-            find tests/fuzz/corpus -type f ! -name 'README*' 2>/dev/null; } | sort)
+            find tests/fuzz/corpus -type f ! -name 'README*' 2>/dev/null; fi | sort)
 # IR seeds: the dump of every example after every pass, when the compiler
 # is built (AMPC, default build/ampc), so that the reader starts from real dumps.
 ampc=${AMPC:-$root/build/ampc}
 nir=0
-if [ -x "$ampc" ]; then
+if [ -x "$ampc" ] && [ -z "$own" ]; then
     for f in examples/*.sym; do
         d=$tmp/dumps/$(basename "$f" .sym)
         mkdir -p "$d"
@@ -73,8 +79,12 @@ if [ -x "$ampc" ]; then
         done
     done
 fi
-echo "fuzz: $((n + nir)) seed inputs ($n from examples, golden tests and tests/fuzz/corpus," \
-     "$nir dumps of the examples$([ -x "$ampc" ] || echo ": no $ampc to make them"))"
+if [ -n "$own" ]; then
+    echo "fuzz: $n seed inputs from $own"
+else
+    echo "fuzz: $((n + nir)) seed inputs ($n from examples, golden tests and tests/fuzz/corpus," \
+         "$nir dumps of the examples$([ -x "$ampc" ] || echo ": no $ampc to make them"))"
+fi
 n=$((n + nir))
 
 # Diagnostics go to /dev/null inside the target; the sanitizers abort on the
@@ -117,7 +127,8 @@ done
 echo "fuzz: replay: $n inputs passed"
 
 # ---- 2. fuzz ---------------------------------------------------------------
-flags=("${common[@]}" "-dict=$root/tests/fuzz/dsl.dict" -use_value_profile=1 -print_final_stats=1)
+flags=("${common[@]}" -use_value_profile=1 -print_final_stats=1)
+[ -n "$own" ] || flags+=("-dict=$root/tests/fuzz/dsl.dict")
 run=("$bin")
 if [ "$mode" = check ]; then
     # Value profiling sees the values of pointer comparisons, so heap and
