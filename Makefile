@@ -135,10 +135,20 @@ cuda:
 	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory $(BUILD)/libampccuda.a; \
 	else echo "SKIPPED: the CUDA runtime library $(BUILD)/libampccuda.a: no nvcc (install the CUDA toolkit or set NVCC=)"; fi
 
-# The kernels' PTX and registers (tests/runtime/cuda_ptx_check.sh); the
-# kernels themselves run emulated in unit (tests/runtime/test_cuda_emu.c).
+# A program links the CUDA device with libampcrt.a and the static cudart.
+CUDA_LIBS := -L$(dir $(NVCC))../lib64 -lcudart_static -ldl -lpthread -lrt -lstdc++
+$(BUILD)/cuda/cuda_device_smoke: tests/runtime/cuda_device_smoke.c $(BUILD)/libampccuda.a $(BUILD)/libampcrt.a
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampccuda.a $(BUILD)/libampcrt.a $(LDFLAGS) \
+	    $(CUDA_LIBS) $(RT_LIBS)
+
+# The kernels' PTX and registers (tests/runtime/cuda_ptx_check.sh), and the
+# CUDA device linked as a program links it (tests/runtime/cuda_device_smoke.sh:
+# without a GPU only its clean failure to open); the kernels themselves run
+# emulated in unit (tests/runtime/test_cuda_emu.c).
 cuda-check: cuda
-	@if [ -n "$(NVCC)" ]; then tests/runtime/cuda_ptx_check.sh $(NVCC) $(BUILD)/cuda; \
+	@if [ -n "$(NVCC)" ]; then tests/runtime/cuda_ptx_check.sh $(NVCC) $(BUILD)/cuda && \
+	    $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_device_smoke && \
+	    tests/runtime/cuda_device_smoke.sh $(BUILD)/cuda/cuda_device_smoke; \
 	else echo "SKIPPED: cuda-check (the PTX and register-spill checks of the CUDA kernels): no nvcc"; fi
 
 golden: $(BUILD)/ampc

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cuda/ampc_cuda.h"
+#include "kernels/optim.h"
 #include "train.h"
 
 /* Every parameter with a gradient, as rt_optim_grads_finite checks them;

@@ -1,0 +1,517 @@
+/* device.cu - the CUDA device (runtime/device.h) on one GPU.
+ *
+ * NOT RUN YET: it compiles and links here (make cuda, make cuda-check's
+ * smoke test), but these machines have no GPU, so only its error path has
+ * run (docs/backend-cuda.md).
+ *
+ * Device memory is cudaMalloc'd (never managed memory) and zeroed; all work
+ * goes onto one non-blocking stream in the order of the calls.  The
+ * finite flag is an int32 in device memory that the custom kernels
+ * (kernels.cuh through ampc_cuda.h) write and read; read_flag is the one
+ * read-back.  The finite check and the optimizer run over multi-tensor
+ * tables in device memory made by mt_table.h, as optim.c walks the model:
+ * the gradients' table at setup, the optimizer's on its first step (and
+ * again should its choice of states change).  Every CUDA call goes through
+ * cu_check (CU_TRY / CU_MUST), which reports file:line, the call and
+ * cudaGetErrorString; a failure outside alloc and open ends the program
+ * (exit 1), since the device's state is then unknown.
+ */
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/ampc_cuda.h"
+#include "cuda/device_cuda.h"
+#include "cuda/mt_table.h"
+#include "train.h"
+
+/* ---- the checking macro ------------------------------------------------------------ */
+
+/* true when e is cudaSuccess; else the message "FILE:LINE: CALL: ERROR"
+ * into err (or stderr when err is NULL) */
+static bool cu_check(cudaError_t e, const char *call, const char *file, int line, char *err,
+                     size_t errlen)
+{
+    if (e == cudaSuccess)
+        return true;
+    if (err)
+        snprintf(err, errlen, "%s:%d: %s: %s", file, line, call, cudaGetErrorString(e));
+    else
+        fprintf(stderr, "cuda: %s:%d: %s: %s\n", file, line, call, cudaGetErrorString(e));
+    return false;
+}
+
+/* a call whose failure the caller reports (into err) */
+#define CU_TRY(call, err, errlen) \
+    cu_check((cudaError_t)(call), #call, __FILE__, __LINE__, (err), (errlen))
+/* a call that must not fail: on failure, the message and exit(1) */
+#define CU_MUST(call)                                                                         \
+    do {                                                                                      \
+        if (!cu_check((cudaError_t)(call), #call, __FILE__, __LINE__, NULL, 0))               \
+            exit(1);                                                                          \
+    } while (0)
+
+/* ---- the device ---------------------------------------------------------------------- */
+
+enum { NEVENTS = 64 }; /* events in the ring (RtDevEvent.seq % NEVENTS) */
+
+typedef struct {
+    const AmpcMtTensor *tensors; /* device memory */
+    const AmpcMtBlock *blocks;
+    int64_t nblocks;
+} DevTable;
+
+typedef struct {
+    RtDevice base; /* first: an RtDevice * is a CudaDevice * */
+    int ordinal;
+    cudaStream_t stream;
+    int32_t *flag;       /* device: 0 = every value checked was finite */
+    int32_t *flag_host;  /* pinned: read_flag's copy */
+    /* setup's model and buffers */
+    const RtModel *m;
+    const RtCtx *ctx;
+    void **buf0;
+    float **master0;
+    DevTable grads;      /* every gradient (check_grads) */
+    DevTable opt;        /* what optim_step updates */
+    float *const *opt_state, *const *opt_state2;
+    int opt_kind, opt_with_mom, opt_valid;
+    /* events */
+    cudaEvent_t ev[NEVENTS];
+    uint64_t seq;
+} CudaDevice;
+
+static CudaDevice *cu(RtDevice *d) { return (CudaDevice *)d; }
+
+/* ---- memory ---------------------------------------------------------------------------- */
+
+static void *cu_alloc(RtDevice *d, size_t bytes, const char *what, char *err, size_t errlen)
+{
+    CudaDevice *c = cu(d);
+    size_t size = bytes ? bytes : RT_DEV_ALIGN;
+    if (size > SIZE_MAX - (RT_DEV_ALIGN - 1)) {
+        snprintf(err, errlen, "cuda: out of memory for %s (%zu bytes)", what ? what : "a buffer",
+                 bytes);
+        return NULL;
+    }
+    size = (size + RT_DEV_ALIGN - 1) / RT_DEV_ALIGN * RT_DEV_ALIGN;
+    void *p = NULL;
+    char why[300];
+    if (!CU_TRY(cudaMalloc(&p, size), why, sizeof why)) {
+        (void)cudaGetLastError(); /* an allocation failure is not sticky: clear it */
+        snprintf(err, errlen, "cuda: out of memory for %s (%zu bytes): %s",
+                 what ? what : "a buffer", bytes, why);
+        return NULL;
+    }
+    CU_MUST(cudaMemsetAsync(p, 0, size, c->stream)); /* cudaMalloc's blocks start at 256 B */
+    return p;
+}
+
+static void cu_free(RtDevice *d, void *p)
+{
+    if (!p)
+        return;
+    CU_MUST(cudaStreamSynchronize(cu(d)->stream)); /* nothing queued may still use it */
+    CU_MUST(cudaFree(p));
+}
+
+static void *cu_host_alloc(RtDevice *d, size_t bytes, const char *what, char *err, size_t errlen)
+{
+    (void)d;
+    size_t size = bytes ? bytes : RT_DEV_ALIGN;
+    void *p = NULL;
+    char why[300];
+    if (!CU_TRY(cudaHostAlloc(&p, size, cudaHostAllocDefault), why, sizeof why)) {
+        (void)cudaGetLastError();
+        snprintf(err, errlen, "cuda: out of pinned host memory for %s (%zu bytes): %s",
+                 what ? what : "a buffer", bytes, why);
+        return NULL;
+    }
+    memset(p, 0, size);
+    return p;
+}
+
+static void cu_host_free(RtDevice *d, void *p)
+{
+    if (!p)
+        return;
+    CU_MUST(cudaStreamSynchronize(cu(d)->stream));
+    CU_MUST(cudaFreeHost(p));
+}
+
+/* Asynchronous: from pageable memory cudaMemcpyAsync returns once the
+ * source has been staged (the caller may reuse it); from pinned memory
+ * (the loop's staging buffers) the loop orders reuse with events. */
+static void cu_to_device(RtDevice *d, void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        CU_MUST(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu(d)->stream));
+}
+
+/* Synchronous: the caller reads the host copy at once. */
+static void cu_to_host(RtDevice *d, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return;
+    CU_MUST(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cu(d)->stream));
+    CU_MUST(cudaStreamSynchronize(cu(d)->stream));
+}
+
+static void cu_fill(RtDevice *d, void *dst, RtDType dt, size_t n, float value)
+{
+    CU_MUST(ampc_cu_fill(cu(d)->stream, dst, (int)dt, n, value));
+}
+
+/* ---- the multi-tensor tables ----------------------------------------------------------- */
+
+static void table_free(DevTable *t)
+{
+    if (t->tensors)
+        CU_MUST(cudaFree((void *)t->tensors));
+    if (t->blocks)
+        CU_MUST(cudaFree((void *)t->blocks));
+    memset(t, 0, sizeof *t);
+}
+
+/* Uploads nt tensors and their block table (chunks of AMPC_MT_CHUNK). */
+static bool table_upload(CudaDevice *c, DevTable *t, const AmpcMtTensor *host, int nt, char *err,
+                         size_t errlen)
+{
+    CU_MUST(cudaStreamSynchronize(c->stream)); /* the old table may be in use */
+    table_free(t);
+    int64_t nb = ampc_mt_count_blocks(host, nt, AMPC_MT_CHUNK);
+    if (nb < 0) {
+        snprintf(err, errlen, "cuda: a parameter table of %d tensors needs more than 2^31 blocks",
+                 nt);
+        return false;
+    }
+    if (nb == 0)
+        return true;
+    AmpcMtBlock *blocks = (AmpcMtBlock *)malloc((size_t)nb * sizeof *blocks);
+    if (!blocks) {
+        snprintf(err, errlen, "cuda: out of host memory for a table of %lld blocks", (long long)nb);
+        return false;
+    }
+    ampc_mt_fill_blocks(host, nt, AMPC_MT_CHUNK, blocks);
+    void *dt = NULL, *db = NULL;
+    bool ok = CU_TRY(cudaMalloc(&dt, (size_t)nt * sizeof *host), err, errlen) &&
+              CU_TRY(cudaMalloc(&db, (size_t)nb * sizeof *blocks), err, errlen) &&
+              CU_TRY(cudaMemcpy(dt, host, (size_t)nt * sizeof *host, cudaMemcpyHostToDevice), err,
+                     errlen) &&
+              CU_TRY(cudaMemcpy(db, blocks, (size_t)nb * sizeof *blocks, cudaMemcpyHostToDevice),
+                     err, errlen);
+    free(blocks);
+    if (!ok) {
+        (void)cudaGetLastError();
+        if (dt)
+            CU_MUST(cudaFree(dt));
+        if (db)
+            CU_MUST(cudaFree(db));
+        return false;
+    }
+    t->tensors = (const AmpcMtTensor *)dt;
+    t->blocks = (const AmpcMtBlock *)db;
+    t->nblocks = nb;
+    return true;
+}
+
+/* ---- setup ------------------------------------------------------------------------------ */
+
+static bool same_buffers(const CudaDevice *c, const RtModel *m, const RtCtx *ctx)
+{
+    if (c->m != m || c->ctx != ctx)
+        return false;
+    for (int i = 0; i < m->nbuffers; i++)
+        if (c->buf0[i] != ctx->buf[i])
+            return false;
+    for (int i = 0; ctx->master && i < m->nparams; i++)
+        if (c->master0[i] != ctx->master[i])
+            return false;
+    return true;
+}
+
+static bool cu_setup(RtDevice *d, const RtModel *m, const RtCtx *ctx, char *err, size_t errlen)
+{
+    CudaDevice *c = cu(d);
+    if (c->m && same_buffers(c, m, ctx))
+        return true;
+    free(c->buf0);
+    free(c->master0);
+    c->m = NULL;
+    c->opt_valid = 0;
+    c->buf0 = (void **)calloc((size_t)m->nbuffers + 1, sizeof *c->buf0);
+    c->master0 = (float **)calloc((size_t)m->nparams + 1, sizeof *c->master0);
+    AmpcMtTensor *t = (AmpcMtTensor *)calloc((size_t)m->nparams + 1, sizeof *t);
+    if (!c->buf0 || !c->master0 || !t) {
+        free(t);
+        snprintf(err, errlen, "cuda: out of host memory for the setup of model %s", m->name);
+        return false;
+    }
+    memcpy(c->buf0, ctx->buf, (size_t)m->nbuffers * sizeof *c->buf0);
+    if (ctx->master)
+        memcpy(c->master0, ctx->master, (size_t)m->nparams * sizeof *c->master0);
+    int nt = ampc_mt_grads_from_model(m, ctx->buf, t);
+    bool ok = table_upload(c, &c->grads, t, nt, err, errlen);
+    free(t);
+    if (!ok)
+        return false;
+    c->m = m;
+    c->ctx = ctx;
+    return true;
+}
+
+/* ---- the finite flag -------------------------------------------------------------------- */
+
+static void cu_check_grads(RtDevice *d)
+{
+    CudaDevice *c = cu(d);
+    CU_MUST(ampc_cu_set_flag(c->stream, c->flag, 0));
+    CU_MUST(ampc_cu_mt_finite(c->stream, c->grads.tensors, c->grads.blocks, c->grads.nblocks,
+                              AMPC_MT_CHUNK, c->flag));
+}
+
+static void cu_check_finite(RtDevice *d, const void *p, size_t n, RtDType dt)
+{
+    CudaDevice *c = cu(d);
+    CU_MUST(ampc_cu_set_flag(c->stream, c->flag, 0));
+    CU_MUST(ampc_cu_finite(c->stream, p, n, (int)dt, c->flag));
+}
+
+static bool cu_read_flag(RtDevice *d)
+{
+    CudaDevice *c = cu(d);
+    CU_MUST(cudaMemcpyAsync(c->flag_host, c->flag, sizeof *c->flag, cudaMemcpyDeviceToHost,
+                            c->stream));
+    CU_MUST(cudaStreamSynchronize(c->stream));
+    return *c->flag_host == 0;
+}
+
+/* Only after a non-finite step with --check-numerics: a read-back per tensor. */
+static int cu_first_nonfinite(RtDevice *d)
+{
+    CudaDevice *c = cu(d);
+    if (!c->m)
+        return -1;
+    for (int i = 0; i < c->m->nparams; i++) {
+        const RtParam *p = &c->m->params[i];
+        if (p->grad < 0 || p->numel <= 0)
+            continue;
+        cu_check_finite(d, c->ctx->buf[p->grad], (size_t)p->numel, c->m->buffers[p->grad].dtype);
+        if (!cu_read_flag(d))
+            return i;
+    }
+    return -1;
+}
+
+/* ---- the optimizer ------------------------------------------------------------------------ */
+
+static void cu_optim_step(RtDevice *d, float *const *state, float *const *state2,
+                          const RtOptConfig *oc)
+{
+    CudaDevice *c = cu(d);
+    if (!c->m)
+        return;
+    int with_mom = oc->kind == RT_OPT_ADAM || oc->momentum != 0.0f;
+    if (!c->opt_valid || c->opt_state != state || c->opt_state2 != state2 ||
+        c->opt_kind != (int)oc->kind || c->opt_with_mom != with_mom) {
+        AmpcMtTensor *t = (AmpcMtTensor *)calloc((size_t)c->m->nparams + 1, sizeof *t);
+        char err[300];
+        if (!t) {
+            fprintf(stderr, "cuda: out of host memory for the optimizer's table\n");
+            exit(1);
+        }
+        int nt = ampc_mt_optim_from_model(c->m, c->ctx->buf, c->ctx->master, state, state2, oc, t);
+        bool ok = table_upload(c, &c->opt, t, nt, err, sizeof err);
+        free(t);
+        if (!ok) {
+            fprintf(stderr, "%s\n", err);
+            exit(1);
+        }
+        c->opt_state = state;
+        c->opt_state2 = state2;
+        c->opt_kind = (int)oc->kind;
+        c->opt_with_mom = with_mom;
+        c->opt_valid = 1;
+    }
+    AmpcMtStep step = ampc_mt_step_from_config(oc);
+    /* the update cannot be skipped here (the loop decided): the check is
+     * fused into it, as optim.c's */
+    CU_MUST(ampc_cu_set_flag(c->stream, c->flag, 0));
+    CU_MUST(ampc_cu_mt_optim(c->stream, c->opt.tensors, c->opt.blocks, c->opt.nblocks,
+                             AMPC_MT_CHUNK, &step, NULL, c->flag, NULL));
+}
+
+/* ---- ordering: a ring of CUDA events ------------------------------------------------------ */
+
+static void cu_event_record(RtDevice *d, RtDevEvent *e)
+{
+    CudaDevice *c = cu(d);
+    uint64_t s = ++c->seq;
+    CU_MUST(cudaEventRecord(c->ev[s % NEVENTS], c->stream));
+    e->seq = s;
+}
+
+/* A slot reused by a later record waits for that later point: longer, never
+ * shorter. */
+static void cu_event_wait(RtDevice *d, const RtDevEvent *e)
+{
+    if (e->seq)
+        CU_MUST(cudaEventSynchronize(cu(d)->ev[e->seq % NEVENTS]));
+}
+
+static bool cu_event_done(RtDevice *d, const RtDevEvent *e)
+{
+    if (!e->seq)
+        return true;
+    cudaError_t r = cudaEventQuery(cu(d)->ev[e->seq % NEVENTS]);
+    if (r == cudaErrorNotReady)
+        return false;
+    CU_MUST(r);
+    return true;
+}
+
+static void cu_synchronize(RtDevice *d) { CU_MUST(cudaStreamSynchronize(cu(d)->stream)); }
+
+/* ---- collectives: one device (NCCL comes with several) ---------------------------------- */
+
+static int cu_world_size(const RtDevice *d)
+{
+    (void)d;
+    return 1;
+}
+
+static int cu_rank(const RtDevice *d)
+{
+    (void)d;
+    return 0;
+}
+
+static bool check_bucket(const RtDevTensor *bucket, int n, const char *call, char *err,
+                         size_t errlen)
+{
+    if (n < 0 || (n > 0 && !bucket)) {
+        snprintf(err, errlen, "cuda: %s of %d tensors", call, n);
+        return false;
+    }
+    for (int i = 0; i < n; i++)
+        if ((!bucket[i].ptr && bucket[i].n) || (unsigned)bucket[i].dt > RT_BF16) {
+            snprintf(err, errlen, "cuda: %s: tensor %d of the bucket has no memory or no dtype",
+                     call, i);
+            return false;
+        }
+    return true;
+}
+
+static bool cu_allreduce(RtDevice *d, const RtDevTensor *bucket, int n, RtReduceOp op, char *err,
+                         size_t errlen)
+{
+    (void)d;
+    if (op != RT_REDUCE_SUM && op != RT_REDUCE_MEAN) {
+        snprintf(err, errlen, "cuda: all-reduce: unknown reduction %d", (int)op);
+        return false;
+    }
+    return check_bucket(bucket, n, "all-reduce", err, errlen);
+}
+
+static bool cu_broadcast(RtDevice *d, const RtDevTensor *bucket, int n, int root, char *err,
+                         size_t errlen)
+{
+    if (root < 0 || root >= cu_world_size(d)) {
+        snprintf(err, errlen, "cuda: broadcast from device %d of %d", root, cu_world_size(d));
+        return false;
+    }
+    return check_bucket(bucket, n, "broadcast", err, errlen);
+}
+
+/* ---- open and close --------------------------------------------------------------------- */
+
+static void cu_close(RtDevice *d)
+{
+    CudaDevice *c = cu(d);
+    if (c->stream)
+        CU_MUST(cudaStreamSynchronize(c->stream));
+    table_free(&c->grads);
+    table_free(&c->opt);
+    for (int i = 0; i < NEVENTS; i++)
+        if (c->ev[i])
+            CU_MUST(cudaEventDestroy(c->ev[i]));
+    if (c->flag)
+        CU_MUST(cudaFree(c->flag));
+    if (c->flag_host)
+        CU_MUST(cudaFreeHost(c->flag_host));
+    if (c->stream)
+        CU_MUST(cudaStreamDestroy(c->stream));
+    free(c->buf0);
+    free(c->master0);
+    free(c);
+}
+
+static RtDeviceOps make_ops(void)
+{
+    RtDeviceOps o;
+    memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.alloc = cu_alloc;
+    o.free = cu_free;
+    o.host_alloc = cu_host_alloc;
+    o.host_free = cu_host_free;
+    o.to_device = cu_to_device;
+    o.to_host = cu_to_host;
+    o.fill = cu_fill;
+    o.setup = cu_setup;
+    o.check_grads = cu_check_grads;
+    o.check_finite = cu_check_finite;
+    o.read_flag = cu_read_flag;
+    o.first_nonfinite = cu_first_nonfinite;
+    o.optim_step = cu_optim_step;
+    o.event_record = cu_event_record;
+    o.event_wait = cu_event_wait;
+    o.event_done = cu_event_done;
+    o.synchronize = cu_synchronize;
+    o.world_size = cu_world_size;
+    o.rank = cu_rank;
+    o.allreduce = cu_allreduce;
+    o.broadcast = cu_broadcast;
+    o.close = cu_close;
+    return o;
+}
+
+static const RtDeviceOps cuda_ops = make_ops();
+
+extern "C" RtDevice *rt_device_cuda_open(int ordinal, char *err, size_t errlen)
+{
+    CudaDevice *c = (CudaDevice *)calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "cuda: out of host memory for the device");
+        return NULL;
+    }
+    c->base.ops = &cuda_ops;
+    c->ordinal = ordinal;
+    bool ok = CU_TRY(cudaSetDevice(ordinal), err, errlen) &&
+              CU_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), err, errlen) &&
+              CU_TRY(cudaMalloc((void **)&c->flag, sizeof *c->flag), err, errlen) &&
+              CU_TRY(cudaHostAlloc((void **)&c->flag_host, sizeof *c->flag_host,
+                                   cudaHostAllocDefault), err, errlen) &&
+              CU_TRY(cudaMemsetAsync(c->flag, 0, sizeof *c->flag, c->stream), err, errlen);
+    for (int i = 0; ok && i < NEVENTS; i++)
+        ok = CU_TRY(cudaEventCreateWithFlags(&c->ev[i], cudaEventDisableTiming), err, errlen);
+    if (!ok) {
+        /* undo what was made; err keeps the first failure's message */
+        char more[300];
+        (void)cudaGetLastError();
+        for (int i = 0; i < NEVENTS; i++)
+            if (c->ev[i])
+                CU_TRY(cudaEventDestroy(c->ev[i]), more, sizeof more);
+        if (c->flag)
+            CU_TRY(cudaFree(c->flag), more, sizeof more);
+        if (c->flag_host)
+            CU_TRY(cudaFreeHost(c->flag_host), more, sizeof more);
+        if (c->stream)
+            CU_TRY(cudaStreamDestroy(c->stream), more, sizeof more);
+        free(c);
+        return NULL;
+    }
+    return &c->base;
+}

@@ -1,0 +1,23 @@
+/* device_cuda.h - opening the CUDA device (runtime/cuda/device.cu), the
+ * second implementation of runtime/device.h.  In libampccuda.a; a program
+ * that uses it links that, libampcrt.a and cudart. */
+#ifndef AMPC_DEVICE_CUDA_H
+#define AMPC_DEVICE_CUDA_H
+
+#include <stddef.h>
+
+#include "device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* GPU `ordinal` (0 for the first).  NULL with a message naming the failed
+ * CUDA call and its error string when there is no usable GPU or driver. */
+RtDevice *rt_device_cuda_open(int ordinal, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

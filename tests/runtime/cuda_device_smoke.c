@@ -1,0 +1,175 @@
+/*
+ * cuda_device_smoke.c - the CUDA device (runtime/cuda/device.cu) through
+ * runtime/device.h, against the CPU optimizer, linked as a training program
+ * would link it (libampccuda.a, libampcrt.a, cudart).
+ *
+ * Without a usable GPU, opening the device must fail cleanly: a message
+ * naming device.cu:LINE, the CUDA call and its error string, exit status 3
+ * (make cuda-check prints it as a SKIPPED line).  With one (make gpu-check,
+ * or cuda-check on a GPU machine), it runs one model of three parameters
+ * (fp16 and bf16 with fp32 masters, fp32; 70,001 elements each, so chunks
+ * of 65,536 split them) through fill, copies, setup, the finite check and
+ * two NAG steps, and compares every weight, master and momentum with
+ * rt_optim_step2 on the host bit for bit (NaN as NaN); then a NaN gradient
+ * must clear the flag and first_nonfinite must name its parameter.
+ * Exit 0 on success, 1 on a mismatch.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/device_cuda.h"
+#include "kernels/half.h"
+#include "train.h"
+
+enum { NP = 3, N = 70001 };
+
+static const RtParam params[NP] = {
+    {"a_weight", RT_PK_WEIGHT, RT_F16, true, 1, {N}, N, "default", 1, 1, 0, NP + 0},
+    {"b_weight", RT_PK_WEIGHT, RT_BF16, true, 1, {N}, N, "default", 1, 0.5f, 1, NP + 1},
+    {"c_bias", RT_PK_BIAS, RT_F32, false, 1, {N}, N, "default", 0, 2, 2, NP + 2},
+};
+static const RtBuffer buffers[2 * NP] = {
+    {"a", RT_F16, N, 0, false, 0, 0},  {"b", RT_BF16, N, 0, false, 0, 0},
+    {"c", RT_F32, N, 0, false, 0, 0},  {"ga", RT_F16, N, 0, false, 0, 0},
+    {"gb", RT_BF16, N, 0, false, 0, 0}, {"gc", RT_F32, N, 0, false, 0, 0},
+};
+static const RtModel model = {.name = "cuda_smoke", .nparams = NP, .params = params,
+                              .nbuffers = 2 * NP, .buffers = buffers};
+
+static size_t esz(RtDType dt) { return dt == RT_F32 ? 4 : 2; }
+
+static int same(const void *a, const void *b, size_t n, RtDType dt, const char *what, int p)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x, y;
+        if (dt == RT_F32) {
+            x = ((const float *)a)[i], y = ((const float *)b)[i];
+        } else if (dt == RT_F16) {
+            x = ampc_half_to_float(((const uint16_t *)a)[i]);
+            y = ampc_half_to_float(((const uint16_t *)b)[i]);
+        } else {
+            x = ampc_bf16_to_float(((const uint16_t *)a)[i]);
+            y = ampc_bf16_to_float(((const uint16_t *)b)[i]);
+        }
+        if (memcmp((const char *)a + i * esz(dt), (const char *)b + i * esz(dt), esz(dt)) &&
+            !(x != x && y != y)) {
+            fprintf(stderr, "cuda_device_smoke: %s of parameter %d, element %zu: GPU %.9g, CPU "
+                    "%.9g\n", what, p, i, (double)x, (double)y);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int main(void)
+{
+    char err[512];
+    RtDevice *d = rt_device_cuda_open(0, err, sizeof err);
+    if (!d) {
+        printf("cuda_device_smoke: no usable GPU: %s\n", err);
+        return 3;
+    }
+    static void *hbuf[2 * NP], *dbuf[2 * NP];
+    static float *hmaster[NP], *dmaster[NP], *hmom[NP], *dmom[NP];
+    uint64_t s = 88172645463325252ull;
+    for (int b = 0; b < 2 * NP; b++) {
+        size_t bytes = N * esz(buffers[b].dtype);
+        hbuf[b] = malloc(bytes);
+        if (!hbuf[b] || !(dbuf[b] = rt_dev_alloc(d, bytes, buffers[b].name, err, sizeof err))) {
+            fprintf(stderr, "cuda_device_smoke: %s\n", hbuf[b] ? err : "out of memory");
+            return 1;
+        }
+        for (size_t i = 0; i < N; i++) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            float v = ((float)(s >> 40) / 16777216.0f - 0.5f) * (b < NP ? 2.0f : 64.0f);
+            if (buffers[b].dtype == RT_F32)
+                ((float *)hbuf[b])[i] = v;
+            else if (buffers[b].dtype == RT_F16)
+                ((uint16_t *)hbuf[b])[i] = ampc_float_to_half(v);
+            else
+                ((uint16_t *)hbuf[b])[i] = ampc_float_to_bf16(v);
+        }
+        rt_dev_to_device(d, dbuf[b], hbuf[b], bytes);
+    }
+    for (int p = 0; p < NP; p++) {
+        hmom[p] = calloc(N, sizeof(float));
+        dmom[p] = rt_dev_alloc(d, N * sizeof(float), "momentum", err, sizeof err);
+        hmaster[p] = params[p].has_master ? malloc(N * sizeof(float)) : NULL;
+        dmaster[p] = params[p].has_master
+                         ? rt_dev_alloc(d, N * sizeof(float), "master", err, sizeof err)
+                         : NULL;
+        if (!hmom[p] || !dmom[p] || (params[p].has_master && (!hmaster[p] || !dmaster[p]))) {
+            fprintf(stderr, "cuda_device_smoke: out of memory\n");
+            return 1;
+        }
+        if (hmaster[p]) {
+            rt_to_f32(hmaster[p], hbuf[p], N, params[p].dtype);
+            rt_dev_to_device(d, dmaster[p], hmaster[p], N * sizeof(float));
+        }
+        rt_dev_fill(d, dmom[p], RT_F32, N, 0.0f);
+    }
+    RtCtx hctx, dctx;
+    memset(&hctx, 0, sizeof hctx);
+    memset(&dctx, 0, sizeof dctx);
+    hctx.buf = hbuf, hctx.master = hmaster;
+    dctx.buf = dbuf, dctx.master = dmaster;
+    if (!rt_dev_setup(d, &model, &dctx, err, sizeof err)) {
+        fprintf(stderr, "cuda_device_smoke: setup: %s\n", err);
+        return 1;
+    }
+    RtOptConfig c;
+    memset(&c, 0, sizeof c);
+    c.kind = RT_OPT_NAG, c.momentum = 0.9f, c.wd = 1e-4f, c.rescale_grad = 1.0f / 64;
+    c.clip_gradient = -1.0f;
+    int ok = 1;
+    for (int step = 0; step < 2 && ok; step++) {
+        c.lr = 0.1f / (float)(step + 1);
+        rt_dev_check_grads(d);
+        ok &= rt_dev_read_flag(d);
+        ok &= rt_optim_step2(&model, &hctx, hmom, NULL, &c);
+        rt_dev_optim_step(d, dmom, NULL, &c);
+        ok &= rt_dev_read_flag(d);
+        if (!ok)
+            fprintf(stderr, "cuda_device_smoke: step %d: the flag says non-finite\n", step);
+    }
+    static uint16_t back[N * 2];
+    for (int p = 0; ok && p < NP; p++) {
+        size_t bytes = N * esz(params[p].dtype);
+        rt_dev_to_host(d, back, dbuf[p], bytes);
+        ok &= same(back, hbuf[p], N, params[p].dtype, "weight", p);
+        if (params[p].has_master) {
+            rt_dev_to_host(d, back, dmaster[p], N * sizeof(float));
+            ok &= same(back, hmaster[p], N, RT_F32, "master", p);
+        }
+        rt_dev_to_host(d, back, dmom[p], N * sizeof(float));
+        ok &= same(back, hmom[p], N, RT_F32, "momentum", p);
+    }
+    /* a NaN in the last element of the second gradient */
+    uint16_t nan16 = 0x7fc1;
+    rt_dev_to_device(d, (uint16_t *)dbuf[NP + 1] + (N - 1), &nan16, sizeof nan16);
+    rt_dev_check_grads(d);
+    if (ok && rt_dev_read_flag(d)) {
+        fprintf(stderr, "cuda_device_smoke: a NaN gradient left the flag clear\n");
+        ok = 0;
+    }
+    if (ok && rt_dev_first_nonfinite(d) != 1) {
+        fprintf(stderr, "cuda_device_smoke: first_nonfinite did not name parameter 1\n");
+        ok = 0;
+    }
+    for (int b = 0; b < 2 * NP; b++) {
+        rt_dev_free(d, dbuf[b]);
+        free(hbuf[b]);
+    }
+    for (int p = 0; p < NP; p++) {
+        rt_dev_free(d, dmom[p]);
+        rt_dev_free(d, dmaster[p]);
+        free(hmom[p]);
+        free(hmaster[p]);
+    }
+    rt_device_close(d);
+    printf("cuda_device_smoke: %s\n", ok ? "the GPU's optimizer step equals the CPU's, bit for bit"
+                                          : "FAILED");
+    return ok ? 0 : 1;
+}
