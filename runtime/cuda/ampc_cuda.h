@@ -8,6 +8,9 @@
  *
  *   ampc_cu_cast          rt_cast_forward / rt_cast_backward (acc)
  *   ampc_cu_binary        rt_elemwise_forward (add, sub, mul)
+ *   ampc_cu_binary_backward  rt_elemwise_backward
+ *   ampc_cu_scalar        rt_scalar_forward (x+s, x-s, s-x, x*s, x/s, s/x)
+ *   ampc_cu_scalar_backward  rt_scalar_backward
  *   ampc_cu_add_relu      rt_add_relu_forward
  *   ampc_cu_relu          rt_activation_forward(RT_ACT_RELU)
  *   ampc_cu_relu_backward rt_activation_backward(RT_ACT_RELU)
@@ -44,6 +47,10 @@ typedef struct CUstream_st *AmpcStream;
 enum { AMPC_DT_F32 = 0, AMPC_DT_F16 = 1, AMPC_DT_BF16 = 2 };  /* RtDType */
 enum { AMPC_BIN_ADD = 0, AMPC_BIN_SUB = 1, AMPC_BIN_MUL = 2 }; /* RtBinOp */
 enum { AMPC_OPT_SGD = 0, AMPC_OPT_NAG = 1, AMPC_OPT_ADAM = 2 }; /* RtOptKind */
+enum {                                                          /* RtScalarOp */
+    AMPC_SCALAR_PLUS, AMPC_SCALAR_MINUS, AMPC_SCALAR_RMINUS, AMPC_SCALAR_MUL, AMPC_SCALAR_DIV,
+    AMPC_SCALAR_RDIV
+};
 
 /* Threads per block of the multi-tensor kernels, and the default chunk: one
  * block updates one chunk of one tensor (PyTorch's multi_tensor_apply:
@@ -100,6 +107,13 @@ typedef struct AmpcLossScaleStats {
 int ampc_cu_set_flag(AmpcStream s, int32_t *flag, int32_t value);
 int ampc_cu_cast(AmpcStream s, size_t n, int from, const void *x, int to, void *y, int acc);
 int ampc_cu_binary(AmpcStream s, int op, size_t n, int dt, const void *a, const void *b, void *y);
+/* da, db may be NULL (not needed) or equal (y = x op x); a, b read by mul only */
+int ampc_cu_binary_backward(AmpcStream s, int op, size_t n, int dt, const void *dy, const void *a,
+                            const void *b, void *da, void *db, int acc_a, int acc_b);
+int ampc_cu_scalar(AmpcStream s, int op, size_t n, int dt, const void *x, float scalar, void *y);
+/* x read by rdiv only; dx may be dy */
+int ampc_cu_scalar_backward(AmpcStream s, int op, size_t n, int dt, const void *x, float scalar,
+                            const void *dy, void *dx, int acc);
 int ampc_cu_add_relu(AmpcStream s, size_t n, int dt, const void *a, const void *b, void *y);
 int ampc_cu_relu(AmpcStream s, size_t n, int dt, const void *x, void *y);
 int ampc_cu_relu_backward(AmpcStream s, size_t n, int dt, const void *y, const void *dy, void *dx,

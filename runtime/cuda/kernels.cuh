@@ -127,6 +127,63 @@ __global__ void ampc_k_binary(int op, size_t n, int dt, const void *a, const voi
     }
 }
 
+/* dA = dy (add, sub) or dy*b (mul); dB = dy, -dy or dy*a; dA stored before
+ * dB, so da == db accumulates as the CPU's two passes do */
+__global__ void ampc_k_binary_backward(int op, size_t n, int dt, const void *dy, const void *a,
+                                       const void *b, void *da, void *db, int acc_a, int acc_b)
+{
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
+        float g = ampc_cu_load(dy, i, dt);
+        if (da)
+            ampc_cu_store_acc(da, i, dt, op == AMPC_BIN_MUL ? g * ampc_cu_load(b, i, dt) : g,
+                              acc_a);
+        if (db) {
+            float r = op == AMPC_BIN_ADD ? g : op == AMPC_BIN_SUB ? -g : g * ampc_cu_load(a, i, dt);
+            ampc_cu_store_acc(db, i, dt, r, acc_b);
+        }
+    }
+}
+
+static inline AMPC_HD float ampc_cu_scalar_op(int op, float v, float s)
+{
+    switch (op) {
+    case AMPC_SCALAR_PLUS: return v + s;
+    case AMPC_SCALAR_MINUS: return v - s;
+    case AMPC_SCALAR_RMINUS: return s - v;
+    case AMPC_SCALAR_MUL: return v * s;
+    case AMPC_SCALAR_DIV: return v / s;
+    default: return s / v;
+    }
+}
+
+__global__ void ampc_k_scalar(int op, size_t n, int dt, const void *x, float s, void *y)
+{
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride())
+        ampc_cu_store(y, i, dt, ampc_cu_scalar_op(op, ampc_cu_load(x, i, dt), s));
+}
+
+/* rt_scalar_backward's expressions: rdiv is -dy*s / (x*x) */
+__global__ void ampc_k_scalar_backward(int op, size_t n, int dt, const void *x, float s,
+                                       const void *dy, void *dx, int acc)
+{
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
+        float g = ampc_cu_load(dy, i, dt), r;
+        if (op == AMPC_SCALAR_PLUS || op == AMPC_SCALAR_MINUS) {
+            r = g;
+        } else if (op == AMPC_SCALAR_RMINUS) {
+            r = -g;
+        } else if (op == AMPC_SCALAR_MUL) {
+            r = g * s;
+        } else if (op == AMPC_SCALAR_DIV) {
+            r = g / s;
+        } else {
+            float v = ampc_cu_load(x, i, dt);
+            r = -g * s / (v * v);
+        }
+        ampc_cu_store_acc(dx, i, dt, r, acc);
+    }
+}
+
 /* relu(a + b) with the sum rounded to dt first, where the unfused add
  * stores it (rt_add_relu_forward) */
 __global__ void ampc_k_add_relu(size_t n, int dt, const void *a, const void *b, void *y)
@@ -359,6 +416,36 @@ AMPC_CU_API int ampc_cu_binary(AmpcStream s, int op, size_t n, int dt, const voi
     if (n == 0)
         return 0;
     AMPC_LAUNCH(ampc_k_binary, ampc_cu_grid(n), AMPC_CU_THREADS, s, op, n, dt, a, b, y);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_CU_API int ampc_cu_binary_backward(AmpcStream s, int op, size_t n, int dt, const void *dy,
+                                        const void *a, const void *b, void *da, void *db,
+                                        int acc_a, int acc_b)
+{
+    if (n == 0 || (!da && !db))
+        return 0;
+    AMPC_LAUNCH(ampc_k_binary_backward, ampc_cu_grid(n), AMPC_CU_THREADS, s, op, n, dt, dy, a, b,
+                da, db, acc_a, acc_b);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_CU_API int ampc_cu_scalar(AmpcStream s, int op, size_t n, int dt, const void *x,
+                               float scalar, void *y)
+{
+    if (n == 0)
+        return 0;
+    AMPC_LAUNCH(ampc_k_scalar, ampc_cu_grid(n), AMPC_CU_THREADS, s, op, n, dt, x, scalar, y);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_CU_API int ampc_cu_scalar_backward(AmpcStream s, int op, size_t n, int dt, const void *x,
+                                        float scalar, const void *dy, void *dx, int acc)
+{
+    if (n == 0)
+        return 0;
+    AMPC_LAUNCH(ampc_k_scalar_backward, ampc_cu_grid(n), AMPC_CU_THREADS, s, op, n, dt, x, scalar,
+                dy, dx, acc);
     return AMPC_LAUNCH_ERROR();
 }
 

@@ -176,6 +176,62 @@ static void test_binary_and_relu(void **st)
     ampc_emu_reverse = 0;
 }
 
+static void test_backward_and_scalar(void **st)
+{
+    (void)st;
+    uint64_t s = 5;
+    static float a[MAXN], b[MAXN], g[MAXN], d0[MAXN], d1[MAXN], e0[MAXN], e1[MAXN];
+    const float scalars[] = {0.75f, -3.0f, 0.0f, 1e-40f};
+    for (int rev = 0; rev < 2; rev++)
+        for (int dt = 0; dt < 3; dt++)
+            for (int k = 0; k < NSIZES; k++) {
+                size_t n = sizes[k], bytes = n * esize(dt);
+                ampc_emu_reverse = rev;
+                fill(a, dt, n, &s, 1);
+                fill(b, dt, n, &s, 1);
+                fill(g, dt, n, &s, 1);
+                for (int op = 0; op < 3; op++)
+                    for (int acc = 0; acc < 4; acc++) {
+                        fill(d0, dt, n, &s, 1);
+                        fill(e0, dt, n, &s, 1);
+                        memcpy(d1, d0, bytes);
+                        memcpy(e1, e0, bytes);
+                        rt_elemwise_backward((RtBinOp)op, n, (RtDType)dt, g, a, b, d0, e0,
+                                             acc & 1, acc >> 1);
+                        ampc_cu_binary_backward(NULL, op, n, dt, g, a, b, d1, e1, acc & 1, acc >> 1);
+                        check_same("binary backward da", d1, d0, n, dt);
+                        check_same("binary backward db", e1, e0, n, dt);
+                        /* y = x op x: one gradient buffer, the second part accumulating */
+                        memcpy(d1, d0, bytes);
+                        rt_elemwise_backward((RtBinOp)op, n, (RtDType)dt, g, a, a, d0, d0, acc & 1,
+                                             true);
+                        ampc_cu_binary_backward(NULL, op, n, dt, g, a, a, d1, d1, acc & 1, 1);
+                        check_same("binary backward da == db", d1, d0, n, dt);
+                    }
+                for (int op = 0; op < 6; op++)
+                    for (size_t si = 0; si < sizeof scalars / sizeof scalars[0]; si++) {
+                        float sc = scalars[si];
+                        rt_scalar_forward((RtScalarOp)op, n, (RtDType)dt, a, sc, d0);
+                        ampc_cu_scalar(NULL, op, n, dt, a, sc, d1);
+                        check_same("scalar", d1, d0, n, dt);
+                        for (int acc = 0; acc < 2; acc++) {
+                            fill(d0, dt, n, &s, 1);
+                            memcpy(d1, d0, bytes);
+                            rt_scalar_backward((RtScalarOp)op, n, (RtDType)dt, a, sc, g, d0, acc);
+                            ampc_cu_scalar_backward(NULL, op, n, dt, a, sc, g, d1, acc);
+                            check_same("scalar backward", d1, d0, n, dt);
+                        }
+                        /* dx over dy */
+                        memcpy(d0, g, bytes);
+                        memcpy(d1, g, bytes);
+                        rt_scalar_backward((RtScalarOp)op, n, (RtDType)dt, a, sc, d0, d0, false);
+                        ampc_cu_scalar_backward(NULL, op, n, dt, a, sc, d1, d1, 0);
+                        check_same("scalar backward in place", d1, d0, n, dt);
+                    }
+            }
+    ampc_emu_reverse = 0;
+}
+
 static void test_fill(void **st)
 {
     (void)st;
@@ -646,6 +702,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cast),
         cmocka_unit_test(test_binary_and_relu),
+        cmocka_unit_test(test_backward_and_scalar),
         cmocka_unit_test(test_fill),
         cmocka_unit_test(test_finite),
         cmocka_unit_test(test_mt_blocks),
