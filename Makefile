@@ -170,6 +170,8 @@ FUZZ_TARGET ?= fuzz_frontend
 # fuzz-check's fixed run of fuzz_emit_c: every input runs all passes and the
 # backend, so fewer runs keep it to a few tens of seconds.
 EMIT_FUZZ_RUNS ?= 4000
+# fuzz_mxnet_json's: each input is imported twice and compiled through every pass
+MXJSON_FUZZ_RUNS ?= 4000
 # FORCE: the sub-make decides what to rebuild, so fixes in ir/, passes/ and
 # grammar/ reach the fuzzer.  One rule builds the library for both targets,
 # so under -j two sub-makes never write the same objects at once.
@@ -183,11 +185,12 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h fuzzlib
 # Replays the corpus, then a deterministic fuzzing pass (fixed seed and run
 # count), for each target.
 fuzz-check: $(BUILD)/fuzz/fuzz_frontend $(BUILD)/fuzz/fuzz_emit_c $(BUILD)/ampc \
-            $(BUILD)/fuzz/fuzz_mxparams $(BUILD)/fuzz/fuzz_npy
+            $(BUILD)/fuzz/fuzz_mxparams $(BUILD)/fuzz/fuzz_npy $(BUILD)/fuzz/fuzz_mxnet_json
 	AMPC=$(BUILD)/ampc tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_frontend check
 	AMPC=$(BUILD)/ampc FUZZ_RUNS=$(EMIT_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_emit_c check
 	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_mxparams check
 	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_npy check
+	FUZZ_RUNS=$(MXJSON_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_mxnet_json check
 
 # The training program's file readers (--load-params, --predict): each
 # target is its reader's source built with the fuzzer (no library).

@@ -74,7 +74,8 @@ bool training_graph_check(const Graph *g, int after);
 bool amp_options_resolve(const Graph *g, const PassOptions *po, AmpOptions *out);
 
 /* mxnet_json.c: ampc --from-mxnet.  Reads the MXNet symbol JSON file at
- * path (loaded into d's file table) and returns the model as ampc source
+ * path (loaded into d's file table), or the buffer text/len named path
+ * (fuzzing, tests), and returns the model as ampc source
  * (malloc'ed, *len bytes), which frontend_elaborate then builds; NULL after
  * an error reported through d (malformed JSON, an op or attribute ampc does
  * not have, an input without a shape).  docs/mxnet.md. */
@@ -83,7 +84,8 @@ typedef struct {
     int nshapes;
     const char *loss;          /* --loss=softmax, or NULL */
 } MxImportOptions;
-char *mxnet_import(Diag *d, const char *path, const MxImportOptions *o, size_t *len);
+char *mxnet_import(Diag *d, const char *path, const char *text, size_t textlen,
+                   const MxImportOptions *o, size_t *len);
 
 /* report.c: --report. batch > 0 also gives per-batch totals. */
 void report_print(FILE *f, const Graph *g, int64_t batch);

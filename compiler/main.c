@@ -306,7 +306,7 @@ static Graph *load_mxnet(const Options *o, Diag *d)
 {
     MxImportOptions mo = {.shapes = o->shapes, .nshapes = o->nshapes, .loss = o->loss};
     size_t len;
-    char *text = mxnet_import(d, o->input, &mo, &len);
+    char *text = mxnet_import(d, o->input, NULL, 0, &mo, &len);
     if (!text)
         return NULL;
     char name[4200];

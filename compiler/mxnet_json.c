@@ -946,11 +946,12 @@ static bool check_loss(Mx *m)
     return true;
 }
 
-char *mxnet_import(Diag *d, const char *path, const MxImportOptions *o, size_t *len)
+char *mxnet_import(Diag *d, const char *path, const char *text_in, size_t len_in,
+                   const MxImportOptions *o, size_t *len)
 {
     static const MxImportOptions none = {0};
     Mx m = {.d = d, .path = path, .o = o ? o : &none};
-    int file = diag_load_file(d, path);
+    int file = text_in ? diag_add_buffer(d, path, text_in, len_in) : diag_load_file(d, path);
     if (file < 0) {
         diag_plain_error(d, "cannot open '%s': %s", path, diag_load_error(d));
         return NULL;
