@@ -141,13 +141,24 @@ $(BUILD)/cuda/cuda_device_smoke: tests/runtime/cuda_device_smoke.c $(BUILD)/liba
 	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampccuda.a $(BUILD)/libampcrt.a $(LDFLAGS) \
 	    $(CUDA_LIBS) $(RT_LIBS)
 
+$(BUILD)/cuda/cuda_kernels_gpu: tests/runtime/cuda_kernels_gpu.c $(BUILD)/libampccuda.a $(BUILD)/libampcrt.a
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(dir $(NVCC))../include -o $@ $< $(BUILD)/libampccuda.a \
+	    $(BUILD)/libampcrt.a $(LDFLAGS) $(CUDA_LIBS) $(RT_LIBS)
+
+# On a machine with a GPU (never part of check; docs/backend-cuda.md): the
+# custom kernels and the CUDA device against their CPU twins, bit for bit.
+.PHONY: gpu-check
+gpu-check: cuda $(BUILD)/cuda/cuda_kernels_gpu $(BUILD)/cuda/cuda_device_smoke
+	$(BUILD)/cuda/cuda_kernels_gpu
+	$(BUILD)/cuda/cuda_device_smoke
+
 # The kernels' PTX and registers (tests/runtime/cuda_ptx_check.sh), and the
 # CUDA device linked as a program links it (tests/runtime/cuda_device_smoke.sh:
 # without a GPU only its clean failure to open); the kernels themselves run
 # emulated in unit (tests/runtime/test_cuda_emu.c).
 cuda-check: cuda
 	@if [ -n "$(NVCC)" ]; then tests/runtime/cuda_ptx_check.sh $(NVCC) $(BUILD)/cuda && \
-	    $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_device_smoke && \
+	    $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_kernels_gpu && \
 	    tests/runtime/cuda_device_smoke.sh $(BUILD)/cuda/cuda_device_smoke; \
 	else echo "SKIPPED: cuda-check (the PTX and register-spill checks of the CUDA kernels): no nvcc"; fi
 
