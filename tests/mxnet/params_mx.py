@@ -247,6 +247,21 @@ y2 = np.load(path("c32_y.npy")) if os.path.exists(path("c32_y.npy")) else None
 check(y3 is not None and y2 is not None and np.array_equal(y3, y2),
       "(c) the V3 file predicts bit for bit as the V2 one")
 
+# ... and its round trip: ampc trains it (the moving statistics move), MXNet
+# loads the arg: and aux: arrays into a Module
+rc, so, se = prog("cnn", "--data", "synthetic", "--max-steps", "3", "--log-interval", "0",
+                  "--load-params", path("cnn-0000.params"), "--save-params", path("cb.params"))
+check(rc == 0, "(c) cnn trains 3 steps from MXNet's weights and --save-params")
+if os.path.exists(path("cb.params")):
+    d2 = mx.nd.load(path("cb.params"))
+    check(sorted(d2) == sorted(d), "(c) the saved keys are MXNet's (arg: and aux:)")
+    moved = [k for k in d if k.startswith("aux:") and
+             np.abs(d2[k].asnumpy() - d[k].asnumpy()).max() > 0]
+    check(len(moved) == 4, "(c) training moved the 4 moving statistics (%d)" % len(moved))
+    arg, aux = strip(d2)
+    want = forward(module(cnn_sym(), (B, 1, 8, 8), rs, arg, aux), x_cnn)
+    compare("(c) cnn round trip", predict("cnn", path("cb.params"), x_cnn, "cb"), want, TOL_F32)
+
 # ---- (d) bad files --------------------------------------------------------------------
 
 good = open(path("mlp-0000.params"), "rb").read()
