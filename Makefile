@@ -26,7 +26,7 @@ GEN_CFLAGS  := -Wno-unused-function -Wno-sign-compare -Wno-unused-parameter \
 
 # runtime/settings.c: the train settings' parsers, shared with the runtime (a leaf).
 LIB_SRC  := $(wildcard ir/*.c ir/ops/*.c passes/*.c codegen/*.c) grammar/ast.c compiler/frontend.c \
-            compiler/report.c compiler/mxnet_json.c runtime/settings.c
+            compiler/report.c compiler/mxnet_json.c compiler/mxnet_export.c runtime/settings.c
 GEN_SRC  := $(BUILD)/gen/parser.c $(BUILD)/gen/lexer.c
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)

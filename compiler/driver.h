@@ -87,6 +87,11 @@ typedef struct {
 char *mxnet_import(Diag *d, const char *path, const char *text, size_t textlen,
                    const MxImportOptions *o, size_t *len);
 
+/* mxnet_export.c: --emit-mxnet-json.  Writes g, a forward graph (after
+ * cast-elide, so with --amp the rewritten one), to path as MXNet symbol JSON
+ * (atomically, never over an input).  False after an error through d. */
+bool mxnet_export(Diag *d, const Graph *g, const char *path);
+
 /* report.c: --report. batch > 0 also gives per-batch totals. */
 void report_print(FILE *f, const Graph *g, int64_t batch);
 

@@ -529,6 +529,9 @@ static int run(const Options *o, Diag *d)
     /* The forward passes always run; the training passes when a program or
      * a dump of them is asked for. */
     int forward_end = pass_index("cast-elide"), last = forward_end;
+    /* --emit-mxnet-json: the forward graph as it leaves cast-elide */
+    if (ok && o->emit_mxnet && done >= forward_end)
+        ok = mxnet_export(d, g, o->emit_mxnet);
     /* --report and --dump=memplan plan the training step of a model that trains */
     bool plan_only = !o->output && !o->source_only && (o->report || want_plan);
     if (o->output || o->source_only || (o->dump && strcmp(o->dump, "all") == 0) || plan_only)
@@ -550,6 +553,8 @@ static int run(const Options *o, Diag *d)
         if (ok && o->verify && i >= pass_index("autodiff") && !training_graph_check(g, i))
             DIE("the training graph differs from autodiff's own after %s", pass_pipeline[i].name);
         ok = ok && dump_after(o, g, i, d);
+        if (ok && i == forward_end && o->emit_mxnet)
+            ok = mxnet_export(d, g, o->emit_mxnet);
         if (ok && i == forward_end && o->report)
             report_print(stdout, g, o->batch);
     }
