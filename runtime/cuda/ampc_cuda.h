@@ -124,14 +124,20 @@ int ampc_cu_finite(AmpcStream s, const void *p, size_t n, int dt, int32_t *found
 /* The same over the gradients of a device table of nblocks blocks */
 int ampc_cu_mt_finite(AmpcStream s, const AmpcMtTensor *tensors, const AmpcMtBlock *blocks,
                       int64_t nblocks, int64_t chunk, int32_t *found);
-/* One optimizer step over a device table.  skip (may be NULL): when *skip
- * is nonzero every block returns before touching memory (the dynamic loss
- * scale's skipped step).  found (may be NULL; must not be skip): ORed with
- * "some gradient read was inf or NaN" (the check fused into the update
- * when the step cannot be skipped).  scale (may be NULL): see AmpcMtStep. */
+/* One optimizer step over a device table.  The step's scalars come from
+ * the host (step, copied into the launch) or, when step_dev is not NULL,
+ * from device memory (step may then be NULL): the learning-rate schedule
+ * can then reach the kernel with no host sync and a captured CUDA graph
+ * replays unchanged (as MXNet's preloaded_multi_sgd takes its lrs as a
+ * tensor).  skip (may be NULL): when *skip is nonzero every block returns
+ * before touching memory (the dynamic loss scale's skipped step).  found
+ * (may be NULL; must not be skip): ORed with "some gradient read was inf
+ * or NaN" (the check fused into the update when the step cannot be
+ * skipped).  scale (may be NULL): see AmpcMtStep. */
 int ampc_cu_mt_optim(AmpcStream s, const AmpcMtTensor *tensors, const AmpcMtBlock *blocks,
-                     int64_t nblocks, int64_t chunk, const AmpcMtStep *step, const int32_t *skip,
-                     int32_t *found, const AmpcLossScale *scale);
+                     int64_t nblocks, int64_t chunk, const AmpcMtStep *step,
+                     const AmpcMtStep *step_dev, const int32_t *skip, int32_t *found,
+                     const AmpcLossScale *scale);
 /* One thread: state = ampc_loss_scale_update(state, *found != 0, rule);
  * stats (may be NULL) counted. */
 int ampc_cu_loss_scale(AmpcStream s, AmpcLossScale *state, const int32_t *found,

@@ -340,7 +340,7 @@ static void cu_optim_step(RtDevice *d, float *const *state, float *const *state2
      * fused into it, as optim.c's */
     CU_MUST(ampc_cu_set_flag(c->stream, c->flag, 0));
     CU_MUST(ampc_cu_mt_optim(c->stream, c->opt.tensors, c->opt.blocks, c->opt.nblocks,
-                             AMPC_MT_CHUNK, &step, NULL, c->flag, NULL));
+                             AMPC_MT_CHUNK, &step, NULL, NULL, c->flag, NULL));
 }
 
 /* ---- ordering: a ring of CUDA events ------------------------------------------------------ */

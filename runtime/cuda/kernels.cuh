@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cuda/ampc_cuda.h"
 #include "kernels/act.h"
@@ -309,11 +310,13 @@ static inline AMPC_HD AmpcOptParam ampc_cu_opt_param(const AmpcMtStep *s, const 
  * state in, master, state and weight (the 16-bit shadow) out; bytes per
  * parameter as optim.c's (docs/backend-cuda.md). */
 __global__ void ampc_k_mt_optim(const AmpcMtTensor *tensors, const AmpcMtBlock *blocks,
-                                int64_t chunk, AmpcMtStep step, const int32_t *skip,
-                                int32_t *found, const AmpcLossScale *scale)
+                                int64_t chunk, AmpcMtStep step, const AmpcMtStep *step_dev,
+                                const int32_t *skip, int32_t *found, const AmpcLossScale *scale)
 {
     if (skip && *skip)
         return;
+    if (step_dev)
+        step = *step_dev;
     size_t lo, hi;
     const AmpcMtTensor *t = ampc_cu_mt_range(tensors, blocks, chunk, &lo, &hi);
     AmpcOptParam q = ampc_cu_opt_param(&step, t, scale);
@@ -507,13 +510,18 @@ AMPC_CU_API int ampc_cu_mt_finite(AmpcStream s, const AmpcMtTensor *tensors,
 
 AMPC_CU_API int ampc_cu_mt_optim(AmpcStream s, const AmpcMtTensor *tensors,
                                  const AmpcMtBlock *blocks, int64_t nblocks, int64_t chunk,
-                                 const AmpcMtStep *step, const int32_t *skip, int32_t *found,
-                                 const AmpcLossScale *scale)
+                                 const AmpcMtStep *step, const AmpcMtStep *step_dev,
+                                 const int32_t *skip, int32_t *found, const AmpcLossScale *scale)
 {
+    AmpcMtStep none;
     if (nblocks <= 0)
         return 0;
+    if (!step) {
+        memset(&none, 0, sizeof none);
+        step = &none; /* step_dev gives the step */
+    }
     AMPC_LAUNCH(ampc_k_mt_optim, nblocks, AMPC_MT_THREADS, s, tensors, blocks, chunk, *step,
-                skip, found, scale);
+                step_dev, skip, found, scale);
     return AMPC_LAUNCH_ERROR();
 }
 

@@ -528,7 +528,7 @@ static void opt_compare(const Opt *o, const char *what)
 /* The emulated step over table t (nt tensors) with chunk; returns the
  * fused check's flag. */
 static int32_t emu_step(Opt *o, const RtOptConfig *c, int64_t chunk, const AmpcLossScale *scale,
-                        double batch, const int32_t *skip)
+                        double batch, const int32_t *skip, int from_device)
 {
     static AmpcMtTensor t[NP];
     static AmpcMtBlock blocks[4096];
@@ -541,7 +541,12 @@ static int32_t emu_step(Opt *o, const RtOptConfig *c, int64_t chunk, const AmpcL
     step.batch = batch;
     int32_t flag = 0;
     long before = ampc_emu_launches;
-    assert_int_equal(ampc_cu_mt_optim(NULL, t, blocks, nb, chunk, &step, skip, skip ? NULL : &flag,
+    /* from_device: the step read from "device memory" (the launch gets
+     * garbage by value, so a kernel that ignored step_dev would fail) */
+    AmpcMtStep junk;
+    memset(&junk, 0x7f, sizeof junk);
+    assert_int_equal(ampc_cu_mt_optim(NULL, t, blocks, nb, chunk, from_device ? &junk : &step,
+                                      from_device ? &step : NULL, skip, skip ? NULL : &flag,
                                       scale), 0);
     assert_int_equal(ampc_emu_launches - before, nb > 0); /* one launch for all tensors */
     return flag;
@@ -574,7 +579,7 @@ static void run_opt(RtOptKind kind, float momentum, float clip, int64_t chunk, i
         new_grads(&o, &s, step == 2);
         bool ok = rt_optim_step2(&o.model, &o.ctxA, o.momA, kind == RT_OPT_ADAM ? o.varA : NULL,
                                  &c);
-        int32_t found = emu_step(&o, &c, chunk, with_scale ? &ls : NULL, batch, NULL);
+        int32_t found = emu_step(&o, &c, chunk, with_scale ? &ls : NULL, batch, NULL, step == 1);
         assert_int_equal(found, !ok);
         if (step == 2)
             assert_int_equal(found, 1);
@@ -652,7 +657,7 @@ static void test_skipped_step(void **st)
         assert_int_equal(flag, bad);
         if (finite)
             rt_optim_step2(&o.model, &o.ctxA, o.momA, NULL, &c); /* the CPU loop skips */
-        emu_step(&o, &c, 1000, NULL, 0, &flag);
+        emu_step(&o, &c, 1000, NULL, 0, &flag, round == 3);
         opt_compare(&o, bad ? "skipped step" : "step after a skip");
     }
     opt_free(&o);
