@@ -312,6 +312,8 @@ bool rt_mx_parse(const void *buf, size_t len, const char *name, RtMxList *l, cha
     if (n > left(&r) / 4)
         return fail(&r, "truncated: %llu arrays cannot fit the %zu bytes left after byte 24",
                     (unsigned long long)n, left(&r));
+    if (n > INT32_MAX / 2)
+        return fail(&r, "%llu arrays: more than ampc reads", (unsigned long long)n);
     l->a = calloc((size_t)n + 1, sizeof *l->a);
     if (!l->a)
         return fail(&r, "out of memory");

@@ -296,7 +296,9 @@ int rt_predict_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *e
         goto fail;
     int64_t rows = h.shape[0], sample = h.numel / rows;
     int64_t b = rows < o->batch_size ? rows : o->batch_size;
-    if (!(y = malloc((size_t)(rows * m->classes) * sizeof *y))) {
+    int64_t nout;
+    if (__builtin_mul_overflow(rows, m->classes, &nout) || (uint64_t)nout > SIZE_MAX / 4 ||
+        !(y = malloc((size_t)nout * sizeof *y))) {
         snprintf(msg, sizeof msg, "out of memory for the outputs");
         goto fail;
     }
