@@ -9,8 +9,9 @@
  * or cuda-check on a GPU machine), it runs one model of three parameters
  * (fp16 and bf16 with fp32 masters, fp32; 70,001 elements each, so chunks
  * of 65,536 split them) through fill, copies, setup, the finite check and
- * two NAG steps, and compares every weight, master and momentum with
- * rt_optim_step2 on the host bit for bit (NaN as NaN); then a NaN gradient
+ * two steps each of SGD, SGD with momentum and clipping, NAG and Adam, and
+ * compares every weight, master and state with rt_optim_step2 on the host
+ * bit for bit (NaN as NaN); then a NaN gradient
  * must clear the flag and first_nonfinite must name its parameter.
  * Exit 0 on success, 1 on a mismatch.
  */
@@ -72,7 +73,7 @@ int main(void)
         return 3;
     }
     static void *hbuf[2 * NP], *dbuf[2 * NP];
-    static float *hmaster[NP], *dmaster[NP], *hmom[NP], *dmom[NP];
+    static float *hmaster[NP], *dmaster[NP], *hmom[NP], *dmom[NP], *hvar[NP], *dvar[NP];
     uint64_t s = 88172645463325252ull;
     for (int b = 0; b < 2 * NP; b++) {
         size_t bytes = N * esz(buffers[b].dtype);
@@ -96,11 +97,13 @@ int main(void)
     for (int p = 0; p < NP; p++) {
         hmom[p] = calloc(N, sizeof(float));
         dmom[p] = rt_dev_alloc(d, N * sizeof(float), "momentum", err, sizeof err);
+        hvar[p] = calloc(N, sizeof(float));
+        dvar[p] = rt_dev_alloc(d, N * sizeof(float), "var", err, sizeof err);
         hmaster[p] = params[p].has_master ? malloc(N * sizeof(float)) : NULL;
         dmaster[p] = params[p].has_master
                          ? rt_dev_alloc(d, N * sizeof(float), "master", err, sizeof err)
                          : NULL;
-        if (!hmom[p] || !dmom[p] || (params[p].has_master && (!hmaster[p] || !dmaster[p]))) {
+        if (!hmom[p] || !dmom[p] || !hvar[p] || !dvar[p] || (params[p].has_master && (!hmaster[p] || !dmaster[p]))) {
             fprintf(stderr, "cuda_device_smoke: out of memory\n");
             return 1;
         }
@@ -119,32 +122,56 @@ int main(void)
         fprintf(stderr, "cuda_device_smoke: setup: %s\n", err);
         return 1;
     }
-    RtOptConfig c;
-    memset(&c, 0, sizeof c);
-    c.kind = RT_OPT_NAG, c.momentum = 0.9f, c.wd = 1e-4f, c.rescale_grad = 1.0f / 64;
-    c.clip_gradient = -1.0f;
+    /* each optimizer in turn from where the last left the weights, its state
+     * zeroed on both sides (the device rebuilds its table at each change) */
+    static const struct {
+        RtOptKind kind;
+        float momentum, clip;
+    } cfgs[] = {{RT_OPT_SGD, 0.0f, -1.0f}, {RT_OPT_SGD, 0.9f, 0.5f}, {RT_OPT_NAG, 0.9f, -1.0f},
+                {RT_OPT_ADAM, 0.0f, -1.0f}};
     int ok = 1;
-    for (int step = 0; step < 2 && ok; step++) {
-        c.lr = 0.1f / (float)(step + 1);
-        rt_dev_check_grads(d);
-        ok &= rt_dev_read_flag(d);
-        ok &= rt_optim_step2(&model, &hctx, hmom, NULL, &c);
-        rt_dev_optim_step(d, dmom, NULL, &c);
-        ok &= rt_dev_read_flag(d);
-        if (!ok)
-            fprintf(stderr, "cuda_device_smoke: step %d: the flag says non-finite\n", step);
-    }
     static uint16_t back[N * 2];
-    for (int p = 0; ok && p < NP; p++) {
-        size_t bytes = N * esz(params[p].dtype);
-        rt_dev_to_host(d, back, dbuf[p], bytes);
-        ok &= same(back, hbuf[p], N, params[p].dtype, "weight", p);
-        if (params[p].has_master) {
-            rt_dev_to_host(d, back, dmaster[p], N * sizeof(float));
-            ok &= same(back, hmaster[p], N, RT_F32, "master", p);
+    for (size_t k = 0; ok && k < sizeof cfgs / sizeof cfgs[0]; k++) {
+        RtOptConfig c;
+        memset(&c, 0, sizeof c);
+        c.kind = cfgs[k].kind, c.momentum = cfgs[k].momentum, c.clip_gradient = cfgs[k].clip;
+        c.wd = 1e-4f, c.rescale_grad = 1.0f / 64;
+        c.beta1 = 0.9f, c.beta2 = 0.999f, c.epsilon = 1e-8f;
+        float *const *h2 = c.kind == RT_OPT_ADAM ? hvar : NULL;
+        float *const *d2 = c.kind == RT_OPT_ADAM ? dvar : NULL;
+        for (int p = 0; p < NP; p++) {
+            memset(hmom[p], 0, N * sizeof(float));
+            memset(hvar[p], 0, N * sizeof(float));
+            rt_dev_fill(d, dmom[p], RT_F32, N, 0.0f);
+            rt_dev_fill(d, dvar[p], RT_F32, N, 0.0f);
         }
-        rt_dev_to_host(d, back, dmom[p], N * sizeof(float));
-        ok &= same(back, hmom[p], N, RT_F32, "momentum", p);
+        for (int step = 0; step < 2 && ok; step++) {
+            c.lr = 0.1f / (float)(step + 1);
+            c.t = step + 1;
+            rt_dev_check_grads(d);
+            ok &= rt_dev_read_flag(d);
+            ok &= rt_optim_step2(&model, &hctx, hmom, h2, &c);
+            rt_dev_optim_step(d, dmom, d2, &c);
+            ok &= rt_dev_read_flag(d);
+            if (!ok)
+                fprintf(stderr, "cuda_device_smoke: optimizer %zu, step %d: the flag says "
+                        "non-finite\n", k, step);
+        }
+        for (int p = 0; ok && p < NP; p++) {
+            size_t bytes = N * esz(params[p].dtype);
+            rt_dev_to_host(d, back, dbuf[p], bytes);
+            ok &= same(back, hbuf[p], N, params[p].dtype, "weight", p);
+            if (params[p].has_master) {
+                rt_dev_to_host(d, back, dmaster[p], N * sizeof(float));
+                ok &= same(back, hmaster[p], N, RT_F32, "master", p);
+            }
+            rt_dev_to_host(d, back, dmom[p], N * sizeof(float));
+            ok &= same(back, hmom[p], N, RT_F32, "state", p);
+            rt_dev_to_host(d, back, dvar[p], N * sizeof(float));
+            ok &= same(back, hvar[p], N, RT_F32, "var", p);
+        }
+        if (!ok)
+            fprintf(stderr, "cuda_device_smoke: optimizer %zu differs\n", k);
     }
     /* a NaN in the last element of the second gradient */
     uint16_t nan16 = 0x7fc1;
@@ -164,8 +191,10 @@ int main(void)
     }
     for (int p = 0; p < NP; p++) {
         rt_dev_free(d, dmom[p]);
+        rt_dev_free(d, dvar[p]);
         rt_dev_free(d, dmaster[p]);
         free(hmom[p]);
+        free(hvar[p]);
         free(hmaster[p]);
     }
     rt_device_close(d);
