@@ -3,6 +3,7 @@
 #ifndef AMPC_DRIVER_H
 #define AMPC_DRIVER_H
 
+#include "../passes/kvstore.h"
 #include "../passes/passes.h"
 
 /* frontend.c: parse `path` (or the buffer text/len named path) with its
@@ -94,6 +95,9 @@ bool mxnet_export(Diag *d, const Graph *g, const char *path);
 
 /* report.c: --report. batch > 0 also gives per-batch totals. */
 void report_print(FILE *f, const Graph *g, int64_t batch);
+/* report.c: --report's kvstore line (passes/kvstore.h: the plan and what
+ * the pass predicted, on the machine named). */
+void report_kvstore(FILE *f, const KvPlan *kv, const KvResult *r, const char *machine);
 
 typedef struct {
     int64_t trainable, trainable_tensors; /* parameters the optimizer updates */

@@ -3,6 +3,7 @@
 #include "driver.h"
 #include "../codegen/codegen.h"
 #include "../ir/plan.h"
+#include "../passes/kvstore.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -35,6 +36,11 @@ typedef struct {
     const char *emit_sym;   /* --emit-sym FILE: the imported model as ampc source */
     const char *emit_mxnet; /* --emit-mxnet-json FILE: the forward graph as MXNet symbol JSON */
     PassOptions pass;
+    KvOptions kv;           /* --kvstore, --devices, --machines, --kv-bucket-mb, --kv-wire */
+    const char *machine;    /* --machine=NAME|FILE */
+    bool kv_flags;          /* any of those given: --dump=program carries the placement */
+    bool kv_explain;        /* --explain=kvstore */
+    bool kv_bucket_set;     /* --kv-bucket-mb given (else the pass sizes buckets) */
 } Options;
 
 static void usage(FILE *f)
@@ -84,6 +90,17 @@ static void usage(FILE *f)
           "  --no-fuse=NAME,...|all  turn fusions off (repeatable): bn_relu (BatchNorm +\n"
           "                          relu), add_relu (elemwise_add + relu); docs/codegen.md\n"
           "  --report                op counts, parameters, FLOPs, activation bytes, casts\n"
+          "  --kvstore=auto|local|device|nccl|dist_sync\n"
+          "                          where gradients are summed and the optimizer runs\n"
+          "                          (default auto: the cheapest the cost model predicts;\n"
+          "                          docs/kvstore.md); --dump=kvstore, --explain=kvstore\n"
+          "  --machine=NAME|FILE     the machine the cost model assumes: cpu (default),\n"
+          "                          titanx-pcie3, h100x8, h200x8, h100x8-100g, or a file\n"
+          "  --devices=N             devices per machine (CPU only: processes)\n"
+          "  --machines=M            machines (default 1)\n"
+          "  --kv-bucket-mb=X        gradient bucket size in MiB (0: one bucket; default:\n"
+          "                          the size the model predicts fastest)\n"
+          "  --kv-wire=f16|f32       dtype of 16-bit gradients on the wire (default: theirs)\n"
           "  --verify                check IR invariants after every pass\n"
           "  --time-passes           print the time each pass takes (stderr)\n"
           "  --shuffle-seed=K        testing: store the graph in a random topological order\n"
@@ -107,13 +124,59 @@ static bool parse_int(const char *s, int64_t *out)
     return true;
 }
 
+/* the kvstore flags, in the order of their enum (docs/kvstore.md) */
+static bool kv_option(int which, const char *arg, Options *o, Diag *d)
+{
+    static const char *const names[] = {"--kvstore", "--machine", "--devices", "--machines",
+                                        "--kv-bucket-mb", "--kv-wire"};
+    int64_t n;
+    char *end;
+    o->kv_flags = true;
+    switch (which) {
+    case 0: o->kv.kvstore = arg; return true; /* checked by the pass, with the rest */
+    case 1: o->machine = arg; return true;
+    case 2:
+    case 3:
+        if (!parse_int(arg, &n) || n < 1 || n > 65536) {
+            diag_plain_error(d, "%s must be an integer from 1 to 65536, not '%s'", names[which], arg);
+            return false;
+        }
+        *(which == 2 ? &o->kv.devices : &o->kv.machines) = (int)n;
+        return true;
+    case 4:
+        errno = 0;
+        o->kv.bucket_mb = strtod(arg, &end);
+        o->kv_bucket_set = true;
+        if (end == arg || *end || errno || !(o->kv.bucket_mb >= 0 && o->kv.bucket_mb <= 65536)) {
+            diag_plain_error(d, "--kv-bucket-mb must be a number of MiB from 0 to 65536, not '%s'",
+                             arg);
+            return false;
+        }
+        return true;
+    default:
+        o->kv.wire = strcmp(arg, "f16") == 0 ? DT_F16 : strcmp(arg, "f32") == 0 ? DT_F32 : DT_UNKNOWN;
+        if (o->kv.wire == DT_UNKNOWN) {
+            diag_plain_error(d, "--kv-wire must be f16 or f32, not '%s'", arg);
+            return false;
+        }
+        return true;
+    }
+}
+
 static int parse_options(int argc, char **argv, Options *o, Diag *d)
 {
     enum { O_DUMP = 256, O_DUMP_DIR, O_DUMP_FORMAT, O_FROM_IR, O_BATCH, O_REPORT, O_HELP,
            O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE, O_TIME, O_AMP_PLACE, O_NO_FUSE };
     enum { O_NO_MEMPLAN = 400, O_NO_INPLACE, O_NO_SCHEDULE, O_CHECK_PROGRAM };
     enum { O_FROM_MXNET = 500, O_INPUT_SHAPE, O_LOSS, O_EMIT_SYM, O_EMIT_MXNET };
+    enum { O_KVSTORE = 600, O_MACHINE, O_DEVICES, O_MACHINES, O_KV_BUCKET, O_KV_WIRE };
     static const struct option longs[] = {
+        {"kvstore", required_argument, NULL, O_KVSTORE},
+        {"machine", required_argument, NULL, O_MACHINE},
+        {"devices", required_argument, NULL, O_DEVICES},
+        {"machines", required_argument, NULL, O_MACHINES},
+        {"kv-bucket-mb", required_argument, NULL, O_KV_BUCKET},
+        {"kv-wire", required_argument, NULL, O_KV_WIRE},
         {"no-memplan", no_argument, NULL, O_NO_MEMPLAN},
         {"no-inplace", no_argument, NULL, O_NO_INPLACE},
         {"no-schedule", no_argument, NULL, O_NO_SCHEDULE},
@@ -153,6 +216,11 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         switch (c) {
         case 'o': o->output = optarg; break;
         case 'S': o->source_only = true; break;
+        case O_KVSTORE: case O_MACHINE: case O_DEVICES: case O_MACHINES: case O_KV_BUCKET:
+        case O_KV_WIRE:
+            if (!kv_option(c - O_KVSTORE, optarg, o, d))
+                return 1;
+            break;
         case O_NO_MEMPLAN: o->no_memplan = true; break;
         case O_NO_INPLACE: o->no_inplace = true; break;
         case O_NO_SCHEDULE: o->pass.no_schedule = true; break;
@@ -211,7 +279,12 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         case O_AMP32: o->pass.amp_fp32 = optarg; break;
         case O_AMPX: o->pass.amp_exclude = optarg; break;
         case O_AMP_PLACE: o->pass.amp_placement = optarg; break;
-        case O_EXPLAIN: o->pass.explain = true, o->pass.explain_name = optarg; break;
+        case O_EXPLAIN:
+            if (optarg && strcmp(optarg, "kvstore") == 0)
+                o->kv_explain = true;
+            else
+                o->pass.explain = true, o->pass.explain_name = optarg;
+            break;
         case O_NO_FUSE:
             if (!fuse_disable(d, optarg, &o->pass.no_fuse))
                 return 1;
@@ -249,7 +322,8 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         return 1;
     }
     if (o->dump && strcmp(o->dump, "all") != 0 && strcmp(o->dump, "memplan") != 0 &&
-        strcmp(o->dump, "program") != 0 && pass_index(o->dump) < 0) {
+        strcmp(o->dump, "program") != 0 && strcmp(o->dump, "kvstore") != 0 &&
+        pass_index(o->dump) < 0) {
         diag_plain_error(d, "unknown pass '%s' for --dump (see ampc --help)", o->dump);
         return 1;
     }
@@ -390,6 +464,46 @@ static const CgPlans *make_plans(const Options *o, const Graph *g, BufferPlan *t
     return plans;
 }
 
+/* The kvstore pass on a lowered program: the machine (built-in or file),
+ * then the placement; --dump=kvstore, --explain=kvstore and --report print
+ * what it predicts. */
+static bool place_gradients(const Options *o, const Graph *g, Program *p, KvResult *res)
+{
+    Diag *d = g->diag;
+    KvMachine m;
+    const char *name = o->machine ? o->machine : "cpu";
+    if (!kv_machine_builtin(d, name, &m) && !kv_machine_load(d, name, &m))
+        return false;
+    KvOptions ko = o->kv;
+    if (!o->kv_bucket_set)
+        ko.bucket_mb = -1;
+    ko.batch = o->batch;
+    ko.nstate = train_optimizer_nstate(g);
+    bool dump = o->dump && strcmp(o->dump, "kvstore") == 0;
+    return kvstore_place(g, p, &m, &ko, d, dump ? stdout : NULL, o->kv_explain ? stdout : NULL, res);
+}
+
+/* --dump=kvstore, --explain=kvstore, --report: lower, then place */
+static bool run_kvstore(const Options *o, const Graph *g)
+{
+    if (!cg_check(g))
+        return false;
+    BufferPlan tp, ip;
+    CgPlans plans;
+    Program p;
+    lower(g, make_plans(o, g, &tp, &ip, &plans), &p);
+    KvResult r;
+    bool ok = place_gradients(o, g, &p, &r);
+    if (ok && !program_verify(&p, stderr))
+        DIE("the lowered program's placement does not verify");
+    if (ok && o->report)
+        report_kvstore(stdout, &p.kv, &r, o->machine ? o->machine : "cpu");
+    program_free(&p);
+    plan_free(&tp);
+    plan_free(&ip);
+    return ok;
+}
+
 /* --dump=program: the lowered program, proved from its own text */
 static bool dump_program(const Options *o, const Graph *g)
 {
@@ -399,13 +513,15 @@ static bool dump_program(const Options *o, const Graph *g)
     CgPlans plans;
     Program p;
     lower(g, make_plans(o, g, &tp, &ip, &plans), &p);
-    if (!program_verify(&p, stderr))
+    bool ok = !o->kv_flags || place_gradients(o, g, &p, NULL);
+    if (ok && !program_verify(&p, stderr))
         DIE("the lowered program does not verify");
-    program_print(stdout, &p);
+    if (ok)
+        program_print(stdout, &p);
     program_free(&p);
     plan_free(&tp);
     plan_free(&ip);
-    return true;
+    return ok;
 }
 
 /* --check-program FILE */
@@ -502,8 +618,10 @@ static int run(const Options *o, Diag *d)
         return 1;
     }
     bool want_program = o->dump && strcmp(o->dump, "program") == 0;
+    bool want_kv = (o->dump && strcmp(o->dump, "kvstore") == 0) || o->kv_explain;
     bool want_plan = o->dump && (strcmp(o->dump, "memplan") == 0 || want_program);
-    if (o->dump && strcmp(o->dump, "all") != 0 && !want_plan && pass_index(o->dump) < done) {
+    if (o->dump && strcmp(o->dump, "all") != 0 && !want_plan && !want_kv &&
+        pass_index(o->dump) < done) {
         diag_plain_error(d, "--dump=%s: '%s' is a dump after %s, a later pass", o->dump, o->input,
                          pass_pipeline[done].name);
         graph_free(g);
@@ -533,7 +651,7 @@ static int run(const Options *o, Diag *d)
     if (ok && o->emit_mxnet && done >= forward_end)
         ok = mxnet_export(d, g, o->emit_mxnet);
     /* --report and --dump=memplan plan the training step of a model that trains */
-    bool plan_only = !o->output && !o->source_only && (o->report || want_plan);
+    bool plan_only = !o->output && !o->source_only && (o->report || want_plan || want_kv);
     if (o->output || o->source_only || (o->dump && strcmp(o->dump, "all") == 0) || plan_only)
         last = pass_count - 1;
     else if (o->dump && pass_index(o->dump) > last)
@@ -560,8 +678,12 @@ static int run(const Options *o, Diag *d)
     }
     if (ok && o->report && done >= forward_end)
         report_print(stdout, g, o->batch);
-    if (ok && want_plan && !g->infer) {
-        diag_plain_error(d, "--dump=%s needs a model that trains (a loss head)", o->dump);
+    if (ok && (want_plan || want_kv) && !g->infer) {
+        if (want_plan)
+            diag_plain_error(d, "--dump=%s needs a model that trains (a loss head)", o->dump);
+        else
+            diag_plain_error(d, "%s needs a model that trains (a loss head)",
+                             o->kv_explain ? "--explain=kvstore" : "--dump=kvstore");
         ok = false;
     }
     if (ok && want_program) {
@@ -581,6 +703,9 @@ static int run(const Options *o, Diag *d)
         }
         plan_free(&plan);
     }
+    /* with a kvstore flag, -o and -S check the placement too (and warn) */
+    if (ok && g->infer && (want_kv || o->report || o->kv_flags) && !want_program)
+        ok = run_kvstore(o, g);
     double tgen = now_ms();
     if (ok && (o->output || o->source_only))
         ok = train_settings_fit(g) && generate(o, g, d);

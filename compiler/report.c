@@ -151,3 +151,18 @@ void report_print(FILE *f, const Graph *g, int64_t batch)
                       b2, sizeof b2));
     }
 }
+
+/* --report's kvstore line: the placement the cost model chose on the
+ * machine assumed, its predicted step and every available option's
+ * (passes/kvstore.c, docs/kvstore.md) */
+void report_kvstore(FILE *f, const KvPlan *kv, const KvResult *r, const char *machine)
+{
+    fprintf(f, "kvstore: %s on %s (%d x %d, %d bucket%s, wire %s): predicted %.3f ms per step, "
+               "compute %.3f ms;", kv_place_name(kv->place), machine, kv->devices, kv->machines,
+            kv->nbuckets, kv->nbuckets == 1 ? "" : "s", dtype_short(kv->wire),
+            r->step_ms[kv->place], r->compute_ms);
+    for (int k = 0; k < KV_COUNT; k++)
+        if (r->step_ms[k] >= 0)
+            fprintf(f, " %s %.3f", kv_place_name((KvPlace)k), r->step_ms[k]);
+    fputs(" ms\n", f);
+}

@@ -151,6 +151,29 @@ typedef struct {
     int nresults;
 } ProgStep;
 
+/* The gradient placement (passes/kvstore.c, docs/kvstore.md): where the
+ * gradients are summed across devices and the optimizer runs, in MXNet's
+ * kvstore names, the buckets the gradients are reduced in (train-step
+ * gradient buffers, in the order backward completes them), the dtype on
+ * the wire, and the predicted step time of every placement.  Set only when
+ * the kvstore pass ran; printed after the steps, before `end`. */
+typedef enum { KV_LOCAL, KV_DEVICE, KV_NCCL, KV_DIST_SYNC, KV_COUNT } KvPlace;
+typedef struct {
+    int *bufs;         /* gradient buffers */
+    int nbufs;
+    int64_t bytes;     /* on the wire */
+} KvBucket;
+typedef struct {
+    bool set;
+    KvPlace place;
+    DType wire;
+    int devices, machines; /* devices (or CPU processes) per machine, machines */
+    int64_t bucket_cap;    /* bytes; a bucket closes once it holds this many */
+    KvBucket *buckets;
+    int nbuckets;
+    int64_t step_us[KV_COUNT]; /* predicted step time; -1: not available here */
+} KvPlan;
+
 typedef struct {
     const char *model;
     Arena a;           /* every array and string above */
@@ -164,9 +187,11 @@ typedef struct {
     int nbuf;
     ProgStep step[STEP_COUNT];
     LinExpr arena;     /* bytes */
+    KvPlan kv;         /* the gradient placement, when kv.set */
 } Program;
 
 const char *step_name(StepKind k); /* "train", "moving_update", "infer" */
+const char *kv_place_name(KvPlace k); /* "local", "device", "nccl", "dist_sync" */
 const char *placement_name(Placement p); /* "cpu" */
 void program_free(Program *p);
 /* The text form: a header, one line per buffer, then each step's calls and

@@ -27,6 +27,12 @@ const char *step_name(StepKind k)
     return n[k];
 }
 
+const char *kv_place_name(KvPlace k)
+{
+    static const char *const n[] = {"local", "device", "nccl", "dist_sync"};
+    return n[k];
+}
+
 const char *placement_name(Placement p)
 {
     (void)p;
@@ -75,6 +81,27 @@ static void put_args(FILE *f, const char *what, const int *a, int n)
     fputc(')', f);
 }
 
+/* the gradient placement (passes/kvstore.c):
+ *   kvstore nccl wire=f16 devices=8 machines=1 bucket_cap=26214400
+ *   kvbucket 0 bytes=1024 grads=(12,15)
+ *   kvoption local 123456us      (or `-`: not available) */
+static void print_kv(FILE *f, const KvPlan *kv)
+{
+    fprintf(f, "kvstore %s wire=%s devices=%d machines=%d bucket_cap=%lld\n",
+            kv_place_name(kv->place), dtype_short(kv->wire), kv->devices, kv->machines,
+            (long long)kv->bucket_cap);
+    for (int b = 0; b < kv->nbuckets; b++) {
+        fprintf(f, "kvbucket %d bytes=%lld", b, (long long)kv->buckets[b].bytes);
+        put_args(f, "grads", kv->buckets[b].bufs, kv->buckets[b].nbufs);
+        fputc('\n', f);
+    }
+    for (int k = 0; k < KV_COUNT; k++)
+        if (kv->step_us[k] < 0)
+            fprintf(f, "kvoption %s -\n", kv_place_name((KvPlace)k));
+        else
+            fprintf(f, "kvoption %s %lldus\n", kv_place_name((KvPlace)k), (long long)kv->step_us[k]);
+}
+
 void program_print(FILE *f, const Program *p)
 {
     fputs("# ampc program 1\nmodel ", f);
@@ -104,6 +131,8 @@ void program_print(FILE *f, const Program *p)
         put_args(f, NULL, s->results, s->nresults);
         fputc('\n', f);
     }
+    if (p->kv.set)
+        print_kv(f, &p->kv);
     fputs("end\n", f);
 }
 
@@ -324,6 +353,78 @@ static bool read_step(Rd *r, StepKind k)
     return r->ok && expect(r, "results ") && args(r, &s->results, &s->nresults) && eol(r);
 }
 
+/* int in [lo, hi] */
+static bool ranged(Rd *r, int64_t lo, int64_t hi, int64_t *v)
+{
+    if (!num(r, v))
+        return false;
+    if (*v < lo || *v > hi)
+        return rd_fail(r, "a number out of range");
+    return true;
+}
+
+static bool read_kv_head(Rd *r, KvPlan *kv)
+{
+    char place[16], wire[16];
+    int64_t dev, mach;
+    if (!word(r, place, sizeof place) || !expect(r, " wire=") || !word(r, wire, sizeof wire) ||
+        !expect(r, " devices=") || !ranged(r, 0, 1 << 20, &dev) || !expect(r, " machines=") ||
+        !ranged(r, 1, 1 << 20, &mach) || !expect(r, " bucket_cap=") ||
+        !ranged(r, 0, INT64_MAX, &kv->bucket_cap) || !eol(r))
+        return false;
+    int k = 0;
+    while (k < KV_COUNT && strcmp(kv_place_name((KvPlace)k), place) != 0)
+        k++;
+    if (k == KV_COUNT)
+        return rd_fail(r, "an unknown kvstore (local, device, nccl or dist_sync)");
+    kv->place = (KvPlace)k;
+    kv->wire = dtype_parse(wire);
+    if (kv->wire == DT_UNKNOWN)
+        return rd_fail(r, "an unknown dtype");
+    kv->devices = (int)dev;
+    kv->machines = (int)mach;
+    kv->set = true;
+    return true;
+}
+
+/* the lines print_kv writes, after `kvstore ` */
+static bool read_kv(Rd *r, KvPlan *kv)
+{
+    if (!read_kv_head(r, kv))
+        return false;
+    Vec bk = {0};
+    while (r->ok && lit(r, "kvbucket ")) {
+        KvBucket *b = vec_push(&bk, sizeof(KvBucket));
+        memset(b, 0, sizeof *b);
+        int64_t idx;
+        if (!num(r, &idx))
+            break;
+        if (idx != bk.len - 1) {
+            rd_fail(r, "buckets must be numbered 0, 1, 2, ... in order");
+            break;
+        }
+        if (!expect(r, " bytes=") || !ranged(r, 0, INT64_MAX, &b->bytes) || !expect(r, " grads=") ||
+            !args(r, &b->bufs, &b->nbufs) || !eol(r))
+            break;
+    }
+    kv->nbuckets = bk.len;
+    kv->buckets = arena_alloc(&r->out->a, sizeof(KvBucket) * (size_t)(bk.len + 1));
+    if (bk.len)
+        memcpy(kv->buckets, bk.data, sizeof(KvBucket) * (size_t)bk.len);
+    vec_free(&bk);
+    for (int k = 0; r->ok && k < KV_COUNT; k++) {
+        if (!expect(r, "kvoption ") || !expect(r, kv_place_name((KvPlace)k)) || !expect(r, " "))
+            return false;
+        if (lit(r, "-"))
+            kv->step_us[k] = -1;
+        else if (!ranged(r, 0, INT64_MAX, &kv->step_us[k]) || !expect(r, "us"))
+            return false;
+        if (!eol(r))
+            return false;
+    }
+    return r->ok;
+}
+
 bool program_read(Diag *d, int file, Program *out)
 {
     const SrcFile *f = diag_file(d, file);
@@ -344,6 +445,8 @@ bool program_read(Diag *d, int file, Program *out)
     vec_free(&bufs);
     for (int k = 0; r.ok && k < STEP_COUNT; k++)
         read_step(&r, (StepKind)k);
+    if (r.ok && lit(&r, "kvstore "))
+        read_kv(&r, &out->kv);
     if (r.ok && expect(&r, "end") && eol(&r) && r.p != r.end)
         rd_fail(&r, "text after 'end'");
     return r.ok;
@@ -456,9 +559,59 @@ static bool verify_sequence(const Program *p, const StepKind *steps, int nsteps,
     return ok;
 }
 
+/* The placement's buckets hold train-step results (the gradients), each at
+ * most once, with sizes that do not depend on N and bytes that add up (a
+ * 16-bit gradient in the wire's dtype, a wider one in its own); the chosen
+ * placement has a prediction. */
+static bool verify_kv(const Program *p, FILE *err)
+{
+    const KvPlan *kv = &p->kv;
+    bool ok = true;
+    if (!kv->set)
+        return true;
+    if (kv->wire <= DT_UNKNOWN || dtype_size(kv->wire) <= 0)
+        ERR("program: kvstore: the wire has no dtype\n");
+    if (kv->step_us[kv->place] < 0)
+        ERR("program: kvstore %s is chosen but not available (no prediction)\n",
+            kv_place_name(kv->place));
+    if (!ok)
+        return false;
+    const ProgStep *t = &p->step[STEP_TRAIN];
+    char *seen = calloc((size_t)p->nbuf + 1, 1);
+    if (!seen)
+        DIE("out of memory");
+    for (int b = 0; b < kv->nbuckets; b++) {
+        const KvBucket *k = &kv->buckets[b];
+        int64_t bytes = 0;
+        for (int j = 0; j < k->nbufs; j++) {
+            int x = k->bufs[j], in = 0;
+            for (int i = 0; x >= 0 && x < p->nbuf && i < t->nresults; i++)
+                in |= t->results[i] == x;
+            if (!in) {
+                ERR("program: kvbucket %d: buffer %d is not a result of the train step\n", b, x);
+                continue;
+            }
+            if (seen[x]++)
+                ERR("program: kvbucket %d: buffer %d is in two buckets\n", b, x);
+            /* fp32 gradients travel as they are; 16-bit ones in the wire's dtype */
+            int64_t e, es = dtype_size(p->buf[x].dtype) >= 4 ? dtype_size(p->buf[x].dtype)
+                                                             : dtype_size(kv->wire);
+            if (p->buf[x].elems.per_sample != 0 || p->buf[x].elems.fixed < 0 ||
+                __builtin_mul_overflow(p->buf[x].elems.fixed, es, &e) ||
+                __builtin_add_overflow(bytes, e, &bytes))
+                ERR("program: kvbucket %d: buffer %d has no fixed size\n", b, x);
+        }
+        if (ok && bytes != k->bytes)
+            ERR("program: kvbucket %d holds %lld bytes (16-bit gradients as %s), not %lld\n", b,
+                (long long)bytes, dtype_short(kv->wire), (long long)k->bytes);
+    }
+    free(seen);
+    return ok;
+}
+
 bool program_verify(const Program *p, FILE *err)
 {
-    bool ok = true;
+    bool ok = verify_kv(p, err);
     for (int i = 0; i < p->nbuf; i++) {
         const ProgBuffer *b = &p->buf[i];
         if (b->kind != PB_VALUE && b->in_arena)
