@@ -25,8 +25,10 @@ fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ampc-mxparams.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 cd "$root" || exit 2
-# the programs: the MLP and the BatchNorm CNN, fp32 and AMP float16
+# the programs: the MLP and the BatchNorm CNN, fp32 and AMP float16 (the MLP in
+# bfloat16 too)
 for spec in "mlp examples/mlp.sym" "mlp16 examples/mlp.sym --amp=float16" \
+            "mlpbf examples/mlp.sym --amp=bfloat16" \
             "cnn examples/digits_cnn.sym --amp=off" "cnn16 examples/digits_cnn.sym --amp=float16"; do
     set -- $spec
     name=$1 src=$2

@@ -225,6 +225,22 @@ if os.path.exists(path("b16.params")):
     compare("(b) mlp AMP float16 round trip", predict("mlp16", path("b16.params"), x_mlp,
                                                       "b16"), want, TOL_F16)
 
+# bfloat16 values: MXNet 1.9.1 loads them as its bfloat16 dtype, and widened
+# they are the values the program reads back (saved again as fp32)
+rc, so, se = prog("mlpbf", "--data", "synthetic", "--max-steps", "2", "--log-interval", "0",
+                  "--save-params", path("bf.params"), "--save-params-16bit")
+rc2, so, se = prog("mlpbf", "--load-params", path("bf.params"), "--predict", path("a32_x.npy"),
+                   "--output", path("bf_y.npy"), "--save-params", path("bf32.params"))
+check(rc == 0 and rc2 == 0, "(b) mlp AMP bfloat16: --save-params-16bit, then --load-params of "
+      "it and --save-params in fp32")
+if rc == 0 and rc2 == 0:
+    d, d32 = mx.nd.load(path("bf.params")), mx.nd.load(path("bf32.params"))
+    check(all("bfloat16" in str(v.dtype) for v in d.values()), "(b) MXNet reads the arrays as "
+          "bfloat16")
+    check(sorted(d) == sorted(d32) and all(np.array_equal(d[k].astype("float32").asnumpy(),
+                                                          d32[k].asnumpy()) for k in d),
+          "(b) MXNet's bfloat16 values widened are the program's")
+
 # ---- (c) the BatchNorm CNN ----------------------------------------------------------
 
 x_cnn = rs.uniform(-4, 4, (B, 1, 8, 8)).astype(np.float32)
