@@ -236,6 +236,7 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/hostile_compile.sh $(BUILD)/ampc
 	tests/e2e/fuse.sh $(BUILD)/ampc
 	tests/e2e/memplan.sh $(BUILD)/ampc
+	tests/e2e/predict.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/threads.sh $(BUILD)/ampc
 
 # MXNet interoperability, checked against MXNet 1.9.1 itself (tests/mxnet/,

@@ -23,6 +23,7 @@ typedef struct {
     StrMap shared;     /* Param and Input names -> buffer */
     StrMap param_index;
     Vec params;        /* int: parameter buffers */
+    bool predict;      /* the model only predicts: no train step (info.predict_only) */
 } Lw;
 
 /* the ops that make no call (and have no row in ir/kernels.def); any other
@@ -88,7 +89,8 @@ static void assign(Lw *w, const Graph *g, int which, const BufferPlan *plan)
                          : new_buffer(w, n, n->op == OP_Param ? PB_PARAM : PB_INPUT, plan, placed);
             if (!have)
                 strmap_put(&w->shared, n->name, nb[i]);
-            if (n->op == OP_Param && which == 0 && !strmap_get(&w->param_index, n->name)) {
+            if (n->op == OP_Param && (which == 0 || w->predict) &&
+                !strmap_get(&w->param_index, n->name)) {
                 strmap_put(&w->param_index, n->name, w->params.len);
                 *(int *)vec_push(&w->params, sizeof(int)) = nb[i];
             }
@@ -200,13 +202,24 @@ static void lower_graph(Lw *w, const Graph *g, int which)
     free(part_ids);
 }
 
+/* the train and moving_update steps of a model that only predicts: no calls */
+static void empty_steps(Program *p)
+{
+    for (int k = STEP_TRAIN; k <= STEP_MOVING; k++) {
+        p->step[k].calls = arena_alloc(&p->a, sizeof(ProgCall));
+        p->step[k].results = arena_alloc(&p->a, sizeof(int));
+    }
+}
+
 void lower(const Graph *train, const CgPlans *plans, Program *out)
 {
     memset(out, 0, sizeof *out);
     arena_init(&out->a);
     out->model = arena_strdup(&out->a, train->model);
-    Lw w = {.p = out};
-    assign(&w, train, 0, plans ? plans->train : NULL);
+    Lw w = {.p = out, .predict = train->info.predict_only};
+    /* a model that only predicts: its forward graph is not a step */
+    if (!w.predict)
+        assign(&w, train, 0, plans ? plans->train : NULL);
     if (train->infer)
         assign(&w, train->infer, 1, plans ? plans->infer : NULL);
     out->nbuf = w.bufs.len;
@@ -218,16 +231,19 @@ void lower(const Graph *train, const CgPlans *plans, Program *out)
     out->param_grad = arena_alloc(&out->a, sizeof(int) * (size_t)(w.params.len + 1));
     for (int k = 0; k < w.params.len; k++)
         out->param_grad[k] = -1;
-    for (int i = 0; i < train->nnodes; i++) {
+    for (int i = 0; !w.predict && i < train->nnodes; i++) {
         const Node *n = train->nodes[i];
         int *k = n->op == OP_grad_of ? strmap_get(&w.param_index, train->nodes[n->in[1]]->name) : NULL;
         if (k)
             out->param_grad[*k] = out->node_buf[0][i];
     }
-    lower_graph(&w, train, 0);
+    if (w.predict)
+        empty_steps(out);
+    else
+        lower_graph(&w, train, 0);
     if (train->infer)
         lower_graph(&w, train->infer, 1);
-    for (int s = 0; s < 2; s++) {
+    for (int s = w.predict; s < 2; s++) {
         const BufferPlan *bp = plans ? (s ? plans->infer : plans->train) : NULL;
         if (bp && bp->arena.fixed > out->arena.fixed)
             out->arena.fixed = bp->arena.fixed;

@@ -16,7 +16,11 @@ static bool run_infer_types(Graph **g, const PassOptions *o)
     (*g)->info.amp = ao.target;
     return infer_types(*g);
 }
-static bool run_autodiff(Graph **g, const PassOptions *o) { (void)o; return autodiff(g); }
+/* a model without a loss head compiled to a program: it only predicts */
+static bool run_autodiff(Graph **g, const PassOptions *o)
+{
+    return o->predict ? autodiff_predict(g) : autodiff(g);
+}
 /* the training graph and the inference graph */
 static bool run_train_cast_elide(Graph **g, const PassOptions *o)
 {
@@ -237,6 +241,8 @@ bool frontend_check_dump(Graph *g, int after, const PassOptions *o)
 
 bool training_graph_check(const Graph *g, int after)
 {
+    if (g->info.predict_only) /* no training graph to derive again */
+        return true;
     return after >= pass_index("fuse") ? fuse_check(g)
                                         : autodiff_check(g, after > pass_index("autodiff"));
 }

@@ -378,6 +378,7 @@ typedef struct {
      * and widest ops move in fp32, for the optimal and the greedy placement */
     int64_t place_optimal[2], place_greedy[2];
     int place_mode;       /* 0: no placement ran; else 1 + the AmpPlacement used */
+    bool predict_only;    /* no loss head: no training step, only g->infer (autodiff_predict) */
 } GraphInfo;
 
 struct Graph {

@@ -164,6 +164,37 @@ bool autodiff(Graph **gp)
     return true;
 }
 
+bool autodiff_predict(Graph **gp)
+{
+    Graph *g = *gp;
+    if (g->noutputs != 1) {
+        diag_error(g->diag, g->noutputs ? g->nodes[g->outputs[1]]->loc : loc_none(),
+                   "model '%s' has no loss head and %d outputs: a program that only predicts "
+                   "writes one",
+                   g->model, g->noutputs);
+        return false;
+    }
+    Graph *infer = inference_graph(g);
+    const Node *y = infer->nodes[infer->outputs[0]];
+    if (y->dtype != DT_F32) {
+        int src = y->id;
+        Node *c = graph_add(infer, OP_amp_cast, &src, 1, y->loc, y->frame);
+        c->attrs[CAST_DTYPE].e = DT_F32;
+        c->shape = y->shape;
+        c->dtype = DT_F32;
+        const char *name = arena_printf(&infer->arena, "%s_amp_f32", y->name);
+        for (int k = 2; !graph_set_name(infer, c, name); k++)
+            name = arena_printf(&infer->arena, "%s_amp_f32_%d", y->name, k);
+        infer->nodes[src]->flags &= ~(uint32_t)NF_OUTPUT;
+        infer->outputs[0] = c->id;
+        c->flags |= NF_OUTPUT;
+    }
+    graph_free(g->infer);
+    g->infer = infer;
+    g->info.predict_only = true;
+    return true;
+}
+
 /* ---- the backward graph of a dump, derived again --------------------------- */
 
 

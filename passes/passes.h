@@ -100,6 +100,12 @@ bool cast_elide(Graph **g);
  * parameter, marked by grad_of; BatchNorm moving-statistics updates as
  * bn_moving_update) and builds the inference graph (g->infer).  Replaces *g. */
 bool autodiff(Graph **g);
+/* autodiff.c, for a model without a loss head that is compiled to a program
+ * (it predicts and cannot train): no backward graph; g stays the forward
+ * graph, marked info.predict_only, and g->infer is its inference graph,
+ * whose one output is cast to float32 when it is not (the program writes
+ * float32).  False (reported) for a model with several outputs. */
+bool autodiff_predict(Graph **g);
 /* A training graph read from a dump after autodiff (after train-cast-elide
  * when `elided`), checked: autodiff (and cast-elide) run again on its
  * forward part (what its outputs other than grad_of and bn_moving_update
