@@ -14,6 +14,9 @@
  *
  * Buffer sizes are elements (fixed+per_sampleN), offsets bytes; `-` is an
  * argument the kernel leaves alone, `mK` the fp32 master of parameter K.
+ * When the kvstore pass ran (passes/kvstore.c, docs/kvstore.md), the
+ * gradient placement follows the steps, before `end`: a `kvstore` line,
+ * one `kvbucket` per bucket and one `kvoption` per placement.
  * The reader trusts nothing: program_verify re-derives every step's
  * liveness from its calls and proves the offsets against it. */
 #include "plan.h"
