@@ -235,6 +235,29 @@ bool rt_out_open(RtOutFile *o, const char *path, const char *what, char *err, si
     return true;
 }
 
+/* fsync of the directory holding path (EINVAL: a file system without it) */
+static bool sync_dir(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else if ((size_t)(slash - path) < sizeof dir)
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    else
+        return true; /* too long to name here: the rename stands */
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return true; /* a directory we may not open (write-only): the rename stands */
+    bool ok = fsync(fd) == 0 || errno == EINVAL;
+    int e = errno;
+    close(fd);
+    errno = e;
+    return ok;
+}
+
 bool rt_out_commit(RtOutFile *o, const char *what, char *err, size_t errlen)
 {
     bool ok = fflush(o->f) == 0 && !ferror(o->f);
@@ -256,6 +279,14 @@ bool rt_out_commit(RtOutFile *o, const char *what, char *err, size_t errlen)
     }
     if (!ok) {
         snprintf(err, errlen, "%s: write error on %s: %s", what, o->path, strerror(e));
+        rt_out_abort(o);
+        return false;
+    }
+    if (o->tmp && !sync_dir(o->path)) { /* the rename made durable, as checkpoints do */
+        snprintf(err, errlen, "%s: fsync of the directory of %s failed: %s", what, o->path,
+                 strerror(errno));
+        free(o->tmp);
+        o->tmp = NULL; /* renamed: the file is there, only its durability is in doubt */
         rt_out_abort(o);
         return false;
     }

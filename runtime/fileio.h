@@ -53,7 +53,7 @@ typedef struct {
  * goes to PATH.tmp.XXXXXX until rt_out_commit. */
 bool rt_out_open(RtOutFile *o, const char *path, const char *what, char *err, size_t errlen);
 /* Flushes and checks every write; a temporary file is fsynced, closed and
- * renamed over the path.  On failure the temporary file is removed (only
+ * renamed over the path, and the directory fsynced (checkpoint.c's way).  On failure the temporary file is removed (only
  * it: a file the program did not create is never deleted). */
 bool rt_out_commit(RtOutFile *o, const char *what, char *err, size_t errlen);
 /* Closes without committing: removes the temporary file, if any. */
