@@ -256,6 +256,7 @@ $(MXNET_ENV)/.installed: tests/mxnet/requirements.txt
 
 mxnet-check: $(BUILD)/ampc $(BUILD)/libampcrt.a
 	tests/mxnet/params.sh $(BUILD)/ampc
+	tests/mxnet/import.sh $(BUILD)/ampc
 
 valgrind-check: $(BUILD)/ampc
 	tests/valgrind.sh $(BUILD)/ampc
