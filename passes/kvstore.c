@@ -333,6 +333,21 @@ static int grad_cmp(const void *a, const void *b)
                                 : (x->buf < y->buf ? -1 : x->buf > y->buf);
 }
 
+/* Sizes saturate at INT64_MAX instead of wrapping: a program that passed
+ * cg_check cannot reach it, and a saturated size only makes a slow
+ * prediction, never a wrong buffer. */
+static int64_t mul_sat(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+static int64_t add_sat(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
 /* bytes of one 16-bit-or-not gradient on the wire, as program_verify counts */
 static int wire_size(DType own, DType wire) { return dtype_size(own) >= 4 ? dtype_size(own) : dtype_size(wire); }
 
@@ -373,19 +388,19 @@ static void collect(Kv *k, const Graph *g, const Program *p)
         x->buf = b;
         x->elems = gb->elems.fixed;
         int ws = wire_size(gb->dtype, k->wire);
-        x->wire = x->elems * ws;
+        x->wire = mul_sat(x->elems, ws);
         x->wire16 = ws < 4 ? x->elems : 0;
-        x->weight = x->elems * dtype_size(pb->dtype);
+        x->weight = mul_sat(x->elems, dtype_size(pb->dtype));
         /* docs/numerics.md section 4: read the gradient, read and write the
          * (master) weight and each state tensor, write the 16-bit weight */
         int64_t per = ws + 8 + 8 * nstate + (master ? 2 : 0) + (k->dynamic ? ws : 0);
-        x->upd = x->elems * per;
+        x->upd = mul_sat(x->elems, per);
         /* without a fused kernel (MXNet 1.x's update_multi_precision):
          * astype to fp32 (read 2 + write 4) and a cast back (read 4 + write 2)
          * around the fp32 update, which reads a 4-byte gradient */
-        x->upd_unfused = master ? x->elems * ((ws + 4) + (12 + 8 * nstate) + 6 + (k->dynamic ? ws : 0))
+        x->upd_unfused = master ? mul_sat(x->elems, (ws + 4) + (12 + 8 * nstate) + 6 + (k->dynamic ? ws : 0))
                                 : x->upd;
-        x->cvt16 = master ? x->elems * (ws < 4 ? 2 : 1) : 0;
+        x->cvt16 = master ? mul_sat(x->elems, ws < 4 ? 2 : 1) : 0;
         int c = writer[b];
         double done = 0;
         for (int i = 0; i <= c && i < s->ncalls; i++)
@@ -510,13 +525,13 @@ static int make_buckets(const Kv *v, int64_t cap, Bucket *out)
         }
         Bucket *b = &out[n - 1];
         b->n++;
-        b->elems += x->elems;
-        b->wire += x->wire;
-        b->wire16 += x->wire16;
-        b->weight += x->weight;
-        b->upd += x->upd;
-        b->upd_unfused += x->upd_unfused;
-        b->cvt16 += x->cvt16;
+        b->elems = add_sat(b->elems, x->elems);
+        b->wire = add_sat(b->wire, x->wire);
+        b->wire16 = add_sat(b->wire16, x->wire16);
+        b->weight = add_sat(b->weight, x->weight);
+        b->upd = add_sat(b->upd, x->upd);
+        b->upd_unfused = add_sat(b->upd_unfused, x->upd_unfused);
+        b->cvt16 = add_sat(b->cvt16, x->cvt16);
         b->ready = b->ready > x->ready ? b->ready : x->ready;
     }
     return n;
@@ -754,7 +769,7 @@ bool kvstore_place(const Graph *train, Program *p, const KvMachine *m, const KvO
     collect(&v, train, p);
     KvResult r = {.compute_ms = (v.fwd + v.bwd) * 1e3, .best = KV_COUNT};
     for (int i = 0; i < v.ng; i++)
-        r.params += v.g[i].elems, r.grad_bytes += v.g[i].wire;
+        r.params = add_sat(r.params, v.g[i].elems), r.grad_bytes = add_sat(r.grad_bytes, v.g[i].wire);
     Bucket *tmp = malloc(sizeof(Bucket) * ((size_t)v.ng + 1));
     if (!tmp)
         DIE("out of memory");
