@@ -593,13 +593,15 @@ static void emit_reduce_backward(Cg *c, const Node *n, const KernelRow *k)
     fprintf(c->f, "%s%s(&d, %s, %s, %s, false);\n", I, k->cpu, DT, IN(0), OUT);
 }
 
+/* data in its dtype (16-bit where the fuse pass folded its cast in), prob */
 static void emit_smo_forward(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s);\n", I, k->cpu, dimx(c, n->shape.d[0]),
-            dimx(c, n->shape.d[1]), DT, IN(0), OUT);
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s, %s);\n", I, k->cpu, dimx(c, n->shape.d[0]),
+            dimx(c, n->shape.d[1]), rt_dtype(INODE(0)->dtype), IN(0), DT, OUT);
 }
 
-/* prob, label; the loss scale is the runtime's */
+/* prob, label; the loss scale is the runtime's; dx in the node's dtype
+ * (16-bit where the fuse pass folded the cast of the gradient in) */
 static void emit_smo_backward(Cg *c, const Node *n, const KernelRow *k)
 {
     fprintf(c->f, "%sconst RtSmoParams p = {.grad_scale = (float)%.9g, .smooth_alpha = (float)%.9g, .use_ignore = %s, "
@@ -607,8 +609,9 @@ static void emit_smo_backward(Cg *c, const Node *n, const KernelRow *k)
             I, node_float(n, SMO_GRAD_SCALE), node_float(n, SMO_SMOOTH_ALPHA),
             node_bool(n, SMO_USE_IGNORE) ? "true" : "false", node_float(n, SMO_IGNORE_LABEL),
             node_enum(n, SMO_NORMALIZATION));
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, (const float *)%s, &p, ctx->loss_scale, %s, false);\n", I,
-            k->cpu, dimx(c, n->shape.d[0]), dimx(c, n->shape.d[1]), DT, IN(0), IN(1), OUT);
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, (const float *)%s, &p, ctx->loss_scale, %s, %s, false);\n",
+            I, k->cpu, dimx(c, n->shape.d[0]), dimx(c, n->shape.d[1]), rt_dtype(INODE(0)->dtype),
+            IN(0), IN(1), DT, OUT);
 }
 
 #undef I
@@ -766,7 +769,7 @@ static void emit_tables(Cg *c, const Graph *t)
 static int loss_head(const Graph *g)
 {
     for (int i = 0; i < g->noutputs; i++)
-        if (g->nodes[g->outputs[i]]->op == OP_SoftmaxOutput)
+        if (op_is_loss_head(g->nodes[g->outputs[i]]->op))
             return g->outputs[i];
     return -1;
 }

@@ -444,7 +444,7 @@ static const char *settings_misfit(const Graph *g, const RtTrainOptions *o, char
     int64_t classes = 0;
     for (int i = 0; i < g->noutputs; i++) {
         const Node *h = g->nodes[g->outputs[i]];
-        if (h->op == OP_SoftmaxOutput && h->shape.rank == 2)
+        if (op_is_loss_head(h->op) && h->shape.rank == 2)
             classes = h->shape.d[1];
     }
     int rank = data && data->shape.rank > 0 ? data->shape.rank - 1 : 0;

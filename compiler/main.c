@@ -88,7 +88,10 @@ static void usage(FILE *f)
           "  --explain[=NAME]        say why each node (or NAME) got its dtype, and (with -o,\n"
           "                          -S or --dump=fuse) list the fusions made\n"
           "  --no-fuse=NAME,...|all  turn fusions off (repeatable): bn_relu (BatchNorm +\n"
-          "                          relu), add_relu (elemwise_add + relu); docs/codegen.md\n"
+          "                          relu), add_relu (elemwise_add + relu),\n"
+          "                          cast_softmax_output (AMP's cast of the logits into the\n"
+          "                          loss head), softmax_output_bwd_cast (the cast of its\n"
+          "                          gradient into its backward); docs/codegen.md\n"
           "  --report                op counts, parameters, FLOPs, activation bytes, casts\n"
           "  --kvstore=auto|local|device|nccl|dist_sync\n"
           "                          where gradients are summed and the optimizer runs\n"
@@ -577,7 +580,7 @@ static bool generate(const Options *o, const Graph *g, Diag *d)
 static bool has_loss_head(const Graph *g)
 {
     for (int i = 0; i < g->noutputs; i++)
-        if (g->nodes[g->outputs[i]]->op == OP_SoftmaxOutput)
+        if (op_is_loss_head(g->nodes[g->outputs[i]]->op))
             return true;
     return false;
 }

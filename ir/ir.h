@@ -311,6 +311,11 @@ enum { CAST_DTYPE, CAST_NATTRS };
 enum { SMO_GRAD_SCALE, SMO_IGNORE_LABEL, SMO_USE_IGNORE, SMO_NORMALIZATION, SMO_SMOOTH_ALPHA,
        SMO_NATTRS };
 enum { SMO_NORM_NULL, SMO_NORM_BATCH, SMO_NORM_VALID };
+/* the fused cast ops (ops/fused.c): SoftmaxOutput's attributes, then (the
+ * backward one) the dtype its gradient is narrowed to, then the name of the
+ * node the fused one absorbed */
+enum { FUSED_SMO_ABSORBED = SMO_NATTRS, FUSED_SMO_NATTRS };
+enum { FUSED_SMO_BWD_DTYPE = SMO_NATTRS, FUSED_SMO_BWD_ABSORBED, FUSED_SMO_BWD_NATTRS };
 enum { SOFTMAX_AXIS, SOFTMAX_NATTRS };
 enum { REDUCE_AXIS, REDUCE_KEEPDIMS, REDUCE_NATTRS };
 enum { INPUT_ROLE, INPUT_NATTRS };
@@ -494,6 +499,9 @@ int ir_stage(const char *pass);
 bool op_made_by_autodiff(OpKind k);
 /* The ops the fuse pass makes (_fused_*, _backward_fused_*). */
 bool op_made_by_fuse(OpKind k);
+/* A loss head: SoftmaxOutput, or the fused op that reads its logits
+ * through a folded cast (the training loop reports its output). */
+bool op_is_loss_head(OpKind k);
 /* Re-runs the shape rules (from infer-shapes on) and the type rules of
  * infer-types and of what amp adds (from infer-types on) on every node of g
  * and its inference graph, against each node's inputs as declared, and

@@ -41,6 +41,8 @@ bool op_made_by_fuse(OpKind k)
     return strncmp(s, "_fused_", 7) == 0 || strncmp(s, "_backward_fused_", 16) == 0;
 }
 
+bool op_is_loss_head(OpKind k) { return k == OP_SoftmaxOutput || k == OP__fused_cast_SoftmaxOutput; }
+
 /* ---- the rules, checked ------------------------------------------------------ */
 
 static bool rule_error(const Graph *g, const Node *n, const char *fmt, ...)
@@ -155,6 +157,8 @@ static bool check_types(const Graph *g, const Node *n, bool amp_pending)
             return rule_error(g, n, "'%s' is declared %s, but casts to %s", n->name,
                               dtype_long(n->dtype), dtype_long(node_dtype_attr(n, CAST_DTYPE)));
         return true;
+    case OP__fused_cast_SoftmaxOutput:
+        return true; /* fp32 from 16-bit logits: its shape rule gives its dtype (ops/fused.c) */
     case OP_param_master:
         if (in0->op != OP_Param || node_dtype_attr(in0, PARAM_MASTER) == DT_UNKNOWN)
             return rule_error(g, n, "param_master reads '%s', which is not a parameter with a "

@@ -3,23 +3,31 @@
  * table.  It runs after autodiff and train-cast-elide, before schedule and
  * code generation.
  *
- * Every rule is "a relu reading the value p of an op of one kind": the two
- * become one node, and so do their backward nodes.  A rule applies where
- *   - r is Activation(act_type=relu) and p its input, of the rule's kind,
- *     in r's dtype (and, for an add, both inputs in it too);
- *   - p is not a graph output, and nothing but r reads p, except the nodes
- *     the rule rewrites with it: p's parts (BatchNorm's saved statistics)
- *     and the relu's backward nodes _backward_Activation(dy, p, r), which
- *     the rule can fuse or rewrite to read r alone.
+ * Every rule is a pair: a node p and a node r that reads p as its first
+ * input, of the rule's two kinds, become one node.  A rule applies where
+ *   - the pair passes the rule's condition (pair_ok: dtypes, the relu's
+ *     act_type, the cast's direction);
+ *   - p is not a graph output, r reads p once, and nothing but r reads p,
+ *     except the nodes the rule rewrites with it: p's parts (BatchNorm's
+ *     saved statistics) and the readers other_ok accepts (the relu's
+ *     backward nodes _backward_Activation(dy, p, r), which the rule fuses
+ *     or rewrites to read r alone).
  * So after a fusion no node reads p's value: it is never stored.
  *
- * The fused node takes p's place in storage order (its inputs are p's) and
- * the name of the node whose value it gives; its `absorbed` attribute names
- * the other, so that fuse_check can expand a dump back into the unfused
- * graph, derive it again with autodiff, and fuse it again.
+ * Two kinds of pair:
+ *   - relu rules (bn_relu, add_relu) and a cast folded into the op whose
+ *     value it reads (softmax_output_bwd_cast): the fused node takes p's
+ *     place in storage order (its inputs are p's) and r's name and dtype;
+ *   - a cast folded into its reader (cast_softmax_output): the fused node
+ *     takes r's place and name, and reads the cast's input where r read
+ *     the cast (r may read values stored after p, like the label).
+ * The fused node's `absorbed` attribute names the other node, so that
+ * fuse_check can expand a dump back into the unfused graph, derive it again
+ * with autodiff, and fuse it again.
  *
- * The kernels round where the unfused ops store (docs/codegen.md,
- * "Fusions"): a fusion never changes a bit of the result. */
+ * The kernels round where the unfused ops store, and convert where the
+ * casts did (docs/codegen.md, "Fusions"): a fusion never changes a bit of
+ * the result. */
 #include "passes.h"
 
 #include <stdlib.h>
@@ -37,37 +45,65 @@ typedef struct {
     const char *only, *graph;
 } Explain;
 
+/* where the fused node stands (above) */
+typedef enum { FUSE_AT_FIRST, FUSE_AT_SECOND } FusePlace;
+
 typedef struct FuseRule FuseRule;
 struct FuseRule {
     const char *name;     /* --no-fuse=NAME */
-    OpKind first;         /* the op the relu reads */
-    OpKind fused;         /* first + relu */
-    OpKind fused_bwd;     /* their backward nodes */
-    int kept_attrs;       /* first's attributes the fused ops keep (then `absorbed`) */
-    bool parts;           /* first's parts (its other results) go with it */
-    bool same_inputs;     /* first's inputs must have its dtype (the add's two) */
-    /* whether backward node q (a relu backward of r) can go with the
-     * fusion (NULL: always) */
-    bool (*bwd_ok)(const Graph *g, const Readers *rd, const Node *p, const Node *q);
-    /* rewrites q (and what it feeds) into fused_bwd reading r, which the
-     * caller redirects to the fused node afterwards */
+    OpKind first, second; /* p, and r reading p as its input 0 */
+    OpKind fused;         /* the pair */
+    OpKind fused_bwd;     /* their backward nodes (OP_COUNT: the rule rewrites none) */
+    FusePlace place;
+    /* the attributes the fused ops keep of the node whose place they take
+     * (then, with cast_dtype, r's target dtype; then `absorbed`) */
+    int kept_attrs;
+    bool cast_dtype;
+    bool parts; /* p's parts (its other results) go with it */
+    bool (*pair_ok)(const Graph *g, const Node *p, const Node *r);
+    /* whether q, another reader of p, can go with the fusion (NULL: none can) */
+    bool (*other_ok)(const Graph *g, const Readers *rd, const Node *p, const Node *q,
+                     const Node *r);
+    /* rewrites such a q (and what it feeds) into fused_bwd reading r, which
+     * the caller redirects to the fused node afterwards */
     void (*bwd_rewrite)(Graph *g, const Readers *rd, const FuseRule *rule, Node *q, int r,
                         const Explain *ex);
 };
 
-static bool bn_bwd_ok(const Graph *g, const Readers *rd, const Node *p, const Node *q);
+static bool relu_pair_ok(const Graph *g, const Node *p, const Node *r);
+static bool add_relu_pair_ok(const Graph *g, const Node *p, const Node *r);
+static bool widening_cast_ok(const Graph *g, const Node *p, const Node *r);
+static bool narrowing_cast_ok(const Graph *g, const Node *p, const Node *r);
+static bool bn_other_ok(const Graph *g, const Readers *rd, const Node *p, const Node *q,
+                        const Node *r);
+static bool relu_bwd_ok(const Graph *g, const Readers *rd, const Node *p, const Node *q,
+                        const Node *r);
 static void bn_bwd_rewrite(Graph *g, const Readers *rd, const FuseRule *rule, Node *q, int r,
                            const Explain *ex);
 static void add_bwd_rewrite(Graph *g, const Readers *rd, const FuseRule *rule, Node *q, int r,
                             const Explain *ex);
 
 static const FuseRule rules[] = {
-    {"bn_relu", OP_BatchNorm, OP__fused_BatchNorm_relu, OP__backward_fused_BatchNorm_relu,
-     BN_NATTRS, true, false, bn_bwd_ok, bn_bwd_rewrite},
-    {"add_relu", OP_elemwise_add, OP__fused_add_relu, OP__backward_fused_add_relu, 0, false, true,
-     NULL, add_bwd_rewrite},
+    {.name = "bn_relu", .first = OP_BatchNorm, .second = OP_Activation,
+     .fused = OP__fused_BatchNorm_relu, .fused_bwd = OP__backward_fused_BatchNorm_relu,
+     .place = FUSE_AT_FIRST, .kept_attrs = BN_NATTRS, .parts = true, .pair_ok = relu_pair_ok,
+     .other_ok = bn_other_ok, .bwd_rewrite = bn_bwd_rewrite},
+    {.name = "add_relu", .first = OP_elemwise_add, .second = OP_Activation,
+     .fused = OP__fused_add_relu, .fused_bwd = OP__backward_fused_add_relu,
+     .place = FUSE_AT_FIRST, .pair_ok = add_relu_pair_ok, .other_ok = relu_bwd_ok,
+     .bwd_rewrite = add_bwd_rewrite},
+    /* the logits widened to fp32 for the loss head: its kernel widens on reading */
+    {.name = "cast_softmax_output", .first = OP_amp_cast, .second = OP_SoftmaxOutput,
+     .fused = OP__fused_cast_SoftmaxOutput, .fused_bwd = OP_COUNT, .place = FUSE_AT_SECOND,
+     .kept_attrs = SMO_NATTRS, .pair_ok = widening_cast_ok},
+    /* the loss gradient narrowed to 16-bit: its kernel rounds on writing */
+    {.name = "softmax_output_bwd_cast", .first = OP__backward_SoftmaxOutput,
+     .second = OP_amp_cast, .fused = OP__backward_fused_SoftmaxOutput_cast,
+     .fused_bwd = OP_COUNT, .place = FUSE_AT_FIRST, .kept_attrs = SMO_NATTRS,
+     .cast_dtype = true, .pair_ok = narrowing_cast_ok},
 };
 enum { NRULES = sizeof rules / sizeof rules[0] };
+_Static_assert(NRULES <= 32, "--no-fuse keeps one bit per rule");
 
 /* ---- the graph's readers ---------------------------------------------------- */
 
@@ -104,6 +140,8 @@ static bool is_relu(const Node *n)
     return n->op == OP_Activation && node_enum(n, ACT_TYPE) == ACT_RELU;
 }
 
+static bool is_16bit(DType t) { return t == DT_F16 || t == DT_BF16; }
+
 /* the relu's backward node: _backward_Activation(dy, p, r), relu */
 static bool is_relu_bwd_of(const Node *q, int p, int r)
 {
@@ -117,10 +155,50 @@ static bool is_part(const Graph *g, int v, int of, int64_t index)
     return n->op == OP_part && n->in[0] == of && node_int(n, PART_INDEX) == index;
 }
 
+/* ---- the rules' conditions ------------------------------------------------------ */
+
+/* a relu of p in p's dtype */
+static bool relu_pair_ok(const Graph *g, const Node *p, const Node *r)
+{
+    (void)g;
+    return is_relu(r) && p->dtype == r->dtype;
+}
+
+/* and both of the add's inputs in it too (a cast between them keeps them apart) */
+static bool add_relu_pair_ok(const Graph *g, const Node *p, const Node *r)
+{
+    for (int j = 0; j < p->nin; j++)
+        if (g->nodes[p->in[j]]->dtype != p->dtype)
+            return false;
+    return relu_pair_ok(g, p, r);
+}
+
+/* p widens 16-bit logits to the fp32 that r (SoftmaxOutput) computes in:
+ * exact, so the kernel can do it on reading */
+static bool widening_cast_ok(const Graph *g, const Node *p, const Node *r)
+{
+    return is_16bit(g->nodes[p->in[0]]->dtype) && p->dtype == DT_F32 && r->dtype == DT_F32;
+}
+
+/* r narrows p's fp32 gradient to 16-bit: the kernel rounds on writing, once
+ * per element, as the cast does */
+static bool narrowing_cast_ok(const Graph *g, const Node *p, const Node *r)
+{
+    (void)g;
+    return p->dtype == DT_F32 && is_16bit(r->dtype);
+}
+
+static bool relu_bwd_ok(const Graph *g, const Readers *rd, const Node *p, const Node *q,
+                        const Node *r)
+{
+    (void)g, (void)rd;
+    return is_relu_bwd_of(q, p->id, r->id);
+}
+
 /* ---- rewriting ---------------------------------------------------------------- */
 
 /* n becomes op with nin inputs and attributes: the first `keep` of its own,
- * then `absorbed` (when not NULL). */
+ * then (when not NULL) `absorbed` as the op's last. */
 static void node_become(Graph *g, Node *n, OpKind op, const int *in, int nin, int keep,
                         const char *absorbed)
 {
@@ -130,8 +208,8 @@ static void node_become(Graph *g, Node *n, OpKind op, const int *in, int nin, in
     AttrVal *attrs = arena_alloc(&g->arena, sizeof(AttrVal) * (size_t)(oi->nattrs + 1));
     for (int a = 0; a < keep; a++)
         attrs[a] = n->attrs[a];
-    if (absorbed)
-        attrs[keep] = (AttrVal){.type = AT_STR, .s = arena_strdup(&g->arena, absorbed)};
+    if (absorbed && oi->nattrs > 0)
+        attrs[oi->nattrs - 1] = (AttrVal){.type = AT_STR, .s = arena_strdup(&g->arena, absorbed)};
     n->op = op;
     n->in = nin_arr;
     n->nin = nin;
@@ -165,9 +243,10 @@ static const Node *bn_bwd_of(const Graph *g, const Readers *rd, const Node *p, c
     return b; /* the fused node keeps b's attributes, so they need not be p's */
 }
 
-static bool bn_bwd_ok(const Graph *g, const Readers *rd, const Node *p, const Node *q)
+static bool bn_other_ok(const Graph *g, const Readers *rd, const Node *p, const Node *q,
+                        const Node *r)
 {
-    return bn_bwd_of(g, rd, p, q) != NULL;
+    return is_relu_bwd_of(q, p->id, r->id) && bn_bwd_of(g, rd, p, q) != NULL;
 }
 
 /* q is read by nothing after this: graph_compact drops it */
@@ -191,32 +270,41 @@ static void add_bwd_rewrite(Graph *g, const Readers *rd, const FuseRule *rule, N
     explain_line(ex, rule, q->name, NULL, q);
 }
 
-/* Whether the rule applies to relu r reading p (the conditions above). */
+/* Whether the rule applies to r reading p (the conditions above). */
 static bool applies(const Graph *g, const Readers *rd, const FuseRule *rule, const Node *p,
                     const Node *r)
 {
-    if (p->op != rule->first || (p->flags & NF_OUTPUT) || p->dtype != r->dtype)
+    if (p->op != rule->first || (p->flags & NF_OUTPUT) || !rule->pair_ok(g, p, r))
         return false;
-    for (int j = 0; j < p->nin && rule->same_inputs; j++)
-        if (g->nodes[p->in[j]]->dtype != p->dtype)
+    for (int j = 1; j < r->nin; j++)
+        if (r->in[j] == p->id)
             return false;
     for (int k = rd->start[p->id]; k < rd->start[p->id + 1]; k++) {
         const Node *q = g->nodes[rd->user[k]];
         if (q == r || (q->op == OP_part && rule->parts))
             continue;
-        if (!is_relu_bwd_of(q, p->id, r->id) || (rule->bwd_ok && !rule->bwd_ok(g, rd, p, q)))
+        if (!rule->other_ok || !rule->other_ok(g, rd, p, q, r))
             return false;
     }
-    /* r reads p once (relu has one input) */
     return true;
 }
 
 static void apply(Graph *g, const Readers *rd, const FuseRule *rule, Node *p, Node *r, int *repl,
                   const Explain *ex)
 {
+    if (rule->place == FUSE_AT_SECOND) {
+        /* r reads p's input where it read p; nothing reads p after this */
+        node_become(g, r, rule->fused, r->in, r->nin, rule->kept_attrs, p->name);
+        r->in[0] = p->in[0];
+        explain_line(ex, rule, p->name, r->name, r);
+        return;
+    }
     const char *pname = p->name;
     node_become(g, p, rule->fused, p->in, p->nin, rule->kept_attrs, pname);
+    if (rule->cast_dtype)
+        p->attrs[rule->kept_attrs] = r->attrs[CAST_DTYPE];
     p->name = r->name;
+    p->dtype = r->dtype;
     p->flags = (p->flags & ~(uint32_t)NF_EXPLICIT_NAME) | (r->flags & NF_EXPLICIT_NAME);
     repl[r->id] = p->id;
     explain_line(ex, rule, pname, r->name, p);
@@ -224,28 +312,37 @@ static void apply(Graph *g, const Readers *rd, const FuseRule *rule, Node *p, No
      * relu's x, which they drop */
     for (int k = rd->start[p->id]; k < rd->start[p->id + 1]; k++) {
         Node *q = g->nodes[rd->user[k]];
-        if (q != r && q->op == OP__backward_Activation)
+        if (q != r && q->op != OP_part && rule->bwd_rewrite)
             rule->bwd_rewrite(g, rd, rule, q, r->id, ex);
     }
 }
 
-static const FuseRule *rule_for(OpKind first, unsigned disabled)
+/* The enabled rule that fuses r with the node it reads first, or NULL. */
+static const FuseRule *rule_for(const Graph *g, const Readers *rd, const Node *r,
+                                unsigned disabled)
 {
+    if (r->nin < 1)
+        return NULL;
+    const Node *p = g->nodes[r->in[0]];
     for (int k = 0; k < NRULES; k++)
-        if (rules[k].first == first && !(disabled & (1u << k)))
+        if (rules[k].second == r->op && rules[k].first == p->op && !(disabled & (1u << k)) &&
+            applies(g, rd, &rules[k], p, r))
             return &rules[k];
     return NULL;
 }
 
-/* One graph: matches on the graph as it came (the matches share no node),
- * rewrites, redirects r's readers to the fused node, drops the dead. */
+/* One graph: matches on the graph as it came (a node in two matches stays
+ * in the first only), rewrites, redirects r's readers to the fused node,
+ * drops the dead. */
 static Graph *fuse_graph(Graph *g, unsigned disabled, const Explain *ex)
 {
     Readers rd = readers_of(g);
     int n = g->nnodes;
     int *repl = malloc(sizeof(int) * (size_t)(n ? n : 1));
     int *match = malloc(sizeof(int) * (size_t)(n ? n : 1));
-    if (!repl || !match)
+    const FuseRule **mrule = malloc(sizeof *mrule * (size_t)(n ? n : 1));
+    char *taken = calloc((size_t)(n ? n : 1), 1);
+    if (!repl || !match || !mrule || !taken)
         DIE("out of memory");
     for (int i = 0; i < n; i++)
         repl[i] = i;
@@ -254,16 +351,16 @@ static Graph *fuse_graph(Graph *g, unsigned disabled, const Explain *ex)
     int nmatch = 0;
     for (int k = 0; k < n; k++) {
         const Node *r = g->nodes[order[k]];
-        if (!is_relu(r))
-            continue;
-        const Node *p = g->nodes[r->in[0]];
-        const FuseRule *rule = rule_for(p->op, disabled);
-        if (rule && applies(g, &rd, rule, p, r))
+        const FuseRule *rule = rule_for(g, &rd, r, disabled);
+        if (rule && !taken[r->id] && !taken[r->in[0]]) {
+            taken[r->id] = taken[r->in[0]] = 1;
+            mrule[nmatch] = rule;
             match[nmatch++] = r->id;
+        }
     }
     for (int k = 0; k < nmatch; k++) {
         Node *r = g->nodes[match[k]], *p = g->nodes[r->in[0]];
-        apply(g, &rd, rule_for(p->op, disabled), p, r, repl, ex);
+        apply(g, &rd, mrule[k], p, r, repl, ex);
     }
     for (int i = 0; i < n; i++)
         for (int j = 0; j < g->nodes[i]->nin; j++)
@@ -275,6 +372,8 @@ static Graph *fuse_graph(Graph *g, unsigned disabled, const Explain *ex)
     for (int i = 0; i < g->noutputs; i++)
         g->nodes[g->outputs[i]]->flags |= NF_OUTPUT;
     free(order);
+    free(taken);
+    free(mrule);
     free(match);
     free(repl);
     free(rd.start);
@@ -418,6 +517,22 @@ static bool expand_fused(Expand *e, const Node *o)
             in[1] = e->first[o->in[1]];
             e->val[o->id] = add_relu_node(e, o, OP__backward_Activation, in, 3, o->name)->id;
         }
+        return true;
+    case OP__fused_cast_SoftmaxOutput: /* amp_cast to fp32, then SoftmaxOutput */
+        a = add_copy(e, o, OP_amp_cast, in, 1, absorbed, 0);
+        a->attrs[CAST_DTYPE] = (AttrVal){.type = AT_DTYPE, .e = DT_F32};
+        in[0] = a->id;
+        b = add_copy(e, o, OP_SoftmaxOutput, in, 2, o->name, SMO_NATTRS);
+        b->flags = o->flags & ~(uint32_t)NF_OUTPUT;
+        e->val[o->id] = b->id;
+        return true;
+    case OP__backward_fused_SoftmaxOutput_cast: /* the fp32 backward, then amp_cast */
+        a = add_copy(e, o, OP__backward_SoftmaxOutput, in, 2, absorbed, SMO_NATTRS);
+        a->dtype = e->u->nodes[in[0]]->dtype;
+        b = add_copy(e, o, OP_amp_cast, &a->id, 1, o->name, 0);
+        b->attrs[CAST_DTYPE] = o->attrs[FUSED_SMO_BWD_DTYPE];
+        b->flags = o->flags & ~(uint32_t)NF_OUTPUT;
+        e->val[o->id] = b->id;
         return true;
     default: return false;
     }

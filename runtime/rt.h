@@ -359,14 +359,21 @@ typedef struct {
     RtSmoNorm normalization;
 } RtSmoParams;
 
-/* prob [n, k] = softmax over the last axis (fp32 math, max subtracted). */
-void rt_softmax_output_forward(int64_t n, int64_t k, RtDType dt, const void *x, void *prob);
+/* prob [n, k] (in dt) = softmax over the last axis (fp32 math, max
+ * subtracted) of x (in xdt).  xdt differs from dt where the fuse pass folds
+ * the cast of 16-bit logits into the call: x is widened on reading, exactly,
+ * so prob is bit for bit what cast + softmax give. */
+void rt_softmax_output_forward(int64_t n, int64_t k, RtDType xdt, const void *x, RtDType dt,
+                               void *prob);
 /* Ignores the head gradient (MXNet): dx = (prob - target) * grad_scale /
  * valid_cnt * loss_scale, rows with an ignored label zeroed.  Labels are
- * class indices stored as fp32.  loss_scale is the dynamic loss scale. */
+ * class indices stored as fp32.  loss_scale is the dynamic loss scale.
+ * prob in dt, dx in dxdt: a 16-bit dx (the fuse pass folding the cast of the
+ * fp32 gradient into the call) is each fp32 element rounded once, as the
+ * cast rounds it. */
 void rt_softmax_output_backward(int64_t n, int64_t k, RtDType dt, const void *prob,
                                 const float *label, const RtSmoParams *p, float loss_scale,
-                                void *dx, bool accumulate);
+                                RtDType dxdt, void *dx, bool accumulate);
 /* Logging: the summed cross-entropy -log(prob[label] + 1e-12) over rows whose
  * label is in range (MXNet's CrossEntropy metric; divide by the count) and the
  * number of rows whose argmax (first maximum) equals the label. */

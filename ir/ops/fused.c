@@ -1,6 +1,7 @@
 /* fused.c - the ops the fuse pass makes (passes/fuse.c): each runs two ops
  * of the unfused graph as one kernel, rounding where the two would (docs/
- * codegen.md, "Fusions").  Their shape rules are the unfused ops' ones (in
+ * codegen.md, "Fusions"); a cast absorbed is a conversion on reading or
+ * writing.  Their shape rules are the unfused ops' ones (in
  * ops.def); the backward ones, as every backward op, give the dtype too. */
 #include "ops_impl.h"
 
@@ -19,6 +20,21 @@ const AttrSpec fused_add_attrs[] = {
     ATTR_END,
 };
 
+/* SoftmaxOutput reading 16-bit logits: the widening cast's name absorbed */
+const AttrSpec fused_smo_attrs[] = {
+    SMO_ATTR_SPECS,
+    ABSORBED_SPEC,
+    ATTR_END,
+};
+/* SoftmaxOutput's backward writing its gradient in `dtype` (the narrowing
+ * cast's); the backward's own name absorbed */
+const AttrSpec fused_smo_bwd_attrs[] = {
+    SMO_ATTR_SPECS,
+    {"dtype", AT_DTYPE, true, NULL, 0, 0, NULL},
+    ABSORBED_SPEC,
+    ATTR_END,
+};
+
 /* relu(BatchNorm) backward: the relu's incoming gradient and output, then
  * what _backward_BatchNorm reads */
 const SlotSpec fbnbwd_slots[] = {
@@ -31,6 +47,45 @@ const SlotSpec frelubwd_slots[] = {
     {"dy", SLOT_DATA, NULL, false}, {"y", SLOT_DATA, NULL, false}, SLOT_END};
 
 _Static_assert(FUSED_BN_ABSORBED == 5 && FUSED_BN_NATTRS == 6, "fused_bn_attrs and ir.h agree");
+_Static_assert(FUSED_SMO_ABSORBED == 5 && FUSED_SMO_NATTRS == 6 && FUSED_SMO_BWD_DTYPE == 5 &&
+                   FUSED_SMO_BWD_NATTRS == 7,
+               "fused_smo_attrs, fused_smo_bwd_attrs and ir.h agree");
+
+static bool is_16bit(DType t) { return t == DT_F16 || t == DT_BF16; }
+
+/* SoftmaxOutput's shape; fp32 from 16-bit logits, which its kernel widens
+ * on reading (exactly, as the cast it absorbed did).  Fp32 logits mean
+ * there was no cast to fold: a dump that says so is refused. */
+bool fused_smo_shape(Graph *g, Node *n)
+{
+    const Node *x = in_node(g, n, 0);
+    if (!is_16bit(x->dtype)) {
+        node_error(g, n, "'%s': %s reads 16-bit logits (the cast to float32 folded in), but "
+                         "'%s' is %s",
+                   n->name, op_info(n->op)->name, x->name, dtype_long(x->dtype));
+        return false;
+    }
+    n->dtype = DT_F32;
+    return smo_shape(g, n);
+}
+
+/* The gradient of fp32 probabilities, like them, in the 16-bit `dtype` it
+ * is rounded to once (the narrowing cast it absorbed). */
+bool fused_smo_bwd_shape(Graph *g, Node *n)
+{
+    const Node *prob = in_node(g, n, 0);
+    DType to = node_dtype_attr(n, FUSED_SMO_BWD_DTYPE);
+    if (prob->dtype != DT_F32 || !is_16bit(to)) {
+        node_error(g, n, "'%s': %s narrows the gradient of float32 probabilities to float16 "
+                         "or bfloat16, but '%s' is %s and dtype=%s",
+                   n->name, op_info(n->op)->name, prob->name, dtype_long(prob->dtype),
+                   dtype_long(to));
+        return false;
+    }
+    n->shape = prob->shape;
+    n->dtype = to;
+    return true;
+}
 
 bool like_in2_shape(Graph *g, Node *n)
 {

@@ -10,13 +10,9 @@ const SlotSpec smo_slots[] = {
     {"label", SLOT_LABEL, NULL, false},
     SLOT_END,
 };
-static const char *const smo_norms[] = {"null", "batch", "valid", NULL};
+const char *const smo_norms[] = {"null", "batch", "valid", NULL};
 const AttrSpec smo_attrs[] = {
-    {"grad_scale", AT_FLOAT, false, "1", -1e30, 1e30, NULL},
-    {"ignore_label", AT_FLOAT, false, "-1", -1e30, 1e30, NULL},
-    {"use_ignore", AT_BOOL, false, "false", 0, 0, NULL},
-    {"normalization", AT_ENUM, false, "null", 0, 0, smo_norms},
-    {"smooth_alpha", AT_FLOAT, false, "0", 0, 1, NULL},
+    SMO_ATTR_SPECS,
     ATTR_END,
 };
 

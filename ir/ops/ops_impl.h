@@ -28,6 +28,16 @@
     {"use_global_stats", AT_BOOL, false, "false", 0, 0, NULL},                    \
     {"axis", AT_INT, false, "1", -AMPC_MAX_RANK, AMPC_MAX_RANK - 1, NULL}
 
+/* SoftmaxOutput's attributes, in the order of ir.h's SMO_*: also the first
+ * ones of the fused ops that run it or its backward (ops/fused.c). */
+extern const char *const smo_norms[];
+#define SMO_ATTR_SPECS                                                            \
+    {"grad_scale", AT_FLOAT, false, "1", -1e30, 1e30, NULL},                      \
+    {"ignore_label", AT_FLOAT, false, "-1", -1e30, 1e30, NULL},                   \
+    {"use_ignore", AT_BOOL, false, "false", 0, 0, NULL},                          \
+    {"normalization", AT_ENUM, false, "null", 0, 0, smo_norms},                   \
+    {"smooth_alpha", AT_FLOAT, false, "0", 0, 1, NULL}
+
 static inline Node *in_node(const Graph *g, const Node *n, int i) { return g->nodes[n->in[i]]; }
 
 /* The input in a slot (by index), or NULL when absent (no_bias). */

@@ -295,4 +295,9 @@ static inline const float *rt__brow_vals(const void *src, size_t off, size_t m, 
     return buf;
 }
 
+/* Softmax of n contiguous rows of k (reduce.c), x in xdt and y in dt: the
+ * rows of rt_softmax_forward, whose x is widened on reading as it is in
+ * every dtype (SoftmaxOutput reading 16-bit logits, loss.c). */
+void rt__softmax_rows(int64_t n, int64_t k, RtDType xdt, const void *x, RtDType dt, void *y);
+
 #endif /* AMPC_RT_CPU_H */

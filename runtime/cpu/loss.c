@@ -14,14 +14,20 @@
 #include "cpu.h"
 #include "kernels/loss.h"
 
-void rt_softmax_output_forward(int64_t n, int64_t k, RtDType dt, const void *x, void *prob)
+/* x in xdt: a 16-bit x is widened on reading (exactly), which is what a
+ * cast to fp32 before it would store. */
+void rt_softmax_output_forward(int64_t n, int64_t k, RtDType xdt, const void *x, RtDType dt,
+                               void *prob)
 {
-    rt_softmax_forward(n, k, 1, dt, x, prob);
+    rt__softmax_rows(n, k, xdt, x, dt, prob);
 }
 
+/* dx in dxdt: each element is computed in fp32 as for an fp32 dx and
+ * rounded once on the store (rt__commit), by the conversion a cast from
+ * fp32 uses (rt_cast_forward). */
 void rt_softmax_output_backward(int64_t n, int64_t k, RtDType dt, const void *prob,
                                 const float *label, const RtSmoParams *p, float loss_scale,
-                                void *dx, bool accumulate)
+                                RtDType dxdt, void *dx, bool accumulate)
 {
     double valid = 1.0;
     if (p->normalization == RT_SMO_NORM_BATCH) {
@@ -43,14 +49,14 @@ void rt_softmax_output_backward(int64_t n, int64_t k, RtDType dt, const void *pr
         for (size_t j = 0; j < (size_t)k; j += RT_CHUNK) {
             size_t m = (size_t)k - j < RT_CHUNK ? (size_t)k - j : RT_CHUNK;
             const float *v = rt__view(prob, row + j, m, dt, pb);
-            float *r = rt__out(dx, row + j, dt, accumulate, ob);
+            float *r = rt__out(dx, row + j, dxdt, accumulate, ob);
             if (ignored)
                 memset(r, 0, m * sizeof *r);
             else
                 for (size_t c = 0; c < m; c++)
                     r[c] = ampc_softmax_ce_grad(v[c], (int64_t)(j + c) == lab, p->smooth_alpha,
                                                 off, scale);
-            rt__commit(dx, row + j, r, m, dt, accumulate);
+            rt__commit(dx, row + j, r, m, dxdt, accumulate);
         }
     }
 }

@@ -15,28 +15,30 @@
 
 /* ---- softmax / log_softmax ---------------------------------------------------- */
 
-/* One contiguous row of len elements starting at off. */
-static void softmax_row(const void *x, void *y, size_t off, size_t len, RtDType dt, bool lg)
+/* One contiguous row of len elements starting at off; x in xdt, y in dt
+ * (they differ only for SoftmaxOutput reading 16-bit logits, loss.c). */
+static void softmax_row(const void *x, RtDType xdt, void *y, size_t off, size_t len, RtDType dt,
+                        bool lg)
 {
     float xb[RT_CHUNK], yb[RT_CHUNK];
     float mx = -INFINITY;
     for (size_t j = 0; j < len; j += RT_CHUNK) {
         size_t m = MIN(len - j, (size_t)RT_CHUNK);
-        const float *v = rt__view(x, off + j, m, dt, xb);
+        const float *v = rt__view(x, off + j, m, xdt, xb);
         for (size_t i = 0; i < m; i++)
             mx = v[i] > mx ? v[i] : mx;
     }
     double s = 0.0;
     for (size_t j = 0; j < len; j += RT_CHUNK) {
         size_t m = MIN(len - j, (size_t)RT_CHUNK);
-        const float *v = rt__view(x, off + j, m, dt, xb);
+        const float *v = rt__view(x, off + j, m, xdt, xb);
         for (size_t i = 0; i < m; i++)
             s += (double)expf(v[i] - mx);
     }
     float inv = (float)(1.0 / s), lse = (float)log(s);
     for (size_t j = 0; j < len; j += RT_CHUNK) {
         size_t m = MIN(len - j, (size_t)RT_CHUNK);
-        const float *v = rt__view(x, off + j, m, dt, xb);
+        const float *v = rt__view(x, off + j, m, xdt, xb);
         float *r = rt__out(y, off + j, dt, false, yb);
         if (lg)
             for (size_t i = 0; i < m; i++)
@@ -50,8 +52,8 @@ static void softmax_row(const void *x, void *y, size_t off, size_t len, RtDType 
 
 /* A block of m lanes (m <= RT_CHUNK): lane i's element l is at
  * off + l*inner + i. */
-static void softmax_block(const void *x, void *y, size_t off, size_t len, size_t inner, size_t m,
-                          RtDType dt, bool lg)
+static void softmax_block(const void *x, RtDType xdt, void *y, size_t off, size_t len,
+                          size_t inner, size_t m, RtDType dt, bool lg)
 {
     float xb[RT_CHUNK], yb[RT_CHUNK], mx[RT_CHUNK], fac[RT_CHUNK];
     double s[RT_CHUNK];
@@ -60,12 +62,12 @@ static void softmax_block(const void *x, void *y, size_t off, size_t len, size_t
         s[i] = 0.0;
     }
     for (size_t l = 0; l < len; l++) {
-        const float *v = rt__view(x, off + l * inner, m, dt, xb);
+        const float *v = rt__view(x, off + l * inner, m, xdt, xb);
         for (size_t i = 0; i < m; i++)
             mx[i] = v[i] > mx[i] ? v[i] : mx[i];
     }
     for (size_t l = 0; l < len; l++) {
-        const float *v = rt__view(x, off + l * inner, m, dt, xb);
+        const float *v = rt__view(x, off + l * inner, m, xdt, xb);
         for (size_t i = 0; i < m; i++)
             s[i] += (double)expf(v[i] - mx[i]);
     }
@@ -73,7 +75,7 @@ static void softmax_block(const void *x, void *y, size_t off, size_t len, size_t
         fac[i] = lg ? (float)log(s[i]) : (float)(1.0 / s[i]);
     for (size_t l = 0; l < len; l++) {
         size_t o = off + l * inner;
-        const float *v = rt__view(x, o, m, dt, xb);
+        const float *v = rt__view(x, o, m, xdt, xb);
         float *r = rt__out(y, o, dt, false, yb);
         if (lg)
             for (size_t i = 0; i < m; i++)
@@ -85,18 +87,23 @@ static void softmax_block(const void *x, void *y, size_t off, size_t len, size_t
     }
 }
 
-static void softmax_fwd(int64_t outer, int64_t len, int64_t inner, RtDType dt, const void *x,
-                        void *y, bool lg)
+static void softmax_fwd(int64_t outer, int64_t len, int64_t inner, RtDType xdt, const void *x,
+                        RtDType dt, void *y, bool lg)
 {
     size_t L = (size_t)len, I = (size_t)inner;
     for (int64_t o = 0; o < outer; o++) {
         size_t base = (size_t)o * L * I;
         if (I == 1)
-            softmax_row(x, y, base, L, dt, lg);
+            softmax_row(x, xdt, y, base, L, dt, lg);
         else
             for (size_t j = 0; j < I; j += RT_CHUNK)
-                softmax_block(x, y, base + j, L, I, MIN(I - j, (size_t)RT_CHUNK), dt, lg);
+                softmax_block(x, xdt, y, base + j, L, I, MIN(I - j, (size_t)RT_CHUNK), dt, lg);
     }
+}
+
+void rt__softmax_rows(int64_t n, int64_t k, RtDType xdt, const void *x, RtDType dt, void *y)
+{
+    softmax_fwd(n, k, 1, xdt, x, dt, y, false);
 }
 
 /* Backward of a block of m lanes (m = 1 with inner = 1 is a plain row, but
@@ -189,7 +196,7 @@ static void softmax_bwd(int64_t outer, int64_t len, int64_t inner, RtDType dt, c
 void rt_softmax_forward(int64_t outer, int64_t len, int64_t inner, RtDType dt, const void *x,
                         void *y)
 {
-    softmax_fwd(outer, len, inner, dt, x, y, false);
+    softmax_fwd(outer, len, inner, dt, x, dt, y, false);
 }
 
 void rt_softmax_backward(int64_t outer, int64_t len, int64_t inner, RtDType dt, const void *y,
@@ -201,7 +208,7 @@ void rt_softmax_backward(int64_t outer, int64_t len, int64_t inner, RtDType dt, 
 void rt_log_softmax_forward(int64_t outer, int64_t len, int64_t inner, RtDType dt,
                             const void *x, void *y)
 {
-    softmax_fwd(outer, len, inner, dt, x, y, true);
+    softmax_fwd(outer, len, inner, dt, x, dt, y, true);
 }
 
 void rt_log_softmax_backward(int64_t outer, int64_t len, int64_t inner, RtDType dt,

@@ -8,7 +8,8 @@
 # statistics) and the first step's gradients (--dump-state) are byte for
 # byte the same; in fp32 the fused program on 2 threads too (the fused
 # kernels split channels and elements over threads as the unfused ones do).  The fused C source must call the fused kernels, and the
-# unfused one none, so that the comparison compares something.
+# unfused one none, so that the comparison compares something.  The cast
+# fusions (AMP only) on every example: see the last section.
 # usage: fuse.sh AMPC
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -99,5 +100,90 @@ if grep -q rt_add_relu_forward "$tmp/resnet20_cifar_off.no_bn_relu.c" &&
 else
     bad "resnet20_cifar: --no-fuse=bn_relu / add_relu do not turn off exactly their fusion"
 fi
+
+# The cast fusions fold AMP's casts around the loss head into its kernels,
+# so they exist only with AMP (fp32 has no such cast: nothing to fold, which
+# tests/golden/fuse/ checks).  Every example, float16 and bfloat16, compiled
+# with every fusion, with each cast fusion off alone and with both off: the
+# small examples train 3 steps at batch 4 (checkpoints and first-step
+# gradients compared); the ResNet-50 v1d examples, every fusion against both
+# off, one step at batch 2 (--dump-state: the step's gradients, output and
+# inputs).  The C must call the mixed-dtype kernels where a fusion is on and
+# not where it is off.
+cast_rules="cast_softmax_output softmax_output_bwd_cast"
+mixed_fwd='rt_softmax_output_forward\([^,]+, [^,]+, RT_B?F16,'
+mixed_bwd='loss_scale, RT_B?F16, '
+
+# one_step NAME: the one-step state of program NAME at batch 2
+one_step() {
+    "$tmp/$1" --data synthetic --batch-size 2 --log-interval 0 --dump-state "$tmp/$1.state" \
+        >"$tmp/log" 2>&1
+}
+
+for m in examples/*.sym; do
+    model=$(basename "$m" .sym)
+    big=0
+    case $model in resnet50*) big=1 ;; esac
+    for amp in float16 bfloat16; do
+        base=cast_${model}_$amp
+        variants="all no_both"
+        [ $big = 1 ] || variants="all no_cast_softmax_output no_softmax_output_bwd_cast no_both"
+        built=1
+        for v in $variants; do
+            case $v in
+            all) flags= ;;
+            no_both) flags=--no-fuse=cast_softmax_output,softmax_output_bwd_cast ;;
+            *) flags=--no-fuse=${v#no_} ;;
+            esac
+            # shellcheck disable=SC2086
+            build "$base.$v" "$model" --amp=$amp $flags || { bad "$model --amp=$amp $flags: compiling"; built=0; }
+        done
+        [ $built = 1 ] || continue
+        # where each fusion is on, its mixed-dtype call is there; off, it is not
+        # (resnet50_v1d_manual_fp16 widens its logits by its own Cast, which
+        # no rule folds: only its gradient's cast is fused)
+        fwd_expected=1
+        [ $model = resnet50_v1d_manual_fp16 ] && fwd_expected=0
+        calls_ok=1
+        for v in $variants; do
+            want_f=$fwd_expected want_b=1
+            case $v in
+            no_both) want_f=0 want_b=0 ;;
+            no_cast_softmax_output) want_f=0 ;;
+            no_softmax_output_bwd_cast) want_b=0 ;;
+            esac
+            has_f=0 has_b=0
+            grep -Eq "$mixed_fwd" "$tmp/$base.$v.c" && has_f=1
+            grep -Eq "$mixed_bwd" "$tmp/$base.$v.c" && has_b=1
+            [ $has_f = $want_f ] && [ $has_b = $want_b ] || calls_ok=0
+        done
+        if [ $calls_ok = 1 ]; then
+            ok "$model --amp=$amp: each cast fusion's mixed-dtype call is there exactly when it is on"
+        else
+            : >"$tmp/log"; bad "$model --amp=$amp: a cast fusion's mixed-dtype call is missing or left over"
+        fi
+        if [ $big = 1 ]; then
+            if one_step "$base.all" && one_step "$base.no_both"; then
+                if cmp -s "$tmp/$base.all.state" "$tmp/$base.no_both.state"; then
+                    ok "$model --amp=$amp: one step's gradients bit-identical with and without the cast fusions"
+                else
+                    : >"$tmp/log"; bad "$model --amp=$amp: the step's gradients differ with the cast fusions"
+                fi
+            else
+                bad "$model --amp=$amp: one step at batch 2"
+            fi
+            rm -f "$tmp/$base".*.state
+            continue
+        fi
+        trained=1
+        for v in $variants; do
+            train "$base.$v" || { bad "$model --amp=$amp ($v): training"; trained=0; }
+        done
+        [ $trained = 1 ] || continue
+        for v in $variants; do
+            [ $v = all ] || same "$base.all" "$base.$v" "$model --amp=$amp every fusion vs ${v/no_/no } cast fusion"
+        done
+    done
+done
 echo "fuse: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -190,7 +190,7 @@ static Graph *run_passes(Graph *g)
 static bool has_loss_head(const Graph *g)
 {
     for (int i = 0; i < g->noutputs; i++)
-        if (g->nodes[g->outputs[i]]->op == OP_SoftmaxOutput)
+        if (op_is_loss_head(g->nodes[g->outputs[i]]->op))
             return true;
     return false;
 }

@@ -89,7 +89,7 @@ static void forward(RtCtx *ctx, RtDType dt, int prob)
     AFTER(3, B_LOGITS, "fc2");
     rt_cast_forward((size_t)(n * OUT), dt, b[B_LOGITS], RT_F32, b[B_LOGITS32]);
     AFTER(4, B_LOGITS32, "fc2_cast");
-    rt_softmax_output_forward(n, OUT, RT_F32, b[B_LOGITS32], b[prob]);
+    rt_softmax_output_forward(n, OUT, RT_F32, b[B_LOGITS32], RT_F32, b[prob]);
     AFTER(5, prob, "softmax");
 }
 
@@ -103,7 +103,7 @@ static void train_step(RtCtx *ctx, RtDType dt)
     forward(ctx, dt, B_PROB);
     void *w = ws(ctx, dt);
     rt_softmax_output_backward(n, OUT, RT_F32, b[B_PROB], b[B_LABEL], &smo, ctx->loss_scale,
-                               b[B_DLOGITS32], false);
+                               RT_F32, b[B_DLOGITS32], false);
     AFTER(6, B_DLOGITS32, "fc2_cast_grad");
     rt_cast_backward((size_t)(n * OUT), RT_F32, b[B_DLOGITS32], dt, b[B_DLOGITS], false);
     AFTER(7, B_DLOGITS, "fc2_grad");

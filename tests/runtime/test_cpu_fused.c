@@ -2,9 +2,12 @@
  * replace, bit for bit, in fp32, fp16 and bf16 (docs/codegen.md,
  * "Fusions"): BatchNorm + relu (training and inference forward; backward
  * with batch and global statistics, fix_gamma, accumulation) and
- * elemwise_add + relu (forward, in place too; backward from y alone).
- * Inputs include zeros, values that round to -0, NaN and infinities, and
- * shapes larger than a chunk and than a channel group. */
+ * elemwise_add + relu (forward, in place too; backward from y alone);
+ * SoftmaxOutput reading 16-bit logits against the cast to fp32 and the fp32
+ * kernel, and its backward writing a 16-bit gradient against the fp32
+ * kernel and the cast to 16 bits.  Inputs include zeros, values that round
+ * to -0, NaN and infinities, 16-bit subnormals, and shapes larger than a
+ * chunk and than a channel group. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -161,11 +164,128 @@ static void test_add_relu(void **state)
     }
 }
 
+/* ---- SoftmaxOutput with a cast folded in -------------------------------------- */
+
+/* n*k logits in [-8, 8] with, when `special`, a NaN, +-inf, the largest
+ * finite values, values in the 16-bit subnormal range (fp16: below 6.1e-5;
+ * bf16: below 1.2e-38) and -0, then stored in dt */
+static void *logits(size_t n, RtDType dt, bool special)
+{
+    double *x = tu_dalloc(n);
+    tu_fill(x, n, -8, 8);
+    static const double odd[] = {NAN,     INFINITY, -INFINITY, 65504,    -65504, 3e38,
+                                 -3e38,   6e-8,     -3e-6,     2e-5,     1e-39,  -5e-41,
+                                 -0.0,    0.0,      1e-45,     6.1e-5};
+    for (size_t i = 0; special && i < sizeof odd / sizeof odd[0] && 3 * i + 1 < n; i++)
+        x[3 * i + 1] = odd[i];
+    void *p = tu_pack(x, n, dt);
+    free(x);
+    return p;
+}
+
+/* some outputs finite and strictly between the extremes, so the comparison
+ * compares computed values, not only NaNs and zeros */
+static void some_finite(const char *what, const void *v, size_t n, RtDType dt)
+{
+    float *f = tu_unpack(v, n, dt);
+    size_t fin = 0;
+    for (size_t i = 0; i < n; i++)
+        fin += isfinite(f[i]) && f[i] != 0;
+    free(f);
+    if (fin < n / 4)
+        fail_msg("%s: only %zu of %zu outputs finite and non-zero: the test compares too little",
+                 what, fin, n);
+}
+
+/* The forward reading 16-bit logits against cast-to-fp32 + the fp32
+ * forward; rows of 1, a few, more than a chunk; rows with NaN and infinities
+ * and rows of subnormal-range values. */
+static void test_cast_softmax_output(void **state)
+{
+    (void)state;
+    tu_seed(13);
+    static const int64_t ks[] = {1, 3, 10, 700};
+    for (int d = 1; d < 3; d++) {
+        RtDType xdt = dtypes[d];
+        for (size_t s = 0; s < sizeof ks / sizeof ks[0]; s++)
+            for (int special = 0; special < 2; special++) {
+                int64_t n = 9, k = ks[s];
+                size_t nk = (size_t)(n * k);
+                void *x = logits(nk, xdt, special), *t = buf(nk, RT_F32);
+                void *p1 = buf(nk, RT_F32), *p2 = buf(nk, RT_F32);
+                rt_cast_forward(nk, xdt, x, RT_F32, t);
+                rt_softmax_output_forward(n, k, RT_F32, t, RT_F32, p1);
+                memset(p2, 0x55, nk * sizeof(float));
+                rt_softmax_output_forward(n, k, xdt, x, RT_F32, p2);
+                if (k > 1 && !special)
+                    some_finite("SoftmaxOutput from 16-bit logits", p1, nk, RT_F32);
+                same_bits("SoftmaxOutput reading 16-bit logits", dtype_names[d], p1, p2,
+                          nk * sizeof(float));
+                free(x), free(t), free(p1), free(p2);
+            }
+    }
+}
+
+/* fp32 probabilities: a softmax's, or (`special`) with NaN, infinities,
+ * values outside [0, 1] and fp32 subnormals mixed in */
+static float *probs(int64_t n, int64_t k, bool special)
+{
+    size_t nk = (size_t)(n * k);
+    void *x = logits(nk, RT_F32, false);
+    float *p = tu_falloc(nk);
+    rt_softmax_output_forward(n, k, RT_F32, x, RT_F32, p);
+    static const float odd[] = {NAN, INFINITY, -INFINITY, 1e-40f, -1e-42f, 3e-8f, 2.0f, -0.0f};
+    for (size_t i = 0; special && i < sizeof odd / sizeof odd[0] && 5 * i + 2 < nk; i++)
+        p[5 * i + 2] = odd[i];
+    free(x);
+    return p;
+}
+
+/* The backward writing a 16-bit gradient against the fp32 backward + the
+ * cast to 16 bits: every normalisation, ignored labels, smoothing, loss
+ * scales that push values past fp16's range and grad_scales that bring them
+ * into its subnormal range. */
+static void test_softmax_output_bwd_cast(void **state)
+{
+    (void)state;
+    tu_seed(14);
+    static const int64_t ks[] = {1, 3, 10, 700};
+    static const float scales[][2] = {{1, 1}, {1, 65536}, {1, 16777216}, {1e-6f, 1}, {3e-9f, 8}};
+    for (int d = 1; d < 3; d++) {
+        RtDType dxdt = dtypes[d];
+        for (size_t s = 0; s < sizeof ks / sizeof ks[0]; s++)
+            for (int v = 0; v < 12; v++) {
+                int64_t n = 7, k = ks[s];
+                size_t nk = (size_t)(n * k);
+                const float *sc = scales[v % 5];
+                RtSmoParams p = {.grad_scale = sc[0], .smooth_alpha = v & 1 ? 0.1f : 0,
+                                 .use_ignore = v & 2, .ignore_label = 1,
+                                 .normalization = (RtSmoNorm)(v % 3)};
+                float *prob = probs(n, k, v >= 6), *label = tu_falloc((size_t)n);
+                for (int64_t i = 0; i < n; i++)
+                    label[i] = (float)(i % (k + 1)); /* k itself: out of range */
+                void *d32 = buf(nk, RT_F32), *dx1 = buf(nk, dxdt), *dx2 = buf(nk, dxdt);
+                rt_softmax_output_backward(n, k, RT_F32, prob, label, &p, sc[1], RT_F32, d32,
+                                           false);
+                rt_cast_forward(nk, RT_F32, d32, dxdt, dx1);
+                memset(dx2, 0x55, nk * rt_dtype_size(dxdt));
+                rt_softmax_output_backward(n, k, RT_F32, prob, label, &p, sc[1], dxdt, dx2, false);
+                if (k > 1 && v < 6 && sc[0] == 1)
+                    some_finite("SoftmaxOutput backward to 16 bits", dx1, nk, dxdt);
+                same_bits("SoftmaxOutput backward writing 16 bits", dtype_names[d], dx1, dx2,
+                          nk * rt_dtype_size(dxdt));
+                free(prob), free(label), free(d32), free(dx1), free(dx2);
+            }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bn_relu),
         cmocka_unit_test(test_add_relu),
+        cmocka_unit_test(test_cast_softmax_output),
+        cmocka_unit_test(test_softmax_output_bwd_cast),
     };
     return cmocka_run_group_tests_name("cpu_fused", tests, NULL, NULL);
 }

@@ -1263,16 +1263,88 @@ static void test_fuse_check(void **state)
     assert_true(fuse_check(g));
 }
 
+/* The cast fusions on the tiny model under AMP (bf16): the loss head reads
+ * the 16-bit logits and its backward writes the 16-bit gradient; no cast to
+ * or from fp32 is left next to them; the dump reads back to itself and
+ * passes fuse_check, which expands the two into the casts and ops they
+ * replaced; a wrong `absorbed` or dtype is caught. */
+static void test_fuse_cast_check(void **state)
+{
+    Fx *fx = *state;
+    const PassOptions bf16 = {.amp = "bfloat16"};
+    fx->g = frontend_compile(&fx->d, "tiny.sym", round_trip_src, strlen(round_trip_src), &bf16);
+    if (!fx->g)
+        fail_msg("%s", diag_text(fx));
+    Graph *g = fx->g;
+    char msg[512];
+    assert_true(verify_captured(g, "fuse", msg, sizeof msg));
+    Node *head = NULL, *bwd = NULL;
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = g->nodes[i];
+        if (n->op == OP__fused_cast_SoftmaxOutput)
+            head = n;
+        else if (n->op == OP__backward_fused_SoftmaxOutput_cast)
+            bwd = n;
+        assert_int_not_equal(n->op, OP_SoftmaxOutput);
+        assert_int_not_equal(n->op, OP__backward_SoftmaxOutput);
+        if (n->op == OP_amp_cast) /* only the data input's cast is left */
+            assert_int_equal(g->nodes[n->in[0]]->op, OP_Input);
+    }
+    assert_non_null(head);
+    assert_non_null(bwd);
+    assert_true(op_is_loss_head(head->op));
+    assert_int_equal(head->dtype, DT_F32);
+    assert_int_equal(g->nodes[head->in[0]]->dtype, DT_BF16);
+    assert_null(graph_find(g, head->attrs[FUSED_SMO_ABSORBED].s)); /* the cast is gone */
+    assert_int_equal(bwd->in[0], head->id);
+    assert_int_equal(bwd->dtype, DT_BF16);
+    assert_int_equal(node_dtype_attr(bwd, FUSED_SMO_BWD_DTYPE), DT_BF16);
+    assert_null(graph_find(g, bwd->attrs[FUSED_SMO_BWD_ABSORBED].s));
+    assert_float_equal(node_float(bwd, SMO_SMOOTH_ALPHA), 0.1, 1e-12);
+    assert_int_equal(node_enum(bwd, SMO_NORMALIZATION), SMO_NORM_VALID);
+    bool infer_fused = false;
+    for (int i = 0; i < g->infer->nnodes; i++)
+        infer_fused |= g->infer->nodes[i]->op == OP__fused_cast_SoftmaxOutput;
+    assert_true(infer_fused);
+    assert_true(fuse_check(g));
+    char *t1 = print_to_string(g, "after fuse");
+    int file = diag_add_buffer(&fx->d, "fused.ir", t1, strlen(t1));
+    fx->g2 = ir_read(&fx->d, file);
+    if (!fx->g2)
+        fail_msg("%s", diag_text(fx));
+    char *t2 = print_to_string(fx->g2, "after fuse");
+    assert_string_equal(t1, t2);
+    free(t1);
+    free(t2);
+    /* the backward's absorbed name is the one autodiff derives */
+    const char *was = bwd->attrs[FUSED_SMO_BWD_ABSORBED].s;
+    bwd->attrs[FUSED_SMO_BWD_ABSORBED].s = "softmax_output9_bwd";
+    fx->off = strlen(diag_text(fx));
+    assert_false(fuse_check(g));
+    assert_contains(last_diag(fx), "is not what autodiff derives from the forward part");
+    bwd->attrs[FUSED_SMO_BWD_ABSORBED].s = was;
+    /* a dtype the node is not declared in: the shape rule says so */
+    bwd->attrs[FUSED_SMO_BWD_DTYPE].e = DT_F16;
+    fx->off = strlen(diag_text(fx));
+    assert_false(verify_captured(g, "fuse", msg, sizeof msg));
+    assert_contains(last_diag(fx), "is declared bfloat16, but _backward_fused_SoftmaxOutput_cast "
+                                   "gives float16 here");
+    bwd->attrs[FUSED_SMO_BWD_DTYPE].e = DT_BF16;
+    assert_true(fuse_check(g));
+}
+
 /* --no-fuse names: each rule, lists, all; an unknown one is named with the
  * valid ones. */
 static void test_fuse_disable(void **state)
 {
     Fx *fx = *state;
     unsigned m = 0;
-    assert_int_equal(fuse_rule_count(), 2);
+    assert_int_equal(fuse_rule_count(), 4);
     assert_string_equal(fuse_rule_name(0), "bn_relu");
     assert_string_equal(fuse_rule_name(1), "add_relu");
-    assert_null(fuse_rule_name(2));
+    assert_string_equal(fuse_rule_name(2), "cast_softmax_output");
+    assert_string_equal(fuse_rule_name(3), "softmax_output_bwd_cast");
+    assert_null(fuse_rule_name(4));
     assert_true(fuse_disable(&fx->d, "add_relu", &m));
     assert_int_equal(m, 2u);
     m = 0;
@@ -1284,7 +1356,11 @@ static void test_fuse_disable(void **state)
     fx->off = strlen(diag_text(fx));
     assert_false(fuse_disable(&fx->d, "bn_relu,bn_rel", &m));
     assert_contains(last_diag(fx), "--no-fuse: unknown fusion 'bn_rel' (the fusions are "
-                                   "bn_relu, add_relu, or all)");
+                                   "bn_relu, add_relu, cast_softmax_output, "
+                                   "softmax_output_bwd_cast, or all)");
+    m = 0;
+    assert_true(fuse_disable(&fx->d, "softmax_output_bwd_cast,cast_softmax_output", &m));
+    assert_int_equal(m, 12u);
     assert_false(fuse_disable(&fx->d, "", &m));
 }
 
@@ -1374,6 +1450,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_verify_rules_batchnorm_slots, setup, teardown),
         cmocka_unit_test_setup_teardown(test_autodiff_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fuse_check, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fuse_cast_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fuse_disable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_diag_format, setup, teardown),
     };
