@@ -486,9 +486,33 @@ static bool place_gradients(const Options *o, const Graph *g, Program *p, KvResu
     return kvstore_place(g, p, &m, &ko, d, dump ? stdout : NULL, o->kv_explain ? stdout : NULL, res);
 }
 
+/* Whether the backend can lower g, asked without a word: --report alone
+ * leaves out its kvstore line for a model it cannot lower, as before. */
+static bool can_lower_quietly(const Graph *g)
+{
+    Diag *d = g->diag;
+    FILE *keep = d->out;
+    int nerr = d->nerr;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *sink = open_memstream(&buf, &len);
+    if (!sink)
+        DIE("out of memory");
+    d->out = sink;
+    bool ok = cg_check(g);
+    d->out = keep;
+    d->nerr = nerr;
+    fclose(sink);
+    free(buf);
+    return ok;
+}
+
 /* --dump=kvstore, --explain=kvstore, --report: lower, then place */
 static bool run_kvstore(const Options *o, const Graph *g)
 {
+    bool asked = (o->dump && strcmp(o->dump, "kvstore") == 0) || o->kv_explain || o->kv_flags;
+    if (!asked && !can_lower_quietly(g))
+        return true;
     if (!cg_check(g))
         return false;
     BufferPlan tp, ip;
