@@ -77,8 +77,17 @@ $(BUILD)/libampcrt.a: $(RT_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
+# The MPI engine (runtime/dist/mpi.c, docs/kvstore.md): an object that only
+# programs built with ampc --mpi link, compiled with mpicc where it exists
+# (Open MPI: make deps); no -Iruntime, so <mpi.h> is Open MPI's.
+MPICC ?= $(shell command -v mpicc 2>/dev/null)
+MPI_OBJ := $(if $(MPICC),$(BUILD)/ampcmpi.o)
+$(BUILD)/ampcmpi.o: runtime/dist/mpi.c runtime/mpi_rt.h runtime/device.h runtime/program.h runtime/rt.h
+	@mkdir -p $(@D)
+	$(MPICC) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE $(CFLAGS) -c $< -o $@
+
 # ampc finds the runtime next to itself (codegen/build.c), so it is built too.
-$(BUILD)/ampc: $(BUILD)/obj/compiler/main.o $(BUILD)/libampc.a | $(BUILD)/libampcrt.a
+$(BUILD)/ampc: $(BUILD)/obj/compiler/main.o $(BUILD)/libampc.a | $(BUILD)/libampcrt.a $(MPI_OBJ)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) -lm
 
 # ---- tests -----------------------------------------------------------------
@@ -238,6 +247,7 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/memplan.sh $(BUILD)/ampc
 	tests/e2e/predict.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/threads.sh $(BUILD)/ampc
+	tests/e2e/mpi.sh $(BUILD)/ampc $(DATA_DIR)
 
 # MXNet interoperability, checked against MXNet 1.9.1 itself (tests/mxnet/,
 # docs/mxnet.md).  make mxnet-env makes its Python environment from the
@@ -314,6 +324,7 @@ install: $(BUILD)/ampc $(BUILD)/libampcrt.a
 	    $(DESTDIR)$(PREFIX)/include/ampc/kernels
 	install -m 755 $(BUILD)/ampc $(DESTDIR)$(PREFIX)/bin/ampc
 	install -m 644 $(BUILD)/libampcrt.a $(DESTDIR)$(PREFIX)/lib/ampc/libampcrt.a
+	$(if $(MPI_OBJ),install -m 644 $(MPI_OBJ) $(DESTDIR)$(PREFIX)/lib/ampc/ampcmpi.o)
 	install -m 644 runtime/*.h $(DESTDIR)$(PREFIX)/include/ampc/
 	install -m 644 runtime/kernels/*.h $(DESTDIR)$(PREFIX)/include/ampc/kernels/
 

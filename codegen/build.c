@@ -6,6 +6,10 @@
  * libampcrt.a beside it.
  * $AMPC_RUNTIME_DIR names a folder holding both include/ and lib/ instead.
  * $CC and $CFLAGS are honoured, so a program can be built with sanitizers.
+ * A program built for MPI (ampc --mpi, docs/kvstore.md) also links
+ * ampcmpi.o, found beside libampcrt.a, through $MPICC (default mpicc, which
+ * adds Open MPI's flags; its compiler is $OMPI_CC) instead of $CC; no other
+ * program links or initialises MPI.
  *
  * The compiler runs through posix_spawnp with an argument vector, never a
  * shell, so no path or flag is interpreted: $CC and $CFLAGS are split on
@@ -141,6 +145,22 @@ static void print_command(FILE *f, const Argv *a)
 
 extern char **environ;
 
+static bool build_mpi; /* cg_build_set_mpi */
+
+void cg_build_set_mpi(bool on) { build_mpi = on; }
+
+/* ampcmpi.o beside libampcrt.a */
+static bool find_mpi_object(const char *lib, char *obj, size_t cap)
+{
+    const char *slash = strrchr(lib, '/');
+    size_t dir = slash ? (size_t)(slash - lib) + 1 : 0;
+    if (dir + sizeof "ampcmpi.o" > cap)
+        return false;
+    memcpy(obj, lib, dir);
+    memcpy(obj + dir, "ampcmpi.o", sizeof "ampcmpi.o");
+    return exists(obj);
+}
+
 bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)
 {
     char inc[PATH_MAX], lib[PATH_MAX];
@@ -149,10 +169,16 @@ bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)
                             "ampc; set AMPC_RUNTIME_DIR");
         return false;
     }
-    const char *cc = getenv("CC");
+    char mpi_obj[PATH_MAX];
+    if (build_mpi && !find_mpi_object(lib, mpi_obj, sizeof mpi_obj)) {
+        diag_plain_error(d, "--mpi: this ampc's runtime has no MPI engine (ampcmpi.o beside %s): "
+                            "build ampc where mpicc is (make deps installs Open MPI)", lib);
+        return false;
+    }
+    const char *cc = getenv(build_mpi ? "MPICC" : "CC");
     const char *cflags = getenv("CFLAGS");
     if (!cc || !cc[strspn(cc, " \t\n\r\v\f")])
-        cc = "cc";
+        cc = build_mpi ? "mpicc" : "cc";
     if (!cflags)
         cflags = "-O2";
     Argv a = {0};
@@ -162,6 +188,8 @@ bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)
     argv_add(&a, "-I");
     argv_add(&a, inc);
     argv_add(&a, c_file);
+    if (build_mpi) /* before the archive: its definitions replace mpi_none.c's weak ones */
+        argv_add(&a, mpi_obj);
     argv_add(&a, lib);
     argv_add(&a, "-lopenblas");
     argv_add(&a, "-lz");

@@ -39,6 +39,9 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans);
  * $CFLAGS (default -O2), against the runtime found next to ampc (the build
  * tree or an installed prefix; $AMPC_RUNTIME_DIR overrides). */
 bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0);
+/* From now on cg_build links the MPI engine (ampcmpi.o and Open MPI through
+ * $MPICC, default mpicc): ampc --mpi. */
+void cg_build_set_mpi(bool on);
 
 /* output.c: the files a compile writes, never destroying one on a failure
  * (see output.c for the rules).  True (after an error naming both) when out

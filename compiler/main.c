@@ -41,6 +41,7 @@ typedef struct {
     bool kv_flags;          /* any of those given: --dump=program carries the placement */
     bool kv_explain;        /* --explain=kvstore */
     bool kv_bucket_set;     /* --kv-bucket-mb given (else the pass sizes buckets) */
+    bool mpi;               /* --mpi: the program runs under mpirun (links Open MPI) */
 } Options;
 
 static void usage(FILE *f)
@@ -104,6 +105,9 @@ static void usage(FILE *f)
           "  --kv-bucket-mb=X        gradient bucket size in MiB (0: one bucket; default:\n"
           "                          the size the model predicts fastest)\n"
           "  --kv-wire=f16|f32       dtype of 16-bit gradients on the wire (default: theirs)\n"
+          "  --mpi                   build the program for mpirun: one process per rank, the\n"
+          "                          gradients all-reduced over MPI (links Open MPI; implied\n"
+          "                          by --kvstore=dist_sync; docs/kvstore.md)\n"
           "  --verify                check IR invariants after every pass\n"
           "  --time-passes           print the time each pass takes (stderr)\n"
           "  --shuffle-seed=K        testing: store the graph in a random topological order\n"
@@ -172,9 +176,10 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
            O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE, O_TIME, O_AMP_PLACE, O_NO_FUSE };
     enum { O_NO_MEMPLAN = 400, O_NO_INPLACE, O_NO_SCHEDULE, O_CHECK_PROGRAM };
     enum { O_FROM_MXNET = 500, O_INPUT_SHAPE, O_LOSS, O_EMIT_SYM, O_EMIT_MXNET };
-    enum { O_KVSTORE = 600, O_MACHINE, O_DEVICES, O_MACHINES, O_KV_BUCKET, O_KV_WIRE };
+    enum { O_KVSTORE = 600, O_MACHINE, O_DEVICES, O_MACHINES, O_KV_BUCKET, O_KV_WIRE, O_MPI = 650 };
     static const struct option longs[] = {
         {"kvstore", required_argument, NULL, O_KVSTORE},
+        {"mpi", no_argument, NULL, O_MPI},
         {"machine", required_argument, NULL, O_MACHINE},
         {"devices", required_argument, NULL, O_DEVICES},
         {"machines", required_argument, NULL, O_MACHINES},
@@ -224,6 +229,7 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
             if (!kv_option(c - O_KVSTORE, optarg, o, d))
                 return 1;
             break;
+        case O_MPI: o->mpi = true; break;
         case O_NO_MEMPLAN: o->no_memplan = true; break;
         case O_NO_INPLACE: o->no_inplace = true; break;
         case O_NO_SCHEDULE: o->pass.no_schedule = true; break;
@@ -595,8 +601,11 @@ static bool generate(const Options *o, const Graph *g, Diag *d)
     if (ok && o->source_only)
         ok = cg_write_file(d, o->output ? o->output : default_c_path(o->input, buf, sizeof buf),
                            text, len);
-    else if (ok)
+    else if (ok) {
+        /* a program for mpirun links the MPI engine; no other does */
+        cg_build_set_mpi(o->mpi || (o->kv.kvstore && strcmp(o->kv.kvstore, "dist_sync") == 0));
         ok = cg_build_program(d, text, len, o->output, o->argv0);
+    }
     free(text);
     return ok;
 }

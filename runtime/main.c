@@ -2,6 +2,8 @@
  * (program.h's ampc_model) handed to the training driver.  Alone in its file
  * so that tests, which link the runtime with their own main and models,
  * never pull it in. */
+#include "mpi_rt.h"
 #include "train.h"
 
-int main(int argc, char **argv) { return rt_train_main(argc, argv, &ampc_model); }
+/* rt_mpi_finish: under MPI, finalises, or aborts the job when the run failed */
+int main(int argc, char **argv) { return rt_mpi_finish(rt_train_main(argc, argv, &ampc_model)); }

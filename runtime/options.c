@@ -63,10 +63,15 @@ static void usage(const RtTrainOptions *o, FILE *out)
             "  --save-params-16bit ... each in the dtype the steps read (fp32 masters otherwise)\n"
             "  --predict IN.npy    run the inference step on a float32 .npy, no training ...\n"
             "  --output OUT.npy    ... and write the outputs (N, classes) here\n"
+            "  --mpi-timeout S     under mpirun (a program built with ampc --mpi): abort\n"
+            "                      the job when a rank keeps a collective waiting S s (60)\n"
+            "  --mpi-bucket-mb X   MiB of gradients per MPI_Iallreduce, 0: one bucket (4)\n"
             "  -h, --help          this text\n"
             "Testing: --inject-inf-at-step=K (step K's gradients overflow),\n"
             "  --inject-nan=NODE:STEP (a NaN in NODE's output at STEP),\n"
-            "  --dump-state FILE (write the first step's gradients and stop)\n",
+            "  --dump-state FILE (write the first step's gradients and stop),\n"
+            "  --inject-rank=R (the --inject-* flags on rank R only), --save-all-ranks\n"
+            "  (ranks > 0 write checkpoints into SAVE_DIR/rankR too)\n",
             o->prog, o->epochs, (long long)o->batch_size,
             o->sched.kind != RT_LR_CONSTANT ? " (the schedule's base)" : "", (double)o->lr,
             o->optimizer == RT_OPT_ADAM ? "adam" : o->optimizer == RT_OPT_NAG ? "nag" : "sgd",

@@ -436,6 +436,9 @@ void rt_train_options_default(RtTrainOptions *o)
     rt_loss_scale_default(&o->loss_scale);
     o->inject_inf_step = -1;
     o->inject_nan_step = -1;
+    o->mpi_timeout = 60;
+    o->mpi_bucket_mb = 4;
+    o->inject_rank = -1;
     o->prog = "train";
 }
 
@@ -904,6 +907,13 @@ SETTING(set_inject_nan)
     return true;
 }
 
+/* MPI runs (runtime/dist/mpi.c): accepted by every program, used by one
+ * built with ampc --mpi. */
+SETTING(set_mpi_timeout) { UNUSED_ARGS; return parse_float(v, 0.001f, 1e6f, &o->mpi_timeout); }
+SETTING(set_mpi_bucket_mb) { UNUSED_ARGS; return parse_float(v, 0, 65536, &o->mpi_bucket_mb); }
+SETTING(set_inject_rank) { UNUSED_ARGS; return int_into(v, 0, 1 << 20, &o->inject_rank); }
+SETTING(set_save_all_ranks) { UNUSED_ARGS; o->save_all_ranks = true; return true; }
+
 /* The compiler's settings: checked here so that the table knows every key. */
 SETTING(set_amp)
 {
@@ -967,6 +977,10 @@ const RtSetting rt_settings[] = {
     {NULL, "inject-nan", FLAG, true, "NODE:STEP (a node name, a step number >= 0)",
      set_inject_nan},
     {NULL, "dump-state", FLAG, true, "a file name", set_dump_state},
+    {NULL, "mpi-timeout", FLAG, true, "seconds from 0.001 to 1e6", set_mpi_timeout},
+    {NULL, "mpi-bucket-mb", FLAG, true, "MiB from 0 to 65536", set_mpi_bucket_mb},
+    {NULL, "inject-rank", FLAG, true, "a rank from 0 to 1048576", set_inject_rank},
+    {NULL, "save-all-ranks", FLAG, false, "", set_save_all_ranks},
     {NULL, "load-params", FLAG, true, "an MXNet .params file", set_load_params},
     {NULL, "save-params", FLAG, true, "a file name", set_save_params},
     {NULL, "save-params-16bit", FLAG, false, "", set_save_params_16bit},

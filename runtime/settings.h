@@ -144,6 +144,12 @@ typedef struct {
     int64_t inject_inf_step;  /* testing: step K's loss scale is inf (its gradients overflow); < 0: none */
     char inject_nan_node[128]; /* testing: a NaN written into this node's output ... */
     int64_t inject_nan_step;   /* ... at this step; < 0: none */
+    /* several processes under mpirun (a program built with ampc --mpi; docs/kvstore.md,
+     * "Running on several processes") */
+    float mpi_timeout;        /* seconds a collective may wait for a rank before MPI_Abort */
+    float mpi_bucket_mb;      /* MiB of fp32 gradients per MPI_Iallreduce; 0: one bucket */
+    int inject_rank;          /* testing: --inject-* act on this rank only; < 0: every rank */
+    bool save_all_ranks;      /* testing: ranks > 0 write checkpoints too, into SAVE_DIR/rankR */
     const char *dump_state; /* testing: after the first step's backward, write the
                                state (rt_dump_state) here and stop */
     /* MXNet interoperability (runtime/predict.c, docs/mxnet.md) */

@@ -25,6 +25,7 @@
 
 #include "data/data_ext.h"
 #include "fileio.h"
+#include "mpi_rt.h"
 #include "settings.h"
 #include "train_internal.h"
 
@@ -90,6 +91,9 @@ typedef struct {
     float *scratch; /* --augment: one sample */
     Prof *prof;     /* --profile: its node arrays */
     FILE *json;     /* --json-log */
+    FILE *quiet;    /* under MPI, ranks > 0: the log goes here (/dev/null) */
+    RtTrainOptions ro; /* under MPI: this rank's options (ranks > 0 log and save nothing) */
+    char *rank_dir; /* --save-all-ranks: SAVE_DIR/rankR */
 } Run;
 
 static void run_free(Run *r)
@@ -109,6 +113,54 @@ static void run_free(Run *r)
     }
     if (r->json)
         fclose(r->json);
+    if (r->quiet)
+        fclose(r->quiet);
+    free(r->rank_dir);
+}
+
+/* Under MPI (docs/kvstore.md, "Running on several processes"): only rank 0
+ * logs, writes the JSON log, checkpoints and --save-params (ranks > 0 write
+ * checkpoints into SAVE_DIR/rankR with --save-all-ranks, for tests); the
+ * --inject-* flags act on --inject-rank only.  0, or an exit status. */
+static int rank_options(Run *run, const RtTrainOptions **o, FILE **out, int rank,
+                        const char *model, FILE *err)
+{
+    const RtTrainOptions *g = *o;
+    if (rank == 0 && g->inject_rank < 0)
+        return 0;
+    run->ro = *g;
+    RtTrainOptions *ro = &run->ro;
+    if (g->inject_rank >= 0 && g->inject_rank != rank) {
+        ro->inject_inf_step = -1;
+        ro->inject_nan_node[0] = 0;
+    }
+    *o = ro;
+    if (rank == 0)
+        return 0;
+    ro->json_log = NULL;
+    ro->save_params = NULL;
+    ro->profile = false;
+    if (!(run->quiet = fopen("/dev/null", "w"))) {
+        fprintf(err, "%s: rank %d: cannot open /dev/null for its log\n", g->prog, rank);
+        return 1;
+    }
+    *out = run->quiet;
+    ro->save_dir = NULL;
+    if (g->save_dir && g->save_all_ranks) {
+        size_t n = strlen(g->save_dir) + 32;
+        if (!(run->rank_dir = malloc(n))) {
+            fprintf(err, "%s: out of memory\n", g->prog);
+            return 1;
+        }
+        snprintf(run->rank_dir, n, "%s/rank%d", g->save_dir, rank);
+        char msg[1024];
+        if (!rt_save_dir_prepare(run->rank_dir, model, NULL, g->prog, msg, sizeof msg)) {
+            fprintf(err, "%s: %s\n", g->prog, msg);
+            return 1;
+        }
+        ro->save_dir = run->rank_dir;
+    }
+    return 0;
 }
 
 /* The profile's phase k gets the time since *since, which moves to now. */
@@ -157,6 +209,17 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     }
     if (o->predict)
         return rt_predict_run(m, o, out, err);
+    /* several processes: only under mpirun in a program built with ampc --mpi */
+    int rank = 0, world = 1;
+    RtMpiConfig mc = {.timeout_s = o->mpi_timeout, .bucket_mb = o->mpi_bucket_mb};
+    if (!rt_mpi_start(&mc, &rank, &world, msg, sizeof msg)) {
+        fprintf(err, "%s: %s\n", o->prog, msg);
+        return 1;
+    }
+    if ((rc = rank_options(&run, &o, &out, rank, m->name, err)) != 0) {
+        run_free(&run);
+        return rc;
+    }
     bool augment = o->augment_pad > 0 || o->augment_mirror;
     if (o->inject_nan_node[0] && !rt_has_node(m, o->inject_nan_node)) {
         fprintf(err, "%s: --inject-nan: model %s has no node named '%s'\n", o->prog, m->name,
@@ -187,15 +250,20 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     }
     RtDataset *ds = &run.ds;
     int64_t b = o->batch_size;
-    int64_t steps_per_epoch = ds->ntrain / b;
+    /* Under MPI a step takes world x b samples: rank r the r-th b of them,
+     * so every rank runs the same steps per epoch and the remainder of each
+     * epoch's order is dropped (as a single process drops it) */
+    int64_t gb = b * world;
+    int64_t steps_per_epoch = ds->ntrain / gb;
     if (steps_per_epoch == 0) {
-        fprintf(err, "%s: the batch size %lld exceeds the %lld training samples of %s\n", o->prog,
-                (long long)b, (long long)ds->ntrain, ds->name);
+        fprintf(err, "%s: the batch size %lld%s exceeds the %lld training samples of %s\n",
+                o->prog, (long long)gb, world > 1 ? " (over all ranks)" : "",
+                (long long)ds->ntrain, ds->name);
         run_free(&run);
         return 2;
     }
     RtOptConfig oc = {.kind = o->optimizer, .lr = o->lr, .momentum = o->momentum, .wd = o->wd,
-                      .rescale_grad = 1.0f / (float)b, .clip_gradient = o->clip_gradient,
+                      .rescale_grad = 1.0f / (float)gb, .clip_gradient = o->clip_gradient,
                       .beta1 = o->beta1, .beta2 = o->beta2, .epsilon = o->epsilon};
     run.perm = malloc((size_t)ds->ntrain * sizeof *run.perm);
     run.idx = malloc((size_t)b * sizeof *run.idx);
@@ -249,7 +317,10 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             run_free(&run);
             return 1;
         }
-        rt_checkpoint_resume(&run.ck.run, o, steps_per_epoch, &ls, &at, err);
+        /* a checkpoint keeps the global batch: any number of ranks resumes it */
+        RtTrainOptions go = *o;
+        go.batch_size = gb;
+        rt_checkpoint_resume(&run.ck.run, &go, steps_per_epoch, &ls, &at, err);
     }
     if (o->load_params && !rt_params_load(t, o->load_params, msg, sizeof msg)) {
         fprintf(err, "%s: %s\n", o->prog, msg);
@@ -269,6 +340,11 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                         .own = t->own_bytes, .state = t->state_bytes,
                         .workspace = (int64_t)t->ctx.ws_bytes};
     rt_log_start(out, &jl, m, o, ds, &ls, &start);
+    if (world > 1)
+        fprintf(out, "MPI: %d ranks, batch %lld per rank (%lld per step), %lld steps per epoch "
+                "(the last %lld samples of each epoch's order dropped); only rank 0 logs\n",
+                world, (long long)b, (long long)gb, (long long)steps_per_epoch,
+                (long long)(ds->ntrain - steps_per_epoch * gb));
     if (rt_jl_failed(&jl, o, err)) {
         fflush(out);
         run_free(&run);
@@ -309,12 +385,13 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             }
             /* the batch: filled and augmented on the host, then copied */
             rt_trainer_staging_ready(t);
-            ds->fill(ds, RT_SPLIT_TRAIN, run.perm + nbatch * b, b, x, t->y_host);
+            const int64_t *shard = run.perm + nbatch * gb + (int64_t)rank * b; /* this rank's */
+            ds->fill(ds, RT_SPLIT_TRAIN, shard, b, x, t->y_host);
             if (augment)
                 for (int64_t j = 0; j < b; j++)
                     rt_augment(x + j * sample, (int)m->data_shape[0], (int)m->data_shape[1],
                                (int)m->data_shape[2], o->augment_pad, o->augment_mirror, seed,
-                               (uint64_t)epoch, run.perm[nbatch * b + j], run.scratch);
+                               (uint64_t)epoch, shard[j], run.scratch);
             rt_trainer_load_batch(t);
             t->ctx.batch = b;
             t->ctx.step = (uint64_t)step;
@@ -326,6 +403,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             if (pf)
                 pf->last = ph;
             m->train_step(&t->ctx);
+            rt_mpi_set_step(step);
             if (!rt_trainer_reduce_grads(t, msg, sizeof msg)) {
                 fprintf(err, "%s: %s\n", o->prog, msg);
                 rc = 1;
@@ -373,7 +451,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                     m->moving_update(&t->ctx);
                 prof_phase(pf, t, PH_MOVING, &ph);
                 oc.lr = rt_lr_at(&o->sched, o->lr, num_update + 1, steps_per_epoch, total);
-                oc.rescale_grad = (float)(1.0 / ((double)b * (double)t->ctx.loss_scale));
+                oc.rescale_grad = (float)(1.0 / ((double)gb * (double)t->ctx.loss_scale));
                 oc.t = num_update + 1;
                 rt_dev_optim_step(t->dev, t->state, t->state2, &oc);
                 prof_phase(pf, t, PH_OPTIM, &ph);
@@ -408,7 +486,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             } else if (o->log_interval > 0 && nbatch % o->log_interval == 0) {
                 double now = dev_now(t);
                 double dt = now - tic > 0 ? now - tic : 1e-9;
-                double speed = (double)o->log_interval * (double)b / dt;
+                double speed = (double)o->log_interval * (double)gb / dt;
                 rt_log_speedometer(out, &jl, m, epoch, nbatch, o->log_interval, step, speed,
                                    &local, r.lr, ls.s.scale);
                 local = (Metric){0};
@@ -432,7 +510,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         el.loss_scale = ls.s.scale;
         rt_log_epoch_train(out, m, &el);
         if (o->save_dir) {
-            RtRunState rs = {.seed = seed, .batch_size = b, .epoch = epoch,
+            RtRunState rs = {.seed = seed, .batch_size = gb, .epoch = epoch,
                              .batch_in_epoch = nbatch, .step = step, .num_update = num_update,
                              .optimizer = (uint32_t)o->optimizer, .momentum = o->momentum,
                              .ls = ls};

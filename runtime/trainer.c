@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/half.h"
+#include "mpi_rt.h"
 #include "train.h"
 
 /* ---- the workspace ---------------------------------------------------------- */
@@ -183,7 +184,9 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, 
                 return false;
         }
     }
-    if (!(t->dev = rt_device_cpu_open(err, errlen)))
+    /* under MPI (a program built with ampc --mpi, once rt_mpi_start ran) the
+     * CPU device wrapped with the collectives of runtime/dist/mpi.c */
+    if (!(t->dev = rt_device_cpu_open(err, errlen)) || !(t->dev = rt_mpi_wrap(t->dev, err, errlen)))
         return false;
     t->ctx.buf = calloc((size_t)m->nbuffers + 1, sizeof *t->ctx.buf);
     t->ctx.master = calloc((size_t)m->nparams + 1, sizeof *t->ctx.master);

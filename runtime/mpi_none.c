@@ -1,0 +1,25 @@
+/* mpi_none.c - the program without MPI (mpi_rt.h): one process, rank 0.  Weak,
+ * so that a program built with ampc --mpi gets runtime/dist/mpi.c's
+ * definitions instead; nothing here calls or needs MPI. */
+#include "mpi_rt.h"
+
+__attribute__((weak)) bool rt_mpi_linked(void) { return false; }
+
+__attribute__((weak)) bool rt_mpi_start(const RtMpiConfig *c, int *rank, int *world, char *err,
+                                        size_t errlen)
+{
+    (void)c, (void)err, (void)errlen;
+    *rank = 0;
+    *world = 1;
+    return true;
+}
+
+__attribute__((weak)) RtDevice *rt_mpi_wrap(RtDevice *inner, char *err, size_t errlen)
+{
+    (void)err, (void)errlen;
+    return inner;
+}
+
+__attribute__((weak)) void rt_mpi_set_step(int64_t step) { (void)step; }
+
+__attribute__((weak)) int rt_mpi_finish(int rc) { return rc; }

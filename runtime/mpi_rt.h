@@ -1,0 +1,42 @@
+/* mpi_rt.h - the seam between the training driver and the engine for several
+ * processes (docs/kvstore.md, "Running on several processes").
+ *
+ * A program built with `ampc --mpi` links runtime/dist/mpi.c (compiled with
+ * mpicc into ampcmpi.o beside libampcrt.a) and Open MPI; every other program
+ * links the defaults of runtime/mpi_none.c, which are weak: world size 1,
+ * rank 0, no MPI call, no MPI library.  Chosen at link time, so a program
+ * that is not built for MPI neither links nor initialises it.
+ */
+#ifndef AMPC_RT_MPI_RT_H
+#define AMPC_RT_MPI_RT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device.h"
+
+typedef struct {
+    double timeout_s; /* how long a collective waits for the slowest rank */
+    double bucket_mb; /* fp32 MiB per MPI_Iallreduce; 0: one bucket */
+} RtMpiConfig;
+
+/* True in a program built for MPI. */
+bool rt_mpi_linked(void);
+/* Initialises MPI once (MPI_Init) and says this process's rank and the
+ * number of processes; without MPI: rank 0 of 1.  False with a message. */
+bool rt_mpi_start(const RtMpiConfig *c, int *rank, int *world, char *err, size_t errlen);
+/* The device of this rank: inner itself without MPI (or before
+ * rt_mpi_start); under MPI a device that forwards to inner (the CPU
+ * device) and makes world_size, rank, allreduce, broadcast and the
+ * dynamic loss scale's finite flag collective.  NULL with a message (inner
+ * is closed then). */
+RtDevice *rt_mpi_wrap(RtDevice *inner, char *err, size_t errlen);
+/* The step the next collectives belong to (for the hang guard's message). */
+void rt_mpi_set_step(int64_t step);
+/* The end of the process: rc 0 finalises MPI, any other rc aborts the job
+ * (MPI_Abort), so that one rank's error never leaves the others waiting.
+ * Returns rc. */
+int rt_mpi_finish(int rc);
+
+#endif

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# mpi.sh - data-parallel training on several processes (docs/kvstore.md,
+# "Running on several processes"), end to end under mpirun -np 2 on the CPU:
+#   1. digits_cnn built with ampc --mpi, fp32 and AMP (float16, dynamic loss
+#      scale), batch 16 per rank on digits, whose training set is not a
+#      multiple of 2 x 16: both ranks end with the same trainable parameters
+#      and optimizer state, crc for crc (BatchNorm moving statistics are per
+#      rank and differ); the last samples of each epoch are dropped (logged);
+#   2. against one process at the same global batch (32): the validation
+#      accuracy within 0.05 (the BatchNorm statistics and dropout masks are
+#      per rank, so the runs are not the same arithmetic);
+#   3. an overflow on rank 1 only (--inject-inf-at-step 20 --inject-rank 1)
+#      skips step 20 on both ranks: one more skipped step and one update
+#      fewer than the same run without it, on rank 0 too;
+#   4. rank 1 stopped (SIGSTOP) mid-run: rank 0 exits non-zero within
+#      --mpi-timeout (3 s) plus start-up slack, naming rank 1;
+#   5. a checkpoint written by 2 ranks resumes in one process (global batch
+#      32) and in mpirun -np 1;
+#   6. a program built without --mpi links no MPI library.
+# mpirun runs under timeout with the flags a container needs; stderr is never
+# required to be empty (hwloc warns in containers).
+# usage: mpi.sh AMPC DATA_DIR
+set -u
+ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+data=$(cd "$2" && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 2
+tmp=$(mktemp -d)
+pids=""
+cleanup() { for p in $pids; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+trap cleanup EXIT
+pass=0 fail=0
+ok() { pass=$((pass+1)); echo "PASS $1"; }
+bad() { fail=$((fail+1)); echo "FAIL $1"; [ -f "$tmp/log" ] && tail -20 "$tmp/log" | sed 's/^/    /'; }
+
+if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then
+    echo "FAIL mpi.sh: Open MPI is not installed (mpirun, mpicc): run make deps (tools/deps.txt:"
+    echo "     openmpi-bin, libopenmpi-dev)"
+    exit 1
+fi
+if [ ! -f "$(dirname "$ampc")/ampcmpi.o" ]; then
+    echo "FAIL mpi.sh: $(dirname "$ampc")/ampcmpi.o was not built (make builds it where mpicc is)"
+    exit 1
+fi
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export AMPC_DATA_DIR="$data" OMPI_MCA_rmaps_base_oversubscribe=1
+MPIRUN=(mpirun --oversubscribe --bind-to none --mca btl self,vader
+        --mca btl_vader_single_copy_mechanism none)
+common=(--data digits --batch-size 16 --log-interval 0 --threads 1)
+
+cc -std=c11 -Wall -Wextra -Werror -Iruntime tests/e2e/ckpt_tool.c \
+    "$(dirname "$ampc")/libampcrt.a" -lopenblas -lz -lm -o "$tmp/ckpt_tool" >"$tmp/log" 2>&1 ||
+    { bad "building tests/e2e/ckpt_tool.c"; exit 1; }
+ck=$tmp/ckpt_tool
+# the trainable parameters and their optimizer state (moving statistics: per rank)
+trainable() { "$ck" show "$1" | grep '^param' | grep -v '_moving_'; }
+field() { "$ck" show "$1" | awk -v k="$2" '$1 == k { print $2 }'; }
+
+for amp in off float16; do
+    "$ampc" examples/digits_cnn.sym --amp=$amp --mpi -o "$tmp/d_$amp" >"$tmp/log" 2>&1 ||
+        bad "ampc --mpi --amp=$amp"
+done
+"$ampc" examples/digits_cnn.sym --amp=off -o "$tmp/d_one" >"$tmp/log" 2>&1 || bad "ampc (no --mpi)"
+
+# ---- 1. two ranks: the same parameters and optimizer state -------------------------
+for amp in off float16; do
+    d=$tmp/ck_$amp
+    if ! timeout 120 "${MPIRUN[@]}" -np 2 "$tmp/d_$amp" "${common[@]}" --epochs 2 \
+            --save-dir "$d" --save-all-ranks >"$tmp/log" 2>&1; then
+        bad "amp=$amp: mpirun -np 2 training"
+        continue
+    fi
+    cp "$tmp/log" "$tmp/log_$amp"
+    grep -q '^MPI: 2 ranks, batch 16 per rank (32 per step)' "$tmp/log" ||
+        bad "amp=$amp: no MPI line in rank 0's log"
+    dropped=$(sed -n 's/.*(the last \([0-9]*\) samples.*/\1/p' "$tmp/log")
+    [ "${dropped:-0}" -gt 0 ] && ok "amp=$amp: the training set is not a multiple of 2 x 16 ($dropped dropped per epoch)" ||
+        bad "amp=$amp: expected a remainder to drop, got '${dropped:-}'"
+    [ "$(grep -c 'Saved checkpoint' "$tmp/log")" = 2 ] ||
+        bad "amp=$amp: rank 0 should log 2 checkpoints (only rank 0 logs)"
+    f0=$d/digits_cnn-0002.params f1=$d/rank1/digits_cnn-0002.params
+    if [ -f "$f0" ] && [ -f "$f1" ] && [ -n "$(trainable "$f0")" ] &&
+            [ "$(trainable "$f0")" = "$(trainable "$f1")" ]; then
+        ok "amp=$amp: both ranks end with the same parameters and optimizer state"
+    else
+        bad "amp=$amp: the ranks' parameters or optimizer state differ"
+        diff <(trainable "$f0") <(trainable "$f1") | head -5 | sed 's/^/    /'
+    fi
+    [ "$(field "$f0" step)" = "$(field "$f1" step)" ] && [ "$(field "$f0" num_update)" = "$(field "$f1" num_update)" ] ||
+        bad "amp=$amp: the ranks ran different steps"
+    if [ "$("$ck" show "$f0" | grep _moving_)" != "$("$ck" show "$f1" | grep _moving_)" ]; then
+        ok "amp=$amp: the BatchNorm moving statistics are per rank"
+    else
+        bad "amp=$amp: the moving statistics are equal: do the ranks read the same shard?"
+    fi
+done
+
+# ---- 2. against one process at the same global batch -------------------------------
+if timeout 120 "$tmp/d_one" --data digits --batch-size 32 --log-interval 0 --threads 1 --epochs 2 \
+        >"$tmp/log" 2>&1; then
+    a1=$(sed -n 's/^Final validation-accuracy=//p' "$tmp/log")
+    a2=$(sed -n 's/^Final validation-accuracy=//p' "$tmp/log_off")
+    if python3 -c "import sys; sys.exit(0 if abs($a1 - $a2) <= 0.05 else 1)" 2>/dev/null; then
+        ok "2 ranks x 16 and 1 process x 32: validation accuracy $a2 and $a1 (within 0.05)"
+    else
+        bad "2 ranks x 16 and 1 process x 32: validation accuracy '$a2' and '$a1' (not within 0.05)"
+    fi
+else
+    bad "one process at batch 32"
+fi
+
+# ---- 3. an overflow on one rank skips the step on both ------------------------------
+run_steps() { # name extra-flags...
+    local name=$1; shift
+    timeout 120 "${MPIRUN[@]}" -np 2 "$tmp/d_float16" "${common[@]}" --epochs 1 --max-steps 25 \
+        --save-dir "$tmp/$name" --save-all-ranks "$@" >"$tmp/log" 2>&1
+}
+if run_steps ov_base && run_steps ov_inj --inject-inf-at-step 20 --inject-rank 1; then
+    grep -q 'overflow\|non-finite\|nonfinite\|skipp' "$tmp/log" ||
+        bad "rank 0's log does not report the skipped step"
+    b0=$tmp/ov_base/digits_cnn-0001.params i0=$tmp/ov_inj/digits_cnn-0001.params
+    i1=$tmp/ov_inj/rank1/digits_cnn-0001.params
+    sb=$(field "$b0" skipped) s0=$(field "$i0" skipped) s1=$(field "$i1" skipped)
+    ub=$(field "$b0" num_update) u0=$(field "$i0" num_update) u1=$(field "$i1" num_update)
+    if [ -n "$sb" ] && [ "$s0" = $((sb + 1)) ] && [ "$s1" = "$s0" ] && [ "$u0" = $((ub - 1)) ] &&
+            [ "$u1" = "$u0" ] && [ "$(trainable "$i0")" = "$(trainable "$i1")" ]; then
+        ok "an overflow on rank 1 skips the step on both ranks (skipped $sb -> $s0, updates $ub -> $u0)"
+    else
+        bad "overflow on rank 1: skipped base=$sb rank0=$s0 rank1=$s1, updates base=$ub rank0=$u0 rank1=$u1"
+    fi
+else
+    bad "the overflow runs"
+fi
+
+# ---- 4. a stopped rank: the other names it and the job ends -------------------------
+timeout 120 "${MPIRUN[@]}" -np 2 "$tmp/d_off" "${common[@]}" --epochs 1000 --mpi-timeout 3 \
+    >"$tmp/log" 2>&1 &
+job=$!
+pids="$job"
+r1=""
+for _ in $(seq 1 100); do # the rank-1 process (its environment says which rank it is)
+    for p in $(pgrep -f "$tmp/d_off" 2>/dev/null); do
+        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then
+            r1=$p
+        fi
+    done
+    [ -n "$r1" ] && grep -q '^Epoch\[0\]' "$tmp/log" 2>/dev/null && break
+    sleep 0.2
+done
+if [ -z "$r1" ]; then
+    bad "SIGSTOP: rank 1's process not found"
+else
+    pids="$job $r1"
+    sleep 0.5
+    kill -STOP "$r1"
+    t0=$(date +%s)
+    wait "$job"
+    rc=$?
+    dt=$(( $(date +%s) - t0 ))
+    kill -KILL "$r1" 2>/dev/null
+    if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$dt" -le 20 ] &&
+            grep -q 'rank 1 did not arrive' "$tmp/log"; then
+        ok "rank 1 stopped: the job ends in ${dt} s (--mpi-timeout 3), exit $rc, naming rank 1"
+    else
+        bad "rank 1 stopped: exit $rc after ${dt} s"
+        grep 'mpi:' "$tmp/log" | head -3 | sed 's/^/    /'
+    fi
+fi
+
+# ---- 5. a 2-rank checkpoint resumes with 1 rank ---------------------------------------
+c2=$tmp/ck_off/digits_cnn-0001.params
+step1=$(field "$c2" step)
+if timeout 120 "$tmp/d_one" --data digits --batch-size 32 --log-interval 0 --threads 1 --epochs 2 \
+        --resume "$c2" --save-dir "$tmp/res1" >"$tmp/log" 2>&1 &&
+        [ "$(field "$tmp/res1/digits_cnn-0002.params" step)" = $((2 * step1)) ]; then
+    ok "a 2-rank checkpoint resumes in one process at the same global batch (step $step1 -> $((2 * step1)))"
+else
+    bad "resuming a 2-rank checkpoint in one process"
+fi
+if timeout 120 "${MPIRUN[@]}" -np 1 "$tmp/d_off" --data digits --batch-size 32 --log-interval 0 \
+        --threads 1 --epochs 2 --resume "$c2" --save-dir "$tmp/res2" >"$tmp/log" 2>&1 &&
+        [ "$(field "$tmp/res2/digits_cnn-0002.params" step)" = $((2 * step1)) ]; then
+    ok "a 2-rank checkpoint resumes under mpirun -np 1"
+else
+    bad "resuming a 2-rank checkpoint under mpirun -np 1"
+fi
+
+# ---- 6. only a program built for MPI links it -----------------------------------------
+if ldd "$tmp/d_one" | grep -q libmpi; then
+    bad "a program built without --mpi links libmpi"
+elif ! ldd "$tmp/d_off" | grep -q libmpi; then
+    bad "a program built with --mpi does not link libmpi"
+else
+    ok "only the program built with --mpi links libmpi"
+fi
+
+echo "mpi.sh: $pass passed, $fail failed"
+[ "$fail" = 0 ]
