@@ -11,7 +11,9 @@
 #     the folder, that their RUN lines expect to fail (`not %ampc %s [FLAGS]`),
 #     with those flags:
 #     exit 1, and no valgrind error or leak on the error paths;
-#   - --from-ir on a dump of each pass of examples/resnet50_v1d.sym.
+#   - --from-ir on a dump of each pass of examples/resnet50_v1d.sym;
+#   - --from-mxnet on symbol files that import (with --emit-sym and
+#     --emit-mxnet-json) and on ones refused (exit 1).
 # A case fails on any valgrind report (exit 99), a crash, or an unexpected
 # exit status.  Prints "valgrind: N passed, M failed"; exits 1 if M > 0.
 set -u
@@ -85,6 +87,16 @@ else
     echo "FAIL $model --dump-dir: could not write the dumps"
     head -20 "$tmp/log" | sed 's/^/    /'
 fi
+
+# 4. MXNet symbol JSON (compiler/mxnet_json.c, json-c): imports that
+# compile, written back as ampc source and as JSON, and refused files
+for f in v1x old_08; do
+    check 0 "--from-mxnet $f.json" --from-mxnet tests/golden/mxnet-import/inputs/$f.json \
+        --emit-sym "$tmp/$f.sym" --emit-mxnet-json "$tmp/$f.json" --report --dump=all
+done
+for f in malformed truncated deconv gelu; do
+    check 1 "--from-mxnet $f.json" --from-mxnet tests/golden/mxnet-import/inputs/$f.json
+done
 
 echo "valgrind: $pass passed, $fail failed"
 [ $fail -eq 0 ]
