@@ -505,8 +505,8 @@ static const char *unavailable(const Kv *v, KvPlace k)
         return v->cpu ? "no devices (a CPU-only machine)"
                : v->M > 1 ? "several machines: only dist_sync crosses the network"
                : v->D < 2 ? "one device: nothing to all-reduce (device updates in place)" : NULL;
-    case KV_DIST_SYNC:
-        return v->M < 2 ? "one machine: no network to cross" : NULL;
+    case KV_DIST_SYNC: /* on CPUs, the processes of one machine too (mpirun decides how many) */
+        return v->M < 2 && !v->cpu ? "one machine of GPUs: no network to cross (nccl)" : NULL;
     default:
         return "unknown";
     }
@@ -777,8 +777,9 @@ bool kvstore_place(const Graph *train, Program *p, const KvMachine *m, const KvO
     Bucket *tmp = malloc(sizeof(Bucket) * ((size_t)v.ng + 1));
     if (!tmp)
         DIE("out of memory");
-    /* preference on ties: the update stays on the devices */
-    static const KvPlace order[] = {KV_NCCL, KV_DEVICE, KV_DIST_SYNC, KV_LOCAL};
+    /* preference on ties: the update stays on the devices; then the one
+     * process that needs no MPI */
+    static const KvPlace order[] = {KV_NCCL, KV_DEVICE, KV_LOCAL, KV_DIST_SYNC};
     for (int i = 0; i < KV_COUNT; i++) {
         KvPlace k = order[i];
         r.step_ms[k] = -1;
