@@ -39,4 +39,17 @@ void rt_mpi_set_step(int64_t step);
  * Returns rc. */
 int rt_mpi_finish(int rc);
 
+/* Rank r's Dropout seed: the run's seed on rank 0 (a single process is
+ * unchanged), a mix of both elsewhere, so that ranks draw different masks. */
+uint64_t rt_rank_seed(uint64_t seed, int r);
+
+/* --sim-ranks K (runtime/mpi_sim.c): one process computes the K ranks'
+ * micro-batches in turn, with their own BatchNorm statistics, and sums
+ * their gradients as the MPI engine does (fp32, rank 0's + rank 1's + ...,
+ * rounded to the gradient's dtype once), the reference tests/e2e/mpi.sh
+ * compares mpirun with.  Called after micro-batch r's train step; after the
+ * last (r = K - 1) the n gradients hold the sums.  False with a message. */
+bool rt_sim_accumulate(RtDevice *d, const RtDevTensor *grads, int n, int r, int nsim, char *err,
+                       size_t errlen);
+
 #endif

@@ -71,7 +71,8 @@ static void usage(const RtTrainOptions *o, FILE *out)
             "  --inject-nan=NODE:STEP (a NaN in NODE's output at STEP),\n"
             "  --dump-state FILE (write the first step's gradients and stop),\n"
             "  --inject-rank=R (the --inject-* flags on rank R only), --save-all-ranks\n"
-            "  (ranks > 0 write checkpoints into SAVE_DIR/rankR too)\n",
+            "  (ranks > 0 write checkpoints into SAVE_DIR/rankR too), --sim-ranks=K (one\n"
+            "  process computes K ranks' batches in turn and sums their gradients)\n",
             o->prog, o->epochs, (long long)o->batch_size,
             o->sched.kind != RT_LR_CONSTANT ? " (the schedule's base)" : "", (double)o->lr,
             o->optimizer == RT_OPT_ADAM ? "adam" : o->optimizer == RT_OPT_NAG ? "nag" : "sgd",

@@ -913,6 +913,7 @@ SETTING(set_mpi_timeout) { UNUSED_ARGS; return parse_float(v, 0.001f, 1e6f, &o->
 SETTING(set_mpi_bucket_mb) { UNUSED_ARGS; return parse_float(v, 0, 65536, &o->mpi_bucket_mb); }
 SETTING(set_inject_rank) { UNUSED_ARGS; return int_into(v, 0, 1 << 20, &o->inject_rank); }
 SETTING(set_save_all_ranks) { UNUSED_ARGS; o->save_all_ranks = true; return true; }
+SETTING(set_sim_ranks) { UNUSED_ARGS; return int_into(v, 1, 4096, &o->sim_ranks); }
 
 /* The compiler's settings: checked here so that the table knows every key. */
 SETTING(set_amp)
@@ -981,6 +982,7 @@ const RtSetting rt_settings[] = {
     {NULL, "mpi-bucket-mb", FLAG, true, "MiB from 0 to 65536", set_mpi_bucket_mb},
     {NULL, "inject-rank", FLAG, true, "a rank from 0 to 1048576", set_inject_rank},
     {NULL, "save-all-ranks", FLAG, false, "", set_save_all_ranks},
+    {NULL, "sim-ranks", FLAG, true, "a number of ranks from 1 to 4096", set_sim_ranks},
     {NULL, "load-params", FLAG, true, "an MXNet .params file", set_load_params},
     {NULL, "save-params", FLAG, true, "a file name", set_save_params},
     {NULL, "save-params-16bit", FLAG, false, "", set_save_params_16bit},

@@ -150,6 +150,7 @@ typedef struct {
     float mpi_bucket_mb;      /* MiB of fp32 gradients per MPI_Iallreduce; 0: one bucket */
     int inject_rank;          /* testing: --inject-* act on this rank only; < 0: every rank */
     bool save_all_ranks;      /* testing: ranks > 0 write checkpoints too, into SAVE_DIR/rankR */
+    int sim_ranks;            /* testing: one process computes K ranks' micro-batches in turn */
     const char *dump_state; /* testing: after the first step's backward, write the
                                state (rt_dump_state) here and stop */
     /* MXNet interoperability (runtime/predict.c, docs/mxnet.md) */

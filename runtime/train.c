@@ -130,7 +130,7 @@ static int rank_options(Run *run, const RtTrainOptions **o, FILE **out, int rank
         return 0;
     run->ro = *g;
     RtTrainOptions *ro = &run->ro;
-    if (g->inject_rank >= 0 && g->inject_rank != rank) {
+    if (g->inject_rank >= 0 && g->inject_rank != rank && g->sim_ranks <= 1) {
         ro->inject_inf_step = -1;
         ro->inject_nan_node[0] = 0;
     }
@@ -253,7 +253,14 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     /* Under MPI a step takes world x b samples: rank r the r-th b of them,
      * so every rank runs the same steps per epoch and the remainder of each
      * epoch's order is dropped (as a single process drops it) */
-    int64_t gb = b * world;
+    int nsim = o->sim_ranks > 1 ? o->sim_ranks : 1;
+    if (nsim > 1 && world > 1) {
+        fprintf(err, "%s: --sim-ranks is for a single process, not under mpirun (%d ranks)\n",
+                o->prog, world);
+        run_free(&run);
+        return 2;
+    }
+    int64_t gb = b * world * nsim;
     int64_t steps_per_epoch = ds->ntrain / gb;
     if (steps_per_epoch == 0) {
         fprintf(err, "%s: the batch size %lld%s exceeds the %lld training samples of %s\n",
@@ -340,6 +347,10 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                         .own = t->own_bytes, .state = t->state_bytes,
                         .workspace = (int64_t)t->ctx.ws_bytes};
     rt_log_start(out, &jl, m, o, ds, &ls, &start);
+    if (nsim > 1)
+        fprintf(out, "Simulating %d ranks in turn (--sim-ranks): batch %lld per rank (%lld per "
+                "step), %lld steps per epoch\n", nsim, (long long)b, (long long)gb,
+                (long long)steps_per_epoch);
     if (world > 1)
         fprintf(out, "MPI: %d ranks, batch %lld per rank (%lld per step), %lld steps per epoch "
                 "(the last %lld samples of each epoch's order dropped); only rank 0 logs\n",
@@ -383,9 +394,15 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 pf->on = run_steps > 0;
                 pf->past_head = false;
             }
+            /* --sim-ranks K: the K ranks' micro-batches in turn, from here to the
+             * train step, their gradients summed as MPI sums them (a loop by
+             * goto: the lines inside are shared with other work in progress) */
+            int sim = 0;
+        next_rank:;
+            int me = nsim > 1 ? sim : rank; /* the rank whose batch this is */
             /* the batch: filled and augmented on the host, then copied */
             rt_trainer_staging_ready(t);
-            const int64_t *shard = run.perm + nbatch * gb + (int64_t)rank * b; /* this rank's */
+            const int64_t *shard = run.perm + nbatch * gb + (int64_t)me * b; /* this rank's */
             ds->fill(ds, RT_SPLIT_TRAIN, shard, b, x, t->y_host);
             if (augment)
                 for (int64_t j = 0; j < b; j++)
@@ -395,7 +412,10 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             rt_trainer_load_batch(t);
             t->ctx.batch = b;
             t->ctx.step = (uint64_t)step;
-            t->ctx.loss_scale = step == o->inject_inf_step ? INFINITY : ls.s.scale;
+            t->ctx.loss_scale = step == o->inject_inf_step && (nsim == 1 || o->inject_rank < 0 ||
+                                                               o->inject_rank == me)
+                                    ? INFINITY : ls.s.scale;
+            t->ctx.seed = rt_rank_seed(seed, me); /* Dropout masks differ between ranks */
             nm.train = true;
             nm.past_head = false;
             nm.found = false;
@@ -403,6 +423,17 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             if (pf)
                 pf->last = ph;
             m->train_step(&t->ctx);
+            if (nsim > 1) {
+                rt_metric_add(&global, t, m->prob_train, b);
+                rt_metric_add(&local, t, m->prob_train, b);
+                if (!rt_sim_accumulate(t->dev, t->grads, t->ngrads, sim, nsim, msg, sizeof msg)) {
+                    fprintf(err, "%s: %s\n", o->prog, msg);
+                    rc = 1;
+                    goto done;
+                }
+                if (++sim < nsim)
+                    goto next_rank;
+            }
             rt_mpi_set_step(step);
             if (!rt_trainer_reduce_grads(t, msg, sizeof msg)) {
                 fprintf(err, "%s: %s\n", o->prog, msg);
@@ -435,8 +466,10 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 fprintf(out, "Epoch[%lld] Batch [%lld]\tNumerics: gradient overflow at step %lld, "
                         "first in the output of node '%s' (loss scale %g)\n", (long long)epoch,
                         (long long)nbatch, (long long)step, nm.name, (double)t->ctx.loss_scale);
-            rt_metric_add(&global, t, m->prob_train, b);
-            rt_metric_add(&local, t, m->prob_train, b);
+            if (nsim == 1) {
+                rt_metric_add(&global, t, m->prob_train, b);
+                rt_metric_add(&local, t, m->prob_train, b);
+            }
             prof_phase(pf, t, PH_OTHER, &ph); /* the metrics */
             /* dynamic: every gradient checked before anything changes; else
              * the check is fused into the update (which cannot be skipped) */

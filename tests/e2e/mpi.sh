@@ -6,12 +6,17 @@
 #      multiple of 2 x 16: both ranks end with the same trainable parameters
 #      and optimizer state, crc for crc (BatchNorm moving statistics are per
 #      rank and differ); the last samples of each epoch are dropped (logged);
-#   2. against one process at the same global batch (32): the validation
-#      accuracy within 0.05 (the BatchNorm statistics and dropout masks are
-#      per rank, so the runs are not the same arithmetic);
+#   2. against one process at the same global batch with per-rank BatchNorm
+#      (--sim-ranks 2: the two ranks' batches in turn, gradients summed as MPI
+#      sums them): the checkpoint is byte for byte rank 1's (its moving
+#      statistics are the last micro-batch's), so the trainable parameters
+#      and optimizer state are rank 0's too, fp32 and AMP; and against one
+#      process at batch 32 with BatchNorm over all 32 (a different
+#      computation): the validation accuracy within 0.05;
 #   3. an overflow on rank 1 only (--inject-inf-at-step 20 --inject-rank 1)
 #      skips step 20 on both ranks: one more skipped step and one update
-#      fewer than the same run without it, on rank 0 too;
+#      fewer than the same run without it, on rank 0 too; --sim-ranks 2 with
+#      the same injection writes rank 1's checkpoint byte for byte;
 #   4. rank 1 stopped (SIGSTOP) mid-run: rank 0 exits non-zero within
 #      --mpi-timeout (3 s) plus start-up slack, naming rank 1;
 #   5. a checkpoint written by 2 ranks resumes in one process (global batch
@@ -96,6 +101,18 @@ for amp in off float16; do
 done
 
 # ---- 2. against one process at the same global batch -------------------------------
+for amp in off float16; do
+    "$ampc" examples/digits_cnn.sym --amp=$amp -o "$tmp/one_$amp" >"$tmp/log" 2>&1 ||
+        { bad "ampc --amp=$amp (no --mpi)"; continue; }
+    if timeout 120 "$tmp/one_$amp" "${common[@]}" --epochs 2 --sim-ranks 2 --save-dir "$tmp/sim_$amp" \
+            >"$tmp/log" 2>&1 &&
+            cmp -s "$tmp/sim_$amp/digits_cnn-0002.params" "$tmp/ck_$amp/rank1/digits_cnn-0002.params" &&
+            [ "$(trainable "$tmp/sim_$amp/digits_cnn-0002.params")" = "$(trainable "$tmp/ck_$amp/digits_cnn-0002.params")" ]; then
+        ok "amp=$amp: mpirun -np 2 equals one process with --sim-ranks 2 bit for bit"
+    else
+        bad "amp=$amp: mpirun -np 2 and one process with --sim-ranks 2 differ"
+    fi
+done
 if timeout 120 "$tmp/d_one" --data digits --batch-size 32 --log-interval 0 --threads 1 --epochs 2 \
         >"$tmp/log" 2>&1; then
     a1=$(sed -n 's/^Final validation-accuracy=//p' "$tmp/log")
@@ -127,6 +144,14 @@ if run_steps ov_base && run_steps ov_inj --inject-inf-at-step 20 --inject-rank 1
         ok "an overflow on rank 1 skips the step on both ranks (skipped $sb -> $s0, updates $ub -> $u0)"
     else
         bad "overflow on rank 1: skipped base=$sb rank0=$s0 rank1=$s1, updates base=$ub rank0=$u0 rank1=$u1"
+    fi
+    # the same overflow in one process simulating both ranks: the same bits
+    if timeout 120 "$tmp/one_float16" "${common[@]}" --epochs 1 --max-steps 25 --sim-ranks 2 \
+            --inject-inf-at-step 20 --inject-rank 1 --save-dir "$tmp/ov_sim" >"$tmp/log" 2>&1 &&
+            cmp -s "$tmp/ov_sim/digits_cnn-0001.params" "$i1"; then
+        ok "the overflow on rank 1 under --sim-ranks 2: the same checkpoint as mpirun's rank 1"
+    else
+        bad "the overflow on rank 1 under --sim-ranks 2 differs from mpirun's"
     fi
 else
     bad "the overflow runs"
