@@ -6,6 +6,7 @@
 #      multiple of 2 x 16: both ranks end with the same trainable parameters
 #      and optimizer state, crc for crc (BatchNorm moving statistics are per
 #      rank and differ); the last samples of each epoch are dropped (logged);
+#      --mpi-bucket-mb 0.01 (tensors cut across 15 buckets) gives the same bits;
 #   2. against one process at the same global batch with per-rank BatchNorm
 #      (--sim-ranks 2: the two ranks' batches in turn, gradients summed as MPI
 #      sums them): the checkpoint is byte for byte rank 1's (its moving
@@ -99,6 +100,17 @@ for amp in off float16; do
         bad "amp=$amp: the moving statistics are equal: do the ranks read the same shard?"
     fi
 done
+
+# the buckets cut tensors anywhere (0.01 MiB: 2,621 values, 15 buckets here): the sums
+# are per element, so the same bits as one 4 MiB bucket
+if timeout 120 "${MPIRUN[@]}" -np 2 "$tmp/d_off" "${common[@]}" --epochs 2 --mpi-bucket-mb 0.01 \
+        --save-dir "$tmp/ck_small" --save-all-ranks >"$tmp/log" 2>&1 &&
+        cmp -s "$tmp/ck_small/digits_cnn-0002.params" "$tmp/ck_off/digits_cnn-0002.params" &&
+        cmp -s "$tmp/ck_small/rank1/digits_cnn-0002.params" "$tmp/ck_off/rank1/digits_cnn-0002.params"; then
+    ok "--mpi-bucket-mb 0.01 (15 buckets) trains to the same bits as one bucket"
+else
+    bad "--mpi-bucket-mb 0.01 and the default bucket differ"
+fi
 
 # ---- 2. against one process at the same global batch -------------------------------
 for amp in off float16; do
