@@ -12,7 +12,9 @@
       MXNet; ampc imports the JSON (--loss=softmax), the program loads the
       .params and predicts on a random .npy, and the outputs match MXNet's
       forward (fp32; AMP float16 for two of them, looser); on a disagreement
-      the graph is cut at stages to say where it starts;
+      the graph is cut at stages to say where it starts; and a small Gluon
+      network trained a few steps by the program from MXNet's weights is
+      loaded back by MXNet (SymbolBlock.imports) and predicts the same;
   (c) AMP decisions: for the imported ResNets, ampc's dtype for every op is
       the one amp.convert_symbol(..., cast_optional_params=True) gives, and
       ampc's cast count is at most MXNet's (both printed).
@@ -275,6 +277,52 @@ def check_zoo(name, size, amp16):
     return js
 
 
+def check_train_roundtrip():
+    """The user's whole path: a Gluon network exported by MXNet, imported and
+    given a loss, trained a few steps from MXNet's weights, its .params
+    loaded back by MXNet (SymbolBlock.imports), which then predicts what the
+    program does."""
+    mx.random.seed(5)
+    net = mx.gluon.nn.HybridSequential(prefix="tiny_")
+    with net.name_scope():
+        net.add(mx.gluon.nn.Conv2D(8, 3, padding=1), mx.gluon.nn.BatchNorm(),
+                mx.gluon.nn.Activation("relu"), mx.gluon.nn.MaxPool2D(2),
+                mx.gluon.nn.Dense(10))
+    net.initialize(mx.init.Xavier(magnitude=2))
+    net.hybridize()
+    net(mx.nd.zeros((1, 1, 8, 8)))
+    net.export(path("tiny"))
+    js, start, trained = path("tiny-symbol.json"), path("tiny-0000.params"), path("trained.params")
+    exe = path("tiny")
+    r = run([AMPC, "--from-mxnet", js, "--input-shape", "data=1,1,8,8", "--loss=softmax",
+             "-o", exe], "ampc --from-mxnet tiny")
+    if not check(r.returncode == 0, "a Gluon export imported with --loss=softmax compiles"):
+        return
+    r = run([exe, "--load-params", start, "--data", "synthetic", "--max-steps", "5",
+             "--batch-size", "16", "--lr", "0.1", "--log-interval", "0", "--save-params", trained],
+            "tiny: 5 training steps")
+    if not check(r.returncode == 0, "it trains 5 steps from MXNet's weights and --save-params"):
+        return
+    before, after = mx.nd.load(start), mx.nd.load(trained)
+    moved = [k for k in before if not np.array_equal(before[k].asnumpy(), after[k].asnumpy())]
+    check(sorted(before) == sorted(after) and len(moved) == len(before),
+          "MXNet reads the file: the same %d keys, every one moved by training (%d)"
+          % (len(before), len(moved)))
+    x = np.random.RandomState(3).uniform(-1, 1, (5, 1, 8, 8)).astype(np.float32)
+    np.save(path("tiny-in.npy"), x)
+    r = run([exe, "--load-params", trained, "--predict", path("tiny-in.npy"), "--output",
+             path("tiny-out.npy")], "tiny --predict")
+    if r.returncode != 0:
+        check(False, "the trained program predicts")
+        return
+    ours = centred_log(np.load(path("tiny-out.npy")))
+    back = mx.gluon.SymbolBlock.imports(js, ["data"], trained)
+    theirs = centred(back(mx.nd.array(x)).asnumpy().astype(np.float64))
+    diff = np.abs(ours - theirs).max()
+    check(diff <= TOL_F32, "SymbolBlock.imports of the trained .params predicts what the program "
+          "does (max difference %.3g <= %g)" % (diff, TOL_F32))
+
+
 # ---- (c) AMP decisions ----------------------------------------------------------------
 
 def check_amp(name, js, size):
@@ -322,6 +370,7 @@ def main():
     jsons = {}
     for name, size, amp16 in zoo:
         jsons[name] = check_zoo(name, size, amp16)
+    check_train_roundtrip()
     for name in ("resnet18_v1", "resnet50_v2"):
         check_amp(name, jsons[name], 64)
     print("import_mx.py: %d passed, %d failed" % (PASSED, FAILED))
