@@ -19,6 +19,7 @@ typedef struct {
     bool explain;             /* --explain[=NAME] */
     const char *explain_name;
     bool explain_training;    /* the training passes run too: NAME may be a node they make */
+    bool predict;             /* no loss head, a program wanted: autodiff_predict */
     bool no_schedule;         /* --no-schedule: keep the order the passes left */
     FILE *out;                /* where --explain prints */
     unsigned no_fuse;         /* --no-fuse: the fusions turned off (bit k: rule k) */

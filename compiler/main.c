@@ -694,10 +694,11 @@ static int run(const Options *o, Diag *d)
         last = pass_index(o->dump);
     PassOptions po = o->pass;
     po.explain_training = last >= pass_index("fuse") && has_loss_head(g);
+    po.predict = (o->output || o->source_only || want_program) && !has_loss_head(g);
     for (int i = done + 1; ok && i <= last; i++) {
         /* --dump=all on a model that cannot train shows the forward passes */
         if (i > forward_end && !o->output && !o->source_only &&
-            (plan_only || strcmp(o->dump, "all") == 0) && !has_loss_head(g))
+            (plan_only || strcmp(o->dump, "all") == 0) && !has_loss_head(g) && !po.predict)
             break;
         double t = now_ms();
         ok = pass_pipeline[i].run(&g, &po);
