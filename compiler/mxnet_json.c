@@ -149,6 +149,11 @@ static const struct {
     {"_div_scalar", "is_int", NULL}, {"_rdiv_scalar", "is_int", NULL},
 };
 
+/* Attributes a user sets on any symbol (mx.sym.X(..., attr={...})), which
+ * files before 1.0 wrote without underscores next to the op's own under
+ * "attr": placement and memory hints, none of the op's arithmetic. */
+#define MX_USER_ATTRS "ctx_group|lr_mult|wd_mult|force_mirroring|mirror_stage|init"
+
 /* MXNet's defaults where ampc's differ (or where the reader of the
  * generated source should see MXNet's): written when the file omits them. */
 static const struct {
@@ -673,8 +678,9 @@ static bool put_attrs(Mx *m, const MxNode *n)
             continue;
         json_object_object_foreach(n->attrs[k], key, val) {
             const char *v = str_of(val);
-            if (strncmp(key, "__", 2) == 0 || attr_seen(n, k, key))
-                continue; /* hints and user attributes (__lr_mult__ ...) */
+            if (strncmp(key, "__", 2) == 0 || attr_seen(n, k, key) ||
+                one_of(key, MX_USER_ATTRS))
+                continue; /* hints and user attributes (__lr_mult__, ctx_group ...) */
             bool refused = false;
             if (op == OP_Concat && strcmp(key, "num_args") == 0) {
                 int64_t c;
