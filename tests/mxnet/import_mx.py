@@ -323,6 +323,49 @@ def check_train_roundtrip():
           "does (max difference %.3g <= %g)" % (diff, TOL_F32))
 
 
+def check_module():
+    """A symbol built with mx.sym and saved by Module.save_checkpoint: the
+    file has its loss head (SoftmaxOutput with softmax_label) and the
+    symbol API's defaults (BatchNorm fix_gamma=True, eps=1e-3), which the
+    importer must give it."""
+    mx.random.seed(9)
+    x = mx.sym.var("data")
+    x = mx.sym.Convolution(x, kernel=(3, 3), num_filter=6, pad=(1, 1), name="conv1")
+    x = mx.sym.BatchNorm(x, name="bn1")
+    x = mx.sym.Activation(x, act_type="relu", name="act1")
+    x = mx.sym.Pooling(x, kernel=(3, 3), stride=(2, 2), pool_type="avg",
+                       pooling_convention="full", name="pool1")
+    x = mx.sym.FullyConnected(mx.sym.Flatten(x), num_hidden=10, name="fc1")
+    sym = mx.sym.SoftmaxOutput(x, name="softmax")
+    mod = mx.mod.Module(sym, data_names=["data"], label_names=["softmax_label"])
+    mod.bind(data_shapes=[("data", (5, 1, 8, 8))], label_shapes=[("softmax_label", (5,))],
+             for_training=False)
+    mod.init_params(mx.init.Xavier(magnitude=2))
+    arg, aux = mod.get_params()
+    rng = np.random.RandomState(4)
+    # small variances, so that eps=1e-3 (not 1e-5) changes the outputs by ~10%
+    aux = {k: mx.nd.array(rng.uniform(0.001, 0.01, v.shape) if k.endswith("var")
+                          else rng.uniform(-0.03, 0.03, v.shape)) for k, v in aux.items()}
+    arg["bn1_gamma"] = mx.nd.array(rng.uniform(0.5, 1.5, arg["bn1_gamma"].shape))
+    mod.set_params(arg, aux)
+    mod.save_checkpoint(path("module"), 0)
+    xs = rng.uniform(-1, 1, (5, 1, 8, 8)).astype(np.float32)
+    theirs = centred_log(mod.predict(mx.io.NDArrayIter(xs, batch_size=5)).asnumpy())
+    exe = path("module")
+    r = run([AMPC, "--from-mxnet", path("module-symbol.json"), "--input-shape", "data=1,1,8,8",
+             "-o", exe], "ampc --from-mxnet module")
+    if not check(r.returncode == 0, "a Module checkpoint's symbol (with its loss) imports"):
+        return
+    np.save(path("module-in.npy"), xs)
+    r = run([exe, "--load-params", path("module-0000.params"), "--predict", path("module-in.npy"),
+             "--output", path("module-out.npy")], "module --predict")
+    ours = centred_log(np.load(path("module-out.npy"))) if r.returncode == 0 else None
+    diff = np.abs(ours - theirs).max() if ours is not None else float("inf")
+    check(diff <= TOL_F32 and theirs.std(axis=0).mean() > MIN_SPREAD,
+          "it predicts what Module.predict does with the symbol API's defaults (fix_gamma, "
+          "eps=1e-3; max difference %.3g <= %g)" % (diff, TOL_F32))
+
+
 # ---- (c) AMP decisions ----------------------------------------------------------------
 
 def check_amp(name, js, size):
@@ -371,6 +414,7 @@ def main():
     for name, size, amp16 in zoo:
         jsons[name] = check_zoo(name, size, amp16)
     check_train_roundtrip()
+    check_module()
     for name in ("resnet18_v1", "resnet50_v2"):
         check_amp(name, jsons[name], 64)
     print("import_mx.py: %d passed, %d failed" % (PASSED, FAILED))
