@@ -205,11 +205,13 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h fuzzlib
 # Replays the corpus, then a deterministic fuzzing pass (fixed seed and run
 # count), for each target.
 fuzz-check: $(BUILD)/fuzz/fuzz_frontend $(BUILD)/fuzz/fuzz_emit_c $(BUILD)/ampc \
-            $(BUILD)/fuzz/fuzz_mxparams $(BUILD)/fuzz/fuzz_npy $(BUILD)/fuzz/fuzz_mxnet_json
+            $(BUILD)/fuzz/fuzz_mxparams $(BUILD)/fuzz/fuzz_npy $(BUILD)/fuzz/fuzz_mxnet_json \
+            $(BUILD)/fuzz/fuzz_recordio
 	AMPC=$(BUILD)/ampc tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_frontend check
 	AMPC=$(BUILD)/ampc FUZZ_RUNS=$(EMIT_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_emit_c check
 	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_mxparams check
 	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_npy check
+	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_recordio check
 	FUZZ_RUNS=$(MXJSON_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_mxnet_json check
 
 # The training program's file readers (--load-params, --predict): each
@@ -221,6 +223,9 @@ $(BUILD)/fuzz/fuzz_mxparams: tests/fuzz/fuzz_mxparams.c runtime/mxparams.c runti
 $(BUILD)/fuzz/fuzz_npy: tests/fuzz/fuzz_npy.c runtime/npy.c runtime/npy.h runtime/fileio.c
 	@mkdir -p $(@D)
 	clang $(RT_FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_npy.c runtime/npy.c runtime/fileio.c -lz
+$(BUILD)/fuzz/fuzz_recordio: tests/fuzz/fuzz_recordio.c runtime/data/recordio.c runtime/data/recordio.h
+	@mkdir -p $(@D)
+	clang $(RT_FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_recordio.c runtime/data/recordio.c
 
 # make fuzz [FUZZ_TARGET=fuzz_emit_c] [FUZZ_SECONDS=N]
 fuzz: $(BUILD)/fuzz/$(FUZZ_TARGET) $(BUILD)/ampc
@@ -232,16 +237,27 @@ $(BUILD)/e2e/refcheck: tests/e2e/refcheck.c $(BUILD)/libampc.a $(BUILD)/libampcr
 	@mkdir -p $(@D)
 	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampc.a $(BUILD)/libampcrt.a $(LDFLAGS) $(RT_LIBS)
 
+# RecordIO (docs/training.md): tools/im2rec, and the test helper that
+# writes images with libpng/libjpeg-turbo and reads them through the source.
+$(BUILD)/im2rec: tools/im2rec.c
+	@mkdir -p $(@D)
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS)
+$(BUILD)/rio_tool: tests/recordio/rio_tool.c $(BUILD)/libampcrt.a
+	@mkdir -p $(@D)
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampcrt.a $(LDFLAGS) -lpng -lturbojpeg $(RT_LIBS)
+
 $(BUILD)/e2e/statcmp: tests/e2e/statcmp.c
 	@mkdir -p $(@D)
 	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) -lm
 
-e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statcmp $(DATA_DIR)/digits.csv.gz
+e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statcmp $(DATA_DIR)/digits.csv.gz \
+     $(BUILD)/im2rec $(BUILD)/rio_tool
 	tests/e2e/run.sh $(BUILD)/ampc $(BUILD)/e2e/refcheck $(BUILD)/e2e/statcmp $(DATA_DIR)
 	tests/e2e/training.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/device_loop.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/hostile_run.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/fashion.sh $(BUILD)/ampc $(DATA_DIR)
+	tests/recordio/run.sh $(BUILD) $(DATA_DIR)
 	tests/e2e/hostile_compile.sh $(BUILD)/ampc
 	tests/e2e/fuse.sh $(BUILD)/ampc
 	tests/e2e/memplan.sh $(BUILD)/ampc
@@ -264,9 +280,10 @@ $(MXNET_ENV)/.installed: tests/mxnet/requirements.txt
 	$(MXNET_ENV)/bin/python -c 'import mxnet, numpy; assert (mxnet.__version__, numpy.__version__) == ("1.9.1", "1.23.5")'
 	touch $@
 
-mxnet-check: $(BUILD)/ampc $(BUILD)/libampcrt.a
+mxnet-check: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/im2rec $(BUILD)/rio_tool
 	tests/mxnet/params.sh $(BUILD)/ampc
 	tests/mxnet/import.sh $(BUILD)/ampc
+	tests/recordio/mxnet.sh $(BUILD)
 
 valgrind-check: $(BUILD)/ampc
 	tests/valgrind.sh $(BUILD)/ampc

@@ -8,15 +8,17 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "data/data_ext.h"
+#include "data/recordio.h"
 #include "fileio.h"
 #include "train_internal.h"
 
 /* The data source's parsed form (settings.c), by its local names. */
 typedef RtDataSpec DataSpec;
 enum { DS_SYNTHETIC = RT_DS_SYNTHETIC, DS_DIGITS = RT_DS_DIGITS, DS_FASHION = RT_DS_FASHION,
-       DS_IDX = RT_DS_IDX, DS_CIFAR10 = RT_DS_CIFAR10 };
+       DS_IDX = RT_DS_IDX, DS_CIFAR10 = RT_DS_CIFAR10, DS_RECORDIO = RT_DS_RECORDIO };
 
 static bool parse_data(const char *s, DataSpec *d, char *err, size_t errlen)
 {
@@ -72,6 +74,58 @@ static void data_path(char *dst, size_t cap, const char *arg, const char *data_d
         snprintf(dst, cap, "%s", alt);
 }
 
+/* --data-threads, else what the machine has beyond the step's own threads
+ * (--threads; OpenBLAS takes every core without it: then half). */
+static int data_threads(const RtTrainOptions *o)
+{
+    if (o->data_threads > 0)
+        return o->data_threads;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = o->threads > 0 ? ncpu - o->threads : ncpu / 2;
+    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
+}
+
+/* recordio(TRAIN.rec, VAL.rec, KEY=VALUE, ...): images of the model's input
+ * [C, H, W] (C 1 or 3) or [H, W] (grey). */
+static int open_recordio(const RtModel *m, const RtTrainOptions *o, const DataSpec *d,
+                         uint64_t seed, RtDataset *ds, FILE *err)
+{
+    char msg[1400];
+    const int64_t *sh = m->data_shape;
+    int64_t c, h, w;
+    if (m->data_rank == 3 && (sh[0] == 1 || sh[0] == 3))
+        c = sh[0], h = sh[1], w = sh[2];
+    else if (m->data_rank == 2)
+        c = 1, h = sh[0], w = sh[1];
+    else {
+        fprintf(err, "%s: data recordio: images need a model input [C, H, W] with C 1 (grey) or "
+                "3 (RGB), or [H, W]; model %s's input has rank %d\n", o->prog, m->name,
+                m->data_rank);
+        return 2;
+    }
+    if (h < 1 || w < 1 || h > 65535 || w > 65535) {
+        fprintf(err, "%s: data recordio: model %s's images of %lldx%lld are out of range\n",
+                o->prog, m->name, (long long)h, (long long)w);
+        return 2;
+    }
+    RtRecOptions ro;
+    rt_rec_options_default(&ro);
+    data_path(ro.train, sizeof ro.train, d->arg[0], o->data_dir);
+    if (d->given[1])
+        data_path(ro.val, sizeof ro.val, d->arg[1], o->data_dir);
+    for (int k = 0; k < d->nopts; k++)
+        if (!rt_rec_option_set(&ro, d->opt_key[k], d->opt_val[k], msg, sizeof msg)) {
+            fprintf(err, "%s: data source %s\n", o->prog, msg);
+            return 2;
+        }
+    ro.threads = data_threads(o);
+    if (!rt_data_recordio(ds, &ro, (int)c, (int)h, (int)w, m->classes, seed, msg, sizeof msg)) {
+        fprintf(err, "%s: %s\n", o->prog, msg);
+        return 1;
+    }
+    return 0;
+}
+
 /* The data set of o->data (docs/training.md, Data).  Returns 0, 1 (a data
  * error) or 2 (a source the model cannot take). */
 int rt_open_data(const RtModel *m, const RtTrainOptions *o, uint64_t seed, int64_t sample,
@@ -106,6 +160,8 @@ int rt_open_data(const RtModel *m, const RtTrainOptions *o, uint64_t seed, int64
         }
         return 0;
     }
+    if (d.kind == DS_RECORDIO)
+        return open_recordio(m, o, &d, seed, ds, err);
     bool ok;
     const char *what;
     if (d.kind == DS_FASHION) {

@@ -204,6 +204,8 @@ void rt_log_start(FILE *out, JLog *jl, const RtModel *m, const RtTrainOptions *o
             "validation samples; batch %lld, %lld steps per epoch\n", m->name,
             (long long)s->nvalues, m->amp ? m->amp : "off", ds->name, (long long)ds->ntrain,
             (long long)ds->nval, (long long)s->batch, (long long)s->steps_per_epoch);
+    if (ds->summary)
+        fprintf(out, "Data: %s\n", ds->summary);
     fprintf(out, "Memory: arena %.1f MiB (the planned values of both steps), other buffers %.1f "
             "MiB, fp32 masters and optimizer state %.1f MiB, workspace %.1f MiB\n",
             (double)s->arena / 1048576.0, (double)s->own / 1048576.0,

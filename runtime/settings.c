@@ -867,6 +867,7 @@ SETTING(set_augment)
 }
 
 SETTING(set_random_crop) { UNUSED_ARGS; return int_into(v, 0, 64, &o->augment_pad); }
+SETTING(set_data_threads) { UNUSED_ARGS; return int_into(v, 1, 256, &o->data_threads); }
 SETTING(set_random_mirror) { UNUSED_ARGS; o->augment_mirror = true; return true; }
 SETTING(set_eval_only) { UNUSED_ARGS; o->eval_only = true; return true; }
 SETTING(set_check_numerics) { UNUSED_ARGS; o->check_numerics = true; return true; }
@@ -966,6 +967,7 @@ const RtSetting rt_settings[] = {
     {"kvstore", NULL, KEY | AMPC, true, "a kvstore name (local, device, ...)", set_kvstore},
     {NULL, "data-dir", FLAG, true, "a directory", set_data_dir},
     {NULL, "threads", FLAG, true, "an integer from 1 to 4096", set_threads},
+    {NULL, "data-threads", FLAG, true, "an integer from 1 to 256", set_data_threads},
     {NULL, "random-crop", FLAG, true, "a padding 0..64", set_random_crop},
     {NULL, "random-mirror", FLAG, false, "", set_random_mirror},
     {NULL, "json-log", FLAG, true, "a file name", set_json_log},
@@ -1054,9 +1056,10 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen)
     while (*p == ' ')
         p++;
     size_t n = strcspn(p, "( ");
-    static const char *const names[] = {"synthetic", "digits", "fashion_mnist", "idx", "cifar10"};
+    static const char *const names[] = {"synthetic", "digits", "fashion_mnist", "idx", "cifar10",
+                                        "recordio"};
     d->kind = -1;
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < 6; k++)
         if (strlen(names[k]) == n && strncmp(p, names[k], n) == 0)
             d->kind = k;
     if (d->kind < 0)
@@ -1065,6 +1068,7 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen)
     while (*p == ' ')
         p++;
     int maxargs = d->kind == RT_DS_IDX                                    ? 5
+                  : d->kind == RT_DS_RECORDIO                            ? 2
                   : d->kind == RT_DS_FASHION || d->kind == RT_DS_CIFAR10 ? 1
                                                                          : 0;
     if (*p == '(') {
@@ -1073,11 +1077,6 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen)
             p++;
         int pos = 0;
         while (*p != ')') {
-            if (pos >= maxargs) {
-                snprintf(err, errlen, "'%s': too many arguments (%s takes %d)", s, names[d->kind],
-                         maxargs);
-                return false;
-            }
             int slot = pos;
             /* key= */
             size_t kl = 0;
@@ -1088,8 +1087,22 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen)
                 for (int k = 0; d->kind == RT_DS_IDX && idx_keys[k]; k++)
                     if (strlen(idx_keys[k]) == kl && strncmp(p, idx_keys[k], kl) == 0)
                         slot = k;
-                if (d->kind != RT_DS_IDX && kl == 3 && strncmp(p, "dir", 3) == 0)
+                if (d->kind != RT_DS_IDX && d->kind != RT_DS_RECORDIO && kl == 3 &&
+                    strncmp(p, "dir", 3) == 0)
                     slot = 0;
+                if (d->kind == RT_DS_RECORDIO) /* train=, val=, else an option */
+                    slot = kl == 5 && strncmp(p, "train", 5) == 0 ? 0
+                           : kl == 3 && strncmp(p, "val", 3) == 0 ? 1
+                                                                  : RT_DS_MAX_ARGS;
+                if (slot == RT_DS_MAX_ARGS) {
+                    if (d->nopts == RT_DS_MAX_OPTS || kl >= sizeof d->opt_key[0]) {
+                        snprintf(err, errlen, "'%s': more than %d options, or a name longer than "
+                                 "31", s, RT_DS_MAX_OPTS);
+                        return false;
+                    }
+                    memcpy(d->opt_key[d->nopts], p, kl);
+                    d->opt_key[d->nopts][kl] = 0;
+                }
                 if (slot < 0) {
                     snprintf(err, errlen, "'%s': %s() has no argument '%.*s'", s, names[d->kind],
                              (int)kl, p);
@@ -1097,16 +1110,22 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen)
                 }
                 p += kl + 1;
             }
-            if (d->given[slot]) {
+            bool opt = slot == RT_DS_MAX_ARGS;
+            if (!opt && slot >= maxargs) {
+                snprintf(err, errlen, "'%s': too many arguments (%s takes %d)", s, names[d->kind],
+                         maxargs);
+                return false;
+            }
+            if (!opt && d->given[slot]) {
                 snprintf(err, errlen, "'%s': argument %d given twice", s, slot + 1);
                 return false;
             }
-            char *dst = d->arg[slot];
-            size_t len = 0;
+            char *dst = opt ? d->opt_val[d->nopts] : d->arg[slot];
+            size_t len = 0, cap = opt ? sizeof d->opt_val[0] : sizeof d->arg[0];
             if (*p == '"' || *p == '\'') {
                 /* the escapes ampc writes (ir/print.c): \\ \" \' \n \t */
                 char q = *p++;
-                while (*p && *p != q && len + 1 < sizeof d->arg[0]) {
+                while (*p && *p != q && len + 1 < cap) {
                     char c = *p++;
                     if (c == '\\' && *p) {
                         c = *p++;
@@ -1118,7 +1137,7 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen)
                     goto bad;
                 p++;
             } else {
-                while (*p && *p != ',' && *p != ')' && len + 1 < sizeof d->arg[0])
+                while (*p && *p != ',' && *p != ')' && len + 1 < cap)
                     dst[len++] = *p++;
                 while (len > 0 && dst[len - 1] == ' ')
                     len--;
@@ -1126,8 +1145,12 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen)
             dst[len] = 0;
             if (len == 0)
                 goto bad;
-            d->given[slot] = true;
-            pos++;
+            if (opt)
+                d->nopts++;
+            else {
+                d->given[slot] = true;
+                pos++;
+            }
             while (*p == ' ')
                 p++;
             if (*p == ',') {
@@ -1151,6 +1174,10 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen)
                          "and test_labels (%s missing)", s, idx_keys[k]);
                 return false;
             }
+    if (d->kind == RT_DS_RECORDIO && !d->given[0]) {
+        snprintf(err, errlen, "'%s': recordio() needs the training file (TRAIN.rec)", s);
+        return false;
+    }
     if (d->kind == RT_DS_IDX && d->given[4]) {
         int64_t cl;
         if (!rt_parse_i64(d->arg[4], 2, 1 << 20, &cl)) {
@@ -1161,7 +1188,8 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen)
     return true;
 bad:
     snprintf(err, errlen, "'%s' is not synthetic, digits, fashion_mnist, fashion_mnist(\"DIR\"), "
-             "idx(TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS) or cifar10(\"DIR\")", s);
+             "idx(TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS), cifar10(\"DIR\") or "
+             "recordio(TRAIN.rec, VAL.rec, KEY=VALUE, ...)", s);
     return false;
 }
 

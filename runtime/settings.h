@@ -136,6 +136,7 @@ typedef struct {
     const char *init;     /* the rule for weights whose init is "default" */
     int log_interval;     /* batches between Speedometer lines; 0: none */
     int threads;          /* OpenBLAS threads; 0: OpenBLAS's default */
+    int data_threads;     /* recordio's decoding threads; 0: what the machine has beyond threads */
     RtLossScaleConfig loss_scale;
     const char *save_dir; /* a checkpoint per epoch: <save_dir>/<model>-<epoch+1 %04d>.params */
     const char *resume;   /* a checkpoint to continue from */
@@ -207,14 +208,19 @@ bool rt_setting_apply(RtTrainOptions *o, const RtSetting *s, const char *v, RtSe
                       char *err, size_t errlen);
 
 /* A data source: "synthetic", "digits", "fashion_mnist", "idx(...)",
- * "cifar10(...)" (docs/training.md, Data). */
-enum { RT_DS_SYNTHETIC, RT_DS_DIGITS, RT_DS_FASHION, RT_DS_IDX, RT_DS_CIFAR10 };
+ * "cifar10(...)", "recordio(...)" (docs/training.md, Data). */
+enum { RT_DS_SYNTHETIC, RT_DS_DIGITS, RT_DS_FASHION, RT_DS_IDX, RT_DS_CIFAR10, RT_DS_RECORDIO };
 #define RT_DS_MAX_ARGS 5
+#define RT_DS_MAX_OPTS 32
 typedef struct {
     int kind;
     int nargs;
     char arg[RT_DS_MAX_ARGS][1024]; /* positional order; keyed ones put in their place */
     bool given[RT_DS_MAX_ARGS];
+    /* recordio(TRAIN, VAL, KEY=VALUE, ...): the options after train= and val=,
+     * in order (data/recordio.h checks their names and values) */
+    int nopts;
+    char opt_key[RT_DS_MAX_OPTS][32], opt_val[RT_DS_MAX_OPTS][64];
 } RtDataSpec;
 bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen);
 

@@ -46,6 +46,10 @@ static bool validate(const RtModel *m, RtTrainer *t, const RtDataset *ds, int64_
             idx[j] = at + (j < n ? j : 0);
         rt_trainer_staging_ready(t);
         ds->fill(ds, RT_SPLIT_VAL, idx, b, t->x_host, t->y_host);
+        if (ds->error && ds->error(ds)) { /* a record that did not decode */
+            fprintf(err, "%s: %s\n", prog, ds->error(ds));
+            return false;
+        }
         rt_trainer_load_batch(t);
         t->ctx.batch = b;
         nm->train = false;
@@ -384,6 +388,8 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         double t0 = dev_now(t), tic = t0;
         int64_t skipped0 = ls.skipped, nonfinite0 = ls.nonfinite;
         int64_t nbatch = epoch == epoch0 ? nb0 : 0;
+        if (ds->plan) /* a source that decodes ahead learns the epoch's order */
+            ds->plan(ds, epoch, run.perm + nbatch * b, (steps_per_epoch - nbatch) * b);
         bool first = true;
         for (; nbatch < steps_per_epoch; nbatch++) {
             if (o->max_steps >= 0 && step >= o->max_steps)
@@ -409,6 +415,11 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                     rt_augment(x + j * sample, (int)m->data_shape[0], (int)m->data_shape[1],
                                (int)m->data_shape[2], o->augment_pad, o->augment_mirror, seed,
                                (uint64_t)epoch, shard[j], run.scratch);
+            if (ds->error && ds->error(ds)) {
+                fprintf(err, "%s: %s\n", o->prog, ds->error(ds));
+                rc = 1;
+                goto done;
+            }
             rt_trainer_load_batch(t);
             t->ctx.batch = b;
             t->ctx.step = (uint64_t)step;

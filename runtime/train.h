@@ -294,6 +294,15 @@ typedef struct RtDataset {
     /* Copies samples idx[0..n) of a split into x [n, sample_size] and y [n]. */
     void (*fill)(const struct RtDataset *ds, RtSplit split, const int64_t *idx, int64_t n,
                  float *x, float *y);
+    /* Optional (NULL: none), for a source that decodes ahead (recordio):
+     * src its state; plan gets the training samples of an epoch in the
+     * order its batches will be asked for (before the first); error says
+     * why a fill failed (NULL: it did not); release frees src. */
+    void *src;
+    void (*plan)(const struct RtDataset *ds, int64_t epoch, const int64_t *order, int64_t n);
+    const char *(*error)(const struct RtDataset *ds);
+    void (*release)(struct RtDataset *ds);
+    const char *summary; /* a line the run starts with (recordio: records, parts, threads) */
 } RtDataset;
 
 void rt_data_free(RtDataset *ds);

@@ -30,6 +30,9 @@
 
 void rt_data_free(RtDataset *ds)
 {
+    if (ds->release)
+        ds->release(ds);
+    ds->release = NULL;
     free(ds->x);
     free(ds->y);
     ds->x = ds->y = NULL;

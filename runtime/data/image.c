@@ -1,0 +1,345 @@
+/* image.c - JPEG/PNG decoding and the augmentation of ImageRecordIter
+ * (image.h; docs/training.md, RecordIO).
+ *
+ * Decoding: TurboJPEG (libjpeg-turbo; accurate integer DCT, as libjpeg's
+ * default that OpenCV uses) and libpng's simplified API, both loaded with
+ * dlopen once (a program that never reads an image needs neither).  A grey
+ * model gets the libraries' own colour-to-grey conversion.
+ *
+ * Augmentation, in ImageRecordIter's order (MXNet src/io/image_aug_default.cc):
+ * resize the shorter side; then a crop of the output size, random
+ * (rand_crop) or centred, or a random resized crop (area fraction and
+ * aspect ratio drawn, the region resized to the output); a mirror; then
+ * (x - mean[c]) / std[c] * scale.  Resizing is bilinear with OpenCV's
+ * pixel-centre convention (src = (dst + 0.5) * in/out - 0.5, clamped), in
+ * floating point (OpenCV rounds in fixed point: values may differ by 1).
+ * Every draw is rt_rand_uniform(seed, stream(epoch), key * 64 + k): the same
+ * image gets the same crop whatever thread decodes it.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <png.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+
+#include "image.h"
+
+/* ---- the libraries --------------------------------------------------------- */
+
+static struct {
+    bool ok;
+    char err[256];
+    __typeof__(tjInitDecompress) *tj_init;
+    __typeof__(tjDecompressHeader3) *tj_header;
+    __typeof__(tjDecompress2) *tj_decompress;
+    __typeof__(tjDestroy) *tj_destroy;
+    __typeof__(tjGetErrorStr2) *tj_errstr;
+    __typeof__(png_image_begin_read_from_memory) *png_begin;
+    __typeof__(png_image_finish_read) *png_finish;
+    __typeof__(png_image_free) *png_free;
+} L;
+static pthread_once_t libs_once = PTHREAD_ONCE_INIT;
+
+static void *sym(void *lib, const char *name, const char *libname)
+{
+    void *p = lib ? dlsym(lib, name) : NULL;
+    if (!p && !L.err[0])
+        snprintf(L.err, sizeof L.err, "%s has no %s", libname, name);
+    return p;
+}
+
+static void libs_load(void)
+{
+    static const char tjname[] = "libturbojpeg.so.0", pngname[] = "libpng16.so.16";
+    void *tj = dlopen(tjname, RTLD_NOW | RTLD_LOCAL);
+    void *png = dlopen(pngname, RTLD_NOW | RTLD_LOCAL);
+    if (!tj || !png) {
+        snprintf(L.err, sizeof L.err, "cannot load %s (%s): apt-get install %s",
+                 tj ? pngname : tjname, dlerror(), tj ? "libpng16-16" : "libturbojpeg0");
+        return;
+    }
+    /* POSIX: a function pointer from dlsym's void * (through memcpy, as ISO C asks) */
+    void *p;
+#define LOAD(field, lib, name, libname)                                                            \
+    p = sym(lib, name, libname);                                                                   \
+    memcpy(&L.field, &p, sizeof p)
+    LOAD(tj_init, tj, "tjInitDecompress", tjname);
+    LOAD(tj_header, tj, "tjDecompressHeader3", tjname);
+    LOAD(tj_decompress, tj, "tjDecompress2", tjname);
+    LOAD(tj_destroy, tj, "tjDestroy", tjname);
+    LOAD(tj_errstr, tj, "tjGetErrorStr2", tjname);
+    LOAD(png_begin, png, "png_image_begin_read_from_memory", pngname);
+    LOAD(png_finish, png, "png_image_finish_read", pngname);
+    LOAD(png_free, png, "png_image_free", pngname);
+#undef LOAD
+    L.ok = !L.err[0];
+}
+
+bool rt_img_libs(char *err, size_t errlen)
+{
+    pthread_once(&libs_once, libs_load);
+    if (!L.ok)
+        snprintf(err, errlen, "%s", L.err);
+    return L.ok;
+}
+
+void rt_img_worker_free(RtImgWorker *wk)
+{
+    if (wk->tj)
+        L.tj_destroy(wk->tj);
+    free(wk->px);
+    free(wk->tmp);
+    memset(wk, 0, sizeof *wk);
+}
+
+static bool grow(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return true;
+    uint8_t *nb = realloc(*buf, need);
+    if (!nb)
+        return false;
+    *buf = nb;
+    *cap = need;
+    return true;
+}
+
+/* Images above 2^28 pixels are refused (a corrupt header, or no photo). */
+#define MAX_PIXELS ((size_t)1 << 28)
+
+static bool size_ok(int w, int h, char *err, size_t errlen)
+{
+    if (w <= 0 || h <= 0 || (size_t)w * (size_t)h > MAX_PIXELS) {
+        snprintf(err, errlen, "image size %dx%d is out of range (1 to 2^28 pixels)", w, h);
+        return false;
+    }
+    return true;
+}
+
+static bool decode_jpeg(RtImgWorker *wk, const uint8_t *data, size_t n, int c, int *w, int *h,
+                        char *err, size_t errlen)
+{
+    if (!wk->tj && !(wk->tj = L.tj_init())) {
+        snprintf(err, errlen, "TurboJPEG: cannot make a decompressor");
+        return false;
+    }
+    int sub, space;
+    if (L.tj_header(wk->tj, data, (unsigned long)n, w, h, &sub, &space) != 0) {
+        snprintf(err, errlen, "JPEG: %s", L.tj_errstr(wk->tj));
+        return false;
+    }
+    if (!size_ok(*w, *h, err, errlen))
+        return false;
+    if (!grow(&wk->px, &wk->px_cap, (size_t)*w * (size_t)*h * (size_t)c)) {
+        snprintf(err, errlen, "out of memory for a %dx%d image", *w, *h);
+        return false;
+    }
+    if (L.tj_decompress(wk->tj, data, (unsigned long)n, wk->px, *w, 0, *h,
+                        c == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_ACCURATEDCT) != 0) {
+        snprintf(err, errlen, "JPEG: %s", L.tj_errstr(wk->tj));
+        return false;
+    }
+    return true;
+}
+
+static bool decode_png(RtImgWorker *wk, const uint8_t *data, size_t n, int c, int *w, int *h,
+                       char *err, size_t errlen)
+{
+    png_image im;
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION;
+    if (!L.png_begin(&im, data, n)) {
+        snprintf(err, errlen, "PNG: %s", im.message);
+        L.png_free(&im);
+        return false;
+    }
+    *w = (int)im.width;
+    *h = (int)im.height;
+    if (im.width > 1u << 30 || im.height > 1u << 30 || !size_ok(*w, *h, err, errlen)) {
+        if (im.width > 1u << 30 || im.height > 1u << 30)
+            snprintf(err, errlen, "PNG: image size %ux%u is out of range", im.width, im.height);
+        L.png_free(&im);
+        return false;
+    }
+    im.format = c == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+    if (!grow(&wk->px, &wk->px_cap, (size_t)*w * (size_t)*h * (size_t)c)) {
+        snprintf(err, errlen, "out of memory for a %dx%d image", *w, *h);
+        L.png_free(&im);
+        return false;
+    }
+    if (!L.png_finish(&im, NULL, wk->px, 0, NULL)) {
+        snprintf(err, errlen, "PNG: %s", im.message);
+        L.png_free(&im);
+        return false;
+    }
+    L.png_free(&im);
+    return true;
+}
+
+bool rt_img_decode(RtImgWorker *wk, const uint8_t *data, size_t n, int format, int c, int *w,
+                   int *h, char *err, size_t errlen)
+{
+    if (!rt_img_libs(err, errlen))
+        return false;
+    if (format == RT_IMG_JPEG)
+        return decode_jpeg(wk, data, n, c, w, h, err, errlen);
+    if (format == RT_IMG_PNG)
+        return decode_png(wk, data, n, c, w, h, err, errlen);
+    snprintf(err, errlen, "the image is neither a JPEG nor a PNG file");
+    return false;
+}
+
+/* ---- resampling ------------------------------------------------------------- */
+
+/* Bilinear sample of src (sw x sh, c bytes a pixel) at region (x0, y0,
+ * rw x rh) scaled to ow x oh, into a float callback-free form: out(x, y, ch). */
+typedef struct {
+    const uint8_t *src;
+    int sw, sh, c;
+    double x0, y0, fx, fy; /* region origin, in/out scale */
+} Sampler;
+
+static void axis(double pos, int n, int *i0, int *i1, float *t)
+{
+    if (pos < 0)
+        pos = 0;
+    if (pos > n - 1)
+        pos = n - 1;
+    *i0 = (int)pos;
+    *i1 = *i0 + 1 < n ? *i0 + 1 : *i0;
+    *t = (float)(pos - *i0);
+}
+
+static float sample_at(const Sampler *s, int ox, int oy, int ch)
+{
+    int x0, x1, y0, y1;
+    float tx, ty;
+    axis(s->x0 + (ox + 0.5) * s->fx - 0.5, s->sw, &x0, &x1, &tx);
+    axis(s->y0 + (oy + 0.5) * s->fy - 0.5, s->sh, &y0, &y1, &ty);
+    const uint8_t *r0 = s->src + (size_t)y0 * s->sw * s->c, *r1 = s->src + (size_t)y1 * s->sw * s->c;
+    float a = r0[x0 * s->c + ch] + tx * (r0[x1 * s->c + ch] - r0[x0 * s->c + ch]);
+    float b = r1[x0 * s->c + ch] + tx * (r1[x1 * s->c + ch] - r1[x0 * s->c + ch]);
+    return a + ty * (b - a);
+}
+
+/* The shorter side to `side`, as MXNet computes the other (integer
+ * arithmetic: longer * side / shorter), into wk->tmp; *sw, *sh updated. */
+static bool resize_shorter(RtImgWorker *wk, int *sw, int *sh, int c, int side, char *err,
+                           size_t errlen)
+{
+    int nw, nh;
+    if (*sw <= *sh) {
+        nw = side;
+        nh = (int)((int64_t)*sh * side / *sw);
+    } else {
+        nh = side;
+        nw = (int)((int64_t)*sw * side / *sh);
+    }
+    if (!size_ok(nw, nh, err, errlen))
+        return false;
+    if (!grow(&wk->tmp, &wk->tmp_cap, (size_t)nw * nh * c)) {
+        snprintf(err, errlen, "out of memory resizing to %dx%d", nw, nh);
+        return false;
+    }
+    Sampler s = {wk->px, *sw, *sh, c, 0, 0, (double)*sw / nw, (double)*sh / nh};
+    for (int y = 0; y < nh; y++)
+        for (int x = 0; x < nw; x++)
+            for (int ch = 0; ch < c; ch++) {
+                float v = sample_at(&s, x, y, ch);
+                wk->tmp[((size_t)y * nw + x) * c + ch] = (uint8_t)(v + 0.5f);
+            }
+    uint8_t *t = wk->px;
+    size_t tc = wk->px_cap;
+    wk->px = wk->tmp;
+    wk->px_cap = wk->tmp_cap;
+    wk->tmp = t;
+    wk->tmp_cap = tc;
+    *sw = nw;
+    *sh = nh;
+    return true;
+}
+
+/* ---- the augmentation --------------------------------------------------------- */
+
+typedef struct {
+    int x0, y0, cw, ch; /* the region of the source */
+    bool flip;
+} Crop;
+
+static double draw(uint64_t seed, uint64_t stream, uint64_t key, int k)
+{
+    return rt_rand_uniform(seed, stream, key * 64 + (uint64_t)k);
+}
+
+/* Inception-style: up to 10 tries of an area fraction and a log-uniform
+ * aspect ratio; else the centred crop of the output's aspect ratio. */
+static Crop resized_crop(int sw, int sh, const RtRecOptions *o, int h, int w, uint64_t seed,
+                         uint64_t stream, uint64_t key)
+{
+    double area = (double)sw * sh;
+    for (int t = 0; t < 10; t++) {
+        double lr0 = log(o->min_aspect_ratio), lr1 = log(o->max_aspect_ratio);
+        double ratio = exp(lr0 + (lr1 - lr0) * draw(seed, stream, key, 8 + t));
+        double a = o->min_random_area + (o->max_random_area - o->min_random_area) *
+                                     draw(seed, stream, key, 24 + t);
+        int cw = (int)lround(sqrt(a * area * ratio)), ch = (int)lround(sqrt(a * area / ratio));
+        if (cw >= 1 && ch >= 1 && cw <= sw && ch <= sh) {
+            int x0 = (int)((sw - cw + 1) * draw(seed, stream, key, 40 + t));
+            int y0 = (int)((sh - ch + 1) * draw(seed, stream, key, 56 + t));
+            return (Crop){x0, y0, cw, ch, false};
+        }
+    }
+    double want = (double)w / h;
+    int cw = sw, ch = sh;
+    if ((double)sw / sh > want)
+        cw = (int)lround(sh * want);
+    else
+        ch = (int)lround(sw / want);
+    cw = cw < 1 ? 1 : cw;
+    ch = ch < 1 ? 1 : ch;
+    return (Crop){(sw - cw) / 2, (sh - ch) / 2, cw, ch, false};
+}
+
+bool rt_img_augment(RtImgWorker *wk, int sw, int sh, const RtRecOptions *o, bool train, int c,
+                    int h, int w, uint64_t seed, uint64_t epoch, uint64_t key, float *dst,
+                    char *err, size_t errlen)
+{
+    if (o->resize > 0 && !resize_shorter(wk, &sw, &sh, c, o->resize, err, errlen))
+        return false;
+    uint64_t stream = rt_mix64(rt_hash_name("recordio") + epoch);
+    Crop cr;
+    if (train && o->random_resized_crop)
+        cr = resized_crop(sw, sh, o, h, w, seed, stream, key);
+    else {
+        if (sw < w || sh < h) {
+            snprintf(err, errlen, "the image is %dx%d (after resize=%d), smaller than the "
+                     "model's %dx%d input: set resize= or random_resized_crop=1", sw, sh,
+                     o->resize, w, h);
+            return false;
+        }
+        cr = (Crop){(sw - w) / 2, (sh - h) / 2, w, h, false};
+        if (train && o->rand_crop) {
+            cr.x0 = (int)((sw - w + 1) * draw(seed, stream, key, 1));
+            cr.y0 = (int)((sh - h + 1) * draw(seed, stream, key, 2));
+        }
+    }
+    cr.flip = train && o->rand_mirror && draw(seed, stream, key, 3) < 0.5;
+    size_t plane = (size_t)h * w;
+    bool exact = cr.cw == w && cr.ch == h;
+    Sampler s = {wk->px, sw, sh, c, cr.x0, cr.y0, (double)cr.cw / w, (double)cr.ch / h};
+    for (int ch = 0; ch < c; ch++) {
+        float mul = o->scale / o->std[ch], mean = o->mean[ch];
+        float *out = dst + ch * plane;
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++) {
+                int sx = cr.flip ? w - 1 - x : x;
+                float v = exact ? wk->px[((size_t)(cr.y0 + y) * sw + cr.x0 + sx) * c + ch]
+                                : sample_at(&s, sx, y, ch);
+                out[(size_t)y * w + x] = (v - mean) * mul;
+            }
+    }
+    return true;
+}

@@ -1,0 +1,40 @@
+/* image.h - JPEG and PNG decoding and ImageRecordIter's augmentation for
+ * the recordio source (data/image.c; docs/training.md, RecordIO).
+ *
+ * The libraries (libjpeg-turbo's TurboJPEG API, libpng's simplified API)
+ * are loaded with dlopen on first use, so that programs which never read an
+ * image, and every test that links libampcrt.a by hand, need neither.
+ */
+#ifndef AMPC_IMAGE_H
+#define AMPC_IMAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "recordio.h"
+
+/* One thread's decoder (a TurboJPEG handle) and scratch buffers. */
+typedef struct {
+    void *tj;
+    uint8_t *px, *tmp; /* decoded image, resized image: HWC bytes */
+    size_t px_cap, tmp_cap;
+} RtImgWorker;
+void rt_img_worker_free(RtImgWorker *wk);
+
+/* Loads the libraries; false with a message naming the one missing. */
+bool rt_img_libs(char *err, size_t errlen);
+
+/* Decodes an image file into wk->px: *h rows of *w pixels of c bytes (c 1:
+ * grey, 3: RGB).  False with the library's message. */
+bool rt_img_decode(RtImgWorker *wk, const uint8_t *data, size_t n, int format, int c, int *w,
+                   int *h, char *err, size_t errlen);
+
+/* Where the output image [c, h, w] comes from: wk->px (sw x sw) resized
+ * (resize), cropped (the options), mirrored, then normalised into dst,
+ * CHW.  Randomness: a pure function of (seed, epoch, key) when train. */
+bool rt_img_augment(RtImgWorker *wk, int sw, int sh, const RtRecOptions *o, bool train, int c,
+                    int h, int w, uint64_t seed, uint64_t epoch, uint64_t key, float *dst,
+                    char *err, size_t errlen);
+
+#endif /* AMPC_IMAGE_H */
