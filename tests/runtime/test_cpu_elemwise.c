@@ -332,6 +332,51 @@ static void test_unary(void **state)
     assert_int_equal(tu_unary_all(unary_cases, sizeof unary_cases / sizeof unary_cases[0], 1100), 0);
 }
 
+/* ---- clip ------------------------------------------------------------------------- */
+
+/* clip(x, lo, hi) and its backward (dy where lo <= x <= hi, MXNet's), with x
+ * exactly at both bounds, in place, accumulating, and in 16-bit storage. */
+static size_t clip_run(RtDType dt)
+{
+    const double lo = -1, hi = 2;
+    size_t n = 1100, bad = 0;
+    double *x = tu_dalloc(n), *dy = tu_dalloc(n), *y = tu_dalloc(n), *dx = tu_dalloc(n);
+    tu_fill(x, n, -3, 3);
+    tu_fill(dy, n, -1, 1);
+    x[0] = lo, x[1] = hi, x[2] = -3, x[3] = 3; /* the bounds pass the gradient */
+    tu_round_all(x, n, dt);
+    tu_round_all(dy, n, dt);
+    for (size_t i = 0; i < n; i++) {
+        y[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];
+        dx[i] = x[i] < lo || x[i] > hi ? 0 : dy[i];
+    }
+    void *xs = tu_pack(x, n, dt), *ys = tu_pack(dy, n, dt), *dys = tu_pack(dy, n, dt);
+    void *dxs = tu_pack(dy, n, dt);
+    rt_clip_forward(n, dt, xs, (float)lo, (float)hi, ys);
+    bad += tu_check("clip y", ys, dt, y, n, tu_tol(dt, 1));
+    rt_clip_backward(n, dt, xs, (float)lo, (float)hi, dys, dxs, false);
+    bad += tu_check("clip dx", dxs, dt, dx, n, tu_tol(dt, 1));
+    rt_clip_backward(n, dt, xs, (float)lo, (float)hi, dys, dxs, true);
+    for (size_t i = 0; i < n; i++)
+        dx[i] *= 2;
+    bad += tu_check("clip dx accumulate", dxs, dt, dx, n, tu_tol(dt, 2));
+    rt_clip_forward(n, dt, xs, (float)lo, (float)hi, xs); /* in place */
+    bad += tu_check("clip y in place", xs, dt, y, n, tu_tol(dt, 1));
+    free(x), free(dy), free(y), free(dx), free(xs), free(ys), free(dys), free(dxs);
+    return bad;
+}
+
+static void test_clip(void **state)
+{
+    (void)state;
+    tu_seed(44);
+    assert_int_equal(clip_run(RT_F32) + clip_run(RT_F16) + clip_run(RT_BF16), 0);
+    float v[2] = {NAN, 7}, r[2];
+    rt_clip_forward(2, RT_F32, v, 0, 6, r); /* a NaN passes, as in MXNet */
+    assert_true(isnan(r[0]));
+    assert_true(r[1] == 6);
+}
+
 /* ---- Concat --------------------------------------------------------------------- */
 
 typedef struct {
@@ -448,6 +493,7 @@ int main(void)
         cmocka_unit_test(test_broadcast),
         cmocka_unit_test(test_scalar),
         cmocka_unit_test(test_unary),
+        cmocka_unit_test(test_clip),
         cmocka_unit_test(test_concat),
     };
     return cmocka_run_group_tests_name("cpu_elemwise", tests, NULL, NULL);
