@@ -597,16 +597,19 @@ static bool put_attr(Mx *m, const MxNode *n, const AttrSpec *as, const char *v)
         int64_t x;
         if (!parse_int(v, &x))
             return node_fail(m, n, "attribute '%s': '%s' is not an integer", as->name, v);
-        if (x < 0)
-            fprintf(f, "-%llu", (unsigned long long)-(x + 1) + 1);
-        else
-            fprintf(f, "%lld", (long long)x);
+        if ((double)x < as->min || (double)x > as->max) /* also keeps the literal in range */
+            return node_fail(m, n, "attribute '%s': %lld is not between %.0f and %.0f", as->name,
+                             (long long)x, as->min, as->max);
+        fprintf(f, "%lld", (long long)x);
         return true;
     }
     case AT_FLOAT: {
         double x;
         if (!parse_float(v, &x))
             return node_fail(m, n, "attribute '%s': '%s' is not a finite number", as->name, v);
+        if (x < as->min || x > as->max)
+            return node_fail(m, n, "attribute '%s': %s is not between %g and %g", as->name, v,
+                             as->min, as->max);
         put_float(f, x);
         return true;
     }
@@ -775,6 +778,8 @@ static bool put_param(Mx *m, int i)
 
 /* ---- inputs and their shapes ----------------------------------------------------- */
 
+static bool is_temp(const Mx *m, const char *name);
+
 /* --input-shape NAME=D0,D1,... (the first dimension is the batch, N). */
 static const char *given_shape(Mx *m, const char *name)
 {
@@ -812,8 +817,13 @@ static bool put_input(Mx *m, const MxNode *v, bool first)
     if (!is_ident(v->name))
         return file_fail(m, "input '%s' is not an ampc name ([A-Za-z_][A-Za-z0-9_]*, not a "
                             "keyword): rename it in the file", v->name);
-    if (strncmp(v->name, m->prefix, strlen(m->prefix)) == 0)
+    if (is_temp(m, v->name))
         return file_fail(m, "input '%s' clashes with the importer's temporaries", v->name);
+    /* names the DSL gives a meaning of its own: init=zero, Cast(x, float16), N */
+    if (strcmp(v->name, "zero") == 0 || strcmp(v->name, "one") == 0 ||
+        strcmp(v->name, "N") == 0 || dtype_parse(v->name) != DT_UNKNOWN)
+        return file_fail(m, "input '%s' has the name of an ampc builtin (zero, one, N, a dtype): "
+                            "rename it in the file", v->name);
     const char *text = given_shape(m, v->name), *hint = node_attr(v, "__shape__");
     int64_t d[AMPC_MAX_RANK];
     int rank = 0;
@@ -847,15 +857,28 @@ static bool put_input(Mx *m, const MxNode *v, bool first)
     return true;
 }
 
-/* The temporaries' prefix: "x", or longer if an input name could clash. */
+/* Whether name is one of the temporaries: <prefix><digits>. */
+static bool is_temp(const Mx *m, const char *name)
+{
+    size_t k = strlen(m->prefix);
+    if (strncmp(name, m->prefix, k) != 0 || !name[k])
+        return false;
+    for (const char *p = name + k; *p; p++)
+        if (*p < '0' || *p > '9')
+            return false;
+    return true;
+}
+
+/* The temporaries' prefix: "x", or "x_", "x__" ... until no input is named
+ * like a temporary (an input keeps its name: it is the model's). */
 static void pick_prefix(Mx *m)
 {
     snprintf(m->prefix, sizeof m->prefix, "x");
-    for (int tries = 0; tries < 8; tries++) {
+    for (size_t len = 1; len + 1 < sizeof m->prefix; len++) {
         bool clash = false;
         for (int i = 0; i < m->n; i++)
-            clash |= m->nodes[i].kind == OP_COUNT &&
-                     strncmp(m->nodes[i].name, m->prefix, strlen(m->prefix)) == 0;
+            clash |= m->nodes[i].kind == OP_COUNT && m->nodes[i].role != ROLE_PARAM &&
+                     is_temp(m, m->nodes[i].name);
         if (!clash)
             return;
         strcat(m->prefix, "_");
