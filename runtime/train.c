@@ -268,7 +268,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     int64_t steps_per_epoch = ds->ntrain / gb;
     if (steps_per_epoch == 0) {
         fprintf(err, "%s: the batch size %lld%s exceeds the %lld training samples of %s\n",
-                o->prog, (long long)gb, world > 1 ? " (over all ranks)" : "",
+                o->prog, (long long)gb, world > 1 || nsim > 1 ? " (over all ranks)" : "",
                 (long long)ds->ntrain, ds->name);
         run_free(&run);
         return 2;

@@ -54,7 +54,9 @@ MPIRUN=(mpirun --oversubscribe --bind-to none --mca btl self,vader
         --mca btl_vader_single_copy_mechanism none)
 common=(--data digits --batch-size 16 --log-interval 0 --threads 1)
 
-cc -std=c11 -Wall -Wextra -Werror -Iruntime tests/e2e/ckpt_tool.c \
+# with $CC and $CFLAGS, as ampc builds the programs (a sanitizer build's runtime needs them)
+# shellcheck disable=SC2086
+${CC:-cc} ${CFLAGS:-} -std=c11 -Wall -Wextra -Werror -Iruntime tests/e2e/ckpt_tool.c \
     "$(dirname "$ampc")/libampcrt.a" -lopenblas -lz -lm -o "$tmp/ckpt_tool" >"$tmp/log" 2>&1 ||
     { bad "building tests/e2e/ckpt_tool.c"; exit 1; }
 ck=$tmp/ckpt_tool
