@@ -98,6 +98,7 @@ typedef struct {
     FILE *quiet;    /* under MPI, ranks > 0: the log goes here (/dev/null) */
     RtTrainOptions ro; /* under MPI: this rank's options (ranks > 0 log and save nothing) */
     char *rank_dir; /* --save-all-ranks: SAVE_DIR/rankR */
+    int64_t *order; /* under MPI: this rank's samples of the epoch, in order (ds->plan) */
 } Run;
 
 static void run_free(Run *r)
@@ -120,6 +121,21 @@ static void run_free(Run *r)
     if (r->quiet)
         fclose(r->quiet);
     free(r->rank_dir);
+    free(r->order);
+}
+
+/* The samples this rank fills from step `from` on, in order: one process
+ * (or --sim-ranks, whose ranks fill in turn) reads the epoch's order as it
+ * is; under MPI rank r reads the r-th b of every step. */
+static const int64_t *rank_order(Run *run, int64_t from, int64_t steps, int64_t gb, int rank,
+                                 int64_t b, int world)
+{
+    if (world == 1)
+        return run->perm + from * gb;
+    for (int64_t s = from; s < steps; s++)
+        memcpy(run->order + (s - from) * b, run->perm + s * gb + (int64_t)rank * b,
+               (size_t)b * sizeof *run->order);
+    return run->order;
 }
 
 /* Under MPI (docs/kvstore.md, "Running on several processes"): only rank 0
@@ -277,10 +293,11 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                       .rescale_grad = 1.0f / (float)gb, .clip_gradient = o->clip_gradient,
                       .beta1 = o->beta1, .beta2 = o->beta2, .epsilon = o->epsilon};
     run.perm = malloc((size_t)ds->ntrain * sizeof *run.perm);
+    run.order = world > 1 ? malloc((size_t)ds->ntrain * sizeof *run.order) : NULL;
     run.idx = malloc((size_t)b * sizeof *run.idx);
     if (augment)
         run.scratch = malloc((size_t)sample * sizeof *run.scratch);
-    if (!run.perm || !run.idx || (augment && !run.scratch)) {
+    if (!run.perm || !run.idx || (augment && !run.scratch) || (world > 1 && !run.order)) {
         fprintf(err, "%s: out of memory\n", o->prog);
         run_free(&run);
         return 1;
@@ -388,8 +405,9 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         double t0 = dev_now(t), tic = t0;
         int64_t skipped0 = ls.skipped, nonfinite0 = ls.nonfinite;
         int64_t nbatch = epoch == epoch0 ? nb0 : 0;
-        if (ds->plan) /* a source that decodes ahead learns the epoch's order */
-            ds->plan(ds, epoch, run.perm + nbatch * b, (steps_per_epoch - nbatch) * b);
+        if (ds->plan) /* a source that decodes ahead learns the epoch's order: this rank's */
+            ds->plan(ds, epoch, rank_order(&run, nbatch, steps_per_epoch, gb, rank, b, world),
+                     (steps_per_epoch - nbatch) * b * nsim);
         bool first = true;
         for (; nbatch < steps_per_epoch; nbatch++) {
             if (o->max_steps >= 0 && step >= o->max_steps)
