@@ -14,6 +14,8 @@
 #      and optimizer state are rank 0's too, fp32 and AMP; and against one
 #      process at batch 32 with BatchNorm over all 32 (a different
 #      computation): the validation accuracy within 0.05;
+#      the same with recordio(...) (a source that decodes ahead) on 200 Fashion-MNIST
+#      images, when im2rec and rio_tool are built (else a SKIPPED line);
 #   3. an overflow on rank 1 only (--inject-inf-at-step 20 --inject-rank 1)
 #      skips step 20 on both ranks: one more skipped step and one update
 #      fewer than the same run without it, on rank 0 too; --sim-ranks 2 with
@@ -138,6 +140,31 @@ if timeout 120 "$tmp/d_one" --data digits --batch-size 32 --log-interval 0 --thr
     fi
 else
     bad "one process at batch 32"
+fi
+
+# a source that decodes ahead (recordio's plan) under MPI: each rank plans its own shard
+bd=$(dirname "$ampc")
+fm=/usr/share/datasets/fashion-mnist
+[ -s "$data/fashion-mnist/train-images-idx3-ubyte.gz" ] && fm=$data/fashion-mnist
+if [ -x "$bd/im2rec" ] && [ -x "$bd/rio_tool" ] && [ -s "$fm/train-images-idx3-ubyte.gz" ]; then
+    mkdir -p "$tmp/img"
+    if "$bd/rio_tool" images "$fm/train-images-idx3-ubyte.gz" "$fm/train-labels-idx1-ubyte.gz" 200 \
+            "$tmp/img" >"$tmp/log" 2>&1 && "$bd/im2rec" "$tmp/img/png.lst" "$tmp/img" "$tmp/f.rec" \
+            >"$tmp/log" 2>&1 &&
+            "$ampc" examples/fashion_cnn.sym --mpi -o "$tmp/fm" >"$tmp/log" 2>&1 &&
+            "$ampc" examples/fashion_cnn.sym -o "$tmp/f1" >"$tmp/log" 2>&1 &&
+            timeout 120 "${MPIRUN[@]}" -np 2 "$tmp/fm" --data "recordio($tmp/f.rec)" --batch-size 16 \
+                --epochs 2 --log-interval 0 --threads 1 --save-dir "$tmp/fr" --save-all-ranks \
+                >"$tmp/log" 2>&1 &&
+            timeout 120 "$tmp/f1" --data "recordio($tmp/f.rec)" --batch-size 16 --epochs 2 \
+                --log-interval 0 --threads 1 --sim-ranks 2 --save-dir "$tmp/fs" >"$tmp/log" 2>&1 &&
+            cmp -s "$tmp/fs/fashion_cnn-0002.params" "$tmp/fr/rank1/fashion_cnn-0002.params"; then
+        ok "recordio (decoded ahead) under mpirun -np 2 equals --sim-ranks 2 bit for bit"
+    else
+        bad "recordio under mpirun -np 2 and --sim-ranks 2"
+    fi
+else
+    echo "SKIPPED: mpi.sh: the recordio case needs $bd/im2rec and $bd/rio_tool (make's recordio targets) and Fashion-MNIST"
 fi
 
 # ---- 3. an overflow on one rank skips the step on both ------------------------------
