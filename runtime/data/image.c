@@ -92,6 +92,7 @@ void rt_img_worker_free(RtImgWorker *wk)
         L.tj_destroy(wk->tj);
     free(wk->px);
     free(wk->tmp);
+    free(wk->taps);
     memset(wk, 0, sizeof *wk);
 }
 
@@ -194,35 +195,50 @@ bool rt_img_decode(RtImgWorker *wk, const uint8_t *data, size_t n, int format, i
 
 /* ---- resampling ------------------------------------------------------------- */
 
-/* Bilinear sample of src (sw x sh, c bytes a pixel) at region (x0, y0,
- * rw x rh) scaled to ow x oh, into a float callback-free form: out(x, y, ch). */
+/* One output coordinate's bilinear taps: the two source indices and the
+ * weight of the second (OpenCV's pixel centres: src = o + (d + 0.5) * f - 0.5,
+ * clamped to the image). */
 typedef struct {
-    const uint8_t *src;
-    int sw, sh, c;
-    double x0, y0, fx, fy; /* region origin, in/out scale */
-} Sampler;
+    int i0, i1;
+    float t;
+} Tap;
 
-static void axis(double pos, int n, int *i0, int *i1, float *t)
+static void make_taps(Tap *tp, int n, double origin, double f, int size)
 {
-    if (pos < 0)
-        pos = 0;
-    if (pos > n - 1)
-        pos = n - 1;
-    *i0 = (int)pos;
-    *i1 = *i0 + 1 < n ? *i0 + 1 : *i0;
-    *t = (float)(pos - *i0);
+    for (int d = 0; d < n; d++) {
+        double pos = origin + (d + 0.5) * f - 0.5;
+        if (pos < origin)
+            pos = origin; /* the region's edge, not its neighbour's pixels */
+        if (pos > size - 1)
+            pos = size - 1;
+        tp[d].i0 = (int)pos;
+        tp[d].i1 = tp[d].i0 + 1 < size ? tp[d].i0 + 1 : tp[d].i0;
+        tp[d].t = (float)(pos - tp[d].i0);
+    }
 }
 
-static float sample_at(const Sampler *s, int ox, int oy, int ch)
+/* The taps of both axes in wk's scratch: tx[ow], ty[oh]. */
+static bool taps(RtImgWorker *wk, int ow, int oh, Tap **tx, Tap **ty)
 {
-    int x0, x1, y0, y1;
-    float tx, ty;
-    axis(s->x0 + (ox + 0.5) * s->fx - 0.5, s->sw, &x0, &x1, &tx);
-    axis(s->y0 + (oy + 0.5) * s->fy - 0.5, s->sh, &y0, &y1, &ty);
-    const uint8_t *r0 = s->src + (size_t)y0 * s->sw * s->c, *r1 = s->src + (size_t)y1 * s->sw * s->c;
-    float a = r0[x0 * s->c + ch] + tx * (r0[x1 * s->c + ch] - r0[x0 * s->c + ch]);
-    float b = r1[x0 * s->c + ch] + tx * (r1[x1 * s->c + ch] - r1[x0 * s->c + ch]);
-    return a + ty * (b - a);
+    size_t need = ((size_t)ow + (size_t)oh) * sizeof(Tap);
+    if (need > wk->taps_cap) {
+        void *p = realloc(wk->taps, need);
+        if (!p)
+            return false;
+        wk->taps = p;
+        wk->taps_cap = need;
+    }
+    *tx = wk->taps;
+    *ty = *tx + ow;
+    return true;
+}
+
+static inline float lerp2(const uint8_t *r0, const uint8_t *r1, const Tap *x, const Tap *y, int c,
+                          int ch)
+{
+    float a = r0[x->i0 * c + ch] + x->t * (r0[x->i1 * c + ch] - r0[x->i0 * c + ch]);
+    float b = r1[x->i0 * c + ch] + x->t * (r1[x->i1 * c + ch] - r1[x->i0 * c + ch]);
+    return a + y->t * (b - a);
 }
 
 /* The shorter side to `side`, as MXNet computes the other (integer
@@ -244,13 +260,21 @@ static bool resize_shorter(RtImgWorker *wk, int *sw, int *sh, int c, int side, c
         snprintf(err, errlen, "out of memory resizing to %dx%d", nw, nh);
         return false;
     }
-    Sampler s = {wk->px, *sw, *sh, c, 0, 0, (double)*sw / nw, (double)*sh / nh};
-    for (int y = 0; y < nh; y++)
+    Tap *tx, *ty;
+    if (!taps(wk, nw, nh, &tx, &ty)) {
+        snprintf(err, errlen, "out of memory resizing to %dx%d", nw, nh);
+        return false;
+    }
+    make_taps(tx, nw, 0, (double)*sw / nw, *sw);
+    make_taps(ty, nh, 0, (double)*sh / nh, *sh);
+    size_t stride = (size_t)*sw * c;
+    for (int y = 0; y < nh; y++) {
+        const uint8_t *r0 = wk->px + ty[y].i0 * stride, *r1 = wk->px + ty[y].i1 * stride;
+        uint8_t *o = wk->tmp + (size_t)y * nw * c;
         for (int x = 0; x < nw; x++)
-            for (int ch = 0; ch < c; ch++) {
-                float v = sample_at(&s, x, y, ch);
-                wk->tmp[((size_t)y * nw + x) * c + ch] = (uint8_t)(v + 0.5f);
-            }
+            for (int ch = 0; ch < c; ch++)
+                o[x * c + ch] = (uint8_t)(lerp2(r0, r1, &tx[x], &ty[y], c, ch) + 0.5f);
+    }
     uint8_t *t = wk->px;
     size_t tc = wk->px_cap;
     wk->px = wk->tmp;
@@ -327,19 +351,28 @@ bool rt_img_augment(RtImgWorker *wk, int sw, int sh, const RtRecOptions *o, bool
         }
     }
     cr.flip = train && o->rand_mirror && draw(seed, stream, key, 3) < 0.5;
-    size_t plane = (size_t)h * w;
-    bool exact = cr.cw == w && cr.ch == h;
-    Sampler s = {wk->px, sw, sh, c, cr.x0, cr.y0, (double)cr.cw / w, (double)cr.ch / h};
+    size_t plane = (size_t)h * w, stride = (size_t)sw * c;
+    Tap *tx, *ty;
+    if (!taps(wk, w, h, &tx, &ty)) {
+        snprintf(err, errlen, "out of memory for a %dx%d crop", w, h);
+        return false;
+    }
+    /* a crop of the output's size samples whole pixels: t = 0, exact */
+    make_taps(tx, w, cr.x0, (double)cr.cw / w, cr.x0 + cr.cw);
+    make_taps(ty, h, cr.y0, (double)cr.ch / h, cr.y0 + cr.ch);
+    float mul[3], mean[3];
     for (int ch = 0; ch < c; ch++) {
-        float mul = o->scale / o->std[ch], mean = o->mean[ch];
-        float *out = dst + ch * plane;
-        for (int y = 0; y < h; y++)
-            for (int x = 0; x < w; x++) {
-                int sx = cr.flip ? w - 1 - x : x;
-                float v = exact ? wk->px[((size_t)(cr.y0 + y) * sw + cr.x0 + sx) * c + ch]
-                                : sample_at(&s, sx, y, ch);
-                out[(size_t)y * w + x] = (v - mean) * mul;
-            }
+        mul[ch] = o->scale / o->std[ch];
+        mean[ch] = o->mean[ch];
+    }
+    for (int y = 0; y < h; y++) {
+        const uint8_t *r0 = wk->px + ty[y].i0 * stride, *r1 = wk->px + ty[y].i1 * stride;
+        float *out = dst + (size_t)y * w;
+        for (int x = 0; x < w; x++) {
+            const Tap *t = &tx[cr.flip ? w - 1 - x : x];
+            for (int ch = 0; ch < c; ch++)
+                out[ch * plane + x] = (lerp2(r0, r1, t, &ty[y], c, ch) - mean[ch]) * mul[ch];
+        }
     }
     return true;
 }

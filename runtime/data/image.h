@@ -19,6 +19,8 @@ typedef struct {
     void *tj;
     uint8_t *px, *tmp; /* decoded image, resized image: HWC bytes */
     size_t px_cap, tmp_cap;
+    void *taps;        /* the resampler's per-axis tables */
+    size_t taps_cap;
 } RtImgWorker;
 void rt_img_worker_free(RtImgWorker *wk);
 

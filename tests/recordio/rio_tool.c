@@ -11,7 +11,8 @@
  *       the recordio source over REC (training split): for each epoch the
  *       loop's shuffle, planned, then every batch filled; the floats and
  *       labels of every batch to OUT.  EPOCHS 0: one pass in file order,
- *       no plan (what validation does).
+ *       no plan (what validation does).  Prints the images per second
+ *       (bench/data.sh).
  */
 #include <png.h>
 #include <stdio.h>
@@ -167,6 +168,8 @@ static int read_rec(int argc, char **a)
     if (!out || !perm || !x || !y)
         return die("out of memory or cannot write OUT");
     int rc = 0;
+    int64_t images = 0;
+    double t0 = rt_now_s();
     for (int e = 0; e < (epochs ? epochs : 1) && !rc; e++) {
         if (epochs) {
             rt_shuffle(perm, ds.ntrain, seed, e);
@@ -183,8 +186,13 @@ static int read_rec(int argc, char **a)
             }
             fwrite(x, sizeof *x, (size_t)(b * ds.sample_size), out);
             fwrite(y, sizeof *y, (size_t)b, out);
+            images += b;
         }
     }
+    double dt = rt_now_s() - t0;
+    /* bench/data.sh reads this line */
+    printf("read: %lld images in %.3f s: %.1f images/s\n", (long long)images, dt,
+           dt > 0 ? (double)images / dt : 0.0);
     if (fclose(out) != 0)
         rc = 1;
     free(perm);
