@@ -260,5 +260,16 @@ else
     ok "only the program built with --mpi links libmpi"
 fi
 
+# a runtime without the MPI engine: --mpi is refused with a message, exit 1
+mkdir -p "$tmp/rtd/lib" && ln -s "$root/runtime" "$tmp/rtd/include" &&
+    cp "$(dirname "$ampc")/libampcrt.a" "$tmp/rtd/lib/"
+AMPC_RUNTIME_DIR=$tmp/rtd "$ampc" examples/digits_cnn.sym --mpi -o "$tmp/nompi" >"$tmp/log" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q 'has no MPI engine (ampcmpi.o' "$tmp/log" && [ ! -e "$tmp/nompi" ]; then
+    ok "--mpi without ampcmpi.o beside the runtime: exit 1 with a message"
+else
+    bad "--mpi without ampcmpi.o: exit $rc"
+fi
+
 echo "mpi.sh: $pass passed, $fail failed"
 [ "$fail" = 0 ]
