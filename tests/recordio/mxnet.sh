@@ -7,7 +7,9 @@
 # (--pack-label), our .rec and .idx are byte-identical to what
 # mx.recordio.MXIndexedRecordIO + mx.recordio.pack write, and MXNet reads
 # ours back (tests/recordio/mxnet_compare.py); the runtime's reader then
-# reads MXNet's file to the same pixels as ours.
+# reads MXNet's file to the same pixels as ours; scikit-learn's two sample
+# photos (real colour JPEGs) decode to RGB exactly as mx.image.imdecode, and
+# resize=256 with the centred crop is within 1 grey level of MXNet's.
 # usage: mxnet.sh BUILD   (BUILD holds im2rec and rio_tool)
 # Needs `make mxnet-env` ($MXNET_ENV); without it one SKIPPED line, exit 0;
 # with AMPC_REQUIRE_MXNET=1 (CI) a failure.  Fashion-MNIST likewise
@@ -49,4 +51,42 @@ for k in png magic; do
         echo "PASS the runtime reads MXNet's $k.rec to the same pixels and labels as ours"
     else echo "FAIL reading MXNet's $k.rec"; fail=1; fi
 done
+# scikit-learn's sample photos (real 640x427 colour JPEGs): decoded to RGB
+# exactly as MXNet's mx.image.imdecode does, and resize=256 plus the centred
+# 224x224 crop within 1 grey level of mx.image.resize_short + center_crop
+# (OpenCV's fixed-point bilinear against our floating point)
+photos=/usr/lib/python3/dist-packages/sklearn/datasets/images
+if [ -s "$photos/china.jpg" ] && [ -s "$photos/flower.jpg" ]; then
+    printf '0\t3\tchina.jpg\n1\t7\tflower.jpg\n' >"$tmp/photos.lst"
+    if "$build/im2rec" "$tmp/photos.lst" "$photos" "$tmp/photos.rec" >/dev/null &&
+       "$build/rio_tool" read "$tmp/photos.rec" "$tmp/full.out" 3 427 640 2 1 0 2 >/dev/null &&
+       "$build/rio_tool" read "$tmp/photos.rec" "$tmp/crop.out" 3 224 224 2 1 0 2 resize=256 >/dev/null &&
+       "$py" - "$tmp" <<'EOF2'
+import sys
+import mxnet as mx
+import numpy as np
+t = sys.argv[1]
+r = mx.recordio.MXRecordIO(t + '/photos.rec', 'r')
+full = np.fromfile(t + '/full.out', dtype=np.float32)
+crop = np.fromfile(t + '/crop.out', dtype=np.float32)
+nf, nc = 3 * 427 * 640, 3 * 224 * 224
+ok = True
+for k in range(2):
+    h, img = mx.recordio.unpack(r.read())
+    im = mx.image.imdecode(img)
+    ref = im.asnumpy().transpose(2, 0, 1).astype(np.float32)
+    d1 = np.abs(ref - full[k * nf:(k + 1) * nf].reshape(3, 427, 640)).max()
+    cc, _ = mx.image.center_crop(mx.image.resize_short(im, 256, interp=1), (224, 224))
+    d2 = np.abs(cc.asnumpy().transpose(2, 0, 1).astype(np.float32) -
+                crop[k * nc:(k + 1) * nc].reshape(3, 224, 224)).max()
+    lab = full[2 * nf + k]
+    print('    photo %d: decode max |d| %g, resize 256 + centre crop max |d| %g, label %g' % (k, d1, d2, lab))
+    ok &= d1 == 0 and d2 <= 1 and lab == h.label
+sys.exit(0 if ok else 1)
+EOF2
+    then echo "PASS sklearn photos: RGB decode equal to mx.image.imdecode, resize+crop within 1 of MXNet's"
+    else echo "FAIL sklearn photos against MXNet's decode"; fail=1; fi
+else
+    echo "SKIPPED: sklearn's sample photos missing ($photos: apt-get install python3-sklearn)"
+fi
 exit $fail
