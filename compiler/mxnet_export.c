@@ -140,8 +140,10 @@ static json_object *build(Diag *d, const Graph *g)
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
         if (!exportable(n->op)) {
-            diag_plain_error(d, "--emit-mxnet-json: node '%s' (%s) is not a forward op: export "
-                                "a forward graph", n->name, op_info(n->op)->name);
+            diag_plain_error(d,
+                             "--emit-mxnet-json: node '%s' (%s) is not a forward op: export "
+                             "a forward graph",
+                             n->name, op_info(n->op)->name);
             free(idx);
             json_object_put(nodes);
             json_object_put(args);
@@ -203,10 +205,12 @@ static char *print(json_object *root, size_t *len)
     fputs("{\n  \"nodes\": [\n", m);
     size_t n = json_object_array_length(nodes);
     for (size_t i = 0; i < n; i++)
-        fprintf(m, "    %s%s\n", json_object_to_json_string_ext(json_object_array_get_idx(nodes, i),
-                                                                flags), i + 1 < n ? "," : "");
+        fprintf(m, "    %s%s\n",
+                json_object_to_json_string_ext(json_object_array_get_idx(nodes, i), flags),
+                i + 1 < n ? "," : "");
     fputs("  ]", m);
-    json_object_object_foreach(root, key, val) {
+    json_object_object_foreach(root, key, val)
+    {
         if (strcmp(key, "nodes") != 0)
             fprintf(m, ",\n  \"%s\": %s", key, json_object_to_json_string_ext(val, flags));
     }

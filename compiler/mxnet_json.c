@@ -28,21 +28,21 @@
 
 /* Sizes the importer accepts (a ResNet-152 export has about 1,500 nodes). */
 #define MX_MAX_NODES 1000000
-#define MX_MAX_INPUTS 100000  /* inputs of one node (a Concat's) */
-#define MX_MAX_NAME 4096      /* bytes of a node name */
-#define MX_MAX_DEPTH 64       /* JSON nesting (the format needs 4) */
+#define MX_MAX_INPUTS 100000 /* inputs of one node (a Concat's) */
+#define MX_MAX_NAME 4096     /* bytes of a node name */
+#define MX_MAX_DEPTH 64      /* JSON nesting (the format needs 4) */
 
 enum { ROLE_UNUSED, ROLE_DATA, ROLE_LABEL, ROLE_PARAM };
 
 typedef struct {
-    const char *name, *op;     /* json-c strings, live as long as the root */
-    json_object *attrs[3];     /* "attrs", "attr", "param" (any may be NULL) */
+    const char *name, *op; /* json-c strings, live as long as the root */
+    json_object *attrs[3]; /* "attrs", "attr", "param" (any may be NULL) */
     int nin;
-    int *in;                   /* node ids */
-    OpKind kind;               /* the ampc op; OP_COUNT for a variable */
-    const char *act;           /* relu/sigmoid/tanh ops: Activation's act_type */
-    int role;                  /* variables: ROLE_* */
-    int reader;                /* variables: the first node reading it (messages) */
+    int *in;         /* node ids */
+    OpKind kind;     /* the ampc op; OP_COUNT for a variable */
+    const char *act; /* relu/sigmoid/tanh ops: Activation's act_type */
+    int role;        /* variables: ROLE_* */
+    int reader;      /* variables: the first node reading it (messages) */
 } MxNode;
 
 typedef struct {
@@ -54,7 +54,7 @@ typedef struct {
     int *heads;
     int nheads;
     FILE *out;
-    char prefix[16];           /* temporaries: <prefix><node id> */
+    char prefix[16]; /* temporaries: <prefix><node id> */
 } Mx;
 
 /* ---- messages ---------------------------------------------------------------- */
@@ -91,32 +91,59 @@ static bool file_fail(Mx *m, const char *fmt, ...)
 static const struct {
     const char *mx, *ampc, *act;
 } mx_ops[] = {
-    {"Convolution", "Convolution", NULL}, {"FullyConnected", "FullyConnected", NULL},
-    {"BatchNorm", "BatchNorm", NULL}, {"Activation", "Activation", NULL},
-    {"LeakyReLU", "LeakyReLU", NULL}, {"Dropout", "Dropout", NULL},
-    {"Pooling", "Pooling", NULL}, {"Flatten", "Flatten", NULL}, {"flatten", "Flatten", NULL},
-    {"Reshape", "Reshape", NULL}, {"reshape", "Reshape", NULL},
-    {"Concat", "Concat", NULL}, {"concat", "Concat", NULL},
-    {"elemwise_add", "elemwise_add", NULL}, {"_Plus", "elemwise_add", NULL},
-    {"_plus", "elemwise_add", NULL}, {"_add", "elemwise_add", NULL},
-    {"elemwise_sub", "elemwise_sub", NULL}, {"_Minus", "elemwise_sub", NULL},
-    {"_minus", "elemwise_sub", NULL}, {"_sub", "elemwise_sub", NULL},
-    {"elemwise_mul", "elemwise_mul", NULL}, {"_Mul", "elemwise_mul", NULL},
+    {"Convolution", "Convolution", NULL},
+    {"FullyConnected", "FullyConnected", NULL},
+    {"BatchNorm", "BatchNorm", NULL},
+    {"Activation", "Activation", NULL},
+    {"LeakyReLU", "LeakyReLU", NULL},
+    {"Dropout", "Dropout", NULL},
+    {"Pooling", "Pooling", NULL},
+    {"Flatten", "Flatten", NULL},
+    {"flatten", "Flatten", NULL},
+    {"Reshape", "Reshape", NULL},
+    {"reshape", "Reshape", NULL},
+    {"Concat", "Concat", NULL},
+    {"concat", "Concat", NULL},
+    {"elemwise_add", "elemwise_add", NULL},
+    {"_Plus", "elemwise_add", NULL},
+    {"_plus", "elemwise_add", NULL},
+    {"_add", "elemwise_add", NULL},
+    {"elemwise_sub", "elemwise_sub", NULL},
+    {"_Minus", "elemwise_sub", NULL},
+    {"_minus", "elemwise_sub", NULL},
+    {"_sub", "elemwise_sub", NULL},
+    {"elemwise_mul", "elemwise_mul", NULL},
+    {"_Mul", "elemwise_mul", NULL},
     {"_mul", "elemwise_mul", NULL},
-    {"broadcast_add", "broadcast_add", NULL}, {"broadcast_plus", "broadcast_add", NULL},
+    {"broadcast_add", "broadcast_add", NULL},
+    {"broadcast_plus", "broadcast_add", NULL},
     {"broadcast_mul", "broadcast_mul", NULL},
-    {"_plus_scalar", "_plus_scalar", NULL}, {"_PlusScalar", "_plus_scalar", NULL},
-    {"_minus_scalar", "_minus_scalar", NULL}, {"_MinusScalar", "_minus_scalar", NULL},
-    {"_rminus_scalar", "_rminus_scalar", NULL}, {"_RMinusScalar", "_rminus_scalar", NULL},
-    {"_mul_scalar", "_mul_scalar", NULL}, {"_MulScalar", "_mul_scalar", NULL},
-    {"_div_scalar", "_div_scalar", NULL}, {"_DivScalar", "_div_scalar", NULL},
-    {"_rdiv_scalar", "_rdiv_scalar", NULL}, {"_RDivScalar", "_rdiv_scalar", NULL},
-    {"exp", "exp", NULL}, {"log", "log", NULL}, {"sqrt", "sqrt", NULL},
-    {"Cast", "Cast", NULL}, {"cast", "Cast", NULL},
-    {"softmax", "softmax", NULL}, {"log_softmax", "log_softmax", NULL},
-    {"sum", "sum", NULL}, {"sum_axis", "sum", NULL}, {"mean", "mean", NULL},
-    {"SoftmaxOutput", "SoftmaxOutput", NULL}, {"Softmax", "SoftmaxOutput", NULL},
-    {"relu", "Activation", "relu"}, {"sigmoid", "Activation", "sigmoid"},
+    {"_plus_scalar", "_plus_scalar", NULL},
+    {"_PlusScalar", "_plus_scalar", NULL},
+    {"_minus_scalar", "_minus_scalar", NULL},
+    {"_MinusScalar", "_minus_scalar", NULL},
+    {"_rminus_scalar", "_rminus_scalar", NULL},
+    {"_RMinusScalar", "_rminus_scalar", NULL},
+    {"_mul_scalar", "_mul_scalar", NULL},
+    {"_MulScalar", "_mul_scalar", NULL},
+    {"_div_scalar", "_div_scalar", NULL},
+    {"_DivScalar", "_div_scalar", NULL},
+    {"_rdiv_scalar", "_rdiv_scalar", NULL},
+    {"_RDivScalar", "_rdiv_scalar", NULL},
+    {"exp", "exp", NULL},
+    {"log", "log", NULL},
+    {"sqrt", "sqrt", NULL},
+    {"Cast", "Cast", NULL},
+    {"cast", "Cast", NULL},
+    {"softmax", "softmax", NULL},
+    {"log_softmax", "log_softmax", NULL},
+    {"sum", "sum", NULL},
+    {"sum_axis", "sum", NULL},
+    {"mean", "mean", NULL},
+    {"SoftmaxOutput", "SoftmaxOutput", NULL},
+    {"Softmax", "SoftmaxOutput", NULL},
+    {"relu", "Activation", "relu"},
+    {"sigmoid", "Activation", "sigmoid"},
     {"tanh", "Activation", "tanh"},
     {"clip", "clip", NULL},
 };
@@ -128,25 +155,38 @@ static const struct {
 static const struct {
     const char *op, *attr, *values;
 } mx_ignored[] = {
-    {"Convolution", "workspace", NULL}, {"Convolution", "cudnn_tune", NULL},
-    {"Convolution", "cudnn_off", NULL}, {"Convolution", "layout", "None|NCW|NCHW|NCDHW"},
-    {"Pooling", "cudnn_off", NULL}, {"Pooling", "layout", "None|NCW|NCHW|NCDHW"},
+    {"Convolution", "workspace", NULL},
+    {"Convolution", "cudnn_tune", NULL},
+    {"Convolution", "cudnn_off", NULL},
+    {"Convolution", "layout", "None|NCW|NCHW|NCDHW"},
+    {"Pooling", "cudnn_off", NULL},
+    {"Pooling", "layout", "None|NCW|NCHW|NCDHW"},
     {"Pooling", "p_value", NULL},
-    {"BatchNorm", "cudnn_off", NULL}, {"BatchNorm", "output_mean_var", MX_FALSE},
-    {"Dropout", "cudnn_off", NULL}, {"Dropout", "mode", "training"},
+    {"BatchNorm", "cudnn_off", NULL},
+    {"BatchNorm", "output_mean_var", MX_FALSE},
+    {"Dropout", "cudnn_off", NULL},
+    {"Dropout", "mode", "training"},
     {"Dropout", "axes", "()|[]"},
-    {"LeakyReLU", "lower_bound", NULL}, {"LeakyReLU", "upper_bound", NULL},
+    {"LeakyReLU", "lower_bound", NULL},
+    {"LeakyReLU", "upper_bound", NULL},
     {"Reshape", "reverse", MX_FALSE},
-    {"SoftmaxOutput", "multi_output", MX_FALSE}, {"SoftmaxOutput", "preserve_shape", MX_FALSE},
+    {"SoftmaxOutput", "multi_output", MX_FALSE},
+    {"SoftmaxOutput", "preserve_shape", MX_FALSE},
     {"SoftmaxOutput", "out_grad", MX_FALSE},
-    {"softmax", "temperature", "None|1|1.0"}, {"softmax", "use_length", MX_FALSE},
+    {"softmax", "temperature", "None|1|1.0"},
+    {"softmax", "use_length", MX_FALSE},
     {"softmax", "dtype", "None|float32"},
-    {"log_softmax", "temperature", "None|1|1.0"}, {"log_softmax", "use_length", MX_FALSE},
+    {"log_softmax", "temperature", "None|1|1.0"},
+    {"log_softmax", "use_length", MX_FALSE},
     {"log_softmax", "dtype", "None|float32"},
-    {"sum", "exclude", MX_FALSE}, {"mean", "exclude", MX_FALSE},
-    {"_plus_scalar", "is_int", NULL}, {"_minus_scalar", "is_int", NULL},
-    {"_rminus_scalar", "is_int", NULL}, {"_mul_scalar", "is_int", NULL},
-    {"_div_scalar", "is_int", NULL}, {"_rdiv_scalar", "is_int", NULL},
+    {"sum", "exclude", MX_FALSE},
+    {"mean", "exclude", MX_FALSE},
+    {"_plus_scalar", "is_int", NULL},
+    {"_minus_scalar", "is_int", NULL},
+    {"_rminus_scalar", "is_int", NULL},
+    {"_mul_scalar", "is_int", NULL},
+    {"_div_scalar", "is_int", NULL},
+    {"_rdiv_scalar", "is_int", NULL},
 };
 
 /* Attributes a user sets on any symbol (mx.sym.X(..., attr={...})), which
@@ -272,12 +312,15 @@ static bool read_entry(Mx *m, json_object *e, int limit, const char *where, int 
     if (!int_of(json_object_array_get_idx(e, 0), 0, INT32_MAX, &id) ||
         !int_of(json_object_array_get_idx(e, 1), 0, INT32_MAX, &idx) ||
         (len == 3 && !int_of(json_object_array_get_idx(e, 2), 0, INT32_MAX, &ver)))
-        return file_fail(m, "%s: an entry holds something other than small non-negative "
-                            "integers", where);
+        return file_fail(m,
+                         "%s: an entry holds something other than small non-negative "
+                         "integers",
+                         where);
     if (id >= limit)
         return file_fail(m, "%s: node %lld %s", where, (long long)id,
-                         limit == m->n ? "does not exist" : "does not come before the node "
-                                                            "reading it");
+                         limit == m->n ? "does not exist"
+                                       : "does not come before the node "
+                                         "reading it");
     if (idx != 0)
         return file_fail(m, "%s: output %lld of node '%s': ampc's ops have one output", where,
                          (long long)idx, m->nodes[id].name);
@@ -307,7 +350,8 @@ static bool read_node(Mx *m, int i, json_object *j)
             continue;
         if (!json_object_is_type(a, json_type_object))
             return node_fail(m, n, "'%s' must be an object", keys[k]);
-        json_object_object_foreach(a, key, val) {
+        json_object_object_foreach(a, key, val)
+        {
             if (!str_of(val) || strlen(key) > MX_MAX_NAME)
                 return node_fail(m, n, "attribute '%s' must be a string", key);
         }
@@ -387,8 +431,8 @@ static bool unique_names(Mx *m)
     bool ok = true;
     for (int i = 0; ok && i < m->n; i++)
         if (!strmap_put(&seen, m->nodes[i].name, i))
-            ok = file_fail(m, "nodes %d and %d are both named '%s'", *strmap_get(&seen,
-                           m->nodes[i].name), i, m->nodes[i].name);
+            ok = file_fail(m, "nodes %d and %d are both named '%s'",
+                           *strmap_get(&seen, m->nodes[i].name), i, m->nodes[i].name);
     strmap_free(&seen);
     return ok;
 }
@@ -412,8 +456,9 @@ static bool classify(Mx *m)
             }
         if (n->kind == OP_COUNT) {
             if (strcmp(n->op, "amp_cast") == 0 || strcmp(n->op, "amp_multicast") == 0)
-                return node_fail(m, n, "not supported: the file holds an AMP-converted graph; "
-                                       "import the fp32 one and give --amp");
+                return node_fail(m, n,
+                                 "not supported: the file holds an AMP-converted graph; "
+                                 "import the fp32 one and give --amp");
             return node_fail(m, n, "not supported");
         }
     }
@@ -460,8 +505,8 @@ static bool assign_roles(Mx *m)
                 return node_fail(m, n, "%d inputs, more than the op takes", n->nin);
             if (v->kind != OP_COUNT) {
                 if (ss && ss->kind != SLOT_DATA && ss->kind != SLOT_LABEL)
-                    return node_fail(m, n, "input %d ('%s', its %s) is computed, not a variable",
-                                     k, v->name, ss->name);
+                    return node_fail(m, n, "input %d ('%s', its %s) is computed, not a variable", k,
+                                     v->name, ss->name);
                 continue;
             }
             int role = !ss || ss->kind == SLOT_DATA ? ROLE_DATA
@@ -488,8 +533,8 @@ static bool assign_roles(Mx *m)
 
 static bool is_ident(const char *s)
 {
-    static const char *const keywords[] = {"def", "model", "train", "import", "if", "else", "for",
-                                           "in", "return", "true", "false", "and", "or", NULL};
+    static const char *const keywords[] = {"def", "model",  "train", "import", "if",  "else", "for",
+                                           "in",  "return", "true",  "false",  "and", "or",   NULL};
     if (!*s || !(s[0] == '_' || ((s[0] | 32) >= 'a' && (s[0] | 32) <= 'z')))
         return false;
     for (const char *p = s; *p; p++)
@@ -619,9 +664,7 @@ static bool put_attr(Mx *m, const MxNode *n, const AttrSpec *as, const char *v)
         fputs(is_true(v) ? "true" : "false", f);
         return true;
     case AT_ENUM:
-    case AT_STR:
-        put_string(f, v);
-        return true;
+    case AT_STR: put_string(f, v); return true;
     case AT_DTYPE: {
         DType t = dtype_parse(v);
         if (t == DT_UNKNOWN)
@@ -679,10 +722,10 @@ static bool put_attrs(Mx *m, const MxNode *n)
     for (int k = 0; k < 3; k++) {
         if (!n->attrs[k])
             continue;
-        json_object_object_foreach(n->attrs[k], key, val) {
+        json_object_object_foreach(n->attrs[k], key, val)
+        {
             const char *v = str_of(val);
-            if (strncmp(key, "__", 2) == 0 || attr_seen(n, k, key) ||
-                one_of(key, MX_USER_ATTRS))
+            if (strncmp(key, "__", 2) == 0 || attr_seen(n, k, key) || one_of(key, MX_USER_ATTRS))
                 continue; /* hints and user attributes (__lr_mult__, ctx_group ...) */
             bool refused = false;
             if (op == OP_Concat && strcmp(key, "num_args") == 0) {
@@ -753,8 +796,10 @@ static bool put_param(Mx *m, int i)
     FILE *f = m->out;
     fprintf(f, "    %s%d = param(name=", m->prefix, i);
     put_string(f, n->name);
-    static const char *const mults[][2] = {{"__wd_mult__", "wd_mult"}, {"__lr_mult__", "lr_mult"},
-                                           {"wd_mult", "wd_mult"}, {"lr_mult", "lr_mult"}};
+    static const char *const mults[][2] = {{"__wd_mult__", "wd_mult"},
+                                           {"__lr_mult__", "lr_mult"},
+                                           {"wd_mult", "wd_mult"},
+                                           {"lr_mult", "lr_mult"}};
     bool done[2] = {0};
     for (int k = 0; k < 4; k++) {
         const char *v = node_attr(n, mults[k][0]);
@@ -815,26 +860,32 @@ static bool check_given_shapes(Mx *m)
 static bool put_input(Mx *m, const MxNode *v, bool first)
 {
     if (!is_ident(v->name))
-        return file_fail(m, "input '%s' is not an ampc name ([A-Za-z_][A-Za-z0-9_]*, not a "
-                            "keyword): rename it in the file", v->name);
+        return file_fail(m,
+                         "input '%s' is not an ampc name ([A-Za-z_][A-Za-z0-9_]*, not a "
+                         "keyword): rename it in the file",
+                         v->name);
     if (is_temp(m, v->name))
         return file_fail(m, "input '%s' clashes with the importer's temporaries", v->name);
     /* names the DSL gives a meaning of its own: init=zero, Cast(x, float16), N */
-    if (strcmp(v->name, "zero") == 0 || strcmp(v->name, "one") == 0 ||
-        strcmp(v->name, "N") == 0 || dtype_parse(v->name) != DT_UNKNOWN)
-        return file_fail(m, "input '%s' has the name of an ampc builtin (zero, one, N, a dtype): "
-                            "rename it in the file", v->name);
+    if (strcmp(v->name, "zero") == 0 || strcmp(v->name, "one") == 0 || strcmp(v->name, "N") == 0 ||
+        dtype_parse(v->name) != DT_UNKNOWN)
+        return file_fail(m,
+                         "input '%s' has the name of an ampc builtin (zero, one, N, a dtype): "
+                         "rename it in the file",
+                         v->name);
     const char *text = given_shape(m, v->name), *hint = node_attr(v, "__shape__");
     int64_t d[AMPC_MAX_RANK];
     int rank = 0;
     if (!text && !hint && v->role == ROLE_LABEL) {
         rank = 1, d[0] = 1; /* a class index per sample */
     } else if (!text && !hint) {
-        return file_fail(m, "input '%s' has no shape: give --input-shape %s=N,C,H,W (e.g. "
-                            "%s=1,3,224,224)", v->name, v->name, v->name);
+        return file_fail(m,
+                         "input '%s' has no shape: give --input-shape %s=N,C,H,W (e.g. "
+                         "%s=1,3,224,224)",
+                         v->name, v->name, v->name);
     } else if (!parse_tuple(text ? text : hint, d, &rank) || rank < 1) {
-        return file_fail(m, "input '%s': the shape '%s' is not a list of 1 to %d integers",
-                         v->name, text ? text : hint, AMPC_MAX_RANK);
+        return file_fail(m, "input '%s': the shape '%s' is not a list of 1 to %d integers", v->name,
+                         text ? text : hint, AMPC_MAX_RANK);
     }
     DType t = DT_F32;
     const char *dt = node_attr(v, "__dtype__");
@@ -843,7 +894,8 @@ static bool put_input(Mx *m, const MxNode *v, bool first)
         static const DType flags[] = {DT_F32, DT_F64, DT_F16, DT_U8, DT_I32, DT_I8, DT_I64};
         int64_t k;
         if (!parse_int(dt, &k) || k < 0 || k > 12 || (k > 6 && k != 12))
-            return file_fail(m, "input '%s': __dtype__='%s' is not a dtype ampc knows", v->name, dt);
+            return file_fail(m, "input '%s': __dtype__='%s' is not a dtype ampc knows", v->name,
+                             dt);
         t = k == 12 ? DT_BF16 : flags[k];
     }
     fprintf(m->out, "%s%s: %s[N", first ? "" : ", ", v->name, dtype_long(t));
