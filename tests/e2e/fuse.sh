@@ -181,7 +181,12 @@ for m in examples/*.sym; do
         done
         [ $trained = 1 ] || continue
         for v in $variants; do
-            [ $v = all ] || same "$base.all" "$base.$v" "$model --amp=$amp every fusion vs ${v/no_/no } cast fusion"
+            case $v in
+            all) continue ;;
+            no_both) off="both cast fusions off" ;;
+            *) off="--no-fuse=${v#no_}" ;;
+            esac
+            same "$base.all" "$base.$v" "$model --amp=$amp every fusion vs $off"
         done
     done
 done
