@@ -366,6 +366,26 @@ def check_module():
           "eps=1e-3; max difference %.3g <= %g)" % (diff, TOL_F32))
 
 
+def check_no_loss(name, size):
+    """A Gluon export as it is, without --loss: the program predicts (and
+    would refuse to train); its outputs are the network's own, the logits,
+    compared with MXNet's directly."""
+    js, params = path(name + "-symbol.json"), path(name + "-0000.params")
+    exe, xin, out = path(name + "_plain"), path(name + "_plain-in.npy"), path(name + "_plain-out.npy")
+    r = run([AMPC, "--from-mxnet", js, "--input-shape", "data=1,3,%d,%d" % (size, size),
+             "-o", exe], "ampc --from-mxnet (no loss)")
+    if not check(r.returncode == 0, "%s without --loss compiles to a predicting program" % name):
+        return
+    net = mx.gluon.SymbolBlock.imports(js, ["data"], params)
+    x = np.random.RandomState(12).uniform(-1, 1, (3, 3, size, size)).astype(np.float32)
+    np.save(xin, x)
+    r = run([exe, "--load-params", params, "--predict", xin, "--output", out], "predict")
+    theirs = net(mx.nd.array(x)).asnumpy()
+    diff = np.abs(np.load(out) - theirs).max() if r.returncode == 0 else float("inf")
+    check(diff <= TOL_F32, "%s without --loss: --predict gives MXNet's logits (max difference "
+          "%.3g <= %g)" % (name, diff, TOL_F32))
+
+
 # ---- (c) AMP decisions ----------------------------------------------------------------
 
 def check_amp(name, js, size):
@@ -413,6 +433,7 @@ def main():
     jsons = {}
     for name, size, amp16 in zoo:
         jsons[name] = check_zoo(name, size, amp16)
+    check_no_loss("resnet18_v1", 64)
     check_train_roundtrip()
     check_module()
     for name in ("resnet18_v1", "resnet50_v2"):
