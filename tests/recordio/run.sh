@@ -9,7 +9,8 @@
 #   2. determinism: 2 epochs with resize, random resized crop, mirror and
 #      normalisation on 1 and 3 decoding threads give the same bytes; another
 #      seed gives others; num_parts=2 gives two disjoint equal parts;
-#   3. corrupt files, each exit 1 with its message and byte offset;
+#   3. corrupt files, each exit 1 with its message and byte offset (and,
+#      through the program, a label above the model's classes);
 #   4. training: fashion_cnn, one epoch on 6,000 training and 1,000 test
 #      images from a .rec (PNG) and from IDX files of the same images reaches
 #      the same test accuracy within 1 point (the same shuffle; the inputs
@@ -157,5 +158,10 @@ else bad "training from .rec ($a_rec) against IDX ($a_idx)"; fi
 "$tmp/fashion" --data "recordio(\"$tmp/train.rec\", \"$tmp/val.rec\", colour=1)" --max-steps 0 >"$tmp/log" 2>&1
 [ $? -eq 2 ] && grep -q "recordio() has no option 'colour'" "$tmp/log" && ok "an unknown recordio() option: exit 2 naming it" || bad "unknown option"
 
+printf '0\t12\tpng/0.png\n' >"$tmp/label.lst"
+"$im2rec" "$tmp/label.lst" "$tmp/img" "$tmp/label.rec" >/dev/null 2>&1
+"$tmp/fashion" --data "recordio(\"$tmp/label.rec\")" --max-steps 0 >"$tmp/log" 2>&1
+[ $? -eq 1 ] && grep -q "label.rec: byte offset 0: record 0: label 12 is not a class 0..9 of the model" "$tmp/log" &&
+    ok "a label above the model's classes: exit 1 naming the record" || bad "label out of range"
 echo "recordio: $pass passed, $fail failed ($(( $(date +%s) - start )) s)"
 [ $fail -eq 0 ]
