@@ -338,8 +338,9 @@ static bool read_node(Mx *m, int i, json_object *j)
     n->name = str_of(get(j, "name"));
     if (!n->op || !n->name)
         return file_fail(m, "node %d: 'op' and 'name' must be strings (without NUL bytes)", i);
-    if (!*n->name || strlen(n->name) > MX_MAX_NAME)
-        return file_fail(m, "node %d: the name must have 1 to %d bytes", i, MX_MAX_NAME);
+    if (!*n->name || strlen(n->name) > MX_MAX_NAME || strlen(n->op) > MX_MAX_NAME)
+        return file_fail(m, "node %d: the name and the op must have 1 to %d bytes", i,
+                         MX_MAX_NAME);
     for (const char *p = n->name; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f)
             return file_fail(m, "node %d: the name '%s' holds a control character", i, n->name);
