@@ -163,5 +163,11 @@ printf '0\t12\tpng/0.png\n' >"$tmp/label.lst"
 "$tmp/fashion" --data "recordio(\"$tmp/label.rec\")" --max-steps 0 >"$tmp/log" 2>&1
 [ $? -eq 1 ] && grep -q "label.rec: byte offset 0: record 0: label 12 is not a class 0..9 of the model" "$tmp/log" &&
     ok "a label above the model's classes: exit 1 naming the record" || bad "label out of range"
+"$tmp/fashion" --data "recordio(val=\"$tmp/val.rec\")" --max-steps 0 >"$tmp/log" 2>&1
+[ $? -eq 2 ] && grep -q "recordio() needs the training file" "$tmp/log" && ok "recordio() without a training file: exit 2" ||
+    bad "recordio() without a training file"
+"$tmp/fashion" --data "recordio(train=\"$tmp/val.rec\", val=\"$tmp/train.rec\", rand_mirror=1)" --max-steps 0 >"$tmp/log" 2>&1
+[ $? -eq 0 ] && grep -q "data recordio: 1000 training and 6000 validation samples" "$tmp/log" &&
+    ok "recordio(train=..., val=..., option): named files" || bad "named recordio() files"
 echo "recordio: $pass passed, $fail failed ($(( $(date +%s) - start )) s)"
 [ $fail -eq 0 ]
