@@ -45,7 +45,7 @@ NVCC     ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v 
 
 .PHONY: FORCE fuzzlib e2e data nvcc-check all check unit golden roundtrip asan-check fuzz-check valgrind-check fuzz bench demo \
         deps install clean format mxnet-env mxnet-check
-all: $(BUILD)/ampc cuda
+all: $(BUILD)/ampc $(BUILD)/im2rec cuda
 
 # ---- the compiler ----------------------------------------------------------
 # One run of each generator makes both of its outputs (`&:` is a grouped
