@@ -60,7 +60,7 @@ void rt_numerics_report(FILE *err, const char *prog, const RtModel *m, const Num
 /* ---- --profile: time per node (the after_node hook) and per phase ----------- */
 
 static const char *const phase_names[PH_N] = {
-    "data (fill, augment)", "forward", "backward", "loss-scale check (all finite)",
+    "data (fill, or wait for prefetch)", "forward", "backward", "loss-scale check (all finite)",
     "BatchNorm moving statistics", "optimizer (fused update)", "metrics and logs"};
 static const char *const phase_keys[PH_N] = {"data", "forward", "backward", "loss_scale_check",
                                              "moving_update", "optimizer", "other"};
