@@ -473,6 +473,21 @@ static const CgPlans *make_plans(const Options *o, const Graph *g, BufferPlan *t
     return plans;
 }
 
+/* The lowered program of g with the plans the flags ask for (cg_check
+ * first: false, reported, when the backend cannot run g); *p is the
+ * caller's to program_free.  The plans are copied into it and freed here. */
+static bool lower_model(const Options *o, const Graph *g, Program *p)
+{
+    if (!cg_check(g))
+        return false;
+    BufferPlan tp, ip;
+    CgPlans plans;
+    lower(g, make_plans(o, g, &tp, &ip, &plans), p);
+    plan_free(&tp);
+    plan_free(&ip);
+    return true;
+}
+
 /* The kvstore pass on a lowered program: the machine (built-in or file),
  * then the placement; --dump=kvstore, --explain=kvstore and --report print
  * what it predicts. */
@@ -519,12 +534,9 @@ static bool run_kvstore(const Options *o, const Graph *g)
     bool asked = (o->dump && strcmp(o->dump, "kvstore") == 0) || o->kv_explain || o->kv_flags;
     if (!asked && !can_lower_quietly(g))
         return true;
-    if (!cg_check(g))
-        return false;
-    BufferPlan tp, ip;
-    CgPlans plans;
     Program p;
-    lower(g, make_plans(o, g, &tp, &ip, &plans), &p);
+    if (!lower_model(o, g, &p))
+        return false;
     KvResult r;
     bool ok = place_gradients(o, g, &p, &r);
     if (ok && !program_verify(&p, stderr))
@@ -532,28 +544,21 @@ static bool run_kvstore(const Options *o, const Graph *g)
     if (ok && o->report)
         report_kvstore(stdout, &p.kv, &r, o->machine ? o->machine : "cpu");
     program_free(&p);
-    plan_free(&tp);
-    plan_free(&ip);
     return ok;
 }
 
 /* --dump=program: the lowered program, proved from its own text */
 static bool dump_program(const Options *o, const Graph *g)
 {
-    if (!cg_check(g))
-        return false;
-    BufferPlan tp, ip;
-    CgPlans plans;
     Program p;
-    lower(g, make_plans(o, g, &tp, &ip, &plans), &p);
+    if (!lower_model(o, g, &p))
+        return false;
     bool ok = !o->kv_flags || place_gradients(o, g, &p, NULL);
     if (ok && !program_verify(&p, stderr))
         DIE("the lowered program does not verify");
     if (ok)
         program_print(stdout, &p);
     program_free(&p);
-    plan_free(&tp);
-    plan_free(&ip);
     return ok;
 }
 
