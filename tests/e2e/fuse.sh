@@ -13,13 +13,7 @@
 # usage: fuse.sh AMPC
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass+1)); echo "PASS $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; [ -f "$tmp/log" ] && tail -20 "$tmp/log" | sed 's/^/    /'; }
+. "$(dirname "$0")/lib.sh"
 fused_calls='rt_batchnorm_relu_forward_train|rt_batchnorm_relu_backward|rt_add_relu_forward'
 
 # build NAME MODEL FLAGS...: $tmp/NAME (the program) and $tmp/NAME.c

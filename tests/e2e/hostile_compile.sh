@@ -15,13 +15,8 @@
 # usage: hostile_compile.sh AMPC
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0 notrun=0
-ok() { pass=$((pass+1)); echo "PASS $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; [ -f "$tmp/log" ] && tail -20 "$tmp/log" | sed 's/^/    /'; }
+. "$(dirname "$0")/lib.sh"
+notrun=0
 py=$(command -v python3) || { echo "FAIL hostile_compile.sh needs python3 (make deps)"; exit 1; }
 # the intermediate C file must go here and be removed
 export TMPDIR=$tmp/tmpdir

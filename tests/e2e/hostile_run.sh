@@ -21,13 +21,8 @@
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 data=$2
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass+1)); echo "PASS $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; [ -f "$tmp/log" ] && tail -5 "$tmp/log" | sed 's/^/    /'; }
+E2E_LOG_LINES=5
+. "$(dirname "$0")/lib.sh"
 
 lib=$(dirname "$ampc")/libampcrt.a
 if ! cc -std=c11 -D_GNU_SOURCE -Iruntime tests/runtime/model_tiny.c "$lib" -lopenblas -lz -lm \

@@ -14,14 +14,8 @@
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 data=$2
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
 export AMPC_DATA_DIR=$data
-pass=0 fail=0
-ok() { pass=$((pass+1)); echo "PASS $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; [ -f "$tmp/log" ] && tail -20 "$tmp/log" | sed 's/^/    /'; }
 model=tests/e2e/models/predict_pair.sym
 
 # 7 samples of 1x8x8 as a float32 .npy (NumPy's v1.0 header, no NumPy needed)

@@ -16,13 +16,7 @@
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 refcheck=$2 statcmp=$3 data=$4
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass+1)); echo "PASS $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; [ -f "$tmp/log" ] && tail -20 "$tmp/log" | sed 's/^/    /'; }
+. "$(dirname "$0")/lib.sh"
 export AMPC_DATA_DIR=$data
 
 # 1. the generated C is warning-free

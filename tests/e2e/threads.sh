@@ -9,13 +9,7 @@
 # usage: threads.sh AMPC
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass+1)); echo "PASS $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; [ -f "$tmp/log" ] && tail -20 "$tmp/log" | sed 's/^/    /'; }
+. "$(dirname "$0")/lib.sh"
 if ! grep -qw avx2 /proc/cpuinfo 2>/dev/null || [ "${AMPC_RT_SIMD:-}" = 0 ]; then
     echo "SKIP threads.sh: no AVX2 (the BLAS path is not bit-stable across threads)"
     exit 0

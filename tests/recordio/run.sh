@@ -20,13 +20,8 @@
 set -u
 build=$(cd "$1" && pwd)
 data=$2
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root" || exit 2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass+1)); echo "PASS $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; [ -f "$tmp/log" ] && tail -8 "$tmp/log" | sed 's/^/    /'; }
+E2E_LOG_LINES=8
+. "$(dirname "$0")/../e2e/lib.sh"
 start=$(date +%s)
 im2rec=$build/im2rec rio=$build/rio_tool ampc=$build/ampc
 
