@@ -1,0 +1,266 @@
+/* plan.c - the host-side logic of the cuDNN and cuBLASLt calls (plan.h
+ * says what and why).  No CUDA header: unit-tested on any machine. */
+#include "cuda/plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+AmpcLayout ampc_conv_layout(RtDType dt) { return dt == RT_F32 ? AMPC_NCHW : AMPC_NHWC; }
+
+/* Tensor-core NHWC kernels want the channel count a multiple of 8; cuDNN
+ * also has first-layer kernels for exactly 4 (MLPerf's ResNet pads its RGB
+ * input to 4).  Zero channels change no output and no other gradient. */
+int ampc_conv_padded_c(const RtConvDims *d, AmpcLayout lay)
+{
+    if (lay != AMPC_NHWC || d->groups != 1)
+        return d->c;
+    if (d->c <= 4)
+        return 4;
+    if (d->c < 8)
+        return 8;
+    return d->c;
+}
+
+/* a *= b, false on int64 overflow (every factor here is positive) */
+static bool mul_ok(int64_t *a, int64_t b)
+{
+    if (b != 0 && *a > INT64_MAX / b)
+        return false;
+    *a *= b;
+    return true;
+}
+
+/* dims (n, c, s0, s1[, s2]) with c innermost (NHWC) or after n (NCHW) */
+static bool fill_desc(AmpcTensorDesc *t, int64_t n, int64_t c, int nsp, const int64_t *sp,
+                      AmpcLayout lay)
+{
+    t->nd = 2 + nsp;
+    t->dims[0] = n;
+    t->dims[1] = c;
+    for (int i = 0; i < nsp; i++)
+        t->dims[2 + i] = sp[i];
+    int64_t s = 1;
+    if (lay == AMPC_NCHW) {
+        for (int i = t->nd - 1; i >= 0; i--) {
+            t->strides[i] = s;
+            if (!mul_ok(&s, t->dims[i]))
+                return false;
+        }
+        return true;
+    }
+    t->strides[1] = 1;
+    s = c;
+    for (int i = t->nd - 1; i >= 2; i--) {
+        t->strides[i] = s;
+        if (!mul_ok(&s, t->dims[i]))
+            return false;
+    }
+    t->strides[0] = s;
+    return mul_ok(&s, n);
+}
+
+/* bytes of rows x cp elements, rounded up to 256 (cuDNN's alignment), 0
+ * on overflow */
+size_t ampc_padded_bytes(int64_t rows, int cp, RtDType dt)
+{
+    int64_t b = rows;
+    if (rows <= 0 || cp <= 0 || !mul_ok(&b, cp) || !mul_ok(&b, (int64_t)rt_dtype_size(dt)) ||
+        b > INT64_MAX - 255)
+        return 0;
+    return (size_t)((b + 255) / 256 * 256);
+}
+
+bool ampc_conv_geom(const RtConvDims *din, RtDType dt, RtPass pass, AmpcConvGeom *g, char *err,
+                    size_t errlen)
+{
+    RtConvDims d = *din;
+    (void)pass; /* every pass pads the same two tensors (plan.h) */
+    memset(g, 0, sizeof *g);
+    if (!rt_conv_dims_init(&d)) {
+        snprintf(err, errlen, "convolution: invalid dims (n %d, c %d, k %d, groups %d, %d-D)",
+                 d.n, d.c, d.k, d.groups, d.nsp);
+        return false;
+    }
+    g->layout = ampc_conv_layout(dt);
+    g->c = ampc_conv_padded_c(&d, g->layout);
+    /* cuDNN convolves 2-D and 3-D: a 1-D convolution gets a leading unit axis */
+    int lead = d.nsp == 1 ? 1 : 0;
+    g->nsp = d.nsp + lead;
+    int64_t in[3], out[3], ker[3];
+    for (int i = 0; i < g->nsp; i++) {
+        int s = i - lead;
+        bool unit = s < 0;
+        in[i] = unit ? 1 : d.in[s];
+        out[i] = unit ? 1 : d.out[s];
+        ker[i] = unit ? 1 : d.kernel[s];
+        g->pad[i] = unit ? 0 : d.pad[s];
+        g->stride[i] = unit ? 1 : d.stride[s];
+        g->dilate[i] = unit ? 1 : d.dilate[s];
+    }
+    int64_t cg = g->c / d.groups;
+    if (!fill_desc(&g->x, d.n, g->c, g->nsp, in, g->layout) ||
+        !fill_desc(&g->w, d.k, cg, g->nsp, ker, g->layout) ||
+        !fill_desc(&g->y, d.n, d.k, g->nsp, out, g->layout)) {
+        snprintf(err, errlen, "convolution: a tensor of more than 2^63 elements");
+        return false;
+    }
+    if (g->c != d.c) {
+        int64_t xrows = d.n, wrows = d.k;
+        for (int i = 0; i < g->nsp; i++)
+            if (!mul_ok(&xrows, in[i]) || !mul_ok(&wrows, ker[i]))
+                xrows = -1;
+        size_t xb = ampc_padded_bytes(xrows, g->c, dt), wb = ampc_padded_bytes(wrows, g->c, dt);
+        if (!xb || !wb || xb > SIZE_MAX - wb) {
+            snprintf(err, errlen, "convolution: the channel-padded copies overflow size_t");
+            return false;
+        }
+        g->pad_bytes = xb + wb;
+    }
+    return true;
+}
+
+/* ---- keys and the cache ------------------------------------------------------ */
+
+void ampc_conv_key(const RtConvDims *d, RtDType dt, RtPass pass, AmpcPlanKey *k)
+{
+    memset(k, 0, sizeof *k);
+    int64_t *v = k->v;
+    int i = 0;
+    v[i++] = 1; /* op: convolution */
+    v[i++] = d->n, v[i++] = d->c, v[i++] = d->k, v[i++] = d->groups, v[i++] = d->nsp;
+    /* only the used axes: rt_conv_dims_init normalises the rest */
+    for (int s = 0; s < RT_MAX_SPATIAL; s++) {
+        bool used = s < d->nsp;
+        v[i++] = used ? d->in[s] : 0;
+        v[i++] = used ? d->kernel[s] : 0;
+        v[i++] = used ? ((int64_t)d->stride[s] << 32 | (uint32_t)d->pad[s]) : 0;
+        v[i++] = used ? d->dilate[s] : 0;
+    }
+    v[i++] = dt;
+    v[i++] = ampc_conv_layout(dt);
+    v[i++] = pass;
+}
+
+void ampc_fc_key(const RtFcDims *d, RtDType dt, RtPass pass, AmpcPlanKey *k)
+{
+    memset(k, 0, sizeof *k);
+    k->v[0] = 2; /* op: FullyConnected */
+    k->v[1] = d->n, k->v[2] = d->in, k->v[3] = d->hidden;
+    k->v[4] = dt, k->v[5] = pass;
+}
+
+bool ampc_key_equal(const AmpcPlanKey *a, const AmpcPlanKey *b)
+{
+    return memcmp(a->v, b->v, sizeof a->v) == 0;
+}
+
+uint64_t ampc_key_hash(const AmpcPlanKey *k) /* FNV-1a over the values */
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < AMPC_KEY_LEN; i++) {
+        uint64_t x = (uint64_t)k->v[i];
+        for (int b = 0; b < 8; b++) {
+            h ^= (x >> (8 * b)) & 0xff;
+            h *= 0x100000001b3ull;
+        }
+    }
+    return h;
+}
+
+struct AmpcPlanEntry {
+    AmpcPlanKey key;
+    void *value;
+    AmpcPlanEntry *next;
+};
+
+void *ampc_cache_get(const AmpcPlanCache *c, const AmpcPlanKey *k)
+{
+    if (!c->nbucket)
+        return NULL;
+    for (AmpcPlanEntry *e = c->bucket[ampc_key_hash(k) % c->nbucket]; e; e = e->next)
+        if (ampc_key_equal(&e->key, k))
+            return e->value;
+    return NULL;
+}
+
+static bool grow(AmpcPlanCache *c)
+{
+    size_t nb = c->nbucket ? c->nbucket * 2 : 16;
+    AmpcPlanEntry **b = calloc(nb, sizeof *b);
+    if (!b)
+        return false;
+    for (size_t i = 0; i < c->nbucket; i++)
+        for (AmpcPlanEntry *e = c->bucket[i], *next; e; e = next) {
+            next = e->next;
+            size_t h = ampc_key_hash(&e->key) % nb;
+            e->next = b[h];
+            b[h] = e;
+        }
+    free(c->bucket);
+    c->bucket = b;
+    c->nbucket = nb;
+    return true;
+}
+
+bool ampc_cache_put(AmpcPlanCache *c, const AmpcPlanKey *k, void *value)
+{
+    if (c->count >= c->nbucket && !grow(c))
+        return false;
+    AmpcPlanEntry *e = malloc(sizeof *e);
+    if (!e)
+        return false;
+    e->key = *k;
+    e->value = value;
+    size_t h = ampc_key_hash(k) % c->nbucket;
+    e->next = c->bucket[h];
+    c->bucket[h] = e;
+    c->count++;
+    return true;
+}
+
+void ampc_cache_free(AmpcPlanCache *c, void (*drop)(void *))
+{
+    for (size_t i = 0; i < c->nbucket; i++)
+        for (AmpcPlanEntry *e = c->bucket[i], *next; e; e = next) {
+            next = e->next;
+            if (drop)
+                drop(e->value);
+            free(e);
+        }
+    free(c->bucket);
+    memset(c, 0, sizeof *c);
+}
+
+/* ---- FullyConnected's GEMMs --------------------------------------------------- */
+
+/* A row-major [r, c] tensor is a column-major c x r matrix with ld c, so
+ * each row-major product P = L R becomes P^T = R^T L^T:
+ *   forward    y [n,h]  = x [n,in] w^T        y^T  = w (T) . x^T      m h,  n n, k in
+ *   backward   dx[n,in] = dy[n,h] w [h,in]    dx^T = w^T . dy^T       m in, n n, k h
+ *   weight     dw[h,in] = dy^T x              dw^T = x^T . dy (T)     m in, n h, k n */
+bool ampc_fc_gemm(const RtFcDims *d, RtPass pass, AmpcGemm *g, char *err, size_t errlen)
+{
+    memset(g, 0, sizeof *g);
+    if (d->n <= 0 || d->in <= 0 || d->hidden <= 0) {
+        snprintf(err, errlen, "FullyConnected: invalid dims (n %d, in %d, hidden %d)", d->n,
+                 d->in, d->hidden);
+        return false;
+    }
+    int64_t n = d->n, in = d->in, h = d->hidden;
+    switch (pass) {
+    case RT_PASS_FORWARD:
+        *g = (AmpcGemm){h, n, in, true, false, in, h, in, in, n, in, h, AMPC_OP_W, AMPC_OP_X};
+        break;
+    case RT_PASS_BACKWARD:
+        *g = (AmpcGemm){in, n, h, false, false, in, h, in, h, n, h, in, AMPC_OP_W, AMPC_OP_DY};
+        break;
+    case RT_PASS_BACKWARD_WEIGHT:
+        *g = (AmpcGemm){in, h, n, false, true, in, n, in, h, n, h, in, AMPC_OP_X, AMPC_OP_DY};
+        break;
+    default:
+        snprintf(err, errlen, "FullyConnected: unknown pass %d", (int)pass);
+        return false;
+    }
+    return true;
+}

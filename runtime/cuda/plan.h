@@ -1,0 +1,121 @@
+/*
+ * plan.h - the host-side logic of the cuDNN and cuBLASLt calls
+ * (runtime/cuda/dnn.c, blas.c), kept free of every CUDA header so that it
+ * compiles with any C compiler and is unit-tested everywhere
+ * (tests/runtime/test_cuda_plan.c), GPU or not:
+ *
+ *   - the layout a convolution runs in: NCHW for fp32, NHWC for fp16 and
+ *     bf16 (tensor cores want channels innermost), with a small input
+ *     channel count (the 3 of an RGB image) padded to 4 or 8 for 16-bit;
+ *   - the cuDNN tensor descriptors (dims and strides) of x, w and y from
+ *     RtConvDims in that layout, and the convolution descriptor's
+ *     per-axis attributes (1-D convolutions become 2-D with a unit axis);
+ *   - the key that caches the execution plan chosen for a shape: the dims
+ *     struct, dtype, layout and pass, as a flat array of int64s;
+ *   - a small cache from such keys to plans;
+ *   - the cuBLASLt matrix layouts of FullyConnected's three GEMMs from
+ *     RtFcDims (column-major views of row-major tensors).
+ *
+ * Tensors a CUDA convolution reads and writes are in its layout: NCHW
+ * when dt is fp32, NHWC (x, y) and KRSC (w: [k, kernel..., c/groups])
+ * when 16-bit, always with the caller's channel count; the padding to
+ * 4 or 8 channels happens inside, through the workspace.
+ */
+#ifndef AMPC_CUDA_PLAN_H
+#define AMPC_CUDA_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { AMPC_NCHW, AMPC_NHWC } AmpcLayout;
+
+/* the layout a convolution of dtype dt runs in */
+AmpcLayout ampc_conv_layout(RtDType dt);
+/* the channel count cuDNN sees for an input of c channels: c, or 4 / 8
+ * for 1..4 / 5..7 channels in NHWC without groups */
+int ampc_conv_padded_c(const RtConvDims *d, AmpcLayout lay);
+
+#define AMPC_DESC_MAX_DIMS 5 /* n, c and at most 3 spatial axes */
+
+/* one cuDNN tensor: dims in cuDNN's order (n, c, spatial...) whatever the
+ * memory layout, strides in elements describing that layout */
+typedef struct {
+    int nd;
+    int64_t dims[AMPC_DESC_MAX_DIMS], strides[AMPC_DESC_MAX_DIMS];
+} AmpcTensorDesc;
+
+/* everything the cuDNN graph needs for one convolution */
+typedef struct {
+    AmpcLayout layout;
+    int c;     /* channels as cuDNN sees them (padded) */
+    int nsp;   /* spatial axes as cuDNN sees them: 2 or 3 */
+    AmpcTensorDesc x, w, y;
+    int64_t pad[3], stride[3], dilate[3];
+    /* padding buffers carved from the front of the workspace (0: none):
+     * the padded x (forward, backward-filter), w (forward, backward-data),
+     * dx (backward-data) or dw (backward-filter), in bytes */
+    size_t pad_bytes;
+} AmpcConvGeom;
+
+/* false (and a message) when the dims are invalid or a size overflows */
+bool ampc_conv_geom(const RtConvDims *d, RtDType dt, RtPass pass, AmpcConvGeom *g, char *err,
+                    size_t errlen);
+
+/* the plan-cache key: dims, dtype, layout, pass, one int64 each */
+#define AMPC_KEY_LEN 24
+typedef struct {
+    int64_t v[AMPC_KEY_LEN];
+} AmpcPlanKey;
+
+void ampc_conv_key(const RtConvDims *d, RtDType dt, RtPass pass, AmpcPlanKey *k);
+/* FullyConnected's key (for cuBLASLt's chosen algorithm) */
+void ampc_fc_key(const RtFcDims *d, RtDType dt, RtPass pass, AmpcPlanKey *k);
+bool ampc_key_equal(const AmpcPlanKey *a, const AmpcPlanKey *b);
+uint64_t ampc_key_hash(const AmpcPlanKey *k);
+
+/* a cache from keys to caller-owned values (chained hash table, grows) */
+typedef struct AmpcPlanEntry AmpcPlanEntry;
+typedef struct {
+    AmpcPlanEntry **bucket;
+    size_t nbucket, count;
+} AmpcPlanCache;
+
+void *ampc_cache_get(const AmpcPlanCache *c, const AmpcPlanKey *k);
+/* false on allocation failure; the key must not be in the cache yet */
+bool ampc_cache_put(AmpcPlanCache *c, const AmpcPlanKey *k, void *value);
+/* calls drop(value) for each entry (drop may be NULL), frees the table */
+void ampc_cache_free(AmpcPlanCache *c, void (*drop)(void *));
+
+/* ---- FullyConnected as one column-major GEMM: D[m,n] = op(A) op(B) ------ */
+
+typedef enum { AMPC_OP_X, AMPC_OP_W, AMPC_OP_DY } AmpcFcOperand;
+
+typedef struct {
+    int64_t m, n, k;
+    bool transa, transb;       /* op(A) = A^T when transa */
+    int64_t rowsa, colsa, lda; /* A as stored: a column-major rowsa x colsa matrix */
+    int64_t rowsb, colsb, ldb;
+    int64_t ldd;               /* D: m x n, column-major */
+    AmpcFcOperand a, b;        /* which tensor is A and which B */
+} AmpcGemm;
+
+/* the GEMM of a pass (forward: y; backward: dx; backward-weight: dw) */
+bool ampc_fc_gemm(const RtFcDims *d, RtPass pass, AmpcGemm *g, char *err, size_t errlen);
+
+/* ---- the channel padding, as index arithmetic (for the kernels and tests) */
+
+/* bytes of a padded copy of m rows of cp channels of dt, 0 on overflow */
+size_t ampc_padded_bytes(int64_t rows, int cp, RtDType dt);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* AMPC_CUDA_PLAN_H */
