@@ -1,0 +1,545 @@
+/*
+ * dnn.c - Convolution forward, backward-data and backward-filter through
+ * cuDNN's graph (backend) API: tensor, convolution and operation
+ * descriptors, an operation graph, engine heuristics, execution plans and
+ * a variant pack per call.  No legacy (deprecated) cuDNN call is used.
+ *
+ * A plan is chosen once per shape, on first use or when the workspace
+ * sizer asks (the memory planner does, at set-up), and cached under
+ * plan.h's key (+ whether the output accumulates: alpha and beta are part
+ * of a cuDNN operation).  The candidates are the heuristic's engine
+ * configurations (mode A, then the fallback list) whose plans finalize and
+ * fit the workspace limit; fp32 refuses engines that down-convert their
+ * inputs (TF32), 16-bit takes tensor-op engines.  Without autotune the
+ * heuristic's first candidate wins; with it, each is timed (3 runs after
+ * a warm-up, on scratch buffers) and the fastest wins, as MXNet's
+ * MXNET_CUDNN_AUTOTUNE_DEFAULT=1 and PyTorch's cudnn.benchmark do.
+ *
+ * cuDNN is opened with dlopen (libs.h), so its functions are pointers.
+ * Layouts, descriptors and padding come from plan.c (unit-tested); the
+ * padding and bias kernels from layout.cuh (emulation-tested).
+ */
+#include <cuda_runtime.h>
+#include <cudnn_graph.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/libs.h"
+#include "cuda/plan.h"
+#include "cuda/rt_cuda.h"
+
+static struct {
+    __typeof__(cudnnGetVersion) *GetVersion;
+    __typeof__(cudnnCreate) *Create;
+    __typeof__(cudnnDestroy) *Destroy;
+    __typeof__(cudnnSetStream) *SetStream;
+    __typeof__(cudnnBackendCreateDescriptor) *CreateDescriptor;
+    __typeof__(cudnnBackendDestroyDescriptor) *DestroyDescriptor;
+    __typeof__(cudnnBackendSetAttribute) *SetAttribute;
+    __typeof__(cudnnBackendGetAttribute) *GetAttribute;
+    __typeof__(cudnnBackendFinalize) *Finalize;
+    __typeof__(cudnnBackendExecute) *Execute;
+} F;
+
+typedef cudnnBackendDescriptor_t Desc;
+
+static cudnnHandle_t handle;
+static RtCudaConfig cfg;
+static AmpcPlanCache cache;
+static bool ready;
+
+/* The handle attributes of the graph and the plan are marked deprecated
+ * in cuDNN 9.19's header (the handle now also comes with the execution);
+ * 9.0 to 9.19 all still read them, so they are set by number. */
+#define ATTR_OPERATIONGRAPH_HANDLE ((cudnnBackendAttributeName_t)800)
+#define ATTR_EXECUTION_PLAN_HANDLE ((cudnnBackendAttributeName_t)400)
+
+enum { UID_X = 1, UID_W = 2, UID_Y = 3, MAX_CANDIDATES = 16, TIMED_RUNS = 3 };
+
+/* ---- descriptors, every call checked ---------------------------------------------- */
+
+static void set_(Desc d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t, int64_t n,
+                 const void *v, const char *call, int line)
+{
+    ampc_api_check(AMPC_API_CUDNN, (long)F.SetAttribute(d, a, t, n, v), call, __FILE__, line,
+                   true);
+}
+#define SET(d, a, t, n, v) set_((d), (a), (t), (n), (v), "cudnnBackendSetAttribute(" #a ")", __LINE__)
+
+static Desc make(cudnnBackendDescriptorType_t t)
+{
+    Desc d = NULL;
+    AMPC_CHECK(AMPC_API_CUDNN, F.CreateDescriptor(t, &d));
+    return d;
+}
+
+static void drop(Desc d)
+{
+    if (d)
+        AMPC_CHECK(AMPC_API_CUDNN, F.DestroyDescriptor(d));
+}
+
+static cudnnDataType_t dnn_type(RtDType dt)
+{
+    return dt == RT_F16 ? CUDNN_DATA_HALF : dt == RT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+static Desc tensor(const AmpcTensorDesc *t, int64_t uid, RtDType dt)
+{
+    Desc d = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    cudnnDataType_t ty = dnn_type(dt);
+    int64_t align = 16;
+    SET(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &ty);
+    SET(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, t->nd, t->dims);
+    SET(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, t->nd, t->strides);
+    SET(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    SET(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+    AMPC_CHECK(AMPC_API_CUDNN, F.Finalize(d));
+    return d;
+}
+
+static Desc conv_desc(const AmpcConvGeom *g)
+{
+    Desc d = make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+    cudnnDataType_t comp = CUDNN_DATA_FLOAT; /* fp32 accumulation for every dtype */
+    cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+    int64_t nsp = g->nsp;
+    SET(d, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+    SET(d, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+    SET(d, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &nsp);
+    SET(d, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, nsp, g->dilate);
+    SET(d, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, nsp, g->stride);
+    SET(d, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, nsp, g->pad);
+    SET(d, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, nsp, g->pad);
+    AMPC_CHECK(AMPC_API_CUDNN, F.Finalize(d));
+    return d;
+}
+
+/* the operation of a pass: y = conv(x, w), dx = conv^T(dy, w), dw = conv'(x, dy);
+ * beta 1 adds to the output (accumulate), 0 overwrites */
+static Desc operation(RtPass pass, Desc x, Desc w, Desc y, Desc conv, float beta)
+{
+    static const cudnnBackendDescriptorType_t kind[] = {
+        CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+        CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+        CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR};
+    /* x, w, y, conv, alpha, beta attributes of each kind */
+    static const cudnnBackendAttributeName_t at[3][6] = {
+        {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
+        {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
+        {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA}};
+    float alpha = 1.0f;
+    Desc op = make(kind[pass]);
+    SET(op, at[pass][0], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    SET(op, at[pass][1], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w);
+    SET(op, at[pass][2], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    SET(op, at[pass][3], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv);
+    SET(op, at[pass][4], CUDNN_TYPE_FLOAT, 1, &alpha);
+    SET(op, at[pass][5], CUDNN_TYPE_FLOAT, 1, &beta);
+    AMPC_CHECK(AMPC_API_CUDNN, F.Finalize(op));
+    return op;
+}
+
+/* ---- plans ---------------------------------------------------------------------------- */
+
+typedef struct {
+    AmpcConvGeom g;
+    Desc plan;
+    size_t ws;         /* cuDNN's workspace, after the padding regions */
+    size_t xbytes;     /* the padded x region (the rest of g.pad_bytes is w's) */
+    int64_t xrows, wrows, yinner, engine;
+} ConvPlan;
+
+static void plan_free(void *p)
+{
+    ConvPlan *c = p;
+    drop(c->plan);
+    free(c);
+}
+
+/* true when the engine of cfg suits dt: fp32 must not down-convert its
+ * inputs (TF32); 16-bit may use anything (tensor ops included) */
+static bool engine_ok(Desc ecfg, RtDType dt, int64_t *index)
+{
+    Desc eng = make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    int64_t n = 0;
+    bool ok = true;
+    AMPC_CHECK(AMPC_API_CUDNN, F.GetAttribute(ecfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng));
+    AMPC_CHECK(AMPC_API_CUDNN, F.GetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+                                              CUDNN_TYPE_INT64, 1, &n, index));
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    n = 0;
+    AMPC_CHECK(AMPC_API_CUDNN,
+               F.GetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                              CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes));
+    for (int64_t i = 0; i < n; i++)
+        if (dt == RT_F32 && notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)
+            ok = false;
+    drop(eng);
+    return ok;
+}
+
+/* x, w, y in the operation's roles (dx or dw is an output: const only here) */
+static void execute(Desc plan, const void *x, const void *w, const void *y, void *ws)
+{
+    int64_t uids[3] = {UID_X, UID_W, UID_Y};
+    void *ptrs[3] = {(void *)x, (void *)w, (void *)y};
+    Desc vp = make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    SET(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
+    SET(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
+    SET(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+    AMPC_CHECK(AMPC_API_CUDNN, F.Finalize(vp));
+    AMPC_CHECK(AMPC_API_CUDNN, F.Execute(handle, plan, vp));
+    drop(vp);
+}
+
+/* scratch buffers for timing: x, w, y (in the pass's roles) and a workspace */
+typedef struct {
+    void *x, *w, *y, *ws;
+} Scratch;
+
+static size_t desc_bytes(const AmpcTensorDesc *t, RtDType dt)
+{
+    size_t n = rt_dtype_size(dt);
+    for (int i = 0; i < t->nd; i++)
+        n *= (size_t)t->dims[i];
+    return n;
+}
+
+/* the mean time of TIMED_RUNS runs, in ms (inf when a run fails) */
+static float time_plan(Desc plan, const Scratch *s)
+{
+    cudaEvent_t a, b;
+    AMPC_CHECK(AMPC_API_CUDA, cudaEventCreate(&a));
+    AMPC_CHECK(AMPC_API_CUDA, cudaEventCreate(&b));
+    execute(plan, s->x, s->w, s->y, s->ws); /* warm-up */
+    AMPC_CHECK(AMPC_API_CUDA, cudaEventRecord(a, cfg.stream));
+    for (int i = 0; i < TIMED_RUNS; i++)
+        execute(plan, s->x, s->w, s->y, s->ws);
+    AMPC_CHECK(AMPC_API_CUDA, cudaEventRecord(b, cfg.stream));
+    AMPC_CHECK(AMPC_API_CUDA, cudaEventSynchronize(b));
+    float ms = 0;
+    AMPC_CHECK(AMPC_API_CUDA, cudaEventElapsedTime(&ms, a, b));
+    AMPC_CHECK(AMPC_API_CUDA, cudaEventDestroy(a));
+    AMPC_CHECK(AMPC_API_CUDA, cudaEventDestroy(b));
+    return ms / TIMED_RUNS;
+}
+
+/* the candidates of one heuristic mode: the best usable plan (or NULL) */
+static Desc pick(Desc graph, cudnnBackendHeurMode_t mode, RtDType dt, const Scratch *s,
+                 size_t *ws, int64_t *engine)
+{
+    Desc heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR), best = NULL;
+    SET(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+    SET(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    if (!AMPC_TRY(AMPC_API_CUDNN, F.Finalize(heur))) {
+        drop(heur);
+        return NULL;
+    }
+    int64_t n = 0;
+    AMPC_CHECK(AMPC_API_CUDNN, F.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, NULL));
+    if (n > MAX_CANDIDATES)
+        n = MAX_CANDIDATES;
+    Desc cfgs[MAX_CANDIDATES];
+    for (int64_t i = 0; i < n; i++)
+        cfgs[i] = make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    int64_t got = 0;
+    if (n > 0)
+        AMPC_CHECK(AMPC_API_CUDNN, F.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfgs));
+    float best_ms = 0;
+    for (int64_t i = 0; i < got; i++) {
+        int64_t index = -1, bytes = 0;
+        if (!engine_ok(cfgs[i], dt, &index))
+            continue;
+        Desc plan = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        SET(plan, ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+        SET(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+            &cfgs[i]);
+        int64_t one = 0;
+        if (!AMPC_TRY(AMPC_API_CUDNN, F.Finalize(plan)) ||
+            !AMPC_TRY(AMPC_API_CUDNN,
+                      F.GetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                     CUDNN_TYPE_INT64, 1, &one, &bytes)) ||
+            bytes < 0 || (uint64_t)bytes > cfg.workspace_limit) {
+            drop(plan);
+            continue;
+        }
+        float ms = s ? time_plan(plan, s) : 0;
+        if (!best || ms < best_ms) {
+            drop(best);
+            best = plan, best_ms = ms, *ws = (size_t)bytes, *engine = index;
+            if (!s)
+                break; /* no autotune: the heuristic's first usable one */
+        } else {
+            drop(plan);
+        }
+    }
+    for (int64_t i = 0; i < n; i++)
+        drop(cfgs[i]);
+    drop(heur);
+    return best;
+}
+
+static void scratch_alloc(Scratch *s, const AmpcConvGeom *g, RtDType dt)
+{
+    AMPC_CHECK(AMPC_API_CUDA, cudaMalloc(&s->x, desc_bytes(&g->x, dt)));
+    AMPC_CHECK(AMPC_API_CUDA, cudaMalloc(&s->w, desc_bytes(&g->w, dt)));
+    AMPC_CHECK(AMPC_API_CUDA, cudaMalloc(&s->y, desc_bytes(&g->y, dt)));
+    AMPC_CHECK(AMPC_API_CUDA, cudaMemsetAsync(s->x, 0, desc_bytes(&g->x, dt), cfg.stream));
+    AMPC_CHECK(AMPC_API_CUDA, cudaMemsetAsync(s->w, 0, desc_bytes(&g->w, dt), cfg.stream));
+    AMPC_CHECK(AMPC_API_CUDA, cudaMemsetAsync(s->y, 0, desc_bytes(&g->y, dt), cfg.stream));
+    AMPC_CHECK(AMPC_API_CUDA, cudaMalloc(&s->ws, cfg.workspace_limit ? cfg.workspace_limit : 1));
+}
+
+static void scratch_free(Scratch *s)
+{
+    AMPC_CHECK(AMPC_API_CUDA, cudaStreamSynchronize(cfg.stream));
+    AMPC_CHECK(AMPC_API_CUDA, cudaFree(s->x));
+    AMPC_CHECK(AMPC_API_CUDA, cudaFree(s->w));
+    AMPC_CHECK(AMPC_API_CUDA, cudaFree(s->y));
+    AMPC_CHECK(AMPC_API_CUDA, cudaFree(s->ws));
+}
+
+static void need_init(const char *fn)
+{
+    if (!ready) {
+        fprintf(stderr, "ampc: %s: called before rt_cuda_init\n", fn);
+        exit(1);
+    }
+}
+
+/* the cached plan of a shape, chosen now when it is new */
+static ConvPlan *conv_plan(const RtConvDims *d, RtDType dt, RtPass pass, bool acc)
+{
+    need_init("cuDNN convolution");
+    AmpcPlanKey key;
+    ampc_conv_key(d, dt, pass, &key);
+    key.v[AMPC_KEY_LEN - 1] = acc; /* a slot ampc_conv_key leaves 0 */
+    ConvPlan *p = ampc_cache_get(&cache, &key);
+    if (p)
+        return p;
+    p = calloc(1, sizeof *p);
+    char err[256];
+    if (!p || !ampc_conv_geom(d, dt, pass, &p->g, err, sizeof err)) {
+        fprintf(stderr, "ampc: %s\n", p ? err : "out of memory");
+        exit(1);
+    }
+    RtConvDims n = *d;
+    rt_conv_dims_init(&n);
+    p->xrows = n.n, p->wrows = n.k, p->yinner = 1;
+    for (int i = 0; i < n.nsp; i++)
+        p->xrows *= n.in[i], p->wrows *= n.kernel[i], p->yinner *= n.out[i];
+    p->xbytes = p->g.pad_bytes ? ampc_padded_bytes(p->xrows, p->g.c, dt) : 0;
+
+    Desc x = tensor(&p->g.x, UID_X, dt), w = tensor(&p->g.w, UID_W, dt),
+         y = tensor(&p->g.y, UID_Y, dt), conv = conv_desc(&p->g);
+    /* the operation's x/w/y are the pass's: dx for backward-data, dw for backward-filter */
+    Desc op = operation(pass, x, w, y, conv, acc);
+    Desc graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    SET(graph, ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+    SET(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op);
+    AMPC_CHECK(AMPC_API_CUDNN, F.Finalize(graph));
+
+    Scratch s = {0};
+    if (cfg.autotune)
+        scratch_alloc(&s, &p->g, dt);
+    p->plan = pick(graph, CUDNN_HEUR_MODE_A, dt, cfg.autotune ? &s : NULL, &p->ws, &p->engine);
+    if (!p->plan)
+        p->plan = pick(graph, CUDNN_HEUR_MODE_FALLBACK, dt, cfg.autotune ? &s : NULL, &p->ws,
+                       &p->engine);
+    if (cfg.autotune)
+        scratch_free(&s);
+    drop(graph), drop(op), drop(conv), drop(x), drop(w), drop(y);
+    if (!p->plan) {
+        fprintf(stderr,
+                "ampc: cuDNN has no engine for the %s convolution (n %d, c %d, k %d, groups %d, "
+                "%d-D, %s) within the workspace limit of %zu bytes%s%s\n",
+                pass == RT_PASS_FORWARD ? "forward" : pass == RT_PASS_BACKWARD ? "backward-data"
+                                                                               : "backward-filter",
+                d->n, d->c, d->k, d->groups, d->nsp, rt_dtype_name(dt), cfg.workspace_limit,
+                ampc_api_last_error()[0] ? "; last error: " : "", ampc_api_last_error());
+        exit(1);
+    }
+    if (!ampc_cache_put(&cache, &key, p)) {
+        fprintf(stderr, "ampc: out of memory caching a cuDNN plan\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* ---- the contract ------------------------------------------------------------------------ */
+
+size_t rt_cuda_conv_workspace_bytes(const RtConvDims *d, RtDType dt, RtPass pass)
+{
+    ConvPlan *a = conv_plan(d, dt, pass, false);
+    size_t ws = a->ws;
+    if (pass != RT_PASS_FORWARD && !a->g.pad_bytes) {
+        ConvPlan *b = conv_plan(d, dt, pass, true); /* the accumulating variant */
+        ws = b->ws > ws ? b->ws : ws;
+    }
+    return a->g.pad_bytes + ws;
+}
+
+long rt_cuda_conv_engine(const RtConvDims *d, RtDType dt, RtPass pass, bool accumulate)
+{
+    AmpcPlanKey key;
+    ampc_conv_key(d, dt, pass, &key);
+    key.v[AMPC_KEY_LEN - 1] = accumulate;
+    ConvPlan *p = ready ? ampc_cache_get(&cache, &key) : NULL;
+    return p ? (long)p->engine : -1;
+}
+
+static int idt(RtDType dt) { return (int)dt; }
+
+/* the bias as the layout stores y: NCHW [n, k, out], NHWC [n*out, k, 1] */
+static void bias_shape(const ConvPlan *p, const RtConvDims *d, size_t *outer, size_t *inner)
+{
+    bool last = p->g.layout == AMPC_NHWC;
+    *outer = last ? (size_t)d->n * (size_t)p->yinner : (size_t)d->n;
+    *inner = last ? 1 : (size_t)p->yinner;
+}
+
+void rt_cuda_conv_forward(const RtConvDims *d, RtDType dt, const void *x, const void *w,
+                          const void *bias, void *y, void *ws)
+{
+    ConvPlan *p = conv_plan(d, dt, RT_PASS_FORWARD, false);
+    char *pad = ws;
+    if (p->g.pad_bytes) {
+        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cfg.stream, (size_t)p->xrows, d->c,
+                                                       p->g.c, idt(dt), x, pad));
+        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cfg.stream, (size_t)p->wrows, d->c,
+                                                       p->g.c, idt(dt), w, pad + p->xbytes));
+        x = pad, w = pad + p->xbytes;
+    }
+    execute(p->plan, x, w, y, pad + p->g.pad_bytes);
+    if (bias) {
+        size_t outer, inner;
+        bias_shape(p, d, &outer, &inner);
+        AMPC_CHECK(AMPC_API_CUDA,
+                   ampc_cu_bias_add(cfg.stream, outer, d->k, inner, idt(dt), y, bias));
+    }
+}
+
+void rt_cuda_conv_backward_data(const RtConvDims *d, RtDType dt, const void *w, const void *dy,
+                                void *dx, bool accumulate, void *ws)
+{
+    ConvPlan *p = conv_plan(d, dt, RT_PASS_BACKWARD, false);
+    char *pad = ws;
+    if (!p->g.pad_bytes) {
+        if (accumulate)
+            p = conv_plan(d, dt, RT_PASS_BACKWARD, true);
+        execute(p->plan, dx, w, dy, pad);
+        return;
+    }
+    /* padded: dx of cp channels into the x region, then its first c channels */
+    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cfg.stream, (size_t)p->wrows, d->c, p->g.c,
+                                                   idt(dt), w, pad + p->xbytes));
+    execute(p->plan, pad, pad + p->xbytes, dy, pad + p->g.pad_bytes);
+    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_unpad_channels(cfg.stream, (size_t)p->xrows, d->c, p->g.c,
+                                                     idt(dt), pad, dx, accumulate));
+}
+
+void rt_cuda_conv_backward_weight(const RtConvDims *d, RtDType dt, const void *x,
+                                  const void *dy, void *dw, void *dbias, bool accumulate,
+                                  void *ws)
+{
+    ConvPlan *p = conv_plan(d, dt, RT_PASS_BACKWARD_WEIGHT, false);
+    char *pad = ws;
+    if (!p->g.pad_bytes) {
+        if (accumulate)
+            p = conv_plan(d, dt, RT_PASS_BACKWARD_WEIGHT, true);
+        execute(p->plan, x, dw, dy, pad);
+    } else {
+        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cfg.stream, (size_t)p->xrows, d->c,
+                                                       p->g.c, idt(dt), x, pad));
+        execute(p->plan, pad, pad + p->xbytes, dy, pad + p->g.pad_bytes);
+        AMPC_CHECK(AMPC_API_CUDA,
+                   ampc_cu_unpad_channels(cfg.stream, (size_t)p->wrows, d->c, p->g.c, idt(dt),
+                                          pad + p->xbytes, dw, accumulate));
+    }
+    if (dbias) {
+        size_t outer, inner;
+        bias_shape(p, d, &outer, &inner);
+        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_bias_grad(cfg.stream, outer, d->k, inner, idt(dt), dy,
+                                                    dbias, accumulate));
+    }
+}
+
+/* ---- set-up ---------------------------------------------------------------------------- */
+
+#define LOAD(f)                                                                               \
+    do {                                                                                      \
+        *(void **)&F.f = dlsym(h, "cudnn" #f);                                                \
+        if (!F.f) {                                                                           \
+            snprintf(err, errlen, "%s (%s) has no cudnn" #f, ampc_lib_soname(AMPC_LIB_CUDNN), \
+                     ampc_lib_where(AMPC_LIB_CUDNN));                                         \
+            return false;                                                                     \
+        }                                                                                     \
+    } while (0)
+#define LOADB(f)                                                                              \
+    do {                                                                                      \
+        *(void **)&F.f = dlsym(h, "cudnnBackend" #f);                                         \
+        if (!F.f) {                                                                           \
+            snprintf(err, errlen, "%s (%s) has no cudnnBackend" #f,                           \
+                     ampc_lib_soname(AMPC_LIB_CUDNN), ampc_lib_where(AMPC_LIB_CUDNN));        \
+            return false;                                                                     \
+        }                                                                                     \
+    } while (0)
+
+bool rt_cuda_dnn_init(const RtCudaConfig *c, char *err, size_t errlen)
+{
+    void *h = ampc_lib_open(AMPC_LIB_CUDNN, err, errlen);
+    if (!h)
+        return false;
+    LOAD(GetVersion);
+    LOAD(Create);
+    LOAD(Destroy);
+    LOAD(SetStream);
+    LOADB(CreateDescriptor);
+    LOADB(DestroyDescriptor);
+    LOADB(SetAttribute);
+    LOADB(GetAttribute);
+    LOADB(Finalize);
+    LOADB(Execute);
+    if (F.GetVersion() < 90000) {
+        snprintf(err, errlen, "%s (%s) is cuDNN %zu; the graph API here needs 9.0 or later",
+                 ampc_lib_soname(AMPC_LIB_CUDNN), ampc_lib_where(AMPC_LIB_CUDNN),
+                 F.GetVersion());
+        return false;
+    }
+    cfg = *c;
+    if (!AMPC_TRY(AMPC_API_CUDNN, F.Create(&handle)) ||
+        !AMPC_TRY(AMPC_API_CUDNN, F.SetStream(handle, cfg.stream))) {
+        snprintf(err, errlen, "%s", ampc_api_last_error());
+        return false;
+    }
+    ready = true;
+    return true;
+}
+
+void rt_cuda_dnn_shutdown(void)
+{
+    if (!ready)
+        return;
+    ampc_cache_free(&cache, plan_free);
+    AMPC_CHECK(AMPC_API_CUDNN, F.Destroy(handle));
+    ready = false;
+}

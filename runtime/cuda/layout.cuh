@@ -1,0 +1,180 @@
+/*
+ * layout.cuh - the small kernels around the cuDNN and cuBLASLt calls
+ * (runtime/cuda/dnn.c, blas.c), in one source for nvcc (layout.cu) and for
+ * the host emulation (cuda/emu.h; tests/runtime/test_cuda_layout_emu.c):
+ *
+ *   ampc_cu_pad_channels    [rows, c] -> [rows, cp], zero filled (the RGB
+ *                           input of a 16-bit NHWC convolution padded to 4 or 8)
+ *   ampc_cu_unpad_channels  [rows, cp] -> [rows, c], overwriting or adding
+ *   ampc_cu_bias_add        y[o, ch, i] += bias[ch] (a convolution's bias)
+ *   ampc_cu_bias_grad       dbias[ch] (+)= sum over o, i of dy[o, ch, i],
+ *                           summed in double in rt_fc_backward_weight's order
+ *
+ * Same rules as kernels.cuh: no shared memory, no barriers, no warp
+ * intrinsics, no thread reads what another writes, so the emulation is
+ * faithful.  bias_grad runs one thread per channel (a sequential double sum,
+ * bit for bit the CPU's); a block reduction would be faster and is the
+ * thing to try if gpu-check shows it matters.
+ */
+#ifndef AMPC_CUDA_LAYOUT_CUH
+#define AMPC_CUDA_LAYOUT_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda/ampc_cuda.h"
+#include "kernels/half.h"
+
+#ifdef __CUDACC__
+#ifndef AMPC_LAUNCH
+#define AMPC_LAUNCH(k, grid, block, stream, ...) k<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#define AMPC_LAUNCH_ERROR() ((int)cudaGetLastError())
+#endif
+#define AMPC_LAY_API extern "C"
+#else
+#ifndef AMPC_CUDA_EMU_H
+#error "a host build of cuda/layout.cuh includes cuda/emu.h first"
+#endif
+#define AMPC_LAY_API
+#endif
+
+#define AMPC_LAY_THREADS 256
+#ifndef AMPC_LAY_GRID_CAP
+#define AMPC_LAY_GRID_CAP 4096
+#endif
+
+static inline AMPC_HD float ampc_lay_load(const void *p, size_t i, int dt)
+{
+    if (dt == AMPC_DT_F32)
+        return ((const float *)p)[i];
+    if (dt == AMPC_DT_F16)
+        return ampc_half_to_float(((const ampc_half *)p)[i]);
+    return ampc_bf16_to_float(((const ampc_bf16 *)p)[i]);
+}
+
+/* dst = (acc ? dst : 0) + v in fp32, rounded once (rt__set) */
+static inline AMPC_HD void ampc_lay_store(void *p, size_t i, int dt, float v, int acc)
+{
+    if (acc)
+        v = ampc_lay_load(p, i, dt) + v;
+    if (dt == AMPC_DT_F32)
+        ((float *)p)[i] = v;
+    else if (dt == AMPC_DT_F16)
+        ((ampc_half *)p)[i] = ampc_float_to_half(v);
+    else
+        ((ampc_bf16 *)p)[i] = ampc_float_to_bf16(v);
+}
+
+static inline AMPC_HD void ampc_lay_copy(void *dst, size_t j, const void *src, size_t i, int dt)
+{
+    if (dt == AMPC_DT_F32)
+        ((uint32_t *)dst)[j] = ((const uint32_t *)src)[i];
+    else
+        ((uint16_t *)dst)[j] = ((const uint16_t *)src)[i];
+}
+
+static inline unsigned ampc_lay_grid(size_t n)
+{
+    size_t g = (n + AMPC_LAY_THREADS - 1) / AMPC_LAY_THREADS;
+    return (unsigned)(g < AMPC_LAY_GRID_CAP ? (g ? g : 1) : AMPC_LAY_GRID_CAP);
+}
+
+#define AMPC_LAY_FOR(i, n)                                                                   \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
+         i += (size_t)gridDim.x * blockDim.x)
+
+__global__ void ampc_k_pad_channels(size_t rows, int c, int cp, int dt, const void *src,
+                                    void *dst)
+{
+    AMPC_LAY_FOR(i, rows * (size_t)cp)
+    {
+        size_t r = i / (size_t)cp, j = i % (size_t)cp;
+        if (j < (size_t)c)
+            ampc_lay_copy(dst, i, src, r * (size_t)c + j, dt);
+        else if (dt == AMPC_DT_F32)
+            ((uint32_t *)dst)[i] = 0;
+        else
+            ((uint16_t *)dst)[i] = 0;
+    }
+}
+
+__global__ void ampc_k_unpad_channels(size_t rows, int c, int cp, int dt, const void *src,
+                                      void *dst, int acc)
+{
+    AMPC_LAY_FOR(i, rows * (size_t)c)
+    {
+        size_t r = i / (size_t)c, j = i % (size_t)c, from = r * (size_t)cp + j;
+        if (acc)
+            ampc_lay_store(dst, i, dt, ampc_lay_load(src, from, dt), 1);
+        else
+            ampc_lay_copy(dst, i, src, from, dt);
+    }
+}
+
+__global__ void ampc_k_bias_add(size_t outer, int c, size_t inner, int dt, void *y,
+                                const void *bias)
+{
+    AMPC_LAY_FOR(i, outer * (size_t)c * inner)
+    {
+        size_t ch = i / inner % (size_t)c;
+        ampc_lay_store(y, i, dt, ampc_lay_load(y, i, dt) + ampc_lay_load(bias, ch, dt), 0);
+    }
+}
+
+__global__ void ampc_k_bias_grad(size_t outer, int c, size_t inner, int dt, const void *dy,
+                                 void *dbias, int acc)
+{
+    AMPC_LAY_FOR(ch, (size_t)c)
+    {
+        double s = 0.0;
+        for (size_t o = 0; o < outer; o++)
+            for (size_t i = 0; i < inner; i++)
+                s += ampc_lay_load(dy, (o * (size_t)c + ch) * inner + i, dt);
+        ampc_lay_store(dbias, ch, dt, (float)s, acc);
+    }
+}
+
+/* ---- launchers: 0 or the launch's cudaError_t ----------------------------------------- */
+
+AMPC_LAY_API int ampc_cu_pad_channels(AmpcStream s, size_t rows, int c, int cp, int dt,
+                                      const void *src, void *dst)
+{
+    if (rows == 0)
+        return 0;
+    AMPC_LAUNCH(ampc_k_pad_channels, ampc_lay_grid(rows * (size_t)cp), AMPC_LAY_THREADS, s, rows,
+                c, cp, dt, src, dst);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_LAY_API int ampc_cu_unpad_channels(AmpcStream s, size_t rows, int c, int cp, int dt,
+                                        const void *src, void *dst, int acc)
+{
+    if (rows == 0)
+        return 0;
+    AMPC_LAUNCH(ampc_k_unpad_channels, ampc_lay_grid(rows * (size_t)c), AMPC_LAY_THREADS, s,
+                rows, c, cp, dt, src, dst, acc);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_LAY_API int ampc_cu_bias_add(AmpcStream s, size_t outer, int c, size_t inner, int dt,
+                                  void *y, const void *bias)
+{
+    size_t n = outer * (size_t)c * inner;
+    if (n == 0)
+        return 0;
+    AMPC_LAUNCH(ampc_k_bias_add, ampc_lay_grid(n), AMPC_LAY_THREADS, s, outer, c, inner, dt, y,
+                bias);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_LAY_API int ampc_cu_bias_grad(AmpcStream s, size_t outer, int c, size_t inner, int dt,
+                                   const void *dy, void *dbias, int acc)
+{
+    if (c <= 0)
+        return 0;
+    AMPC_LAUNCH(ampc_k_bias_grad, ampc_lay_grid((size_t)c), AMPC_LAY_THREADS, s, outer, c, inner,
+                dt, dy, dbias, acc);
+    return AMPC_LAUNCH_ERROR();
+}
+
+#endif /* AMPC_CUDA_LAYOUT_CUH */

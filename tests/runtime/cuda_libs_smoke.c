@@ -1,0 +1,73 @@
+/* cuda_libs_smoke.c - run by `make cuda-check` on any machine with the
+ * toolkit (no GPU needed): cuDNN, cuBLASLt, cuBLAS and NCCL are found at
+ * run time (runtime/cuda/libs.h) and report their versions; the checking
+ * macro's message names FILE:LINE, the call and each library's own error
+ * string; and rt_cuda_init either works (a GPU) or fails with a message
+ * naming the call.  Exit 0 when all hold, 1 with the first failure. */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cudnn_graph.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/libs.h"
+#include "cuda/rt_cuda.h"
+
+static int fails;
+
+static void expect(bool ok, const char *what, const char *got)
+{
+    if (!ok) {
+        fprintf(stderr, "cuda_libs_smoke: FAIL: %s (got: %s)\n", what, got);
+        fails++;
+    }
+}
+
+static void message_has(AmpcApi api, long status, const char *want)
+{
+    int line = __LINE__ + 1;
+    bool ok = AMPC_TRY(api, status);
+    const char *m = ampc_api_last_error();
+    char where[64];
+    snprintf(where, sizeof where, "cuda_libs_smoke.c:%d: status: ", line);
+    expect(!ok, "a non-zero status fails", m);
+    expect(strstr(m, where) != NULL, "the message starts with FILE:LINE: CALL", m);
+    expect(strstr(m, want) != NULL, want, m);
+}
+
+int main(void)
+{
+    char err[4096];
+    for (int id = 0; id < AMPC_LIB_COUNT; id++) {
+        void *h = ampc_lib_open((AmpcLibId)id, err, sizeof err);
+        expect(h != NULL, ampc_lib_name((AmpcLibId)id), err);
+        if (h)
+            printf("cuda_libs_smoke: %s from %s\n", ampc_lib_name((AmpcLibId)id),
+                   ampc_lib_where((AmpcLibId)id));
+    }
+    void *dnn = ampc_lib_open(AMPC_LIB_CUDNN, err, sizeof err);
+    size_t (*dnn_version)(void) = dnn ? (size_t(*)(void))dlsym(dnn, "cudnnGetVersion") : NULL;
+    expect(dnn_version && dnn_version() >= 90000, "cuDNN 9 or later", "");
+    if (dnn_version)
+        printf("cuda_libs_smoke: cuDNN version %zu\n", dnn_version());
+
+    message_has(AMPC_API_CUDNN, CUDNN_STATUS_BAD_PARAM, "CUDNN_STATUS_BAD_PARAM");
+    message_has(AMPC_API_CUBLAS, CUBLAS_STATUS_NOT_SUPPORTED, "CUBLAS_STATUS_NOT_SUPPORTED");
+    message_has(AMPC_API_CUDA, cudaErrorMemoryAllocation, "out of memory");
+    expect(AMPC_TRY(AMPC_API_CUDNN, CUDNN_STATUS_SUCCESS), "success passes", "");
+
+    RtCudaConfig cfg = {NULL, 64 << 20, false};
+    if (rt_cuda_init(&cfg, err, sizeof err)) {
+        printf("cuda_libs_smoke: rt_cuda_init works (a GPU is here)\n");
+        rt_cuda_shutdown();
+    } else {
+        expect(strstr(err, "Create(") != NULL, "rt_cuda_init fails naming the handle call", err);
+        printf("SKIPPED: cuDNN/cuBLASLt handles (no GPU): %s\n", err);
+    }
+    if (fails)
+        return 1;
+    printf("cuda_libs_smoke: libraries found, error messages name file:line, call and error\n");
+    return 0;
+}

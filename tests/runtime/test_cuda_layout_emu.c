@@ -1,0 +1,165 @@
+/* test_cuda_layout_emu.c - the kernels around the cuDNN and cuBLASLt calls
+ * (runtime/cuda/layout.cuh) run through the host emulation of the launch
+ * model (cuda/emu.h), forwards and in reverse thread order, against the CPU
+ * runtime bit for bit: the channel padding round trip (NaN payloads kept,
+ * padding zero), unpadding with accumulate against rt_elemwise_forward's
+ * add, the bias add against the same add of an expanded bias, and the bias
+ * gradient against rt_fc_backward_weight's dbias, in fp32, fp16 and bf16. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#define AMPC_LAY_GRID_CAP 3 /* small, so the grid-stride loops wrap */
+#include "cuda/emu.h"
+#include "cuda/layout.cuh"
+#include "rt.h"
+
+static uint64_t rng = 99;
+static uint32_t next(void)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng >> 32);
+}
+
+/* random values of dt, with a few specials (NaN with a payload, inf, -0,
+ * subnormals) when specials */
+static void *randbuf(size_t n, RtDType dt, bool specials)
+{
+    size_t es = rt_dtype_size(dt);
+    float *f = malloc(n * sizeof *f);
+    void *out = malloc(n * es + 1);
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)((int)(next() % 2001) - 1000) / 256.0f;
+    rt_from_f32(out, f, n, dt);
+    if (specials && n > 4) {
+        if (dt == RT_F32) {
+            ((uint32_t *)out)[0] = 0x7fc01234u;
+            ((uint32_t *)out)[1] = 0x80000000u;
+            ((uint32_t *)out)[2] = 0x00000003u;
+        } else {
+            ((uint16_t *)out)[0] = 0x7e12;
+            ((uint16_t *)out)[1] = 0x8000;
+            ((uint16_t *)out)[2] = 0x0003;
+        }
+    }
+    free(f);
+    return out;
+}
+
+static const RtDType dts[] = {RT_F32, RT_F16, RT_BF16};
+
+/* a == b bit for bit, NaN as NaN where an operation made it */
+static void same(const void *a, const void *b, size_t n, RtDType dt, bool nan_any, const char *w)
+{
+    float fa, fb;
+    for (size_t i = 0; i < n; i++) {
+        if (!memcmp((const char *)a + i * rt_dtype_size(dt), (const char *)b + i * rt_dtype_size(dt),
+                    rt_dtype_size(dt)))
+            continue;
+        rt_to_f32(&fa, (const char *)a + i * rt_dtype_size(dt), 1, dt);
+        rt_to_f32(&fb, (const char *)b + i * rt_dtype_size(dt), 1, dt);
+        if (nan_any && fa != fa && fb != fb)
+            continue;
+        fail_msg("%s (%s): element %zu: %g vs %g", w, rt_dtype_name(dt), i, fa, fb);
+    }
+}
+
+static void test_pad_unpad(void **state)
+{
+    (void)state;
+    for (int rev = 0; rev < 2; rev++)
+        for (int t = 0; t < 3; t++) {
+            RtDType dt = dts[t];
+            size_t es = rt_dtype_size(dt);
+            static const int cs[][2] = {{3, 4}, {1, 4}, {5, 8}, {7, 8}};
+            for (int k = 0; k < 4; k++) {
+                ampc_emu_reverse = rev;
+                int c = cs[k][0], cp = cs[k][1];
+                size_t rows = 517;
+                void *x = randbuf(rows * c, dt, true);
+                char *p = malloc(rows * cp * es);
+                memset(p, 0x5a, rows * cp * es); /* garbage the kernel must overwrite */
+                long before = ampc_emu_launches;
+                assert_int_equal(ampc_cu_pad_channels(NULL, rows, c, cp, (int)dt, x, p), 0);
+                assert_int_equal(ampc_emu_launches, before + 1);
+                for (size_t r = 0; r < rows; r++) {
+                    assert_memory_equal(p + r * cp * es, (char *)x + r * c * es, c * es);
+                    for (size_t j = (size_t)c * es; j < (size_t)cp * es; j++)
+                        assert_int_equal(p[r * cp * es + j], 0);
+                }
+                void *back = malloc(rows * c * es);
+                assert_int_equal(ampc_cu_unpad_channels(NULL, rows, c, cp, (int)dt, p, back, 0), 0);
+                same(back, x, rows * c, dt, false, "unpad(pad(x))");
+                /* accumulate: dst + x rounded once, as rt_elemwise_forward's add */
+                void *dst = randbuf(rows * c, dt, false), *want = malloc(rows * c * es);
+                rt_elemwise_forward(RT_BIN_ADD, rows * c, dt, dst, x, want);
+                assert_int_equal(ampc_cu_unpad_channels(NULL, rows, c, cp, (int)dt, p, dst, 1), 0);
+                same(dst, want, rows * c, dt, true, "unpad accumulate");
+                free(x), free(p), free(back), free(dst), free(want);
+            }
+        }
+    ampc_emu_reverse = 0;
+}
+
+static void test_bias_add(void **state)
+{
+    (void)state;
+    for (int t = 0; t < 3; t++) {
+        RtDType dt = dts[t];
+        size_t es = rt_dtype_size(dt);
+        /* NCHW [outer, c, inner] and NHWC [outer*inner, c, 1] */
+        static const size_t shapes[][3] = {{3, 5, 49}, {147, 5, 1}, {1, 1, 1}, {2, 1000, 1}};
+        for (int s = 0; s < 4; s++) {
+            size_t outer = shapes[s][0], c = shapes[s][1], inner = shapes[s][2], n = outer * c * inner;
+            void *y = randbuf(n, dt, true), *bias = randbuf(c, dt, false);
+            char *bx = malloc(n * es);
+            void *want = malloc(n * es);
+            for (size_t i = 0; i < n; i++)
+                memcpy(bx + i * es, (char *)bias + (i / inner % c) * es, es);
+            rt_elemwise_forward(RT_BIN_ADD, n, dt, y, bx, want);
+            assert_int_equal(ampc_cu_bias_add(NULL, outer, (int)c, inner, (int)dt, y, bias), 0);
+            same(y, want, n, dt, true, "bias_add");
+            free(y), free(bias), free(bx), free(want);
+        }
+    }
+}
+
+static void test_bias_grad_is_fc_dbias(void **state)
+{
+    (void)state;
+    for (int rev = 0; rev < 2; rev++)
+        for (int t = 0; t < 3; t++)
+            for (int acc = 0; acc < 2; acc++) {
+                ampc_emu_reverse = rev;
+                RtDType dt = dts[t];
+                size_t es = rt_dtype_size(dt);
+                RtFcDims d = {37, 3, 1001};
+                void *x = randbuf((size_t)d.n * d.in, dt, false);
+                void *dy = randbuf((size_t)d.n * d.hidden, dt, false);
+                void *dw = malloc((size_t)d.hidden * d.in * es);
+                void *want = randbuf((size_t)d.hidden, dt, false), *got = malloc(d.hidden * es);
+                memcpy(got, want, d.hidden * es);
+                size_t wsb = rt_fc_workspace_bytes(&d, dt, RT_PASS_BACKWARD_WEIGHT);
+                void *ws = aligned_alloc(RT_WS_ALIGN, (wsb / RT_WS_ALIGN + 1) * RT_WS_ALIGN);
+                rt_fc_backward_weight(&d, dt, x, dy, dw, want, acc, ws);
+                assert_int_equal(ampc_cu_bias_grad(NULL, (size_t)d.n, d.hidden, 1, (int)dt, dy, got, acc), 0);
+                same(got, want, (size_t)d.hidden, dt, false, "bias_grad vs rt_fc_backward_weight");
+                free(x), free(dy), free(dw), free(want), free(got), free(ws);
+            }
+    ampc_emu_reverse = 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pad_unpad),
+        cmocka_unit_test(test_bias_add),
+        cmocka_unit_test(test_bias_grad_is_fc_dbias),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
