@@ -136,7 +136,17 @@ $(BUILD)/cuda/%.o: runtime/cuda/%.cu $(CUDA_DEPS)
 	@$(NVCC) $(NVCC_FLAGS) -Xptxas -v --keep --keep-dir $(BUILD)/cuda/keep/$* -c $< -o $@ \
 	    2>$(BUILD)/cuda/$*.ptxas.log || { cat $(BUILD)/cuda/$*.ptxas.log; exit 1; }
 
-$(BUILD)/libampccuda.a: $(patsubst runtime/cuda/%.cu,$(BUILD)/cuda/%.o,$(CUDA_SRC))
+# The host side of cuDNN and cuBLASLt (dnn.c, blas.c, check.c) and its
+# CUDA-free logic (plan.c, libs.c): C, compiled by $(CC) against the
+# toolkit's headers; cuDNN and cuBLASLt are opened at run time (libs.h).
+CUDA_CSRC  := $(wildcard runtime/cuda/*.c)
+CUDA_INC   := $(dir $(NVCC))../include
+$(BUILD)/cuda/%.c.o: runtime/cuda/%.c $(CUDA_DEPS)
+	@mkdir -p $(@D)
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -c $< -o $@
+
+$(BUILD)/libampccuda.a: $(patsubst runtime/cuda/%.cu,$(BUILD)/cuda/%.o,$(CUDA_SRC)) \
+                        $(patsubst runtime/cuda/%.c,$(BUILD)/cuda/%.c.o,$(CUDA_CSRC))
 	rm -f $@
 	ar rcs $@ $^
 
@@ -154,12 +164,24 @@ $(BUILD)/cuda/cuda_kernels_gpu: tests/runtime/cuda_kernels_gpu.c $(BUILD)/libamp
 	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(dir $(NVCC))../include -o $@ $< $(BUILD)/libampccuda.a \
 	    $(BUILD)/libampcrt.a $(LDFLAGS) $(CUDA_LIBS) $(RT_LIBS)
 
+# The libraries found at run time and the checking macro's messages
+# (runs here, no GPU needed), and cuDNN/cuBLASLt against the CPU on a GPU.
+$(BUILD)/cuda/cuda_libs_smoke: tests/runtime/cuda_libs_smoke.c $(BUILD)/libampccuda.a $(BUILD)/libampcrt.a
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -o $@ $< $(BUILD)/libampccuda.a \
+	    $(BUILD)/libampcrt.a $(LDFLAGS) $(CUDA_LIBS) $(RT_LIBS)
+
+$(BUILD)/cuda/cuda_dnn_gpu: tests/runtime/cuda_dnn_gpu.c $(BUILD)/libampccuda.a $(BUILD)/libampcrt.a
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -o $@ $< $(BUILD)/libampccuda.a \
+	    $(BUILD)/libampcrt.a $(LDFLAGS) $(CUDA_LIBS) $(RT_LIBS)
+
 # On a machine with a GPU (never part of check; docs/backend-cuda.md): the
-# custom kernels and the CUDA device against their CPU twins, bit for bit.
+# custom kernels and the CUDA device against their CPU twins, bit for bit;
+# cuDNN convolutions and cuBLASLt FullyConnected within stated tolerances.
 .PHONY: gpu-check
-gpu-check: cuda $(BUILD)/cuda/cuda_kernels_gpu $(BUILD)/cuda/cuda_device_smoke
+gpu-check: cuda $(BUILD)/cuda/cuda_kernels_gpu $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_dnn_gpu
 	$(BUILD)/cuda/cuda_kernels_gpu
 	$(BUILD)/cuda/cuda_device_smoke
+	$(BUILD)/cuda/cuda_dnn_gpu
 
 # The kernels' PTX and registers (tests/runtime/cuda_ptx_check.sh), and the
 # CUDA device linked as a program links it (tests/runtime/cuda_device_smoke.sh:
@@ -167,8 +189,10 @@ gpu-check: cuda $(BUILD)/cuda/cuda_kernels_gpu $(BUILD)/cuda/cuda_device_smoke
 # emulated in unit (tests/runtime/test_cuda_emu.c).
 cuda-check: cuda
 	@if [ -n "$(NVCC)" ]; then tests/runtime/cuda_ptx_check.sh $(NVCC) $(BUILD)/cuda && \
-	    $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_kernels_gpu && \
-	    tests/runtime/cuda_device_smoke.sh $(BUILD)/cuda/cuda_device_smoke; \
+	    $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_kernels_gpu \
+	        $(BUILD)/cuda/cuda_libs_smoke $(BUILD)/cuda/cuda_dnn_gpu && \
+	    tests/runtime/cuda_device_smoke.sh $(BUILD)/cuda/cuda_device_smoke && \
+	    $(BUILD)/cuda/cuda_libs_smoke; \
 	else echo "SKIPPED: cuda-check (the PTX and register-spill checks of the CUDA kernels): no nvcc"; fi
 
 golden: $(BUILD)/ampc

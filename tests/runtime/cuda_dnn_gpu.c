@@ -1,0 +1,276 @@
+/* cuda_dnn_gpu.c - make gpu-check: cuDNN convolutions (forward,
+ * backward-data, backward-filter with the bias gradient) and cuBLASLt
+ * FullyConnected (forward with bias, backward-data, backward-weight with
+ * the bias gradient), each with and without accumulate, against their CPU
+ * twins (rt_conv_*, rt_fc_*) on random data in fp32, fp16 and bf16.
+ *
+ * The error of an output is max |gpu - cpu| / max |cpu| (relative to the
+ * tensor's largest value, so a value near 0 does not blow it up); stated
+ * tolerances: fp32 1e-5 (fp32 math, TF32 engines refused, only the order
+ * of the sums differs), fp16 2e-3 and bf16 1.6e-2 (one rounding of the
+ * output, 2^-10 and 2^-7 relative, can fall either way, plus the
+ * accumulate's second rounding).  16-bit convolutions run NHWC/KRSC
+ * (the test converts), with the RGB-like 3- and 5-channel inputs padded.
+ * Prints one line per op and dtype; exits 1 on a failure, 3 without a GPU.
+ * AMPC_CUDNN_AUTOTUNE=1 times the candidate plans. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/plan.h"
+#include "cuda/rt_cuda.h"
+
+static cudaStream_t stream;
+static int failures;
+
+static void *dev(size_t bytes)
+{
+    void *p = NULL;
+    AMPC_CHECK(AMPC_API_CUDA, cudaMalloc(&p, bytes ? bytes : 1));
+    return p;
+}
+static void up(void *d, const void *h, size_t b)
+{
+    AMPC_CHECK(AMPC_API_CUDA, cudaMemcpyAsync(d, h, b, cudaMemcpyHostToDevice, stream));
+}
+static void down(void *h, const void *d, size_t b)
+{
+    AMPC_CHECK(AMPC_API_CUDA, cudaMemcpyAsync(h, d, b, cudaMemcpyDeviceToHost, stream));
+    AMPC_CHECK(AMPC_API_CUDA, cudaStreamSynchronize(stream));
+}
+
+static uint64_t rng = 12345;
+static float uni(void)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2 - 1);
+}
+
+static void *rnd(size_t n, RtDType dt)
+{
+    float *f = malloc(n * sizeof *f);
+    void *o = malloc(n * rt_dtype_size(dt) + 1);
+    for (size_t i = 0; i < n; i++)
+        f[i] = uni();
+    rt_from_f32(o, f, n, dt);
+    free(f);
+    return o;
+}
+
+static void *ws_host(size_t b) { return aligned_alloc(RT_WS_ALIGN, (b / RT_WS_ALIGN + 1) * RT_WS_ALIGN); }
+
+/* [a, c, s] <-> [a, s, c] (to_last) of es-byte elements */
+static void *permute(const void *src, size_t a, size_t c, size_t s, size_t es, bool to_last)
+{
+    char *d = malloc(a * c * s * es + 1);
+    const char *p = src;
+    for (size_t i = 0; i < a; i++)
+        for (size_t j = 0; j < c; j++)
+            for (size_t q = 0; q < s; q++) {
+                size_t first = (i * c + j) * s + q, last = (i * s + q) * c + j;
+                memcpy(d + (to_last ? last : first) * es, p + (to_last ? first : last) * es, es);
+            }
+    return d;
+}
+
+static double err_of(const void *gpu, const void *cpu, size_t n, RtDType dt)
+{
+    float *g = malloc(n * 4), *c = malloc(n * 4);
+    rt_to_f32(g, gpu, n, dt);
+    rt_to_f32(c, cpu, n, dt);
+    double mx = 0, e = 0;
+    for (size_t i = 0; i < n; i++)
+        mx = fmax(mx, fabs(c[i]));
+    for (size_t i = 0; i < n; i++)
+        e = fmax(e, isfinite(g[i]) ? fabs((double)g[i] - c[i]) : INFINITY);
+    free(g), free(c);
+    return mx > 0 ? e / mx : e;
+}
+
+static double tol(RtDType dt) { return dt == RT_F32 ? 1e-5 : dt == RT_F16 ? 2e-3 : 1.6e-2; }
+
+typedef struct {
+    const char *op;
+    double worst;
+    int cases;
+} Row;
+
+static void note(Row *r, double e) { r->worst = fmax(r->worst, e), r->cases++; }
+
+static int64_t prod(const int *v, int n)
+{
+    int64_t p = 1;
+    for (int i = 0; i < n; i++)
+        p *= v[i];
+    return p;
+}
+
+/* one convolution shape, every pass, both accumulate flags */
+static void conv_case(RtConvDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
+{
+    rt_conv_dims_init(&d);
+    size_t es = rt_dtype_size(dt), S = prod(d.in, d.nsp), R = prod(d.kernel, d.nsp),
+           O = prod(d.out, d.nsp), cg = d.c / d.groups;
+    size_t xn = d.n * d.c * S, wn = d.k * cg * R, yn = d.n * d.k * O;
+    bool last = ampc_conv_layout(dt) == AMPC_NHWC;
+    void *x = rnd(xn, dt), *w = rnd(wn, dt), *dy = rnd(yn, dt), *b = rnd(d.k, dt);
+    /* the device copies in the CUDA layout */
+    void *xl = last ? permute(x, d.n, d.c, S, es, true) : x;
+    void *wl = last ? permute(w, d.k, cg, R, es, true) : w;
+    void *dyl = last ? permute(dy, d.n, d.k, O, es, true) : dy;
+    void *X = dev(xn * es), *W = dev(wn * es), *Y = dev(yn * es), *B = dev(d.k * es);
+    up(X, xl, xn * es), up(W, wl, wn * es), up(Y, dyl, yn * es), up(B, b, d.k * es);
+    size_t gws = 0;
+    for (int p = 0; p < 3; p++) {
+        size_t s = rt_cuda_conv_workspace_bytes(&d, dt, (RtPass)p);
+        gws = s > gws ? s : gws;
+    }
+    size_t cws = 0;
+    for (int p = 0; p < 3; p++) {
+        size_t s = rt_conv_workspace_bytes(&d, dt, (RtPass)p);
+        cws = s > cws ? s : cws;
+    }
+    void *G = dev(gws), *C = ws_host(cws);
+    void *out = malloc((xn > wn ? (xn > yn ? xn : yn) : (wn > yn ? wn : yn)) * es);
+    void *cpu = malloc((xn > wn ? (xn > yn ? xn : yn) : (wn > yn ? wn : yn)) * es);
+    void *OUT = dev((xn > wn ? (xn > yn ? xn : yn) : (wn > yn ? wn : yn)) * es), *DB = dev(d.k * es);
+    void *cdb = malloc(d.k * es), *gdb = malloc(d.k * es);
+
+    /* forward with bias */
+    rt_conv_forward(&d, dt, x, w, b, cpu, C);
+    rt_cuda_conv_forward(&d, dt, X, W, B, OUT, G);
+    down(out, OUT, yn * es);
+    void *o = last ? permute(out, d.n, O, d.k, es, true) : out; /* [n, O, k] -> [n, k, O] */
+    note(fwd, err_of(o, cpu, yn, dt));
+    if (last)
+        free(o);
+    for (int acc = 0; acc < 2; acc++) {
+        /* backward-data: dx starts as x (so accumulate adds to something) */
+        memcpy(cpu, x, xn * es);
+        up(OUT, xl, xn * es);
+        rt_conv_backward_data(&d, dt, w, dy, cpu, acc, C);
+        rt_cuda_conv_backward_data(&d, dt, W, Y, OUT, acc, G);
+        down(out, OUT, xn * es);
+        o = last ? permute(out, d.n, S, d.c, es, true) : out;
+        note(bwd, err_of(o, cpu, xn, dt));
+        if (last)
+            free(o);
+        /* backward-filter with the bias gradient, starting from w and b */
+        memcpy(cpu, w, wn * es), memcpy(cdb, b, d.k * es);
+        up(OUT, wl, wn * es), up(DB, b, d.k * es);
+        rt_conv_backward_weight(&d, dt, x, dy, cpu, cdb, acc, C);
+        rt_cuda_conv_backward_weight(&d, dt, X, Y, OUT, DB, acc, G);
+        down(out, OUT, wn * es), down(gdb, DB, d.k * es);
+        o = last ? permute(out, d.k, R, cg, es, true) : out;
+        note(wgt, fmax(err_of(o, cpu, wn, dt), err_of(gdb, cdb, d.k, dt)));
+        if (last)
+            free(o);
+    }
+    cudaFree(X), cudaFree(W), cudaFree(Y), cudaFree(B), cudaFree(G), cudaFree(OUT), cudaFree(DB);
+    free(x), free(w), free(dy), free(b), free(C), free(out), free(cpu), free(cdb), free(gdb);
+    if (last)
+        free(xl), free(wl), free(dyl);
+}
+
+static void fc_case(RtFcDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
+{
+    size_t es = rt_dtype_size(dt), xn = (size_t)d.n * d.in, wn = (size_t)d.hidden * d.in,
+           yn = (size_t)d.n * d.hidden, big = xn > wn ? (xn > yn ? xn : yn) : (wn > yn ? wn : yn);
+    void *x = rnd(xn, dt), *w = rnd(wn, dt), *dy = rnd(yn, dt), *b = rnd(d.hidden, dt);
+    void *X = dev(xn * es), *W = dev(wn * es), *Y = dev(yn * es), *B = dev(d.hidden * es);
+    up(X, x, xn * es), up(W, w, wn * es), up(Y, dy, yn * es), up(B, b, d.hidden * es);
+    size_t gws = 0, cws = 0;
+    for (int p = 0; p < 3; p++) {
+        size_t s = rt_cuda_fc_workspace_bytes(&d, dt, (RtPass)p), t = rt_fc_workspace_bytes(&d, dt, (RtPass)p);
+        gws = s > gws ? s : gws, cws = t > cws ? t : cws;
+    }
+    void *G = dev(gws), *C = ws_host(cws), *OUT = dev(big * es), *DB = dev(d.hidden * es);
+    void *out = malloc(big * es), *cpu = malloc(big * es), *cdb = malloc(d.hidden * es),
+         *gdb = malloc(d.hidden * es);
+    rt_fc_forward(&d, dt, x, w, b, cpu, C);
+    rt_cuda_fc_forward(&d, dt, X, W, B, OUT, G);
+    down(out, OUT, yn * es);
+    note(fwd, err_of(out, cpu, yn, dt));
+    for (int acc = 0; acc < 2; acc++) {
+        memcpy(cpu, x, xn * es);
+        up(OUT, x, xn * es);
+        rt_fc_backward_data(&d, dt, w, dy, cpu, acc, C);
+        rt_cuda_fc_backward_data(&d, dt, W, Y, OUT, acc, G);
+        down(out, OUT, xn * es);
+        note(bwd, err_of(out, cpu, xn, dt));
+        memcpy(cpu, w, wn * es), memcpy(cdb, b, d.hidden * es);
+        up(OUT, w, wn * es), up(DB, b, d.hidden * es);
+        rt_fc_backward_weight(&d, dt, x, dy, cpu, cdb, acc, C);
+        rt_cuda_fc_backward_weight(&d, dt, X, Y, OUT, DB, acc, G);
+        down(out, OUT, wn * es), down(gdb, DB, d.hidden * es);
+        note(wgt, fmax(err_of(out, cpu, wn, dt), err_of(gdb, cdb, d.hidden, dt)));
+    }
+    cudaFree(X), cudaFree(W), cudaFree(Y), cudaFree(B), cudaFree(G), cudaFree(OUT), cudaFree(DB);
+    free(x), free(w), free(dy), free(b), free(C), free(out), free(cpu), free(cdb), free(gdb);
+}
+
+static void report(const Row *r, RtDType dt)
+{
+    bool ok = r->worst <= tol(dt);
+    printf("%-22s %-9s %5d %12.3e %10.1e  %s\n", r->op, rt_dtype_name(dt), r->cases, r->worst,
+           tol(dt), ok ? "ok" : "FAIL");
+    failures += !ok;
+}
+
+int main(void)
+{
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        fprintf(stderr, "cuda_dnn_gpu: no GPU: cudaGetDeviceCount: %s\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 3;
+    }
+    AMPC_CHECK(AMPC_API_CUDA, cudaStreamCreate(&stream));
+    const char *at = getenv("AMPC_CUDNN_AUTOTUNE");
+    RtCudaConfig cfg = {stream, (size_t)256 << 20, at && at[0] == '1'};
+    char err[4096];
+    if (!rt_cuda_init(&cfg, err, sizeof err)) {
+        fprintf(stderr, "cuda_dnn_gpu: %s\n", err);
+        return 1;
+    }
+    static const RtConvDims convs[] = {
+        /* ResNet's stem: RGB (padded to 4 in NHWC), 7x7 stride 2 */
+        {.n = 4, .c = 3, .k = 16, .groups = 1, .nsp = 2, .in = {32, 32}, .kernel = {7, 7},
+         .stride = {2, 2}, .pad = {3, 3}, .dilate = {1, 1}},
+        /* a 3x3 block conv and a 1x1 projection with stride 2 */
+        {.n = 8, .c = 32, .k = 32, .groups = 1, .nsp = 2, .in = {14, 14}, .kernel = {3, 3},
+         .stride = {1, 1}, .pad = {1, 1}, .dilate = {1, 1}},
+        {.n = 8, .c = 32, .k = 64, .groups = 1, .nsp = 2, .in = {14, 14}, .kernel = {1, 1},
+         .stride = {2, 2}, .pad = {0, 0}, .dilate = {1, 1}},
+        /* grouped and dilated; 5 channels (padded to 8); 1-D; 3-D */
+        {.n = 2, .c = 16, .k = 16, .groups = 4, .nsp = 2, .in = {9, 11}, .kernel = {3, 3},
+         .stride = {1, 2}, .pad = {2, 1}, .dilate = {2, 1}},
+        {.n = 3, .c = 5, .k = 8, .groups = 1, .nsp = 2, .in = {10, 10}, .kernel = {3, 3},
+         .stride = {1, 1}, .pad = {1, 1}, .dilate = {1, 1}},
+        {.n = 4, .c = 8, .k = 16, .groups = 1, .nsp = 1, .in = {50}, .kernel = {5},
+         .stride = {2}, .pad = {2}, .dilate = {1}},
+        {.n = 2, .c = 8, .k = 8, .groups = 1, .nsp = 3, .in = {6, 8, 8}, .kernel = {3, 3, 3},
+         .stride = {1, 1, 1}, .pad = {1, 1, 1}, .dilate = {1, 1, 1}},
+    };
+    static const RtFcDims fcs[] = {{32, 100, 10}, {7, 2048, 1000}, {64, 512, 512}, {1, 3, 1}};
+    static const RtDType dts[] = {RT_F32, RT_F16, RT_BF16};
+    printf("%-22s %-9s %5s %12s %10s\n", "op", "dtype", "cases", "max rel err", "tolerance");
+    for (int t = 0; t < 3; t++) {
+        Row f = {"conv forward", 0, 0}, b = {"conv backward-data", 0, 0},
+            w = {"conv backward-filter", 0, 0};
+        for (size_t i = 0; i < sizeof convs / sizeof *convs; i++)
+            conv_case(convs[i], dts[t], &f, &b, &w);
+        report(&f, dts[t]), report(&b, dts[t]), report(&w, dts[t]);
+        Row ff = {"fc forward", 0, 0}, fb = {"fc backward-data", 0, 0},
+            fw = {"fc backward-weight", 0, 0};
+        for (size_t i = 0; i < sizeof fcs / sizeof *fcs; i++)
+            fc_case(fcs[i], dts[t], &ff, &fb, &fw);
+        report(&ff, dts[t]), report(&fb, dts[t]), report(&fw, dts[t]);
+    }
+    rt_cuda_shutdown();
+    printf("cuda_dnn_gpu: %s\n", failures ? "FAILED" : "all within tolerance");
+    return failures ? 1 : 0;
+}
