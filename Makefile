@@ -79,12 +79,13 @@ $(BUILD)/libampcrt.a: $(RT_OBJ)
 
 # The MPI engine (runtime/dist/mpi.c, docs/kvstore.md): an object that only
 # programs built with ampc --mpi link, compiled with mpicc where it exists
-# (Open MPI: make deps); no -Iruntime, so <mpi.h> is Open MPI's.
+# (Open MPI: make deps); no -Iruntime, so <mpi.h> is Open MPI's (-iquote
+# runtime: the runtime's own "kernels/..." includes, as device.h's).
 MPICC ?= $(shell command -v mpicc 2>/dev/null)
 MPI_OBJ := $(if $(MPICC),$(BUILD)/ampcmpi.o)
-$(BUILD)/ampcmpi.o: runtime/dist/mpi.c runtime/mpi_rt.h runtime/device.h runtime/program.h runtime/rt.h
+$(BUILD)/ampcmpi.o: runtime/dist/mpi.c runtime/mpi_rt.h runtime/device.h runtime/program.h runtime/rt.h runtime/kernels/lossscale.h
 	@mkdir -p $(@D)
-	$(MPICC) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE $(CFLAGS) -c $< -o $@
+	$(MPICC) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -iquote runtime $(CFLAGS) -c $< -o $@
 
 # ampc finds the runtime next to itself (codegen/build.c), so it is built too.
 $(BUILD)/ampc: $(BUILD)/obj/compiler/main.o $(BUILD)/libampc.a | $(BUILD)/libampcrt.a $(MPI_OBJ)

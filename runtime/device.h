@@ -16,12 +16,17 @@
  * chosen when the device is opened, not an #ifdef in the loop.  Every call
  * is made from one host thread.
  *
- * The loss scale stays on the host: the loop reads the finite flag back once
- * per step anyway (the skip decision and the overflow log lines need it),
- * the scale reaches the train step as a kernel argument (ctx.loss_scale),
- * and its update is a few scalar operations (lossscale.c).  A device that
- * wants no read-back per step would move it here together with the logs'
- * per-step overflow lines.
+ * The dynamic loss scale lives on the device (docs/training.md, "What the
+ * host reads"): the finite check writes the device's flag; moving_update
+ * and train_update read it and skip a non-finite step; ls_update applies
+ * the rule (kernels/lossscale.h) to the device's scale and counts, and
+ * keeps the step's flag in a ring; the learning rates of the next updates
+ * are written ahead (lr_ahead) and picked by the device's own update
+ * count.  So a step needs no read-back: the loop reads the device
+ * (ls_read, the metrics' rows) only when it logs, checkpoints or the ring
+ * is full, and replays the flags through the host's copy of the rule
+ * (lossscale.c) for its log lines.  Every call that makes the host wait
+ * for the device is counted in RtDevice.syncs (the wrappers below count).
  */
 #ifndef AMPC_RT_DEVICE_H
 #define AMPC_RT_DEVICE_H
@@ -30,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/lossscale.h"
 #include "program.h"
 
 typedef struct RtDevice RtDevice;
@@ -52,6 +58,28 @@ typedef enum { RT_REDUCE_SUM, RT_REDUCE_MEAN } RtReduceOp;
 
 #define RT_DEV_ALIGN 64 /* every rt_dev_alloc block starts at a multiple of this */
 
+/* Steps whose finite flags the device keeps between two ls_read calls, and
+ * so the learning rates lr_ahead writes (one more than this). */
+#define RT_DEV_LS_RING 1024
+
+/* The device's loss scale and update counter, set once per run. */
+typedef struct {
+    bool dynamic;           /* the rule applies and a non-finite step is skipped */
+    AmpcLossScale s;        /* the scale of the first step, and its tracker */
+    AmpcLossScaleRule rule;
+    double batch;           /* rescale_grad = (float)(1 / (batch x the step's scale)) */
+    int64_t num_update;     /* updates applied before (a resumed run) */
+} RtDevLsInit;
+
+/* What ls_read returns: the state after the last ls_update. */
+typedef struct {
+    AmpcLossScale s;        /* the scale the next step uses */
+    int64_t steps;          /* ls_update calls since ls_init */
+    int64_t skipped;        /* non-finite steps under a dynamic scale (skipped) */
+    int64_t nonfinite;      /* non-finite steps otherwise (applied) */
+    int64_t num_update;     /* updates applied, ls_init's included */
+} RtDevLsState;
+
 typedef struct {
     const char *name; /* "cpu" */
     /* ---- memory ---- */
@@ -66,6 +94,9 @@ typedef struct {
     void (*host_free)(RtDevice *d, void *p);
     void (*to_device)(RtDevice *d, void *dst, const void *host_src, size_t bytes);
     void (*to_host)(RtDevice *d, void *host_dst, const void *src, size_t bytes);
+    /* queued: host_dst (from host_alloc) holds the bytes once the host has
+     * waited for the device (synchronize, ls_read); no wait here */
+    void (*to_host_async)(RtDevice *d, void *host_dst, const void *src, size_t bytes);
     /* n elements of dt set to value (rounded to dt once, as rt_from_f32) */
     void (*fill)(RtDevice *d, void *dst, RtDType dt, size_t n, float value);
     /* ---- per-run state made once ---- */
@@ -75,6 +106,40 @@ typedef struct {
      * (cuDNN).  Calling it again with the same model and buffers changes
      * nothing; with other buffers it rebuilds. */
     bool (*setup)(RtDevice *d, const RtModel *m, const RtCtx *ctx, char *err, size_t errlen);
+    /* ---- the step without the host: loss scale, update count, schedule ---- */
+    /* The loss scale's state, the rule and the update count; the flag ring
+     * emptied.  After setup, before the first step. */
+    bool (*ls_init)(RtDevice *d, const RtDevLsInit *c, char *err, size_t errlen);
+    /* The step's loss scale := the device's scale (inf with inject_inf:
+     * --inject-inf-at-step), what the loss head's backward multiplies by:
+     * the CPU device, whose kernels run on the host, stores it in
+     * ctx->loss_scale; a device whose loss head reads device memory keeps
+     * it there.  No read-back either way. */
+    void (*step_begin)(RtDevice *d, RtCtx *ctx, bool inject_inf);
+    /* lr[i]: the learning rate of update first + 1 + i, i < n <= RT_DEV_LS_RING
+     * + 1 (the schedule, lr.c), with oc's other values (Adam's correction
+     * follows from the update's count).  Written without waiting; the values
+     * of updates before `first` may be dropped. */
+    void (*lr_ahead)(RtDevice *d, const struct RtOptConfig *oc, const float *lr, int64_t first,
+                     int n);
+    /* fn(ctx) (the model's moving_update: BatchNorm statistics) unless a
+     * dynamic scale's flag says the step overflowed */
+    void (*moving_update)(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx);
+    /* The step's update: none when a dynamic scale's flag is set; else
+     * optim_step with the learning rate lr_ahead gave for the device's next
+     * update, t = that count, rescale_grad from the step's scale, the flag
+     * fused as optim_step's; the update count then grows. */
+    void (*train_update)(RtDevice *d, float *const *state, float *const *state2,
+                         const struct RtOptConfig *oc);
+    /* After the step's update: the flag into the ring; dynamic: the rule
+     * applied to the scale, a skip counted; else a non-finite step counted. */
+    void (*ls_update)(RtDevice *d);
+    /* The state, and finite[k] (1: finite) for steps from .. st->steps - 1
+     * (at most RT_DEV_LS_RING of them; finite may be NULL): waits for the
+     * work before it. */
+    void (*ls_read)(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from);
+    /* flag := finite (the MPI engine's reduced flag; tests) */
+    void (*set_flag)(RtDevice *d, bool finite);
     /* ---- the finite flag, kept on the device ---- */
     /* flag = every gradient of every trainable parameter is finite (the
      * dynamic loss scale's check before any update) */
@@ -114,6 +179,7 @@ typedef struct {
 /* What every implementation's RtDevice begins with. */
 struct RtDevice {
     const RtDeviceOps *ops;
+    uint64_t syncs; /* calls that made the host wait for the device (the wrappers count) */
 };
 
 /* runtime/cpu/device.c: the CPU device (world size 1, rank 0).  NULL with a
@@ -139,7 +205,12 @@ static inline void rt_dev_to_device(RtDevice *d, void *dst, const void *src, siz
 }
 static inline void rt_dev_to_host(RtDevice *d, void *dst, const void *src, size_t bytes)
 {
+    d->syncs++;
     d->ops->to_host(d, dst, src, bytes);
+}
+static inline void rt_dev_to_host_async(RtDevice *d, void *dst, const void *src, size_t bytes)
+{
+    d->ops->to_host_async(d, dst, src, bytes);
 }
 static inline void rt_dev_fill(RtDevice *d, void *dst, RtDType dt, size_t n, float value)
 {
@@ -155,23 +226,67 @@ static inline void rt_dev_check_finite(RtDevice *d, const void *p, size_t n, RtD
 {
     d->ops->check_finite(d, p, n, dt);
 }
-static inline bool rt_dev_read_flag(RtDevice *d) { return d->ops->read_flag(d); }
-static inline int rt_dev_first_nonfinite(RtDevice *d) { return d->ops->first_nonfinite(d); }
+static inline bool rt_dev_read_flag(RtDevice *d)
+{
+    d->syncs++;
+    return d->ops->read_flag(d);
+}
+static inline int rt_dev_first_nonfinite(RtDevice *d)
+{
+    d->syncs++;
+    return d->ops->first_nonfinite(d);
+}
+static inline bool rt_dev_ls_init(RtDevice *d, const RtDevLsInit *c, char *err, size_t errlen)
+{
+    return d->ops->ls_init(d, c, err, errlen);
+}
+static inline void rt_dev_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
+{
+    d->ops->step_begin(d, ctx, inject_inf);
+}
+static inline void rt_dev_lr_ahead(RtDevice *d, const struct RtOptConfig *oc, const float *lr,
+                                   int64_t first, int n)
+{
+    d->ops->lr_ahead(d, oc, lr, first, n);
+}
+static inline void rt_dev_moving_update(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx)
+{
+    d->ops->moving_update(d, fn, ctx);
+}
+static inline void rt_dev_train_update(RtDevice *d, float *const *state, float *const *state2,
+                                       const struct RtOptConfig *oc)
+{
+    d->ops->train_update(d, state, state2, oc);
+}
+static inline void rt_dev_ls_update(RtDevice *d) { d->ops->ls_update(d); }
+static inline void rt_dev_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+{
+    d->syncs++;
+    d->ops->ls_read(d, st, finite, from);
+}
+static inline void rt_dev_set_flag(RtDevice *d, bool finite) { d->ops->set_flag(d, finite); }
 static inline void rt_dev_optim_step(RtDevice *d, float *const *state, float *const *state2,
                                      const struct RtOptConfig *c)
 {
     d->ops->optim_step(d, state, state2, c);
 }
 static inline void rt_dev_event_record(RtDevice *d, RtDevEvent *e) { d->ops->event_record(d, e); }
+/* counted only when the host really waits (the event is not complete) */
 static inline void rt_dev_event_wait(RtDevice *d, const RtDevEvent *e)
 {
+    if (!d->ops->event_done(d, e))
+        d->syncs++;
     d->ops->event_wait(d, e);
 }
 static inline bool rt_dev_event_done(RtDevice *d, const RtDevEvent *e)
 {
     return d->ops->event_done(d, e);
 }
-static inline void rt_dev_synchronize(RtDevice *d) { d->ops->synchronize(d); }
+static inline void rt_dev_synchronize(RtDevice *d)
+{
+    d->syncs++;
+    d->ops->synchronize(d);
+}
 static inline int rt_dev_world_size(const RtDevice *d) { return d->ops->world_size(d); }
 static inline int rt_dev_rank(const RtDevice *d) { return d->ops->rank(d); }
 static inline bool rt_dev_allreduce(RtDevice *d, const RtDevTensor *bucket, int n, RtReduceOp op,

@@ -219,6 +219,10 @@ void rt_prof_report(const Prof *pf, FILE *out, JLog *jl)
     if (pf->infer_steps > 0)
         fprintf(out, "  inference step (validation): %lld batches, %.3f ms per batch\n",
                 (long long)pf->infer_steps, pf->infer_sec / (double)pf->infer_steps * ms);
+    fprintf(out, "  device->host syncs per step: %.2f; in the %lld steps that did not log: %.2f "
+            "(the profile's own timing waits not counted)\n", (double)pf->syncs / n,
+            (long long)pf->quiet_steps,
+            pf->quiet_steps ? (double)pf->quiet_syncs / (double)pf->quiet_steps : 0.0);
     fflush(out);
     if (jl->f) {
         rt_jl_begin(jl, "profile");
@@ -247,6 +251,10 @@ void rt_prof_report(const Prof *pf, FILE *out, JLog *jl)
         }
         if (pf->infer_steps > 0)
             rt_jl_num(jl, "infer_batch_ms", pf->infer_sec / (double)pf->infer_steps * ms);
+        rt_jl_num(jl, "syncs_per_step", (double)pf->syncs / n);
+        rt_jl_int(jl, "quiet_steps", (long long)pf->quiet_steps);
+        rt_jl_num(jl, "syncs_per_quiet_step",
+                  pf->quiet_steps ? (double)pf->quiet_syncs / (double)pf->quiet_steps : 0.0);
         rt_jl_end(jl);
     }
     free(kinds);
@@ -262,8 +270,10 @@ void rt_after_node(RtCtx *ctx, int node, const char *name, int buffer)
     if (!h || !name)
         return;
     Prof *pf = h->pf && h->pf->on ? h->pf : NULL;
-    if (pf) /* the node's work done before it is timed (a no-op on the CPU) */
+    if (pf) { /* the node's work done before it is timed (a no-op on the CPU) */
         rt_dev_synchronize(t->dev);
+        pf->own_syncs++;
+    }
     double now = pf ? rt_now_s() : 0;
     if (pf)
         prof_node(pf, t->m, node, name, buffer, now);

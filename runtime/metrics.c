@@ -26,12 +26,9 @@ static int64_t topk_count(int64_t n, int64_t classes, const float *p, const floa
     return hit;
 }
 
-void rt_metric_add(Metric *mt, RtTrainer *t, int prob, int64_t n)
+void rt_metric_add_rows(Metric *mt, const RtModel *m, RtDType dt, const void *p,
+                        const float *label, int64_t n)
 {
-    const RtModel *m = t->m;
-    const void *p = rt_trainer_read_rows(t, prob, n); /* the probabilities, on the host */
-    const float *label = t->y_host;                   /* the labels the batch was loaded from */
-    RtDType dt = m->buffers[prob].dtype;
     int64_t cnt = 0;
     mt->correct += rt_accuracy_count(n, m->classes, dt, p, label);
     mt->ce_sum += rt_cross_entropy_sum(n, m->classes, dt, p, label, &cnt);
@@ -39,6 +36,13 @@ void rt_metric_add(Metric *mt, RtTrainer *t, int prob, int64_t n)
     if (m->classes > TOP_K && dt == RT_F32)
         mt->topk += topk_count(n, m->classes, p, label, TOP_K);
     mt->samples += n;
+}
+
+void rt_metric_add(Metric *mt, RtTrainer *t, int prob, int64_t n)
+{
+    const void *p = rt_trainer_read_rows(t, prob, n); /* the probabilities, on the host */
+    /* the labels the batch was loaded from */
+    rt_metric_add_rows(mt, t->m, t->m->buffers[prob].dtype, p, t->y_host, n);
 }
 
 double rt_metric_acc(const Metric *mt)

@@ -81,6 +81,164 @@ static double dev_now(RtTrainer *t)
     return rt_now_s();
 }
 
+/* ---- what the host reads only when it logs ------------------------------------ */
+
+/* A step reads nothing back (docs/training.md, "What the host reads"): the
+ * device keeps the loss scale, the skip decision, the update count and the
+ * steps' finite flags (device.h), and the loss head's rows are copied
+ * without waiting into slots here.  flush() waits for the device once,
+ * then replays the steps since the last flush through the host's copy of
+ * the loss scaler (for the log lines, in the order the per-step loop
+ * printed them), adds the rows to the metrics and writes the learning
+ * rates of the next updates ahead.  It runs before a Speedometer line, at
+ * the first step of an epoch (the Speedometer's clock starts there), at
+ * the end of an epoch, after every step under --check-numerics or
+ * --inject-nan (their hooks read the device per node anyway), and when the
+ * slots are full. */
+typedef struct {
+    RtTrainer *t;
+    const RtModel *m;
+    const RtTrainOptions *o;
+    FILE *out, *err;
+    JLog *jl;
+    RtLossScaler *ls;
+    const RtOptConfig *oc;
+    int64_t *num_update;
+    float *lr_last;               /* the learning rate of the last update */
+    int64_t steps_per_epoch, total;
+    int64_t step0;                /* the loop's step of the device's step 0 */
+    int64_t skipped0, nonfinite0; /* the host scaler's counts at ls_init */
+    int64_t read_to;              /* device steps replayed */
+    int64_t flushes;              /* flush calls */
+    int64_t epoch, ep_step, ep_batch; /* step ep_step is batch ep_batch of epoch */
+    int64_t inject_k;             /* the device step whose loss scale was inf, or -1 */
+    uint8_t finite[RT_DEV_LS_RING];
+    float lr[RT_DEV_LS_RING + 1];
+    /* the rows of the loss head's output, one slot per train step call */
+    unsigned char *rows;          /* host_alloc: cap slots of row_bytes */
+    float *labels;                /* cap slots of batch labels */
+    int cap, used;
+    int cap_steps, steps;         /* steps a flush is due after; steps since the last */
+    size_t row_bytes;
+    Metric *global, *local;
+} Later;
+
+static bool later_init(Later *l, int nsim, char *err, size_t errlen)
+{
+    RtTrainer *t = l->t;
+    const RtModel *m = l->m;
+    int interval = l->o->log_interval;
+    l->row_bytes = rt_trainer_rows_bytes(t, m->prob_train);
+    /* the slots fill in at most one log interval, the flag ring's steps and
+     * 64 MiB (then a flush waits early: one more sync) */
+    int64_t steps = interval > 0 && interval < RT_DEV_LS_RING ? interval : RT_DEV_LS_RING;
+    int64_t fit = (int64_t)((64u << 20) / (l->row_bytes * (size_t)nsim + 1));
+    steps = steps < fit ? steps : fit > 0 ? fit : 1;
+    l->cap_steps = (int)steps;
+    l->cap = (int)steps * nsim;
+    l->rows = rt_dev_host_alloc(t->dev, l->row_bytes * (size_t)l->cap, "the metrics' rows", err,
+                                errlen);
+    l->labels = malloc((size_t)l->cap * (size_t)t->batch * sizeof *l->labels);
+    if (!l->rows || !l->labels) {
+        snprintf(err, errlen, "out of memory for the metrics' rows");
+        return false;
+    }
+    return true;
+}
+
+static void later_free(Later *l)
+{
+    if (l->rows)
+        rt_dev_host_free(l->t->dev, l->rows);
+    free(l->labels);
+}
+
+/* The learning rates of the next RT_DEV_LS_RING + 1 updates, ahead. */
+static void later_lr(Later *l)
+{
+    for (int i = 0; i <= RT_DEV_LS_RING; i++)
+        l->lr[i] = rt_lr_at(&l->o->sched, l->o->lr, *l->num_update + 1 + i, l->steps_per_epoch,
+                            l->total);
+    rt_dev_lr_ahead(l->t->dev, l->oc, l->lr, *l->num_update, RT_DEV_LS_RING + 1);
+}
+
+/* The loss head's rows of the train step just run, queued for the metrics. */
+static void later_rows(Later *l)
+{
+    RtTrainer *t = l->t;
+    rt_trainer_queue_rows(t, l->m->prob_train, l->rows + (size_t)l->used * l->row_bytes);
+    memcpy(l->labels + (size_t)l->used * (size_t)t->batch, t->y_host,
+           (size_t)t->batch * sizeof *l->labels);
+    l->used++;
+}
+
+/* One replayed step: its log lines, as the per-step loop printed them. */
+static bool later_step(Later *l, int64_t k, bool finite, const Numerics *nm, bool eager)
+{
+    RtLossScaler *ls = l->ls;
+    int64_t step = l->step0 + k;
+    RtStepAt here = {.epoch = l->epoch, .batch = l->ep_batch + (step - l->ep_step), .step = step};
+    float used = k == l->inject_k ? INFINITY : ls->s.scale;
+    if (!finite) {
+        const char *node = eager && nm->found ? nm->name : NULL;
+        int pi = eager && l->o->check_numerics && !nm->found ? rt_dev_first_nonfinite(l->t->dev)
+                                                             : -1;
+        rt_log_nonfinite(l->out, l->err, l->jl, l->o, ls, &here, used, node,
+                         pi >= 0 ? l->m->params[pi].name : NULL);
+    }
+    if (finite || ls->mode != RT_LS_DYNAMIC) {
+        ++*l->num_update;
+        *l->lr_last = rt_lr_at(&l->o->sched, l->o->lr, *l->num_update, l->steps_per_epoch,
+                               l->total);
+    }
+    float before = ls->s.scale;
+    rt_loss_scaler_update(ls, finite, l->out, l->err);
+    rt_log_scale_change(l->jl, &here, before, ls->s.scale);
+    if (rt_loss_scaler_exhausted(ls)) {
+        fprintf(l->err, "%s: error: step %lld: the loss scale underflowed to %g (the "
+                "gradients overflow at every scale): the forward pass or the data hold "
+                "inf or NaN (find the node with --check-numerics)\n", l->o->prog,
+                (long long)step, (double)ls->s.scale);
+        return false;
+    }
+    return true;
+}
+
+/* Waits for the device once and catches up (above).  0, or an exit status. */
+static int flush(Later *l, const Numerics *nm, bool eager)
+{
+    RtDevLsState st;
+    l->flushes++;
+    rt_dev_ls_read(l->t->dev, &st, l->finite, l->read_to);
+    for (int64_t k = l->read_to; k < st.steps; k++)
+        if (!later_step(l, k, l->finite[k - l->read_to] != 0, nm, eager))
+            return 1;
+    l->read_to = st.steps;
+    for (int i = 0; i < l->used; i++) {
+        const void *p = l->rows + (size_t)i * l->row_bytes;
+        const float *y = l->labels + (size_t)i * (size_t)l->t->batch;
+        RtDType dt = l->m->buffers[l->m->prob_train].dtype;
+        rt_metric_add_rows(l->global, l->m, dt, p, y, l->t->batch);
+        rt_metric_add_rows(l->local, l->m, dt, p, y, l->t->batch);
+    }
+    l->used = 0;
+    l->steps = 0;
+    /* the device ran the same rule: any difference is a bug of one of them */
+    const RtLossScaler *ls = l->ls;
+    if (memcmp(&st.s.scale, &ls->s.scale, sizeof st.s.scale) != 0 ||
+        st.s.tracker != ls->s.tracker || st.num_update != *l->num_update ||
+        st.skipped != ls->skipped - l->skipped0 || st.nonfinite != ls->nonfinite - l->nonfinite0) {
+        fprintf(l->err, "%s: internal error: the device's loss scale %g (tracker %d, %lld "
+                "updates, %lld skipped) differs from the host's %g (%d, %lld, %lld)\n",
+                l->o->prog, (double)st.s.scale, (int)st.s.tracker, (long long)st.num_update,
+                (long long)st.skipped, (double)ls->s.scale, (int)ls->s.tracker,
+                (long long)*l->num_update, (long long)(ls->skipped - l->skipped0));
+        return 1;
+    }
+    later_lr(l);
+    return 0;
+}
+
 /* ---- the run ------------------------------------------------------------------- */
 
 /* Everything a run holds, so that one cleanup frees it on every path. */
@@ -99,12 +257,15 @@ typedef struct {
     RtTrainOptions ro; /* under MPI: this rank's options (ranks > 0 log and save nothing) */
     char *rank_dir; /* --save-all-ranks: SAVE_DIR/rankR */
     int64_t *order; /* under MPI: this rank's samples of the epoch, in order (ds->plan) */
+    Later later;    /* what the host reads when it logs */
 } Run;
 
 static void run_free(Run *r)
 {
-    if (r->have_t)
+    if (r->have_t) {
+        later_free(&r->later);
         rt_trainer_free(&r->t);
+    }
     if (r->have_ck)
         rt_checkpoint_free(&r->ck);
     rt_data_free(&r->ds);
@@ -189,6 +350,7 @@ static void prof_phase(Prof *pf, RtTrainer *t, int k, double *since)
     if (!pf || !pf->on)
         return;
     double now = dev_now(t);
+    pf->own_syncs++;
     pf->phase[k] += now - *since;
     *since = now;
 }
@@ -389,9 +551,26 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         run_free(&run);
         return 1;
     }
+    /* the loss scale, the update count and the schedule on the device */
+    Metric global = {0}, local = {0};
+    Later *lt = &run.later;
+    *lt = (Later){.t = t, .m = m, .o = o, .out = out, .err = err, .jl = &jl, .ls = &ls,
+                  .oc = &oc, .num_update = &num_update, .lr_last = &r.lr,
+                  .steps_per_epoch = steps_per_epoch, .total = steps_per_epoch * o->epochs,
+                  .step0 = step, .skipped0 = ls.skipped, .nonfinite0 = ls.nonfinite,
+                  .inject_k = -1, .global = &global, .local = &local};
+    RtDevLsInit lsi = {.dynamic = ls.mode == RT_LS_DYNAMIC, .s = ls.s, .rule = ls.rule,
+                       .batch = (double)gb, .num_update = num_update};
+    if (!later_init(lt, nsim, msg, sizeof msg) || !rt_dev_ls_init(t->dev, &lsi, msg, sizeof msg)) {
+        fprintf(err, "%s: %s\n", o->prog, msg);
+        run_free(&run);
+        return 1;
+    }
+    later_lr(lt);
+    /* the hooks read the device per node: then the step's lines come at once */
+    bool eager = hooks.nm != NULL;
     int64_t run_steps = 0; /* steps of this run (the profile skips the first) */
     float *x = t->x_host;  /* host staging: the device's batch is loaded from it */
-    int64_t total = steps_per_epoch * o->epochs;
     bool validated = false;
     Metric val = {0};
     if (o->eval_only)
@@ -401,10 +580,14 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             break;
         r.epochs = (int)epoch + 1;
         rt_shuffle(run.perm, ds->ntrain, seed, epoch);
-        Metric global = {0}, local = {0};
+        global = (Metric){0};
+        local = (Metric){0};
+        lt->epoch = epoch;
+        lt->ep_step = step;
         double t0 = dev_now(t), tic = t0;
         int64_t skipped0 = ls.skipped, nonfinite0 = ls.nonfinite;
         int64_t nbatch = epoch == epoch0 ? nb0 : 0;
+        lt->ep_batch = nbatch;
         if (ds->plan) /* a source that decodes ahead learns the epoch's order: this rank's */
             ds->plan(ds, epoch, rank_order(&run, nbatch, steps_per_epoch, gb, rank, b, world),
                      (steps_per_epoch - nbatch) * b * nsim);
@@ -412,8 +595,10 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         for (; nbatch < steps_per_epoch; nbatch++) {
             if (o->max_steps >= 0 && step >= o->max_steps)
                 break;
-            RtStepAt here = {.epoch = epoch, .batch = nbatch, .step = step};
             double ph0 = pf ? dev_now(t) : 0, ph = ph0;
+            /* the step's waits for the device, the profile's own left out */
+            uint64_t syncs0 = t->dev->syncs, own0 = pf ? ++pf->own_syncs : 0;
+            bool logs = first;
             if (pf) {
                 pf->on = run_steps > 0;
                 pf->past_head = false;
@@ -441,9 +626,12 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             rt_trainer_load_batch(t);
             t->ctx.batch = b;
             t->ctx.step = (uint64_t)step;
-            t->ctx.loss_scale = step == o->inject_inf_step && (nsim == 1 || o->inject_rank < 0 ||
-                                                               o->inject_rank == me)
-                                    ? INFINITY : ls.s.scale;
+            /* the step's loss scale, from the device's (no read-back) */
+            bool inject = step == o->inject_inf_step &&
+                          (nsim == 1 || o->inject_rank < 0 || o->inject_rank == me);
+            rt_dev_step_begin(t->dev, &t->ctx, inject);
+            if (step == o->inject_inf_step)
+                lt->inject_k = inject ? step - lt->step0 : -1;
             t->ctx.seed = rt_rank_seed(seed, me); /* Dropout masks differ between ranks */
             nm.train = true;
             nm.past_head = false;
@@ -453,8 +641,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 pf->last = ph;
             m->train_step(&t->ctx);
             if (nsim > 1) {
-                rt_metric_add(&global, t, m->prob_train, b);
-                rt_metric_add(&local, t, m->prob_train, b);
+                later_rows(lt);
                 if (!rt_sim_accumulate(t->dev, t->grads, t->ngrads, sim, nsim, msg, sizeof msg)) {
                     fprintf(err, "%s: %s\n", o->prog, msg);
                     rc = 1;
@@ -495,57 +682,37 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 fprintf(out, "Epoch[%lld] Batch [%lld]\tNumerics: gradient overflow at step %lld, "
                         "first in the output of node '%s' (loss scale %g)\n", (long long)epoch,
                         (long long)nbatch, (long long)step, nm.name, (double)t->ctx.loss_scale);
-            if (nsim == 1) {
-                rt_metric_add(&global, t, m->prob_train, b);
-                rt_metric_add(&local, t, m->prob_train, b);
-            }
+            if (nsim == 1)
+                later_rows(lt);
             prof_phase(pf, t, PH_OTHER, &ph); /* the metrics */
-            /* dynamic: every gradient checked before anything changes; else
-             * the check is fused into the update (which cannot be skipped) */
-            bool finite = true;
-            if (ls.mode == RT_LS_DYNAMIC) {
+            /* dynamic: every gradient checked before anything changes, and
+             * the device skips the BatchNorm statistics and the update on
+             * its own flag; else the check is fused into the update (which
+             * cannot be skipped) */
+            if (ls.mode == RT_LS_DYNAMIC)
                 rt_dev_check_grads(t->dev);
-                finite = rt_dev_read_flag(t->dev);
-            }
             prof_phase(pf, t, PH_CHECK, &ph);
-            if (finite || ls.mode != RT_LS_DYNAMIC) {
-                if (m->moving_update)
-                    m->moving_update(&t->ctx);
-                prof_phase(pf, t, PH_MOVING, &ph);
-                oc.lr = rt_lr_at(&o->sched, o->lr, num_update + 1, steps_per_epoch, total);
-                oc.rescale_grad = (float)(1.0 / ((double)gb * (double)t->ctx.loss_scale));
-                oc.t = num_update + 1;
-                rt_dev_optim_step(t->dev, t->state, t->state2, &oc);
-                prof_phase(pf, t, PH_OPTIM, &ph);
-                if (ls.mode != RT_LS_DYNAMIC) /* the check fused into the update */
-                    finite = rt_dev_read_flag(t->dev);
-                num_update++;
-                r.lr = oc.lr;
-            }
-            if (!finite) {
-                int pi = o->check_numerics && !nm.found ? rt_dev_first_nonfinite(t->dev) : -1;
-                rt_log_nonfinite(out, err, &jl, o, &ls, &here, t->ctx.loss_scale,
-                                 nm.found ? nm.name : NULL, pi >= 0 ? m->params[pi].name : NULL);
-            }
-            float scale_before = ls.s.scale;
-            rt_loss_scaler_update(&ls, finite, out, err);
-            rt_log_scale_change(&jl, &here, scale_before, ls.s.scale);
-            if (rt_loss_scaler_exhausted(&ls)) {
-                fprintf(err, "%s: error: step %lld: the loss scale underflowed to %g (the "
-                        "gradients overflow at every scale): the forward pass or the data hold "
-                        "inf or NaN (find the node with --check-numerics)\n", o->prog,
-                        (long long)step, (double)ls.s.scale);
-                rc = 1;
+            rt_dev_moving_update(t->dev, m->moving_update, &t->ctx);
+            prof_phase(pf, t, PH_MOVING, &ph);
+            rt_dev_train_update(t->dev, t->state, t->state2, &oc);
+            rt_dev_ls_update(t->dev);
+            prof_phase(pf, t, PH_OPTIM, &ph);
+            lt->steps++;
+            if ((eager || lt->steps >= lt->cap_steps) && (rc = flush(lt, &nm, eager)) != 0)
                 goto done;
-            }
             step++;
             run_steps++;
             /* MXNet's Speedometer: the first batch starts the clock; every
              * log_interval batches a line, then the local metric resets */
             if (first) {
                 first = false;
+                if ((rc = flush(lt, &nm, eager)) != 0)
+                    goto done;
                 tic = dev_now(t);
             } else if (o->log_interval > 0 && nbatch % o->log_interval == 0) {
+                if ((rc = flush(lt, &nm, eager)) != 0)
+                    goto done;
+                logs = true;
                 double now = dev_now(t);
                 double dt = now - tic > 0 ? now - tic : 1e-9;
                 double speed = (double)o->log_interval * (double)gb / dt;
@@ -558,12 +725,21 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             if (pf && pf->on) {
                 pf->step_sec += ph - ph0;
                 pf->steps++;
+                uint64_t n = t->dev->syncs - syncs0 - (pf->own_syncs - own0);
+                pf->syncs += n;
+                /* a step that logs nothing (a flush of full slots in it counts) */
+                if (!logs) {
+                    pf->quiet_syncs += n;
+                    pf->quiet_steps++;
+                }
             }
             if (rt_jl_failed(&jl, o, err)) {
                 rc = 1;
                 goto done;
             }
         }
+        if ((rc = flush(lt, &nm, eager)) != 0)
+            goto done;
         RtEpochLog el = {.epoch = epoch, .batches = nbatch - (epoch == epoch0 ? nb0 : 0),
                          .step = step, .num_update = num_update, .train = &global, .val = &val,
                          .cost = dev_now(t) - t0, .amp_on = amp_on,

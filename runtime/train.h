@@ -123,6 +123,11 @@ void rt_trainer_load_batch(RtTrainer *t);
 /* The first n rows of the loss head's output in buffer prob, copied to
  * prob_host. */
 const void *rt_trainer_read_rows(const RtTrainer *t, int prob, int64_t n);
+/* The bytes of a batch's rows of buffer prob, and those rows queued into
+ * dst (host_alloc memory) without waiting: dst holds them once the host
+ * has waited for the device (device.h, to_host_async). */
+size_t rt_trainer_rows_bytes(const RtTrainer *t, int prob);
+void rt_trainer_queue_rows(RtTrainer *t, int prob, void *dst);
 /* n elements of dtype dt at device pointer src into host dst as fp32 (a
  * 16-bit one widened). */
 void rt_trainer_read_f32(const RtTrainer *t, float *dst, const void *src, size_t n, RtDType dt);

@@ -36,6 +36,9 @@ typedef struct {
 /* The first n rows of buffer prob (the loss head's output of the step just
  * run) against the staged labels (t->y_host). */
 void rt_metric_add(Metric *mt, RtTrainer *t, int prob, int64_t n);
+/* The same over n rows already on the host (p in dt, the labels). */
+void rt_metric_add_rows(Metric *mt, const RtModel *m, RtDType dt, const void *p,
+                        const float *label, int64_t n);
 double rt_metric_acc(const Metric *mt);
 double rt_metric_topk(const Metric *mt);
 double rt_metric_ce(const Metric *mt);
@@ -184,6 +187,12 @@ struct Prof {
     int64_t infer_steps;
     double infer_t0;
     bool was_on;
+    /* device->host waits (RtDevice.syncs) in the counted train steps, the
+     * profile's own (its timing waits) left out; "quiet" steps log nothing */
+    uint64_t own_syncs;   /* the profile's waits so far */
+    uint64_t syncs;       /* in the counted steps */
+    uint64_t quiet_syncs; /* in the counted steps that did not log */
+    int64_t quiet_steps;
 };
 typedef struct Prof Prof;
 /* an inference step (validation) begins (true) or ends (false) */

@@ -312,6 +312,16 @@ const void *rt_trainer_read_rows(const RtTrainer *t, int prob, int64_t n)
     return t->prob_host;
 }
 
+size_t rt_trainer_rows_bytes(const RtTrainer *t, int prob)
+{
+    return (size_t)t->m->classes * (size_t)t->batch * rt_dtype_size(t->m->buffers[prob].dtype);
+}
+
+void rt_trainer_queue_rows(RtTrainer *t, int prob, void *dst)
+{
+    rt_dev_to_host_async(t->dev, dst, t->ctx.buf[prob], rt_trainer_rows_bytes(t, prob));
+}
+
 void rt_trainer_read_f32(const RtTrainer *t, float *dst, const void *src, size_t n, RtDType dt)
 {
     enum { CH = 4096 };

@@ -2,10 +2,14 @@
  * call is synchronous, so events and synchronisation only keep count, and
  * a run has one device, so the collectives are the identity.  The finite
  * flag and the optimizer are the CPU kernels (rt_multi_all_finite,
- * optim.c's rt_optim_step2) over the buffers setup recorded.  This is the
- * only file of the training driver that reads or writes the memory the
- * steps run on.
+ * optim.c's rt_optim_step2) over the buffers setup recorded.  The loss
+ * scale, the update count, the flags of the steps since the last ls_read
+ * and the learning rates ahead are this device's memory too (the CUDA
+ * device's twin: the loss-scale kernel), so the loop reads them only
+ * through ls_read.  This is the only file of the training driver that reads
+ * or writes the memory the steps run on.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +26,18 @@ typedef struct {
     int ngrads;
     bool flag;            /* the finite flag */
     uint64_t seq;         /* events recorded */
+    /* the step without the host (device.h, ls_init) */
+    bool dynamic;
+    AmpcLossScale ls;     /* the scale the next step uses */
+    AmpcLossScaleRule rule;
+    double batch;
+    float step_scale;     /* the scale of the step in progress */
+    RtDevLsState st;      /* counters (st.s unused: ls is the state) */
+    uint8_t ring[RT_DEV_LS_RING]; /* finite flag of step k at k % RT_DEV_LS_RING */
+    float lr[RT_DEV_LS_RING + 1]; /* the learning rate of update lr_first + 1 + i */
+    int64_t lr_first;
+    int lr_n;
+    RtOptConfig oc;       /* lr_ahead's other values */
 } CpuDevice;
 
 static CpuDevice *cpu(RtDevice *d) { return (CpuDevice *)d; }
@@ -159,6 +175,94 @@ static void cpu_optim_step(RtDevice *d, float *const *state, float *const *state
     c->flag = rt_optim_step2(c->m, c->ctx, state, state2, oc);
 }
 
+/* ---- the step without the host ---------------------------------------------------- */
+
+static bool cpu_ls_init(RtDevice *d, const RtDevLsInit *in, char *err, size_t errlen)
+{
+    CpuDevice *c = cpu(d);
+    if (!(in->batch > 0) || in->num_update < 0) {
+        snprintf(err, errlen, "cpu: loss scale: batch %g, %lld updates before", in->batch,
+                 (long long)in->num_update);
+        return false;
+    }
+    c->dynamic = in->dynamic;
+    c->ls = in->s;
+    c->rule = in->rule;
+    c->batch = in->batch;
+    c->step_scale = in->s.scale;
+    memset(&c->st, 0, sizeof c->st);
+    c->st.num_update = in->num_update;
+    c->lr_n = 0;
+    return true;
+}
+
+static void cpu_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
+{
+    CpuDevice *c = cpu(d);
+    c->step_scale = inject_inf ? INFINITY : c->ls.scale;
+    ctx->loss_scale = c->step_scale; /* the loss head's backward runs on the host */
+}
+
+static void cpu_lr_ahead(RtDevice *d, const RtOptConfig *oc, const float *lr, int64_t first,
+                         int n)
+{
+    CpuDevice *c = cpu(d);
+    n = n < 0 ? 0 : n > RT_DEV_LS_RING + 1 ? RT_DEV_LS_RING + 1 : n;
+    memcpy(c->lr, lr, (size_t)n * sizeof *lr);
+    c->lr_first = first;
+    c->lr_n = n;
+    c->oc = *oc;
+}
+
+static void cpu_moving_update(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx)
+{
+    CpuDevice *c = cpu(d);
+    if (fn && (c->flag || !c->dynamic))
+        fn(ctx);
+}
+
+static void cpu_train_update(RtDevice *d, float *const *state, float *const *state2,
+                             const RtOptConfig *oc)
+{
+    CpuDevice *c = cpu(d);
+    if (!c->m || (c->dynamic && !c->flag))
+        return;
+    RtOptConfig u = *oc;
+    int64_t i = c->st.num_update - c->lr_first;
+    /* a schedule not written ahead this far is the loop's bug: NaN shows it */
+    u.lr = i >= 0 && i < c->lr_n ? c->lr[i] : NAN;
+    u.t = c->st.num_update + 1;
+    u.rescale_grad = (float)(1.0 / (c->batch * (double)c->step_scale));
+    c->flag = rt_optim_step2(c->m, c->ctx, state, state2, &u);
+    c->st.num_update++;
+}
+
+static void cpu_ls_update(RtDevice *d)
+{
+    CpuDevice *c = cpu(d);
+    c->ring[c->st.steps % RT_DEV_LS_RING] = c->flag ? 1 : 0;
+    c->st.steps++;
+    if (!c->dynamic) {
+        c->st.nonfinite += !c->flag;
+        return;
+    }
+    c->st.skipped += !c->flag;
+    c->ls = ampc_loss_scale_update(c->ls, !c->flag, c->rule);
+}
+
+static void cpu_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+{
+    CpuDevice *c = cpu(d);
+    *st = c->st;
+    st->s = c->ls;
+    /* steps older than the ring are gone (the loop reads before it wraps) */
+    int64_t lo = from > st->steps - RT_DEV_LS_RING ? from : st->steps - RT_DEV_LS_RING;
+    for (int64_t k = lo < 0 ? 0 : lo; finite && k < st->steps; k++)
+        finite[k - from] = c->ring[k % RT_DEV_LS_RING];
+}
+
+static void cpu_set_flag(RtDevice *d, bool finite) { cpu(d)->flag = finite; }
+
 /* ---- ordering: every call above has finished when it returns ---------------------- */
 
 static void cpu_event_record(RtDevice *d, RtDevEvent *e) { e->seq = ++cpu(d)->seq; }
@@ -238,6 +342,7 @@ static const RtDeviceOps cpu_ops = {
     .host_free = cpu_free,
     .to_device = cpu_copy,
     .to_host = cpu_copy,
+    .to_host_async = cpu_copy,
     .fill = cpu_fill,
     .setup = cpu_setup,
     .check_grads = cpu_check_grads,
@@ -245,6 +350,14 @@ static const RtDeviceOps cpu_ops = {
     .read_flag = cpu_read_flag,
     .first_nonfinite = cpu_first_nonfinite,
     .optim_step = cpu_optim_step,
+    .ls_init = cpu_ls_init,
+    .step_begin = cpu_step_begin,
+    .lr_ahead = cpu_lr_ahead,
+    .moving_update = cpu_moving_update,
+    .train_update = cpu_train_update,
+    .ls_update = cpu_ls_update,
+    .ls_read = cpu_ls_read,
+    .set_flag = cpu_set_flag,
     .event_record = cpu_event_record,
     .event_wait = cpu_event_wait,
     .event_done = cpu_event_done,
@@ -265,5 +378,8 @@ RtDevice *rt_device_cpu_open(char *err, size_t errlen)
     }
     c->base.ops = &cpu_ops;
     c->flag = true;
+    c->ls.scale = c->step_scale = 1.0f; /* no loss scale until ls_init */
+    c->rule = ampc_loss_scale_rule_default();
+    c->batch = 1.0;
     return &c->base;
 }

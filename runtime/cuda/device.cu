@@ -63,6 +63,17 @@ typedef struct {
     int64_t nblocks;
 } DevTable;
 
+/* The loss scale, the update count and the schedule's position, in device
+ * memory (device.h, "the step without the host"). */
+typedef struct {
+    AmpcLossScale ls;          /* the scale the next step uses */
+    AmpcLossScale step;        /* the step in progress: .scale is what the loss head multiplies */
+    AmpcLossScaleStats stats;  /* ampc_cu_loss_scale's counters (dynamic) */
+    int64_t steps, nonfinite, num_update;
+    int64_t lr_first;          /* lr[i] is update lr_first + 1 + i */
+    int32_t lr_n, dynamic;
+} DevLs;
+
 typedef struct {
     RtDevice base; /* first: an RtDevice * is a CudaDevice * */
     int ordinal;
@@ -81,6 +92,16 @@ typedef struct {
     /* events */
     cudaEvent_t ev[NEVENTS];
     uint64_t seq;
+    /* the step without the host */
+    DevLs *ls;                 /* device */
+    DevLs *ls_host;            /* pinned: ls_init's and ls_read's copy */
+    uint8_t *ring, *ring_host; /* device, pinned: RT_DEV_LS_RING flags (1: finite) */
+    AmpcMtStep *lr, *lr_host;  /* device, pinned: RT_DEV_LS_RING + 1 steps */
+    AmpcMtStep *cur;           /* device: the step_dev of this update */
+    AmpcLossScaleRule rule;
+    double batch;              /* rescale_grad = 1 / (batch x the step's scale) */
+    bool dynamic;
+    cudaEvent_t lr_copied;     /* lr_host may be rewritten once it completes */
 } CudaDevice;
 
 static CudaDevice *cu(RtDevice *d) { return (CudaDevice *)d; }
@@ -305,14 +326,211 @@ static int cu_first_nonfinite(RtDevice *d)
     return -1;
 }
 
-/* ---- the optimizer ------------------------------------------------------------------------ */
+/* ---- the step without the host: one-thread kernels ---------------------------------------- */
 
-static void cu_optim_step(RtDevice *d, float *const *state, float *const *state2,
-                          const RtOptConfig *oc)
+/* The step's scale: the device's, or inf (--inject-inf-at-step). */
+__global__ void dev_k_step_begin(DevLs *s, int inject)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        s->step = s->ls;
+        s->step.scale = inject ? __int_as_float(0x7f800000) : s->ls.scale;
+    }
+}
+
+/* This update's scalars: the schedule's entry for the device's update
+ * count (NaN learning rate when the host did not write that far). */
+__global__ void dev_k_pick(const DevLs *s, const AmpcMtStep *table, AmpcMtStep *cur)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0)
+        return;
+    int64_t i = s->num_update - s->lr_first;
+    if (i >= 0 && i < s->lr_n) {
+        *cur = table[i];
+    } else {
+        *cur = table[0];
+        cur->lr = __int_as_float(0x7fc00000);
+    }
+}
+
+/* After the update: counted when it was applied (always, unless dynamic). */
+__global__ void dev_k_count_update(DevLs *s, const int32_t *flag)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0 && (!s->dynamic || *flag == 0))
+        s->num_update++;
+}
+
+/* The step's flag into the ring; a non-finite step counted when not dynamic
+ * (ampc_cu_loss_scale counts the dynamic skips). */
+__global__ void dev_k_ring(DevLs *s, const int32_t *flag, uint8_t *ring)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0)
+        return;
+    ring[s->steps % RT_DEV_LS_RING] = *flag == 0;
+    s->steps++;
+    if (!s->dynamic)
+        s->nonfinite += *flag != 0;
+}
+
+static bool cu_ls_init(RtDevice *d, const RtDevLsInit *in, char *err, size_t errlen)
+{
+    CudaDevice *c = cu(d);
+    if (!c->ls &&
+        (!CU_TRY(cudaMalloc((void **)&c->ls, sizeof *c->ls), err, errlen) ||
+         !CU_TRY(cudaHostAlloc((void **)&c->ls_host, sizeof *c->ls_host, cudaHostAllocDefault),
+                 err, errlen) ||
+         !CU_TRY(cudaMalloc((void **)&c->ring, RT_DEV_LS_RING), err, errlen) ||
+         !CU_TRY(cudaHostAlloc((void **)&c->ring_host, RT_DEV_LS_RING, cudaHostAllocDefault), err,
+                 errlen) ||
+         !CU_TRY(cudaMalloc((void **)&c->lr, (RT_DEV_LS_RING + 1) * sizeof *c->lr), err, errlen) ||
+         !CU_TRY(cudaHostAlloc((void **)&c->lr_host, (RT_DEV_LS_RING + 1) * sizeof *c->lr_host,
+                               cudaHostAllocDefault), err, errlen) ||
+         !CU_TRY(cudaMalloc((void **)&c->cur, sizeof *c->cur), err, errlen) ||
+         !CU_TRY(cudaEventCreateWithFlags(&c->lr_copied, cudaEventDisableTiming), err, errlen)))
+        return false;
+    if (!(in->batch > 0) || in->num_update < 0) {
+        snprintf(err, errlen, "cuda: loss scale: batch %g, %lld updates before", in->batch,
+                 (long long)in->num_update);
+        return false;
+    }
+    /* the pinned copy may still feed an earlier copy */
+    if (!CU_TRY(cudaStreamSynchronize(c->stream), err, errlen))
+        return false;
+    memset(c->ls_host, 0, sizeof *c->ls_host);
+    c->ls_host->ls = in->s;
+    c->ls_host->step = in->s;
+    c->ls_host->num_update = in->num_update;
+    c->ls_host->dynamic = in->dynamic;
+    c->rule = in->rule;
+    c->batch = in->batch;
+    c->dynamic = in->dynamic;
+    return CU_TRY(cudaMemcpyAsync(c->ls, c->ls_host, sizeof *c->ls, cudaMemcpyHostToDevice,
+                                  c->stream), err, errlen) &&
+           CU_TRY(cudaMemsetAsync(c->ring, 0, RT_DEV_LS_RING, c->stream), err, errlen) &&
+           CU_TRY(cudaStreamSynchronize(c->stream), err, errlen);
+}
+
+/* The loss head's kernels read c->ls->step.scale on the device; the host
+ * float in ctx is not theirs, so it is left alone. */
+static void cu_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
+{
+    CudaDevice *c = cu(d);
+    (void)ctx;
+    dev_k_step_begin<<<1, 1, 0, c->stream>>>(c->ls, inject_inf ? 1 : 0);
+    CU_MUST(cudaGetLastError());
+}
+
+/* The steps are built on the host (Adam's correction by the host's pow, as
+ * the CPU's) into pinned memory and copied without waiting; the pinned
+ * copy is rewritten only once the previous copy is done (the loop writes
+ * after ls_read, which waited already). */
+static void cu_lr_ahead(RtDevice *d, const RtOptConfig *oc, const float *lr, int64_t first, int n)
+{
+    CudaDevice *c = cu(d);
+    n = n < 0 ? 0 : n > RT_DEV_LS_RING + 1 ? RT_DEV_LS_RING + 1 : n;
+    CU_MUST(cudaEventSynchronize(c->lr_copied));
+    RtOptConfig u = *oc;
+    for (int i = 0; i < n; i++) {
+        u.lr = lr[i];
+        u.t = first + 1 + i;
+        c->lr_host[i] = ampc_mt_step_from_config(&u);
+        c->lr_host[i].batch = c->batch; /* the kernel forms rescale_grad from the step's scale */
+    }
+    /* the position rides in the pinned DevLs copy's two fields */
+    CU_MUST(cudaMemcpyAsync(c->lr, c->lr_host, (size_t)n * sizeof *c->lr, cudaMemcpyHostToDevice,
+                            c->stream));
+    DevLs *h = c->ls_host;
+    h->lr_first = first;
+    h->lr_n = n;
+    CU_MUST(cudaMemcpyAsync(&c->ls->lr_first, &h->lr_first, sizeof h->lr_first,
+                            cudaMemcpyHostToDevice, c->stream));
+    CU_MUST(cudaMemcpyAsync(&c->ls->lr_n, &h->lr_n, sizeof h->lr_n, cudaMemcpyHostToDevice,
+                            c->stream));
+    CU_MUST(cudaEventRecord(c->lr_copied, c->stream));
+}
+
+/* Not yet without the host: the BatchNorm commit is the program's own host
+ * code calling kernels, which do not take the flag yet (the compiler side
+ * of issue 11), so a dynamic scale reads the flag here: one counted wait. */
+static void cu_moving_update(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx)
+{
+    CudaDevice *c = cu(d);
+    if (!fn)
+        return;
+    if (c->dynamic) {
+        d->syncs++;
+        if (!cu_read_flag(d))
+            return;
+    }
+    fn(ctx);
+}
+
+static void cu_optim_table(CudaDevice *c, float *const *state, float *const *state2,
+                           const RtOptConfig *oc);
+
+static void cu_train_update(RtDevice *d, float *const *state, float *const *state2,
+                            const RtOptConfig *oc)
 {
     CudaDevice *c = cu(d);
     if (!c->m)
         return;
+    cu_optim_table(c, state, state2, oc);
+    dev_k_pick<<<1, 1, 0, c->stream>>>(c->ls, c->lr, c->cur);
+    CU_MUST(cudaGetLastError());
+    /* dynamic: skipped on the check's flag; else the check fused, as optim_step */
+    if (!c->dynamic)
+        CU_MUST(ampc_cu_set_flag(c->stream, c->flag, 0));
+    CU_MUST(ampc_cu_mt_optim(c->stream, c->opt.tensors, c->opt.blocks, c->opt.nblocks,
+                             AMPC_MT_CHUNK, NULL, c->cur, c->dynamic ? c->flag : NULL,
+                             c->dynamic ? NULL : c->flag, &c->ls->step));
+    dev_k_count_update<<<1, 1, 0, c->stream>>>(c->ls, c->flag);
+    CU_MUST(cudaGetLastError());
+}
+
+static void cu_ls_update(RtDevice *d)
+{
+    CudaDevice *c = cu(d);
+    if (c->dynamic)
+        CU_MUST(ampc_cu_loss_scale(c->stream, &c->ls->ls, c->flag, c->rule, &c->ls->stats));
+    dev_k_ring<<<1, 1, 0, c->stream>>>(c->ls, c->flag, c->ring);
+    CU_MUST(cudaGetLastError());
+}
+
+static void cu_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+{
+    CudaDevice *c = cu(d);
+    CU_MUST(cudaMemcpyAsync(c->ls_host, c->ls, sizeof *c->ls, cudaMemcpyDeviceToHost, c->stream));
+    CU_MUST(cudaMemcpyAsync(c->ring_host, c->ring, RT_DEV_LS_RING, cudaMemcpyDeviceToHost,
+                            c->stream));
+    CU_MUST(cudaStreamSynchronize(c->stream));
+    const DevLs *h = c->ls_host;
+    st->s = h->ls;
+    st->steps = h->steps;
+    st->skipped = h->stats.skipped;
+    st->nonfinite = h->nonfinite;
+    st->num_update = h->num_update;
+    int64_t lo = from > st->steps - RT_DEV_LS_RING ? from : st->steps - RT_DEV_LS_RING;
+    for (int64_t k = lo < 0 ? 0 : lo; finite && k < st->steps; k++)
+        finite[k - from] = c->ring_host[k % RT_DEV_LS_RING];
+}
+
+static void cu_set_flag(RtDevice *d, bool finite)
+{
+    CU_MUST(ampc_cu_set_flag(cu(d)->stream, cu(d)->flag, finite ? 0 : 1));
+}
+
+/* queued into pinned memory (host_alloc): complete once the host waits */
+static void cu_to_host_async(RtDevice *d, void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        CU_MUST(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cu(d)->stream));
+}
+
+/* ---- the optimizer ------------------------------------------------------------------------ */
+
+/* The optimizer's table, built and uploaded when its choice of states changes. */
+static void cu_optim_table(CudaDevice *c, float *const *state, float *const *state2,
+                           const RtOptConfig *oc)
+{
     int with_mom = oc->kind == RT_OPT_ADAM || oc->momentum != 0.0f;
     if (!c->opt_valid || c->opt_state != state || c->opt_state2 != state2 ||
         c->opt_kind != (int)oc->kind || c->opt_with_mom != with_mom) {
@@ -335,6 +553,15 @@ static void cu_optim_step(RtDevice *d, float *const *state, float *const *state2
         c->opt_with_mom = with_mom;
         c->opt_valid = 1;
     }
+}
+
+static void cu_optim_step(RtDevice *d, float *const *state, float *const *state2,
+                          const RtOptConfig *oc)
+{
+    CudaDevice *c = cu(d);
+    if (!c->m)
+        return;
+    cu_optim_table(c, state, state2, oc);
     AmpcMtStep step = ampc_mt_step_from_config(oc);
     /* the update cannot be skipped here (the loop decided): the check is
      * fused into it, as optim.c's */
@@ -441,6 +668,16 @@ static void cu_close(RtDevice *d)
         CU_MUST(cudaFree(c->flag));
     if (c->flag_host)
         CU_MUST(cudaFreeHost(c->flag_host));
+    if (c->ls) {
+        CU_MUST(cudaFree(c->ls));
+        CU_MUST(cudaFreeHost(c->ls_host));
+        CU_MUST(cudaFree(c->ring));
+        CU_MUST(cudaFreeHost(c->ring_host));
+        CU_MUST(cudaFree(c->lr));
+        CU_MUST(cudaFreeHost(c->lr_host));
+        CU_MUST(cudaFree(c->cur));
+        CU_MUST(cudaEventDestroy(c->lr_copied));
+    }
     if (c->stream)
         CU_MUST(cudaStreamDestroy(c->stream));
     free(c->buf0);
@@ -466,6 +703,15 @@ static RtDeviceOps make_ops(void)
     o.read_flag = cu_read_flag;
     o.first_nonfinite = cu_first_nonfinite;
     o.optim_step = cu_optim_step;
+    o.ls_init = cu_ls_init;
+    o.step_begin = cu_step_begin;
+    o.lr_ahead = cu_lr_ahead;
+    o.moving_update = cu_moving_update;
+    o.train_update = cu_train_update;
+    o.ls_update = cu_ls_update;
+    o.ls_read = cu_ls_read;
+    o.set_flag = cu_set_flag;
+    o.to_host_async = cu_to_host_async;
     o.event_record = cu_event_record;
     o.event_wait = cu_event_wait;
     o.event_done = cu_event_done;

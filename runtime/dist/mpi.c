@@ -421,6 +421,9 @@ static void m_check_grads(RtDevice *d)
     wait_all(m, nr, "finite-flag all-reduce");
     m->flag = v != 0;
     m->have_flag = true;
+    /* the device's own flag too: its update, BatchNorm commit and loss
+     * scale (device.h) skip on every rank or on none */
+    in(d)->ops->set_flag(in(d), m->flag);
 }
 
 static bool m_read_flag(RtDevice *d)
@@ -439,6 +442,46 @@ static void m_optim_step(RtDevice *d, float *const *state, float *const *state2,
 {
     md(d)->have_flag = false;
     in(d)->ops->optim_step(in(d), state, state2, c);
+}
+
+/* The step without the host (device.h): the inner device's, the flag
+ * check_grads reduced already in it. */
+static bool m_ls_init(RtDevice *d, const RtDevLsInit *c, char *err, size_t errlen)
+{
+    return in(d)->ops->ls_init(in(d), c, err, errlen);
+}
+static void m_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
+{
+    in(d)->ops->step_begin(in(d), ctx, inject_inf);
+}
+static void m_lr_ahead(RtDevice *d, const struct RtOptConfig *oc, const float *lr, int64_t first,
+                       int n)
+{
+    in(d)->ops->lr_ahead(in(d), oc, lr, first, n);
+}
+static void m_moving_update(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx)
+{
+    in(d)->ops->moving_update(in(d), fn, ctx);
+}
+static void m_train_update(RtDevice *d, float *const *state, float *const *state2,
+                           const struct RtOptConfig *c)
+{
+    md(d)->have_flag = false;
+    in(d)->ops->train_update(in(d), state, state2, c);
+}
+static void m_ls_update(RtDevice *d) { in(d)->ops->ls_update(in(d)); }
+static void m_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+{
+    in(d)->ops->ls_read(in(d), st, finite, from);
+}
+static void m_set_flag(RtDevice *d, bool finite)
+{
+    md(d)->have_flag = false;
+    in(d)->ops->set_flag(in(d), finite);
+}
+static void m_to_host_async(RtDevice *d, void *dst, const void *src, size_t bytes)
+{
+    in(d)->ops->to_host_async(in(d), dst, src, bytes);
 }
 
 static int m_world_size(const RtDevice *d)
@@ -515,6 +558,15 @@ static const RtDeviceOps mpi_ops = {
     .read_flag = m_read_flag,
     .first_nonfinite = m_first_nonfinite,
     .optim_step = m_optim_step,
+    .ls_init = m_ls_init,
+    .step_begin = m_step_begin,
+    .lr_ahead = m_lr_ahead,
+    .moving_update = m_moving_update,
+    .train_update = m_train_update,
+    .ls_update = m_ls_update,
+    .ls_read = m_ls_read,
+    .set_flag = m_set_flag,
+    .to_host_async = m_to_host_async,
     .event_record = m_event_record,
     .event_wait = m_event_wait,
     .event_done = m_event_done,
