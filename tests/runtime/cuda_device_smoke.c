@@ -11,8 +11,14 @@
  * of 65,536 split them) through fill, copies, setup, the finite check and
  * two steps each of SGD, SGD with momentum and clipping, NAG and Adam, and
  * compares every weight, master and state with rt_optim_step2 on the host
- * bit for bit (NaN as NaN); then a NaN gradient
- * must clear the flag and first_nonfinite must name its parameter.
+ * bit for bit (NaN as NaN); then 40 steps without the host (device.h:
+ * ls_init, lr_ahead, step_begin, train_update, ls_update) with a dynamic
+ * loss scale and overflows planted by a pattern: the scale, tracker,
+ * counters, update count and flag ring against the host's loss scaler, the
+ * weights, masters and states against rt_optim_step2 with the schedule's
+ * learning rate, and no wait counted in RtDevice.syncs in those steps; then
+ * a NaN gradient must clear the flag and first_nonfinite must name its
+ * parameter.
  * Exit 0 on success, 1 on a mismatch.
  */
 #include <math.h>
@@ -62,6 +68,88 @@ static int same(const void *a, const void *b, size_t n, RtDType dt, const char *
         }
     }
     return 1;
+}
+
+/* Overflow on a pattern: isolated, and a burst of 4 */
+static int finite_at(int k) { return !(k == 3 || k == 11 || (k >= 20 && k < 24) || k == 31); }
+
+/* 40 steps of SGD with momentum through the calls the loop makes, against
+ * the host's rule and optimizer. */
+static int no_host_steps(RtDevice *d, RtCtx *hctx, RtCtx *dctx, float **hmom, float **dmom)
+{
+    char err[512];
+    RtLossScaler ls;
+    RtLossScaleConfig lc;
+    rt_loss_scale_default(&lc);
+    lc.mode = RT_LS_DYNAMIC, lc.init = 1024.0f, lc.interval = 3, lc.max_scale = 8192.0f;
+    rt_loss_scaler_init(&ls, &lc, "float16");
+    RtDevLsInit in = {.dynamic = true, .s = ls.s, .rule = ls.rule, .batch = 64, .num_update = 0};
+    if (!rt_dev_ls_init(d, &in, err, sizeof err)) {
+        fprintf(stderr, "cuda_device_smoke: ls_init: %s\n", err);
+        return 0;
+    }
+    RtOptConfig c;
+    memset(&c, 0, sizeof c);
+    c.kind = RT_OPT_SGD, c.momentum = 0.9f, c.clip_gradient = -1.0f, c.wd = 1e-4f;
+    static float lr[RT_DEV_LS_RING + 1];
+    for (int i = 0; i <= RT_DEV_LS_RING; i++)
+        lr[i] = 0.05f / (float)(1 + i % 7);
+    rt_dev_lr_ahead(d, &c, lr, 0, RT_DEV_LS_RING + 1);
+    for (int p = 0; p < NP; p++) {
+        memset(hmom[p], 0, N * sizeof(float));
+        rt_dev_fill(d, dmom[p], RT_F32, N, 0.0f);
+    }
+    uint16_t *g = (uint16_t *)hctx->buf[NP + 1] + (N - 1), nan16 = 0x7fc1;
+    int64_t nu = 0;
+    uint64_t syncs0 = d->syncs;
+    for (int k = 0; k < 40; k++) {
+        rt_dev_to_device(d, (uint16_t *)dctx->buf[NP + 1] + (N - 1), finite_at(k) ? g : &nan16,
+                         sizeof nan16);
+        float used = ls.s.scale;
+        rt_dev_step_begin(d, dctx, false);
+        rt_dev_check_grads(d);
+        rt_dev_train_update(d, dmom, NULL, &c);
+        rt_dev_ls_update(d);
+        if (finite_at(k)) {
+            RtOptConfig h = c;
+            h.lr = lr[nu], h.t = nu + 1, h.rescale_grad = (float)(1.0 / (64.0 * (double)used));
+            rt_optim_step2(&model, hctx, hmom, NULL, &h);
+            nu++;
+        }
+        rt_loss_scaler_update(&ls, finite_at(k), NULL, NULL);
+    }
+    int ok = 1;
+    if (d->syncs != syncs0) {
+        fprintf(stderr, "cuda_device_smoke: %llu waits in 40 steps without the host\n",
+                (unsigned long long)(d->syncs - syncs0));
+        ok = 0;
+    }
+    RtDevLsState st;
+    static uint8_t ring[RT_DEV_LS_RING];
+    rt_dev_ls_read(d, &st, ring, 0);
+    for (int k = 0; k < 40; k++)
+        ok &= ring[k] == (finite_at(k) ? 1 : 0);
+    if (memcmp(&st.s.scale, &ls.s.scale, sizeof(float)) || st.s.tracker != ls.s.tracker ||
+        st.steps != 40 || st.skipped != ls.skipped || st.num_update != nu || !ok) {
+        fprintf(stderr, "cuda_device_smoke: device loss scale %g (tracker %d, %lld steps, %lld "
+                "skipped, %lld updates) != host %g (%d, 40, %lld, %lld), or the ring differs\n",
+                (double)st.s.scale, (int)st.s.tracker, (long long)st.steps,
+                (long long)st.skipped, (long long)st.num_update, (double)ls.s.scale,
+                (int)ls.s.tracker, (long long)ls.skipped, (long long)nu);
+        return 0;
+    }
+    static uint16_t back[N * 2];
+    for (int p = 0; ok && p < NP; p++) {
+        rt_dev_to_host(d, back, dctx->buf[p], N * esz(params[p].dtype));
+        ok &= same(back, hctx->buf[p], N, params[p].dtype, "weight (steps without the host)", p);
+        if (params[p].has_master) {
+            rt_dev_to_host(d, back, dctx->master[p], N * sizeof(float));
+            ok &= same(back, hctx->master[p], N, RT_F32, "master (steps without the host)", p);
+        }
+        rt_dev_to_host(d, back, dmom[p], N * sizeof(float));
+        ok &= same(back, hmom[p], N, RT_F32, "state (steps without the host)", p);
+    }
+    return ok;
 }
 
 int main(void)
@@ -173,6 +261,8 @@ int main(void)
         if (!ok)
             fprintf(stderr, "cuda_device_smoke: optimizer %zu differs\n", k);
     }
+    if (ok)
+        ok = no_host_steps(d, &hctx, &dctx, hmom, dmom);
     /* a NaN in the last element of the second gradient */
     uint16_t nan16 = 0x7fc1;
     rt_dev_to_device(d, (uint16_t *)dbuf[NP + 1] + (N - 1), &nan16, sizeof nan16);
