@@ -483,6 +483,42 @@ void rt_cuda_conv_backward_weight(const RtConvDims *d, RtDType dt, const void *x
     }
 }
 
+/* ---- Pooling: custom kernels (pool.cuh), bit for bit pool.c --------------------------- */
+
+static void pool_geom(const RtPoolDims *d, RtDType dt, AmpcPoolGeom *g)
+{
+    char err[256];
+    need_init("pooling");
+    if (!ampc_pool_geom(d, ampc_conv_layout(dt), g, err, sizeof err)) {
+        fprintf(stderr, "ampc: %s\n", err);
+        exit(1);
+    }
+}
+
+size_t rt_cuda_pool_workspace_bytes(const RtPoolDims *d, RtDType dt, RtPass pass)
+{
+    (void)d, (void)dt, (void)pass;
+    return 0;
+}
+
+void rt_cuda_pool_forward(const RtPoolDims *d, RtDType dt, const void *x, void *y, void *ws)
+{
+    AmpcPoolGeom g;
+    (void)ws;
+    pool_geom(d, dt, &g);
+    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pool_forward(cfg.stream, &g, idt(dt), x, y));
+}
+
+void rt_cuda_pool_backward(const RtPoolDims *d, RtDType dt, const void *x, const void *dy,
+                           void *dx, bool accumulate, void *ws)
+{
+    AmpcPoolGeom g;
+    (void)ws;
+    pool_geom(d, dt, &g);
+    AMPC_CHECK(AMPC_API_CUDA,
+               ampc_cu_pool_backward(cfg.stream, &g, idt(dt), x, dy, dx, accumulate));
+}
+
 /* ---- set-up ---------------------------------------------------------------------------- */
 
 #define LOAD(f)                                                                               \

@@ -1,5 +1,7 @@
 /* layout.cu - the kernels around the cuDNN and cuBLASLt calls (layout.cuh)
- * built for the GPU into libampccuda.a, with kernels.cu's flags. */
+ * and pooling (pool.cuh) built for the GPU into libampccuda.a, with
+ * kernels.cu's flags. */
 #include <cuda_runtime.h>
 
 #include "cuda/layout.cuh"
+#include "cuda/pool.cuh"

@@ -264,3 +264,36 @@ bool ampc_fc_gemm(const RtFcDims *d, RtPass pass, AmpcGemm *g, char *err, size_t
     }
     return true;
 }
+
+/* ---- Pooling ------------------------------------------------------------------------- */
+
+bool ampc_pool_geom(const RtPoolDims *din, AmpcLayout lay, AmpcPoolGeom *g, char *err,
+                    size_t errlen)
+{
+    RtPoolDims d = *din;
+    memset(g, 0, sizeof *g);
+    if (!rt_pool_dims_init(&d)) {
+        snprintf(err, errlen, "pooling: invalid dims (n %d, c %d, %d-D)", d.n, d.c, d.nsp);
+        return false;
+    }
+    int64_t in = (int64_t)d.n * d.c, out = in;
+    int off = 3 - d.nsp;
+    for (int a = 0; a < 3; a++) {
+        bool real = a >= off;
+        g->IS[a] = real ? d.in[a - off] : 1;
+        g->K[a] = real ? d.kernel[a - off] : 1;
+        g->S[a] = real ? d.stride[a - off] : 1;
+        g->P[a] = real ? d.pad[a - off] : 0;
+        g->O[a] = real ? d.out[a - off] : 1;
+        if (!mul_ok(&in, g->IS[a]) || !mul_ok(&out, g->O[a]) || in > INT64_MAX / 8 ||
+            out > INT64_MAX / 8) {
+            snprintf(err, errlen, "pooling: a tensor of more than 2^60 elements");
+            return false;
+        }
+    }
+    g->n = d.n, g->c = d.c;
+    g->type = (int)d.type;
+    g->count_include_pad = d.count_include_pad;
+    g->nhwc = lay == AMPC_NHWC;
+    return true;
+}

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda/pool_geom.h"
 #include "rt.h"
 
 #ifdef __cplusplus
@@ -108,6 +109,13 @@ typedef struct {
 
 /* the GEMM of a pass (forward: y; backward: dx; backward-weight: dw) */
 bool ampc_fc_gemm(const RtFcDims *d, RtPass pass, AmpcGemm *g, char *err, size_t errlen);
+
+/* ---- Pooling ------------------------------------------------------------------ */
+
+/* the kernels' geometry (pool_geom.h) from dims that rt_pool_dims_init
+ * accepted, in the layout (NCHW or NHWC); false and a message otherwise */
+bool ampc_pool_geom(const RtPoolDims *d, AmpcLayout lay, AmpcPoolGeom *g, char *err,
+                    size_t errlen);
 
 /* ---- the channel padding, as index arithmetic (for the kernels and tests) */
 

@@ -22,6 +22,7 @@
 #include <stddef.h>
 
 #include "cuda/ampc_cuda.h"
+#include "cuda/pool_geom.h"
 #include "rt.h"
 
 #ifdef __cplusplus
@@ -86,6 +87,14 @@ void rt_cuda_fc_backward_data(const RtFcDims *d, RtDType dt, const void *w, cons
 void rt_cuda_fc_backward_weight(const RtFcDims *d, RtDType dt, const void *x, const void *dy,
                                 void *dw, void *dbias, bool accumulate, void *ws);
 
+/* ---- Pooling (custom kernels, pool.cuh; needs rt_cuda_dnn_init's stream) ---------- */
+
+/* the layout is the convolutions' for dt (NCHW fp32, NHWC 16-bit); no workspace */
+size_t rt_cuda_pool_workspace_bytes(const RtPoolDims *d, RtDType dt, RtPass pass);
+void rt_cuda_pool_forward(const RtPoolDims *d, RtDType dt, const void *x, void *y, void *ws);
+void rt_cuda_pool_backward(const RtPoolDims *d, RtDType dt, const void *x, const void *dy,
+                           void *dx, bool accumulate, void *ws);
+
 /* ---- the kernels of layout.cuh ------------------------------------------------------- */
 
 int ampc_cu_pad_channels(AmpcStream s, size_t rows, int c, int cp, int dt, const void *src,
@@ -96,6 +105,10 @@ int ampc_cu_bias_add(AmpcStream s, size_t outer, int c, size_t inner, int dt, vo
                      const void *bias);
 int ampc_cu_bias_grad(AmpcStream s, size_t outer, int c, size_t inner, int dt, const void *dy,
                       void *dbias, int acc);
+/* pool.cuh: rt_pool_forward / rt_pool_backward bit for bit, in g's layout */
+int ampc_cu_pool_forward(AmpcStream s, const AmpcPoolGeom *g, int dt, const void *x, void *y);
+int ampc_cu_pool_backward(AmpcStream s, const AmpcPoolGeom *g, int dt, const void *x,
+                          const void *dy, void *dx, int acc);
 
 #ifdef __cplusplus
 }

@@ -11,7 +11,8 @@
  * output, 2^-10 and 2^-7 relative, can fall either way, plus the
  * accumulate's second rounding).  16-bit convolutions run NHWC/KRSC
  * (the test converts), with the RGB-like 3- and 5-channel inputs padded.
- * Prints one line per op and dtype; exits 1 on a failure, 3 without a GPU.
+ * Pooling (custom kernels, pool.cuh) must equal rt_pool_* bit for bit
+ * (tolerance 0).  Prints one line per op and dtype; exits 1 on a failure, 3 without a GPU.
  * AMPC_CUDNN_AUTOTUNE=1 times the candidate plans. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -211,13 +212,54 @@ static void fc_case(RtFcDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
     free(x), free(w), free(dy), free(b), free(C), free(out), free(cpu), free(cdb), free(gdb);
 }
 
-static void report(const Row *r, RtDType dt)
+/* pooling: custom kernels, bit for bit pool.c (tolerance 0) */
+static void pool_case(RtPoolDims d, RtDType dt, Row *fwd, Row *bwd)
 {
-    bool ok = r->worst <= tol(dt);
-    printf("%-22s %-9s %5d %12.3e %10.1e  %s\n", r->op, rt_dtype_name(dt), r->cases, r->worst,
-           tol(dt), ok ? "ok" : "FAIL");
+    rt_pool_dims_init(&d);
+    size_t es = rt_dtype_size(dt), S = prod(d.in, d.nsp), O = prod(d.out, d.nsp);
+    size_t xn = (size_t)d.n * d.c * S, yn = (size_t)d.n * d.c * O;
+    bool last = ampc_conv_layout(dt) == AMPC_NHWC;
+    void *x = rnd(xn, dt), *dy = rnd(yn, dt), *dx = rnd(xn, dt);
+    void *xl = last ? permute(x, d.n, d.c, S, es, true) : x;
+    void *dyl = last ? permute(dy, d.n, d.c, O, es, true) : dy;
+    void *dxl = last ? permute(dx, d.n, d.c, S, es, true) : dx;
+    void *X = dev(xn * es), *DY = dev(yn * es), *OUT = dev(xn * es + yn * es);
+    void *C = ws_host(rt_pool_workspace_bytes(&d, dt, RT_PASS_BACKWARD));
+    void *cpu = malloc(xn * es + yn * es), *out = malloc(xn * es + yn * es);
+    up(X, xl, xn * es), up(DY, dyl, yn * es);
+    rt_pool_forward(&d, dt, x, cpu, C);
+    rt_cuda_pool_forward(&d, dt, X, OUT, NULL);
+    down(out, OUT, yn * es);
+    void *o = last ? permute(out, d.n, O, d.c, es, true) : out;
+    note(fwd, err_of(o, cpu, yn, dt));
+    if (last)
+        free(o);
+    for (int acc = 0; acc < 2; acc++) {
+        memcpy(cpu, dx, xn * es);
+        up(OUT, dxl, xn * es);
+        rt_pool_backward(&d, dt, x, dy, cpu, acc, C);
+        rt_cuda_pool_backward(&d, dt, X, DY, OUT, acc, NULL);
+        down(out, OUT, xn * es);
+        o = last ? permute(out, d.n, S, d.c, es, true) : out;
+        note(bwd, err_of(o, cpu, xn, dt));
+        if (last)
+            free(o);
+    }
+    cudaFree(X), cudaFree(DY), cudaFree(OUT);
+    free(x), free(dy), free(dx), free(C), free(cpu), free(out);
+    if (last)
+        free(xl), free(dyl), free(dxl);
+}
+
+static void report_tol(const Row *r, RtDType dt, double t)
+{
+    bool ok = r->worst <= t;
+    printf("%-22s %-9s %5d %12.3e %10.1e  %s\n", r->op, rt_dtype_name(dt), r->cases, r->worst, t,
+           ok ? "ok" : "FAIL");
     failures += !ok;
 }
+
+static void report(const Row *r, RtDType dt) { report_tol(r, dt, tol(dt)); }
 
 int main(void)
 {
@@ -269,6 +311,19 @@ int main(void)
         for (size_t i = 0; i < sizeof fcs / sizeof *fcs; i++)
             fc_case(fcs[i], dts[t], &ff, &fb, &fw);
         report(&ff, dts[t]), report(&fb, dts[t]), report(&fw, dts[t]);
+        Row pf = {"pool forward", 0, 0}, pb = {"pool backward", 0, 0};
+        for (int ty = 0; ty < 3; ty++) {
+            RtPoolDims p3 = {.n = 8, .c = 64, .nsp = 2, .in = {56, 56}, .kernel = {3, 3},
+                             .stride = {2, 2}, .pad = {1, 1}, .type = (RtPoolType)ty};
+            RtPoolDims gl = {.n = 8, .c = 256, .nsp = 2, .in = {7, 7}, .type = (RtPoolType)ty,
+                             .global = true};
+            RtPoolDims full = {.n = 2, .c = 8, .nsp = 2, .in = {13, 11}, .kernel = {3, 2},
+                               .stride = {2, 3}, .pad = {1, 0}, .type = (RtPoolType)ty,
+                               .full_convention = true, .count_include_pad = ty == 1};
+            pool_case(p3, dts[t], &pf, &pb), pool_case(gl, dts[t], &pf, &pb);
+            pool_case(full, dts[t], &pf, &pb);
+        }
+        report_tol(&pf, dts[t], 0), report_tol(&pb, dts[t], 0);
     }
     rt_cuda_shutdown();
     printf("cuda_dnn_gpu: %s\n", failures ? "FAILED" : "all within tolerance");

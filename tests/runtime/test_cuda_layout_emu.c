@@ -4,7 +4,10 @@
  * runtime bit for bit: the channel padding round trip (NaN payloads kept,
  * padding zero), unpadding with accumulate against rt_elemwise_forward's
  * add, the bias add against the same add of an expanded bias, and the bias
- * gradient against rt_fc_backward_weight's dbias, in fp32, fp16 and bf16. */
+ * gradient against rt_fc_backward_weight's dbias, in fp32, fp16 and bf16;
+ * and pooling (pool.cuh) against rt_pool_forward / rt_pool_backward, NCHW
+ * and NHWC, over max/avg/sum, 1-D to 3-D, both conventions, with and
+ * without count_include_pad, global, and empty windows. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +20,8 @@
 #define AMPC_LAY_GRID_CAP 3 /* small, so the grid-stride loops wrap */
 #include "cuda/emu.h"
 #include "cuda/layout.cuh"
+#include "cuda/pool.cuh"
+#include "cuda/plan.c"
 #include "rt.h"
 
 static uint64_t rng = 99;
@@ -34,7 +39,7 @@ static void *randbuf(size_t n, RtDType dt, bool specials)
     float *f = malloc(n * sizeof *f);
     void *out = malloc(n * es + 1);
     for (size_t i = 0; i < n; i++)
-        f[i] = (float)((int)(next() % 2001) - 1000) / 256.0f;
+        f[i] = ((float)next() / 4294967296.0f * 2.0f - 1.0f) * 8.0f; /* full mantissas */
     rt_from_f32(out, f, n, dt);
     if (specials && n > 4) {
         if (dt == RT_F32) {
@@ -154,12 +159,116 @@ static void test_bias_grad_is_fc_dbias(void **state)
     ampc_emu_reverse = 0;
 }
 
+/* [a, c, s] -> [a, s, c] of es-byte elements (and back with c and s swapped) */
+static void *permute(const void *src, size_t a, size_t c, size_t s, size_t es)
+{
+    char *d = malloc(a * c * s * es + 1);
+    for (size_t i = 0; i < a; i++)
+        for (size_t j = 0; j < c; j++)
+            for (size_t q = 0; q < s; q++)
+                memcpy(d + ((i * s + q) * c + j) * es, (const char *)src + ((i * c + j) * s + q) * es,
+                       es);
+    return d;
+}
+
+static void pool_case(RtPoolDims d, int *cases)
+{
+    assert_true(rt_pool_dims_init(&d));
+    size_t S = 1, O = 1;
+    for (int a = 0; a < d.nsp; a++)
+        S *= (size_t)d.in[a], O *= (size_t)d.out[a];
+    size_t xn = (size_t)d.n * d.c * S, yn = (size_t)d.n * d.c * O;
+    for (int t = 0; t < 3; t++)
+        for (int lay = 0; lay < 2; lay++) {
+            RtDType dt = dts[t];
+            size_t es = rt_dtype_size(dt);
+            AmpcPoolGeom g;
+            char err[128];
+            assert_true(ampc_pool_geom(&d, lay ? AMPC_NHWC : AMPC_NCHW, &g, err, sizeof err));
+            ampc_emu_reverse = lay; /* both thread orders over the cases */
+            void *x = randbuf(xn, dt, false), *dy = randbuf(yn, dt, false);
+            /* ties, so the first maximum matters */
+            memcpy((char *)x + es, x, es);
+            void *ws = aligned_alloc(RT_WS_ALIGN, (rt_pool_workspace_bytes(&d, dt, RT_PASS_BACKWARD) /
+                                                   RT_WS_ALIGN + 1) * RT_WS_ALIGN);
+            void *want = malloc(xn * es + yn * es), *got = malloc(xn * es + yn * es);
+            rt_pool_forward(&d, dt, x, want, ws);
+            void *xl = lay ? permute(x, (size_t)d.n, (size_t)d.c, S, es) : x;
+            void *dyl = lay ? permute(dy, (size_t)d.n, (size_t)d.c, O, es) : dy;
+            assert_int_equal(ampc_cu_pool_forward(NULL, &g, (int)dt, xl, got), 0);
+            void *back = lay ? permute(got, (size_t)d.n, O, (size_t)d.c, es) : got;
+            same(back, want, yn, dt, true, "pool forward");
+            if (lay)
+                free(back);
+            for (int acc = 0; acc < 2; acc++) {
+                void *dx0 = randbuf(xn, dt, false);
+                memcpy(want, dx0, xn * es);
+                rt_pool_backward(&d, dt, x, dy, want, acc, ws);
+                void *dxl = lay ? permute(dx0, (size_t)d.n, (size_t)d.c, S, es) : dx0;
+                assert_int_equal(ampc_cu_pool_backward(NULL, &g, (int)dt, xl, dyl, dxl, acc), 0);
+                back = lay ? permute(dxl, (size_t)d.n, S, (size_t)d.c, es) : dxl;
+                same(back, want, xn, dt, true, "pool backward");
+                if (lay)
+                    free(back), free(dxl);
+                free(dx0);
+                ++*cases;
+            }
+            if (lay)
+                free(xl), free(dyl);
+            free(x), free(dy), free(ws), free(want), free(got);
+        }
+    ampc_emu_reverse = 0;
+}
+
+static void test_pool(void **state)
+{
+    (void)state;
+    int cases = 0;
+    for (int type = 0; type < 3; type++)
+        for (int full = 0; full < 2; full++)
+            for (int cip = 0; cip < 2; cip++) {
+                RtPoolType ty = (RtPoolType)type;
+                /* ResNet's 3x3 stride 2 pad 1 */
+                pool_case((RtPoolDims){.n = 2, .c = 3, .nsp = 2, .in = {9, 8}, .kernel = {3, 3},
+                                       .stride = {2, 2}, .pad = {1, 1}, .type = ty,
+                                       .full_convention = full, .count_include_pad = cip},
+                          &cases);
+                /* stride > kernel with the full convention: empty windows */
+                pool_case((RtPoolDims){.n = 1, .c = 2, .nsp = 2, .in = {7, 5}, .kernel = {2, 1},
+                                       .stride = {3, 4}, .pad = {1, 0}, .type = ty,
+                                       .full_convention = full, .count_include_pad = cip},
+                          &cases);
+                /* 1-D and 3-D */
+                pool_case((RtPoolDims){.n = 2, .c = 2, .nsp = 1, .in = {11}, .kernel = {4},
+                                       .stride = {3}, .pad = {2}, .type = ty,
+                                       .full_convention = full, .count_include_pad = cip},
+                          &cases);
+                pool_case((RtPoolDims){.n = 1, .c = 2, .nsp = 3, .in = {4, 5, 3},
+                                       .kernel = {2, 3, 2}, .stride = {2, 1, 2}, .pad = {1, 1, 0},
+                                       .type = ty, .full_convention = full,
+                                       .count_include_pad = cip},
+                          &cases);
+                /* global */
+                pool_case((RtPoolDims){.n = 3, .c = 5, .nsp = 2, .in = {7, 7}, .type = ty,
+                                       .global = true, .full_convention = full,
+                                       .count_include_pad = cip},
+                          &cases);
+            }
+    assert_int_equal(cases, 3 * 2 * 2 * 5 * 3 * 2 * 2);
+    char err[128];
+    AmpcPoolGeom g;
+    RtPoolDims bad = {.n = 1, .c = 1, .nsp = 2, .in = {2, 2}, .kernel = {3, 3}, .stride = {1, 1}};
+    assert_false(ampc_pool_geom(&bad, AMPC_NCHW, &g, err, sizeof err));
+    assert_non_null(strstr(err, "invalid dims"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pad_unpad),
         cmocka_unit_test(test_bias_add),
         cmocka_unit_test(test_bias_grad_is_fc_dbias),
+        cmocka_unit_test(test_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
