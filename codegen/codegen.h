@@ -18,9 +18,12 @@
 bool cg_check(const Graph *train);
 
 /* The memory plans of the two steps (passes/memplan.c), verified; both
- * NULL: every value its own buffer (--no-memplan). */
+ * NULL: every value its own buffer (--no-memplan).  kv: the kvstore pass's
+ * placement of the program lowered with these plans (NULL: none); a
+ * dist_sync one gives the emitted RtModel its buckets. */
 typedef struct {
     const BufferPlan *train, *infer;
+    const KvPlan *kv;
 } CgPlans;
 
 /* lower.c: the lowered program of `train` (after cg_check) with the plans

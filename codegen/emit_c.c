@@ -28,6 +28,7 @@ typedef struct {
     const Graph *train;
     Arena a;
     const Program *prog; /* what this file prints (codegen/lower.c) */
+    int *ready;          /* parameter -> the train call completing its gradient */
     /* per graph being emitted */
     const Graph *g;
     const char **val;    /* node -> C expression of its data */
@@ -682,6 +683,56 @@ static void c_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* After train call i: the parameters whose gradients it completes, by
+ * gradient buffer (the kvstore pass's order), for the MPI engine to start
+ * their buckets' all-reduce while backward goes on.  One test of a NULL
+ * pointer when no hook is set. */
+static void emit_grad_ready(Cg *c, int i)
+{
+    const Program *p = c->prog;
+    int n = 0, prev = -1;
+    for (;;) { /* the next larger gradient buffer completed here */
+        int k = -1;
+        for (int q = 0; q < p->nparams; q++)
+            if (c->ready[q] == i && p->param_grad[q] > prev &&
+                (k < 0 || p->param_grad[q] < p->param_grad[k]))
+                k = q;
+        if (k < 0)
+            break;
+        fprintf(c->f, "%s            ctx->grad_ready(ctx, %d);\n",
+                n++ ? "" : "        if (ctx->grad_ready) {\n", k);
+        prev = p->param_grad[k];
+    }
+    if (n)
+        fputs("        }\n", c->f);
+}
+
+/* The kvstore pass's buckets (a dist_sync placement) as parameter indices,
+ * for the MPI engine (RtModel.kv_*); nothing for any other placement, so a
+ * program for one process is the same C with or without the pass. */
+static bool emit_kv_buckets(Cg *c, const KvPlan *kv)
+{
+    const Program *p = c->prog;
+    if (!kv || !kv->set || kv->place != KV_DIST_SYNC)
+        return false;
+    fputs("static const int kv_bucket_start[] = {0", c->f);
+    for (int b = 0, at = 0; b < kv->nbuckets; b++)
+        fprintf(c->f, ", %d", at += kv->buckets[b].nbufs);
+    fputs("};\nstatic const int kv_bucket_params[] = {", c->f);
+    for (int b = 0, n = 0; b < kv->nbuckets; b++)
+        for (int j = 0; j < kv->buckets[b].nbufs; j++) {
+            int k = 0;
+            while (k < p->nparams && p->param_grad[k] != kv->buckets[b].bufs[j])
+                k++;
+            if (k == p->nparams) /* the pass placed a program lowered the same way */
+                DIE("codegen: kvbucket %d names buffer %d, no parameter's gradient", b,
+                    kv->buckets[b].bufs[j]);
+            fprintf(c->f, "%s%d", n++ ? ", " : "", k);
+        }
+    fputs("};\n\n", c->f);
+    return true;
+}
+
 static void emit_function(Cg *c, const char *name, StepKind k)
 {
     FILE *f = c->f;
@@ -700,6 +751,8 @@ static void emit_function(Cg *c, const char *name, StepKind k)
             c_string(f, n->name);
             fprintf(f, ", %d);\n", call->out[0]);
         }
+        if (k == STEP_TRAIN)
+            emit_grad_ready(c, i);
         fputs("    }\n", f);
     }
     fputs("}\n\n", f);
@@ -873,6 +926,8 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans)
         DIE("the lowered program does not verify");
     Cg c = {.f = out, .train = train, .prog = &prog, .ok = true};
     arena_init(&c.a);
+    c.ready = arena_alloc(&c.a, sizeof(int) * ((size_t)prog.nparams + 1));
+    program_grad_ready(&prog, c.ready);
     const Graph *infer = train->infer;
     bool predict = train->info.predict_only;
     /* a program that only predicts has no train step: its inputs and
@@ -921,6 +976,7 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans)
     int64_t classes = predict ? checked_numel(&y->shape, 1, y->shape.rank) : y->shape.d[1];
     emit_tables(&c, train);
     emit_train_defaults(out, train);
+    bool kv = !predict && emit_kv_buckets(&c, plans ? plans->kv : NULL);
     fputs("const RtModel ampc_model = {\n    .name = ", out);
     c_string(out, train->model);
     fputs(",\n", out);
@@ -936,8 +992,12 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans)
     fprintf(out, "},\n    .classes = %lld,\n    .amp = \"%s\",\n", (long long)classes,
             train->info.amp ? dtype_long(train->info.amp) : "off");
     fprintf(out, "    .train_defaults = train_defaults,\n    .workspace_bytes = workspace_bytes,\n"
-                 "    .train_step = %s,\n    .moving_update = %s,\n    .infer_step = infer_step,\n};\n",
+                 "    .train_step = %s,\n    .moving_update = %s,\n    .infer_step = infer_step,\n",
             predict ? "NULL" : "train_step", predict ? "NULL" : "moving_update");
+    if (kv)
+        fprintf(out, "    .kv_nbuckets = %d,\n    .kv_bucket_start = kv_bucket_start,\n"
+                     "    .kv_bucket_params = kv_bucket_params,\n", plans->kv->nbuckets);
+    fputs("};\n", out);
     bool ok = c.ok;
     free(c.uses);
     arena_free(&c.a);

@@ -469,7 +469,7 @@ static const CgPlans *make_plans(const Options *o, const Graph *g, BufferPlan *t
     memplan(g->infer, !o->no_inplace, ip);
     if (!memplan_verify(g, tp, stderr) || !memplan_verify(g->infer, ip, stderr))
         DIE("the memory plan verifier failed");
-    *plans = (CgPlans){tp, ip};
+    *plans = (CgPlans){tp, ip, NULL};
     return plans;
 }
 
@@ -528,8 +528,9 @@ static bool can_lower_quietly(const Graph *g)
     return ok;
 }
 
-/* --dump=kvstore, --explain=kvstore, --report: lower, then place */
-static bool run_kvstore(const Options *o, const Graph *g)
+/* --dump=kvstore, --explain=kvstore, --report: lower, then place; with
+ * keep, the placed program is handed to the caller (for generate). */
+static bool run_kvstore(const Options *o, const Graph *g, Program *keep)
 {
     bool asked = (o->dump && strcmp(o->dump, "kvstore") == 0) || o->kv_explain || o->kv_flags;
     if (!asked && !can_lower_quietly(g))
@@ -543,7 +544,10 @@ static bool run_kvstore(const Options *o, const Graph *g)
         DIE("the lowered program's placement does not verify");
     if (ok && o->report)
         report_kvstore(stdout, &p.kv, &r, o->machine ? o->machine : "cpu");
-    program_free(&p);
+    if (ok && keep)
+        *keep = p;
+    else
+        program_free(&p);
     return ok;
 }
 
@@ -589,7 +593,7 @@ static int check_program(const Options *o, Diag *d)
     return ok ? 0 : 1;
 }
 
-static bool generate(const Options *o, const Graph *g, Diag *d)
+static bool generate(const Options *o, const Graph *g, Diag *d, const KvPlan *kv)
 {
     char *text = NULL, buf[4096];
     size_t len = 0;
@@ -598,7 +602,10 @@ static bool generate(const Options *o, const Graph *g, Diag *d)
         DIE("out of memory");
     BufferPlan tp, ip;
     CgPlans plans;
-    bool ok = cg_emit_c(m, g, make_plans(o, g, &tp, &ip, &plans));
+    const CgPlans *mp = make_plans(o, g, &tp, &ip, &plans);
+    CgPlans with_kv = mp ? *mp : (CgPlans){0};
+    with_kv.kv = kv; /* a dist_sync placement gives the program its buckets */
+    bool ok = cg_emit_c(m, g, &with_kv);
     plan_free(&tp);
     plan_free(&ip);
     if (fclose(m) != 0)
@@ -746,11 +753,13 @@ static int run(const Options *o, Diag *d)
         plan_free(&plan);
     }
     /* with a kvstore flag, -o and -S check the placement too (and warn) */
+    Program placed = {0}; /* the placement, for the program */
     if (ok && g->infer && (want_kv || o->report || o->kv_flags) && !want_program)
-        ok = run_kvstore(o, g);
+        ok = run_kvstore(o, g, o->output || o->source_only ? &placed : NULL);
     double tgen = now_ms();
     if (ok && (o->output || o->source_only))
-        ok = train_settings_fit(g) && generate(o, g, d);
+        ok = train_settings_fit(g) && generate(o, g, d, placed.kv.set ? &placed.kv : NULL);
+    program_free(&placed);
     tgen = now_ms() - tgen;
     if (o->time_passes) {
         fprintf(stderr, "ampc: pass timings (ms), %d nodes at the end:\n", g->nnodes);

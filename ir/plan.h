@@ -201,6 +201,13 @@ void program_print(FILE *f, const Program *p);
  * first problem as path:line:col: error.  *out is the caller's to
  * program_free either way. */
 bool program_read(Diag *d, int file, Program *out);
+/* Where each parameter's gradient is final: ready[k] = the index of the
+ * train-step call that writes parameter k's gradient buffer last (a fused
+ * BatchNorm backward completes dgamma and dbeta as extra outputs), -1 for a
+ * parameter without a gradient or one no call writes.  A fact of the calls,
+ * so a program read back has the same; codegen/emit_c.c tells the runtime
+ * there (RtCtx.grad_ready).  ready has p->nparams entries. */
+void program_grad_ready(const Program *p, int *ready);
 /* Checks p from itself: buffer numbers, sizes and offsets in range and
  * aligned, each step's calls writing an arena buffer before reading it, and
  * no two arena buffers live at once in a step sharing a byte for any

@@ -139,6 +139,18 @@ void program_print(FILE *f, const Program *p)
     fputs("end\n", f);
 }
 
+void program_grad_ready(const Program *p, int *ready)
+{
+    const ProgStep *s = &p->step[STEP_TRAIN];
+    for (int k = 0; k < p->nparams; k++) {
+        ready[k] = -1;
+        for (int c = 0; p->param_grad[k] >= 0 && c < s->ncalls; c++)
+            for (int j = 0; j < s->calls[c].nout; j++)
+                if (s->calls[c].out[j] == p->param_grad[k])
+                    ready[k] = c;
+    }
+}
+
 /* ---- reading --------------------------------------------------------------- */
 
 typedef struct {

@@ -68,6 +68,12 @@ typedef struct RtCtx {
     size_t ws_bytes;
     int check_node;       /* --check-numerics: called after each node when set */
     void (*after_node)(struct RtCtx *ctx, int node, const char *name, int buffer);
+    /* called, when set, right after the call of the train step that
+     * completes parameter `param`'s gradient (its last writer: a fused
+     * BatchNorm backward completes dgamma and dbeta at once), in the order
+     * backward completes them (ties by gradient buffer); the MPI engine
+     * starts a bucket's all-reduce there */
+    void (*grad_ready)(struct RtCtx *ctx, int param);
 } RtCtx;
 
 /* A workspace of at least `bytes` (grows on the first step only). */
@@ -96,6 +102,13 @@ typedef struct {
     void (*train_step)(RtCtx *ctx);   /* forward and backward on the batch in data/label */
     void (*moving_update)(RtCtx *ctx);/* BatchNorm moving statistics (skipped on overflow) */
     void (*infer_step)(RtCtx *ctx);   /* inference forward (BatchNorm on moving statistics) */
+    /* the kvstore pass's gradient buckets (dist_sync, docs/kvstore.md),
+     * when it placed the program; 0 buckets: the MPI engine's own rule.
+     * Bucket b holds parameters kv_bucket_params[kv_bucket_start[b] ..
+     * kv_bucket_start[b + 1]), in the order backward completes them. */
+    int kv_nbuckets;
+    const int *kv_bucket_start;       /* kv_nbuckets + 1 entries */
+    const int *kv_bucket_params;      /* parameter indices */
 } RtModel;
 
 extern const RtModel ampc_model;
