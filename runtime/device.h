@@ -116,6 +116,9 @@ typedef struct {
      * ctx->loss_scale; a device whose loss head reads device memory keeps
      * it there.  No read-back either way. */
     void (*step_begin)(RtDevice *d, RtCtx *ctx, bool inject_inf);
+    /* A device pointer to that step's scale (one float), for a loss head
+     * whose kernel reads it on the device; NULL before ls_init. */
+    const float *(*loss_scale_dev)(RtDevice *d);
     /* lr[i]: the learning rate of update first + 1 + i, i < n <= RT_DEV_LS_RING
      * + 1 (the schedule, lr.c), with oc's other values (Adam's correction
      * follows from the update's count).  Written without waiting; the values
@@ -243,6 +246,10 @@ static inline bool rt_dev_ls_init(RtDevice *d, const RtDevLsInit *c, char *err, 
 static inline void rt_dev_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
 {
     d->ops->step_begin(d, ctx, inject_inf);
+}
+static inline const float *rt_dev_loss_scale_dev(RtDevice *d)
+{
+    return d->ops->loss_scale_dev(d);
 }
 static inline void rt_dev_lr_ahead(RtDevice *d, const struct RtOptConfig *oc, const float *lr,
                                    int64_t first, int n)

@@ -203,6 +203,8 @@ static void cpu_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
     ctx->loss_scale = c->step_scale; /* the loss head's backward runs on the host */
 }
 
+static const float *cpu_loss_scale_dev(RtDevice *d) { return &cpu(d)->step_scale; }
+
 static void cpu_lr_ahead(RtDevice *d, const RtOptConfig *oc, const float *lr, int64_t first,
                          int n)
 {
@@ -352,6 +354,7 @@ static const RtDeviceOps cpu_ops = {
     .optim_step = cpu_optim_step,
     .ls_init = cpu_ls_init,
     .step_begin = cpu_step_begin,
+    .loss_scale_dev = cpu_loss_scale_dev,
     .lr_ahead = cpu_lr_ahead,
     .moving_update = cpu_moving_update,
     .train_update = cpu_train_update,

@@ -419,6 +419,11 @@ static void cu_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
     CU_MUST(cudaGetLastError());
 }
 
+static const float *cu_loss_scale_dev(RtDevice *d)
+{
+    return cu(d)->ls ? &cu(d)->ls->step.scale : NULL;
+}
+
 /* The steps are built on the host (Adam's correction by the host's pow, as
  * the CPU's) into pinned memory and copied without waiting; the pinned
  * copy is rewritten only once the previous copy is done (the loop writes
@@ -705,6 +710,7 @@ static RtDeviceOps make_ops(void)
     o.optim_step = cu_optim_step;
     o.ls_init = cu_ls_init;
     o.step_begin = cu_step_begin;
+    o.loss_scale_dev = cu_loss_scale_dev;
     o.lr_ahead = cu_lr_ahead;
     o.moving_update = cu_moving_update;
     o.train_update = cu_train_update;

@@ -454,6 +454,7 @@ static void m_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
 {
     in(d)->ops->step_begin(in(d), ctx, inject_inf);
 }
+static const float *m_loss_scale_dev(RtDevice *d) { return in(d)->ops->loss_scale_dev(in(d)); }
 static void m_lr_ahead(RtDevice *d, const struct RtOptConfig *oc, const float *lr, int64_t first,
                        int n)
 {
@@ -560,6 +561,7 @@ static const RtDeviceOps mpi_ops = {
     .optim_step = m_optim_step,
     .ls_init = m_ls_init,
     .step_begin = m_step_begin,
+    .loss_scale_dev = m_loss_scale_dev,
     .lr_ahead = m_lr_ahead,
     .moving_update = m_moving_update,
     .train_update = m_train_update,

@@ -191,6 +191,10 @@ static void test_skipped_step_changes_nothing(void **state)
     Snap before = snapshot(&t);
     rt_dev_step_begin(t.dev, &t.ctx, false);
     assert_true(t.ctx.loss_scale == 256.0f); /* the CPU's loss head reads it here */
+    assert_true(*rt_dev_loss_scale_dev(t.dev) == 256.0f); /* a device loss head, there */
+    rt_dev_step_begin(t.dev, &t.ctx, true);                /* --inject-inf-at-step */
+    assert_true(isinf(t.ctx.loss_scale) && isinf(*rt_dev_loss_scale_dev(t.dev)));
+    rt_dev_step_begin(t.dev, &t.ctx, false);
     rt_dev_check_grads(t.dev);
     rt_dev_moving_update(t.dev, commit, &t.ctx);
     rt_dev_train_update(t.dev, t.state, t.state2, &oc);
