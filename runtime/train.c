@@ -129,9 +129,10 @@ static bool later_init(Later *l, int nsim, char *err, size_t errlen)
     const RtModel *m = l->m;
     int interval = l->o->log_interval;
     l->row_bytes = rt_trainer_rows_bytes(t, m->prob_train);
-    /* the slots fill in at most one log interval, the flag ring's steps and
-     * 64 MiB (then a flush waits early: one more sync) */
-    int64_t steps = interval > 0 && interval < RT_DEV_LS_RING ? interval : RT_DEV_LS_RING;
+    /* the slots hold one log interval's steps (and one more, so that the
+     * Speedometer's flush comes first), at most the flag ring's steps and
+     * 64 MiB (beyond: a flush waits early, in a step that does not log) */
+    int64_t steps = interval > 0 && interval < RT_DEV_LS_RING ? interval + 1 : RT_DEV_LS_RING;
     int64_t fit = (int64_t)((64u << 20) / (l->row_bytes * (size_t)nsim + 1));
     steps = steps < fit ? steps : fit > 0 ? fit : 1;
     l->cap_steps = (int)steps;
