@@ -190,6 +190,7 @@ gpu-check: cuda $(BUILD)/cuda/cuda_kernels_gpu $(BUILD)/cuda/cuda_device_smoke $
 # emulated in unit (tests/runtime/test_cuda_emu.c).
 cuda-check: cuda
 	@if [ -n "$(NVCC)" ]; then tests/runtime/cuda_ptx_check.sh $(NVCC) $(BUILD)/cuda && \
+	    tests/runtime/cuda_layout_ptx_check.sh $(BUILD)/cuda && \
 	    $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_kernels_gpu \
 	        $(BUILD)/cuda/cuda_libs_smoke $(BUILD)/cuda/cuda_dnn_gpu && \
 	    tests/runtime/cuda_device_smoke.sh $(BUILD)/cuda/cuda_device_smoke && \

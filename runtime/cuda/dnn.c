@@ -519,6 +519,93 @@ void rt_cuda_pool_backward(const RtPoolDims *d, RtDType dt, const void *x, const
                ampc_cu_pool_backward(cfg.stream, &g, idt(dt), x, dy, dx, accumulate));
 }
 
+/* ---- BatchNorm: custom kernels (bn.cuh), bit for bit batchnorm.c ------------------------ */
+
+static float *bn_ws;
+static int64_t bn_ws_c;
+
+bool rt_cuda_bn_reserve(int64_t max_c, char *err, size_t errlen)
+{
+    need_init("BatchNorm");
+    if (max_c <= bn_ws_c)
+        return true;
+    if (max_c > INT64_MAX / 12) {
+        snprintf(err, errlen, "BatchNorm: %lld channels", (long long)max_c);
+        return false;
+    }
+    if (bn_ws) {
+        AMPC_CHECK(AMPC_API_CUDA, cudaStreamSynchronize(cfg.stream));
+        AMPC_CHECK(AMPC_API_CUDA, cudaFree(bn_ws));
+        bn_ws = NULL, bn_ws_c = 0;
+    }
+    if (!AMPC_TRY(AMPC_API_CUDA, cudaMalloc((void **)&bn_ws, (size_t)max_c * 3 * sizeof(float)))) {
+        snprintf(err, errlen, "BatchNorm's scratch of %lld bytes: %s", (long long)max_c * 12,
+                 ampc_api_last_error());
+        return false;
+    }
+    bn_ws_c = max_c;
+    return true;
+}
+
+static float *bn_scratch(int64_t c)
+{
+    char err[512];
+    if (!rt_cuda_bn_reserve(c, err, sizeof err)) {
+        fprintf(stderr, "ampc: %s\n", err);
+        exit(1);
+    }
+    return bn_ws;
+}
+
+static void bn_dims_ok(const RtBnDims *d)
+{
+    if (d->outer < 1 || d->c < 1 || d->inner < 1 || d->c > INT32_MAX) {
+        fprintf(stderr, "ampc: BatchNorm: invalid dims (outer %lld, c %lld, inner %lld)\n",
+                (long long)d->outer, (long long)d->c, (long long)d->inner);
+        exit(1);
+    }
+}
+
+void rt_cuda_batchnorm_forward_train(const RtBnDims *d, RtDType dt, const void *x,
+                                     const float *gamma, const float *beta, float eps,
+                                     bool fix_gamma, void *y, float *save_mean,
+                                     float *save_invstd)
+{
+    bn_dims_ok(d);
+    AMPC_CHECK(AMPC_API_CUDA,
+               ampc_cu_bn_forward_train(cfg.stream, (size_t)d->outer, (int)d->c,
+                                        (size_t)d->inner, idt(dt), x, gamma, beta, eps,
+                                        fix_gamma, y, save_mean, save_invstd, bn_scratch(d->c)));
+}
+
+void rt_cuda_batchnorm_forward_inference(const RtBnDims *d, RtDType dt, const void *x,
+                                         const float *gamma, const float *beta,
+                                         const float *moving_mean, const float *moving_var,
+                                         float eps, bool fix_gamma, void *y, float *save_mean,
+                                         float *save_invstd)
+{
+    bn_dims_ok(d);
+    AMPC_CHECK(AMPC_API_CUDA,
+               ampc_cu_bn_forward_inference(cfg.stream, (size_t)d->outer, (int)d->c,
+                                            (size_t)d->inner, idt(dt), x, gamma, beta,
+                                            moving_mean, moving_var, eps, fix_gamma, y,
+                                            save_mean, save_invstd, bn_scratch(d->c)));
+}
+
+void rt_cuda_batchnorm_backward(const RtBnDims *d, RtDType dt, const void *x, const void *dy,
+                                const float *gamma, const float *save_mean,
+                                const float *save_invstd, bool fix_gamma, bool use_global_stats,
+                                void *dx, float *dgamma, float *dbeta, bool acc_dx,
+                                bool acc_param)
+{
+    bn_dims_ok(d);
+    AMPC_CHECK(AMPC_API_CUDA,
+               ampc_cu_bn_backward(cfg.stream, (size_t)d->outer, (int)d->c, (size_t)d->inner,
+                                   idt(dt), x, dy, gamma, save_mean, save_invstd, fix_gamma,
+                                   use_global_stats, dx, dgamma, dbeta, acc_dx, acc_param,
+                                   bn_scratch(d->c)));
+}
+
 /* ---- set-up ---------------------------------------------------------------------------- */
 
 #define LOAD(f)                                                                               \
@@ -576,6 +663,9 @@ void rt_cuda_dnn_shutdown(void)
     if (!ready)
         return;
     ampc_cache_free(&cache, plan_free);
+    if (bn_ws)
+        AMPC_CHECK(AMPC_API_CUDA, cudaFree(bn_ws));
+    bn_ws = NULL, bn_ws_c = 0;
     AMPC_CHECK(AMPC_API_CUDNN, F.Destroy(handle));
     ready = false;
 }

@@ -95,6 +95,28 @@ void rt_cuda_pool_forward(const RtPoolDims *d, RtDType dt, const void *x, void *
 void rt_cuda_pool_backward(const RtPoolDims *d, RtDType dt, const void *x, const void *dy,
                            void *dx, bool accumulate, void *ws);
 
+/* ---- BatchNorm (custom kernels, bn.cuh; needs rt_cuda_dnn_init's stream) ----------- */
+
+/* rt.h's contract, bit for bit runtime/cpu/batchnorm.c; x as [outer, c, inner]
+ * (NHWC: outer = N*H*W, inner = 1).  gamma, beta, the statistics: fp32 device
+ * arrays.  The per-channel constants go to a device scratch of 3*c floats,
+ * grown on first use; rt_cuda_bn_reserve(max_c) allocates it at set-up. */
+bool rt_cuda_bn_reserve(int64_t max_c, char *err, size_t errlen);
+void rt_cuda_batchnorm_forward_train(const RtBnDims *d, RtDType dt, const void *x,
+                                     const float *gamma, const float *beta, float eps,
+                                     bool fix_gamma, void *y, float *save_mean,
+                                     float *save_invstd);
+void rt_cuda_batchnorm_forward_inference(const RtBnDims *d, RtDType dt, const void *x,
+                                         const float *gamma, const float *beta,
+                                         const float *moving_mean, const float *moving_var,
+                                         float eps, bool fix_gamma, void *y, float *save_mean,
+                                         float *save_invstd);
+void rt_cuda_batchnorm_backward(const RtBnDims *d, RtDType dt, const void *x, const void *dy,
+                                const float *gamma, const float *save_mean,
+                                const float *save_invstd, bool fix_gamma, bool use_global_stats,
+                                void *dx, float *dgamma, float *dbeta, bool acc_dx,
+                                bool acc_param);
+
 /* ---- the kernels of layout.cuh ------------------------------------------------------- */
 
 int ampc_cu_pad_channels(AmpcStream s, size_t rows, int c, int cp, int dt, const void *src,
@@ -109,6 +131,20 @@ int ampc_cu_bias_grad(AmpcStream s, size_t outer, int c, size_t inner, int dt, c
 int ampc_cu_pool_forward(AmpcStream s, const AmpcPoolGeom *g, int dt, const void *x, void *y);
 int ampc_cu_pool_backward(AmpcStream s, const AmpcPoolGeom *g, int dt, const void *x,
                           const void *dy, void *dx, int acc);
+/* bn.cuh: rt_batchnorm_* bit for bit; ws: 3*c floats of device memory */
+int ampc_cu_bn_forward_train(AmpcStream s, size_t outer, int c, size_t inner, int dt,
+                             const void *x, const float *gamma, const float *beta, float eps,
+                             int fix_gamma, void *y, float *save_mean, float *save_invstd,
+                             float *ws);
+int ampc_cu_bn_forward_inference(AmpcStream s, size_t outer, int c, size_t inner, int dt,
+                                 const void *x, const float *gamma, const float *beta,
+                                 const float *moving_mean, const float *moving_var, float eps,
+                                 int fix_gamma, void *y, float *save_mean, float *save_invstd,
+                                 float *ws);
+int ampc_cu_bn_backward(AmpcStream s, size_t outer, int c, size_t inner, int dt, const void *x,
+                        const void *dy, const float *gamma, const float *save_mean,
+                        const float *save_invstd, int fix_gamma, int use_global_stats, void *dx,
+                        float *dgamma, float *dbeta, int acc_dx, int acc_param, float *ws);
 
 #ifdef __cplusplus
 }

@@ -11,8 +11,8 @@
  * output, 2^-10 and 2^-7 relative, can fall either way, plus the
  * accumulate's second rounding).  16-bit convolutions run NHWC/KRSC
  * (the test converts), with the RGB-like 3- and 5-channel inputs padded.
- * Pooling (custom kernels, pool.cuh) must equal rt_pool_* bit for bit
- * (tolerance 0).  Prints one line per op and dtype; exits 1 on a failure, 3 without a GPU.
+ * Pooling and BatchNorm (custom kernels, pool.cuh and bn.cuh) must equal
+ * rt_pool_* and rt_batchnorm_* bit for bit (tolerance 0).  Prints one line per op and dtype; exits 1 on a failure, 3 without a GPU.
  * AMPC_CUDNN_AUTOTUNE=1 times the candidate plans. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -251,6 +251,51 @@ static void pool_case(RtPoolDims d, RtDType dt, Row *fwd, Row *bwd)
         free(xl), free(dyl), free(dxl);
 }
 
+/* BatchNorm: custom kernels, bit for bit batchnorm.c (tolerance 0) */
+static void bn_case(RtBnDims d, RtDType dt, Row *fwd, Row *bwd)
+{
+    size_t n = (size_t)(d.outer * d.c * d.inner), es = rt_dtype_size(dt), C = (size_t)d.c;
+    void *x = rnd(n, dt), *dy = rnd(n, dt), *dx = rnd(n, dt);
+    float *gamma = rnd(C, RT_F32), *beta = rnd(C, RT_F32), *mm = rnd(C, RT_F32),
+          *mv = rnd(C, RT_F32), *dg = rnd(C, RT_F32);
+    for (size_t i = 0; i < C; i++)
+        mv[i] = mv[i] * mv[i] + 0.5f;
+    void *X = dev(n * es), *DY = dev(n * es), *OUT = dev(n * es);
+    float *P = dev(C * 4 * 8); /* gamma, beta, mm, mv, save_mean, save_invstd, dgamma, dbeta */
+    up(X, x, n * es), up(DY, dy, n * es);
+    up(P, gamma, C * 4), up(P + C, beta, C * 4), up(P + 2 * C, mm, C * 4), up(P + 3 * C, mv, C * 4);
+    void *cpu = malloc(n * es), *out = malloc(n * es);
+    float *cs = malloc(C * 4 * 4), *gs = malloc(C * 4 * 4);
+    for (int inf = 0; inf < 2; inf++) {
+        if (inf) {
+            rt_batchnorm_forward_inference(&d, dt, x, gamma, beta, mm, mv, 1e-5f, false, cpu, cs,
+                                           cs + C);
+            rt_cuda_batchnorm_forward_inference(&d, dt, X, P, P + C, P + 2 * C, P + 3 * C, 1e-5f,
+                                                false, OUT, P + 4 * C, P + 5 * C);
+        } else {
+            rt_batchnorm_forward_train(&d, dt, x, gamma, beta, 1e-5f, false, cpu, cs, cs + C);
+            rt_cuda_batchnorm_forward_train(&d, dt, X, P, P + C, 1e-5f, false, OUT, P + 4 * C,
+                                            P + 5 * C);
+        }
+        down(out, OUT, n * es), down(gs, P + 4 * C, C * 8);
+        note(fwd, fmax(err_of(out, cpu, n, dt), err_of(gs, cs, 2 * C, RT_F32)));
+    }
+    for (int glob = 0; glob < 2; glob++)
+        for (int acc = 0; acc < 2; acc++) {
+            memcpy(cpu, dx, n * es), memcpy(cs + 2 * C, dg, C * 4), memcpy(cs + 3 * C, dg, C * 4);
+            up(OUT, dx, n * es), up(P + 6 * C, dg, C * 4), up(P + 7 * C, dg, C * 4);
+            rt_batchnorm_backward(&d, dt, x, dy, gamma, cs, cs + C, false, glob, cpu, cs + 2 * C,
+                                  cs + 3 * C, acc, acc);
+            rt_cuda_batchnorm_backward(&d, dt, X, DY, P, P + 4 * C, P + 5 * C, false, glob, OUT,
+                                       P + 6 * C, P + 7 * C, acc, acc);
+            down(out, OUT, n * es), down(gs + 2 * C, P + 6 * C, C * 8);
+            note(bwd, fmax(err_of(out, cpu, n, dt), err_of(gs + 2 * C, cs + 2 * C, 2 * C, RT_F32)));
+        }
+    cudaFree(X), cudaFree(DY), cudaFree(OUT), cudaFree(P);
+    free(x), free(dy), free(dx), free(gamma), free(beta), free(mm), free(mv), free(dg);
+    free(cpu), free(out), free(cs), free(gs);
+}
+
 static void report_tol(const Row *r, RtDType dt, double t)
 {
     bool ok = r->worst <= t;
@@ -324,6 +369,11 @@ int main(void)
             pool_case(full, dts[t], &pf, &pb);
         }
         report_tol(&pf, dts[t], 0), report_tol(&pb, dts[t], 0);
+        Row bf = {"batchnorm forward", 0, 0}, bb = {"batchnorm backward", 0, 0};
+        bn_case((RtBnDims){8, 64, 56 * 56}, dts[t], &bf, &bb); /* NCHW */
+        bn_case((RtBnDims){8 * 49, 256, 1}, dts[t], &bf, &bb); /* NHWC's view */
+        bn_case((RtBnDims){3, 5, 1037}, dts[t], &bf, &bb);
+        report_tol(&bf, dts[t], 0), report_tol(&bb, dts[t], 0);
     }
     rt_cuda_shutdown();
     printf("cuda_dnn_gpu: %s\n", failures ? "FAILED" : "all within tolerance");

@@ -7,13 +7,16 @@
  * gradient against rt_fc_backward_weight's dbias, in fp32, fp16 and bf16;
  * and pooling (pool.cuh) against rt_pool_forward / rt_pool_backward, NCHW
  * and NHWC, over max/avg/sum, 1-D to 3-D, both conventions, with and
- * without count_include_pad, global, and empty windows. */
+ * without count_include_pad, global, and empty windows; and BatchNorm
+ * (bn.cuh) against rt_batchnorm_* (training, inference, backward with batch
+ * and global statistics, fix_gamma, every accumulate flag). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +24,7 @@
 #include "cuda/emu.h"
 #include "cuda/layout.cuh"
 #include "cuda/pool.cuh"
+#include "cuda/bn.cuh"
 #include "cuda/plan.c"
 #include "rt.h"
 
@@ -262,6 +266,108 @@ static void test_pool(void **state)
     assert_non_null(strstr(err, "invalid dims"));
 }
 
+static float *fbuf(size_t n, float lo, float hi)
+{
+    float *f = malloc(n * sizeof *f + 1);
+    for (size_t i = 0; i < n; i++)
+        f[i] = lo + (hi - lo) * ((float)next() / 4294967296.0f);
+    return f;
+}
+
+static void same_f(const float *a, const float *b, size_t n, const char *w)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], 4) && !(a[i] != a[i] && b[i] != b[i]))
+            fail_msg("%s: [%zu] %.9g vs %.9g", w, i, a[i], b[i]);
+}
+
+/* values over a wide range of exponents, so that double sums round and
+ * their order shows in the bits (fp32 and bf16; fp16's range is too narrow) */
+static int wide_pattern; /* 0: large, its negative, tiny; 1: halves that cancel late */
+static void *widebuf(size_t n, RtDType dt)
+{
+    float *f = malloc(n * sizeof *f);
+    void *out = malloc(n * rt_dtype_size(dt) + 1);
+    /* large values with their exact negatives, and tiny ones: the sums
+     * cancel, so their rounding errors (which depend on the order) reach
+     * the float results */
+    for (size_t i = 0; i < n; i++) {
+        float r = (float)next() / 4294967296.0f * 2.0f - 1.0f;
+        bool big = next() % 2;
+        if (wide_pattern == 0)
+            f[i] = i % 3 == 0 ? ldexpf(r, 12) : i % 3 == 1 ? -f[i - 1] : ldexpf(r, -30);
+        else
+            f[i] = i >= n / 2 && fabsf(f[i - n / 2]) > 1.0f ? -f[i - n / 2]
+                 : big ? ldexpf(r, 12) : ldexpf(r, -30);
+    }
+    rt_from_f32(out, f, n, dt);
+    free(f);
+    return out;
+}
+
+static void bn_case(int64_t outer, int64_t c, int64_t inner, RtDType dt, int *cases)
+{
+    RtBnDims d = {outer, c, inner};
+    size_t n = (size_t)(outer * c * inner), es = rt_dtype_size(dt), C = (size_t)c;
+    void *x = widebuf(n, dt), *dy = widebuf(n, dt);
+    float *gamma = fbuf(C, 0.5f, 2.0f), *beta = fbuf(C, -1, 1), *mm = fbuf(C, -1, 1),
+          *mv = fbuf(C, 0.1f, 3.0f), ws[3 * 64];
+    void *y0 = malloc(n * es), *y1 = malloc(n * es);
+    float sm0[64], si0[64], sm1[64], si1[64];
+    assert_true(c <= 64);
+    for (int fix = 0; fix < 2; fix++) {
+        ampc_emu_reverse = fix;
+        rt_batchnorm_forward_train(&d, dt, x, gamma, beta, 1e-5f, fix, y0, sm0, si0);
+        assert_int_equal(ampc_cu_bn_forward_train(NULL, (size_t)outer, (int)c, (size_t)inner,
+                                                  (int)dt, x, gamma, beta, 1e-5f, fix, y1, sm1,
+                                                  si1, ws), 0);
+        same_f(sm1, sm0, C, "save_mean"), same_f(si1, si0, C, "save_invstd");
+        same(y1, y0, n, dt, true, "batchnorm forward train");
+        rt_batchnorm_forward_inference(&d, dt, x, gamma, beta, mm, mv, 1e-3f, fix, y0, sm0, si0);
+        assert_int_equal(ampc_cu_bn_forward_inference(NULL, (size_t)outer, (int)c, (size_t)inner,
+                                                      (int)dt, x, gamma, beta, mm, mv, 1e-3f,
+                                                      fix, y1, sm1, si1, ws), 0);
+        same_f(sm1, sm0, C, "inference save_mean"), same_f(si1, si0, C, "inference invstd");
+        same(y1, y0, n, dt, true, "batchnorm forward inference");
+        for (int glob = 0; glob < 2; glob++)
+            for (int accx = 0; accx < 2; accx++)
+                for (int accp = 0; accp < 2; accp++) {
+                    float dg0[64], db0[64], dg1[64], db1[64];
+                    float *start = fbuf(C, -1, 1);
+                    memcpy(dg0, start, C * 4), memcpy(dg1, start, C * 4);
+                    memcpy(db0, gamma, C * 4), memcpy(db1, gamma, C * 4);
+                    void *dx0 = randbuf(n, dt, false), *dx1 = malloc(n * es);
+                    memcpy(dx1, dx0, n * es);
+                    rt_batchnorm_backward(&d, dt, x, dy, gamma, si0 /* any stats */, sm0, fix,
+                                          glob, dx0, dg0, db0, accx, accp);
+                    assert_int_equal(ampc_cu_bn_backward(NULL, (size_t)outer, (int)c,
+                                                         (size_t)inner, (int)dt, x, dy, gamma,
+                                                         si0, sm0, fix, glob, dx1, dg1, db1,
+                                                         accx, accp, ws), 0);
+                    same(dx1, dx0, n, dt, true, "batchnorm backward dx");
+                    same_f(dg1, dg0, C, "dgamma"), same_f(db1, db0, C, "dbeta");
+                    free(start), free(dx0), free(dx1);
+                    ++*cases;
+                }
+    }
+    ampc_emu_reverse = 0;
+    free(x), free(dy), free(gamma), free(beta), free(mm), free(mv), free(y0), free(y1);
+}
+
+static void test_batchnorm(void **state)
+{
+    (void)state;
+    int cases = 0;
+    for (wide_pattern = 0; wide_pattern < 2; wide_pattern++)
+        for (int t = 0; t < 3; t++) {
+            bn_case(3, 5, 1037, dts[t], &cases); /* two full chunks of 512, a tail of 13 */
+            bn_case(2, 3, 7, dts[t], &cases);    /* the tail only */
+            bn_case(700, 4, 1, dts[t], &cases);  /* NHWC's view: inner 1 */
+            bn_case(4, 64, 24, dts[t], &cases);  /* lanes of 8 and a tail; 64 channels */
+        }
+    assert_int_equal(cases, 2 * 3 * 4 * 2 * 8);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -269,6 +375,7 @@ int main(void)
         cmocka_unit_test(test_bias_add),
         cmocka_unit_test(test_bias_grad_is_fc_dbias),
         cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_batchnorm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
