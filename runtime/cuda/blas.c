@@ -109,6 +109,15 @@ static FcPlan *fc_plan(const RtFcDims *d, RtDType dt, RtPass pass, bool bias, bo
     uint64_t limit = cfg.workspace_limit;
     BLAS(L.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit,
                                         sizeof limit));
+    /* the memory planner aligns tensors to RT_WS_ALIGN, not to the 256 bytes the
+     * heuristic assumes by default; 16 (cuDNN's here too) is what the algorithm
+     * may rely on */
+    uint32_t align = 16;
+    static const cublasLtMatmulPreferenceAttributes_t aligns[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        BLAS(L.MatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align));
     cublasLtMatmulHeuristicResult_t r;
     int found = 0;
     memset(&r, 0, sizeof r);

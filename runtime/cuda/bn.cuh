@@ -18,10 +18,12 @@
  *      k*(dy - mdy - (x - mean)*invstd*mdyx), or k*dy with global stats),
  *      rounded once, accumulating when asked.
  * The first launch is sequential per channel: correct and bit-exact, but
- * slow for large N*H*W (a ResNet layer's 3.2 M elements per channel).  A
- * two-level version (segments in parallel, their sums added in order by a
- * second launch) gives the same bits and is the next step; a block
- * reduction would not (docs/backend-cuda.md).
+ * slow for large N*H*W (a ResNet layer's 3.2 M elements per channel): the
+ * reference, not the fast path.  In NCHW a two-level version (segments in
+ * parallel, their sums added in order by a second launch) would give the
+ * same bits; NHWC's view (inner 1) makes the CPU's order one sequential sum,
+ * so a fast 16-bit BatchNorm (a block reduction, cuDNN) differs by rounding
+ * and is tested against this one with a tolerance (docs/backend-cuda.md).
  * No shared memory, barriers or warp intrinsics; the two launches
  * communicate through global memory only (emulation-safe).
  * The fused BatchNorm + relu and the moving-statistics update are not here.
