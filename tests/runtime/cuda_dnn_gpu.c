@@ -308,6 +308,9 @@ static void report(const Row *r, RtDType dt) { report_tol(r, dt, tol(dt)); }
 
 int main(void)
 {
+    /* the CPU twins' generic path: the bit-for-bit reference of pooling and
+     * BatchNorm whatever compiler built libampcrt.a (test_cuda_layout_emu.c) */
+    setenv("AMPC_RT_SIMD", "0", 1);
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0) {

@@ -370,6 +370,13 @@ static void test_batchnorm(void **state)
 
 int main(void)
 {
+    /* The CPU twins' generic path is the reference.  batchnorm.c's AVX2 path
+     * gives the same bits when gcc builds it, but clang (the ASan build)
+     * contracts its x*scale + shift into an FMA (the functions' target
+     * includes "fma" and clang's default is -ffp-contract=on), so under
+     * clang that path differs from the generic one by an ulp: a CPU-side
+     * issue, outside these kernels. */
+    setenv("AMPC_RT_SIMD", "0", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pad_unpad),
         cmocka_unit_test(test_bias_add),
