@@ -178,17 +178,17 @@ static bool engine_ok(Desc ecfg, RtDType dt, int64_t *index)
 {
     Desc eng = make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
     int64_t n = 0;
-    bool ok = true;
-    AMPC_CHECK(AMPC_API_CUDNN, F.GetAttribute(ecfg, CUDNN_ATTR_ENGINECFG_ENGINE,
-                                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng));
-    AMPC_CHECK(AMPC_API_CUDNN, F.GetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
-                                              CUDNN_TYPE_INT64, 1, &n, index));
     cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    /* an engine that cannot describe itself is skipped, not fatal */
+    bool ok = AMPC_TRY(AMPC_API_CUDNN, F.GetAttribute(ecfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng)) &&
+              AMPC_TRY(AMPC_API_CUDNN, F.GetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+                                                      CUDNN_TYPE_INT64, 1, &n, index));
     n = 0;
-    AMPC_CHECK(AMPC_API_CUDNN,
-               F.GetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                              CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes));
-    for (int64_t i = 0; i < n; i++)
+    ok = ok && AMPC_TRY(AMPC_API_CUDNN, F.GetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                                       CUDNN_TYPE_NUMERICAL_NOTE,
+                                                       CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes));
+    for (int64_t i = 0; ok && i < n; i++)
         if (dt == RT_F32 && notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)
             ok = false;
     drop(eng);

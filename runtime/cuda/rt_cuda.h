@@ -13,7 +13,9 @@
  *
  * A failing call prints "ampc: FILE:LINE: CALL: ERROR" and exits with
  * status 1 (the contract's functions return nothing); set-up errors
- * (rt_cuda_init) return false with the message.
+ * (rt_cuda_init) return false with the message.  One host thread calls
+ * these (the emitted program's), as with the CPU kernels: the plan caches
+ * are not locked.
  */
 #ifndef AMPC_RT_CUDA_H
 #define AMPC_RT_CUDA_H
