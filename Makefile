@@ -33,7 +33,10 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
 # The runtime: what emitted programs link (never the compiler).
-RT_CFLAGS := -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iruntime -MMD -MP
+# -ffp-contract=off: no a*b+c becomes an FMA behind the code's back (clang
+# contracts by default, gcc -std=c11 does not), so the kernels round the same
+# whichever compiler builds them, and as their CUDA twins (-fmad=false).
+RT_CFLAGS := -std=c11 -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -Iruntime -MMD -MP
 RT_SRC   := $(wildcard runtime/*.c runtime/cpu/*.c runtime/data/*.c)
 RT_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_SRC))
 RT_LIBS  := -lopenblas -lz -lm
