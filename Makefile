@@ -190,14 +190,16 @@ gpu-check: cuda $(BUILD)/cuda/cuda_kernels_gpu $(BUILD)/cuda/cuda_device_smoke $
 # The kernels' PTX and registers (tests/runtime/cuda_ptx_check.sh), and the
 # CUDA device linked as a program links it (tests/runtime/cuda_device_smoke.sh:
 # without a GPU only its clean failure to open); the kernels themselves run
-# emulated in unit (tests/runtime/test_cuda_emu.c).
+# emulated in unit (tests/runtime/test_cuda_emu.c).  The library discovery smoke
+# test loads the toolkit's own cuDNN, cuBLAS(Lt) and NCCL: a fresh machine's
+# loader cache does not list the toolkit, so it is named (AMPC_CUDA_LIB_PATH).
 cuda-check: cuda
 	@if [ -n "$(NVCC)" ]; then tests/runtime/cuda_ptx_check.sh $(NVCC) $(BUILD)/cuda && \
 	    tests/runtime/cuda_layout_ptx_check.sh $(BUILD)/cuda && \
 	    $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_kernels_gpu \
 	        $(BUILD)/cuda/cuda_libs_smoke $(BUILD)/cuda/cuda_dnn_gpu && \
 	    tests/runtime/cuda_device_smoke.sh $(BUILD)/cuda/cuda_device_smoke && \
-	    $(BUILD)/cuda/cuda_libs_smoke; \
+	    AMPC_CUDA_LIB_PATH=$${AMPC_CUDA_LIB_PATH:-$(dir $(NVCC))../lib64} $(BUILD)/cuda/cuda_libs_smoke; \
 	else echo "SKIPPED: cuda-check (the PTX and register-spill checks of the CUDA kernels): no nvcc"; fi
 
 golden: $(BUILD)/ampc
