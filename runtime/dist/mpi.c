@@ -5,18 +5,20 @@
  *
  * One process per rank, launched by mpirun.  The device of a rank is the CPU
  * device wrapped: every call is forwarded, except
- *   - allreduce: the gradients, in buckets of --mpi-bucket-mb MiB of fp32, in
- *     the order backward completes them (the reverse of the parameter table:
- *     the last layer's gradients first).  Each bucket is packed into fp32
- *     (16-bit gradients widened exactly), handed to MPI_Iallreduce(MPI_SUM) at
- *     once, so that packing the next bucket overlaps the reduction of the ones
- *     before, and written back (rounded to the gradient's dtype once) after
- *     all have completed.  The reduction runs after the train step, not
- *     during backward: the step is one emitted function, and its after-node
- *     hook names a node's first output only (a fused BatchNorm backward
- *     writes dgamma and dbeta as others), so the runtime cannot tell when a
- *     gradient is final.  With two ranks every element is one IEEE addition,
- *     a + b == b + a, so both ranks hold the same bits.
+ *   - allreduce: the gradients, during backward.  The emitted train step
+ *     calls RtCtx.grad_ready(k) right after the call that completes
+ *     parameter k's gradient (ampc knows the last writer of each gradient
+ *     buffer, a fused BatchNorm backward's dgamma and dbeta included); the
+ *     gradient is widened into an fp32 stage there, and each bucket is
+ *     handed to MPI_Iallreduce(MPI_SUM) as soon as its last gradient is
+ *     final, in bucket order, overlapping the rest of backward.  The buckets
+ *     are the program's (the kvstore pass's, RtModel.kv_*, when ampc placed
+ *     it with dist_sync) or else cut every --mpi-bucket-mb MiB of fp32 in
+ *     the order the gradients become final.  The trainer's all-reduce after
+ *     the step waits for all of them and writes the sums back (rounded to the
+ *     gradient's dtype once) before the optimizer.  With two ranks every
+ *     element is one IEEE addition, a + b == b + a, so both ranks hold the
+ *     same bits, whatever the buckets.
  *   - check_grads: the finite flag is reduced (MPI_MIN), so an overflow on one
  *     rank skips the step on every rank.
  *   - broadcast: MPI_Ibcast of the bytes, in chunks below INT_MAX.
@@ -47,6 +49,33 @@ static double g_timeout = 60;
 static size_t g_bucket_elems = (size_t)1 << 20; /* 4 MiB of fp32 */
 static int64_t g_step = -1;
 
+/* The model's gradients as the train step completes them (set up by
+ * m_setup; docs/kvstore.md, "Running on several processes"). */
+typedef struct {
+    int np;            /* the model's parameters; the arrays below are by parameter */
+    bool *has;         /* it has a gradient */
+    RtDevTensor *t;    /* its gradient */
+    size_t *pos;       /* where it sits in the stage (fp32 elements) */
+    bool *ready;       /* final this step */
+    int *order;        /* this step's final gradients, in the order they came */
+    int ng;            /* parameters with a gradient */
+    bool table;        /* the program's kvstore buckets (else --mpi-bucket-mb's) */
+    int nb;            /* buckets */
+    size_t *end;       /* bucket b is the stage's [b ? end[b - 1] : 0, end[b]) */
+    int *bucket_of;    /* table: by parameter */
+    int *size, *left;  /* table: gradients per bucket, and not yet final this step */
+    size_t total, at;  /* elements; own rule: where the next final gradient goes */
+    int nready, started, early; /* this step: final gradients, buckets started,
+                                 * of those before the step ended */
+    int nr;            /* requests posted this step, the arrivals first */
+    bool open;         /* this step's arrivals are posted */
+    bool in_reduce;    /* m_allreduce is finishing the step */
+    bool again;        /* a gradient announced twice before the all-reduce (the
+                        * train step ran twice: --sim-ranks in one process) */
+    bool debug;        /* $AMPC_MPI_DEBUG: rank 0 prints the first step's buckets */
+    int64_t steps;
+} Grads;
+
 typedef struct {
     RtDevice base; /* first */
     RtDevice *in;  /* the CPU device */
@@ -57,7 +86,11 @@ typedef struct {
     int64_t *arrived;
     MPI_Request *req;
     int nreq_cap;
+    const RtModel *model;
+    Grads g;       /* set when m_setup ran */
 } MpiDev;
+
+static MpiDev *g_dev; /* the one device, for the train step's grad_ready hook */
 
 static MpiDev *md(RtDevice *d) { return (MpiDev *)d; }
 static RtDevice *in(RtDevice *d) { return md(d)->in; }
@@ -330,16 +363,11 @@ static void unpack(const RtDevTensor *b, int n, const float *src, size_t total, 
     }
 }
 
-static bool m_allreduce(RtDevice *d, const RtDevTensor *b, int n, RtReduceOp op, char *err,
-                        size_t errlen)
+/* Any tensors, after the fact: packed in the order backward completes the
+ * parameters' gradients (the last tensor first), cut every --mpi-bucket-mb. */
+static bool reduce_all(MpiDev *m, const RtDevTensor *b, int n, RtReduceOp op, char *err,
+                       size_t errlen)
 {
-    MpiDev *m = md(d);
-    if (op != RT_REDUCE_SUM && op != RT_REDUCE_MEAN) {
-        snprintf(err, errlen, "mpi: all-reduce: unknown reduction %d", (int)op);
-        return false;
-    }
-    if (!check_bucket(b, n, "all-reduce", err, errlen))
-        return false;
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         if (b[i].n > SIZE_MAX / sizeof(float) - total) {
@@ -372,6 +400,257 @@ static bool m_allreduce(RtDevice *d, const RtDevTensor *b, int n, RtReduceOp op,
     wait_all(m, nr, "gradient all-reduce");
     unpack(b, n, m->stage, total, op == RT_REDUCE_MEAN ? 1.0f / (float)g_world : 1.0f);
     return true;
+}
+
+/* ---- the gradients, reduced while backward runs ------------------------------------- */
+
+static bool grads_setup(MpiDev *m, const RtModel *mo, const RtCtx *ctx, char *err, size_t errlen)
+{
+    Grads *g = &m->g;
+    int np = mo->nparams, nt = mo->kv_nbuckets;
+    g->np = np;
+    g->has = calloc((size_t)np + 1, sizeof *g->has);
+    g->t = calloc((size_t)np + 1, sizeof *g->t);
+    g->pos = calloc((size_t)np + 1, sizeof *g->pos);
+    g->ready = calloc((size_t)np + 1, sizeof *g->ready);
+    g->order = calloc((size_t)np + 1, sizeof *g->order);
+    g->bucket_of = calloc((size_t)np + 1, sizeof *g->bucket_of);
+    g->size = calloc((size_t)(nt > 0 ? nt : 0) + 1, sizeof *g->size);
+    g->left = calloc((size_t)(nt > 0 ? nt : 0) + 1, sizeof *g->left);
+    if (!g->has || !g->t || !g->pos || !g->ready || !g->order || !g->bucket_of || !g->size ||
+        !g->left) {
+        snprintf(err, errlen, "mpi: out of memory for the gradient table");
+        return false;
+    }
+    for (int k = 0; k < np; k++) {
+        const RtParam *p = &mo->params[k];
+        if (p->grad < 0)
+            continue;
+        g->has[k] = true;
+        g->t[k] = (RtDevTensor){ctx->buf[p->grad], (size_t)p->numel, mo->buffers[p->grad].dtype};
+        if (g->t[k].n > SIZE_MAX / sizeof(float) - g->total) {
+            snprintf(err, errlen, "mpi: the gradients overflow the size of memory");
+            return false;
+        }
+        g->total += g->t[k].n;
+        g->ng++;
+    }
+    size_t cap = g_bucket_elems < (size_t)INT_MAX ? g_bucket_elems : (size_t)INT_MAX;
+    g->table = nt > 0;
+    g->nb = g->table ? nt : g->total ? (int)((g->total + cap - 1) / cap) : 0;
+    if (!g->table && (g->total + cap - 1) / cap > (size_t)INT_MAX / 2) {
+        snprintf(err, errlen, "mpi: too many buckets: raise --mpi-bucket-mb");
+        return false;
+    }
+    if (!(g->end = calloc((size_t)g->nb + 1, sizeof *g->end))) {
+        snprintf(err, errlen, "mpi: out of memory for the gradient table");
+        return false;
+    }
+    for (int b = 0; !g->table && b < g->nb; b++)
+        g->end[b] = g->total - (size_t)b * cap <= cap ? g->total : (size_t)(b + 1) * cap;
+    /* the program's buckets: every gradient in exactly one, each fitting an int */
+    size_t at = 0;
+    for (int b = 0; g->table && b < nt; b++) {
+        int lo = mo->kv_bucket_start[b], hi = mo->kv_bucket_start[b + 1];
+        if (lo > hi || (b == 0 && lo != 0)) {
+            snprintf(err, errlen, "model %s: kvstore bucket %d: bad bounds", mo->name, b);
+            return false;
+        }
+        size_t lo_at = at;
+        for (int j = lo; j < hi; j++) {
+            int k = mo->kv_bucket_params[j];
+            if (k < 0 || k >= np || !g->has[k] || g->ready[k]) {
+                snprintf(err, errlen, "model %s: kvstore bucket %d names parameter %d: not a "
+                         "gradient, or one in two buckets", mo->name, b, k);
+                return false;
+            }
+            g->ready[k] = true; /* seen (cleared below) */
+            g->bucket_of[k] = b;
+            g->pos[k] = at;
+            at += g->t[k].n;
+            g->size[b]++;
+        }
+        if (at - lo_at > (size_t)INT_MAX) {
+            snprintf(err, errlen, "model %s: kvstore bucket %d holds more than INT_MAX values",
+                     mo->name, b);
+            return false;
+        }
+        g->end[b] = at;
+    }
+    for (int k = 0; g->table && k < np; k++)
+        if (g->has[k] && !g->ready[k]) {
+            snprintf(err, errlen, "model %s: the kvstore buckets leave out the gradient of %s",
+                     mo->name, mo->params[k].name);
+            return false;
+        }
+    memset(g->ready, 0, sizeof *g->ready * (size_t)np);
+    memcpy(g->left, g->size, sizeof *g->left * (size_t)(nt > 0 ? nt : 0));
+    if (g->total > m->stage_n) {
+        free(m->stage);
+        m->stage_n = 0;
+        if (!(m->stage = malloc(g->total * sizeof(float)))) {
+            snprintf(err, errlen, "mpi: out of memory for %zu fp32 gradient values", g->total);
+            return false;
+        }
+        m->stage_n = g->total;
+    }
+    const char *dbg = getenv("AMPC_MPI_DEBUG");
+    g->debug = dbg && *dbg && strcmp(dbg, "0") != 0;
+    return reserve(m, g->nb, err, errlen);
+}
+
+static void grads_free(Grads *g)
+{
+    free(g->has);
+    free(g->t);
+    free(g->pos);
+    free(g->ready);
+    free(g->order);
+    free(g->bucket_of);
+    free(g->size);
+    free(g->left);
+    free(g->end);
+}
+
+static bool bucket_complete(const Grads *g, int b)
+{
+    return g->table ? g->left[b] == 0 : g->end[b] <= g->at;
+}
+
+/* Parameter k's gradient is final: into the stage (fp32), then every
+ * bucket that is now complete starts, in bucket order (every rank posts the
+ * same collectives in the same order). */
+static void grad_final(MpiDev *m, int k)
+{
+    Grads *g = &m->g;
+    if (k < 0 || k >= g->np || !g->has[k])
+        return;
+    if (g->ready[k]) {
+        g->again |= !g->in_reduce;
+        return;
+    }
+    if (!g->open) {
+        g->nr = arrive(m);
+        g->open = true;
+    }
+    g->ready[k] = true;
+    g->order[g->nready++] = k;
+    if (!g->table) {
+        g->pos[k] = g->at;
+        g->at += g->t[k].n;
+    } else {
+        g->left[g->bucket_of[k]]--;
+    }
+    rt_to_f32(m->stage + g->pos[k], g->t[k].ptr, g->t[k].n, g->t[k].dt);
+    bool any = false;
+    while (g->started < g->nb && bucket_complete(g, g->started)) {
+        int b = g->started++;
+        size_t lo = b ? g->end[b - 1] : 0;
+        MPI_Iallreduce(MPI_IN_PLACE, m->stage + lo, (int)(g->end[b] - lo), MPI_FLOAT, MPI_SUM,
+                       MPI_COMM_WORLD, &m->req[g->nr++]);
+        g->early += !g->in_reduce;
+        any = true;
+    }
+    if (any && !g->in_reduce) { /* Open MPI progresses inside its calls */
+        int done = 0;
+        MPI_Testall(g->nr, m->req, &done, MPI_STATUSES_IGNORE);
+    }
+}
+
+/* RtCtx.grad_ready: called by the train step right after the call that
+ * completes parameter k's gradient. */
+static void m_grad_ready(RtCtx *ctx, int k)
+{
+    (void)ctx;
+    if (g_dev)
+        grad_final(g_dev, k);
+}
+
+/* $AMPC_MPI_DEBUG on rank 0, after the first step: the buckets as gradient
+ * buffers in the order packed (the kvbucket lines of --dump=program), and
+ * how many started before the train step returned. */
+static void grads_debug(const MpiDev *m)
+{
+    const Grads *g = &m->g;
+    fprintf(stderr, "mpi: %d buckets (%s), %d started during backward\n", g->nb,
+            g->table ? "the program's kvstore buckets" : "--mpi-bucket-mb", g->early);
+    for (int b = 0; b < g->nb; b++) {
+        size_t lo = b ? g->end[b - 1] : 0;
+        fprintf(stderr, "mpi: bucket %d grads=(", b);
+        for (int i = 0, n = 0; i < g->nready; i++) {
+            int k = g->order[i];
+            if (g->pos[k] < g->end[b] && g->pos[k] + g->t[k].n > lo)
+                fprintf(stderr, "%s%d", n++ ? "," : "", m->model->params[k].grad);
+        }
+        fputs(")\n", stderr);
+    }
+}
+
+/* The step's end: the gradients backward did not announce (a program
+ * without the hook) become final now, then every bucket's reduction is
+ * waited for and the sums written back, rounded to the gradient's dtype. */
+static bool grads_finish(MpiDev *m, const RtDevTensor *b, int n, RtReduceOp op, char *err,
+                         size_t errlen)
+{
+    Grads *g = &m->g;
+    g->in_reduce = true;
+    for (int k = g->np - 1; k >= 0; k--)
+        grad_final(m, k);
+    g->in_reduce = false;
+    if (!g->open) /* no gradient at all: still one collective, as every rank */
+        g->nr = arrive(m);
+    wait_all(m, g->nr, "gradient all-reduce");
+    float scale = op == RT_REDUCE_MEAN ? 1.0f / (float)g_world : 1.0f;
+    for (int k = 0; !g->again && k < g->np; k++)
+        if (g->has[k])
+            unpack(&g->t[k], 1, m->stage + g->pos[k], g->t[k].n, scale);
+    if (g->debug && g->steps == 0 && g_rank == 0)
+        grads_debug(m);
+    g->steps++;
+    memset(g->ready, 0, sizeof *g->ready * (size_t)g->np);
+    if (g->table)
+        memcpy(g->left, g->size, sizeof *g->left * (size_t)g->nb);
+    g->at = 0;
+    g->nready = g->started = g->early = g->nr = 0;
+    g->open = false;
+    /* the stage holds the first pass's gradients, not what the tensors hold
+     * now (the passes' sum): reduced again, after the fact */
+    bool again = g->again;
+    g->again = false;
+    return !again || reduce_all(m, b, n, op, err, errlen);
+}
+
+/* The model's gradients (the trainer's bucket, by parameter) go the way
+ * the train step announced them; any other tensors are reduced at once. */
+static bool is_model_grads(const MpiDev *m, const RtDevTensor *b, int n)
+{
+    const Grads *g = &m->g;
+    if (!m->model || n != g->ng)
+        return false;
+    for (int k = 0, i = 0; k < g->np; k++)
+        if (g->has[k] && (b[i].ptr != g->t[k].ptr || b[i].n != g->t[k].n || b[i++].dt != g->t[k].dt))
+            return false;
+    return true;
+}
+
+static bool m_allreduce(RtDevice *d, const RtDevTensor *b, int n, RtReduceOp op, char *err,
+                        size_t errlen)
+{
+    MpiDev *m = md(d);
+    if (op != RT_REDUCE_SUM && op != RT_REDUCE_MEAN) {
+        snprintf(err, errlen, "mpi: all-reduce: unknown reduction %d", (int)op);
+        return false;
+    }
+    if (!check_bucket(b, n, "all-reduce", err, errlen))
+        return false;
+    if (is_model_grads(m, b, n))
+        return grads_finish(m, b, n, op, err, errlen);
+    if (m->g.open) {
+        snprintf(err, errlen, "mpi: all-reduce of other tensors while the step's gradients are "
+                 "being reduced");
+        return false;
+    }
+    return reduce_all(m, b, n, op, err, errlen);
 }
 
 static bool m_broadcast(RtDevice *d, const RtDevTensor *b, int n, int root, char *err,
@@ -521,9 +800,27 @@ static void m_fill(RtDevice *d, void *dst, RtDType dt, size_t n, float value)
 {
     in(d)->ops->fill(in(d), dst, dt, n, value);
 }
+/* The CPU device's setup, then the gradient table, and the train step's
+ * grad_ready hook (the trainer's context, set up once, before any step). */
 static bool m_setup(RtDevice *d, const RtModel *mo, const RtCtx *ctx, char *err, size_t errlen)
 {
-    return in(d)->ops->setup(in(d), mo, ctx, err, errlen);
+    MpiDev *m = md(d);
+    if (!in(d)->ops->setup(in(d), mo, ctx, err, errlen))
+        return false;
+    if (m->model == mo)
+        return true;
+    if (m->model) {
+        snprintf(err, errlen, "mpi: the engine serves one model");
+        return false;
+    }
+    m->model = mo;
+    if (!grads_setup(m, mo, ctx, err, errlen))
+        return false;
+    g_dev = m;
+    /* the context is the trainer's own (non-const) object; setup is where
+     * the device learns it */
+    ((RtCtx *)ctx)->grad_ready = m_grad_ready;
+    return true;
 }
 static int m_first_nonfinite(RtDevice *d) { return in(d)->ops->first_nonfinite(in(d)); }
 static void m_event_record(RtDevice *d, RtDevEvent *e) { in(d)->ops->event_record(in(d), e); }
@@ -538,6 +835,9 @@ static void m_close(RtDevice *d)
 {
     MpiDev *m = md(d);
     rt_device_close(m->in);
+    if (g_dev == m)
+        g_dev = NULL;
+    grads_free(&m->g);
     free(m->stage);
     free(m->arrived);
     free(m->req);

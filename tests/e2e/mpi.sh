@@ -16,6 +16,10 @@
 #      computation): the validation accuracy within 0.05;
 #      the same with recordio(...) (a source that decodes ahead) on 200 Fashion-MNIST
 #      images, when im2rec and rio_tool are built (else a SKIPPED line);
+#      the reduction overlaps backward (AMPC_MPI_DEBUG=1: every bucket starts
+#      before the train step returns), and a program built with
+#      --kvstore=dist_sync reduces in the kvstore pass's buckets (its
+#      --dump=program kvbucket lines), bit for bit --sim-ranks 2's;
 #   3. an overflow on rank 1 only (--inject-inf-at-step 20 --inject-rank 1)
 #      skips step 20 on both ranks: one more skipped step and one update
 #      fewer than the same run without it, on rank 0 too; --sim-ranks 2 with
@@ -129,6 +133,57 @@ for amp in off float16; do
         bad "amp=$amp: mpirun -np 2 and one process with --sim-ranks 2 differ"
     fi
 done
+
+# ---- 2b. the reduction overlaps backward; the program's kvstore buckets --------------
+# The train step announces each gradient right after the call that completes it
+# (RtCtx.grad_ready); AMPC_MPI_DEBUG=1 makes rank 0 print, after the first step, the
+# buckets (gradient buffers in the order packed) and how many it started before the
+# train step returned.  Own rule (--mpi-bucket-mb 0.01: 15 buckets): all 15 start
+# during backward (the engine before this started none there).
+if timeout 120 env AMPC_MPI_DEBUG=1 "${MPIRUN[@]}" -np 2 "$tmp/d_float16" "${common[@]}" \
+        --epochs 1 --max-steps 3 --mpi-bucket-mb 0.01 >"$tmp/log" 2>&1 &&
+        grep -q '^mpi: 15 buckets (--mpi-bucket-mb), 15 started during backward$' "$tmp/log"; then
+    ok "--mpi-bucket-mb 0.01: all 15 buckets start during backward"
+else
+    bad "--mpi-bucket-mb 0.01: the buckets did not all start during backward"
+fi
+# Built with --kvstore=dist_sync, the program carries the pass's buckets
+# (RtModel.kv_*) and the engine uses them: its buckets are --dump=program's
+# kvbucket lines, both start during backward, and the training is bit for bit
+# --sim-ranks 2's (the sums are per element, whatever the buckets).
+kvf=(--amp=float16 --kvstore=dist_sync --machines=2 --kv-bucket-mb=0.01)
+"$ampc" examples/digits_cnn.sym "${kvf[@]}" --dump=program 2>/dev/null |
+    sed -n 's/^kvbucket \([0-9]*\) bytes=[0-9]* /mpi: bucket \1 /p' >"$tmp/pass_buckets"
+if "$ampc" examples/digits_cnn.sym "${kvf[@]}" -o "$tmp/d_kv" >"$tmp/log" 2>&1 &&
+        timeout 120 env AMPC_MPI_DEBUG=1 "${MPIRUN[@]}" -np 2 "$tmp/d_kv" "${common[@]}" \
+        --epochs 2 --save-dir "$tmp/ck_kv" --save-all-ranks >"$tmp/log" 2>&1; then
+    grep '^mpi: bucket ' "$tmp/log" >"$tmp/engine_buckets"
+    if [ "$(wc -l <"$tmp/pass_buckets")" -ge 2 ] && cmp -s "$tmp/pass_buckets" "$tmp/engine_buckets" &&
+            grep -q "^mpi: $(wc -l <"$tmp/pass_buckets") buckets (the program's kvstore buckets), $(wc -l <"$tmp/pass_buckets") started during backward$" "$tmp/log"; then
+        ok "--kvstore=dist_sync: the engine's buckets are the pass's ($(wc -l <"$tmp/pass_buckets")), started during backward"
+    else
+        bad "--kvstore=dist_sync: the engine's buckets differ from --dump=program's"
+        diff "$tmp/pass_buckets" "$tmp/engine_buckets" | head -6 | sed 's/^/    /'
+    fi
+    if cmp -s "$tmp/sim_float16/digits_cnn-0002.params" "$tmp/ck_kv/rank1/digits_cnn-0002.params"; then
+        ok "--kvstore=dist_sync: mpirun -np 2 with the pass's buckets equals --sim-ranks 2 bit for bit"
+    else
+        bad "--kvstore=dist_sync: mpirun -np 2 with the pass's buckets differs from --sim-ranks 2"
+    fi
+else
+    bad "--kvstore=dist_sync: building or running the program"
+fi
+# The --mpi program started without mpirun (one rank) and --sim-ranks 2: the
+# train step runs twice before the all-reduce, so the gradients announced in
+# the first pass are stale; the engine reduces the summed ones after the fact
+# and trains to the bits of the program built without --mpi.
+if timeout 120 "$tmp/d_float16" "${common[@]}" --epochs 2 --sim-ranks 2 --save-dir "$tmp/sim_mpi" \
+        >"$tmp/log" 2>&1 &&
+        cmp -s "$tmp/sim_mpi/digits_cnn-0002.params" "$tmp/sim_float16/digits_cnn-0002.params"; then
+    ok "the --mpi program alone with --sim-ranks 2 equals the one without --mpi bit for bit"
+else
+    bad "the --mpi program alone with --sim-ranks 2 differs from the one without --mpi"
+fi
 if timeout 120 "$tmp/d_one" --data digits --batch-size 32 --log-interval 0 --threads 1 --epochs 2 \
         >"$tmp/log" 2>&1; then
     a1=$(sed -n 's/^Final validation-accuracy=//p' "$tmp/log")
