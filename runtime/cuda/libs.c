@@ -232,12 +232,39 @@ char **ampc_python_sys_path(void)
 
 /* ---- the process-wide handles ---------------------------------------------------- */
 
+/* cuDNN 9's libcudnn.so.9 is a shim that dlopens its sub-libraries by
+ * soname, relying on its own RUNPATH ($ORIGIN).  Where the loader does not
+ * apply that RUNPATH (under AddressSanitizer, whose dlopen interceptor makes
+ * libasan the caller) and no loader-cache entry lists the toolkit (a fresh
+ * machine), the shim prints "Invalid handle. Cannot load symbol ..." and
+ * aborts.  So the sub-libraries beside a libcudnn.so found by path are
+ * loaded first, by path: the shim's dlopen by soname then finds them
+ * loaded.  Process-wide, as the libraries themselves. */
+static void preload_cudnn_parts(const char *cand)
+{
+    static const char *const parts[] = {
+        "libcudnn_graph.so.9", "libcudnn_ops.so.9", "libcudnn_heuristic.so.9",
+        "libcudnn_engines_precompiled.so.9", "libcudnn_engines_runtime_compiled.so.9",
+        "libcudnn_cnn.so.9", "libcudnn_adv.so.9"};
+    const char *slash = strrchr(cand, '/');
+    if (!slash || strncmp(slash + 1, "libcudnn.so", 11) != 0)
+        return;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        char path[4096];
+        int n = snprintf(path, sizeof path, "%.*s/%s", (int)(slash - cand), cand, parts[i]);
+        if (n > 0 && (size_t)n < sizeof path && access(path, F_OK) == 0)
+            (void)dlopen(path, RTLD_NOW | RTLD_GLOBAL); /* the shim reports what is missing */
+    }
+}
+
 static bool dl_probe(const char *cand, void *ctx, void **handle, char *why, size_t whylen)
 {
     (void)ctx;
     bool path = strchr(cand, '/') != NULL;
     if (path && access(cand, F_OK) != 0)
         return false; /* not there: not worth a loader error */
+    if (path)
+        preload_cudnn_parts(cand);
     *handle = dlopen(cand, RTLD_NOW | RTLD_GLOBAL);
     if (!*handle) {
         const char *e = dlerror();
