@@ -52,7 +52,14 @@ cd "$root" || exit 2
 # A reader of a binary format (fuzz_mxparams, fuzz_npy) starts from its own
 # corpus alone, tests/fuzz/corpus_NAME/ (NAME: the target without fuzz_),
 # without the model files, the IR dumps and the DSL dictionary.
+# Or, for a binary format, from the seeds tests/fuzz/gen_corpus_NAME.py
+# writes now (no binary file is kept in the repository).
 own=tests/fuzz/corpus_${target#fuzz_}
+gen=tests/fuzz/gen_corpus_${target#fuzz_}.py
+if [ -f "$gen" ]; then
+    own=$tmp/gen_corpus
+    python3 "$gen" "$own" || { echo "fuzz: $gen failed"; exit 2; }
+fi
 [ -d "$own" ] || own=
 n=0
 while IFS= read -r f; do
