@@ -17,6 +17,7 @@
  * (docs/codegen.md), and every path is one argument as given. */
 #include "codegen.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <spawn.h>
@@ -148,6 +149,53 @@ extern char **environ;
 static bool build_mpi; /* cg_build_set_mpi */
 
 void cg_build_set_mpi(bool on) { build_mpi = on; }
+
+static bool build_cuda; /* cg_build_set_cuda */
+
+void cg_build_set_cuda(bool on) { build_cuda = on; }
+
+/* libampccuda.a beside libampcrt.a */
+static bool find_cuda_library(const char *lib, char *out, size_t cap)
+{
+    const char *slash = strrchr(lib, '/');
+    size_t dir = slash ? (size_t)(slash - lib) + 1 : 0;
+    if (dir + sizeof "libampccuda.a" > cap)
+        return false;
+    memcpy(out, lib, dir);
+    memcpy(out + dir, "libampccuda.a", sizeof "libampccuda.a");
+    return exists(out);
+}
+
+/* The driver API's two calls, through dlopen: ampc itself links no CUDA. */
+static bool driver_has_device(char *why, size_t whylen)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(why, whylen, "no CUDA driver (libcuda.so.1)");
+        return false;
+    }
+    int (*init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
+    int (*count)(int *) = (int (*)(int *))dlsym(h, "cuDeviceGetCount");
+    int n = 0, e = init && count ? init(0) : -1;
+    if (e == 0)
+        e = count(&n);
+    if (e != 0 || n <= 0)
+        snprintf(why, whylen, e ? "the CUDA driver reports error %d" : "no CUDA device", e);
+    dlclose(h);
+    return e == 0 && n > 0;
+}
+
+bool cg_cuda_usable(const char *argv0, char *why, size_t whylen)
+{
+    char inc[PATH_MAX], lib[PATH_MAX], cu[PATH_MAX], spare[128];
+    if (!why)
+        why = spare, whylen = sizeof spare;
+    if (!find_runtime(inc, lib, sizeof inc, argv0) || !find_cuda_library(lib, cu, sizeof cu)) {
+        snprintf(why, whylen, "this ampc has no CUDA runtime library (libampccuda.a)");
+        return false;
+    }
+    return driver_has_device(why, whylen);
+}
 
 /* ampcmpi.o beside libampcrt.a */
 static bool find_mpi_object(const char *lib, char *obj, size_t cap)

@@ -24,6 +24,9 @@ bool cg_check(const Graph *train);
 typedef struct {
     const BufferPlan *train, *infer;
     const KvPlan *kv;
+    Target kernels;  /* whose functions the calls name: the table's cpu or cuda
+                      * column (ampc --target; --kernels=cpu runs a CUDA plan on
+                      * the CPU runtime) */
 } CgPlans;
 
 /* lower.c: the lowered program of `train` (after cg_check) with the plans
@@ -45,6 +48,15 @@ bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0);
 /* From now on cg_build links the MPI engine (ampcmpi.o and Open MPI through
  * $MPICC, default mpicc): ampc --mpi. */
 void cg_build_set_mpi(bool on);
+/* From now on cg_build links the CUDA runtime (libampccuda.a beside the
+ * runtime, the toolkit's static cudart; cuDNN, cuBLASLt and NCCL are
+ * opened at run time): a program whose calls name the cuda column. */
+void cg_build_set_cuda(bool on);
+/* Whether this machine can run a CUDA program ampc builds: the CUDA runtime
+ * library found beside the runtime (as cg_build looks for it), the driver
+ * (libcuda.so.1) loads and reports at least one device.  False with the
+ * reason in why (when not NULL).  --target=auto asks it. */
+bool cg_cuda_usable(const char *argv0, char *why, size_t whylen);
 
 /* output.c: the files a compile writes, never destroying one on a failure
  * (see output.c for the rules).  True (after an error naming both) when out

@@ -23,6 +23,7 @@ typedef struct {
     bool no_schedule;         /* --no-schedule: keep the order the passes left */
     FILE *out;                /* where --explain prints */
     unsigned no_fuse;         /* --no-fuse: the fusions turned off (bit k: rule k) */
+    Target target;            /* --target: what the schedule pass plans for */
 } PassOptions;
 
 /* The pass pipeline after elaborate, as a straight list (DESIGN.md 4). */

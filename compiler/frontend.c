@@ -151,7 +151,7 @@ static bool run_amp(Graph **g, const PassOptions *o)
 
 static bool run_schedule(Graph **g, const PassOptions *o)
 {
-    return o->no_schedule || schedule(g);
+    return schedule(g, o->target, !o->no_schedule);
 }
 
 const PassDesc pass_pipeline[] = {

@@ -19,7 +19,9 @@ typedef struct {
     const char *dump_dir;
     const char *model;
     bool dot, from_ir, report, verify, source_only; /* source_only: -S */
-    const char *target;     /* cpu (cuda comes later) */
+    const char *target;     /* --target=cpu|cuda|auto as given (NULL: auto) */
+    const char *kernels;    /* --kernels=cpu|cuda (testing), NULL: the target's */
+    Target kernel_target;   /* whose kernels the program calls (resolved) */
     const char *argv0;
     int64_t batch;
     int64_t shuffle_seed;   /* > 0: store the graph in a random topological order */
@@ -54,7 +56,11 @@ static void usage(FILE *f)
           "options:\n"
           "  -o FILE                 write the training program to FILE\n"
           "  -S                      write its C source only (to -o, or MODEL.c)\n"
-          "  --target=cpu            the backend (cpu: portable C with OpenBLAS)\n"
+          "  --target=cpu|cuda|auto  the backend: cpu (portable C with OpenBLAS), cuda (an\n"
+          "                          NVIDIA GPU: cuDNN, cuBLASLt, NCCL; docs/backend-cuda.md),\n"
+          "                          auto (default: cuda when this machine has a usable GPU)\n"
+          "  --kernels=cpu           testing: a --target=cuda plan (layouts, fusions, memory\n"
+          "                          plan) calling the CPU runtime's kernels\n"
           "  --model=NAME            the model to build (default: the first in FILE)\n"
           "  --dump=PASS|all         print the IR after PASS (or after every pass)\n"
           "  --dump=memplan          the training step's memory plan: lifetimes, sizes, offsets\n"
@@ -176,10 +182,12 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
            O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE, O_TIME, O_AMP_PLACE, O_NO_FUSE };
     enum { O_NO_MEMPLAN = 400, O_NO_INPLACE, O_NO_SCHEDULE, O_CHECK_PROGRAM };
     enum { O_FROM_MXNET = 500, O_INPUT_SHAPE, O_LOSS, O_EMIT_SYM, O_EMIT_MXNET };
-    enum { O_KVSTORE = 600, O_MACHINE, O_DEVICES, O_MACHINES, O_KV_BUCKET, O_KV_WIRE, O_MPI = 650 };
+    enum { O_KVSTORE = 600, O_MACHINE, O_DEVICES, O_MACHINES, O_KV_BUCKET, O_KV_WIRE, O_MPI = 650,
+           O_KERNELS = 700 };
     static const struct option longs[] = {
         {"kvstore", required_argument, NULL, O_KVSTORE},
         {"mpi", no_argument, NULL, O_MPI},
+        {"kernels", required_argument, NULL, O_KERNELS},
         {"machine", required_argument, NULL, O_MACHINE},
         {"devices", required_argument, NULL, O_DEVICES},
         {"machines", required_argument, NULL, O_MACHINES},
@@ -250,12 +258,18 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         case O_TIME: o->time_passes = true; break;
         case O_LOSS_SCALE: o->loss_scale = optarg; break;
         case O_TARGET:
-            if (strcmp(optarg, "cpu") != 0) {
-                diag_plain_error(d, "--target=%s is not available: this ampc has the cpu backend "
-                                    "(cuda arrives with the CUDA backend)", optarg);
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto")) {
+                diag_plain_error(d, "--target must be cpu, cuda or auto, not '%s'", optarg);
                 return 1;
             }
             o->target = optarg;
+            break;
+        case O_KERNELS:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+                diag_plain_error(d, "--kernels must be cpu or cuda, not '%s'", optarg);
+                return 1;
+            }
+            o->kernels = optarg;
             break;
         case O_DUMP: o->dump = optarg; break;
         case O_DUMP_DIR: o->dump_dir = optarg; break;
@@ -336,6 +350,19 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         diag_plain_error(d, "unknown pass '%s' for --dump (see ampc --help)", o->dump);
         return 1;
     }
+    if (o->kernels && (!o->target || strcmp(o->target, "cuda") != 0)) {
+        diag_plain_error(d, "--kernels=%s applies to --target=cuda", o->kernels);
+        return 1;
+    }
+    /* auto: cuda when this machine has a usable GPU and the CUDA runtime
+     * library was built, else the CPU (said under --report) */
+    bool cuda = o->target ? strcmp(o->target, "cuda") == 0
+                          : cg_cuda_usable(o->argv0, NULL, 0);
+    if (o->target && strcmp(o->target, "auto") == 0)
+        cuda = cg_cuda_usable(o->argv0, NULL, 0);
+    o->pass.target = cuda ? TARGET_CUDA : TARGET_CPU;
+    o->kernel_target = cuda && !(o->kernels && strcmp(o->kernels, "cpu") == 0) ? TARGET_CUDA
+                                                                               : TARGET_CPU;
     const char *env = getenv("AMPC_VERIFY");
     if (env && strcmp(env, "1") == 0)
         o->verify = true;
@@ -469,7 +496,7 @@ static const CgPlans *make_plans(const Options *o, const Graph *g, BufferPlan *t
     memplan(g->infer, !o->no_inplace, ip);
     if (!memplan_verify(g, tp, stderr) || !memplan_verify(g->infer, ip, stderr))
         DIE("the memory plan verifier failed");
-    *plans = (CgPlans){tp, ip, NULL};
+    *plans = (CgPlans){tp, ip, NULL, TARGET_CPU};
     return plans;
 }
 
@@ -605,6 +632,7 @@ static bool generate(const Options *o, const Graph *g, Diag *d, const KvPlan *kv
     const CgPlans *mp = make_plans(o, g, &tp, &ip, &plans);
     CgPlans with_kv = mp ? *mp : (CgPlans){0};
     with_kv.kv = kv; /* a dist_sync placement gives the program its buckets */
+    with_kv.kernels = o->kernel_target;
     bool ok = cg_emit_c(m, g, &with_kv);
     plan_free(&tp);
     plan_free(&ip);
@@ -616,6 +644,7 @@ static bool generate(const Options *o, const Graph *g, Diag *d, const KvPlan *kv
     else if (ok) {
         /* a program for mpirun links the MPI engine; no other does */
         cg_build_set_mpi(o->mpi || (o->kv.kvstore && strcmp(o->kv.kvstore, "dist_sync") == 0));
+        cg_build_set_cuda(o->kernel_target == TARGET_CUDA);
         ok = cg_build_program(d, text, len, o->output, o->argv0);
     }
     free(text);

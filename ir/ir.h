@@ -373,6 +373,11 @@ typedef struct {
     Loc loc;
 } ConfigEntry;
 
+/* The machine a program is planned for (ampc --target): its layouts and
+ * fusions (the schedule pass) and the kernels it calls (codegen). */
+typedef enum { TARGET_CPU, TARGET_CUDA, TARGET_COUNT } Target;
+const char *target_name(Target t); /* "cpu", "cuda" */
+
 /* Facts about a graph that passes pass on to later ones and to --report. */
 typedef struct {
     int64_t bind_batch;   /* > 0: dumps print N as this number (--batch-size) */
@@ -384,6 +389,7 @@ typedef struct {
     int64_t place_optimal[2], place_greedy[2];
     int place_mode;       /* 0: no placement ran; else 1 + the AmpPlacement used */
     bool predict_only;    /* no loss head: no training step, only g->infer (autodiff_predict) */
+    Target target;        /* what the schedule pass planned for (TARGET_CPU before it) */
 } GraphInfo;
 
 struct Graph {

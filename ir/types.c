@@ -92,3 +92,9 @@ char *shape_str(const Shape *s, char *buf, size_t cap)
         snprintf(buf + k, cap - k, "]");
     return buf;
 }
+
+const char *target_name(Target t)
+{
+    static const char *const n[] = {"cpu", "cuda"};
+    return t >= 0 && t < TARGET_COUNT ? n[t] : "?";
+}

@@ -142,6 +142,6 @@ bool fuse_check(const Graph *g);
  * execution order of lowest peak memory it finds (a greedy list schedule,
  * kept only when its liveness lower bound beats the order they came in;
  * docs/codegen.md, "Schedule").  Always true. */
-bool schedule(Graph **g);
+bool schedule(Graph **g, Target target, bool reorder);
 
 #endif

@@ -301,10 +301,15 @@ static Graph *schedule_one(Graph *g)
     return g;
 }
 
-bool schedule(Graph **g)
+bool schedule(Graph **g, Target target, bool reorder)
 {
-    *g = schedule_one(*g);
+    if (reorder) {
+        *g = schedule_one(*g);
+        if ((*g)->infer)
+            (*g)->infer = schedule_one((*g)->infer);
+    }
+    (*g)->info.target = target;
     if ((*g)->infer)
-        (*g)->infer = schedule_one((*g)->infer);
+        (*g)->infer->info.target = target;
     return true;
 }

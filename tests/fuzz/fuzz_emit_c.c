@@ -213,7 +213,7 @@ static void emit_and_check(Diag *d, Graph *g)
         memplan(g->infer, true, &ip);
         if (!memplan_verify(g, &tp, stderr) || !memplan_verify(g->infer, &ip, stderr))
             bug("the memory plan verifier refused a plan", NULL, 0, 0);
-        CgPlans plans = {&tp, &ip, NULL};
+        CgPlans plans = {&tp, &ip, NULL, TARGET_CPU};
         bool ok = cg_emit_c(m, g, &plans);
         plan_free(&tp);
         plan_free(&ip);

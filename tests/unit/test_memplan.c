@@ -336,7 +336,7 @@ static void test_program_round_trip(void **state)
             BufferPlan tp, ip;
             memplan(g, true, &tp);
             memplan(g->infer, true, &ip);
-            CgPlans plans = {&tp, &ip, NULL};
+            CgPlans plans = {&tp, &ip, NULL, TARGET_CPU};
             Program p;
             lower(g, planned ? &plans : NULL, &p);
             assert_true(program_verify(&p, stderr));
