@@ -70,7 +70,7 @@ static void add(int64_t n, float wd_mult)
 {
     snprintf(names[np], sizeof names[np], "p%d", np);
     P[np] = (RtParam){names[np], RT_PK_WEIGHT, RT_F16, true, 1, {n}, n, "default",
-                      wd_mult, 1, np, 0};
+                      wd_mult, 1, np, 0, RT_LAYOUT_NCHW};
     np++;
 }
 static void conv(int o, int i, int k) { add((int64_t)o * i * k * k, 1); }

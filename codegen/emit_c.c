@@ -803,8 +803,10 @@ static void emit_tables(Cg *c, const Graph *t)
             fprintf(f, "%s%lld", k ? ", " : "", (long long)p->shape.d[k]);
         fprintf(f, "}, %lld, ", (long long)checked_numel(&p->shape, 0, p->shape.rank));
         c_string(f, p->attrs[PARAM_INIT].s);
-        fprintf(f, ", (float)%.9g, (float)%.9g, %d, %d},\n", node_float(p, PARAM_WD_MULT),
-                node_float(p, PARAM_LR_MULT), pr->param_buf[i], pr->param_grad[i]);
+        /* the layout last: RtParam's trailing field (canonical here) */
+        fprintf(f, ", (float)%.9g, (float)%.9g, %d, %d, RT_LAYOUT_NCHW},\n",
+                node_float(p, PARAM_WD_MULT), node_float(p, PARAM_LR_MULT), pr->param_buf[i],
+                pr->param_grad[i]);
     }
     fputs("};\n\nstatic const RtBuffer buffers[] = {\n", f);
     for (int i = 0; i < pr->nbuf; i++) {

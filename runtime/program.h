@@ -47,6 +47,14 @@ typedef struct {
     float wd_mult, lr_mult;
     int buffer;           /* where the steps read it */
     int grad;             /* the buffer of its gradient in the train step, -1 for none */
+    /* How it is stored on the device, and with it its gradient, fp32 master
+     * and optimizer state (the optimizer is elementwise, so they agree):
+     * RT_LAYOUT_NHWC on a 4-D convolution weight means KRSC ([k, r, s, c]),
+     * shape[] staying the canonical OIHW.  Everything that crosses the host
+     * boundary (initialisation, checkpoints, predict's weights, .params)
+     * converts, so files always hold the canonical layout.  Last, so tables
+     * that omit it (positional initializers) are canonical. */
+    RtLayout layout;
 } RtParam;
 
 typedef struct {

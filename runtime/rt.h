@@ -92,12 +92,33 @@ void rt_cast_forward(size_t n, RtDType from, const void *x, RtDType to, void *y)
 void rt_cast_backward(size_t n, RtDType ydt, const void *dy, RtDType xdt, void *dx,
                       bool accumulate);
 
+/* ---- layout.c: memory layouts of image tensors -------------------------- */
+
+/* The layout a convolution or pooling call's tensors are stored in.  NCHW
+ * (zero, so a dims initializer that omits it is canonical) is the layout of
+ * every other kernel and of every file.  NHWC puts the channels innermost:
+ * x, y, dx, dy are [n, spatial..., c] ([N, H, W, C] for the 2-D case the
+ * schedule uses) and a convolution's weight and weight gradient are
+ * [k, kernel..., c/groups] (KRSC).  Bias, dbias and every other argument
+ * are unchanged.  BatchNorm needs no flag: its NHWC view is
+ * RtBnDims{.outer = N*H*W, .c = C, .inner = 1}.  docs/backend-cuda.md,
+ * "Layouts". */
+typedef enum { RT_LAYOUT_NCHW = 0, RT_LAYOUT_NHWC = 1 } RtLayout;
+
+/* A pure permutation, bit exact (no arithmetic): to == RT_LAYOUT_NHWC reads
+ * src as [n][c][hw] and writes dst as [n][hw][c]; to == RT_LAYOUT_NCHW is the
+ * inverse.  A KRSC weight is the NHWC of OIHW with n = k, c = c/groups,
+ * hw = the kernel's taps.  src and dst must not overlap. */
+void rt_layout_convert(int64_t n, int64_t c, int64_t hw, RtDType dt, const void *src, void *dst,
+                       RtLayout to);
+
 /* ---- conv.c: Convolution (im2col + sgemm), 1-D, 2-D and 3-D ------------- */
 
 #define RT_MAX_SPATIAL 3
 
-/* x [n, c, in...], w [k, c/groups, kernel...], bias [k], y [n, k, out...].
- * Unused spatial axes (beyond nsp) are ignored by rt_conv_dims_init, which
+/* x [n, c, in...], w [k, c/groups, kernel...], bias [k], y [n, k, out...]
+ * (with layout NHWC: x [n, in..., c], w [k, kernel..., c/groups], y
+ * [n, out..., k]; the workspace then also holds NCHW copies).  Unused spatial axes (beyond nsp) are ignored by rt_conv_dims_init, which
  * fills out[] (MXNet: floor((in + 2*pad - dilate*(kernel-1) - 1)/stride) + 1). */
 typedef struct {
     int n, c, k, groups;   /* batch, input channels, num_filter, num_group */
@@ -105,6 +126,7 @@ typedef struct {
     int in[RT_MAX_SPATIAL], kernel[RT_MAX_SPATIAL], stride[RT_MAX_SPATIAL],
         pad[RT_MAX_SPATIAL], dilate[RT_MAX_SPATIAL];
     int out[RT_MAX_SPATIAL]; /* set by rt_conv_dims_init */
+    RtLayout layout;       /* of x, y, dx, dy and w, dw (above); 0 = NCHW */
 } RtConvDims;
 
 /* Fills out[] and normalises unused axes; false if the dims are invalid
@@ -234,7 +256,8 @@ void rt_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]
 
 typedef enum { RT_POOL_MAX, RT_POOL_AVG, RT_POOL_SUM } RtPoolType; /* ir.h's POOL_* */
 
-/* x [n, c, in...], y [n, c, out...].  MXNet's rules: the "valid"
+/* x [n, c, in...], y [n, c, out...] (NHWC: [n, in..., c], [n, out..., c];
+ * the workspace then also holds NCHW copies).  MXNet's rules: the "valid"
  * convention floors the output size, "full" takes the ceiling; windows are
  * clipped to the input; avg divides by the window clipped to the padded
  * input (count_include_pad) or to the input.  global pools whole planes. */
@@ -245,6 +268,7 @@ typedef struct {
     int out[RT_MAX_SPATIAL]; /* set by rt_pool_dims_init */
     RtPoolType type;
     bool full_convention, count_include_pad, global;
+    RtLayout layout;       /* of x, y, dx, dy (above); 0 = NCHW */
 } RtPoolDims;
 
 bool rt_pool_dims_init(RtPoolDims *d);

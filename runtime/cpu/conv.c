@@ -1155,8 +1155,128 @@ static size_t w32_bytes(const RtConvDims *d, RtDType dt)
     return rt__round((size_t)d->k * (size_t)(d->c / d->groups) * conv_kk(d) * sizeof(float));
 }
 
+/* ---- NHWC: x, y [n, spatial..., channels], w [k, kernel..., c/groups] ----
+ * Converted into NCHW copies carved after the NCHW kernel's own workspace
+ * ([its workspace][input 1][input 2][output], the order below), run as
+ * NCHW and converted back (layout.c says why).  An accumulating output is
+ * converted in first, so "old + new, rounded once" sees the same values. */
+static size_t sp_prod(const RtConvDims *d, const int *v)
+{
+    size_t p = 1;
+    for (int a = 0; a < d->nsp; a++)
+        p *= (size_t)v[a];
+    return p;
+}
+
+static RtConvDims nchw_dims(const RtConvDims *d)
+{
+    RtConvDims c = *d;
+    c.layout = RT_LAYOUT_NCHW;
+    return c;
+}
+
+/* elements of x (n*c*in), y (n*k*out) and w (k*(c/groups)*kk), each as a
+ * pair of factors for rt__nhwc_add's overflow check */
+typedef struct {
+    size_t a, b;
+} Elems;
+
+static void nhwc_sizes(const RtConvDims *d, Elems *x, Elems *y, Elems *w)
+{
+    *x = (Elems){(size_t)d->n * (size_t)d->c, sp_prod(d, d->in)};
+    *y = (Elems){(size_t)d->n * (size_t)d->k, sp_prod(d, d->out)};
+    *w = (Elems){(size_t)d->k * (size_t)(d->c / d->groups), sp_prod(d, d->kernel)};
+}
+
+/* forward: x, w -> y; backward data: w, dy -> dx; backward weight: x, dy -> dw */
+static void nhwc_roles(const RtConvDims *d, RtPass pass, Elems r[3])
+{
+    Elems x, y, w;
+    nhwc_sizes(d, &x, &y, &w);
+    r[0] = pass == RT_PASS_BACKWARD ? w : x;
+    r[1] = pass == RT_PASS_FORWARD ? w : y;
+    r[2] = pass == RT_PASS_FORWARD ? y : pass == RT_PASS_BACKWARD ? x : w;
+}
+
+static size_t nhwc_ws_bytes(const RtConvDims *d, RtDType dt, RtPass pass)
+{
+    RtConvDims c = nchw_dims(d);
+    size_t t = rt__round(rt_conv_workspace_bytes(&c, dt, pass));
+    Elems r[3];
+    nhwc_roles(d, pass, r);
+    for (int i = 0; i < 3; i++)
+        rt__nhwc_add(&t, r[i].a, r[i].b, dt);
+    return t;
+}
+
+/* The three NCHW copies of pass `pass`, carved as nhwc_ws_bytes adds them up,
+ * after the NCHW kernel's own workspace (the start of ws). */
+static void nhwc_carve(const RtConvDims *d, RtDType dt, RtPass pass, void *ws, void *p[3])
+{
+    RtConvDims c = nchw_dims(d);
+    char *q = (char *)ws + rt__round(rt_conv_workspace_bytes(&c, dt, pass));
+    Elems r[3];
+    nhwc_roles(d, pass, r);
+    for (int i = 0; i < 3; i++)
+        p[i] = rt__ws_take(&q, r[i].a * r[i].b * rt_dtype_size(dt));
+}
+
+static void to_nchw(const RtConvDims *d, RtDType dt, const void *x, void *xs)
+{
+    rt_layout_convert(d->n, d->c, (int64_t)sp_prod(d, d->in), dt, x, xs, RT_LAYOUT_NCHW);
+}
+
+static void krsc_to_oihw(const RtConvDims *d, RtDType dt, const void *w, void *ws)
+{
+    rt_layout_convert(d->k, d->c / d->groups, (int64_t)sp_prod(d, d->kernel), dt, w, ws,
+                      RT_LAYOUT_NCHW);
+}
+
+static void nhwc_forward(const RtConvDims *d, RtDType dt, const void *x, const void *w,
+                         const void *bias, void *y, void *ws)
+{
+    RtConvDims c = nchw_dims(d);
+    void *p[3];
+    nhwc_carve(d, dt, RT_PASS_FORWARD, ws, p);
+    to_nchw(d, dt, x, p[0]);
+    krsc_to_oihw(d, dt, w, p[1]);
+    rt_conv_forward(&c, dt, p[0], p[1], bias, p[2], ws);
+    rt_layout_convert(d->n, d->k, (int64_t)sp_prod(d, d->out), dt, p[2], y, RT_LAYOUT_NHWC);
+}
+
+static void nhwc_backward_data(const RtConvDims *d, RtDType dt, const void *w, const void *dy,
+                               void *dx, bool accumulate, void *ws)
+{
+    RtConvDims c = nchw_dims(d);
+    void *p[3];
+    nhwc_carve(d, dt, RT_PASS_BACKWARD, ws, p);
+    krsc_to_oihw(d, dt, w, p[0]);
+    rt_layout_convert(d->n, d->k, (int64_t)sp_prod(d, d->out), dt, dy, p[1], RT_LAYOUT_NCHW);
+    if (accumulate)
+        to_nchw(d, dt, dx, p[2]);
+    rt_conv_backward_data(&c, dt, p[0], p[1], p[2], accumulate, ws);
+    rt_layout_convert(d->n, d->c, (int64_t)sp_prod(d, d->in), dt, p[2], dx, RT_LAYOUT_NHWC);
+}
+
+static void nhwc_backward_weight(const RtConvDims *d, RtDType dt, const void *x, const void *dy,
+                                 void *dw, void *dbias, bool accumulate, void *ws)
+{
+    RtConvDims c = nchw_dims(d);
+    void *p[3];
+    nhwc_carve(d, dt, RT_PASS_BACKWARD_WEIGHT, ws, p);
+    to_nchw(d, dt, x, p[0]);
+    rt_layout_convert(d->n, d->k, (int64_t)sp_prod(d, d->out), dt, dy, p[1], RT_LAYOUT_NCHW);
+    if (accumulate)
+        krsc_to_oihw(d, dt, dw, p[2]);
+    rt_conv_backward_weight(&c, dt, p[0], p[1], p[2], dbias, accumulate, ws);
+    rt_layout_convert(d->k, d->c / d->groups, (int64_t)sp_prod(d, d->kernel), dt, p[2], dw,
+                      RT_LAYOUT_NHWC);
+}
+
 size_t rt_conv_workspace_bytes(const RtConvDims *d, RtDType dt, RtPass pass)
 {
+    if (d->layout == RT_LAYOUT_NHWC)
+        return nhwc_ws_bytes(d, dt, pass);
     const Isa *isa = simd_isa();
     if (!isa)
         return blas_workspace_bytes(d, dt, pass);
@@ -1168,6 +1288,10 @@ size_t rt_conv_workspace_bytes(const RtConvDims *d, RtDType dt, RtPass pass)
 void rt_conv_forward(const RtConvDims *d, RtDType dt, const void *x, const void *w,
                      const void *bias, void *y, void *ws)
 {
+    if (d->layout == RT_LAYOUT_NHWC) {
+        nhwc_forward(d, dt, x, w, bias, y, ws);
+        return;
+    }
     const Isa *isa = simd_isa();
     if (!isa) {
         blas_forward(d, dt, x, w, bias, y, ws);
@@ -1189,6 +1313,10 @@ void rt_conv_forward(const RtConvDims *d, RtDType dt, const void *x, const void 
 void rt_conv_backward_data(const RtConvDims *d, RtDType dt, const void *w, const void *dy,
                            void *dx, bool accumulate, void *ws)
 {
+    if (d->layout == RT_LAYOUT_NHWC) {
+        nhwc_backward_data(d, dt, w, dy, dx, accumulate, ws);
+        return;
+    }
     const Isa *isa = simd_isa();
     if (!isa) {
         blas_backward_data(d, dt, w, dy, dx, accumulate, ws);
@@ -1204,6 +1332,10 @@ void rt_conv_backward_data(const RtConvDims *d, RtDType dt, const void *w, const
 void rt_conv_backward_weight(const RtConvDims *d, RtDType dt, const void *x, const void *dy,
                              void *dw, void *dbias, bool accumulate, void *ws)
 {
+    if (d->layout == RT_LAYOUT_NHWC) {
+        nhwc_backward_weight(d, dt, x, dy, dw, dbias, accumulate, ws);
+        return;
+    }
     const Isa *isa = simd_isa();
     if (!isa) {
         blas_backward_weight(d, dt, x, dy, dw, dbias, accumulate, ws);

@@ -217,6 +217,11 @@ static inline void *rt__ws_take(char **ws, size_t bytes)
     return p;
 }
 
+/* The NHWC kernels' NCHW copies (layout.c): adds rt__round(a*b elements of
+ * dt) to *total; on overflow sets *total to SIZE_MAX (an allocation that
+ * then fails names its size) and returns false. */
+bool rt__nhwc_add(size_t *total, size_t a, size_t b, RtDType dt);
+
 /* A fp32 view of a whole tensor: the tensor itself when fp32, else a widened
  * copy in scratch carved from *ws (n elements). */
 static inline const float *rt__whole_view(const void *src, size_t n, RtDType dt, char **ws)

@@ -83,9 +83,12 @@ static size_t scratch_bytes(const PGeom *g)
     return t;
 }
 
+static size_t nhwc_ws_bytes(const RtPoolDims *d, RtDType dt, RtPass pass);
+
 size_t rt_pool_workspace_bytes(const RtPoolDims *d, RtDType dt, RtPass pass)
 {
-    (void)pass;
+    if (d->layout == RT_LAYOUT_NHWC)
+        return nhwc_ws_bytes(d, dt, pass);
     if (dt == RT_F32)
         return 0;
     PGeom g;
@@ -292,8 +295,85 @@ static void pool_run(PoolJob *j)
     rt__parallel(nt, pool_job, j);
 }
 
+/* ---- NHWC: x, y [n, spatial..., c] ----
+ * As conv.c: NCHW copies carved after the NCHW kernel's workspace
+ * ([its workspace][x][y] forward, [its workspace][x][dy][dx] backward), the
+ * NCHW kernel, the result converted back; the bits are the NCHW kernel's. */
+static size_t psp(const RtPoolDims *d, const int *v)
+{
+    size_t p = 1;
+    for (int a = 0; a < d->nsp; a++)
+        p *= (size_t)v[a];
+    return p;
+}
+
+static RtPoolDims pool_nchw(const RtPoolDims *d)
+{
+    RtPoolDims c = *d;
+    c.layout = RT_LAYOUT_NCHW;
+    return c;
+}
+
+static size_t nhwc_ws_bytes(const RtPoolDims *d, RtDType dt, RtPass pass)
+{
+    RtPoolDims c = pool_nchw(d);
+    size_t t = rt__round(rt_pool_workspace_bytes(&c, dt, pass));
+    size_t nc = (size_t)d->n * (size_t)d->c;
+    rt__nhwc_add(&t, nc, psp(d, d->in), dt);
+    rt__nhwc_add(&t, nc, psp(d, d->out), dt);
+    if (pass != RT_PASS_FORWARD)
+        rt__nhwc_add(&t, nc, psp(d, d->in), dt);
+    return t;
+}
+
+/* NCHW copies: p[0] x, p[1] y or dy, p[2] dx (backward) */
+static void nhwc_carve(const RtPoolDims *d, RtDType dt, RtPass pass, void *ws, void *p[3])
+{
+    RtPoolDims c = pool_nchw(d);
+    char *q = (char *)ws + rt__round(rt_pool_workspace_bytes(&c, dt, pass));
+    size_t nc = (size_t)d->n * (size_t)d->c, esz = rt_dtype_size(dt);
+    p[0] = rt__ws_take(&q, nc * psp(d, d->in) * esz);
+    p[1] = rt__ws_take(&q, nc * psp(d, d->out) * esz);
+    p[2] = pass == RT_PASS_FORWARD ? NULL : rt__ws_take(&q, nc * psp(d, d->in) * esz);
+}
+
+static void nhwc_convert(const RtPoolDims *d, RtDType dt, const int *sp, const void *src,
+                         void *dst, RtLayout to)
+{
+    rt_layout_convert(d->n, d->c, (int64_t)psp(d, sp), dt, src, dst, to);
+}
+
+static void nhwc_forward(const RtPoolDims *d, RtDType dt, const void *x, void *y, void *ws)
+{
+    RtPoolDims c = pool_nchw(d);
+    void *p[3];
+    nhwc_carve(d, dt, RT_PASS_FORWARD, ws, p);
+    nhwc_convert(d, dt, d->in, x, p[0], RT_LAYOUT_NCHW);
+    rt_pool_forward(&c, dt, p[0], p[1], ws);
+    nhwc_convert(d, dt, d->out, p[1], y, RT_LAYOUT_NHWC);
+}
+
+static void nhwc_backward(const RtPoolDims *d, RtDType dt, const void *x, const void *dy,
+                          void *dx, bool accumulate, void *ws)
+{
+    RtPoolDims c = pool_nchw(d);
+    void *p[3];
+    nhwc_carve(d, dt, RT_PASS_BACKWARD, ws, p);
+    if (x) /* avg and sum do not read it */
+        nhwc_convert(d, dt, d->in, x, p[0], RT_LAYOUT_NCHW);
+    nhwc_convert(d, dt, d->out, dy, p[1], RT_LAYOUT_NCHW);
+    if (accumulate)
+        nhwc_convert(d, dt, d->in, dx, p[2], RT_LAYOUT_NCHW);
+    rt_pool_backward(&c, dt, x ? p[0] : NULL, p[1], p[2], accumulate, ws);
+    nhwc_convert(d, dt, d->in, p[2], dx, RT_LAYOUT_NHWC);
+}
+
 void rt_pool_forward(const RtPoolDims *d, RtDType dt, const void *x, void *y, void *ws)
 {
+    if (d->layout == RT_LAYOUT_NHWC) {
+        nhwc_forward(d, dt, x, y, ws);
+        return;
+    }
     PoolJob j = {.d = d, .dt = dt, .x = x, .y = y, .ws = ws};
     pgeom(d, &j.g);
     pool_run(&j);
@@ -302,6 +382,10 @@ void rt_pool_forward(const RtPoolDims *d, RtDType dt, const void *x, void *y, vo
 void rt_pool_backward(const RtPoolDims *d, RtDType dt, const void *x, const void *dy, void *dx,
                       bool accumulate, void *ws)
 {
+    if (d->layout == RT_LAYOUT_NHWC) {
+        nhwc_backward(d, dt, x, dy, dx, accumulate, ws);
+        return;
+    }
     PoolJob j = {.d = d, .dt = dt, .x = x, .dy = dy, .y = dx, .ws = ws, .backward = true,
                  .acc = accumulate};
     pgeom(d, &j.g);

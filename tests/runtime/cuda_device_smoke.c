@@ -33,9 +33,9 @@
 enum { NP = 3, N = 70001 };
 
 static const RtParam params[NP] = {
-    {"a_weight", RT_PK_WEIGHT, RT_F16, true, 1, {N}, N, "default", 1, 1, 0, NP + 0},
-    {"b_weight", RT_PK_WEIGHT, RT_BF16, true, 1, {N}, N, "default", 1, 0.5f, 1, NP + 1},
-    {"c_bias", RT_PK_BIAS, RT_F32, false, 1, {N}, N, "default", 0, 2, 2, NP + 2},
+    {"a_weight", RT_PK_WEIGHT, RT_F16, true, 1, {N}, N, "default", 1, 1, 0, NP + 0, RT_LAYOUT_NCHW},
+    {"b_weight", RT_PK_WEIGHT, RT_BF16, true, 1, {N}, N, "default", 1, 0.5f, 1, NP + 1, RT_LAYOUT_NCHW},
+    {"c_bias", RT_PK_BIAS, RT_F32, false, 1, {N}, N, "default", 0, 2, 2, NP + 2, RT_LAYOUT_NCHW},
 };
 static const RtBuffer buffers[2 * NP] = {
     {"a", RT_F16, N, 0, false, 0, 0},  {"b", RT_BF16, N, 0, false, 0, 0},

@@ -41,10 +41,10 @@ enum {
 /* wd_mult as the compiler emits it: MXNet's 0 for biases */
 #define PARAMS(DT, MASTER)                                                                   \
     {                                                                                        \
-        {"fc1_weight", RT_PK_WEIGHT, DT, MASTER, 2, {HID, IN}, HID * IN, "default", 1, 1, B_W1, B_GW1}, \
-        {"fc1_bias", RT_PK_BIAS, DT, MASTER, 1, {HID}, HID, "default", 0, 1, B_B1, B_GB1},    \
-        {"fc2_weight", RT_PK_WEIGHT, DT, MASTER, 2, {OUT, HID}, OUT * HID, "default", 1, 1, B_W2, B_GW2}, \
-        {"fc2_bias", RT_PK_BIAS, DT, MASTER, 1, {OUT}, OUT, "default", 0, 1, B_B2, B_GB2},    \
+        {"fc1_weight", RT_PK_WEIGHT, DT, MASTER, 2, {HID, IN}, HID * IN, "default", 1, 1, B_W1, B_GW1, RT_LAYOUT_NCHW}, \
+        {"fc1_bias", RT_PK_BIAS, DT, MASTER, 1, {HID}, HID, "default", 0, 1, B_B1, B_GB1, RT_LAYOUT_NCHW},    \
+        {"fc2_weight", RT_PK_WEIGHT, DT, MASTER, 2, {OUT, HID}, OUT * HID, "default", 1, 1, B_W2, B_GW2, RT_LAYOUT_NCHW}, \
+        {"fc2_bias", RT_PK_BIAS, DT, MASTER, 1, {OUT}, OUT, "default", 0, 1, B_B2, B_GB2, RT_LAYOUT_NCHW},    \
     }
 
 static const char *const tiny_defaults[] = {

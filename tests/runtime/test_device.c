@@ -171,10 +171,10 @@ static void test_fill(void **state)
 
 enum { NP = 4, NG = 37 };
 static const RtParam mix_params[NP] = {
-    {"a_weight", RT_PK_WEIGHT, RT_F32, false, 1, {NG}, NG, "default", 1, 1, 0, NP + 0},
-    {"b_weight", RT_PK_WEIGHT, RT_F16, true, 1, {NG}, NG, "default", 1, 1, 1, NP + 1},
-    {"c_weight", RT_PK_WEIGHT, RT_BF16, true, 1, {NG}, NG, "default", 1, 1, 2, NP + 2},
-    {"d_moving_mean", RT_PK_MOVING_MEAN, RT_F32, false, 1, {NG}, NG, "default", 0, 1, 3, -1},
+    {"a_weight", RT_PK_WEIGHT, RT_F32, false, 1, {NG}, NG, "default", 1, 1, 0, NP + 0, RT_LAYOUT_NCHW},
+    {"b_weight", RT_PK_WEIGHT, RT_F16, true, 1, {NG}, NG, "default", 1, 1, 1, NP + 1, RT_LAYOUT_NCHW},
+    {"c_weight", RT_PK_WEIGHT, RT_BF16, true, 1, {NG}, NG, "default", 1, 1, 2, NP + 2, RT_LAYOUT_NCHW},
+    {"d_moving_mean", RT_PK_MOVING_MEAN, RT_F32, false, 1, {NG}, NG, "default", 0, 1, 3, -1, RT_LAYOUT_NCHW},
 };
 static const RtBuffer mix_buffers[2 * NP + 3] = {
     {"a_weight", RT_F32, NG, 0, false, 0, 0}, {"b_weight", RT_F16, NG, 0, false, 0, 0},

@@ -405,7 +405,8 @@ static void opt_model(OptModel *o)
                             i == 1 ? 0.0f : 1.0f,
                             1.0f,
                             i,
-                            OP + i};
+                            OP + i,
+                            RT_LAYOUT_NCHW};
         o->b[i] = (RtBuffer){"p", ocase[i].w, ocase[i].n, 0, false, 0, 0};
         o->b[OP + i] = (RtBuffer){"g", ocase[i].g, ocase[i].n, 0, false, 0, 0};
         o->buf[i] = alloc_dt(n, ocase[i].w);

@@ -319,7 +319,7 @@ static void test_uniform_normal_defaults(void **state)
     assert_float_equal(mean, 0, 0.01 * 0.01);
     assert_float_equal(sqrt(var), 0.01, 0.01 * 0.01);
     /* a weight with init "default" follows the train block's rule */
-    RtParam p = {"fc_weight", RT_PK_WEIGHT, RT_F32, false, 2, {400, 500}, n, "default", 1, 1, 0, 1};
+    RtParam p = {"fc_weight", RT_PK_WEIGHT, RT_F32, false, 2, {400, 500}, n, "default", 1, 1, 0, 1, RT_LAYOUT_NCHW};
     assert_string_equal(rt_init_rule(&p, "normal(sigma=0.01)"), "normal(sigma=0.01)");
     assert_true(rt_init_param(&p, "normal(sigma=0.02)", 9, w, err, sizeof err));
     moments(w, n, &mean, &var);

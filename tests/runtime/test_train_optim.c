@@ -34,14 +34,14 @@ enum { NP = 8 };
 
 /* parameter i reads buffer i, its gradient is buffer NP + i */
 static const RtParam params[NP] = {
-    {"fc_weight", RT_PK_WEIGHT, RT_F32, false, 2, {37, 1}, N, "default", 1, 1, 0, NP + 0},
-    {"fc_bias", RT_PK_BIAS, RT_F32, false, 1, {37}, N, "default", 0, 2, 1, NP + 1},
-    {"conv_weight", RT_PK_WEIGHT, RT_F16, true, 2, {37, 1}, N, "default", 1, 0.5f, 2, NP + 2},
-    {"bn_gamma", RT_PK_GAMMA, RT_F32, false, 1, {37}, N, "default", 0.5f, 1, 3, NP + 3},
-    {"bf_weight", RT_PK_WEIGHT, RT_BF16, true, 2, {37, 1}, N, "default", 1, 1, 4, NP + 4},
-    {"bn_moving_mean", RT_PK_MOVING_MEAN, RT_F32, false, 1, {37}, N, "default", 0, 1, 5, -1},
-    {"h_weight", RT_PK_WEIGHT, RT_F16, false, 2, {37, 1}, N, "default", 1, 1, 6, NP + 6},
-    {"m_weight", RT_PK_WEIGHT, RT_F16, true, 2, {37, 1}, N, "default", 2, 1, 7, NP + 7},
+    {"fc_weight", RT_PK_WEIGHT, RT_F32, false, 2, {37, 1}, N, "default", 1, 1, 0, NP + 0, RT_LAYOUT_NCHW},
+    {"fc_bias", RT_PK_BIAS, RT_F32, false, 1, {37}, N, "default", 0, 2, 1, NP + 1, RT_LAYOUT_NCHW},
+    {"conv_weight", RT_PK_WEIGHT, RT_F16, true, 2, {37, 1}, N, "default", 1, 0.5f, 2, NP + 2, RT_LAYOUT_NCHW},
+    {"bn_gamma", RT_PK_GAMMA, RT_F32, false, 1, {37}, N, "default", 0.5f, 1, 3, NP + 3, RT_LAYOUT_NCHW},
+    {"bf_weight", RT_PK_WEIGHT, RT_BF16, true, 2, {37, 1}, N, "default", 1, 1, 4, NP + 4, RT_LAYOUT_NCHW},
+    {"bn_moving_mean", RT_PK_MOVING_MEAN, RT_F32, false, 1, {37}, N, "default", 0, 1, 5, -1, RT_LAYOUT_NCHW},
+    {"h_weight", RT_PK_WEIGHT, RT_F16, false, 2, {37, 1}, N, "default", 1, 1, 6, NP + 6, RT_LAYOUT_NCHW},
+    {"m_weight", RT_PK_WEIGHT, RT_F16, true, 2, {37, 1}, N, "default", 2, 1, 7, NP + 7, RT_LAYOUT_NCHW},
 };
 
 static const RtBuffer buffers[2 * NP + 3] = {
@@ -500,12 +500,12 @@ void rt_optim_simd_reread(void);
  * (3: remainder only; 8: body only); per-tensor lr_mult and wd_mult. */
 enum { SP = 6 };
 static const RtParam sparams[SP] = {
-    {"a_weight", RT_PK_WEIGHT, RT_F16, true, 1, {1001}, 1001, "default", 1, 0.5f, 0, SP + 0},
-    {"b_weight", RT_PK_WEIGHT, RT_BF16, true, 1, {4099}, 4099, "default", 0.25f, 2, 1, SP + 1},
-    {"c_weight", RT_PK_WEIGHT, RT_F16, true, 1, {3}, 3, "default", 1, 1, 2, SP + 2},
-    {"d_bias", RT_PK_BIAS, RT_BF16, true, 1, {17}, 17, "default", 0, 1, 3, SP + 3},
-    {"e_weight", RT_PK_WEIGHT, RT_F16, true, 1, {8}, 8, "default", 3, 1, 4, SP + 4},
-    {"f_gamma", RT_PK_GAMMA, RT_F16, true, 1, {777}, 777, "default", 0, 1.5f, 5, SP + 5},
+    {"a_weight", RT_PK_WEIGHT, RT_F16, true, 1, {1001}, 1001, "default", 1, 0.5f, 0, SP + 0, RT_LAYOUT_NCHW},
+    {"b_weight", RT_PK_WEIGHT, RT_BF16, true, 1, {4099}, 4099, "default", 0.25f, 2, 1, SP + 1, RT_LAYOUT_NCHW},
+    {"c_weight", RT_PK_WEIGHT, RT_F16, true, 1, {3}, 3, "default", 1, 1, 2, SP + 2, RT_LAYOUT_NCHW},
+    {"d_bias", RT_PK_BIAS, RT_BF16, true, 1, {17}, 17, "default", 0, 1, 3, SP + 3, RT_LAYOUT_NCHW},
+    {"e_weight", RT_PK_WEIGHT, RT_F16, true, 1, {8}, 8, "default", 3, 1, 4, SP + 4, RT_LAYOUT_NCHW},
+    {"f_gamma", RT_PK_GAMMA, RT_F16, true, 1, {777}, 777, "default", 0, 1.5f, 5, SP + 5, RT_LAYOUT_NCHW},
 };
 static const RtBuffer sbuffers[2 * SP + 3] = {
     {"a_weight", RT_F16, 1001, 0, false, 0, 0}, {"b_weight", RT_BF16, 4099, 0, false, 0, 0}, {"c_weight", RT_F16, 3, 0, false, 0, 0},
