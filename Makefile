@@ -180,14 +180,36 @@ $(BUILD)/cuda/cuda_dnn_gpu: tests/runtime/cuda_dnn_gpu.c $(BUILD)/libampccuda.a 
 	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -o $@ $< $(BUILD)/libampccuda.a \
 	    $(BUILD)/libampcrt.a $(LDFLAGS) $(CUDA_LIBS) $(RT_LIBS)
 
-# On a machine with a GPU (never part of check; docs/backend-cuda.md): the
-# custom kernels and the CUDA device against their CPU twins, bit for bit;
-# cuDNN convolutions and cuBLASLt FullyConnected within stated tolerances.
+# On a machine with a GPU (never part of check; docs/backend-cuda.md): one
+# table of (a) the custom kernels, the CUDA device, cuDNN and cuBLASLt against
+# their CPU twins, (b) training steps against the CPU, (c) ResNet-50 v1d
+# against PyTorch, (d) the optimizer's bandwidth against a copy.
 .PHONY: gpu-check
-gpu-check: cuda $(BUILD)/cuda/cuda_kernels_gpu $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_dnn_gpu
-	$(BUILD)/cuda/cuda_kernels_gpu
-	$(BUILD)/cuda/cuda_device_smoke
-	$(BUILD)/cuda/cuda_dnn_gpu
+# ---- make gpu-check (tests/gpu/gpu_check.sh; docs/backend-cuda.md, "The GPU check") ----
+# Never part of check.  gpu-check-build puts what the run needs into
+# $(BUILD)/gpu/ (the models compiled for the CPU and the GPU, the CPU
+# reference states, the test programs, their shared libraries), so it can be
+# built here and copied to a machine with a GPU (tests/gpu/gpu_check.sh
+# --no-build there); gpu-check-dry runs it without a GPU (in e2e, so the
+# script cannot rot).
+$(BUILD)/gpu/optim_bw: tests/gpu/optim_bw.c $(BUILD)/libampccuda.a $(BUILD)/libampcrt.a
+	@mkdir -p $(@D)
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -o $@ $< $(BUILD)/libampccuda.a \
+	    $(BUILD)/libampcrt.a $(LDFLAGS) $(CUDA_LIBS) $(RT_LIBS)
+
+.PHONY: gpu-check-build gpu-check-dry
+gpu-check-build: $(BUILD)/ampc cuda $(BUILD)/e2e/statcmp
+	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_kernels_gpu \
+	    $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_dnn_gpu $(BUILD)/cuda/cuda_libs_smoke \
+	    $(BUILD)/gpu/optim_bw; fi
+	tests/gpu/gpu_check.sh --build-only $(BUILD)
+
+gpu-check: gpu-check-build
+	tests/gpu/gpu_check.sh --no-build $(BUILD)
+
+gpu-check-dry: gpu-check-build
+	tests/gpu/gpu_check.sh --dry --no-build $(BUILD)
+
 
 # The kernels' PTX and registers (tests/runtime/cuda_ptx_check.sh), and the
 # CUDA device linked as a program links it (tests/runtime/cuda_device_smoke.sh:
@@ -199,7 +221,7 @@ cuda-check: cuda
 	@if [ -n "$(NVCC)" ]; then tests/runtime/cuda_ptx_check.sh $(NVCC) $(BUILD)/cuda && \
 	    tests/runtime/cuda_layout_ptx_check.sh $(BUILD)/cuda && \
 	    $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_kernels_gpu \
-	        $(BUILD)/cuda/cuda_libs_smoke $(BUILD)/cuda/cuda_dnn_gpu && \
+	        $(BUILD)/cuda/cuda_libs_smoke $(BUILD)/cuda/cuda_dnn_gpu $(BUILD)/gpu/optim_bw && \
 	    tests/runtime/cuda_device_smoke.sh $(BUILD)/cuda/cuda_device_smoke && \
 	    if [ "$(CUDA_LIBS_SMOKE)" = 1 ]; then \
 	        AMPC_CUDA_LIB_PATH=$${AMPC_CUDA_LIB_PATH:-$(dir $(NVCC))../lib64} $(BUILD)/cuda/cuda_libs_smoke; \
@@ -294,6 +316,7 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/fashion.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/recordio/run.sh $(BUILD) $(DATA_DIR)
 	tests/e2e/hostile_compile.sh $(BUILD)/ampc
+	@$(MAKE) --no-print-directory gpu-check-dry
 	tests/e2e/fuse.sh $(BUILD)/ampc
 	tests/e2e/memplan.sh $(BUILD)/ampc
 	tests/e2e/predict.sh $(BUILD)/ampc $(DATA_DIR)
