@@ -31,6 +31,7 @@
 
 #include "fileio.h"
 #include "kernels/half.h"
+#include "paramlayout.h"
 #include "train.h"
 
 /* ---- a growable little-endian byte buffer ------------------------------------ */
@@ -197,16 +198,28 @@ static uint32_t crc(const void *p, size_t n)
 
 enum { F_MASTER = 1, F_TRAINABLE = 2, F_STATE = 4, F_STATE2 = 8 };
 
-/* The fp32 values of parameter i, copied from the device into tmp: the
- * master, the fp32 buffer, or the 16-bit buffer widened. */
-static const float *param_values(const RtTrainer *t, int i, float *tmp)
+/* p->numel values of dtype dt at device pointer src as fp32 in the
+ * canonical layout (files are canonical whatever the device's layout,
+ * paramlayout.h): read into raw, and permuted into out where p's device
+ * layout is another. */
+static const float *canonical(const RtTrainer *t, const RtParam *p, const void *src, RtDType dt,
+                              float *raw, float *out)
+{
+    rt_trainer_read_f32(t, raw, src, (size_t)p->numel, dt);
+    if (!rt_param_permuted(p))
+        return raw;
+    rt_param_convert(p, RT_F32, raw, out, RT_LAYOUT_NCHW);
+    return out;
+}
+
+/* The fp32 values of parameter i: the master, the fp32 buffer, or the
+ * 16-bit buffer widened. */
+static const float *param_values(const RtTrainer *t, int i, float *raw, float *out)
 {
     const RtParam *p = &t->m->params[i];
     if (p->has_master && t->ctx.master && t->ctx.master[i])
-        rt_trainer_read_f32(t, tmp, t->ctx.master[i], (size_t)p->numel, RT_F32);
-    else
-        rt_trainer_read_f32(t, tmp, t->ctx.buf[p->buffer], (size_t)p->numel, p->dtype);
-    return tmp;
+        return canonical(t, p, t->ctx.master[i], RT_F32, raw, out);
+    return canonical(t, p, t->ctx.buf[p->buffer], p->dtype, raw, out);
 }
 
 static bool payload(Buf *b, const RtTrainer *t, const RtRunState *rs)
@@ -232,8 +245,12 @@ static bool payload(Buf *b, const RtTrainer *t, const RtRunState *rs)
     for (int i = 0; i < m->nparams; i++)
         maxn = m->params[i].numel > maxn ? m->params[i].numel : maxn;
     float *tmp = malloc((size_t)(maxn ? maxn : 1) * sizeof *tmp);
-    if (!tmp)
+    float *perm = malloc((size_t)(maxn ? maxn : 1) * sizeof *perm);
+    if (!tmp || !perm) {
+        free(tmp);
+        free(perm);
         return false;
+    }
     for (int i = 0; i < m->nparams && !b->oom; i++) {
         const RtParam *p = &m->params[i];
         const float *st = t->state ? t->state[i] : NULL;
@@ -246,17 +263,14 @@ static bool payload(Buf *b, const RtTrainer *t, const RtRunState *rs)
         for (int d = 0; d < p->rank; d++)
             put_u64(b, (uint64_t)p->shape[d]);
         put_u64(b, (uint64_t)p->numel);
-        put_f32s(b, param_values(t, i, tmp), p->numel);
-        if (st) {
-            rt_trainer_read_f32(t, tmp, st, (size_t)p->numel, RT_F32);
-            put_f32s(b, tmp, p->numel);
-        }
-        if (st2) {
-            rt_trainer_read_f32(t, tmp, st2, (size_t)p->numel, RT_F32);
-            put_f32s(b, tmp, p->numel);
-        }
+        put_f32s(b, param_values(t, i, tmp, perm), p->numel);
+        if (st)
+            put_f32s(b, canonical(t, p, st, RT_F32, tmp, perm), p->numel);
+        if (st2)
+            put_f32s(b, canonical(t, p, st2, RT_F32, tmp, perm), p->numel);
     }
     free(tmp);
+    free(perm);
     return !b->oom;
 }
 
@@ -692,6 +706,16 @@ static bool to_device_16(RtDevice *d, void *dst, const float *src, size_t n, RtD
     return true;
 }
 
+/* canonical fp32 values v in p's device layout: v itself, or permuted into
+ * perm (p->numel elements) */
+static const float *device_order(const RtParam *p, const float *v, float *perm)
+{
+    if (!rt_param_permuted(p))
+        return v;
+    rt_param_convert(p, RT_F32, v, perm, RT_LAYOUT_NHWC);
+    return perm;
+}
+
 bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name, FILE *warn,
                          char *err, size_t errlen)
 {
@@ -730,17 +754,30 @@ bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name,
     for (int i = 0; i < ck->nparams; i++)
         ck_adam |= ck->params[i].state2 != NULL;
     RtDevice *d = t->dev;
+    /* the file is canonical; a parameter stored in another layout on the
+     * device is permuted into perm on the way (paramlayout.h) */
+    int64_t maxn = 1;
+    for (int i = 0; i < m->nparams; i++)
+        if (rt_param_permuted(&m->params[i]) && m->params[i].numel > maxn)
+            maxn = m->params[i].numel;
+    float *perm = malloc((size_t)maxn * sizeof *perm);
+    if (!perm) {
+        snprintf(err, errlen, "out of memory loading checkpoint %s", name);
+        return false;
+    }
     for (int i = 0; i < m->nparams; i++) {
         const RtParam *p = &m->params[i];
         const RtCkptParam *q = &ck->params[i];
         void *buf = t->ctx.buf[p->buffer];
         size_t n = (size_t)p->numel;
+        const float *values = device_order(p, q->values, perm);
         if (p->has_master && t->ctx.master && t->ctx.master[i])
-            rt_dev_to_device(d, t->ctx.master[i], q->values, n * sizeof(float));
+            rt_dev_to_device(d, t->ctx.master[i], values, n * sizeof(float));
         if (p->dtype == RT_F32) {
-            rt_dev_to_device(d, buf, q->values, n * sizeof(float));
-        } else if (!to_device_16(d, buf, q->values, n, p->dtype)) {
+            rt_dev_to_device(d, buf, values, n * sizeof(float));
+        } else if (!to_device_16(d, buf, values, n, p->dtype)) {
             snprintf(err, errlen, "out of memory loading checkpoint %s", name);
+            free(perm);
             return false;
         }
         float *st = t->state ? t->state[i] : NULL;
@@ -749,9 +786,9 @@ bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name,
          * second state agrees (both there or both absent) */
         bool fits = (st2 != NULL) == (q->state2 != NULL);
         if (st && q->state && fits) {
-            rt_dev_to_device(d, st, q->state, n * sizeof(float));
+            rt_dev_to_device(d, st, device_order(p, q->state, perm), n * sizeof(float));
             if (st2)
-                rt_dev_to_device(d, st2, q->state2, n * sizeof(float));
+                rt_dev_to_device(d, st2, device_order(p, q->state2, perm), n * sizeof(float));
         } else if (st) {
             rt_dev_fill(d, st, RT_F32, n, 0.0f);
             if (st2)
@@ -762,6 +799,7 @@ bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name,
         } else if (q->state)
             unused++;
     }
+    free(perm);
     if (warn && missing)
         fprintf(warn, "warning: checkpoint %s holds no %s for %d parameters: it starts "
                 "from zero\n", name, t->state2 ? "Adam state (mean, var)" : "momentum", missing);

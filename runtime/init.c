@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "paramlayout.h"
 #include "train.h"
 
 /* ---- random numbers -------------------------------------------------------- */
@@ -136,6 +137,12 @@ bool rt_init_param(const RtParam *p, const char *weight_init, uint64_t seed, flo
         !rt_init_fill(&ini, p->rank, p->shape, p->numel, w, seed, rt_hash_name(p->name), e,
                       sizeof e)) {
         snprintf(err, errlen, "parameter %s: %s", p->name, e);
+        return false;
+    }
+    /* canonical order first (the values are a function of the canonical
+     * index), then the device's layout */
+    if (!rt_param_convert_inplace(p, RT_F32, w, RT_LAYOUT_NHWC)) {
+        snprintf(err, errlen, "parameter %s: out of memory", p->name);
         return false;
     }
     return true;

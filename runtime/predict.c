@@ -16,6 +16,7 @@
 
 #include "mxparams.h"
 #include "npy.h"
+#include "paramlayout.h"
 #include "train_internal.h"
 
 static bool is_aux(const RtParam *p)
@@ -146,9 +147,10 @@ bool rt_params_load(RtTrainer *t, const char *path, char *err, size_t errlen)
     int64_t maxn = 1;
     for (int i = 0; i < m->nparams; i++)
         maxn = m->params[i].numel > maxn ? m->params[i].numel : maxn;
-    float *w32 = malloc((size_t)maxn * sizeof *w32);
+    /* w32 in the file's (canonical) order, perm in the device's */
+    float *w32 = malloc((size_t)maxn * sizeof *w32), *perm = malloc((size_t)maxn * sizeof *perm);
     uint16_t *w16 = malloc((size_t)maxn * sizeof *w16);
-    bool ok = from && w32 && w16;
+    bool ok = from && w32 && w16 && perm;
     if (!ok)
         snprintf(err, errlen, "%s: out of memory", path);
     ok = ok && plan_load(m, &l, path, from, err, errlen);
@@ -157,7 +159,8 @@ bool rt_params_load(RtTrainer *t, const char *path, char *err, size_t errlen)
         const RtMxArray *a = &l.a[from[i]];
         size_t n = (size_t)p->numel;
         for (size_t e = 0; e < n; e++)
-            w32[e] = rt_mx_get(a, (int64_t)e);
+            perm[e] = rt_mx_get(a, (int64_t)e);
+        rt_param_convert(p, RT_F32, perm, w32, RT_LAYOUT_NHWC);
         if (p->has_master && t->ctx.master[i])
             rt_dev_to_device(t->dev, t->ctx.master[i], w32, n * sizeof(float));
         if (p->dtype == RT_F32) {
@@ -169,6 +172,7 @@ bool rt_params_load(RtTrainer *t, const char *path, char *err, size_t errlen)
     }
     free(from);
     free(w32);
+    free(perm);
     free(w16);
     rt_mx_free(&l);
     return ok;
@@ -207,6 +211,10 @@ bool rt_params_save(const RtTrainer *t, const char *path, bool sixteen, char *er
             else
                 rt_trainer_read_f32(t, data, t->ctx.buf[p->buffer], n, p->dtype);
         }
+        /* the file is canonical whatever the device's layout */
+        if (!(ok = rt_param_convert_inplace(p, raw16 ? p->dtype : RT_F32, data,
+                                            RT_LAYOUT_NCHW)))
+            break;
     }
     if (!ok)
         snprintf(err, errlen, "--save-params %s: out of memory", path);

@@ -1,6 +1,7 @@
 /* state.c - writes the state of one training step (train.h, rt_dump_state)
  * so tests can check a compiled program's gradients from outside it; every
  * tensor is copied from the device first. */
+#include "paramlayout.h"
 #include "train.h"
 
 #include <errno.h>
@@ -41,6 +42,29 @@ static bool put_raw(FILE *f, const RtTrainer *t, const float *src, int64_t n)
     return true;
 }
 
+/* A parameter's values (raw: the fp32 bits; else dt widened, times scale)
+ * in the canonical layout: a parameter stored in another layout on the
+ * device (paramlayout.h) is read whole and permuted back. */
+static bool put_param(FILE *f, const RtTrainer *t, const RtParam *p, const void *src,
+                      RtDType dt, float scale, bool raw)
+{
+    if (!rt_param_permuted(p))
+        return raw ? put_raw(f, t, src, p->numel) : put_f32(f, t, src, p->numel, dt, scale);
+    size_t n = (size_t)p->numel;
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    bool ok = a && b;
+    if (ok) {
+        rt_trainer_read_f32(t, a, src, n, dt);
+        for (size_t i = 0; !raw && i < n; i++)
+            a[i] *= scale;
+        rt_param_convert(p, RT_F32, a, b, RT_LAYOUT_NCHW);
+        ok = put(f, b, n * sizeof *b);
+    }
+    free(a);
+    free(b);
+    return ok;
+}
+
 bool rt_dump_state(const RtModel *m, const RtTrainer *t, const char *path, char *err,
                    size_t errlen)
 {
@@ -76,11 +100,11 @@ bool rt_dump_state(const RtModel *m, const RtTrainer *t, const char *path, char 
         uint32_t len = (uint32_t)strlen(p->name);
         ok = put(f, &len, 4) && put(f, p->name, len) && put(f, &p->numel, 8);
         if (ok && ctx->master && ctx->master[i])
-            ok = put_raw(f, t, ctx->master[i], p->numel);
+            ok = put_param(f, t, p, ctx->master[i], RT_F32, 1.0f, true);
         else if (ok)
-            ok = put_f32(f, t, ctx->buf[p->buffer], p->numel, p->dtype, 1.0f);
+            ok = put_param(f, t, p, ctx->buf[p->buffer], p->dtype, 1.0f, false);
         if (ok && p->grad >= 0) {
-            ok = put_f32(f, t, ctx->buf[p->grad], p->numel, m->buffers[p->grad].dtype, unscale);
+            ok = put_param(f, t, p, ctx->buf[p->grad], m->buffers[p->grad].dtype, unscale, false);
         } else if (ok) {
             float zero = 0;
             for (int64_t k = 0; ok && k < p->numel; k++)

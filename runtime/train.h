@@ -168,7 +168,9 @@ bool rt_init_fill(const RtInit *ini, int rank, const int64_t *shape, int64_t num
  * kind (MXNet's name rules for RT_PK_OTHER): weight -> weight_init, bias, beta,
  * moving_mean -> "zero", gamma, moving_var -> "one". */
 const char *rt_init_rule(const RtParam *p, const char *weight_init);
-/* Initialises parameter p into w[p->numel] (fp32); stream = rt_hash_name(name). */
+/* Initialises parameter p into w[p->numel] (fp32); stream = rt_hash_name(name).
+ * The values are made in the canonical order and then put in p's device
+ * layout (paramlayout.h), so a KRSC weight starts from the OIHW one's values. */
 bool rt_init_param(const RtParam *p, const char *weight_init, uint64_t seed, float *w, char *err,
                    size_t errlen);
 

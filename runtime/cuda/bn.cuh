@@ -26,12 +26,16 @@
  * and is tested against this one with a tolerance (docs/backend-cuda.md).
  * No shared memory, barriers or warp intrinsics; the two launches
  * communicate through global memory only (emulation-safe).
- * The fused BatchNorm + relu and the moving-statistics update are not here.
+ * The fused BatchNorm + relu's backward is the backward with dy masked by
+ * the relu's output as it is read (ry); its forward (dnn.c) is the forward
+ * then ampc_cu_relu in place.  The moving-statistics update is ops.cuh's.
  */
 #ifndef AMPC_CUDA_BN_CUH
 #define AMPC_CUDA_BN_CUH
 
 #include <math.h>
+
+#include "kernels/act.h"
 
 #ifndef AMPC_CUDA_LAYOUT_CUH
 #error "include cuda/layout.cuh before cuda/bn.cuh"
@@ -70,17 +74,33 @@ static inline AMPC_HD void ampc_bn_seg_moments(const void *x, size_t at, size_t 
     *s2 += t2;
 }
 
+/* dy[i], or with the fused relu (ry) dy[i] * relu'(ry[i]) rounded to dt, as the
+ * unfused relu backward stores it (batchnorm.c's relu_masked) */
+static inline AMPC_HD float ampc_bn_dy(const void *dy, const void *ry, size_t i, int dt)
+{
+    float g = ampc_lay_load(dy, i, dt);
+    if (!ry)
+        return g;
+    g = g * ampc_relu_grad_y(ampc_lay_load(ry, i, dt));
+    if (dt == AMPC_DT_F16)
+        return ampc_half_to_float(ampc_float_to_half(g));
+    if (dt == AMPC_DT_BF16)
+        return ampc_bf16_to_float(ampc_float_to_bf16(g));
+    return g;
+}
+
 /* batchnorm.c's seg_bwd_sums: *sdy += sum g, *sdyx += sum g*((v - mean)*invstd) */
-static inline AMPC_HD void ampc_bn_seg_bwd(const void *dy, const void *x, size_t at, size_t m,
-                                           int dt, float mean, float invstd, double *sdy,
-                                           double *sdyx)
+static inline AMPC_HD void ampc_bn_seg_bwd(const void *dy, const void *ry, const void *x,
+                                           size_t at, size_t m, int dt, float mean,
+                                           float invstd, double *sdy, double *sdyx)
 {
     double a0[4] = {0, 0, 0, 0}, a1[4] = {0, 0, 0, 0}, b0[4] = {0, 0, 0, 0},
            b1[4] = {0, 0, 0, 0};
     size_t i = 0;
     for (; i + 8 <= m; i += 8)
         for (int l = 0; l < 4; l++) {
-            double g0 = ampc_lay_load(dy, at + i + l, dt), g1 = ampc_lay_load(dy, at + i + 4 + l, dt);
+            double g0 = ampc_bn_dy(dy, ry, at + i + l, dt);
+            double g1 = ampc_bn_dy(dy, ry, at + i + 4 + l, dt);
             double x0 = (double)((ampc_lay_load(x, at + i + l, dt) - mean) * invstd);
             double x1 = (double)((ampc_lay_load(x, at + i + 4 + l, dt) - mean) * invstd);
             a0[l] += g0;
@@ -93,7 +113,7 @@ static inline AMPC_HD void ampc_bn_seg_bwd(const void *dy, const void *x, size_t
         a[l] = a0[l] + a1[l], b[l] = b0[l] + b1[l];
     double s = (a[0] + a[1]) + (a[2] + a[3]), t = (b[0] + b[1]) + (b[2] + b[3]);
     for (; i < m; i++) {
-        float g = ampc_lay_load(dy, at + i, dt);
+        float g = ampc_bn_dy(dy, ry, at + i, dt);
         s += g;
         t += (double)g * (double)((ampc_lay_load(x, at + i, dt) - mean) * invstd);
     }
@@ -162,7 +182,8 @@ __global__ void ampc_k_bn_affine(size_t outer, int c, size_t inner, int dt, cons
 }
 
 __global__ void ampc_k_bn_bwd_sums(size_t outer, int c, size_t inner, int dt, const void *x,
-                                   const void *dy, const float *gamma, const float *save_mean,
+                                   const void *ry, const void *dy, const float *gamma,
+                                   const float *save_mean,
                                    const float *save_invstd, int fix_gamma, float *dgamma,
                                    float *dbeta, int acc_param, float *ws)
 {
@@ -171,7 +192,7 @@ __global__ void ampc_k_bn_bwd_sums(size_t outer, int c, size_t inner, int dt, co
         double sdy = 0.0, sdyx = 0.0, cnt = (double)outer * (double)inner;
         float mean = save_mean[ch], invstd = save_invstd[ch];
         AMPC_BN_SEGMENTS(outer, c, inner, ch, at, m,
-                         { ampc_bn_seg_bwd(dy, x, at, m, dt, mean, invstd, &sdy, &sdyx); })
+                         { ampc_bn_seg_bwd(dy, ry, x, at, m, dt, mean, invstd, &sdy, &sdyx); })
         if (dbeta)
             dbeta[ch] = (acc_param ? dbeta[ch] : 0.0f) + (float)sdy;
         if (dgamma && !(fix_gamma && acc_param))
@@ -183,13 +204,14 @@ __global__ void ampc_k_bn_bwd_sums(size_t outer, int c, size_t inner, int dt, co
 }
 
 __global__ void ampc_k_bn_bwd_dx(size_t outer, int c, size_t inner, int dt, const void *x,
-                                 const void *dy, const float *save_mean, const float *save_invstd,
+                                 const void *ry, const void *dy, const float *save_mean,
+                                 const float *save_invstd,
                                  int use_global_stats, const float *ws, void *dx, int acc)
 {
     AMPC_LAY_FOR(i, outer * (size_t)c * inner)
     {
         size_t ch = i / inner % (size_t)c;
-        float k = ws[ch], g = ampc_lay_load(dy, i, dt), r;
+        float k = ws[ch], g = ampc_bn_dy(dy, ry, i, dt), r;
         if (use_global_stats)
             r = k * g;
         else
@@ -240,6 +262,27 @@ AMPC_LAY_API int ampc_cu_bn_forward_inference(AmpcStream s, size_t outer, int c,
     return AMPC_LAUNCH_ERROR();
 }
 
+AMPC_LAY_API int ampc_cu_bn_relu_backward(AmpcStream s, size_t outer, int c, size_t inner,
+                                          int dt, const void *x, const void *ry, const void *dy,
+                                          const float *gamma, const float *save_mean,
+                                          const float *save_invstd, int fix_gamma,
+                                          int use_global_stats, void *dx, float *dgamma,
+                                          float *dbeta, int acc_dx, int acc_param, float *ws)
+{
+    size_t n = outer * (size_t)c * inner;
+    if (n == 0)
+        return 0;
+    AMPC_LAUNCH(ampc_k_bn_bwd_sums, ampc_lay_grid((size_t)c), AMPC_LAY_THREADS, s, outer, c,
+                inner, dt, x, ry, dy, gamma, save_mean, save_invstd, fix_gamma, dgamma, dbeta,
+                acc_param, ws);
+    int e = AMPC_LAUNCH_ERROR();
+    if (e || !dx)
+        return e;
+    AMPC_LAUNCH(ampc_k_bn_bwd_dx, ampc_lay_grid(n), AMPC_LAY_THREADS, s, outer, c, inner, dt, x,
+                ry, dy, save_mean, save_invstd, use_global_stats, ws, dx, acc_dx);
+    return AMPC_LAUNCH_ERROR();
+}
+
 AMPC_LAY_API int ampc_cu_bn_backward(AmpcStream s, size_t outer, int c, size_t inner, int dt,
                                      const void *x, const void *dy, const float *gamma,
                                      const float *save_mean, const float *save_invstd,
@@ -247,18 +290,9 @@ AMPC_LAY_API int ampc_cu_bn_backward(AmpcStream s, size_t outer, int c, size_t i
                                      float *dgamma, float *dbeta, int acc_dx, int acc_param,
                                      float *ws)
 {
-    size_t n = outer * (size_t)c * inner;
-    if (n == 0)
-        return 0;
-    AMPC_LAUNCH(ampc_k_bn_bwd_sums, ampc_lay_grid((size_t)c), AMPC_LAY_THREADS, s, outer, c,
-                inner, dt, x, dy, gamma, save_mean, save_invstd, fix_gamma, dgamma, dbeta,
-                acc_param, ws);
-    int e = AMPC_LAUNCH_ERROR();
-    if (e || !dx)
-        return e;
-    AMPC_LAUNCH(ampc_k_bn_bwd_dx, ampc_lay_grid(n), AMPC_LAY_THREADS, s, outer, c, inner, dt, x,
-                dy, save_mean, save_invstd, use_global_stats, ws, dx, acc_dx);
-    return AMPC_LAUNCH_ERROR();
+    return ampc_cu_bn_relu_backward(s, outer, c, inner, dt, x, NULL, dy, gamma, save_mean,
+                                    save_invstd, fix_gamma, use_global_stats, dx, dgamma, dbeta,
+                                    acc_dx, acc_param, ws);
 }
 
 #endif /* AMPC_CUDA_BN_CUH */

@@ -606,7 +606,52 @@ void rt_cuda_batchnorm_backward(const RtBnDims *d, RtDType dt, const void *x, co
                                    bn_scratch(d->c)));
 }
 
+/* BatchNorm + relu: the plain forward, then the relu over its stored value in
+ * place (batchnorm.c rounds to dt before the relu at the same place) */
+static void bn_relu_after(const RtBnDims *d, RtDType dt, void *y)
+{
+    size_t n = (size_t)d->outer * (size_t)d->c * (size_t)d->inner;
+    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_relu(cfg.stream, n, idt(dt), y, y));
+}
+
+void rt_cuda_batchnorm_relu_forward_train(const RtBnDims *d, RtDType dt, const void *x,
+                                          const float *gamma, const float *beta, float eps,
+                                          bool fix_gamma, void *y, float *save_mean,
+                                          float *save_invstd)
+{
+    rt_cuda_batchnorm_forward_train(d, dt, x, gamma, beta, eps, fix_gamma, y, save_mean,
+                                    save_invstd);
+    bn_relu_after(d, dt, y);
+}
+
+void rt_cuda_batchnorm_relu_forward_inference(const RtBnDims *d, RtDType dt, const void *x,
+                                              const float *gamma, const float *beta,
+                                              const float *moving_mean, const float *moving_var,
+                                              float eps, bool fix_gamma, void *y,
+                                              float *save_mean, float *save_invstd)
+{
+    rt_cuda_batchnorm_forward_inference(d, dt, x, gamma, beta, moving_mean, moving_var, eps,
+                                        fix_gamma, y, save_mean, save_invstd);
+    bn_relu_after(d, dt, y);
+}
+
+void rt_cuda_batchnorm_relu_backward(const RtBnDims *d, RtDType dt, const void *x, const void *y,
+                                     const void *dy, const float *gamma, const float *save_mean,
+                                     const float *save_invstd, bool fix_gamma,
+                                     bool use_global_stats, void *dx, float *dgamma,
+                                     float *dbeta, bool acc_dx, bool acc_param)
+{
+    bn_dims_ok(d);
+    AMPC_CHECK(AMPC_API_CUDA,
+               ampc_cu_bn_relu_backward(cfg.stream, (size_t)d->outer, (int)d->c,
+                                        (size_t)d->inner, idt(dt), x, y, dy, gamma, save_mean,
+                                        save_invstd, fix_gamma, use_global_stats, dx, dgamma,
+                                        dbeta, acc_dx, acc_param, bn_scratch(d->c)));
+}
+
 /* ---- set-up ---------------------------------------------------------------------------- */
+
+AmpcStream rt_cuda_stream(void) { return cfg.stream; }
 
 #define LOAD(f)                                                                               \
     do {                                                                                      \

@@ -95,6 +95,17 @@ static inline __device__ size_t ampc_cu_first(void)
 }
 static inline __device__ size_t ampc_cu_stride(void) { return (size_t)gridDim.x * blockDim.x; }
 
+static inline unsigned ampc_cu_grid(size_t n)
+{
+    size_t b = (n + AMPC_CU_THREADS - 1) / AMPC_CU_THREADS;
+    return b < AMPC_CU_GRID_CAP ? (unsigned)b : (unsigned)AMPC_CU_GRID_CAP;
+}
+
+/* A second translation unit that needs only the helpers above (math.cu,
+ * for ops_math.cuh) defines AMPC_CU_HELPERS_ONLY: the kernels and their
+ * launchers below are kernels.cu's alone. */
+#ifndef AMPC_CU_HELPERS_ONLY
+
 /* ---- kernels: flag, casts, element-wise --------------------------------------- */
 
 __global__ void ampc_k_set_flag(int32_t *flag, int32_t value)
@@ -360,12 +371,6 @@ __global__ void ampc_k_loss_scale(AmpcLossScale *state, const int32_t *found,
 
 /* ---- launchers (ampc_cuda.h) ------------------------------------------------------- */
 
-static inline unsigned ampc_cu_grid(size_t n)
-{
-    size_t b = (n + AMPC_CU_THREADS - 1) / AMPC_CU_THREADS;
-    return b < AMPC_CU_GRID_CAP ? (unsigned)b : (unsigned)AMPC_CU_GRID_CAP;
-}
-
 AMPC_CU_API int64_t ampc_mt_count_blocks(const AmpcMtTensor *t, int nt, int64_t chunk)
 {
     if (chunk <= 0 || nt < 0)
@@ -531,5 +536,7 @@ AMPC_CU_API int ampc_cu_loss_scale(AmpcStream s, AmpcLossScale *state, const int
     AMPC_LAUNCH(ampc_k_loss_scale, 1, 1, s, state, found, rule, stats);
     return AMPC_LAUNCH_ERROR();
 }
+
+#endif /* AMPC_CU_HELPERS_ONLY */
 
 #endif /* AMPC_CUDA_KERNELS_CUH */

@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cuda/ampc_cuda.h"
 #include "cuda/pool_geom.h"
@@ -119,6 +120,106 @@ void rt_cuda_batchnorm_backward(const RtBnDims *d, RtDType dt, const void *x, co
                                 void *dx, float *dgamma, float *dbeta, bool acc_dx,
                                 bool acc_param);
 
+/* BatchNorm + relu (the fuse pass's): BatchNorm's value stored in dt, then the
+ * relu over it in place; the backward masks dy by y > 0 as it reads it.  Bit
+ * for bit rt_batchnorm_relu_* (the CPU rounds at the same places). */
+void rt_cuda_batchnorm_relu_forward_train(const RtBnDims *d, RtDType dt, const void *x,
+                                          const float *gamma, const float *beta, float eps,
+                                          bool fix_gamma, void *y, float *save_mean,
+                                          float *save_invstd);
+void rt_cuda_batchnorm_relu_forward_inference(const RtBnDims *d, RtDType dt, const void *x,
+                                              const float *gamma, const float *beta,
+                                              const float *moving_mean, const float *moving_var,
+                                              float eps, bool fix_gamma, void *y,
+                                              float *save_mean, float *save_invstd);
+void rt_cuda_batchnorm_relu_backward(const RtBnDims *d, RtDType dt, const void *x, const void *y,
+                                     const void *dy, const float *gamma, const float *save_mean,
+                                     const float *save_invstd, bool fix_gamma,
+                                     bool use_global_stats, void *dx, float *dgamma,
+                                     float *dbeta, bool acc_dx, bool acc_param);
+
+/* ---- the other kernels (ops.cuh, built by kernels.cu) -------------------------------- */
+
+/* the stream rt_cuda_init was given (dnn.c) */
+AmpcStream rt_cuda_stream(void);
+/* The step's state on the device (device.cu binds it at set-up and ls_init):
+ * the loss scale rt_cuda_softmax_output_backward multiplies by (instead of
+ * its loss_scale argument) and the flag on which
+ * rt_cuda_batchnorm_update_moving does nothing (nonzero: a skipped step).
+ * NULL: scale 1, never skip. */
+void rt_cuda_bind_step(const float *loss_scale_dev, const int32_t *skip_dev);
+
+void rt_cuda_copy(size_t n, RtDType dt, const void *x, void *y);
+void rt_cuda_reshape_forward(size_t n, RtDType dt, const void *x, void *y);
+void rt_cuda_reshape_backward(size_t n, RtDType dt, const void *dy, void *dx, bool accumulate);
+void rt_cuda_cast_forward(size_t n, RtDType from, const void *x, RtDType to, void *y);
+void rt_cuda_cast_backward(size_t n, RtDType ydt, const void *dy, RtDType xdt, void *dx,
+                           bool accumulate);
+void rt_cuda_layout_convert(int64_t n, int64_t c, int64_t hw, RtDType dt, const void *src,
+                            void *dst, RtLayout to);
+void rt_cuda_activation_forward(RtAct act, size_t n, RtDType dt, const void *x, void *y);
+void rt_cuda_activation_backward(RtAct act, size_t n, RtDType dt, const void *x, const void *y,
+                                 const void *dy, void *dx, bool accumulate);
+void rt_cuda_leaky_relu_forward(RtLeaky t, int64_t outer, int64_t c, int64_t inner, RtDType dt,
+                                const void *x, const void *gamma, float slope, void *y);
+void rt_cuda_leaky_relu_backward(RtLeaky t, int64_t outer, int64_t c, int64_t inner, RtDType dt,
+                                 const void *x, const void *gamma, float slope, const void *dy,
+                                 void *dx, void *dgamma, bool acc_dx, bool acc_dgamma);
+void rt_cuda_dropout_forward(size_t n, RtDType dt, const void *x, float p, uint64_t seed,
+                             uint64_t step, uint32_t stream, void *y);
+void rt_cuda_dropout_backward(size_t n, RtDType dt, const void *dy, float p, uint64_t seed,
+                              uint64_t step, uint32_t stream, void *dx, bool accumulate);
+void rt_cuda_elemwise_forward(RtBinOp op, size_t n, RtDType dt, const void *a, const void *b,
+                              void *y);
+void rt_cuda_add_relu_forward(size_t n, RtDType dt, const void *a, const void *b, void *y);
+void rt_cuda_elemwise_backward(RtBinOp op, size_t n, RtDType dt, const void *dy, const void *a,
+                               const void *b, void *da, void *db, bool acc_a, bool acc_b);
+size_t rt_cuda_broadcast_workspace_bytes(const RtBcastDims *d, RtDType dt, RtPass pass);
+void rt_cuda_broadcast_forward(RtBinOp op, const RtBcastDims *d, RtDType dt, const void *a,
+                               const void *b, void *y);
+void rt_cuda_broadcast_backward(RtBinOp op, const RtBcastDims *d, RtDType dt, const void *dy,
+                                const void *a, const void *b, void *da, void *db, bool acc_a,
+                                bool acc_b, void *ws);
+void rt_cuda_scalar_forward(RtScalarOp op, size_t n, RtDType dt, const void *x, float s, void *y);
+void rt_cuda_scalar_backward(RtScalarOp op, size_t n, RtDType dt, const void *x, float s,
+                             const void *dy, void *dx, bool accumulate);
+void rt_cuda_clip_forward(size_t n, RtDType dt, const void *x, float lo, float hi, void *y);
+void rt_cuda_clip_backward(size_t n, RtDType dt, const void *x, float lo, float hi,
+                           const void *dy, void *dx, bool accumulate);
+void rt_cuda_unary_forward(RtUnaryOp op, size_t n, RtDType dt, const void *x, void *y);
+void rt_cuda_unary_backward(RtUnaryOp op, size_t n, RtDType dt, const void *x, const void *y,
+                            const void *dy, void *dx, bool accumulate);
+/* x and dx: host arrays of device pointers */
+void rt_cuda_concat_forward(int nin, const void *const *x, const int64_t *len, int64_t outer,
+                            int64_t inner, RtDType dt, void *y);
+void rt_cuda_concat_backward(int nin, const void *dy, const int64_t *len, int64_t outer,
+                             int64_t inner, RtDType dt, void *const *dx, const bool *accumulate);
+void rt_cuda_softmax_forward(int64_t outer, int64_t len, int64_t inner, RtDType dt, const void *x,
+                             void *y);
+void rt_cuda_softmax_backward(int64_t outer, int64_t len, int64_t inner, RtDType dt,
+                              const void *y, const void *dy, void *dx, bool accumulate);
+void rt_cuda_log_softmax_forward(int64_t outer, int64_t len, int64_t inner, RtDType dt,
+                                 const void *x, void *y);
+void rt_cuda_log_softmax_backward(int64_t outer, int64_t len, int64_t inner, RtDType dt,
+                                  const void *y, const void *dy, void *dx, bool accumulate);
+size_t rt_cuda_reduce_workspace_bytes(const RtReduceDims *d, RtDType dt, RtPass pass);
+void rt_cuda_sum_forward(const RtReduceDims *d, RtDType dt, const void *x, void *y, void *ws);
+void rt_cuda_sum_backward(const RtReduceDims *d, RtDType dt, const void *dy, void *dx,
+                          bool accumulate);
+void rt_cuda_mean_forward(const RtReduceDims *d, RtDType dt, const void *x, void *y, void *ws);
+void rt_cuda_mean_backward(const RtReduceDims *d, RtDType dt, const void *dy, void *dx,
+                           bool accumulate);
+void rt_cuda_softmax_output_forward(int64_t n, int64_t k, RtDType xdt, const void *x, RtDType dt,
+                                    void *prob);
+/* label: device fp32; loss_scale is ignored: the bound device scale is used */
+void rt_cuda_softmax_output_backward(int64_t n, int64_t k, RtDType dt, const void *prob,
+                                     const float *label, const RtSmoParams *p, float loss_scale,
+                                     RtDType dxdt, void *dx, bool accumulate);
+/* does nothing on a step whose bound skip flag is set */
+void rt_cuda_batchnorm_update_moving(int64_t c, int64_t count, const float *save_mean,
+                                     const float *save_invstd, float eps, float momentum,
+                                     float *moving_mean, float *moving_var);
+
 /* ---- the kernels of layout.cuh ------------------------------------------------------- */
 
 int ampc_cu_pad_channels(AmpcStream s, size_t rows, int c, int cp, int dt, const void *src,
@@ -143,6 +244,12 @@ int ampc_cu_bn_forward_inference(AmpcStream s, size_t outer, int c, size_t inner
                                  const float *moving_mean, const float *moving_var, float eps,
                                  int fix_gamma, void *y, float *save_mean, float *save_invstd,
                                  float *ws);
+/* the fused backward: dy masked by ry > 0 as read (rt_batchnorm_relu_backward) */
+int ampc_cu_bn_relu_backward(AmpcStream s, size_t outer, int c, size_t inner, int dt,
+                             const void *x, const void *ry, const void *dy, const float *gamma,
+                             const float *save_mean, const float *save_invstd, int fix_gamma,
+                             int use_global_stats, void *dx, float *dgamma, float *dbeta,
+                             int acc_dx, int acc_param, float *ws);
 int ampc_cu_bn_backward(AmpcStream s, size_t outer, int c, size_t inner, int dt, const void *x,
                         const void *dy, const float *gamma, const float *save_mean,
                         const float *save_invstd, int fix_gamma, int use_global_stats, void *dx,

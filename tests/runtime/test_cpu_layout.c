@@ -355,9 +355,10 @@ static void test_pool_nhwc(void **state)
  * [N*H*W, C, 1] on the NHWC tensor against [N, C, H*W] on the NCHW one.  The
  * per-channel sums are in double either way and only their order differs, so
  * the fp32 statistics agree to a few ulp and each stored element is the same
- * fp32 formula on them: within 4 ulp of fp32 (relative 2^-21) plus one
- * rounding step of the storage dtype (an fp32 difference may cross a 16-bit
- * rounding boundary), relative to the tensor's largest magnitude. */
+ * fp32 formula on them: within 2^-21 (4 fp32 ulp) plus one rounding step
+ * of the storage dtype (2^-21 for fp32, 2^-10 fp16, 2^-7 bf16: an fp32
+ * difference may cross a 16-bit rounding boundary), relative to the
+ * tensor's largest magnitude. */
 static double ulp_rel(RtDType dt)
 {
     return dt == RT_F32 ? 0x1p-21 : dt == RT_F16 ? 0x1p-10 : 0x1p-7;

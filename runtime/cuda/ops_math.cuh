@@ -1,0 +1,281 @@
+/*
+ * ops_math.cuh - the rt.h twins whose per-element math calls libm (expf,
+ * logf, tanhf, log1pf, expm1f, double log): Activation (relu goes to
+ * kernels.cuh's ampc_cu_relu), LeakyReLU (elu, selu), exp/log/sqrt, softmax
+ * and log_softmax, SoftmaxOutput's forward.  ops.cuh's rules and order of
+ * operations; built by math.cu, apart from kernels.cu, because CUDA's libm
+ * is itself written with fma and ex2.approx (its documented ulp error
+ * bounds), which kernels.cu's PTX check forbids: these are bit for bit the
+ * CPU in the emulation (the same glibc), and within a stated tolerance on
+ * the GPU (docs/backend-cuda.md, "The other kernels").  Their own fp32
+ * arithmetic is still built with -fmad=false.
+ */
+#ifndef AMPC_CUDA_OPS_MATH_CUH
+#define AMPC_CUDA_OPS_MATH_CUH
+
+#ifndef AMPC_CUDA_KERNELS_CUH
+#error "include cuda/kernels.cuh before cuda/ops_math.cuh"
+#endif
+
+#include <math.h>
+
+#include "cuda/rt_cuda.h"
+
+#ifndef AMPC_OPS_GO
+#define AMPC_OPS_GO(k, n, ...)                                                                \
+    do {                                                                                      \
+        if ((n) > 0) {                                                                        \
+            AMPC_LAUNCH(k, ampc_cu_grid(n), AMPC_CU_THREADS, rt_cuda_stream(), __VA_ARGS__);  \
+            AMPC_CHECK(AMPC_API_CUDA, AMPC_LAUNCH_ERROR());                                   \
+        }                                                                                     \
+    } while (0)
+#define AMPC_OPS_RUN(call) AMPC_CHECK(AMPC_API_CUDA, (call))
+#endif
+
+/* ---- the activations (act.c) ------------------------------------------------------ */
+
+__global__ void ampc_k_act_fwd(int act, size_t n, int dt, const void *x, void *y)
+{
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
+        float v = ampc_cu_load(x, i, dt), r;
+        switch (act) {
+        case RT_ACT_RELU: r = ampc_relu(v); break;
+        case RT_ACT_SIGMOID: r = ampc_sigmoid(v); break;
+        case RT_ACT_TANH: r = ampc_tanh(v); break;
+        case RT_ACT_SOFTRELU: r = ampc_softrelu(v); break;
+        default: r = ampc_softsign(v); break;
+        }
+        ampc_cu_store(y, i, dt, r);
+    }
+}
+
+/* through y, softsign through x (MXNet) */
+__global__ void ampc_k_act_bwd(int act, size_t n, int dt, const void *x, const void *y,
+                               const void *dy, void *dx, int acc)
+{
+    const void *src = act == RT_ACT_SOFTSIGN ? x : y;
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
+        float v = ampc_cu_load(src, i, dt), g = ampc_cu_load(dy, i, dt), d;
+        switch (act) {
+        case RT_ACT_RELU: d = ampc_relu_grad_y(v); break;
+        case RT_ACT_SIGMOID: d = ampc_sigmoid_grad_y(v); break;
+        case RT_ACT_TANH: d = ampc_tanh_grad_y(v); break;
+        case RT_ACT_SOFTRELU: d = ampc_softrelu_grad_y(v); break;
+        default: d = ampc_softsign_grad(v); break;
+        }
+        ampc_cu_store_acc(dx, i, dt, g * d, acc);
+    }
+}
+
+/* ---- LeakyReLU (act.c) -------------------------------------------------------------- */
+
+static inline __device__ float ampc_ops_lrelu(int t, float x, float a, int grad)
+{
+    switch (t) {
+    case RT_LRELU_LEAKY: return grad ? ampc_leaky_grad(x, a) : ampc_leaky(x, a);
+    case RT_LRELU_ELU: return grad ? ampc_elu_grad(x, a) : ampc_elu(x, a);
+    case RT_LRELU_SELU: return grad ? ampc_selu_grad(x) : ampc_selu(x);
+    default: return grad ? ampc_prelu_grad(x, a) : ampc_prelu(x, a);
+    }
+}
+
+/* grad 0: y = lrelu(x); grad 1: dx (+)= dy * lrelu'(x); x viewed as [outer, c, inner] */
+__global__ void ampc_k_lrelu(int t, int grad, size_t n, size_t c, size_t inner, int dt,
+                             const void *x, const void *gamma, float slope, const void *dy,
+                             void *out, int acc)
+{
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
+        float a = t == RT_LRELU_PRELU ? ampc_cu_load(gamma, i / inner % c, dt) : slope;
+        float v = ampc_ops_lrelu(t, ampc_cu_load(x, i, dt), a, grad);
+        if (grad)
+            ampc_cu_store_acc(out, i, dt, ampc_cu_load(dy, i, dt) * v, acc);
+        else
+            ampc_cu_store(out, i, dt, v);
+    }
+}
+
+/* prelu's dgamma: one thread per channel, the double sum in act.c's order */
+__global__ void ampc_k_prelu_dgamma(size_t outer, size_t c, size_t inner, int dt, const void *x,
+                                    const void *dy, void *dgamma, int acc)
+{
+    for (size_t ch = ampc_cu_first(); ch < c; ch += ampc_cu_stride()) {
+        double sg = 0.0;
+        for (size_t o = 0; o < outer; o++)
+            for (size_t j = 0, at = (o * c + ch) * inner; j < inner; j++)
+                sg += (double)(ampc_cu_load(dy, at + j, dt) *
+                               ampc_prelu_grad_gamma(ampc_cu_load(x, at + j, dt)));
+        ampc_cu_store_acc(dgamma, ch, dt, (float)sg, acc);
+    }
+}
+
+/* ---- exp, log, sqrt (elemwise.c) ------------------------------------------------------ */
+
+__global__ void ampc_k_unary(int op, size_t n, int dt, const void *x, void *y)
+{
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
+        float v = ampc_cu_load(x, i, dt);
+        float r = op == RT_UNARY_EXP ? expf(v) : op == RT_UNARY_LOG ? logf(v) : sqrtf(v);
+        ampc_cu_store(y, i, dt, r);
+    }
+}
+
+/* exp, sqrt through y; log through x */
+__global__ void ampc_k_unary_bwd(int op, size_t n, int dt, const void *x, const void *y,
+                                 const void *dy, void *dx, int acc)
+{
+    const void *src = op == RT_UNARY_LOG ? x : y;
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
+        float v = ampc_cu_load(src, i, dt), g = ampc_cu_load(dy, i, dt);
+        float r = op == RT_UNARY_EXP ? g * v : op == RT_UNARY_LOG ? g / v : g * 0.5f / v;
+        ampc_cu_store_acc(dx, i, dt, r, acc);
+    }
+}
+
+/* ---- softmax, log_softmax (reduce.c) -------------------------------------------------- */
+
+/* one thread per lane of x viewed as [outer, len, inner]: max, the double
+ * sum of exponentials, then the outputs; x in xdt, y in dt */
+__global__ void ampc_k_softmax(size_t outer, size_t len, size_t inner, int xdt, const void *x,
+                               int dt, void *y, int lg)
+{
+    size_t lanes = outer * inner;
+    for (size_t ln = ampc_cu_first(); ln < lanes; ln += ampc_cu_stride()) {
+        size_t base = ln / inner * len * inner + ln % inner;
+        float mx = -INFINITY;
+        for (size_t l = 0; l < len; l++) {
+            float v = ampc_cu_load(x, base + l * inner, xdt);
+            mx = v > mx ? v : mx;
+        }
+        double s = 0.0;
+        for (size_t l = 0; l < len; l++)
+            s += (double)expf(ampc_cu_load(x, base + l * inner, xdt) - mx);
+        float fac = lg ? (float)log(s) : (float)(1.0 / s);
+        for (size_t l = 0; l < len; l++) {
+            float v = ampc_cu_load(x, base + l * inner, xdt);
+            ampc_cu_store(y, base + l * inner, dt, lg ? v - mx - fac : expf(v - mx) * fac);
+        }
+    }
+}
+
+/* softmax: dx = y * (dy - sum(dy*y)); log_softmax: dx = dy - exp(y) * sum(dy) */
+__global__ void ampc_k_softmax_bwd(size_t outer, size_t len, size_t inner, int dt, const void *y,
+                                   const void *dy, void *dx, int lg, int acc)
+{
+    size_t lanes = outer * inner;
+    for (size_t ln = ampc_cu_first(); ln < lanes; ln += ampc_cu_stride()) {
+        size_t base = ln / inner * len * inner + ln % inner;
+        double s = 0.0;
+        for (size_t l = 0; l < len; l++) {
+            float gv = ampc_cu_load(dy, base + l * inner, dt);
+            if (lg)
+                s += gv;
+            else
+                s += (double)(gv * ampc_cu_load(y, base + l * inner, dt));
+        }
+        float sf = (float)s;
+        for (size_t l = 0; l < len; l++) {
+            size_t i = base + l * inner;
+            float gv = ampc_cu_load(dy, i, dt), v = ampc_cu_load(y, i, dt);
+            ampc_cu_store_acc(dx, i, dt, lg ? gv - expf(v) * sf : v * (gv - sf), acc);
+        }
+    }
+}
+
+/* ---- the rt_cuda_* functions ---------------------------------------------------------- */
+
+/* relu: kernels.cuh's (no libm, in the fma-checked PTX) */
+AMPC_CU_API void rt_cuda_activation_forward(RtAct act, size_t n, RtDType dt, const void *x,
+                                            void *y)
+{
+    if (act == RT_ACT_RELU) {
+        AMPC_OPS_RUN(ampc_cu_relu(rt_cuda_stream(), n, (int)dt, x, y));
+        return;
+    }
+    AMPC_OPS_GO(ampc_k_act_fwd, n, (int)act, n, (int)dt, x, y);
+}
+
+AMPC_CU_API void rt_cuda_activation_backward(RtAct act, size_t n, RtDType dt, const void *x,
+                                             const void *y, const void *dy, void *dx,
+                                             bool accumulate)
+{
+    if (act == RT_ACT_RELU) {
+        AMPC_OPS_RUN(ampc_cu_relu_backward(rt_cuda_stream(), n, (int)dt, y, dy, dx, accumulate));
+        return;
+    }
+    AMPC_OPS_GO(ampc_k_act_bwd, n, (int)act, n, (int)dt, x, y, dy, dx, (int)accumulate);
+}
+
+AMPC_CU_API void rt_cuda_leaky_relu_forward(RtLeaky t, int64_t outer, int64_t c, int64_t inner,
+                                            RtDType dt, const void *x, const void *gamma,
+                                            float slope, void *y)
+{
+    size_t n = (size_t)outer * (size_t)c * (size_t)inner;
+    AMPC_OPS_GO(ampc_k_lrelu, n, (int)t, 0, n, (size_t)c, (size_t)inner, (int)dt, x, gamma, slope,
+                (const void *)NULL, y, 0);
+}
+
+/* dgamma first: dx may be written over dy */
+AMPC_CU_API void rt_cuda_leaky_relu_backward(RtLeaky t, int64_t outer, int64_t c, int64_t inner,
+                                             RtDType dt, const void *x, const void *gamma,
+                                             float slope, const void *dy, void *dx, void *dgamma,
+                                             bool acc_dx, bool acc_dgamma)
+{
+    size_t n = (size_t)outer * (size_t)c * (size_t)inner;
+    if (t == RT_LRELU_PRELU && dgamma)
+        AMPC_OPS_GO(ampc_k_prelu_dgamma, (size_t)c, (size_t)outer, (size_t)c, (size_t)inner,
+                    (int)dt, x, dy, dgamma, (int)acc_dgamma);
+    if (dx)
+        AMPC_OPS_GO(ampc_k_lrelu, n, (int)t, 1, n, (size_t)c, (size_t)inner, (int)dt, x, gamma,
+                    slope, dy, dx, (int)acc_dx);
+}
+
+AMPC_CU_API void rt_cuda_unary_forward(RtUnaryOp op, size_t n, RtDType dt, const void *x,
+                                       void *y)
+{
+    AMPC_OPS_GO(ampc_k_unary, n, (int)op, n, (int)dt, x, y);
+}
+
+AMPC_CU_API void rt_cuda_unary_backward(RtUnaryOp op, size_t n, RtDType dt, const void *x,
+                                        const void *y, const void *dy, void *dx, bool accumulate)
+{
+    AMPC_OPS_GO(ampc_k_unary_bwd, n, (int)op, n, (int)dt, x, y, dy, dx, (int)accumulate);
+}
+
+AMPC_CU_API void rt_cuda_softmax_forward(int64_t outer, int64_t len, int64_t inner, RtDType dt,
+                                         const void *x, void *y)
+{
+    AMPC_OPS_GO(ampc_k_softmax, (size_t)outer * (size_t)inner, (size_t)outer, (size_t)len,
+                (size_t)inner, (int)dt, x, (int)dt, y, 0);
+}
+
+AMPC_CU_API void rt_cuda_log_softmax_forward(int64_t outer, int64_t len, int64_t inner,
+                                             RtDType dt, const void *x, void *y)
+{
+    AMPC_OPS_GO(ampc_k_softmax, (size_t)outer * (size_t)inner, (size_t)outer, (size_t)len,
+                (size_t)inner, (int)dt, x, (int)dt, y, 1);
+}
+
+AMPC_CU_API void rt_cuda_softmax_backward(int64_t outer, int64_t len, int64_t inner, RtDType dt,
+                                          const void *y, const void *dy, void *dx,
+                                          bool accumulate)
+{
+    AMPC_OPS_GO(ampc_k_softmax_bwd, (size_t)outer * (size_t)inner, (size_t)outer, (size_t)len,
+                (size_t)inner, (int)dt, y, dy, dx, 0, (int)accumulate);
+}
+
+AMPC_CU_API void rt_cuda_log_softmax_backward(int64_t outer, int64_t len, int64_t inner,
+                                              RtDType dt, const void *y, const void *dy,
+                                              void *dx, bool accumulate)
+{
+    AMPC_OPS_GO(ampc_k_softmax_bwd, (size_t)outer * (size_t)inner, (size_t)outer, (size_t)len,
+                (size_t)inner, (int)dt, y, dy, dx, 1, (int)accumulate);
+}
+
+AMPC_CU_API void rt_cuda_softmax_output_forward(int64_t n, int64_t k, RtDType xdt, const void *x,
+                                                RtDType dt, void *prob)
+{
+    AMPC_OPS_GO(ampc_k_softmax, (size_t)n, (size_t)n, (size_t)k, (size_t)1, (int)xdt, x, (int)dt,
+                prob, 0);
+}
+
+#endif /* AMPC_CUDA_OPS_MATH_CUH */
