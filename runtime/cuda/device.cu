@@ -25,6 +25,7 @@
 #include "cuda/ampc_cuda.h"
 #include "cuda/device_cuda.h"
 #include "cuda/mt_table.h"
+#include "cuda/rt_cuda.h"
 #include "train.h"
 
 /* ---- the checking macro ------------------------------------------------------------ */
@@ -101,6 +102,7 @@ typedef struct {
     AmpcLossScaleRule rule;
     double batch;              /* rescale_grad = 1 / (batch x the step's scale) */
     bool dynamic;
+    bool step_bound;           /* ls_init gave the step's scale and flag to the kernels */
     cudaEvent_t lr_copied;     /* lr_host may be rewritten once it completes */
 } CudaDevice;
 
@@ -280,6 +282,9 @@ static bool cu_setup(RtDevice *d, const RtModel *m, const RtCtx *ctx, char *err,
         return false;
     c->m = m;
     c->ctx = ctx;
+    /* until ls_init binds the step's state: loss scale 1, never skipped */
+    if (!c->step_bound)
+        rt_cuda_bind_step(NULL, NULL);
     return true;
 }
 
@@ -403,6 +408,10 @@ static bool cu_ls_init(RtDevice *d, const RtDevLsInit *in, char *err, size_t err
     c->rule = in->rule;
     c->batch = in->batch;
     c->dynamic = in->dynamic;
+    /* the loss head's backward reads the step's scale, the BatchNorm commit
+     * the flag (a skipped step only with a dynamic scale), on the device */
+    rt_cuda_bind_step(&c->ls->step.scale, in->dynamic ? c->flag : NULL);
+    c->step_bound = true;
     return CU_TRY(cudaMemcpyAsync(c->ls, c->ls_host, sizeof *c->ls, cudaMemcpyHostToDevice,
                                   c->stream), err, errlen) &&
            CU_TRY(cudaMemsetAsync(c->ring, 0, RT_DEV_LS_RING, c->stream), err, errlen) &&
@@ -453,15 +462,16 @@ static void cu_lr_ahead(RtDevice *d, const RtOptConfig *oc, const float *lr, int
     CU_MUST(cudaEventRecord(c->lr_copied, c->stream));
 }
 
-/* Not yet without the host: the BatchNorm commit is the program's own host
- * code calling kernels, which do not take the flag yet (the compiler side
- * of issue 11), so a dynamic scale reads the flag here: one counted wait. */
+/* Without the host once ls_init has bound the flag: the BatchNorm commit's
+ * kernels (rt_cuda_batchnorm_update_moving) read it and do nothing on a
+ * skipped step.  Before that, a dynamic scale reads the flag here: one
+ * counted wait. */
 static void cu_moving_update(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx)
 {
     CudaDevice *c = cu(d);
     if (!fn)
         return;
-    if (c->dynamic) {
+    if (c->dynamic && !c->step_bound) {
         d->syncs++;
         if (!cu_read_flag(d))
             return;

@@ -372,15 +372,49 @@ static void test_program_round_trip(void **state)
     }
 }
 
+/* name (a function, or the stem of those a family derives) is declared in
+ * the header text h */
+static bool declared_in(const char *h, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = strstr(h, name); p; p = strstr(p + 1, name))
+        if ((p == h || !(isalnum((unsigned char)p[-1]) || p[-1] == '_')) &&
+            (p[n] == '(' || p[n] == '_'))
+            return true;
+    return false;
+}
+
+/* The cuda column: rt_cuda_ + the cpu name without rt_, declared in
+ * runtime/cuda/rt_cuda.h, and so is the CUDA twin of the workspace sizer. */
+static void check_cuda_names(const KernelRow *r, const char *op, const char *h)
+{
+    char want[160];
+    if (!r->cuda)
+        return;
+    snprintf(want, sizeof want, "rt_cuda_%s", r->cpu + 3);
+    if (strcmp(r->cuda, want) != 0)
+        fail_msg("op %s: cuda function %s, not %s", op, r->cuda, want);
+    if (!declared_in(h, r->cuda))
+        fail_msg("op %s: %s is not declared in runtime/cuda/rt_cuda.h", op, r->cuda);
+    if (r->ws) {
+        snprintf(want, sizeof want, "rt_cuda_%s", r->ws + 3);
+        if (!declared_in(h, want))
+            fail_msg("op %s: %s is not declared in runtime/cuda/rt_cuda.h", op, want);
+    }
+}
+
 /* The kernel binding table (ir/kernels.def): every op but the five that make
  * no call has a row; every function a row names (or the stem of the
- * functions its family derives) is declared in runtime/rt.h; a mode is an
- * RT_ constant; in place only where the kernel reads what it overwrites. */
+ * functions its family derives) is declared in runtime/rt.h, its CUDA twin
+ * in runtime/cuda/rt_cuda.h; a mode is an RT_ constant; in place only where
+ * the kernel reads what it overwrites. */
 static void test_kernel_table(void **state)
 {
     (void)state;
     size_t len;
     char *rt = read_file("runtime/rt.h", &len);
+    char *rtc = read_file("runtime/cuda/rt_cuda.h", &len);
+    int ncuda = 0;
     for (int k = 0; k < OP_COUNT; k++) {
         const KernelRow *r = kernel_row((OpKind)k);
         bool silent = k == OP_Input || k == OP_Param || k == OP_part || k == OP_grad_of ||
@@ -404,12 +438,17 @@ static void test_kernel_table(void **state)
                          names[j]);
         }
         assert_non_null(r->cpu);
+        check_cuda_names(r, op_info((OpKind)k)->name, rtc);
+        ncuda += r->cuda != NULL;
         if (r->mode && (strncmp(r->mode, "RT_", 3) != 0 || !strstr(rt, r->mode)))
             fail_msg("op %s: mode %s is not an RT_ constant of runtime/rt.h", op_info((OpKind)k)->name,
                      r->mode);
         assert_true((r->overwrites & r->unread) == 0);
     }
+    /* every row has its CUDA twin (issue 11): --target=cuda compiles every op */
+    assert_int_equal(ncuda, OP_COUNT - 5);
     free(rt);
+    free(rtc);
 }
 
 int main(void)
