@@ -126,6 +126,13 @@ static const char *part_of(Cg *c, const Node *n, int index)
 
 static const char *or_null(const char *s) { return s ? s : "NULL"; }
 
+/* The dims' layout field: nothing for the canonical layout (zero), so the
+ * C of a CPU plan is what it was before layouts existed. */
+static const char *layout_field(const Node *n)
+{
+    return n->layout == LAYOUT_NHWC ? ", .layout = RT_LAYOUT_NHWC" : "";
+}
+
 static void conv_dims(Cg *c, const Node *conv_like, const Node *x, const char *indent)
 {
     FILE *f = c->f;
@@ -137,8 +144,9 @@ static void conv_dims(Cg *c, const Node *conv_like, const Node *x, const char *i
     fprintf(f, "%s                  .in = %s, .kernel = %s, .stride = %s,\n", indent,
             spatialx(c, &x->shape, 2), tuplex(c, &n->attrs[CONV_KERNEL], k, 1),
             tuplex(c, &n->attrs[CONV_STRIDE], k, 1));
-    fprintf(f, "%s                  .pad = %s, .dilate = %s};\n", indent,
-            tuplex(c, &n->attrs[CONV_PAD], k, 0), tuplex(c, &n->attrs[CONV_DILATE], k, 1));
+    fprintf(f, "%s                  .pad = %s, .dilate = %s%s};\n", indent,
+            tuplex(c, &n->attrs[CONV_PAD], k, 0), tuplex(c, &n->attrs[CONV_DILATE], k, 1),
+            layout_field(n));
     fprintf(f, "%srt_conv_dims_init(&d);\n", indent);
 }
 
@@ -151,11 +159,18 @@ static void fc_dims(Cg *c, const Node *fc_like, const Node *x, const char *inden
             (long long)node_int(fc_like, FC_NUM_HIDDEN));
 }
 
+/* In NHWC the channels are the last dimension: outer N*H*W, inner 1. */
 static void bn_dims(Cg *c, const Node *bn_like, const Node *x, const char *indent)
 {
     int64_t axis = node_int(bn_like, BN_AXIS);
     if (axis < 0)
         axis += x->shape.rank;
+    if (bn_like->layout == LAYOUT_NHWC) {
+        fprintf(c->f, "%sRtBnDims d = {.outer = %s, .c = %s, .inner = 1};\n", indent,
+                arena_printf(&c->a, "%s * %s", dimx(c, x->shape.d[0]), prodx(c, &x->shape, 2, 4)),
+                prodx(c, &x->shape, 1, 2));
+        return;
+    }
     fprintf(c->f, "%sRtBnDims d = {.outer = %s, .c = %s, .inner = %s};\n", indent,
             prodx(c, &x->shape, 0, (int)axis), prodx(c, &x->shape, (int)axis, (int)axis + 1),
             prodx(c, &x->shape, (int)axis + 1, x->shape.rank));
@@ -171,10 +186,11 @@ static void pool_dims(Cg *c, const Node *n, const Node *x, const char *indent)
     fprintf(c->f, "%s                  .kernel = %s, .stride = %s, .pad = %s,\n", indent, kernel,
             tuplex(c, &n->attrs[POOL_STRIDE], nsp, 1), tuplex(c, &n->attrs[POOL_PAD], nsp, 0));
     fprintf(c->f, "%s                  .type = %d, .full_convention = %s, .count_include_pad = %s, "
-                  ".global = %s};\n",
+                  ".global = %s%s};\n",
             indent, node_enum(n, POOL_POOL_TYPE),
             node_enum(n, POOL_CONVENTION) == POOL_FULL ? "true" : "false",
-            node_bool(n, POOL_COUNT_INCLUDE_PAD) ? "true" : "false", global ? "true" : "false");
+            node_bool(n, POOL_COUNT_INCLUDE_PAD) ? "true" : "false", global ? "true" : "false",
+            layout_field(n));
     fprintf(c->f, "%srt_pool_dims_init(&d);\n", indent);
 }
 
@@ -218,6 +234,11 @@ static const char *lrelu_enum(int k)
 static void lrelu_split(Cg *c, const Node *x, const char **outer, const char **ch,
                         const char **inner)
 {
+    if (x->layout == LAYOUT_NHWC) { /* channels last: prelu's gamma per innermost element */
+        *outer = arena_printf(&c->a, "%s * %s", dimx(c, x->shape.d[0]), prodx(c, &x->shape, 2, 4));
+        *ch = prodx(c, &x->shape, 1, 2), *inner = "1";
+        return;
+    }
     if (x->shape.rank >= 2)
         axis_split(c, &x->shape, 1, outer, ch, inner);
     else
@@ -553,6 +574,15 @@ static void emit_cast(Cg *c, const Node *n, const KernelRow *k)
             IN(0), DT, OUT);
 }
 
+/* _layout: a 4-D value's bytes permuted between NCHW and NHWC (its shape is
+ * the logical [N, C, H, W] either way) */
+static void emit_layout(Cg *c, const Node *n, const KernelRow *k)
+{
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s, %s, %s);\n", I, k->cpu, dimx(c, n->shape.d[0]),
+            prodx(c, &n->shape, 1, 2), prodx(c, &n->shape, 2, 4), DT, IN(0), OUT,
+            node_enum(n, LAYOUT_TO) == LAYOUT_NHWC ? "RT_LAYOUT_NHWC" : "RT_LAYOUT_NCHW");
+}
+
 /* outer, len, inner around the softmax axis of x */
 static void softmax_split(Cg *c, const Node *n, const Node *x, const char **o, const char **l,
                           const char **in)
@@ -803,10 +833,10 @@ static void emit_tables(Cg *c, const Graph *t)
             fprintf(f, "%s%lld", k ? ", " : "", (long long)p->shape.d[k]);
         fprintf(f, "}, %lld, ", (long long)checked_numel(&p->shape, 0, p->shape.rank));
         c_string(f, p->attrs[PARAM_INIT].s);
-        /* the layout last: RtParam's trailing field (canonical here) */
-        fprintf(f, ", (float)%.9g, (float)%.9g, %d, %d, RT_LAYOUT_NCHW},\n",
+        /* the layout last: RtParam's trailing field (the schedule pass's) */
+        fprintf(f, ", (float)%.9g, (float)%.9g, %d, %d, %s},\n",
                 node_float(p, PARAM_WD_MULT), node_float(p, PARAM_LR_MULT), pr->param_buf[i],
-                pr->param_grad[i]);
+                pr->param_grad[i], p->layout == LAYOUT_NHWC ? "RT_LAYOUT_NHWC" : "RT_LAYOUT_NCHW");
     }
     fputs("};\n\nstatic const RtBuffer buffers[] = {\n", f);
     for (int i = 0; i < pr->nbuf; i++) {

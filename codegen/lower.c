@@ -53,6 +53,7 @@ static int new_buffer(Lw *w, const Node *n, ProgBufKind kind, const BufferPlan *
     b->name = arena_strdup(&w->p->a, n->name);
     b->kind = kind;
     b->dtype = n->dtype;
+    b->layout = n->layout;
     int64_t e = 1;
     for (int i = 0; i < n->shape.rank; i++)
         if (__builtin_mul_overflow(e, n->shape.d[i] < 0 ? -n->shape.d[i] : n->shape.d[i], &e))

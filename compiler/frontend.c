@@ -64,7 +64,7 @@ static bool run_fuse(Graph **g, const PassOptions *o)
     if (o->explain && o->explain_name && !explain_training_node(*g, o))
         return false;
     FuseOptions fo = {.disabled = o->no_fuse, .explain = o->explain,
-                      .explain_name = o->explain_name, .out = o->out};
+                      .explain_name = o->explain_name, .out = o->out, .target = o->target};
     return fuse(g, &fo);
 }
 
@@ -243,6 +243,12 @@ bool training_graph_check(const Graph *g, int after)
 {
     if (g->info.predict_only) /* no training graph to derive again */
         return true;
+    if (after >= pass_index("schedule")) { /* the fuse pass's graph, before the layouts */
+        Graph *s = layout_strip(g);
+        bool ok = fuse_check(s);
+        graph_free(s);
+        return ok;
+    }
     return after >= pass_index("fuse") ? fuse_check(g)
                                         : autodiff_check(g, after > pass_index("autodiff"));
 }

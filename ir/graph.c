@@ -170,6 +170,7 @@ static Graph *graph_rebuild_copy(const Graph *g, const int *order, int count)
         }
         c->shape = o->shape;
         c->dtype = o->dtype;
+        c->layout = o->layout;
         c->flags = o->flags & ~(uint32_t)NF_OUTPUT;
         if (o->name && !graph_set_name(ng, c, o->name))
             DIE("duplicate name %s while rebuilding", o->name);

@@ -326,6 +326,8 @@ enum { PART_INDEX, PART_NATTRS };
 enum { SLICE_AXIS, SLICE_BEGIN, SLICE_END, SLICE_NATTRS };
 enum { BCAST_OP, BCAST_NATTRS };
 enum { BCAST_ADD, BCAST_MUL };
+/* _layout (ops/layout.c): the layout it converts to */
+enum { LAYOUT_TO, LAYOUT_NATTRS };
 
 /* ---- graph.c: the dataflow graph ---------------------------------------- */
 
@@ -335,6 +337,15 @@ enum {
     NF_OUTPUT = 1 << 1,        /* a graph output */
     NF_EXPLICIT_WD = 1 << 2,   /* a Param whose wd_mult the user gave */
 };
+
+/* How a value's bytes are arranged (docs/codegen.md, "Layouts").  Shapes
+ * stay logical (canonical, NCHW) whatever the layout: shape inference,
+ * autodiff and the memory plan never look at it.  NHWC applies to 4-D
+ * values: data [N,H,W,C], and a convolution's weight and its gradient
+ * [K,R,S,C] (KRSC).  Chosen by the schedule pass per target
+ * (passes/layout.c); LAYOUT_NCHW (zero) everywhere else. */
+typedef enum { LAYOUT_NCHW, LAYOUT_NHWC, LAYOUT_COUNT } Layout;
+const char *layout_name(Layout l); /* "nchw", "nhwc" */
 
 /* A node produces exactly one value, so a value id is a node id.  Inputs
  * always have smaller ids than the node (the graph is stored in a
@@ -351,6 +362,7 @@ struct Node {
     uint32_t flags;
     Loc loc;          /* where the op was written */
     int frame;        /* call chain (Diag frames), -1 at model level */
+    Layout layout;    /* of its value (the schedule pass's; NCHW before it) */
 };
 
 /* A train-block entry, kept as written for later issues: a value is a number,
@@ -447,6 +459,35 @@ void node_error(const Graph *g, const Node *n, const char *fmt, ...)
 bool node_is_param(const Node *n);   /* OP_Param */
 int node_param_kind(const Node *n);  /* PK_* for an OP_Param node */
 
+/* ---- layout.c: the layout rules of each op (docs/codegen.md, "Layouts") ---- */
+
+typedef enum {
+    LC_CANONICAL, /* reads and writes NCHW (the default) */
+    LC_FOLLOW,    /* the slots `slots` names and its value share one layout */
+    LC_ANCHOR,    /* follows, and starts NHWC: a 2-D convolution, its backward */
+    LC_VIEW,      /* part, grad_of, param_master: another value's bytes */
+    LC_CONVERT,   /* _layout */
+    LC_LEAF,      /* Param: the layout its readers agree on */
+} LayoutClass;
+typedef struct {
+    LayoutClass cls;
+    unsigned slots; /* bit k: input slot k is read in the node's layout */
+} LayoutRule;
+const LayoutRule *layout_rule(OpKind k);
+/* Whether NCHW and NHWC put s's elements at the same offsets: one channel,
+ * or one spatial element (a global pooling's [N,C,1,1], a 1x1 filter's
+ * [K,C,1,1]).  Such a value is read in either layout without a conversion. */
+bool layout_same_bytes(const Shape *s);
+/* Whether n (follow or anchor) may compute in NHWC: a 4-D value and data,
+ * BatchNorm over axis 1. */
+bool layout_op_allows(const Graph *g, const Node *n);
+/* The layout n reads input slot j in, from the layouts n and its inputs
+ * have; LAYOUT_COUNT where it reads none (a view's source). */
+Layout layout_slot_wants(const Graph *g, const Node *n, int j);
+/* n's layout against the rules (before the schedule pass, scheduled =
+ * false, every layout is NCHW): reported at n through g's Diag. */
+bool layout_check(const Graph *g, const Node *n, bool scheduled);
+
 /* ---- grad.c: what gradient rules build with (the autodiff pass owns it) ---- */
 
 /* wants[v]: whether value v (a node of g when the context was made) needs a
@@ -505,6 +546,8 @@ int ir_stage(const char *pass);
 bool op_made_by_autodiff(OpKind k);
 /* The ops the fuse pass makes (_fused_*, _backward_fused_*). */
 bool op_made_by_fuse(OpKind k);
+/* The op the schedule pass makes (_layout, a layout conversion). */
+bool op_made_by_schedule(OpKind k);
 /* A loss head: SoftmaxOutput, or the fused op that reads its logits
  * through a folded cast (the training loop reports its output). */
 bool op_is_loss_head(OpKind k);

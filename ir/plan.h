@@ -130,6 +130,7 @@ typedef struct {
     LinExpr elems;     /* elements: fixed + per_sample * N */
     bool in_arena;
     LinExpr offset;    /* bytes into the arena, when in_arena */
+    Layout layout;     /* how its bytes are arranged (its value's, the schedule pass's) */
 } ProgBuffer;
 
 #define PROG_MAX_ARGS 8 /* inputs or outputs of one call; wider calls (Concat) list the rest in `more` */

@@ -5,6 +5,7 @@
  *   train batch_size = 512
  *   %0:f32[N,3,224,224] = Input() {name="data", role=data}
  *   %2:f32[N,32,112,112] = Convolution(%0, %1) {name="conv1", kernel=(3,3), ...}
+ *   %9:f16[N,64,56,56]@nhwc = Convolution(%7, %8) {...}   (after schedule, --target=cuda)
  *   return %200
  *
  * Every attribute is printed, defaults included, so reading the dump back
@@ -167,7 +168,9 @@ void ir_print(FILE *f, const Graph *g, const char *pass)
         const Node *n = g->nodes[order[i]];
         const OpInfo *oi = op_info(n->op);
         Shape s = bound_shape(g, n);
-        fprintf(f, "%%%d:%s%s = %s(", i, dtype_short(n->dtype), shape_str(&s, sb, sizeof sb),
+        /* a layout other than the canonical one follows the shape: f16[N,64,56,56]@nhwc */
+        fprintf(f, "%%%d:%s%s%s%s = %s(", i, dtype_short(n->dtype), shape_str(&s, sb, sizeof sb),
+                n->layout != LAYOUT_NCHW ? "@" : "", n->layout != LAYOUT_NCHW ? layout_name(n->layout) : "",
                 oi->name);
         for (int j = 0; j < n->nin; j++)
             fprintf(f, "%s%%%d", j ? ", " : "", pos[n->in[j]]);

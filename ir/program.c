@@ -114,6 +114,8 @@ void program_print(FILE *f, const Program *p)
         const ProgBuffer *b = &p->buf[i];
         fprintf(f, "buffer %d %s %s %lld+%lldN ", i, kind_names[b->kind], dtype_short(b->dtype),
                 (long long)b->elems.fixed, (long long)b->elems.per_sample);
+        if (b->layout != LAYOUT_NCHW)
+            fprintf(f, "%s ", layout_name(b->layout));
         if (b->in_arena)
             fprintf(f, "@%lld+%lldN ", (long long)b->offset.fixed, (long long)b->offset.per_sample);
         put_string(f, b->name ? b->name : "");
@@ -325,6 +327,8 @@ static bool read_buffer(Rd *r, Vec *bufs)
         return rd_fail(r, "an unknown dtype");
     if (!lin_expr(r, &b->elems) || !expect(r, " "))
         return false;
+    if (lit(r, "nhwc "))
+        b->layout = LAYOUT_NHWC;
     if (lit(r, "@")) {
         b->in_arena = true;
         if (!lin_expr(r, &b->offset) || !expect(r, " "))
@@ -624,6 +628,32 @@ static bool verify_kv(const Program *p, FILE *err)
     return ok;
 }
 
+/* A _layout call converts: one buffer in, one out, the same dtype and
+ * elements, the other layout. */
+static bool verify_conversion(const Program *p, StepKind k, const ProgCall *c, FILE *err)
+{
+    bool ok = true;
+    if (c->op != OP__layout)
+        return true;
+    if (c->nin != 1 || c->nout != 1 || c->in[0] < 0 || c->out[0] < 0 || c->in[0] >= p->nbuf ||
+        c->out[0] >= p->nbuf) {
+        ERR("program: step %s: the _layout call of %%%d does not read one buffer and write "
+            "another\n", step_name(k), c->node);
+        return ok;
+    }
+    const ProgBuffer *a = &p->buf[c->in[0]], *b = &p->buf[c->out[0]];
+    if (a->layout == b->layout)
+        ERR("program: step %s: the _layout call of %%%d writes buffer %d in the layout of "
+            "buffer %d (%s): it converts nothing\n",
+            step_name(k), c->node, c->out[0], c->in[0], layout_name(a->layout));
+    else if (a->dtype != b->dtype || a->elems.fixed != b->elems.fixed ||
+             a->elems.per_sample != b->elems.per_sample)
+        ERR("program: step %s: the _layout call of %%%d converts buffer %d into buffer %d of "
+            "another dtype or size\n",
+            step_name(k), c->node, c->in[0], c->out[0]);
+    return ok;
+}
+
 bool program_verify(const Program *p, FILE *err)
 {
     bool ok = verify_kv(p, err);
@@ -634,6 +664,9 @@ bool program_verify(const Program *p, FILE *err)
         if (b->dtype <= DT_UNKNOWN || dtype_size(b->dtype) <= 0)
             ERR("program: buffer %d has no dtype\n", i);
     }
+    for (int k = 0; k < STEP_COUNT; k++)
+        for (int c = 0; c < p->step[k].ncalls; c++)
+            ok = verify_conversion(p, (StepKind)k, &p->step[k].calls[c], err) && ok;
     if (!ok)
         return false;
     static const StepKind train[] = {STEP_TRAIN, STEP_MOVING}, infer[] = {STEP_INFER};

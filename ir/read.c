@@ -159,8 +159,29 @@ static const char *string(Reader *r)
     return buf;
 }
 
-/* dtype [dims]: "f32[N,3,224,224]", "?", "f16[]" */
+static bool read_dims(Reader *r, Node *n);
+
+/* dtype [dims] [@layout]: "f32[N,3,224,224]", "?", "f16[]", "f16[N,64,8,8]@nhwc" */
 static bool read_type(Reader *r, Node *n)
+{
+    if (!read_dims(r, n))
+        return false;
+    if (r->p >= r->end || *r->p != '@')
+        return true;
+    r->p++;
+    Loc at = here(r);
+    const char *w = word(r);
+    if (!w)
+        return false;
+    for (int l = 0; l < LAYOUT_COUNT; l++)
+        if (strcmp(w, layout_name((Layout)l)) == 0) {
+            n->layout = (Layout)l;
+            return true;
+        }
+    return rd_error(r, at, "unknown layout '%s' (nchw or nhwc)", w);
+}
+
+static bool read_dims(Reader *r, Node *n)
 {
     skip_blanks(r); /* locations point at the word, not the blank before it */
     Loc at = here(r);
@@ -378,6 +399,10 @@ static bool read_node(Reader *r)
     if (op_made_by_fuse(op) && r->stage < ir_stage("fuse"))
         return rd_error(r, opat, "%s is made by the fuse pass: only a dump after fuse holds it",
                         opname);
+    if (op_made_by_schedule(op) && r->stage < ir_stage("schedule"))
+        return rd_error(r, opat, "%s is made by the schedule pass: only a dump after schedule "
+                                 "holds it",
+                        opname);
     if (op_made_by_autodiff(op) && r->stage < ir_stage("autodiff"))
         return rd_error(r, opat, "%s is made by autodiff: only a dump after autodiff holds it",
                         opname);
@@ -403,6 +428,7 @@ static bool read_node(Reader *r)
     vec_free(&in);
     n->shape = tmp.shape;
     n->dtype = tmp.dtype;
+    n->layout = tmp.layout;
     if (!read_attrs(r, n))
         return false;
     if (oi->nslots) {

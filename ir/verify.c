@@ -41,6 +41,8 @@ bool op_made_by_fuse(OpKind k)
     return strncmp(s, "_fused_", 7) == 0 || strncmp(s, "_backward_fused_", 16) == 0;
 }
 
+bool op_made_by_schedule(OpKind k) { return k == OP__layout; }
+
 bool op_is_loss_head(OpKind k) { return k == OP_SoftmaxOutput || k == OP__fused_cast_SoftmaxOutput; }
 
 /* ---- the rules, checked ------------------------------------------------------ */
@@ -234,6 +236,17 @@ static bool check_graph(Graph *g, const char *pass, int stage)
             poisoned[i] = 1;
         else if (types && !check_types(g, n, amp_pending))
             poisoned[i] = 1;
+        else if (!layout_check(g, n, stage >= ir_stage("schedule")))
+            poisoned[i] = 1;
+    }
+    /* what is read after the step is canonical, except a parameter's
+     * gradient, which the optimizer reads in the parameter's layout */
+    for (int i = 0; i < g->noutputs && !memchr(poisoned, 1, (size_t)g->nnodes); i++) {
+        const Node *o = g->nodes[g->outputs[i]];
+        if (o->layout != LAYOUT_NCHW && o->op != OP_grad_of)
+            poisoned[o->id] = !rule_error(g, o, "'%s' is an output of the graph but %s (an output "
+                                                "is read in the canonical layout, nchw)",
+                                          o->name, layout_name(o->layout));
     }
     bool ok = !memchr(poisoned, 1, (size_t)g->nnodes);
     free(poisoned);
@@ -246,7 +259,16 @@ bool ir_check_rules(Graph *g, const char *pass)
     if (stage < 0)
         return true;
     bool ok = check_graph(g, pass, stage);
-    return (!g->infer || check_graph(g->infer, pass, stage)) && ok;
+    ok = (!g->infer || check_graph(g->infer, pass, stage)) && ok;
+    /* the two steps share the parameters' buffers, so their layouts */
+    for (int i = 0; ok && g->infer && i < g->infer->nnodes; i++) {
+        const Node *p = g->infer->nodes[i], *q = p->op == OP_Param ? graph_find(g, p->name) : NULL;
+        if (q && q->op == OP_Param && q->layout != p->layout)
+            ok = rule_error(g->infer, p, "parameter '%s' is %s here but %s in the training graph "
+                                         "(both steps use its one buffer)",
+                            p->name, layout_name(p->layout), layout_name(q->layout));
+    }
+    return ok;
 }
 
 /* ---- invariants ------------------------------------------------------------- */

@@ -30,6 +30,8 @@
  * the result. */
 #include "passes.h"
 
+#include "../ir/plan.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -381,6 +383,19 @@ static Graph *fuse_graph(Graph *g, unsigned disabled, const Explain *ex)
     return nmatch ? graph_compact(g) : g;
 }
 
+/* The rules target has no kernels for: for TARGET_CUDA, those whose fused
+ * op or fused backward has no function in ir/kernels.def's cuda column
+ * (the CPU column is complete). */
+static unsigned rules_without_kernels(Target target)
+{
+    unsigned off = 0;
+    for (int k = 0; target == TARGET_CUDA && k < NRULES; k++)
+        if (!kernel_row(rules[k].fused)->cuda ||
+            (rules[k].fused_bwd != OP_COUNT && !kernel_row(rules[k].fused_bwd)->cuda))
+            off |= 1u << k;
+    return off;
+}
+
 bool fuse(Graph **gp, const FuseOptions *o)
 {
     static const FuseOptions none = {0};
@@ -390,8 +405,9 @@ bool fuse(Graph **gp, const FuseOptions *o)
     Explain train = {out, o->explain_name, ""}, inf = {out, o->explain_name, " (inference graph)"};
     Graph *g = *gp, *infer = g->infer;
     g->infer = NULL;
-    g = fuse_graph(g, o->disabled, &train);
-    g->infer = infer ? fuse_graph(infer, o->disabled, &inf) : NULL;
+    unsigned disabled = o->disabled | rules_without_kernels(o->target);
+    g = fuse_graph(g, disabled, &train);
+    g->infer = infer ? fuse_graph(infer, disabled, &inf) : NULL;
     *gp = g;
     return true;
 }

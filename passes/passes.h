@@ -117,7 +117,8 @@ bool autodiff_check(const Graph *g, bool elided);
 /* fuse.c: the fusions (docs/codegen.md, "Fusions"), rules of one table
  * applied to the training graph and its inference graph after
  * train-cast-elide: BatchNorm + relu (bn_relu) and elemwise_add + relu
- * (add_relu), each with its backward.  Bit `k` of disabled turns rule k
+ * (add_relu), each with its backward.  For TARGET_CUDA, a rule whose fused
+ * op (or fused backward) has no CUDA kernel (ir/kernels.def) is not applied.  Bit `k` of disabled turns rule k
  * off (--no-fuse); with explain, each fusion made is listed on out (stdout
  * when NULL), only those naming explain_name when that is set.  Replaces *g. */
 typedef struct {
@@ -125,6 +126,7 @@ typedef struct {
     bool explain;
     const char *explain_name;
     FILE *out;
+    Target target; /* a rule whose fused op has no kernel in its column is not applied */
 } FuseOptions;
 bool fuse(Graph **g, const FuseOptions *o);
 /* --no-fuse=LIST: sets the bits of the rules a comma-separated list names
@@ -138,10 +140,23 @@ const char *fuse_rule_name(int k); /* NULL past the last */
  * rules the dump shows must give the dump. */
 bool fuse_check(const Graph *g);
 
+/* layout.c: the layouts of target's kernels (docs/codegen.md, "Layouts"):
+ * for TARGET_CUDA, 16-bit 2-D convolutions and the per-element and
+ * per-channel ops around them in NHWC, their weights KRSC, with _layout
+ * conversions where a value meets a reader wanting the other layout, in
+ * the training graph and its inference graph; nothing for TARGET_CPU.
+ * Called by schedule; replaces *g. */
+bool layout_assign(Graph **g, Target target);
+/* A copy of g (and its inference graph) without layouts: the _layout
+ * conversions bypassed, every value canonical, as the schedule pass found
+ * it (checking a dump after schedule against the passes before it). */
+Graph *layout_strip(const Graph *g);
+
 /* schedule.c: stores the training graph and its inference graph in the
  * execution order of lowest peak memory it finds (a greedy list schedule,
  * kept only when its liveness lower bound beats the order they came in;
- * docs/codegen.md, "Schedule").  Always true. */
+ * docs/codegen.md, "Schedule"), then gives its values the target's layouts
+ * (layout_assign; --no-schedule: reorder = false, layouts all the same). */
 bool schedule(Graph **g, Target target, bool reorder);
 
 #endif

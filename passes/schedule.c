@@ -311,5 +311,7 @@ bool schedule(Graph **g, Target target, bool reorder)
     (*g)->info.target = target;
     if ((*g)->infer)
         (*g)->infer->info.target = target;
-    return true;
+    /* the target's layouts, on the order chosen (conversions go just
+     * before their first reader) */
+    return layout_assign(g, target);
 }

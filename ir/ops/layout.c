@@ -170,3 +170,11 @@ bool concat_grad(GradCtx *c, const Node *n, int dy)
     }
     return true;
 }
+
+/* _layout (passes/layout.c): the layout its value is converted to; the
+ * choices are ir.h's Layout, in its order */
+static const char *const layout_names[] = {"NCHW", "NHWC", NULL};
+const AttrSpec layout_attrs[] = {
+    {"to", AT_ENUM, false, "NCHW", 0, 0, layout_names},
+    ATTR_END,
+};
