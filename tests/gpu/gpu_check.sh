@@ -171,14 +171,17 @@ part_b() {
     done <<<"$CASES"
 }
 
-# the largest memory.used of the process PID (MiB) in nvidia-smi's samples
-smi_start() { # file pid
+# nvidia-smi's per-process used_memory, sampled every 200 ms while one
+# program runs; the peak is the largest sample of any process (the program
+# runs under timeout, and a container's pids need not be the driver's: the
+# check runs one GPU program at a time)
+smi_start() { # file
     if command -v nvidia-smi >/dev/null; then
         nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -lms 200 >"$1" 2>/dev/null &
         echo $!
     fi
 }
-smi_peak() { awk -F', *' -v p="$2" '$1 == p && $2 + 0 > m {m = $2 + 0} END {print m ? m " MiB" : "?"}' "$1"; }
+smi_peak() { awk -F', *' '$2 + 0 > m {m = $2 + 0} END {print m ? m " MiB" : "?"}' "$1"; }
 
 # a median of numbers on stdin
 median() { sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
@@ -224,7 +227,7 @@ part_c() {
         runp timeout "$LIMIT" "$prog" --data synthetic --batch-size "$BATCH" --max-steps "$STEPS" \
             --log-interval 10 --json-log "$tmp/r50.jsonl" >"$tmp/r50.log" 2>&1 &
         pid=$!
-        smi=$(smi_start "$tmp/r50.smi" "$pid")
+        smi=$(smi_start "$tmp/r50.smi")
         wait $pid
         rc=$?
         [ -n "$smi" ] && kill "$smi" 2>/dev/null
@@ -240,7 +243,7 @@ part_c() {
         [ -n "$ips" ] || fold "$tmp/r50.log"
         local planned
         planned=$(sed -n 's/^Memory: //p' "$tmp/r50.log" | grep -o '[0-9.]* MiB' | awk '{s += $1} END {if (NR) printf "%.0f MiB", s}')
-        row "(c)" "ampc: peak device memory" "$([ -f "$tmp/r50.smi" ] && smi_peak "$tmp/r50.smi" "$pid" || echo "? (no nvidia-smi)") (planned ${planned:-?})" info
+        row "(c)" "ampc: peak device memory" "$([ -f "$tmp/r50.smi" ] && smi_peak "$tmp/r50.smi" || echo "? (no nvidia-smi)") (planned ${planned:-?})" info
         # the syncs: a short --profile run (its own waits are not counted)
         runp timeout "$LIMIT" "$prog" --data synthetic --batch-size "$BATCH" --max-steps 25 \
             --log-interval 10 --profile --json-log "$tmp/prof.jsonl" >"$tmp/prof.log" 2>&1
@@ -254,7 +257,7 @@ part_c() {
         timeout "$LIMIT" "$PYTHON" "$here/tests/gpu/torch_resnet50_v1d.py" --device cuda --batch "$BATCH" \
             --steps "$STEPS" --warmup $WARM >"$tmp/torch.json" 2>"$tmp/torch.err" &
         pid=$!
-        smi=$(smi_start "$tmp/torch.smi" "$pid")
+        smi=$(smi_start "$tmp/torch.smi")
         wait $pid
         rc=$?
         [ -n "$smi" ] && kill "$smi" 2>/dev/null
@@ -262,7 +265,7 @@ part_c() {
         row "(c)" "torch resnet50_v1d AMP b$BATCH: images/s" "${tips:-?} (median step after $WARM)" \
             "$([ -n "$tips" ] && echo info || echo FAIL)"
         [ -n "$tips" ] || fold "$tmp/torch.err"
-        row "(c)" "torch: peak device memory" "$([ -f "$tmp/torch.smi" ] && smi_peak "$tmp/torch.smi" "$pid" || echo "?") (allocated $(sed -n 's/.*"peak_alloc_mib": \([0-9]*\).*/\1/p' "$tmp/torch.json") MiB)" info
+        row "(c)" "torch: peak device memory" "$([ -f "$tmp/torch.smi" ] && smi_peak "$tmp/torch.smi" || echo "?") (allocated $(sed -n 's/.*"peak_alloc_mib": \([0-9]*\).*/\1/p' "$tmp/torch.json") MiB)" info
         if [ -n "$ips" ] && [ -n "$tips" ]; then
             row "(c)" "ampc / torch images/s (target >= 1.2)" "$(awk -v a="$ips" -v b="$tips" 'BEGIN {printf "%.3f", a / b}')" info
         fi
