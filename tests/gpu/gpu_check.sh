@@ -26,7 +26,8 @@
 # counts) and prints the table with "n/a (no GPU)" in the GPU cells
 # (make check runs it, so the script cannot rot).
 # Environment: PYTHON (python3), GPU_CHECK_STEPS (100), GPU_CHECK_BATCH (256),
-# GPU_CHECK_TIMEOUT (seconds per program of (c), 100).
+# GPU_CHECK_TIMEOUT (seconds per program of (c), 100), AMPC_CUDA_LIB_PATH (the
+# toolkit's lib64 where it is: docs/backend-cuda.md, "Library discovery").
 # Exit 0 when every row passed (n/a and info rows pass), 1 otherwise, 2 on
 # bad usage.
 set -u
@@ -118,6 +119,11 @@ missing() { # part, check
     if [ $dry = 1 ] && [ ! -f "$B/libampccuda.a" ]; then row "$1" "$2" "SKIPPED: not built (no nvcc)" n/a
     else row "$1" "$2" "not built" FAIL; fi
 }
+# where the toolkit is, its cuDNN and cuBLAS are the ones the programs load
+# first (libs.c; else the system's, else the nvidia-*-cu13 wheels of python3)
+if [ -z "${AMPC_CUDA_LIB_PATH:-}" ] && [ -d /usr/local/cuda/lib64 ]; then
+    export AMPC_CUDA_LIB_PATH=/usr/local/cuda/lib64
+fi
 # programs of the build run with its libraries; python with its own
 runp() { LD_LIBRARY_PATH="$G/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
 
