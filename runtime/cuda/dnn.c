@@ -489,7 +489,8 @@ static void pool_geom(const RtPoolDims *d, RtDType dt, AmpcPoolGeom *g)
 {
     char err[256];
     need_init("pooling");
-    if (!ampc_pool_geom(d, ampc_conv_layout(dt), g, err, sizeof err)) {
+    (void)dt;
+    if (!ampc_pool_geom(d, ampc_dims_layout(d->layout), g, err, sizeof err)) {
         fprintf(stderr, "ampc: %s\n", err);
         exit(1);
     }

@@ -8,6 +8,8 @@
 
 AmpcLayout ampc_conv_layout(RtDType dt) { return dt == RT_F32 ? AMPC_NCHW : AMPC_NHWC; }
 
+AmpcLayout ampc_dims_layout(RtLayout l) { return l == RT_LAYOUT_NHWC ? AMPC_NHWC : AMPC_NCHW; }
+
 /* Tensor-core NHWC kernels want the channel count a multiple of 8; cuDNN
  * also has first-layer kernels for exactly 4 (MLPerf's ResNet pads its RGB
  * input to 4).  Zero channels change no output and no other gradient. */
@@ -82,7 +84,7 @@ bool ampc_conv_geom(const RtConvDims *din, RtDType dt, RtPass pass, AmpcConvGeom
                  d.n, d.c, d.k, d.groups, d.nsp);
         return false;
     }
-    g->layout = ampc_conv_layout(dt);
+    g->layout = ampc_dims_layout(d.layout);
     g->c = ampc_conv_padded_c(&d, g->layout);
     /* cuDNN convolves 2-D and 3-D: a 1-D convolution gets a leading unit axis */
     int lead = d.nsp == 1 ? 1 : 0;
@@ -138,7 +140,7 @@ void ampc_conv_key(const RtConvDims *d, RtDType dt, RtPass pass, AmpcPlanKey *k)
         v[i++] = used ? d->dilate[s] : 0;
     }
     v[i++] = dt;
-    v[i++] = ampc_conv_layout(dt);
+    v[i++] = ampc_dims_layout(d->layout);
     v[i++] = pass;
 }
 

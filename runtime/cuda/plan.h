@@ -4,9 +4,10 @@
  * compiles with any C compiler and is unit-tested everywhere
  * (tests/runtime/test_cuda_plan.c), GPU or not:
  *
- *   - the layout a convolution runs in: NCHW for fp32, NHWC for fp16 and
- *     bf16 (tensor cores want channels innermost), with a small input
- *     channel count (the 3 of an RGB image) padded to 4 or 8 for 16-bit;
+ *   - the layout a convolution runs in: its dims' layout field (rt.h's
+ *     RtConvDims.layout, which the schedule sets: NHWC for fp16 and bf16,
+ *     as tensor cores want channels innermost), with a small input
+ *     channel count (the 3 of an RGB image) padded to 4 or 8 in NHWC;
  *   - the cuDNN tensor descriptors (dims and strides) of x, w and y from
  *     RtConvDims in that layout, and the convolution descriptor's
  *     per-axis attributes (1-D convolutions become 2-D with a unit axis);
@@ -16,10 +17,10 @@
  *   - the cuBLASLt matrix layouts of FullyConnected's three GEMMs from
  *     RtFcDims (column-major views of row-major tensors).
  *
- * Tensors a CUDA convolution reads and writes are in its layout: NCHW
- * when dt is fp32, NHWC (x, y) and KRSC (w: [k, kernel..., c/groups])
- * when 16-bit, always with the caller's channel count; the padding to
- * 4 or 8 channels happens inside, through the workspace.
+ * Tensors a CUDA convolution reads and writes are in its dims' layout:
+ * NCHW, or NHWC (x, y) and KRSC (w: [k, kernel..., c/groups]), always
+ * with the caller's channel count; the padding to 4 or 8 channels happens
+ * inside, through the workspace.  Never chosen by the dtype.
  */
 #ifndef AMPC_CUDA_PLAN_H
 #define AMPC_CUDA_PLAN_H
@@ -37,8 +38,12 @@ extern "C" {
 
 typedef enum { AMPC_NCHW, AMPC_NHWC } AmpcLayout;
 
-/* the layout a convolution of dtype dt runs in */
+/* the layout the schedule gives a convolution of dtype dt (NHWC for 16-bit);
+ * the kernels follow the dims' own layout field (ampc_dims_layout), never
+ * the dtype */
 AmpcLayout ampc_conv_layout(RtDType dt);
+/* RtConvDims.layout / RtPoolDims.layout as the plan's layout */
+AmpcLayout ampc_dims_layout(RtLayout l);
 /* the channel count cuDNN sees for an input of c channels: c, or 4 / 8
  * for 1..4 / 5..7 channels in NHWC without groups */
 int ampc_conv_padded_c(const RtConvDims *d, AmpcLayout lay);

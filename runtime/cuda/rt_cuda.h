@@ -7,9 +7,11 @@
  * Same shapes as the CPU contract (rt.h): the same dims structs, dtypes and
  * accumulate flags, workspace sizers, NULL bias / dbias.  Pointers are
  * device memory; everything runs on the stream given to rt_cuda_init,
- * asynchronously.  Layouts: fp32 convolutions are NCHW with OIHW filters as
- * on the CPU; fp16 and bf16 convolutions are NHWC (x, y) with KRSC filters
- * (plan.h).  FullyConnected is row-major [n, in] as on the CPU.
+ * asynchronously.  Layouts: convolutions and pooling follow their dims'
+ * layout field (RtConvDims.layout, RtPoolDims.layout): NCHW with OIHW
+ * filters, or NHWC (x, y) with KRSC filters (plan.h), whatever the dtype.
+ * FullyConnected is row-major [n, in] as on the CPU.  The other kernels
+ * (ops.cuh, ops_math.cuh) take rt.h's arguments unchanged.
  *
  * A failing call prints "ampc: FILE:LINE: CALL: ERROR" and exits with
  * status 1 (the contract's functions return nothing); set-up errors
@@ -92,7 +94,7 @@ void rt_cuda_fc_backward_weight(const RtFcDims *d, RtDType dt, const void *x, co
 
 /* ---- Pooling (custom kernels, pool.cuh; needs rt_cuda_dnn_init's stream) ---------- */
 
-/* the layout is the convolutions' for dt (NCHW fp32, NHWC 16-bit); no workspace */
+/* in d->layout (NCHW or NHWC); no workspace */
 size_t rt_cuda_pool_workspace_bytes(const RtPoolDims *d, RtDType dt, RtPass pass);
 void rt_cuda_pool_forward(const RtPoolDims *d, RtDType dt, const void *x, void *y, void *ws);
 void rt_cuda_pool_backward(const RtPoolDims *d, RtDType dt, const void *x, const void *dy,

@@ -112,6 +112,9 @@ static int64_t prod(const int *v, int n)
 static void conv_case(RtConvDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
 {
     rt_conv_dims_init(&d);
+    /* the CUDA calls' dims: the schedule's layout for dt (the CPU's stay NCHW) */
+    RtConvDims dl = d;
+    dl.layout = ampc_conv_layout(dt) == AMPC_NHWC ? RT_LAYOUT_NHWC : RT_LAYOUT_NCHW;
     size_t es = rt_dtype_size(dt), S = prod(d.in, d.nsp), R = prod(d.kernel, d.nsp),
            O = prod(d.out, d.nsp), cg = d.c / d.groups;
     size_t xn = d.n * d.c * S, wn = d.k * cg * R, yn = d.n * d.k * O;
@@ -125,7 +128,7 @@ static void conv_case(RtConvDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
     up(X, xl, xn * es), up(W, wl, wn * es), up(Y, dyl, yn * es), up(B, b, d.k * es);
     size_t gws = 0;
     for (int p = 0; p < 3; p++) {
-        size_t s = rt_cuda_conv_workspace_bytes(&d, dt, (RtPass)p);
+        size_t s = rt_cuda_conv_workspace_bytes(&dl, dt, (RtPass)p);
         gws = s > gws ? s : gws;
     }
     size_t cws = 0;
@@ -141,7 +144,7 @@ static void conv_case(RtConvDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
 
     /* forward with bias */
     rt_conv_forward(&d, dt, x, w, b, cpu, C);
-    rt_cuda_conv_forward(&d, dt, X, W, B, OUT, G);
+    rt_cuda_conv_forward(&dl, dt, X, W, B, OUT, G);
     down(out, OUT, yn * es);
     void *o = last ? permute(out, d.n, O, d.k, es, true) : out; /* [n, O, k] -> [n, k, O] */
     note(fwd, err_of(o, cpu, yn, dt));
@@ -152,7 +155,7 @@ static void conv_case(RtConvDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
         memcpy(cpu, x, xn * es);
         up(OUT, xl, xn * es);
         rt_conv_backward_data(&d, dt, w, dy, cpu, acc, C);
-        rt_cuda_conv_backward_data(&d, dt, W, Y, OUT, acc, G);
+        rt_cuda_conv_backward_data(&dl, dt, W, Y, OUT, acc, G);
         down(out, OUT, xn * es);
         o = last ? permute(out, d.n, S, d.c, es, true) : out;
         note(bwd, err_of(o, cpu, xn, dt));
@@ -162,7 +165,7 @@ static void conv_case(RtConvDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
         memcpy(cpu, w, wn * es), memcpy(cdb, b, d.k * es);
         up(OUT, wl, wn * es), up(DB, b, d.k * es);
         rt_conv_backward_weight(&d, dt, x, dy, cpu, cdb, acc, C);
-        rt_cuda_conv_backward_weight(&d, dt, X, Y, OUT, DB, acc, G);
+        rt_cuda_conv_backward_weight(&dl, dt, X, Y, OUT, DB, acc, G);
         down(out, OUT, wn * es), down(gdb, DB, d.k * es);
         o = last ? permute(out, d.k, R, cg, es, true) : out;
         note(wgt, fmax(err_of(o, cpu, wn, dt), err_of(gdb, cdb, d.k, dt)));
@@ -216,6 +219,8 @@ static void fc_case(RtFcDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
 static void pool_case(RtPoolDims d, RtDType dt, Row *fwd, Row *bwd)
 {
     rt_pool_dims_init(&d);
+    RtPoolDims dl = d; /* the CUDA calls' dims (the CPU's stay NCHW) */
+    dl.layout = ampc_conv_layout(dt) == AMPC_NHWC ? RT_LAYOUT_NHWC : RT_LAYOUT_NCHW;
     size_t es = rt_dtype_size(dt), S = prod(d.in, d.nsp), O = prod(d.out, d.nsp);
     size_t xn = (size_t)d.n * d.c * S, yn = (size_t)d.n * d.c * O;
     bool last = ampc_conv_layout(dt) == AMPC_NHWC;
@@ -228,7 +233,7 @@ static void pool_case(RtPoolDims d, RtDType dt, Row *fwd, Row *bwd)
     void *cpu = malloc(xn * es + yn * es), *out = malloc(xn * es + yn * es);
     up(X, xl, xn * es), up(DY, dyl, yn * es);
     rt_pool_forward(&d, dt, x, cpu, C);
-    rt_cuda_pool_forward(&d, dt, X, OUT, NULL);
+    rt_cuda_pool_forward(&dl, dt, X, OUT, NULL);
     down(out, OUT, yn * es);
     void *o = last ? permute(out, d.n, O, d.c, es, true) : out;
     note(fwd, err_of(o, cpu, yn, dt));
@@ -238,7 +243,7 @@ static void pool_case(RtPoolDims d, RtDType dt, Row *fwd, Row *bwd)
         memcpy(cpu, dx, xn * es);
         up(OUT, dxl, xn * es);
         rt_pool_backward(&d, dt, x, dy, cpu, acc, C);
-        rt_cuda_pool_backward(&d, dt, X, DY, OUT, acc, NULL);
+        rt_cuda_pool_backward(&dl, dt, X, DY, OUT, acc, NULL);
         down(out, OUT, xn * es);
         o = last ? permute(out, d.n, S, d.c, es, true) : out;
         note(bwd, err_of(o, cpu, xn, dt));

@@ -105,7 +105,11 @@ static void check_geom(RtConvDims d, RtDType dt)
     assert_true(rt_conv_dims_init(&d));
     AmpcConvGeom g;
     char err[256];
-    assert_true(ampc_conv_geom(&d, dt, RT_PASS_FORWARD, &g, err, sizeof err));
+    /* the CUDA dims carry the schedule's layout for dt (the kernels follow
+     * it); the CPU reference below stays NCHW */
+    RtConvDims dl = d;
+    dl.layout = ampc_conv_layout(dt) == AMPC_NHWC ? RT_LAYOUT_NHWC : RT_LAYOUT_NCHW;
+    assert_true(ampc_conv_geom(&dl, dt, RT_PASS_FORWARD, &g, err, sizeof err));
     int64_t S = prod(d.in, d.nsp), R = prod(d.kernel, d.nsp), O = prod(d.out, d.nsp);
     int64_t cg = d.c / d.groups;
     size_t xn = (size_t)(d.n * d.c * S), wn = (size_t)(d.k * cg * R), yn = (size_t)(d.n * d.k * O);
@@ -182,8 +186,18 @@ static void test_geom_errors(void **state)
     assert_false(ampc_conv_geom(&huge, RT_F16, RT_PASS_FORWARD, &g, err, sizeof err));
     assert_non_null(strstr(err, "2^63"));
     RtConvDims rgb = {.n = 2, .c = 3, .k = 8, .groups = 1, .nsp = 2, .in = {10, 10},
-                      .kernel = {3, 3}, .stride = {1, 1}, .dilate = {1, 1}};
+                      .kernel = {3, 3}, .stride = {1, 1}, .dilate = {1, 1},
+                      .layout = RT_LAYOUT_NHWC};
+    /* the layout is the dims', not the dtype's: NCHW bf16 and NHWC fp32 */
+    rgb.layout = RT_LAYOUT_NCHW;
+    assert_true(ampc_conv_geom(&rgb, RT_BF16, RT_PASS_FORWARD, &g, err, sizeof err));
+    assert_int_equal(g.layout, AMPC_NCHW);
+    assert_int_equal(g.c, 3);
+    rgb.layout = RT_LAYOUT_NHWC;
+    assert_true(ampc_conv_geom(&rgb, RT_F32, RT_PASS_FORWARD, &g, err, sizeof err));
+    assert_int_equal(g.layout, AMPC_NHWC);
     assert_true(ampc_conv_geom(&rgb, RT_BF16, RT_PASS_BACKWARD_WEIGHT, &g, err, sizeof err));
+    assert_int_equal(g.layout, AMPC_NHWC);
     assert_int_equal(g.c, 4);
     assert_int_equal(g.pad_bytes, ampc_padded_bytes(200, 4, RT_BF16) + ampc_padded_bytes(72, 4, RT_BF16));
 }
@@ -212,6 +226,10 @@ static void test_keys(void **state)
         assert_false(ampc_key_equal(&a, &b));
     }
     ampc_conv_key(&d, RT_BF16, RT_PASS_FORWARD, &b);
+    assert_false(ampc_key_equal(&a, &b));
+    e = d;
+    e.layout = RT_LAYOUT_NHWC; /* d's is NCHW */
+    ampc_conv_key(&e, RT_F16, RT_PASS_FORWARD, &b);
     assert_false(ampc_key_equal(&a, &b));
     ampc_conv_key(&d, RT_F16, RT_PASS_BACKWARD, &b);
     assert_false(ampc_key_equal(&a, &b));
