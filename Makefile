@@ -38,6 +38,9 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 # whichever compiler builds them, and as their CUDA twins (-fmad=false).
 RT_CFLAGS := -std=c11 -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -Iruntime -MMD -MP
 RT_SRC   := $(wildcard runtime/*.c runtime/cpu/*.c runtime/data/*.c)
+# The GPU placements' host logic (runtime/dist/coll.h: the NCCL engine's buckets and
+# bootstrap, local/device, the fake transport of their tests); mpi.c is ampcmpi.o's.
+RT_SRC   += runtime/dist/nccl.c runtime/dist/nccl_fake.c runtime/dist/kvplace.c
 RT_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_SRC))
 RT_LIBS  := -lopenblas -lz -lm
 # json-c (libjson-c-dev): ampc --from-mxnet reads MXNet symbol JSON with it.
@@ -101,7 +104,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libampc.a
 	@mkdir -p $(@D)
 	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampc.a $(LDFLAGS) -lcmocka $(JSON_LIBS) -lm
 
-unit: $(UNIT_BIN) $(RTEST_BIN) $(BUILD)/rtests/tiny_train nvcc-check cuda-check $(DATA_DIR)/digits.csv.gz
+unit: $(UNIT_BIN) $(RTEST_BIN) $(BUILD)/rtests/tiny_train nvcc-check cuda-check nccl-check $(DATA_DIR)/digits.csv.gz
 	@set -e; for t in $(UNIT_BIN) $(RTEST_BIN); do echo "== $$t"; AMPC_DATA_DIR=$(DATA_DIR) $$t; done
 	tests/runtime/device_seam.sh
 	@echo "== tiny_train (the runtime's main on a hand-written model)"
@@ -179,6 +182,19 @@ $(BUILD)/cuda/cuda_libs_smoke: tests/runtime/cuda_libs_smoke.c $(BUILD)/libampcc
 $(BUILD)/cuda/cuda_dnn_gpu: tests/runtime/cuda_dnn_gpu.c $(BUILD)/libampccuda.a $(BUILD)/libampcrt.a
 	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -o $@ $< $(BUILD)/libampccuda.a \
 	    $(BUILD)/libampcrt.a $(LDFLAGS) $(CUDA_LIBS) $(RT_LIBS)
+
+# The NCCL engine (runtime/dist/nccl.c, runtime/cuda/nccl.c; docs/kvstore.md) linked as a
+# CUDA program links it, and NCCL's functions resolved by name (no GPU needed; under
+# ASan, CUDA_LIBS_SMOKE=0, the link only).  Its host logic: test_nccl_fake, test_kv_local.
+.PHONY: nccl-check
+$(BUILD)/cuda/nccl_link_smoke: tests/runtime/nccl_link_smoke.c $(BUILD)/libampccuda.a $(BUILD)/libampcrt.a
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -o $@ $< $(BUILD)/libampccuda.a \
+	    $(BUILD)/libampcrt.a $(LDFLAGS) $(CUDA_LIBS) $(RT_LIBS)
+nccl-check: cuda
+	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory $(BUILD)/cuda/nccl_link_smoke && \
+	    AMPC_CUDA_LIB_PATH=$${AMPC_CUDA_LIB_PATH:-$(dir $(NVCC))../lib64} \
+	    $(BUILD)/cuda/nccl_link_smoke $(if $(filter 1,$(CUDA_LIBS_SMOKE)),,--link-only); \
+	else echo "SKIPPED: nccl-check (the NCCL engine linked into a CUDA program): no nvcc"; fi
 
 # On a machine with a GPU (never part of check; docs/backend-cuda.md): one
 # table of (a) the custom kernels, the CUDA device, cuDNN and cuBLASLt against

@@ -1,0 +1,184 @@
+/* coll.h - the GPU engines' collectives behind two small tables, and the
+ * engines built on them (docs/kvstore.md, "The NCCL engine", "local and
+ * device on a GPU").
+ *
+ * RtCollOps is the transport: NCCL's calls (ncclGetUniqueId,
+ * ncclCommInitRank, ncclCommInitAll, ncclGroupStart/End, ncclAllReduce,
+ * ncclBroadcast, ncclCommDestroy, ncclGetErrorString) and the three stream
+ * operations that order them against the device's compute stream (CUDA
+ * streams and events).  Two implementations:
+ *   - the real one (runtime/cuda/nccl.c, in libampccuda.a): NCCL resolved
+ *     with dlsym from the handle runtime/cuda/libs.c opens (no link-time
+ *     NCCL), cudart's streams and events;
+ *   - an in-process fake (runtime/dist/nccl_fake.c): threads as ranks, a
+ *     "stream" is the calling thread (every call synchronous), sums in rank
+ *     order, a log of every call for the tests, errors on request.
+ * RtCollBoot is how the ranks of one-GPU-per-process runs share NCCL's
+ * unique id: rank 0's broadcast over MPI (rt_coll_boot_device: the
+ * broadcast of the MPI-wrapped CPU device, runtime/dist/mpi.c, with its
+ * hang guard), or the fake's bcast in the tests.
+ *
+ * The engine (runtime/dist/nccl.c) is written against device.h and these
+ * tables only, so it runs around the CPU device in make unit.
+ */
+#ifndef AMPC_DIST_COLL_H
+#define AMPC_DIST_COLL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device.h"
+
+/* NCCL's ncclUniqueId: 128 opaque bytes. */
+typedef struct {
+    char internal[128];
+} RtCollId;
+
+/* The element types on the wire: RtDType's three, and the flag's int32. */
+typedef enum { RT_COLL_F32 = 0, RT_COLL_F16 = 1, RT_COLL_BF16 = 2, RT_COLL_I32 = 3 } RtCollType;
+typedef enum { RT_COLL_SUM, RT_COLL_MAX, RT_COLL_AVG } RtCollOp;
+
+typedef struct RtCollComm RtCollComm; /* ncclComm_t */
+
+/* Every call returns 0 on success, else a code error_string explains.
+ * `self` is the table's own state (the fake's world); stream arguments are
+ * the transport's streams (cudaStream_t), made by stream_create or given by
+ * the device (the compute stream). */
+typedef struct RtCollOps {
+    const char *name; /* "nccl", "fake" */
+    void *self;
+    int (*get_unique_id)(void *self, RtCollId *id);
+    int (*comm_init_rank)(void *self, RtCollComm **comm, int nranks, const RtCollId *id,
+                          int rank);
+    int (*comm_init_all)(void *self, RtCollComm **comms, int ndev, const int *devlist);
+    int (*group_start)(void *self);
+    int (*group_end)(void *self);
+    int (*all_reduce)(void *self, const void *send, void *recv, size_t count, RtCollType dt,
+                      RtCollOp op, RtCollComm *comm, void *stream);
+    int (*broadcast)(void *self, const void *send, void *recv, size_t count, RtCollType dt,
+                     int root, RtCollComm *comm, void *stream);
+    int (*comm_destroy)(void *self, RtCollComm *comm);
+    /* the message for rc returned by `call` (NCCL's or CUDA's string) */
+    const char *(*error_string)(void *self, const char *call, int rc);
+    /* ---- ordering (CUDA: streams and events; the fake: nothing to do) ---- */
+    int (*stream_create)(void *self, int device, void **stream);
+    int (*stream_destroy)(void *self, void *stream);
+    /* work queued on `waiter` after this call starts after the work queued
+     * on `after` before it (an event recorded on after, waited for by
+     * waiter; the host does not wait) */
+    int (*stream_wait)(void *self, void *waiter, void *after);
+    int (*stream_sync)(void *self, void *stream); /* the host waits */
+} RtCollOps;
+
+/* The bootstrap: this process's rank among world, and a broadcast of bytes
+ * from root to every rank (in place). */
+typedef struct {
+    int rank, world;
+    void *self;
+    bool (*bcast)(void *self, void *buf, size_t bytes, int root, char *err, size_t errlen);
+} RtCollBoot;
+
+/* The bootstrap over a host device's broadcast (rt_mpi_wrap of the CPU
+ * device under mpirun: MPI_Ibcast with the hang guard).  host must be a
+ * device whose pointers are host pointers (the CPU device, wrapped). */
+RtCollBoot rt_coll_boot_device(RtDevice *host);
+
+/* ---- the real transport (runtime/cuda/nccl.c, in libampccuda.a) -------------------- */
+
+/* NCCL opened through libs.c and every function resolved; NULL with a
+ * message naming the library or the missing symbol. */
+const RtCollOps *rt_coll_nccl(char *err, size_t errlen);
+
+/* ---- the fake (runtime/dist/nccl_fake.c) ------------------------------------------- */
+
+typedef struct RtCollFake RtCollFake;
+/* A world of nranks ranks (threads); NULL when out of memory. */
+RtCollFake *rt_coll_fake_new(int nranks);
+void rt_coll_fake_free(RtCollFake *f);
+const RtCollOps *rt_coll_fake_ops(RtCollFake *f);
+/* The bootstrap of rank r, on rank r's thread: bcast through the fake (every rank's call meets
+ * the others', as MPI_Bcast). */
+RtCollBoot rt_coll_fake_boot(RtCollFake *f, int rank);
+/* The next call named `call` ("ncclAllReduce", "ncclCommInitRank", ...) by
+ * rank `rank` (-1: any) returns rc instead of running. */
+void rt_coll_fake_fail(RtCollFake *f, const char *call, int rank, int rc);
+/* Appends a line to the world's log (the fake writes one per call it runs:
+ * "r0 ncclAllReduce n=37 f16 sum", "r1 ncclCommInitRank 1/2 id=..."). */
+void rt_coll_fake_log(RtCollFake *f, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The log so far, lines joined by '\n' (owned by the fake; valid until
+ * the next call that logs). */
+const char *rt_coll_fake_log_text(RtCollFake *f);
+/* How many times bcast ran, and the unique ids it handed out. */
+int rt_coll_fake_ids_made(const RtCollFake *f);
+
+/* ---- the NCCL engine (runtime/dist/nccl.c) ---------------------------------------- */
+
+/* How the engine reaches the inner device's compute stream (CUDA: its
+ * cudaStream_t; the fake: NULL, the calling thread) and its GPU. */
+typedef struct {
+    void *(*compute_stream)(RtDevice *inner);
+    int device; /* the GPU the comm stream is made on */
+    double bucket_mb; /* the size rule when the program carries no buckets: a
+                       * bucket closes once it holds this many MiB on the wire
+                       * (0: one bucket) */
+} RtNcclConfig;
+
+/* One GPU per process: rank 0 gets the unique id, boot broadcasts it, every
+ * rank calls comm_init_rank(world, id, rank).  False with a message naming
+ * the call, file:line and the transport's error string. */
+bool rt_nccl_bootstrap(const RtCollOps *t, const RtCollBoot *boot, RtCollComm **comm, char *err,
+                       size_t errlen);
+/* Several GPUs in one process: comm_init_all over devlist (one comm each,
+ * rank i = devlist[i]); each rank is then driven by its own thread. */
+bool rt_nccl_init_all(const RtCollOps *t, int ndev, const int *devlist, RtCollComm **comms,
+                      char *err, size_t errlen);
+
+/* The device of one rank: inner with the gradients all-reduced in buckets
+ * during backward (RtCtx.grad_ready), the finite flag reduced (max), the
+ * broadcast through NCCL.  The comm becomes the device's (destroyed at
+ * close).  NULL with a message (inner is left open then). */
+RtDevice *rt_nccl_wrap(RtDevice *inner, const RtCollOps *t, RtCollComm *comm, int rank,
+                       int world, const RtNcclConfig *c, char *err, size_t errlen);
+
+/* What the engine did, for the tests and AMPC_NCCL_DEBUG. */
+typedef struct {
+    int nbuckets;          /* buckets of the last step */
+    int launched_early;    /* of those, launched during backward (by grad_ready) */
+    int64_t steps;
+    bool program_buckets;  /* the program's kvstore buckets (else the size rule) */
+} RtNcclStats;
+void rt_nccl_stats(RtDevice *d, RtNcclStats *st);
+/* Bucket b of the last step as parameter indices, in launch order; the
+ * count (at most cap written). */
+int rt_nccl_bucket_params(RtDevice *d, int b, int *params, int cap);
+
+/* ---- local and device (runtime/dist/kvplace.c) ------------------------------------- */
+
+/* The placements (MXNet's names; the kvstore pass's KvPlacement + 1, 0 for
+ * a program the pass did not place). */
+typedef enum { RT_KV_NONE = 0, RT_KV_LOCAL, RT_KV_DEVICE, RT_KV_NCCL, RT_KV_DIST_SYNC } RtKvPlace;
+const char *rt_kv_place_name(int place);
+
+/* `local`: the gradients copied to host memory (rt_dev_host_alloc: pinned on
+ * CUDA), the CPU's fused optimizer (optim.c) on host masters and state,
+ * the weights copied back.  NULL with a message (inner is left open). */
+RtDevice *rt_kv_local_wrap(RtDevice *inner, char *err, size_t errlen);
+typedef struct {
+    uint64_t d2h_bytes, h2d_bytes; /* copies made by the placement, all steps */
+    int64_t updates;               /* host updates applied */
+} RtKvLocalStats;
+void rt_kv_local_stats(RtDevice *d, RtKvLocalStats *st);
+
+/* The device for a placement on one process's devices: RT_KV_LOCAL wraps
+ * with local; RT_KV_DEVICE on one device, RT_KV_NONE: inner itself (the
+ * device's own fused update); others: an error (nccl and dist_sync need
+ * rt_nccl_wrap's comm).  NULL with a message (inner is closed then). */
+RtDevice *rt_kv_wrap(RtDevice *inner, int place, char *err, size_t errlen);
+
+/* The GPU of this process among the ranks on its machine (Open MPI's
+ * OMPI_COMM_WORLD_LOCAL_RANK, else MPI_LOCALRANKID, SLURM_LOCALID; 0). */
+int rt_nccl_local_device(void);
+
+#endif

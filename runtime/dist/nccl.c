@@ -1,0 +1,662 @@
+/* nccl.c - the NCCL engine's host logic (coll.h; docs/kvstore.md, "The NCCL
+ * engine").  Written against device.h and the transport table only: in a
+ * CUDA program the transport is NCCL (runtime/cuda/nccl.c), in make unit
+ * the fake (nccl_fake.c, threads as ranks) around the CPU device.
+ *
+ * The device of a rank forwards to its inner device (the GPU's), except:
+ *   - the gradients: the emitted train step calls RtCtx.grad_ready(k) right
+ *     after the call that completes parameter k's gradient.  There the
+ *     engine counts it into its bucket, and a complete bucket is launched:
+ *     the comm stream waits for an event of the compute stream (the kernel
+ *     that completed the gradient is before it), then one NCCL group of an
+ *     in-place ncclAllReduce(sum) per gradient, in the gradient's own dtype,
+ *     on the comm stream, overlapping the rest of backward.  Buckets launch
+ *     in the same order on every rank (NCCL requires it): the program's
+ *     (the kvstore pass's, RtModel.kv_*) in bucket order, each once all its
+ *     gradients are final; else the size rule cuts them in the order the
+ *     gradients become final, a bucket closing once it holds
+ *     RtNcclConfig.bucket_mb MiB.  The trainer's all-reduce after the step
+ *     flushes the open bucket (and announces a gradient the step did not),
+ *     then makes the compute stream wait for the comm stream, so that the
+ *     finite check and the update read the sums; the host never waits.
+ *   - check_grads: the inner check, then the flag reduced (max of 0/1 over
+ *     the ranks, an int32 all-reduce), so an overflow on one rank skips the
+ *     step and backs off the scale on every rank.  The flag is read through
+ *     device.h (read_flag, one counted wait, and the maximum read back: two
+ *     per step under a dynamic scale).
+ *   - train_update: a step whose buckets were not waited for is finished
+ *     first (no update before its reductions), then the inner device's own
+ *     fused update runs, the same on every rank on the same sums.
+ *   - broadcast: one group of ncclBroadcast on the compute stream.
+ * The wire: each gradient in its dtype.  NCCL sums fp16/bf16 in fp32 per
+ * addition and rounds each partial sum to the dtype (a ring of D ranks
+ * rounds D - 1 times); for two ranks that is the MPI engine's fp32 sum
+ * rounded once, bit for bit.  An overflow becomes inf on every rank (NCCL
+ * hands every rank the same result), which the reduced flag skips.
+ * A failing call is reported as "nccl: rank R of W: CALL failed at
+ * FILE:LINE: NCCL's string (error N)"; one inside grad_ready (which cannot
+ * return an error) is kept and returned by the trainer's all-reduce, and no
+ * further bucket is launched.
+ */
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+#include "fwd.h"
+#include "rt.h"
+
+typedef struct {
+    RtFwd f; /* first */
+    RtDeviceOps ops;
+    const RtCollOps *t;
+    RtCollComm *comm;
+    int rank, world;
+    RtNcclConfig cfg;
+    void *cstream, *kstream; /* compute (the inner device's), comm (ours) */
+    const RtModel *m;
+    RtCtx *ctx;
+    /* the gradients, by parameter */
+    int np, ng;
+    bool *has, *ready;
+    RtDevTensor *g;
+    /* the program's buckets */
+    bool table;
+    int nb;            /* table: buckets */
+    int *bucket_of, *left, *size, *members; /* members: table order, bucket by bucket */
+    int *first;        /* first[b]: bucket b's start in members */
+    int next;          /* table: the next bucket to launch */
+    /* this step */
+    int *order, nready; /* final gradients, in the order they came */
+    int open_from;      /* size rule: the open bucket is order[open_from .. nready) */
+    size_t open_bytes, cap_bytes;
+    int *launch, nlaunch, *lstart, nlb; /* launched: params in order, buckets' starts */
+    int early;
+    bool in_finish, pending;
+    /* the last finished step */
+    int *last, *last_start, last_nb, last_early;
+    int64_t steps;
+    int32_t *flag_dev;  /* the flag's all-reduce buffer (device) */
+    int32_t *flag_host; /* its host side (host_alloc) */
+    bool failed;
+    char err[512];
+} NcclDev;
+
+static NcclDev *nd(RtDevice *d) { return (NcclDev *)d; }
+
+/* ---- errors ----------------------------------------------------------------------- */
+
+static bool coll_ok(NcclDev *m, int rc, const char *call, const char *file, int line)
+{
+    if (rc == 0)
+        return true;
+    if (!m->failed)
+        snprintf(m->err, sizeof m->err, "nccl: rank %d of %d: %s failed at %s:%d: %s (error %d)",
+                 m->rank, m->world, call, file, line, m->t->error_string(m->t->self, call, rc),
+                 rc);
+    m->failed = true;
+    return false;
+}
+#define COLL(m, call, name) coll_ok((m), (call), (name), __FILE__, __LINE__)
+
+static bool boot_ok(const RtCollOps *t, int rc, int rank, const char *call, const char *file,
+                    int line, char *err, size_t errlen)
+{
+    if (rc == 0)
+        return true;
+    snprintf(err, errlen, "nccl: rank %d: %s failed at %s:%d: %s (error %d)", rank, call, file,
+             line, t->error_string(t->self, call, rc), rc);
+    return false;
+}
+#define BOOT(t, call, rank, name, err, errlen) \
+    boot_ok((t), (call), (rank), (name), __FILE__, __LINE__, (err), (errlen))
+
+/* ---- bootstrap ---------------------------------------------------------------------- */
+
+bool rt_nccl_bootstrap(const RtCollOps *t, const RtCollBoot *boot, RtCollComm **comm, char *err,
+                       size_t errlen)
+{
+    RtCollId id;
+    memset(&id, 0, sizeof id);
+    if (boot->world < 1 || boot->rank < 0 || boot->rank >= boot->world) {
+        snprintf(err, errlen, "nccl: bootstrap: rank %d of %d", boot->rank, boot->world);
+        return false;
+    }
+    /* rank 0 makes the id; a failure there still broadcasts (zeros), so
+     * that no rank waits for it, and every rank reports */
+    int rc = boot->rank == 0 ? t->get_unique_id(t->self, &id) : 0;
+    int32_t status = rc;
+    char buf[sizeof id + sizeof status];
+    memcpy(buf, &id, sizeof id);
+    memcpy(buf + sizeof id, &status, sizeof status);
+    if (!boot->bcast(boot->self, buf, sizeof buf, 0, err, errlen))
+        return false;
+    memcpy(&id, buf, sizeof id);
+    memcpy(&status, buf + sizeof id, sizeof status);
+    if (!BOOT(t, rc, boot->rank, "ncclGetUniqueId", err, errlen))
+        return false;
+    if (status != 0) {
+        snprintf(err, errlen, "nccl: rank %d: rank 0 could not make NCCL's unique id (error %d)",
+                 boot->rank, (int)status);
+        return false;
+    }
+    return BOOT(t, t->comm_init_rank(t->self, comm, boot->world, &id, boot->rank), boot->rank,
+                "ncclCommInitRank", err, errlen);
+}
+
+bool rt_nccl_init_all(const RtCollOps *t, int ndev, const int *devlist, RtCollComm **comms,
+                      char *err, size_t errlen)
+{
+    if (ndev < 1) {
+        snprintf(err, errlen, "nccl: %d devices in one process", ndev);
+        return false;
+    }
+    return BOOT(t, t->comm_init_all(t->self, comms, ndev, devlist), 0, "ncclCommInitAll", err,
+                errlen);
+}
+
+/* ---- the hook's registry: RtCtx -> device (several ranks may share a process) ---- */
+
+enum { MAX_RANKS_IN_PROCESS = 64 };
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    const RtCtx *ctx;
+    NcclDev *dev;
+} reg[MAX_RANKS_IN_PROCESS];
+
+static bool reg_add(const RtCtx *ctx, NcclDev *m)
+{
+    pthread_mutex_lock(&reg_mu);
+    int at = -1;
+    for (int i = 0; i < MAX_RANKS_IN_PROCESS && at < 0; i++)
+        if (reg[i].ctx == ctx)
+            at = i;
+    for (int i = 0; i < MAX_RANKS_IN_PROCESS && at < 0; i++)
+        if (!reg[i].ctx)
+            at = i;
+    if (at >= 0)
+        reg[at].ctx = ctx, reg[at].dev = m;
+    pthread_mutex_unlock(&reg_mu);
+    return at >= 0;
+}
+
+static void reg_remove(NcclDev *m)
+{
+    pthread_mutex_lock(&reg_mu);
+    for (int i = 0; i < MAX_RANKS_IN_PROCESS; i++)
+        if (reg[i].dev == m)
+            reg[i].ctx = NULL, reg[i].dev = NULL;
+    pthread_mutex_unlock(&reg_mu);
+}
+
+static NcclDev *reg_find(const RtCtx *ctx)
+{
+    NcclDev *m = NULL;
+    pthread_mutex_lock(&reg_mu);
+    for (int i = 0; i < MAX_RANKS_IN_PROCESS && !m; i++)
+        if (reg[i].ctx == ctx)
+            m = reg[i].dev;
+    pthread_mutex_unlock(&reg_mu);
+    return m;
+}
+
+/* ---- the buckets -------------------------------------------------------------------- */
+
+static RtCollType coll_type(RtDType dt) { return (RtCollType)dt; }
+
+/* One bucket: the comm stream after the compute stream, then one group. */
+static void launch(NcclDev *m, const int *params, int n)
+{
+    if (m->failed || n == 0)
+        return;
+    if (m->nlb >= m->np + 1)
+        return; /* cannot happen: at most one bucket per gradient */
+    m->lstart[m->nlb++] = m->nlaunch;
+    for (int i = 0; i < n; i++)
+        m->launch[m->nlaunch++] = params[i];
+    m->early += !m->in_finish;
+    m->pending = true;
+    const RtCollOps *t = m->t;
+    if (!COLL(m, t->stream_wait(t->self, m->kstream, m->cstream), "cudaStreamWaitEvent") ||
+        !COLL(m, t->group_start(t->self), "ncclGroupStart"))
+        return;
+    for (int i = 0; i < n; i++) {
+        const RtDevTensor *g = &m->g[params[i]];
+        if (!COLL(m, t->all_reduce(t->self, g->ptr, g->ptr, g->n, coll_type(g->dt), RT_COLL_SUM,
+                                   m->comm, m->kstream), "ncclAllReduce"))
+            break;
+    }
+    COLL(m, t->group_end(t->self), "ncclGroupEnd");
+}
+
+static size_t grad_bytes(const NcclDev *m, int k)
+{
+    return m->g[k].n * rt_dtype_size(m->g[k].dt);
+}
+
+/* Parameter k's gradient is final. */
+static void grad_final(NcclDev *m, int k)
+{
+    if (k < 0 || k >= m->np || !m->has[k] || m->ready[k])
+        return;
+    m->ready[k] = true;
+    m->order[m->nready++] = k;
+    if (m->table) {
+        m->left[m->bucket_of[k]]--;
+        while (m->next < m->nb && m->left[m->next] == 0) {
+            int b = m->next++;
+            launch(m, m->members + m->first[b], m->first[b + 1] - m->first[b]);
+        }
+        return;
+    }
+    m->open_bytes += grad_bytes(m, k);
+    if (m->cap_bytes && m->open_bytes >= m->cap_bytes) {
+        launch(m, m->order + m->open_from, m->nready - m->open_from);
+        m->open_from = m->nready;
+        m->open_bytes = 0;
+    }
+}
+
+static void on_grad_ready(RtCtx *ctx, int k)
+{
+    NcclDev *m = reg_find(ctx);
+    if (m)
+        grad_final(m, k);
+}
+
+/* The step's end: every gradient final, the last bucket launched, the
+ * compute stream after the comm stream. */
+static bool finish(NcclDev *m, char *err, size_t errlen)
+{
+    m->in_finish = true;
+    for (int k = m->np - 1; k >= 0; k--)
+        grad_final(m, k);
+    if (!m->table && m->open_from < m->nready) {
+        launch(m, m->order + m->open_from, m->nready - m->open_from);
+        m->open_from = m->nready;
+    }
+    m->in_finish = false;
+    if (m->pending)
+        COLL(m, m->t->stream_wait(m->t->self, m->cstream, m->kstream), "cudaStreamWaitEvent");
+    /* the record of this step, for the stats */
+    memcpy(m->last, m->launch, sizeof *m->last * (size_t)m->nlaunch);
+    memcpy(m->last_start, m->lstart, sizeof *m->last_start * (size_t)m->nlb);
+    m->last_start[m->nlb] = m->nlaunch;
+    m->last_nb = m->nlb;
+    m->last_early = m->early;
+    m->steps++;
+    memset(m->ready, 0, sizeof *m->ready * (size_t)m->np);
+    if (m->table)
+        memcpy(m->left, m->size, sizeof *m->left * (size_t)m->nb);
+    m->next = m->nready = m->open_from = m->nlaunch = m->nlb = m->early = 0;
+    m->open_bytes = 0;
+    m->pending = false;
+    if (m->failed) {
+        snprintf(err, errlen, "%s", m->err);
+        return false;
+    }
+    return true;
+}
+
+static bool is_model_grads(const NcclDev *m, const RtDevTensor *b, int n)
+{
+    if (!m->m || n != m->ng)
+        return false;
+    for (int k = 0, i = 0; k < m->np; k++)
+        if (m->has[k] && (b[i].ptr != m->g[k].ptr || b[i].n != m->g[k].n || b[i++].dt != m->g[k].dt))
+            return false;
+    return true;
+}
+
+static bool check_bucket(const RtDevTensor *b, int n, const char *call, char *err, size_t errlen)
+{
+    if (n < 0 || (n > 0 && !b)) {
+        snprintf(err, errlen, "nccl: %s of %d tensors", call, n);
+        return false;
+    }
+    for (int i = 0; i < n; i++)
+        if ((!b[i].ptr && b[i].n) || (unsigned)b[i].dt > RT_BF16) {
+            snprintf(err, errlen, "nccl: %s: tensor %d of the bucket has no memory or no dtype",
+                     call, i);
+            return false;
+        }
+    return true;
+}
+
+static bool n_allreduce(RtDevice *d, const RtDevTensor *b, int n, RtReduceOp op, char *err,
+                        size_t errlen)
+{
+    NcclDev *m = nd(d);
+    if (op != RT_REDUCE_SUM && op != RT_REDUCE_MEAN) {
+        snprintf(err, errlen, "nccl: all-reduce: unknown reduction %d", (int)op);
+        return false;
+    }
+    if (!check_bucket(b, n, "all-reduce", err, errlen))
+        return false;
+    if (is_model_grads(m, b, n)) {
+        if (op != RT_REDUCE_SUM) {
+            snprintf(err, errlen, "nccl: the gradients are summed during backward: a mean of "
+                     "them is not supported (the update's rescale_grad divides)");
+            return false;
+        }
+        return finish(m, err, errlen);
+    }
+    /* other tensors: at once, on the compute stream (in order with its work) */
+    const RtCollOps *t = m->t;
+    if (COLL(m, t->group_start(t->self), "ncclGroupStart")) {
+        for (int i = 0; i < n; i++)
+            if (!COLL(m, t->all_reduce(t->self, b[i].ptr, b[i].ptr, b[i].n, coll_type(b[i].dt),
+                                       op == RT_REDUCE_SUM ? RT_COLL_SUM : RT_COLL_AVG, m->comm,
+                                       m->cstream), "ncclAllReduce"))
+                break;
+        COLL(m, t->group_end(t->self), "ncclGroupEnd");
+    }
+    if (m->failed)
+        snprintf(err, errlen, "%s", m->err);
+    return !m->failed;
+}
+
+static bool n_broadcast(RtDevice *d, const RtDevTensor *b, int n, int root, char *err,
+                        size_t errlen)
+{
+    NcclDev *m = nd(d);
+    if (root < 0 || root >= m->world) {
+        snprintf(err, errlen, "nccl: broadcast from rank %d of %d", root, m->world);
+        return false;
+    }
+    if (!check_bucket(b, n, "broadcast", err, errlen))
+        return false;
+    const RtCollOps *t = m->t;
+    if (COLL(m, t->group_start(t->self), "ncclGroupStart")) {
+        for (int i = 0; i < n; i++)
+            if (!COLL(m, t->broadcast(t->self, b[i].ptr, b[i].ptr, b[i].n, coll_type(b[i].dt),
+                                      root, m->comm, m->cstream), "ncclBroadcast"))
+                break;
+        COLL(m, t->group_end(t->self), "ncclGroupEnd");
+    }
+    if (m->failed)
+        snprintf(err, errlen, "%s", m->err);
+    return !m->failed;
+}
+
+/* The local check, then the maximum of every rank's "not finite". */
+static void n_check_grads(RtDevice *d)
+{
+    NcclDev *m = nd(d);
+    RtDevice *in = fwd_in(d);
+    in->ops->check_grads(in);
+    d->syncs += 2; /* the flag read, and its maximum read back */
+    *m->flag_host = in->ops->read_flag(in) ? 0 : 1;
+    in->ops->to_device(in, m->flag_dev, m->flag_host, sizeof *m->flag_host);
+    if (!m->failed)
+        COLL(m, m->t->all_reduce(m->t->self, m->flag_dev, m->flag_dev, 1, RT_COLL_I32,
+                                 RT_COLL_MAX, m->comm, m->cstream), "ncclAllReduce");
+    in->ops->to_host(in, m->flag_host, m->flag_dev, sizeof *m->flag_host);
+    /* a failed reduction must not let one rank update alone: not finite */
+    in->ops->set_flag(in, !m->failed && *m->flag_host == 0);
+}
+
+static void n_train_update(RtDevice *d, float *const *state, float *const *state2,
+                           const struct RtOptConfig *oc)
+{
+    NcclDev *m = nd(d);
+    if (m->pending || m->nready) {
+        char err[8];
+        (void)finish(m, err, sizeof err); /* the error stays in m->err */
+    }
+    if (m->failed) {
+        fprintf(stderr, "%s\n", m->err);
+        exit(1); /* the ranks' weights would part: the job cannot go on */
+    }
+    fwd_in(d)->ops->train_update(fwd_in(d), state, state2, oc);
+}
+
+static int n_world_size(const RtDevice *d) { return ((const NcclDev *)d)->world; }
+static int n_rank(const RtDevice *d) { return ((const NcclDev *)d)->rank; }
+
+/* ---- setup: the gradient table ------------------------------------------------------ */
+
+static void grads_free(NcclDev *m)
+{
+    free(m->has);
+    free(m->ready);
+    free(m->g);
+    free(m->bucket_of);
+    free(m->left);
+    free(m->size);
+    free(m->members);
+    free(m->first);
+    free(m->order);
+    free(m->launch);
+    free(m->lstart);
+    free(m->last);
+    free(m->last_start);
+}
+
+static bool table_setup(NcclDev *m, const RtModel *mo, char *err, size_t errlen)
+{
+    int nt = mo->kv_nbuckets, np = mo->nparams;
+    m->table = true;
+    m->nb = nt;
+    m->size = calloc((size_t)nt + 1, sizeof *m->size);
+    m->left = calloc((size_t)nt + 1, sizeof *m->left);
+    m->first = calloc((size_t)nt + 2, sizeof *m->first);
+    m->members = calloc((size_t)np + 1, sizeof *m->members);
+    if (!m->size || !m->left || !m->first || !m->members) {
+        snprintf(err, errlen, "nccl: out of memory for the buckets");
+        return false;
+    }
+    int at = 0;
+    for (int b = 0; b < nt; b++) {
+        int lo = mo->kv_bucket_start[b], hi = mo->kv_bucket_start[b + 1];
+        if (lo > hi || (b == 0 && lo != 0)) {
+            snprintf(err, errlen, "model %s: kvstore bucket %d: bad bounds", mo->name, b);
+            return false;
+        }
+        m->first[b] = at;
+        for (int j = lo; j < hi; j++) {
+            int k = mo->kv_bucket_params[j];
+            if (k < 0 || k >= np || !m->has[k] || m->ready[k]) {
+                snprintf(err, errlen, "model %s: kvstore bucket %d names parameter %d: not a "
+                         "gradient, or one in two buckets", mo->name, b, k);
+                return false;
+            }
+            m->ready[k] = true; /* seen (cleared below) */
+            m->bucket_of[k] = b;
+            m->members[at++] = k;
+            m->size[b]++;
+        }
+    }
+    m->first[nt] = at;
+    for (int k = 0; k < np; k++)
+        if (m->has[k] && !m->ready[k]) {
+            snprintf(err, errlen, "model %s: the kvstore buckets leave out the gradient of %s",
+                     mo->name, mo->params[k].name);
+            return false;
+        }
+    memset(m->ready, 0, sizeof *m->ready * (size_t)np);
+    memcpy(m->left, m->size, sizeof *m->left * (size_t)nt);
+    return true;
+}
+
+static bool grads_setup(NcclDev *m, const RtModel *mo, const RtCtx *ctx, char *err,
+                        size_t errlen)
+{
+    int np = mo->nparams;
+    size_t n1 = (size_t)(np > 0 ? np : 0) + 1;
+    m->np = np;
+    m->has = calloc(n1, sizeof *m->has);
+    m->ready = calloc(n1, sizeof *m->ready);
+    m->g = calloc(n1, sizeof *m->g);
+    m->bucket_of = calloc(n1, sizeof *m->bucket_of);
+    m->order = calloc(n1, sizeof *m->order);
+    m->launch = calloc(n1, sizeof *m->launch);
+    m->lstart = calloc(n1 + 1, sizeof *m->lstart);
+    m->last = calloc(n1, sizeof *m->last);
+    m->last_start = calloc(n1 + 1, sizeof *m->last_start);
+    if (!m->has || !m->ready || !m->g || !m->bucket_of || !m->order || !m->launch ||
+        !m->lstart || !m->last || !m->last_start) {
+        snprintf(err, errlen, "nccl: out of memory for the gradient table");
+        return false;
+    }
+    for (int k = 0; k < np; k++) {
+        const RtParam *p = &mo->params[k];
+        if (p->grad < 0)
+            continue;
+        m->has[k] = true;
+        m->g[k] = (RtDevTensor){ctx->buf[p->grad], (size_t)p->numel, mo->buffers[p->grad].dtype};
+        m->ng++;
+    }
+    if (mo->kv_nbuckets > 0)
+        return table_setup(m, mo, err, errlen);
+    double cap = m->cfg.bucket_mb * 1048576.0;
+    m->cap_bytes = m->cfg.bucket_mb <= 0 ? 0 : cap < 1 ? 1 : cap > 1e18 ? (size_t)1 << 60
+                                                                       : (size_t)cap;
+    return true;
+}
+
+static bool n_setup(RtDevice *d, const RtModel *mo, const RtCtx *ctx, char *err, size_t errlen)
+{
+    NcclDev *m = nd(d);
+    RtDevice *in = fwd_in(d);
+    if (!in->ops->setup(in, mo, ctx, err, errlen))
+        return false;
+    if (m->m == mo && m->ctx == ctx)
+        return true;
+    if (m->m) {
+        snprintf(err, errlen, "nccl: the engine serves one model and one context");
+        return false;
+    }
+    if (!grads_setup(m, mo, ctx, err, errlen))
+        return false;
+    if (!reg_add(ctx, m)) {
+        snprintf(err, errlen, "nccl: more than %d ranks in one process", MAX_RANKS_IN_PROCESS);
+        return false;
+    }
+    m->m = mo;
+    /* the context is the trainer's own (non-const) object; setup is where
+     * the device learns it (as the MPI engine's) */
+    m->ctx = (RtCtx *)ctx;
+    m->ctx->grad_ready = on_grad_ready;
+    return true;
+}
+
+static void n_close(RtDevice *d)
+{
+    NcclDev *m = nd(d);
+    RtDevice *in = fwd_in(d);
+    const RtCollOps *t = m->t;
+    reg_remove(m);
+    if (m->kstream) {
+        COLL(m, t->stream_sync(t->self, m->kstream), "cudaStreamSynchronize");
+        COLL(m, t->stream_destroy(t->self, m->kstream), "cudaStreamDestroy");
+    }
+    if (m->comm)
+        COLL(m, t->comm_destroy(t->self, m->comm), "ncclCommDestroy");
+    if (m->failed)
+        fprintf(stderr, "%s\n", m->err);
+    in->ops->free(in, m->flag_dev);
+    in->ops->host_free(in, m->flag_host);
+    grads_free(m);
+    free(m);
+    rt_device_close(in);
+}
+
+RtDevice *rt_nccl_wrap(RtDevice *inner, const RtCollOps *t, RtCollComm *comm, int rank,
+                       int world, const RtNcclConfig *c, char *err, size_t errlen)
+{
+    if (!inner || !t || !comm || world < 1 || rank < 0 || rank >= world) {
+        snprintf(err, errlen, "nccl: no device, transport or communicator (rank %d of %d)", rank,
+                 world);
+        return NULL;
+    }
+    NcclDev *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, errlen, "nccl: out of memory for the device");
+        return NULL;
+    }
+    m->ops = rt_fwd_ops("nccl", n_close);
+    m->ops.setup = n_setup;
+    m->ops.check_grads = n_check_grads;
+    m->ops.train_update = n_train_update;
+    m->ops.allreduce = n_allreduce;
+    m->ops.broadcast = n_broadcast;
+    m->ops.world_size = n_world_size;
+    m->ops.rank = n_rank;
+    m->f.base.ops = &m->ops;
+    m->f.in = inner;
+    m->t = t;
+    m->rank = rank;
+    m->world = world;
+    m->cfg = *c;
+    m->cstream = c->compute_stream ? c->compute_stream(inner) : NULL;
+    int rc = t->stream_create(t->self, c->device, &m->kstream);
+    if (!boot_ok(t, rc, rank, "cudaStreamCreateWithFlags", __FILE__, __LINE__, err, errlen) ||
+        !(m->flag_dev = inner->ops->alloc(inner, sizeof(int32_t), "the finite flag's all-reduce",
+                                          err, errlen)) ||
+        !(m->flag_host = inner->ops->host_alloc(inner, sizeof(int32_t), "the finite flag", err,
+                                                errlen))) {
+        if (m->kstream)
+            t->stream_destroy(t->self, m->kstream);
+        if (m->flag_dev)
+            inner->ops->free(inner, m->flag_dev);
+        free(m);
+        return NULL;
+    }
+    m->comm = comm;
+    return &m->f.base;
+}
+
+void rt_nccl_stats(RtDevice *d, RtNcclStats *st)
+{
+    NcclDev *m = nd(d);
+    st->nbuckets = m->last_nb;
+    st->launched_early = m->last_early;
+    st->steps = m->steps;
+    st->program_buckets = m->table;
+}
+
+int rt_nccl_bucket_params(RtDevice *d, int b, int *params, int cap)
+{
+    NcclDev *m = nd(d);
+    if (b < 0 || b >= m->last_nb)
+        return 0;
+    int n = m->last_start[b + 1] - m->last_start[b];
+    for (int i = 0; i < n && i < cap; i++)
+        params[i] = m->last[m->last_start[b] + i];
+    return n;
+}
+
+int rt_nccl_local_device(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                       "SLURM_LOCALID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        char *end;
+        long r = v ? strtol(v, &end, 10) : -1;
+        if (v && *v && !*end && r >= 0 && r < INT_MAX)
+            return (int)r;
+    }
+    return 0;
+}
+
+/* ---- the bootstrap over a host device's broadcast (MPI) ------------------------------ */
+
+static bool dev_bcast(void *self, void *buf, size_t bytes, int root, char *err, size_t errlen)
+{
+    RtDevice *d = self;
+    if (bytes % sizeof(float)) {
+        snprintf(err, errlen, "nccl: bootstrap: %zu bytes is not a whole number of words", bytes);
+        return false;
+    }
+    RtDevTensor t = {buf, bytes / sizeof(float), RT_F32}; /* bytes, carried as words */
+    return rt_dev_broadcast(d, &t, 1, root, err, errlen);
+}
+
+RtCollBoot rt_coll_boot_device(RtDevice *host)
+{
+    return (RtCollBoot){rt_dev_rank(host), rt_dev_world_size(host), host, dev_bcast};
+}
