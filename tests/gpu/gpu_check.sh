@@ -208,8 +208,8 @@ part_c() {
     if [ $dry = 1 ]; then
         if [ -n "$torch_params" ]; then
             if "$PYTHON" "$here/tests/gpu/torch_resnet50_v1d.py" --device cpu --batch 2 --steps 2 \
-                --warmup 1 --image-size 64 >"$tmp/torch.json" 2>"$tmp/torch.err"; then
-                row "(c)" "torch on the CPU (batch 2, 64x64, 2 steps)" \
+                --warmup 1 --image-size 64 --amp on >"$tmp/torch.json" 2>"$tmp/torch.err"; then
+                row "(c)" "torch on the CPU (AMP, batch 2, 64x64, 2 steps)" \
                     "loss $(sed 's/.*"loss": \([^,]*\),.*/\1/' "$tmp/torch.json")" ok
             else
                 row "(c)" "torch on the CPU (batch 2, 2 steps)" "failed" FAIL; fold "$tmp/torch.err"
