@@ -104,7 +104,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libampc.a
 	@mkdir -p $(@D)
 	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampc.a $(LDFLAGS) -lcmocka $(JSON_LIBS) -lm
 
-unit: $(UNIT_BIN) $(RTEST_BIN) $(BUILD)/rtests/tiny_train nvcc-check cuda-check nccl-check $(DATA_DIR)/digits.csv.gz
+unit: $(UNIT_BIN) $(RTEST_BIN) $(BUILD)/rtests/tiny_train nvcc-check cuda-check nccl-check nccl-mpi-check $(DATA_DIR)/digits.csv.gz
 	@set -e; for t in $(UNIT_BIN) $(RTEST_BIN); do echo "== $$t"; AMPC_DATA_DIR=$(DATA_DIR) $$t; done
 	tests/runtime/device_seam.sh
 	@echo "== tiny_train (the runtime's main on a hand-written model)"
@@ -195,6 +195,19 @@ nccl-check: cuda
 	    AMPC_CUDA_LIB_PATH=$${AMPC_CUDA_LIB_PATH:-$(dir $(NVCC))../lib64} \
 	    $(BUILD)/cuda/nccl_link_smoke $(if $(filter 1,$(CUDA_LIBS_SMOKE)),,--link-only); \
 	else echo "SKIPPED: nccl-check (the NCCL engine linked into a CUDA program): no nvcc"; fi
+
+# The NCCL engine's bootstrap over real MPI: rank 0's unique id to every rank through the
+# MPI engine's broadcast (tests/runtime/nccl_boot_mpi.sh, mpirun -np 2; no GPU, no NCCL).
+.PHONY: nccl-mpi-check
+$(BUILD)/rtests/nccl_boot_mpi: tests/runtime/nccl_boot_mpi.c $(BUILD)/ampcmpi.o $(BUILD)/libampcrt.a
+	@mkdir -p $(@D)
+	OMPI_CC=$(CC) $(MPICC) $(RT_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/ampcmpi.o \
+	    $(BUILD)/libampcrt.a $(LDFLAGS) $(RT_LIBS)
+nccl-mpi-check:
+	@if [ -n "$(MPICC)" ] && command -v mpirun >/dev/null; then \
+	    $(MAKE) --no-print-directory $(BUILD)/rtests/nccl_boot_mpi && \
+	    tests/runtime/nccl_boot_mpi.sh $(BUILD)/rtests/nccl_boot_mpi; \
+	else echo "SKIPPED: nccl-mpi-check (the NCCL bootstrap over MPI): no mpicc or mpirun (make deps)"; fi
 
 # On a machine with a GPU (never part of check; docs/backend-cuda.md): one
 # table of (a) the custom kernels, the CUDA device, cuDNN and cuBLASLt against

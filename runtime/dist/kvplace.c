@@ -81,8 +81,10 @@ static Region *find(LocalDev *l, const void *p, size_t bytes)
 static void *add(LocalDev *l, void *dev, size_t bytes, bool owned, const char *what, char *err,
                  size_t errlen)
 {
-    if (!dev)
+    if (!dev) {
+        snprintf(err, errlen, "local: %s has no device memory", what);
         return NULL;
+    }
     Region *have = find(l, dev, bytes);
     if (have && have->dev == (char *)dev)
         return have->host;

@@ -572,6 +572,13 @@ RtDevice *rt_nccl_wrap(RtDevice *inner, const RtCollOps *t, RtCollComm *comm, in
                  world);
         return NULL;
     }
+    /* only the fake runs every call on the calling thread: a real transport
+     * must order its streams against the device's */
+    if (strcmp(t->name, "fake") != 0 && (!c || !c->compute_stream)) {
+        snprintf(err, errlen, "nccl: rank %d: the device's compute stream is needed "
+                 "(RtNcclConfig.compute_stream) to order the all-reduces after backward", rank);
+        return NULL;
+    }
     NcclDev *m = calloc(1, sizeof *m);
     if (!m) {
         snprintf(err, errlen, "nccl: out of memory for the device");

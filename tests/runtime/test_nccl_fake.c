@@ -20,7 +20,7 @@
  *   - the finite flag is reduced (max): an inf on one rank skips the update
  *     on every rank;
  *   - a failing NCCL call is an error naming the call, file:line and NCCL's
- *     string.
+ *     string; a real transport without the device's compute stream is refused.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -726,6 +726,15 @@ static void test_error_names_call(void **state)
     assert_false(rt_dev_allreduce(r[0].dev, g, NP, RT_REDUCE_MEAN, err, sizeof err));
     assert_non_null(strstr(err, "mean"));
     ranks_close(r, 1);
+    /* a real transport without the device's compute stream is refused */
+    RtCollOps real = *rt_coll_fake_ops(f);
+    real.name = "nccl";
+    RtNcclConfig cfg = {0};
+    RtDevice *cpu = rt_device_cpu_open(err, sizeof err);
+    RtCollComm *dummy = (RtCollComm *)&real;
+    assert_null(rt_nccl_wrap(cpu, &real, dummy, 0, 1, &cfg, err, sizeof err));
+    assert_non_null(strstr(err, "compute stream is needed"));
+    rt_device_close(cpu);
     rt_coll_fake_free(f);
 }
 
