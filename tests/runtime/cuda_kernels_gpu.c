@@ -17,7 +17,8 @@
  * a 16-bit result can then round to the neighbouring value.  Tolerances:
  * 1e-5 in fp32 (about 80 fp32 ulps), 2e-3 in fp16 and 1.6e-2 in bf16 (two
  * ulps of the dtype); non-finite values must be the same class (NaN as
- * NaN, inf with its sign).  Each row prints its largest relative error.
+ * NaN, inf with its sign).  Each row prints its largest relative error
+ * and "bits" or "libm" (the tolerances above).
  *
  * Exit 0 when all agree, 1 on a mismatch, 3 without a usable GPU (the
  * message names the CUDA call and its error).  make cuda-check builds and
@@ -293,8 +294,9 @@ int main(void)
     printf("%-24s %8s %12s %10s %12s %10s\n", "kernel", "cases", "elements", "mismatches",
            "max rel err", "tolerance");
     for (int i = 0; i < nrows; i++) {
-        printf("%-24s %8ld %12ld %10ld %12.3g %10.3g\n", rows[i].name, rows[i].cases,
-               rows[i].elems, rows[i].bad, rows[i].maxrel, rows[i].tol);
+        printf("%-24s %8ld %12ld %10ld %12.3g %10s\n", rows[i].name, rows[i].cases,
+               rows[i].elems, rows[i].bad, rows[i].maxrel,
+               rows[i].tol > 0 ? "libm" : "bits");
         bad += rows[i].bad;
     }
     printf("cuda_kernels_gpu: %s\n", bad ? "FAILED"
