@@ -142,7 +142,7 @@ bool rt_nccl_init_all(const RtCollOps *t, int ndev, const int *devlist, RtCollCo
 RtDevice *rt_nccl_wrap(RtDevice *inner, const RtCollOps *t, RtCollComm *comm, int rank,
                        int world, const RtNcclConfig *c, char *err, size_t errlen);
 
-/* What the engine did, for the tests and AMPC_NCCL_DEBUG. */
+/* What the engine did in its last step (the tests read it). */
 typedef struct {
     int nbuckets;          /* buckets of the last step */
     int launched_early;    /* of those, launched during backward (by grad_ready) */

@@ -738,6 +738,24 @@ static void test_error_names_call(void **state)
     rt_coll_fake_free(f);
 }
 
+/* The GPU of a process: its local rank as the launcher says it. */
+static void test_local_device(void **state)
+{
+    (void)state;
+    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    unsetenv("MPI_LOCALRANKID");
+    unsetenv("SLURM_LOCALID");
+    assert_int_equal(rt_nccl_local_device(), 0);
+    setenv("SLURM_LOCALID", "5", 1);
+    assert_int_equal(rt_nccl_local_device(), 5);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);
+    assert_int_equal(rt_nccl_local_device(), 3); /* Open MPI's first */
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3x", 1);
+    assert_int_equal(rt_nccl_local_device(), 5); /* not a number: the next */
+    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    unsetenv("SLURM_LOCALID");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -750,6 +768,7 @@ int main(void)
         cmocka_unit_test(test_three_ranks_order),
         cmocka_unit_test(test_flag_reduced),
         cmocka_unit_test(test_error_names_call),
+        cmocka_unit_test(test_local_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
