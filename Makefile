@@ -226,7 +226,7 @@ $(BUILD)/gpu/optim_bw: tests/gpu/optim_bw.c $(BUILD)/libampccuda.a $(BUILD)/liba
 	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -o $@ $< $(BUILD)/libampccuda.a \
 	    $(BUILD)/libampcrt.a $(LDFLAGS) $(CUDA_LIBS) $(RT_LIBS)
 
-.PHONY: gpu-check-build gpu-check-dry
+.PHONY: gpu-check-build gpu-check-dry gpu-check-pack
 gpu-check-build: $(BUILD)/ampc cuda $(BUILD)/e2e/statcmp
 	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_kernels_gpu \
 	    $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_dnn_gpu $(BUILD)/cuda/cuda_libs_smoke \
@@ -238,6 +238,11 @@ gpu-check: gpu-check-build
 
 gpu-check-dry: gpu-check-build
 	tests/gpu/gpu_check.sh --dry --no-build $(BUILD)
+
+# BUILD/gpu packed (about 20 MiB) for a GPU machine: its gpu_check.sh
+# --no-build unpacks it (docs/backend-cuda.md, "Running it")
+gpu-check-pack: gpu-check-build
+	tar -czf $(BUILD)/gpu.tar.gz -C $(BUILD) gpu
 
 
 # The kernels' PTX and registers (tests/runtime/cuda_ptx_check.sh), and the

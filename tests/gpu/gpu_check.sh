@@ -21,7 +21,8 @@
 # parameter counts and the shared libraries the programs load (lib/); the
 # CPU programs that wrote the states go to BUILD/gpu-cpu/.  So the folder
 # BUILD/gpu can be built here and copied to a machine with a GPU
-# (--no-build there).  --dry: no GPU; builds, runs the CPU halves (the CPU
+# (--no-build there; make gpu-check-pack packs it into BUILD/gpu.tar.gz, which
+# --no-build unpacks when it is newer than the folder).  --dry: no GPU; builds, runs the CPU halves (the CPU
 # step of (b), the torch script on the CPU at a tiny batch, the parameter
 # counts) and prints the table with "n/a (no GPU)" in the GPU cells
 # (make check runs it, so the script cannot rot).
@@ -300,6 +301,12 @@ if [ $build = 1 ]; then
     build_all || exit 1
 fi
 [ $run = 1 ] || exit 0
+# a packed BUILD/gpu (make gpu-check-pack: what is copied to a GPU machine)
+# is unpacked when it is newer than the folder
+if [ -f "$B/gpu.tar.gz" ] && { [ ! -d "$G/ref" ] || [ "$B/gpu.tar.gz" -nt "$G/ref" ]; }; then
+    rm -rf "$G" && tar -xzf "$B/gpu.tar.gz" -C "$B" && touch "$G/ref" || exit 1
+    echo "gpu_check.sh: unpacked $B/gpu.tar.gz"
+fi
 [ -d "$G/ref" ] || { echo "gpu_check.sh: $G/ref missing: build first (make BUILD=$B gpu-check-build)" >&2; exit 1; }
 gpu=$NA
 if [ $dry = 0 ]; then
