@@ -113,7 +113,7 @@ row() { # part, check, result, verdict
     [ "$4" = FAIL ] && fail=1
     return 0
 }
-fold() { tail -n 40 "$1" | sed 's/^/         | /' >>"$table"; } # a log's last 40 lines
+fold() { tail -n "${2:-40}" "$1" | sed 's/^/         | /' >>"$table"; } # a log's last lines
 NA="n/a (no GPU)"
 # missing GPU programs: a failure, unless this is a dry run where nvcc is not
 missing() { # part, check
@@ -139,7 +139,7 @@ part_a() {
         runp timeout 120 "$G/$p" >"$tmp/$p.log" 2>&1
         rc=$?
         row "(a)" "$p" "exit $rc$([ $rc = 3 ] && echo ' (no usable GPU)')" "$(verdict $rc)"
-        fold "$tmp/$p.log"
+        fold "$tmp/$p.log" 200
     done
 }
 
@@ -252,12 +252,12 @@ part_c() {
         planned=$(sed -n 's/^Memory: //p' "$tmp/r50.log" | grep -o '[0-9.]* MiB' | awk '{s += $1} END {if (NR) printf "%.0f MiB", s}')
         row "(c)" "ampc: peak device memory" "$([ -f "$tmp/r50.smi" ] && smi_peak "$tmp/r50.smi" || echo "? (no nvidia-smi)") (planned ${planned:-?})" info
         # the syncs: a short --profile run (its own waits are not counted)
-        runp timeout "$LIMIT" "$prog" --data synthetic --batch-size "$BATCH" --max-steps 25 \
-            --log-interval 10 --profile --json-log "$tmp/prof.jsonl" >"$tmp/prof.log" 2>&1
+        runp timeout $((LIMIT / 2)) "$prog" --data synthetic --batch-size "$BATCH" --max-steps 12 \
+            --log-interval 5 --profile --json-log "$tmp/prof.jsonl" >"$tmp/prof.log" 2>&1
         local syncs
         syncs=$(grep '"event":"profile"' "$tmp/prof.jsonl" 2>/dev/null |
             sed -n 's/.*"syncs_per_step":\([0-9.e+-]*\).*"syncs_per_quiet_step":\([0-9.e+-]*\).*/\1 per step, \2 per quiet step/p')
-        row "(c)" "ampc: syncs per step (--profile, 25 steps)" "${syncs:-?}" "$([ -n "$syncs" ] && echo info || echo FAIL)"
+        row "(c)" "ampc: syncs per step (--profile, 12 steps)" "${syncs:-?}" "$([ -n "$syncs" ] && echo info || echo FAIL)"
         [ -n "$syncs" ] || fold "$tmp/prof.log"
     fi
     if [ -n "$torch_params" ]; then
@@ -323,5 +323,12 @@ part_d
     printf '%-4s %-50s %-52s %s\n' part check result verdict
     cat "$table"
     echo "gpu-check: $([ $fail = 0 ] && echo "every row passed" || echo FAILED)"
-}
+} | tee "$tmp/gpu_check_table.txt"
+# every log of the run, and the table, kept in GPU_CHECK_LOGS (default: the
+# device tool's $OUT, whose files come back)
+logs=${GPU_CHECK_LOGS:-${OUT:-}}
+if [ -n "$logs" ]; then
+    mkdir -p "$logs" && cp "$tmp"/*.log "$tmp"/*.json* "$tmp"/*.smi "$tmp"/*.gpu "$tmp/gpu_check_table.txt" "$logs/" 2>/dev/null
+    echo "gpu_check.sh: logs in $logs"
+fi
 exit $fail
