@@ -27,7 +27,7 @@
 # counts) and prints the table with "n/a (no GPU)" in the GPU cells
 # (make check runs it, so the script cannot rot).
 # Environment: PYTHON (python3), GPU_CHECK_STEPS (100), GPU_CHECK_BATCH (256),
-# GPU_CHECK_TIMEOUT (seconds per program of (c), 100), AMPC_CUDA_LIB_PATH (the
+# GPU_CHECK_TIMEOUT (seconds per program of (c), 80), AMPC_CUDA_LIB_PATH (the
 # toolkit's lib64 where it is: docs/backend-cuda.md, "Library discovery").
 # Exit 0 when every row passed (n/a and info rows pass), 1 otherwise, 2 on
 # bad usage.
@@ -51,7 +51,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 PYTHON=${PYTHON:-python3}
 STEPS=${GPU_CHECK_STEPS:-100}
 BATCH=${GPU_CHECK_BATCH:-256}
-LIMIT=${GPU_CHECK_TIMEOUT:-100}
+LIMIT=${GPU_CHECK_TIMEOUT:-80}
 WARM=20 # steps of (c) not timed
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -136,7 +136,7 @@ part_a() {
     for p in cuda_libs_smoke cuda_kernels_gpu cuda_dnn_gpu cuda_device_smoke; do
         if [ ! -x "$G/$p" ]; then missing "(a)" "$p"; continue; fi
         if [ $dry = 1 ]; then row "(a)" "$p" "$NA" n/a; continue; fi
-        runp timeout 120 "$G/$p" >"$tmp/$p.log" 2>&1
+        runp timeout 60 "$G/$p" >"$tmp/$p.log" 2>&1
         rc=$?
         row "(a)" "$p" "exit $rc$([ $rc = 3 ] && echo ' (no usable GPU)')" "$(verdict $rc)"
         fold "$tmp/$p.log" 200
@@ -164,7 +164,7 @@ part_b() {
         fi
         if [ ! -x "$G/$name.cuda" ]; then row "(b)" "$name" "no CUDA program" FAIL; continue; fi
         # shellcheck disable=SC2086
-        if ! runp timeout 120 "$G/$name.cuda" $STEP_FLAGS $rflags --dump-state "$tmp/$name.gpu" \
+        if ! runp timeout 30 "$G/$name.cuda" $STEP_FLAGS $rflags --dump-state "$tmp/$name.gpu" \
             >"$tmp/$name.log" 2>&1; then
             row "(b)" "$name: GPU step" "failed" FAIL; fold "$tmp/$name.log"; continue
         fi
