@@ -53,8 +53,18 @@ STEPS=${GPU_CHECK_STEPS:-100}
 BATCH=${GPU_CHECK_BATCH:-256}
 LIMIT=${GPU_CHECK_TIMEOUT:-80}
 WARM=20 # steps of (c) not timed
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# every log of the run, and the table, go to GPU_CHECK_LOGS (default: the
+# device tool's $OUT, whose files come back even when the tool cuts the run
+# off), else to a temporary folder
+logs=${GPU_CHECK_LOGS:-${OUT:-}}
+if [ -n "$logs" ]; then
+    mkdir -p "$logs" || exit 1
+    tmp=$logs
+    rm -f "$tmp/table"
+else
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+fi
 
 # (b)'s cases: name, model, ampc flags, run flags
 CASES="digits_cnn|examples/digits_cnn.sym||--loss-scale 256
@@ -324,11 +334,5 @@ part_d
     cat "$table"
     echo "gpu-check: $([ $fail = 0 ] && echo "every row passed" || echo FAILED)"
 } | tee "$tmp/gpu_check_table.txt"
-# every log of the run, and the table, kept in GPU_CHECK_LOGS (default: the
-# device tool's $OUT, whose files come back)
-logs=${GPU_CHECK_LOGS:-${OUT:-}}
-if [ -n "$logs" ]; then
-    mkdir -p "$logs" && cp "$tmp"/*.log "$tmp"/*.json* "$tmp"/*.smi "$tmp"/*.gpu "$tmp/gpu_check_table.txt" "$logs/" 2>/dev/null
-    echo "gpu_check.sh: logs in $logs"
-fi
+[ -z "$logs" ] || echo "gpu_check.sh: the table and the logs are in $logs"
 exit $fail
