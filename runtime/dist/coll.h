@@ -181,4 +181,18 @@ RtDevice *rt_kv_wrap(RtDevice *inner, int place, char *err, size_t errlen);
  * OMPI_COMM_WORLD_LOCAL_RANK, else MPI_LOCALRANKID, SLURM_LOCALID; 0). */
 int rt_nccl_local_device(void);
 
+/* The one call a program on a GPU makes after opening its device (the
+ * trainer's hook; runtime/dist/nccl.c): `local`, `device` and an unplaced
+ * program as rt_kv_wrap; `nccl` and `dist_sync` in a process of an mpirun
+ * job of more than one rank: the transport (coll_fn: rt_coll_nccl in a CUDA
+ * program), the bootstrap over MPI (rt_coll_boot_device of the MPI-wrapped
+ * CPU device, closed afterwards) and rt_nccl_wrap with the device's compute
+ * stream, on GPU rt_nccl_local_device(); in a single process they are the
+ * device itself (one GPU: nothing to reduce).  NULL with a message (gpu is
+ * closed then). */
+RtDevice *rt_kv_open(RtDevice *gpu, int place,
+                     const RtCollOps *(*coll_fn)(char *err, size_t errlen),
+                     void *(*compute_stream)(RtDevice *gpu), double bucket_mb, char *err,
+                     size_t errlen);
+
 #endif

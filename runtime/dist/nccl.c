@@ -46,6 +46,7 @@
 
 #include "coll.h"
 #include "fwd.h"
+#include "mpi_rt.h"
 #include "rt.h"
 
 typedef struct {
@@ -648,6 +649,44 @@ int rt_nccl_local_device(void)
             return (int)r;
     }
     return 0;
+}
+
+/* ---- the program's hook -------------------------------------------------------------- */
+
+RtDevice *rt_kv_open(RtDevice *gpu, int place,
+                     const RtCollOps *(*coll_fn)(char *err, size_t errlen),
+                     void *(*compute_stream)(RtDevice *gpu), double bucket_mb, char *err,
+                     size_t errlen)
+{
+    if (!gpu)
+        return NULL;
+    if (place != RT_KV_NCCL && place != RT_KV_DIST_SYNC)
+        return rt_kv_wrap(gpu, place, err, errlen);
+    /* the ranks as the MPI engine knows them (train.c started it, with the
+     * run's --mpi-timeout; without MPI the CPU device alone: rank 0 of 1) */
+    RtDevice *cpu = rt_device_cpu_open(err, errlen);
+    RtDevice *host = cpu ? rt_mpi_wrap(cpu, err, errlen) : NULL;
+    RtDevice *d = NULL;
+    if (host && rt_dev_world_size(host) == 1) {
+        rt_device_close(host);
+        return gpu; /* one GPU: its own update, nothing to reduce */
+    }
+    const RtCollOps *t = host && coll_fn ? coll_fn(err, errlen) : NULL;
+    if (host && !coll_fn)
+        snprintf(err, errlen, "nccl: placement '%s' on %d ranks needs the NCCL transport (a "
+                 "program built for CUDA)", rt_kv_place_name(place), rt_dev_world_size(host));
+    RtCollBoot boot = host ? rt_coll_boot_device(host) : (RtCollBoot){0};
+    RtCollComm *comm = NULL;
+    if (t && rt_nccl_bootstrap(t, &boot, &comm, err, errlen)) {
+        RtNcclConfig cfg = {.compute_stream = compute_stream, .device = rt_nccl_local_device(),
+                            .bucket_mb = bucket_mb};
+        if (!(d = rt_nccl_wrap(gpu, t, comm, boot.rank, boot.world, &cfg, err, errlen)))
+            t->comm_destroy(t->self, comm);
+    }
+    rt_device_close(host); /* MPI stays up: the MPI engine's finish ends it */
+    if (!d)
+        rt_device_close(gpu);
+    return d;
 }
 
 /* ---- the bootstrap over a host device's broadcast (MPI) ------------------------------ */

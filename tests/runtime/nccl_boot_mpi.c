@@ -2,7 +2,8 @@
  * nccl-mpi-check, tests/runtime/nccl_boot_mpi.sh runs it under mpirun -np 2):
  * rank 0's unique id reaches every rank through rt_coll_boot_device (the
  * broadcast of the MPI-wrapped CPU device, runtime/dist/mpi.c) before its
- * comm init; with --fail, rank 0 cannot make the id and every rank exits
+ * comm init, and rt_kv_open (the trainer's one call) makes each rank's
+ * nccl device; with --fail, rank 0 cannot make the id and every rank exits
  * non-zero with a message instead of waiting.  The transport is a stub that
  * records what comm_init_rank receives: no GPU, no NCCL. */
 #include <stdio.h>
@@ -14,6 +15,7 @@
 static RtCollId got;
 static int got_rank = -1, got_world, made;
 static int fail_id;
+static char comm_token; /* the stub's communicator */
 
 /* bytes that are NaNs, infinities and denormals as floats: the broadcast
  * must carry bits, not values */
@@ -40,7 +42,7 @@ static int s_comm_init_rank(void *self, RtCollComm **comm, int nranks, const RtC
     got = *id;
     got_rank = rank;
     got_world = nranks;
-    *comm = NULL;
+    *comm = (RtCollComm *)&comm_token;
     return 0;
 }
 
@@ -50,11 +52,69 @@ static const char *s_error_string(void *self, const char *call, int rc)
     return rc == 2 ? "unhandled system error (stub)" : "stub error";
 }
 
+static char stream_token;
+static int s_stream_create(void *self, int device, void **stream)
+{
+    (void)self, (void)device;
+    *stream = &stream_token;
+    return 0;
+}
+static int s_stream_ok(void *self, void *stream)
+{
+    (void)self, (void)stream;
+    return 0;
+}
+static int s_comm_destroy(void *self, RtCollComm *comm)
+{
+    (void)self, (void)comm;
+    return 0;
+}
+
+static RtCollOps stub = {.name = "stub", .get_unique_id = s_get_unique_id,
+                         .comm_init_rank = s_comm_init_rank, .error_string = s_error_string,
+                         .stream_create = s_stream_create, .stream_destroy = s_stream_ok,
+                         .stream_sync = s_stream_ok, .comm_destroy = s_comm_destroy};
+static const RtCollOps *stub_fn(char *err, size_t errlen)
+{
+    (void)err, (void)errlen;
+    return &stub;
+}
+static void *stub_stream(RtDevice *d)
+{
+    (void)d;
+    return &stream_token;
+}
+
+/* The trainer's one call (rt_kv_open) for an `nccl` placement: a device of
+ * this rank among all, its comm made from rank 0's id. */
+static int check_open(int rank, int world)
+{
+    char err[512];
+    made = 0;
+    memset(&got, 0, sizeof got);
+    RtDevice *gpu = rt_device_cpu_open(err, sizeof err);
+    RtDevice *d = rt_kv_open(gpu, RT_KV_NCCL, stub_fn, stub_stream, 4, err, sizeof err);
+    if (!d) {
+        fprintf(stderr, "nccl_boot_mpi: rank %d: rt_kv_open: %s\n", rank, err);
+        return 1;
+    }
+    RtCollId want;
+    pattern(&want);
+    int bad = strcmp(d->ops->name, "nccl") != 0 || rt_dev_rank(d) != rank ||
+              rt_dev_world_size(d) != world || memcmp(&got, &want, sizeof want) != 0;
+    if (bad)
+        fprintf(stderr, "nccl_boot_mpi: rank %d: rt_kv_open made '%s', rank %d of %d\n", rank,
+                d->ops->name, rt_dev_rank(d), rt_dev_world_size(d));
+    else
+        printf("nccl_boot_mpi: rank %d of %d: rt_kv_open made this rank's nccl device\n", rank,
+               world);
+    rt_device_close(d);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     fail_id = argc > 1 && strcmp(argv[1], "--fail") == 0;
-    RtCollOps t = {.name = "stub", .get_unique_id = s_get_unique_id,
-                   .comm_init_rank = s_comm_init_rank, .error_string = s_error_string};
     RtMpiConfig mc = {.timeout_s = 20, .bucket_mb = 4};
     char err[512];
     int rank = 0, world = 1;
@@ -71,7 +131,7 @@ int main(int argc, char **argv)
     RtCollBoot boot = rt_coll_boot_device(host);
     RtCollComm *comm;
     int rc = 0;
-    if (!rt_nccl_bootstrap(&t, &boot, &comm, err, sizeof err)) {
+    if (!rt_nccl_bootstrap(&stub, &boot, &comm, err, sizeof err)) {
         fprintf(stderr, "nccl_boot_mpi: rank %d: %s\n", rank, err);
         rc = 1;
     } else {
@@ -87,6 +147,8 @@ int main(int argc, char **argv)
             printf("nccl_boot_mpi: rank %d of %d: rank 0's unique id arrived before comm init\n",
                    rank, world);
         }
+        if (!rc && !fail_id)
+            rc = check_open(rank, world);
     }
     fflush(stdout);
     fflush(stderr);

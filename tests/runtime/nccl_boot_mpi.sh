@@ -15,7 +15,8 @@ run() {
         --mca btl_vader_single_copy_mechanism none "$prog" "$@"
 }
 out=$(run 2>&1); rc=$?
-if [ $rc -ne 0 ] || [ "$(printf '%s\n' "$out" | grep -c "unique id arrived before comm init")" != 2 ]; then
+if [ $rc -ne 0 ] || [ "$(printf '%s\n' "$out" | grep -c "unique id arrived before comm init")" != 2 ] ||
+   [ "$(printf '%s\n' "$out" | grep -c "rt_kv_open made this rank's nccl device")" != 2 ]; then
     printf 'FAIL nccl_boot_mpi.sh: two ranks, rc %d:\n%s\n' $rc "$out"; exit 1
 fi
 out=$(run --fail 2>&1); rc=$?
@@ -24,4 +25,4 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ] ||
    ! printf '%s\n' "$out" | grep -q "rank 1: nccl: rank 1: rank 0 could not make NCCL's unique id"; then
     printf 'FAIL nccl_boot_mpi.sh: rank 0 failing, rc %d:\n%s\n' $rc "$out"; exit 1
 fi
-echo "nccl_boot_mpi.sh: the unique id crosses MPI to every rank; rank 0's failure ends both ranks"
+echo "nccl_boot_mpi.sh: the unique id crosses MPI to every rank, rt_kv_open makes each rank's nccl device; rank 0's failure ends both ranks"

@@ -15,7 +15,8 @@ int main(int argc, char **argv)
     /* every entry point a program built for nccl calls, linked */
     void *volatile used[] = {(void *)rt_nccl_bootstrap, (void *)rt_nccl_init_all,
                              (void *)rt_nccl_wrap, (void *)rt_coll_boot_device,
-                             (void *)rt_kv_wrap, (void *)rt_nccl_local_device};
+                             (void *)rt_kv_wrap, (void *)rt_nccl_local_device,
+                             (void *)rt_kv_open, (void *)rt_coll_nccl};
     for (size_t i = 0; i < sizeof used / sizeof used[0]; i++)
         if (!used[i])
             return 1;

@@ -7,7 +7,8 @@
  * the masters and state read through the device (a checkpoint) come from
  * the host copies; the bytes it moves are counted exactly; `device` on one
  * device is the device itself; a placement that needs a communicator is an
- * error.
+ * error for rt_kv_wrap; rt_kv_open (the trainer's one call) in a single
+ * process gives nccl and dist_sync the device itself.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -247,6 +248,15 @@ static void test_placements(void **state)
     assert_ptr_equal(rt_kv_wrap(cpu, RT_KV_NONE, err, sizeof err), cpu);
     assert_null(rt_kv_wrap(cpu, RT_KV_NCCL, err, sizeof err)); /* closes cpu */
     assert_non_null(strstr(err, "placement 'nccl' needs the NCCL engine's communicator"));
+    /* the trainer's one call, in a single process (no MPI): nccl and
+     * dist_sync on one device are the device itself; local wraps */
+    cpu = rt_device_cpu_open(err, sizeof err);
+    assert_ptr_equal(rt_kv_open(cpu, RT_KV_NCCL, NULL, NULL, 4, err, sizeof err), cpu);
+    assert_ptr_equal(rt_kv_open(cpu, RT_KV_DIST_SYNC, NULL, NULL, 4, err, sizeof err), cpu);
+    RtDevice *l = rt_kv_open(cpu, RT_KV_LOCAL, NULL, NULL, 4, err, sizeof err);
+    assert_non_null(l);
+    assert_string_equal(l->ops->name, "local");
+    rt_device_close(l); /* closes cpu */
     assert_string_equal(rt_kv_place_name(RT_KV_LOCAL), "local");
     assert_string_equal(rt_kv_place_name(RT_KV_DIST_SYNC), "dist_sync");
 }
