@@ -11,7 +11,9 @@
 #    contain fma.
 # 2. Registers: ptxas -v (the build's log) reports no spill stores or loads
 #    for any kernel, and the optimizer, finite-check and loss-scale kernels
-#    are there for both architectures.  The parser is first run on a
+#    (and some of ops.cuh's) are there for both architectures.
+# 3. math.cu (ops_math.cuh, the twins that call CUDA's libm: its fma and
+#    ex2.approx are the library's, so 1 does not apply) has no spills either.  The parser is first run on a
 #    made-up log with a spill, which it must reject.
 set -eu
 NVCC=$1
@@ -69,7 +71,10 @@ if ! out=$(spills "$log"); then
     echo "$out"
     fail=1
 fi
-for k in ampc_k_mt_optim ampc_k_mt_finite ampc_k_finite ampc_k_loss_scale; do
+# the optimizer, finite-check and loss-scale kernels, and ops.cuh's (the
+# rt.h twins without libm, which kernels.cu builds so the checks above cover them)
+for k in ampc_k_mt_optim ampc_k_mt_finite ampc_k_finite ampc_k_loss_scale ampc_k_dropout \
+         ampc_k_bcast_reduce ampc_k_smo_bwd ampc_k_bn_moving ampc_k_concat; do
     for arch in sm_80 sm_90; do
         if ! grep "Compiling entry function" "$log" | grep "$k" | grep -q "'$arch'"; then
             echo "cuda_ptx_check: FAIL: ptxas reported nothing for $k on $arch"
@@ -78,5 +83,19 @@ for k in ampc_k_mt_optim ampc_k_mt_finite ampc_k_finite ampc_k_loss_scale; do
     done
 done
 
-[ $fail = 0 ] && echo "cuda_ptx_check: no fma/ftz/approx in the PTX (sm_80, sm_90), no register spills"
+# math.cu (ops_math.cuh: the twins that call CUDA's libm, whose fma and
+# ex2.approx are its own and not checked above) must not spill either
+mlog=$DIR/math.ptxas.log
+[ -s "$mlog" ] || { echo "cuda_ptx_check: $mlog missing (build libampccuda.a first)"; exit 1; }
+if ! out=$(spills "$mlog"); then
+    echo "cuda_ptx_check: FAIL: register spills in math.cu (kernel, arch, bytes stored, loaded):"
+    echo "$out"
+    fail=1
+fi
+for k in ampc_k_act_fwd ampc_k_softmax; do
+    grep "Compiling entry function" "$mlog" | grep -q "$k" ||
+        { echo "cuda_ptx_check: FAIL: ptxas reported nothing for $k in $mlog"; fail=1; }
+done
+
+[ $fail = 0 ] && echo "cuda_ptx_check: no fma/ftz/approx in kernels.cu's PTX (sm_80, sm_90), no register spills (kernels.cu, math.cu)"
 exit $fail
