@@ -16,7 +16,10 @@
  * loss scale and overflows planted by a pattern: the scale, tracker,
  * counters, update count and flag ring against the host's loss scaler, the
  * weights, masters and states against rt_optim_step2 with the schedule's
- * learning rate, and no wait counted in RtDevice.syncs in those steps; then
+ * learning rate, the BatchNorm commit (moving_update calling
+ * rt_cuda_batchnorm_update_moving, which reads the flag ls_init bound)
+ * against rt_batchnorm_update_moving on the finite steps only, and no wait
+ * counted in RtDevice.syncs in those steps; then
  * a NaN gradient must clear the flag and first_nonfinite must name its
  * parameter.
  * Exit 0 on success, 1 on a mismatch.
@@ -27,6 +30,7 @@
 #include <string.h>
 
 #include "cuda/device_cuda.h"
+#include "cuda/rt_cuda.h"
 #include "kernels/half.h"
 #include "train.h"
 
@@ -71,6 +75,17 @@ static int same(const void *a, const void *b, size_t n, RtDType dt, const char *
 }
 
 /* Overflow on a pattern: isolated, and a burst of 4 */
+/* the program's BatchNorm commit (its moving_update): device save_mean,
+ * save_invstd, moving_mean, moving_var of BNC channels */
+enum { BNC = 67 };
+static float *bn_dev[4];
+static void bn_commit(RtCtx *ctx)
+{
+    (void)ctx;
+    rt_cuda_batchnorm_update_moving(BNC, 50, bn_dev[0], bn_dev[1], 1e-5f, 0.9f, bn_dev[2],
+                                    bn_dev[3]);
+}
+
 static int finite_at(int k) { return !(k == 3 || k == 11 || (k >= 20 && k < 24) || k == 31); }
 
 /* 40 steps of SGD with momentum through the calls the loop makes, against
@@ -99,6 +114,17 @@ static int no_host_steps(RtDevice *d, RtCtx *hctx, RtCtx *dctx, float **hmom, fl
         memset(hmom[p], 0, N * sizeof(float));
         rt_dev_fill(d, dmom[p], RT_F32, N, 0.0f);
     }
+    static float bn[4][BNC];
+    for (int i = 0; i < BNC; i++)
+        bn[0][i] = 0.1f * (float)i - 3.0f, bn[1][i] = 0.5f + 0.01f * (float)i, bn[2][i] = 0.0f,
+        bn[3][i] = 1.0f;
+    for (int j = 0; j < 4; j++) {
+        if (!(bn_dev[j] = rt_dev_alloc(d, sizeof bn[j], "bn", err, sizeof err))) {
+            fprintf(stderr, "cuda_device_smoke: %s\n", err);
+            return 0;
+        }
+        rt_dev_to_device(d, bn_dev[j], bn[j], sizeof bn[j]);
+    }
     uint16_t *g = (uint16_t *)hctx->buf[NP + 1] + (N - 1), nan16 = 0x7fc1;
     int64_t nu = 0;
     uint64_t syncs0 = d->syncs;
@@ -108,8 +134,11 @@ static int no_host_steps(RtDevice *d, RtCtx *hctx, RtCtx *dctx, float **hmom, fl
         float used = ls.s.scale;
         rt_dev_step_begin(d, dctx, false);
         rt_dev_check_grads(d);
+        rt_dev_moving_update(d, bn_commit, dctx);
         rt_dev_train_update(d, dmom, NULL, &c);
         rt_dev_ls_update(d);
+        if (finite_at(k))
+            rt_batchnorm_update_moving(BNC, 50, bn[0], bn[1], 1e-5f, 0.9f, bn[2], bn[3]);
         if (finite_at(k)) {
             RtOptConfig h = c;
             h.lr = lr[nu], h.t = nu + 1, h.rescale_grad = (float)(1.0 / (64.0 * (double)used));
@@ -138,6 +167,13 @@ static int no_host_steps(RtDevice *d, RtCtx *hctx, RtCtx *dctx, float **hmom, fl
                 (int)ls.s.tracker, (long long)ls.skipped, (long long)nu);
         return 0;
     }
+    static float bnback[BNC];
+    for (int j = 2; j < 4; j++) {
+        rt_dev_to_host(d, bnback, bn_dev[j], sizeof bnback);
+        ok &= same(bnback, bn[j], BNC, RT_F32, "moving statistics (skipped on the flag)", j);
+        rt_dev_free(d, bn_dev[j]);
+    }
+    rt_dev_free(d, bn_dev[0]), rt_dev_free(d, bn_dev[1]);
     static uint16_t back[N * 2];
     for (int p = 0; ok && p < NP; p++) {
         rt_dev_to_host(d, back, dctx->buf[p], N * esz(params[p].dtype));
