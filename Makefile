@@ -95,6 +95,10 @@ $(BUILD)/ampcmpi.o: runtime/dist/mpi.c runtime/mpi_rt.h runtime/device.h runtime
 	@mkdir -p $(@D)
 	$(MPICC) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -iquote runtime $(CFLAGS) -c $< -o $@
 
+# A program for a GPU (ampc --target=cuda) links the toolkit's static cudart
+# from the lib64 beside nvcc (codegen/build.c; $AMPC_CUDA_HOME overrides).
+$(BUILD)/obj/codegen/build.o: AMPC_CFLAGS += $(if $(NVCC),-DAMPC_CUDA_LIBDIR='"$(abspath $(dir $(NVCC))../lib64)"')
+
 # ampc finds the runtime next to itself (codegen/build.c), so it is built too.
 $(BUILD)/ampc: $(BUILD)/obj/compiler/main.o $(BUILD)/libampc.a | $(BUILD)/libampcrt.a $(MPI_OBJ)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) -lm
@@ -342,7 +346,7 @@ $(BUILD)/e2e/statcmp: tests/e2e/statcmp.c
 	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS) -lm
 
 e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statcmp $(DATA_DIR)/digits.csv.gz \
-     $(BUILD)/im2rec $(BUILD)/rio_tool
+     $(BUILD)/im2rec $(BUILD)/rio_tool cuda
 	tests/e2e/run.sh $(BUILD)/ampc $(BUILD)/e2e/refcheck $(BUILD)/e2e/statcmp $(DATA_DIR)
 	tests/e2e/training.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/device_loop.sh $(BUILD)/ampc $(DATA_DIR)
@@ -356,6 +360,7 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/predict.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/threads.sh $(BUILD)/ampc
 	tests/e2e/mpi.sh $(BUILD)/ampc $(DATA_DIR)
+	tests/e2e/cuda_build.sh $(BUILD)/ampc
 
 # MXNet interoperability, checked against MXNet 1.9.1 itself (tests/mxnet/,
 # docs/mxnet.md).  make mxnet-env makes its Python environment from the
@@ -428,7 +433,7 @@ $(DATA_DIR)/fashion-mnist/train-images-idx3-ubyte.gz:
 
 # ampc finds its runtime relative to itself: PREFIX/include/ampc and
 # PREFIX/lib/ampc (codegen/build.c), so an installed ampc works anywhere.
-install: $(BUILD)/ampc $(BUILD)/libampcrt.a
+install: $(BUILD)/ampc $(BUILD)/libampcrt.a cuda
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/ampc \
 	    $(DESTDIR)$(PREFIX)/include/ampc/kernels
 	install -m 755 $(BUILD)/ampc $(DESTDIR)$(PREFIX)/bin/ampc
@@ -436,6 +441,10 @@ install: $(BUILD)/ampc $(BUILD)/libampcrt.a
 	$(if $(MPI_OBJ),install -m 644 $(MPI_OBJ) $(DESTDIR)$(PREFIX)/lib/ampc/ampcmpi.o)
 	install -m 644 runtime/*.h $(DESTDIR)$(PREFIX)/include/ampc/
 	install -m 644 runtime/kernels/*.h $(DESTDIR)$(PREFIX)/include/ampc/kernels/
+	@# a GPU program (ampc --target=cuda) includes runtime/cuda/'s headers and links libampccuda.a
+	if [ -f $(BUILD)/libampccuda.a ]; then install -d $(DESTDIR)$(PREFIX)/include/ampc/cuda && \
+	    install -m 644 $(BUILD)/libampccuda.a $(DESTDIR)$(PREFIX)/lib/ampc/libampccuda.a && \
+	    install -m 644 runtime/cuda/*.h $(DESTDIR)$(PREFIX)/include/ampc/cuda/; fi
 
 format:
 	clang-format -i $(LIB_SRC) compiler/main.c $(UNIT_SRC) tests/fuzz/*.c

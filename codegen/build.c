@@ -11,6 +11,13 @@
  * adds Open MPI's flags; its compiler is $OMPI_CC) instead of $CC; no other
  * program links or initialises MPI.
  *
+ * A program for a GPU (ampc --target=cuda, docs/backend-cuda.md) also links
+ * libampccuda.a, found beside libampcrt.a, and the CUDA toolkit's static
+ * runtime (libcudart_static.a) from $AMPC_CUDA_HOME/lib64, or else the
+ * toolkit's lib64 that make found beside nvcc when it built ampc
+ * (AMPC_CUDA_LIBDIR); cuDNN, cuBLAS(Lt) and NCCL are opened at run time
+ * (runtime/cuda/libs.c), so none is linked, and no nvcc runs per model.
+ *
  * The compiler runs through posix_spawnp with an argument vector, never a
  * shell, so no path or flag is interpreted: $CC and $CFLAGS are split on
  * blanks (spaces, tabs, newlines) into words, with no quoting or expansion
@@ -185,16 +192,48 @@ static bool driver_has_device(char *why, size_t whylen)
     return e == 0 && n > 0;
 }
 
+/* The folder of the toolkit's libcudart_static.a: $AMPC_CUDA_HOME/lib64,
+ * else the one make found beside nvcc (AMPC_CUDA_LIBDIR).  False with a
+ * message naming the file and where it looked. */
+#ifndef AMPC_CUDA_LIBDIR
+#define AMPC_CUDA_LIBDIR "" /* make found no nvcc */
+#endif
+static bool find_cudart(char *dir, size_t cap, char *why, size_t whylen)
+{
+    const char *home = getenv("AMPC_CUDA_HOME");
+    const char *where;
+    if (home && *home) {
+        snprintf(dir, cap, "%s/lib64", home);
+        where = " ($AMPC_CUDA_HOME/lib64)";
+    } else if (*AMPC_CUDA_LIBDIR) {
+        snprintf(dir, cap, "%s", AMPC_CUDA_LIBDIR);
+        where = " (the toolkit's, found beside nvcc when ampc was built)";
+    } else {
+        snprintf(why, whylen, "this ampc was built without nvcc, so it knows no CUDA toolkit: "
+                              "set AMPC_CUDA_HOME to one (e.g. /usr/local/cuda)");
+        return false;
+    }
+    char file[PATH_MAX];
+    if ((size_t)snprintf(file, sizeof file, "%s/libcudart_static.a", dir) >= sizeof file ||
+        !exists(file)) {
+        snprintf(why, whylen, "the CUDA toolkit's static runtime libcudart_static.a is not in "
+                              "%.300s%s: install the CUDA toolkit or set AMPC_CUDA_HOME to it",
+                 dir, where);
+        return false;
+    }
+    return true;
+}
+
 bool cg_cuda_usable(const char *argv0, char *why, size_t whylen)
 {
-    char inc[PATH_MAX], lib[PATH_MAX], cu[PATH_MAX], spare[128];
+    char inc[PATH_MAX], lib[PATH_MAX], cu[PATH_MAX], spare[512];
     if (!why)
         why = spare, whylen = sizeof spare;
     if (!find_runtime(inc, lib, sizeof inc, argv0) || !find_cuda_library(lib, cu, sizeof cu)) {
         snprintf(why, whylen, "this ampc has no CUDA runtime library (libampccuda.a)");
         return false;
     }
-    return driver_has_device(why, whylen);
+    return find_cudart(cu, sizeof cu, why, whylen) && driver_has_device(why, whylen);
 }
 
 /* ampcmpi.o beside libampcrt.a */
@@ -223,6 +262,23 @@ bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)
                             "build ampc where mpicc is (make deps installs Open MPI)", lib);
         return false;
     }
+    char cuda_lib[PATH_MAX], cudart_dir[PATH_MAX], why[768];
+    if (build_cuda && build_mpi) {
+        diag_plain_error(d, "--target=cuda: a program for mpirun (--mpi, --kvstore=dist_sync) "
+                            "runs on the CPU: the MPI engine wraps the CPU device (use "
+                            "--target=cpu)");
+        return false;
+    }
+    if (build_cuda && !find_cuda_library(lib, cuda_lib, sizeof cuda_lib)) {
+        diag_plain_error(d, "--target=cuda: this ampc was built without nvcc: its runtime has no "
+                            "CUDA library (libampccuda.a beside %s); build ampc where the CUDA "
+                            "toolkit is (make finds /usr/local/cuda/bin/nvcc or nvcc on PATH)", lib);
+        return false;
+    }
+    if (build_cuda && !find_cudart(cudart_dir, sizeof cudart_dir, why, sizeof why)) {
+        diag_plain_error(d, "--target=cuda: %s", why);
+        return false;
+    }
     const char *cc = getenv(build_mpi ? "MPICC" : "CC");
     const char *cflags = getenv("CFLAGS");
     if (!cc || !cc[strspn(cc, " \t\n\r\v\f")])
@@ -238,7 +294,14 @@ bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)
     argv_add(&a, c_file);
     if (build_mpi) /* before the archive: its definitions replace mpi_none.c's weak ones */
         argv_add(&a, mpi_obj);
+    if (build_cuda) /* before libampcrt.a, whose functions it calls */
+        argv_add(&a, cuda_lib);
     argv_add(&a, lib);
+    if (build_cuda) {
+        argv_add(&a, "-L");
+        argv_add(&a, cudart_dir);
+        argv_split(&a, "-lcudart_static -ldl -lpthread -lrt -lstdc++");
+    }
     argv_add(&a, "-lopenblas");
     argv_add(&a, "-lz");
     argv_add(&a, "-lm");

@@ -22,6 +22,7 @@ typedef struct {
     const char *target;     /* --target=cpu|cuda|auto as given (NULL: auto) */
     const char *kernels;    /* --kernels=cpu|cuda (testing), NULL: the target's */
     Target kernel_target;   /* whose kernels the program calls (resolved) */
+    char target_why[320];   /* --target=auto: why it chose the CPU ("" when it did not) */
     const char *argv0;
     int64_t batch;
     int64_t shuffle_seed;   /* > 0: store the graph in a random topological order */
@@ -356,10 +357,11 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
     }
     /* auto: cuda when this machine has a usable GPU and the CUDA runtime
      * library was built, else the CPU (said under --report) */
-    bool cuda = o->target ? strcmp(o->target, "cuda") == 0
-                          : cg_cuda_usable(o->argv0, NULL, 0);
-    if (o->target && strcmp(o->target, "auto") == 0)
-        cuda = cg_cuda_usable(o->argv0, NULL, 0);
+    bool cuda = o->target && strcmp(o->target, "cuda") == 0;
+    if (!o->target || strcmp(o->target, "auto") == 0)
+        cuda = cg_cuda_usable(o->argv0, o->target_why, sizeof o->target_why);
+    if (cuda)
+        o->target_why[0] = 0;
     o->pass.target = cuda ? TARGET_CUDA : TARGET_CPU;
     o->kernel_target = cuda && !(o->kernels && strcmp(o->kernels, "cpu") == 0) ? TARGET_CUDA
                                                                                : TARGET_CPU;
@@ -785,6 +787,12 @@ static int run(const Options *o, Diag *d)
     Program placed = {0}; /* the placement, for the program */
     if (ok && g->infer && (want_kv || o->report || o->kv_flags) && !want_program)
         ok = run_kvstore(o, g, o->output || o->source_only ? &placed : NULL);
+    if (ok && o->report) /* what a program would be built for, and why auto chose it */
+        printf("target: %s%s%s%s%s\n", target_name(o->pass.target),
+               o->kernel_target != o->pass.target ? ", calling the CPU runtime's kernels "
+                                                    "(--kernels=cpu)" : "",
+               o->target_why[0] ? " (--target=auto: " : "", o->target_why,
+               o->target_why[0] ? ")" : "");
     double tgen = now_ms();
     if (ok && (o->output || o->source_only))
         ok = train_settings_fit(g) && generate(o, g, d, placed.kv.set ? &placed.kv : NULL);

@@ -68,6 +68,11 @@ static void usage(const RtTrainOptions *o, FILE *out)
             "  --mpi-timeout S     under mpirun (a program built with ampc --mpi): abort\n"
             "                      the job when a rank keeps a collective waiting S s (60)\n"
             "  --mpi-bucket-mb X   MiB of gradients per MPI_Iallreduce, 0: one bucket (4)\n"
+            "  --cudnn-autotune 0|1  a GPU program (ampc --target=cuda): time cuDNN's candidate\n"
+            "                      plans per shape at start-up (1), or take its heuristic's\n"
+            "                      first (0), as MXNET_CUDNN_AUTOTUNE_DEFAULT (1)\n"
+            "  --cudnn-workspace-mb N  a GPU program: the most workspace one convolution or\n"
+            "                      GEMM may use, MiB (%d)\n"
             "  -h, --help          this text\n"
             "Testing: --inject-inf-at-step=K (step K's gradients overflow),\n"
             "  --inject-nan=NODE:STEP (a NaN in NODE's output at STEP),\n"
@@ -82,7 +87,7 @@ static void usage(const RtTrainOptions *o, FILE *out)
             o->data_dir,
             o->augment_pad && o->augment_mirror ? "crop and mirror"
             : o->augment_pad ? "crop" : o->augment_mirror ? "mirror" : "off",
-            o->log_interval);
+            o->log_interval, RT_CUDNN_WORKSPACE_MB_DEFAULT);
 }
 
 /* The long options of every flag in the table (getopt_long's val: 256 + its

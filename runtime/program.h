@@ -82,12 +82,19 @@ typedef struct RtCtx {
      * backward completes them (ties by gradient buffer); the MPI engine
      * starts a bucket's all-reduce there */
     void (*grad_ready)(struct RtCtx *ctx, int param);
+    /* ws is device memory (a model with open_device), allocated once at
+     * start-up from workspace_bytes: rt_ctx_ws cannot grow it */
+    bool ws_device;
 } RtCtx;
 
-/* A workspace of at least `bytes` (grows on the first step only). */
+/* A workspace of at least `bytes` (grows on the first step only; on a
+ * device, asking for more than start-up allocated ends the program with a
+ * message). */
 void *rt_ctx_ws(RtCtx *ctx, size_t bytes);
 
-typedef struct {
+struct RtDevice; /* device.h */
+
+typedef struct RtModel {
     const char *name;                 /* the model */
     int nparams;
     const RtParam *params;
@@ -117,7 +124,30 @@ typedef struct {
     int kv_nbuckets;
     const int *kv_bucket_start;       /* kv_nbuckets + 1 entries */
     const int *kv_bucket_params;      /* parameter indices */
+    /* The device the steps run on, opened by the trainer (runtime/trainer.c)
+     * before any buffer is allocated; NULL: the CPU device (under MPI, with
+     * its collectives).  A CUDA program (ampc --target=cuda) sets
+     * rt_cuda_open_device (runtime/cuda/program.c), whose memory is not the
+     * host's.  NULL with a message in err when no device can be opened. */
+    struct RtDevice *(*open_device)(const struct RtModel *m, char *err, size_t errlen);
 } RtModel;
+
+/* The device's run-time options (the program's flags --cudnn-autotune and
+ * --cudnn-workspace-mb, docs/backend-cuda.md), read by a CUDA program's
+ * open_device. */
+typedef struct {
+    bool cudnn_autotune;         /* time cuDNN's candidate plans per shape at start-up
+                                  * (MXNET_CUDNN_AUTOTUNE_DEFAULT=1), else take the
+                                  * heuristic's first that fits */
+    int64_t cudnn_workspace_mb;  /* the most workspace one convolution or GEMM may use */
+} RtDeviceConfig;
+#define RT_CUDNN_WORKSPACE_MB_DEFAULT 1024 /* MXNet's Convolution workspace default */
+const RtDeviceConfig *rt_device_config(void);
+/* Sets the options for model m from the flags (autotune, workspace_mb: < 0
+ * when not given).  False with a message when m runs on the CPU (no
+ * open_device) and a flag was given: the flags mean nothing there. */
+bool rt_device_configure(const struct RtModel *m, int autotune, int64_t workspace_mb, char *err,
+                         size_t errlen);
 
 extern const RtModel ampc_model;
 

@@ -439,6 +439,8 @@ void rt_train_options_default(RtTrainOptions *o)
     o->mpi_timeout = 60;
     o->mpi_bucket_mb = 4;
     o->inject_rank = -1;
+    o->cudnn_autotune = -1;
+    o->cudnn_workspace_mb = -1;
     o->prog = "train";
 }
 
@@ -916,6 +918,15 @@ SETTING(set_inject_rank) { UNUSED_ARGS; return int_into(v, 0, 1 << 20, &o->injec
 SETTING(set_save_all_ranks) { UNUSED_ARGS; o->save_all_ranks = true; return true; }
 SETTING(set_sim_ranks) { UNUSED_ARGS; return int_into(v, 1, 4096, &o->sim_ranks); }
 
+/* A CUDA program's device (runtime/trainer.c, rt_device_configure: a CPU
+ * program refuses them). */
+SETTING(set_cudnn_autotune) { UNUSED_ARGS; return int_into(v, 0, 1, &o->cudnn_autotune); }
+SETTING(set_cudnn_workspace_mb)
+{
+    UNUSED_ARGS;
+    return rt_parse_i64(v, 0, 1 << 20, &o->cudnn_workspace_mb);
+}
+
 /* The compiler's settings: checked here so that the table knows every key. */
 SETTING(set_amp)
 {
@@ -985,6 +996,8 @@ const RtSetting rt_settings[] = {
     {NULL, "inject-rank", FLAG, true, "a rank from 0 to 1048576", set_inject_rank},
     {NULL, "save-all-ranks", FLAG, false, "", set_save_all_ranks},
     {NULL, "sim-ranks", FLAG, true, "a number of ranks from 1 to 4096", set_sim_ranks},
+    {NULL, "cudnn-autotune", FLAG, true, "0 or 1", set_cudnn_autotune},
+    {NULL, "cudnn-workspace-mb", FLAG, true, "MiB from 0 to 1048576", set_cudnn_workspace_mb},
     {NULL, "load-params", FLAG, true, "an MXNet .params file", set_load_params},
     {NULL, "save-params", FLAG, true, "a file name", set_save_params},
     {NULL, "save-params-16bit", FLAG, false, "", set_save_params_16bit},

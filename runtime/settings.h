@@ -152,6 +152,9 @@ typedef struct {
     int inject_rank;          /* testing: --inject-* act on this rank only; < 0: every rank */
     bool save_all_ranks;      /* testing: ranks > 0 write checkpoints too, into SAVE_DIR/rankR */
     int sim_ranks;            /* testing: one process computes K ranks' micro-batches in turn */
+    /* a CUDA program's device (ampc --target=cuda, docs/backend-cuda.md); < 0: not given */
+    int cudnn_autotune;           /* 1: time cuDNN's candidate plans per shape, 0: heuristic */
+    int64_t cudnn_workspace_mb;   /* the most workspace one convolution or GEMM may use */
     const char *dump_state; /* testing: after the first step's backward, write the
                                state (rt_dump_state) here and stop */
     /* MXNet interoperability (runtime/predict.c, docs/mxnet.md) */

@@ -390,6 +390,11 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         fprintf(err, "%s: --%s: %s\n", o->prog, rt_setting_by_key(key)->flag, msg);
         return 2;
     }
+    /* a GPU program's device flags (a CPU program refuses them) */
+    if (!rt_device_configure(m, o->cudnn_autotune, o->cudnn_workspace_mb, msg, sizeof msg)) {
+        fprintf(err, "%s: %s\n", o->prog, msg);
+        return 2;
+    }
     if (o->predict)
         return rt_predict_run(m, o, out, err);
     /* several processes: only under mpirun in a program built with ampc --mpi */

@@ -19,6 +19,13 @@ void *rt_ctx_ws(RtCtx *ctx, size_t bytes)
 {
     if (bytes <= ctx->ws_bytes && ctx->ws)
         return ctx->ws;
+    if (ctx->ws_device) { /* a device's, sized once from the program's workspace_bytes */
+        fprintf(stderr, "error: a kernel asks for a workspace of %zu bytes, more than the %zu "
+                        "bytes of device memory allocated at start-up (the program's "
+                        "workspace_bytes); a device's workspace cannot grow during a step\n",
+                bytes, ctx->ws_bytes);
+        exit(1);
+    }
     size_t size = (bytes + RT_WS_ALIGN - 1) / RT_WS_ALIGN * RT_WS_ALIGN;
     void *p = aligned_alloc(RT_WS_ALIGN, size ? size : RT_WS_ALIGN);
     if (!p) {
@@ -54,6 +61,10 @@ void rt_trainer_free(RtTrainer *t)
             if (!t->m->buffers[i].in_arena)
                 rt_dev_free(d, t->ctx.buf[i]);
     if (d) {
+        if (t->ctx.ws_device) {
+            rt_dev_free(d, t->ctx.ws);
+            t->ctx.ws = NULL;
+        }
         rt_dev_free(d, t->arena);
         for (int i = 0; i < t->m->nparams; i++) {
             rt_dev_free(d, t->ctx.master ? t->ctx.master[i] : NULL);
@@ -139,6 +150,48 @@ static bool alloc_arena(RtTrainer *t, const RtModel *m, int64_t batch, char *err
     return true;
 }
 
+/* A device's workspace: workspace_bytes(batch) (its sizers ask the device's
+ * libraries, which open_device initialised), one block of device memory. */
+static bool alloc_device_ws(RtTrainer *t, const RtModel *m, int64_t batch, char *err,
+                            size_t errlen)
+{
+    size_t bytes = m->workspace_bytes ? m->workspace_bytes(batch) : 0;
+    char derr[256];
+    if (bytes > SIZE_MAX - RT_WS_ALIGN ||
+        !(t->ctx.ws = rt_dev_alloc(t->dev, bytes, "the workspace", derr, sizeof derr))) {
+        snprintf(err, errlen, "model %s: out of device memory for the workspace of %zu bytes at "
+                 "batch size %lld", m->name, bytes, (long long)batch);
+        return false;
+    }
+    t->ctx.ws_bytes = bytes;
+    return true;
+}
+
+/* ---- the device's options ---------------------------------------------------------- */
+
+static RtDeviceConfig device_config = {.cudnn_autotune = true,
+                                       .cudnn_workspace_mb = RT_CUDNN_WORKSPACE_MB_DEFAULT};
+
+const RtDeviceConfig *rt_device_config(void) { return &device_config; }
+
+bool rt_device_configure(const RtModel *m, int autotune, int64_t workspace_mb, char *err,
+                         size_t errlen)
+{
+    if (!m->open_device && (autotune >= 0 || workspace_mb >= 0)) {
+        snprintf(err, errlen, "--%s applies to a program built for a GPU (ampc --target=cuda); "
+                 "model %s was built for the CPU", autotune >= 0 ? "cudnn-autotune"
+                 : "cudnn-workspace-mb", m->name);
+        return false;
+    }
+    if (autotune >= 0)
+        device_config.cudnn_autotune = autotune != 0;
+    if (workspace_mb >= 0)
+        device_config.cudnn_workspace_mb = workspace_mb;
+    return true;
+}
+
+/* ---- the trainer ------------------------------------------------------------------- */
+
 bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, char *err,
                      size_t errlen)
 {
@@ -184,10 +237,17 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, 
                 return false;
         }
     }
-    /* under MPI (a program built with ampc --mpi, once rt_mpi_start ran) the
-     * CPU device wrapped with the collectives of runtime/dist/mpi.c */
-    if (!(t->dev = rt_device_cpu_open(err, errlen)) || !(t->dev = rt_mpi_wrap(t->dev, err, errlen)))
+    /* the model's own device (a CUDA program's), else the CPU's: under MPI (a
+     * program built with ampc --mpi, once rt_mpi_start ran) wrapped with the
+     * collectives of runtime/dist/mpi.c */
+    if (m->open_device) {
+        if (!(t->dev = m->open_device(m, err, errlen)))
+            return false;
+        t->ctx.ws_device = true;
+    } else if (!(t->dev = rt_device_cpu_open(err, errlen)) ||
+               !(t->dev = rt_mpi_wrap(t->dev, err, errlen))) {
         return false;
+    }
     t->ctx.buf = calloc((size_t)m->nbuffers + 1, sizeof *t->ctx.buf);
     t->ctx.master = calloc((size_t)m->nparams + 1, sizeof *t->ctx.master);
     t->state = calloc((size_t)m->nparams + 1, sizeof *t->state);
@@ -200,8 +260,13 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, 
         return false;
     }
     /* the workspace, once: the largest any call of either step asks for at
-     * this batch size (a program without the function grows it on demand) */
-    if (ok && m->workspace_bytes)
+     * this batch size (a program without the function grows it on demand,
+     * on the host; on a device it is all there is) */
+    if (ok && t->ctx.ws_device && !alloc_device_ws(t, m, batch, err, errlen)) {
+        rt_trainer_free(t);
+        return false;
+    }
+    if (ok && !t->ctx.ws_device && m->workspace_bytes)
         rt_ctx_ws(&t->ctx, m->workspace_bytes(batch));
     t->ws_start = t->ctx.ws_bytes;
     RtDevice *d = t->dev;

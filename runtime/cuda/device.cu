@@ -777,3 +777,7 @@ extern "C" RtDevice *rt_device_cuda_open(int ordinal, char *err, size_t errlen)
     }
     return &c->base;
 }
+
+/* the stream every call of the device runs on, for the kernels' libraries
+ * (rt_cuda_init): runtime/cuda/program.c */
+extern "C" AmpcStream rt_device_cuda_stream(RtDevice *d) { return cu(d)->stream; }

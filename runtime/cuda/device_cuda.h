@@ -15,6 +15,9 @@ extern "C" {
 /* GPU `ordinal` (0 for the first).  NULL with a message naming the failed
  * CUDA call and its error string when there is no usable GPU or driver. */
 RtDevice *rt_device_cuda_open(int ordinal, char *err, size_t errlen);
+/* The one stream the device's work goes on (a cudaStream_t): the kernels'
+ * libraries run on it too (rt_cuda_init). */
+struct CUstream_st *rt_device_cuda_stream(RtDevice *d);
 
 #ifdef __cplusplus
 }

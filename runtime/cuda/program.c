@@ -1,0 +1,84 @@
+/* program.c - the device of a program ampc built for a GPU (--target=cuda):
+ * rt_cuda_open_device, the emitted RtModel's open_device.
+ *
+ * The trainer (runtime/trainer.c) calls it once, before allocating anything:
+ * it opens the CUDA device (device.cu) on GPU $AMPC_CUDA_DEVICE (0 when
+ * unset), initialises cuDNN and cuBLASLt (rt_cuda_init: found at run time by
+ * libs.c) on that device's one stream, so kernels, copies and the optimizer
+ * are ordered without a wait, and reserves the BatchNorm kernels' scratch
+ * for the model's widest BatchNorm (their contract has no workspace, and a
+ * first-use allocation would stall a step).  Each failure names what failed;
+ * no GPU or no driver says so and that the program was built for one.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/device_cuda.h"
+#include "cuda/program_cuda.h"
+#include "cuda/rt_cuda.h"
+
+/* $AMPC_CUDA_DEVICE: a GPU ordinal (0 when unset or empty). */
+static bool device_ordinal(int *ordinal, char *err, size_t errlen)
+{
+    const char *s = getenv("AMPC_CUDA_DEVICE");
+    *ordinal = 0;
+    if (!s || !*s)
+        return true;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < 0 || v > 1023) {
+        snprintf(err, errlen, "AMPC_CUDA_DEVICE='%.40s' is not a GPU number (0, 1, ...)", s);
+        return false;
+    }
+    *ordinal = (int)v;
+    return true;
+}
+
+/* The most channels of a BatchNorm of m: its gamma, beta and statistics are
+ * parameters of that many elements. */
+static int64_t widest_batchnorm(const RtModel *m)
+{
+    int64_t c = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        RtParamKind k = m->params[i].kind;
+        if ((k == RT_PK_GAMMA || k == RT_PK_BETA || k == RT_PK_MOVING_MEAN ||
+             k == RT_PK_MOVING_VAR) && m->params[i].numel > c)
+            c = m->params[i].numel;
+    }
+    return c;
+}
+
+RtDevice *rt_cuda_open_device(const RtModel *m, char *err, size_t errlen)
+{
+    int ordinal;
+    if (!device_ordinal(&ordinal, err, errlen))
+        return NULL;
+    char why[512];
+    RtDevice *d = rt_device_cuda_open(ordinal, why, sizeof why);
+    if (!d) {
+        snprintf(err, errlen, "no CUDA device: GPU %d cannot be opened: %s (the program was built "
+                 "with --target=cuda; build it with --target=cpu to train on the CPU)", ordinal, why);
+        return NULL;
+    }
+    const RtDeviceConfig *dc = rt_device_config();
+    RtCudaConfig cfg = {.stream = rt_device_cuda_stream(d),
+                        .workspace_limit = (size_t)dc->cudnn_workspace_mb << 20,
+                        .autotune = dc->cudnn_autotune};
+    int64_t c = widest_batchnorm(m);
+    if (!rt_cuda_init(&cfg, why, sizeof why)) {
+        snprintf(err, errlen, "model %s on GPU %d: %s", m->name, ordinal, why);
+        rt_device_close(d);
+        return NULL;
+    }
+    if (c > 0 && !rt_cuda_bn_reserve(c, why, sizeof why)) {
+        snprintf(err, errlen, "model %s on GPU %d: the BatchNorm scratch for %lld channels: %s",
+                 m->name, ordinal, (long long)c, why);
+        rt_cuda_shutdown();
+        rt_device_close(d);
+        return NULL;
+    }
+    return d;
+}

@@ -1,0 +1,26 @@
+/* program_cuda.h - the device of a program ampc built for a GPU (ampc
+ * --target=cuda): the emitted RtModel's open_device (runtime/program.h).
+ * In libampccuda.a (runtime/cuda/program.c). */
+#ifndef AMPC_PROGRAM_CUDA_H
+#define AMPC_PROGRAM_CUDA_H
+
+#include <stddef.h>
+
+#include "program.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Opens GPU $AMPC_CUDA_DEVICE (default 0) with runtime/cuda/device.cu,
+ * initialises cuDNN and cuBLASLt on its stream with the device options
+ * (rt_device_config: --cudnn-autotune, --cudnn-workspace-mb) and reserves
+ * the BatchNorm scratch for m's widest BatchNorm.  NULL with a message
+ * ("no CUDA device: ...", or naming the library or call that failed). */
+struct RtDevice *rt_cuda_open_device(const RtModel *m, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
