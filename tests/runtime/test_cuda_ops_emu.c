@@ -500,7 +500,8 @@ static void test_softmax(void **st)
     (void)st;
     int64_t shapes[][3] = {{3, 7, 1}, {2, 600, 1}, {2, 5, 3}, {1, 4, 700}};
     compared = 0;
-    BOTH_ORDERS for (int t = 0; t < 3; t++) for (int s = 0; s < 4; s++) for (int lg = 0; lg < 2; lg++)
+    BOTH_ORDERS for (int t = 0; t < 3; t++) for (int s = 0; s < 4; s++)
+        for (int lg = 0; lg < 2; lg++)
     {
         RtDType dt = dts[t];
         int64_t o = shapes[s][0], l = shapes[s][1], in = shapes[s][2];
