@@ -29,19 +29,22 @@
 const char *layout_name(Layout l) { return l == LAYOUT_NHWC ? "nhwc" : "nchw"; }
 
 #define S(k) (1u << (k))
-#define FOLLOW(slots) {LC_FOLLOW, slots}
+#define FOLLOW(slots)                                                                              \
+    {                                                                                              \
+        LC_FOLLOW, slots                                                                           \
+    }
 static const LayoutRule rules[OP_COUNT] = {
-    [OP_Convolution] = {LC_ANCHOR, S(0) | S(1)},          /* data, weight */
+    [OP_Convolution] = {LC_ANCHOR, S(0) | S(1)},                  /* data, weight */
     [OP__backward_Convolution] = {LC_ANCHOR, S(0) | S(1) | S(2)}, /* dy, x, weight */
     [OP_BatchNorm] = FOLLOW(S(0)),
     [OP__fused_BatchNorm_relu] = FOLLOW(S(0)),
-    [OP__backward_BatchNorm] = FOLLOW(S(0) | S(1)),          /* dy, x */
+    [OP__backward_BatchNorm] = FOLLOW(S(0) | S(1)),                   /* dy, x */
     [OP__backward_fused_BatchNorm_relu] = FOLLOW(S(0) | S(1) | S(2)), /* dy, y, x */
     [OP_Pooling] = FOLLOW(S(0)),
     [OP__backward_Pooling] = FOLLOW(S(0) | S(1)),
     [OP_Activation] = FOLLOW(S(0)),
     [OP__backward_Activation] = FOLLOW(S(0) | S(1) | S(2)),
-    [OP_LeakyReLU] = FOLLOW(S(0)),                           /* prelu's gamma is 1-D */
+    [OP_LeakyReLU] = FOLLOW(S(0)), /* prelu's gamma is 1-D */
     [OP__backward_LeakyReLU] = FOLLOW(S(0) | S(1)),
     [OP_elemwise_add] = FOLLOW(S(0) | S(1)),
     [OP_elemwise_sub] = FOLLOW(S(0) | S(1)),
@@ -65,7 +68,7 @@ static const LayoutRule rules[OP_COUNT] = {
     [OP_Cast] = FOLLOW(S(0)),
     [OP_amp_cast] = FOLLOW(S(0)),
     [OP_part] = {LC_VIEW, 0},
-    [OP_grad_of] = {LC_VIEW, S(0)},      /* the gradient; slot 1 only names the parameter */
+    [OP_grad_of] = {LC_VIEW, S(0)}, /* the gradient; slot 1 only names the parameter */
     [OP_param_master] = {LC_VIEW, 0},
     [OP__layout] = {LC_CONVERT, 0},
     [OP_Param] = {LC_LEAF, 0},
@@ -136,12 +139,14 @@ bool layout_check(const Graph *g, const Node *n, bool scheduled)
 {
     const char *op = op_info(n->op)->name;
     if (!scheduled && (n->layout != LAYOUT_NCHW || n->op == OP__layout))
-        return lay_error(g, n, "'%s': layouts are chosen by the schedule pass, but this is a "
-                               "graph before it",
+        return lay_error(g, n,
+                         "'%s': layouts are chosen by the schedule pass, but this is a "
+                         "graph before it",
                          n->name);
     if (n->layout != LAYOUT_NCHW && n->shape.rank != 4)
-        return lay_error(g, n, "'%s' is nhwc but has %d dimensions (only a 4-D value has an "
-                               "NHWC layout)",
+        return lay_error(g, n,
+                         "'%s' is nhwc but has %d dimensions (only a 4-D value has an "
+                         "NHWC layout)",
                          n->name, n->shape.rank);
     const LayoutRule *r = layout_rule(n->op);
     if (n->layout != LAYOUT_NCHW) {
@@ -183,8 +188,9 @@ bool layout_check(const Graph *g, const Node *n, bool scheduled)
         Layout want = layout_slot_wants(g, n, j);
         const Node *x = g->nodes[n->in[j]];
         if (want != LAYOUT_COUNT && x->layout != want && !layout_same_bytes(&x->shape))
-            return lay_error(g, n, "%s '%s' reads '%s' (input %d) as %s, but it is %s (a _layout "
-                                   "conversion belongs between them)",
+            return lay_error(g, n,
+                             "%s '%s' reads '%s' (input %d) as %s, but it is %s (a _layout "
+                             "conversion belongs between them)",
                              op, n->name, x->name, j, layout_name(want), layout_name(x->layout));
     }
     return true;

@@ -169,9 +169,9 @@ void ir_print(FILE *f, const Graph *g, const char *pass)
         const OpInfo *oi = op_info(n->op);
         Shape s = bound_shape(g, n);
         /* a layout other than the canonical one follows the shape: f16[N,64,56,56]@nhwc */
+        bool lay = n->layout != LAYOUT_NCHW;
         fprintf(f, "%%%d:%s%s%s%s = %s(", i, dtype_short(n->dtype), shape_str(&s, sb, sizeof sb),
-                n->layout != LAYOUT_NCHW ? "@" : "", n->layout != LAYOUT_NCHW ? layout_name(n->layout) : "",
-                oi->name);
+                lay ? "@" : "", lay ? layout_name(n->layout) : "", oi->name);
         for (int j = 0; j < n->nin; j++)
             fprintf(f, "%s%%%d", j ? ", " : "", pos[n->in[j]]);
         fputs(") {name=", f);
@@ -202,7 +202,8 @@ void ir_print_dot(FILE *f, const Graph *g, const char *pass)
         const Node *n = g->nodes[order[i]];
         if (n->op == OP_Param)
             continue;
-        bool cast = n->op == OP_Cast || n->op == OP_amp_cast;
+        /* casts and layout conversions move data: one colour */
+        bool cast = n->op == OP_Cast || n->op == OP_amp_cast || n->op == OP__layout;
         Shape s = bound_shape(g, n);
         /* "Op\nname f32[..]", or "name\nf32[..]" for an input; names are
          * user text, so escaped */
@@ -213,7 +214,9 @@ void ir_print_dot(FILE *f, const Graph *g, const char *pass)
             print_escaped(f, n->name);
             fputc(' ', f);
         }
-        fprintf(f, "%s%s\", shape=%s%s];\n", dtype_short(n->dtype), shape_str(&s, sb, sizeof sb),
+        bool lay = n->layout != LAYOUT_NCHW;
+        fprintf(f, "%s%s%s%s\", shape=%s%s];\n", dtype_short(n->dtype),
+                shape_str(&s, sb, sizeof sb), lay ? " " : "", lay ? layout_name(n->layout) : "",
                 n->op == OP_Input ? "oval" : "box",
                 cast ? ", style=filled, fillcolor=\"#fb8072\""
                      : n->dtype == DT_F16 || n->dtype == DT_BF16 ? ", style=filled, fillcolor=\"#8dd3c7\""

@@ -79,8 +79,8 @@ static void decide(const Graph *g, const char *canon, const StrMap *no_krsc, Lay
     }
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
-        if (n->op == OP_Param && nhwc_readers[i] && !other[i] && !canon[i] &&
-            n->shape.rank == 4 && !strmap_get(no_krsc, n->name))
+        if (n->op == OP_Param && nhwc_readers[i] && !other[i] && !canon[i] && n->shape.rank == 4 &&
+            !strmap_get(no_krsc, n->name))
             lay[i] = LAYOUT_NHWC;
     }
     free(nhwc_readers);
@@ -138,8 +138,8 @@ static bool disagree(const Graph *a, const Layout *la, const Graph *b, const Lay
 typedef struct {
     Graph *g, *ng;
     const Layout *lay;
-    int *map;      /* old node -> new node */
-    int *conv;     /* old node * 2 + layout -> its conversion in ng, -1 */
+    int *map;  /* old node -> new node */
+    int *conv; /* old node * 2 + layout -> its conversion in ng, -1 */
 } Rw;
 
 static const char *fresh_name(Graph *ng, const char *base, Layout to)
@@ -298,8 +298,10 @@ bool layout_assign(Graph **gp, Target target)
     for (;;) {
         lt = decide_graph(g, &no_krsc);
         li = inf ? decide_graph(inf, &no_krsc) : NULL;
-        bool again = inf && (disagree(g, lt, inf, li, &no_krsc) | disagree(inf, li, g, lt, &no_krsc));
-        if (!again)
+        /* both directions, each adding what it finds */
+        bool a = inf && disagree(g, lt, inf, li, &no_krsc);
+        bool b = inf && disagree(inf, li, g, lt, &no_krsc);
+        if (!a && !b)
             break;
         free(lt);
         free(li);

@@ -76,8 +76,8 @@ int main(int argc, char **argv)
     int wi = -1, identical = 0;
     for (int i = 0; rc == 0 && i < a.nparams; i++) {
         if (!same_param(&a.params[i], &b.params[i])) {
-            fprintf(stderr, "ckptcmp: parameter %d differs in name, dtype or shape (%s, %s)\n",
-                    i, a.params[i].name, b.params[i].name);
+            fprintf(stderr, "ckptcmp: parameter %d differs in name, dtype or shape (%s, %s)\n", i,
+                    a.params[i].name, b.params[i].name);
             rc = 1;
             break;
         }

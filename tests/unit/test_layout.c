@@ -128,15 +128,15 @@ static void test_fuse_gate(void **state)
     assert_true(count_op(g, OP__fused_add_relu) > 0);
     assert_true(count_op(g, OP__fused_cast_SoftmaxOutput) > 0);
     g = build(fx, TARGET_CUDA, "float16");
-    static const OpKind fused[] = {OP__fused_BatchNorm_relu, OP__backward_fused_BatchNorm_relu,
-                                   OP__fused_add_relu, OP__backward_fused_add_relu,
-                                   OP__fused_cast_SoftmaxOutput,
-                                   OP__backward_fused_SoftmaxOutput_cast};
+    static const OpKind fused[] = {
+        OP__fused_BatchNorm_relu,     OP__backward_fused_BatchNorm_relu,
+        OP__fused_add_relu,           OP__backward_fused_add_relu,
+        OP__fused_cast_SoftmaxOutput, OP__backward_fused_SoftmaxOutput_cast};
     for (size_t i = 0; i < sizeof fused / sizeof fused[0]; i++)
         if (count_op(g, fused[i]) && !kernel_row(fused[i])->cuda)
             fail_msg("%s made for CUDA, which has no kernel for it", op_info(fused[i])->name);
-    bool add_relu = kernel_row(OP__fused_add_relu)->cuda &&
-                    kernel_row(OP__backward_fused_add_relu)->cuda;
+    bool add_relu =
+        kernel_row(OP__fused_add_relu)->cuda && kernel_row(OP__backward_fused_add_relu)->cuda;
     assert_int_equal(count_op(g, OP__fused_add_relu) > 0, add_relu);
 }
 
@@ -169,7 +169,7 @@ int main(void)
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_cuda_fp16_regions), T(test_canonical_elsewhere), T(test_strip),
-        T(test_fuse_gate), T(test_check_refuses),
+        T(test_fuse_gate),         T(test_check_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
