@@ -7,7 +7,8 @@
  * libs.c) on that device's one stream, so kernels, copies and the optimizer
  * are ordered without a wait, and reserves the BatchNorm kernels' scratch
  * for the model's widest BatchNorm (their contract has no workspace, and a
- * first-use allocation would stall a step).  Each failure names what failed;
+ * first-use allocation would stall a step).  Closing the device shuts the
+ * libraries down first.  Each failure names what failed;
  * no GPU or no driver says so and that the program was built for one.
  */
 #include <errno.h>
@@ -51,6 +52,19 @@ static int64_t widest_batchnorm(const RtModel *m)
     return c;
 }
 
+/* The device's own table with close preceded by the libraries' shutdown:
+ * their handles, plan caches and the BatchNorm scratch go before the stream
+ * and the device they were made on. */
+static RtDeviceOps ops_with_libraries;
+static void (*device_close)(RtDevice *d);
+
+static void close_with_libraries(RtDevice *d)
+{
+    d->ops->synchronize(d); /* nothing queued may still use a plan or the scratch */
+    rt_cuda_shutdown();
+    device_close(d);
+}
+
 RtDevice *rt_cuda_open_device(const RtModel *m, char *err, size_t errlen)
 {
     int ordinal;
@@ -80,5 +94,9 @@ RtDevice *rt_cuda_open_device(const RtModel *m, char *err, size_t errlen)
         rt_device_close(d);
         return NULL;
     }
+    ops_with_libraries = *d->ops;
+    device_close = d->ops->close;
+    ops_with_libraries.close = close_with_libraries;
+    d->ops = &ops_with_libraries;
     return d;
 }
