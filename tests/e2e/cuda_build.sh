@@ -3,7 +3,7 @@
 # (docs/backend-cuda.md, "Building and running a GPU program"):
 # - every example x --amp {off, float16, bfloat16} with --target=cuda -o:
 #   either it builds (an executable that links libampccuda.a and cudart;
-#   the model's object calls rt_cuda_* functions and no CPU kernel or
+#   the model's object compiles warning-free and calls rt_cuda_* and no CPU kernel or
 #   sizer; run here it exits non-zero with the no-device message, never a
 #   crash), or ampc refuses it, every error naming an op whose cuda column in
 #   ir/kernels.def is NULL (so the test holds while the column is filled,
@@ -50,11 +50,11 @@ refused_ok() {
     [ "$n" -gt 0 ]
 }
 
-# calls_cuda_only C: the model's object (C compiled here) calls rt_cuda_*
+# calls_cuda_only C: the model's object (C compiled here, warning-free) calls rt_cuda_*
 # and no function of the cpu column
 calls_cuda_only() {
     local c=$1 o=${1%.c}.o f
-    cc -std=c11 -O0 -Werror=implicit-function-declaration -I runtime -c "$c" -o "$o" 2>>"$tmp/log" || return 1
+    cc -std=c11 -O0 -Wall -Wextra -Werror -I runtime -c "$c" -o "$o" 2>>"$tmp/log" || return 1
     nm -u "$o" | grep -q ' rt_cuda_[a-z]' || { echo "no rt_cuda_ call in $o"; return 1; }
     for f in $cpu_fns; do
         if nm -u "$o" | awk '{print $2}' | grep -q "^$f"; then
