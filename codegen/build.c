@@ -263,12 +263,6 @@ bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)
         return false;
     }
     char cuda_lib[PATH_MAX], cudart_dir[PATH_MAX], why[768];
-    if (build_cuda && build_mpi) {
-        diag_plain_error(d, "--target=cuda: a program for mpirun (--mpi, --kvstore=dist_sync) "
-                            "runs on the CPU: the MPI engine wraps the CPU device (use "
-                            "--target=cpu)");
-        return false;
-    }
     if (build_cuda && !find_cuda_library(lib, cuda_lib, sizeof cuda_lib)) {
         diag_plain_error(d, "--target=cuda: this ampc was built without nvcc: its runtime has no "
                             "CUDA library (libampccuda.a beside %s); build ampc where the CUDA "

@@ -763,7 +763,7 @@ static void emit_grad_ready(Cg *c, int i)
 static bool emit_kv_buckets(Cg *c, const KvPlan *kv)
 {
     const Program *p = c->prog;
-    if (!kv || !kv->set || kv->place != KV_DIST_SYNC)
+    if (!kv || !kv->set || (kv->place != KV_DIST_SYNC && kv->place != KV_NCCL))
         return false;
     fputs("static const int kv_bucket_start[] = {0", c->f);
     for (int b = 0, at = 0; b < kv->nbuckets; b++)
@@ -1089,6 +1089,9 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans)
     if (kv)
         fprintf(out, "    .kv_nbuckets = %d,\n    .kv_bucket_start = kv_bucket_start,\n"
                      "    .kv_bucket_params = kv_bucket_params,\n", plans->kv->nbuckets);
+    if (kernels == TARGET_CUDA && plans && plans->kv && plans->kv->set)
+        fprintf(out, "    .kv_place = %d, /* %s */\n", (int)plans->kv->place + 1,
+                kv_place_name(plans->kv->place));
     if (kernels == TARGET_CUDA)
         fputs("    .open_device = rt_cuda_open_device,\n", out);
     fputs("};\n", out);

@@ -105,8 +105,9 @@ static void usage(FILE *f)
           "                          where gradients are summed and the optimizer runs\n"
           "                          (default auto: the cheapest the cost model predicts;\n"
           "                          docs/kvstore.md); --dump=kvstore, --explain=kvstore\n"
-          "  --machine=NAME|FILE     the machine the cost model assumes: cpu (default),\n"
-          "                          titanx-pcie3, h100x8, h200x8, h100x8-100g, or a file\n"
+          "  --machine=NAME|FILE     the machine the cost model assumes: cpu (default;\n"
+          "                          --target=cuda: h200x8 with --devices=1), titanx-pcie3,\n"
+          "                          h100x8, h200x8, h100x8-100g, or a file\n"
           "  --devices=N             devices per machine (CPU only: processes)\n"
           "  --machines=M            machines (default 1)\n"
           "  --kv-bucket-mb=X        gradient bucket size in MiB (0: one bucket; default:\n"
@@ -524,10 +525,15 @@ static bool place_gradients(const Options *o, const Graph *g, Program *p, KvResu
 {
     Diag *d = g->diag;
     KvMachine m;
-    const char *name = o->machine ? o->machine : "cpu";
+    /* a GPU program's default machine: one H200 (the device the GPU check
+     * runs on; --machine and --devices describe others) */
+    bool gpu_default = !o->machine && o->kernel_target == TARGET_CUDA;
+    const char *name = o->machine ? o->machine : gpu_default ? "h200x8" : "cpu";
     if (!kv_machine_builtin(d, name, &m) && !kv_machine_load(d, name, &m))
         return false;
     KvOptions ko = o->kv;
+    if (gpu_default && ko.devices == 0)
+        ko.devices = 1;
     if (!o->kv_bucket_set)
         ko.bucket_mb = -1;
     ko.batch = o->batch;
@@ -645,7 +651,11 @@ static bool generate(const Options *o, const Graph *g, Diag *d, const KvPlan *kv
                            text, len);
     else if (ok) {
         /* a program for mpirun links the MPI engine; no other does */
-        cg_build_set_mpi(o->mpi || (o->kv.kvstore && strcmp(o->kv.kvstore, "dist_sync") == 0));
+        /* a GPU program reducing across processes (nccl, dist_sync) links
+         * it too: NCCL's unique id is broadcast over MPI (docs/kvstore.md) */
+        bool across = kv && kv->set && (kv->place == KV_NCCL || kv->place == KV_DIST_SYNC);
+        cg_build_set_mpi(o->mpi || (o->kv.kvstore && strcmp(o->kv.kvstore, "dist_sync") == 0) ||
+                         (o->kernel_target == TARGET_CUDA && across));
         cg_build_set_cuda(o->kernel_target == TARGET_CUDA);
         ok = cg_build_program(d, text, len, o->output, o->argv0);
     }

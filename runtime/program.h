@@ -124,6 +124,10 @@ typedef struct RtModel {
     int kv_nbuckets;
     const int *kv_bucket_start;       /* kv_nbuckets + 1 entries */
     const int *kv_bucket_params;      /* parameter indices */
+    /* the kvstore pass's placement of a GPU program (RtKvPlace of
+     * runtime/dist/coll.h: local 1, device 2, nccl 3, dist_sync 4), 0 when
+     * it placed none; rt_cuda_open_device opens the device for it */
+    int kv_place;
     /* The device the steps run on, opened by the trainer (runtime/trainer.c)
      * before any buffer is allocated; NULL: the CPU device (under MPI, with
      * its collectives).  A CUDA program (ampc --target=cuda) sets

@@ -19,14 +19,20 @@
 #include "cuda/device_cuda.h"
 #include "cuda/program_cuda.h"
 #include "cuda/rt_cuda.h"
+#include "dist/coll.h"
 
-/* $AMPC_CUDA_DEVICE: a GPU ordinal (0 when unset or empty). */
-static bool device_ordinal(int *ordinal, char *err, size_t errlen)
+/* $AMPC_CUDA_DEVICE: a GPU ordinal; when unset or empty, the GPU of this
+ * rank among the ranks on its machine for a placement that reduces across
+ * processes (nccl, dist_sync: one process per GPU under mpirun), else 0. */
+static bool device_ordinal(const RtModel *m, int *ordinal, char *err, size_t errlen)
 {
     const char *s = getenv("AMPC_CUDA_DEVICE");
     *ordinal = 0;
-    if (!s || !*s)
+    if (!s || !*s) {
+        if (m->kv_place == RT_KV_NCCL || m->kv_place == RT_KV_DIST_SYNC)
+            *ordinal = rt_nccl_local_device();
         return true;
+    }
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
@@ -65,10 +71,18 @@ static void close_with_libraries(RtDevice *d)
     device_close(d);
 }
 
+/* rt_kv_open's view of the device's one stream (the NCCL engine orders its
+ * reductions after the compute stream's work) */
+static void *compute_stream(RtDevice *d) { return rt_device_cuda_stream(d); }
+
+/* MiB of gradients per NCCL all-reduce when the program carries no buckets
+ * (the MPI engine's --mpi-bucket-mb default) */
+#define KV_BUCKET_MB 4.0
+
 RtDevice *rt_cuda_open_device(const RtModel *m, char *err, size_t errlen)
 {
     int ordinal;
-    if (!device_ordinal(&ordinal, err, errlen))
+    if (!device_ordinal(m, &ordinal, err, errlen))
         return NULL;
     char why[512];
     RtDevice *d = rt_device_cuda_open(ordinal, why, sizeof why);
@@ -98,5 +112,13 @@ RtDevice *rt_cuda_open_device(const RtModel *m, char *err, size_t errlen)
     device_close = d->ops->close;
     ops_with_libraries.close = close_with_libraries;
     d->ops = &ops_with_libraries;
-    return d;
+    /* the gradient placement (docs/kvstore.md): local wraps the device with
+     * the host's update, nccl and dist_sync with the NCCL engine in a job of
+     * several ranks; device and an unplaced program run as they are */
+    RtDevice *placed = rt_kv_open(d, m->kv_place, rt_coll_nccl, compute_stream, KV_BUCKET_MB,
+                                  why, sizeof why);
+    if (!placed)
+        snprintf(err, errlen, "model %s on GPU %d: the %s placement: %s", m->name, ordinal,
+                 rt_kv_place_name(m->kv_place), why);
+    return placed;
 }

@@ -16,6 +16,8 @@
 # - --target=auto here (no GPU) builds a CPU program, and --report says why;
 # - --target=cuda --kernels=cpu builds a CPU-runtime program that trains,
 #   and its --profile prints the device->host syncs per step;
+# - the placements local, device and nccl build (nccl linking MPI) and say
+#   which in the C;
 # - a CPU program refuses --cudnn-autotune and --cudnn-workspace-mb.
 # Without libampccuda.a beside ampc (no nvcc at build time) it prints one
 # SKIPPED line.
@@ -173,6 +175,34 @@ if "$ampc" examples/digits_cnn.sym --amp=float16 --target=cuda --kernels=cpu -o 
 else
     bad "--target=cuda --kernels=cpu"
 fi
+
+# The gradient placements of a GPU program (docs/kvstore.md): local and
+# device on one GPU (the default machine, one H200), nccl on 8 GPUs (one
+# process each under mpirun: it links the MPI engine); the C says which, the
+# program holds the placement's device (rt_kv_open) and the NCCL engine
+# (rt_coll_nccl), and without a GPU it stops with the no-device message.
+for kv in local device "nccl --devices=8"; do
+    : >"$tmp/log"
+    rm -f "$tmp/k" "$tmp/k.c"
+    name=${kv%% *}
+    # shellcheck disable=SC2086 # kv holds the flag and its --devices
+    if ! "$ampc" examples/digits_cnn.sym --amp=float16 --target=cuda --kvstore=$kv -S -o "$tmp/k.c" >>"$tmp/log" 2>&1 ||
+        ! "$ampc" examples/digits_cnn.sym --amp=float16 --target=cuda --kvstore=$kv -o "$tmp/k" >>"$tmp/log" 2>&1; then
+        bad "--target=cuda --kvstore=$kv: $(grep -m1 error "$tmp/log")"
+    elif ! grep -q "\.kv_place = [0-9], /\* $name \*/" "$tmp/k.c"; then
+        bad "--target=cuda --kvstore=$kv: the C names no kv_place $name"
+    elif ! nm "$tmp/k" | grep -q ' T rt_kv_open$' || ! nm "$tmp/k" | grep -q ' T rt_coll_nccl$'; then
+        bad "--target=cuda --kvstore=$kv: the program has no rt_kv_open or NCCL engine"
+    elif [ "$name" = nccl ] && ! nm "$tmp/k" | grep -q ' U MPI_Init'; then
+        bad "--target=cuda --kvstore=$kv: a program for mpirun that does not link MPI"
+    elif [ "$name" != nccl ] && nm "$tmp/k" | grep -q ' U MPI_Init'; then
+        bad "--target=cuda --kvstore=$kv: a one-process program links MPI"
+    elif no_device "$tmp/k"; then
+        ok "--target=cuda --kvstore=$kv: builds with its placement, no GPU here: the no-device message"
+    else
+        bad "--target=cuda --kvstore=$kv: the run without a GPU: $(head -2 "$tmp/run")"
+    fi
+done
 
 # a CPU program refuses the GPU's flags
 : >"$tmp/log"

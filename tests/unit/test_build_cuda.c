@@ -110,16 +110,36 @@ static void test_no_cudart(void **state)
     assert_non_null(strstr(out, "AMPC_CUDA_HOME"));
 }
 
-static void test_not_with_mpi(void **state)
+/* A GPU program for mpirun (nccl, dist_sync: NCCL's id goes over MPI) links
+ * the MPI engine and the CUDA runtime together, through $MPICC: `false`
+ * stands in for it, so the build fails and its message shows the command. */
+static void test_with_mpi(void **state)
 {
     (void)state;
     touch("lib/libampccuda.a");
     touch("lib/ampcmpi.o");
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/lib64", dir);
+    assert_int_equal(mkdir(p, 0700), 0);
+    touch("lib64/libcudart_static.a");
+    setenv("AMPC_CUDA_HOME", dir, 1);
+    setenv("MPICC", "false", 1);
     cg_build_set_cuda(true);
     cg_build_set_mpi(true);
     assert_false(build());
-    assert_non_null(strstr(out, "--target=cuda"));
-    assert_non_null(strstr(out, "mpirun"));
+    unsetenv("MPICC");
+    assert_non_null(strstr(out, "building the program failed (exit 1): false "));
+    const char *mpi = strstr(out, "ampcmpi.o"), *cu = strstr(out, "libampccuda.a");
+    const char *rt = strstr(out, "libampcrt.a"), *cudart = strstr(out, "-lcudart_static");
+    assert_non_null(mpi);
+    assert_non_null(cu);
+    assert_non_null(rt);
+    assert_non_null(cudart);
+    assert_true(mpi < cu && cu < rt && rt < cudart); /* each before what it calls */
+    snprintf(p, sizeof p, "%s/lib64/libcudart_static.a", dir);
+    remove(p);
+    snprintf(p, sizeof p, "%s/lib64", dir);
+    rmdir(p);
 }
 
 /* A CPU program's build never looks for CUDA: with no libampccuda.a and an
@@ -220,7 +240,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_no_cuda_library, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_cudart, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_not_with_mpi, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_with_mpi, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cpu_build_links_no_cuda, setup, teardown),
         cmocka_unit_test_setup_teardown(test_real_link, setup, teardown),
     };
