@@ -11,6 +11,8 @@
 #       ResNet-50 v1d (tests/gpu/torch_resnet50_v1d.py) in the same run; the ratio
 #   (d) the fused optimizer over ResNet-50's parameters against a
 #       device-to-device copy of the same bytes (tests/gpu/optim_bw.c)
+#   (e) issue 12's seed on one GPU: resnet50_v1d with --kvstore=local (the
+#       update on the host) against --kvstore=device, images/s and the ratio
 #
 #   gpu_check.sh [--dry] [--build-only] [--no-build] [BUILD]
 #
@@ -91,6 +93,12 @@ build_all() {
     done <<<"$CASES"
     if [ $cuda = 1 ]; then
         "$ampc" --target=cuda "$here/examples/resnet50_v1d.sym" -o "$G/resnet50_v1d.cuda" || return 1
+        # (e): the seed's two placements on one GPU (issue 12)
+        local kv
+        for kv in local device; do
+            "$ampc" --target=cuda --kvstore=$kv "$here/examples/resnet50_v1d.sym" \
+                -o "$G/resnet50_v1d_$kv.cuda" 2>"$tmp/kv.log" || { cat "$tmp/kv.log"; return 1; }
+        done
     else
         echo "SKIPPED: gpu_check.sh: the CUDA programs (no $B/libampccuda.a: no nvcc)"
     fi
@@ -289,6 +297,38 @@ part_c() {
     fi
 }
 
+# (e) issue 12's seed on one GPU: ResNet-50 v1d AMP with multi-precision NAG,
+# the optimizer on the host (MXNet's kvstore 'local': gradients copied down,
+# the CPU's fused update, weights copied up) against on the device
+# ('device'), images/s of each and their ratio (MXNet's report: 650 and 800)
+part_e() {
+    local kv ips prog
+    declare -A got
+    for kv in local device; do
+        prog=$G/resnet50_v1d_$kv.cuda
+        if [ ! -x "$prog" ]; then missing "(e)" "resnet50_v1d --kvstore=$kv (CUDA program)"; continue; fi
+        if [ $dry = 1 ]; then
+            row "(e)" "resnet50_v1d --kvstore=$kv AMP b$BATCH: images/s" "$NA" n/a
+            continue
+        fi
+        runp timeout $((LIMIT / 2)) "$prog" --data synthetic --batch-size "$BATCH" --max-steps 30 \
+            --log-interval 5 --json-log "$tmp/kv_$kv.jsonl" >"$tmp/kv_$kv.log" 2>&1
+        ips=$(grep '"event":"speedometer"' "$tmp/kv_$kv.jsonl" 2>/dev/null |
+            sed -n 's/.*"step":\([0-9]*\),"samples_per_sec":\([0-9.e+-]*\).*/\1 \2/p' |
+            awk '$1 >= 15 {print $2}' | median)
+        got[$kv]=$ips
+        row "(e)" "resnet50_v1d --kvstore=$kv AMP b$BATCH: images/s" \
+            "${ips:-?} (median of the 5-step windows after step 10)" "$([ -n "$ips" ] && echo info || echo FAIL)"
+        [ -n "$ips" ] || fold "$tmp/kv_$kv.log"
+    done
+    if [ -n "${got[local]:-}" ] && [ -n "${got[device]:-}" ]; then
+        row "(e)" "device/local images/s (MXNet report 800/650=1.23)" \
+            "$(awk -v a="${got[device]}" -v b="${got[local]}" 'BEGIN {printf "%.3f", a / b}')" info
+    elif [ $dry = 1 ]; then
+        row "(e)" "device/local images/s (MXNet report 800/650=1.23)" "$NA" n/a
+    fi
+}
+
 part_d() {
     local ref=$G/ref/resnet50_v1d.report want got
     if [ ! -x "$G/optim_bw" ]; then missing "(d)" "optim_bw"; return; fi
@@ -328,6 +368,7 @@ part_a
 part_b
 part_c
 part_d
+part_e
 {
     echo "== make gpu-check$([ $dry = 1 ] && echo ' --dry'): $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n), GPU: $gpu, $(($(date +%s) - start)) s"
     printf '%-4s %-50s %-52s %s\n' part check result verdict
