@@ -132,6 +132,7 @@ static FcPlan *fc_plan(const RtFcDims *d, RtDType dt, RtPass pass, bool bias, bo
     }
     p->algo = r.algo;
     p->ws = r.workspaceSize;
+    (void)cudaGetLastError(); /* nothing the heuristic left is the next kernel's error */
     if (!ampc_cache_put(&cache, &key, p)) {
         fprintf(stderr, "ampc: out of memory caching a cuBLASLt plan\n");
         exit(1);

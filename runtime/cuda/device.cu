@@ -221,10 +221,14 @@ static bool table_upload(CudaDevice *c, DevTable *t, const AmpcMtTensor *host, i
     void *dt = NULL, *db = NULL;
     bool ok = CU_TRY(cudaMalloc(&dt, (size_t)nt * sizeof *host), err, errlen) &&
               CU_TRY(cudaMalloc(&db, (size_t)nb * sizeof *blocks), err, errlen) &&
-              CU_TRY(cudaMemcpy(dt, host, (size_t)nt * sizeof *host, cudaMemcpyHostToDevice), err,
-                     errlen) &&
-              CU_TRY(cudaMemcpy(db, blocks, (size_t)nb * sizeof *blocks, cudaMemcpyHostToDevice),
-                     err, errlen);
+              /* on the device's stream, which does not wait for the legacy
+               * one (cudaStreamNonBlocking), and finished before the kernels
+               * that read the tables are queued behind it */
+              CU_TRY(cudaMemcpyAsync(dt, host, (size_t)nt * sizeof *host, cudaMemcpyHostToDevice,
+                                     c->stream), err, errlen) &&
+              CU_TRY(cudaMemcpyAsync(db, blocks, (size_t)nb * sizeof *blocks,
+                                     cudaMemcpyHostToDevice, c->stream), err, errlen) &&
+              CU_TRY(cudaStreamSynchronize(c->stream), err, errlen);
     free(blocks);
     if (!ok) {
         (void)cudaGetLastError();
@@ -608,8 +612,12 @@ static bool cu_event_done(RtDevice *d, const RtDevEvent *e)
     if (!e->seq)
         return true;
     cudaError_t r = cudaEventQuery(cu(d)->ev[e->seq % NEVENTS]);
-    if (r == cudaErrorNotReady)
+    if (r == cudaErrorNotReady) {
+        /* not an error, but the runtime may keep it as the thread's last
+         * error, which the next launch check would then report */
+        (void)cudaGetLastError();
         return false;
+    }
     CU_MUST(r);
     return true;
 }

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 #include <cudnn_graph.h>
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,7 +197,10 @@ static bool engine_ok(Desc ecfg, RtDType dt, int64_t *index)
 }
 
 /* x, w, y in the operation's roles (dx or dw is an output: const only here) */
-static void execute(Desc plan, const void *x, const void *w, const void *y, void *ws)
+/* runs the plan; a failure is fatal unless `tried` (autotune's timing runs:
+ * a plan can finalize and still fail to run), where false is returned */
+static bool run_plan(Desc plan, const void *x, const void *w, const void *y, void *ws,
+                     bool tried)
 {
     int64_t uids[3] = {UID_X, UID_W, UID_Y};
     void *ptrs[3] = {(void *)x, (void *)w, (void *)y};
@@ -204,9 +208,23 @@ static void execute(Desc plan, const void *x, const void *w, const void *y, void
     SET(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
     SET(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
     SET(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
-    AMPC_CHECK(AMPC_API_CUDNN, F.Finalize(vp));
-    AMPC_CHECK(AMPC_API_CUDNN, F.Execute(handle, plan, vp));
+    bool ok = true;
+    if (tried)
+        ok = AMPC_TRY(AMPC_API_CUDNN, F.Finalize(vp)) &&
+             AMPC_TRY(AMPC_API_CUDNN, F.Execute(handle, plan, vp));
+    else {
+        AMPC_CHECK(AMPC_API_CUDNN, F.Finalize(vp));
+        AMPC_CHECK(AMPC_API_CUDNN, F.Execute(handle, plan, vp));
+    }
     drop(vp);
+    if (!ok)
+        (void)cudaGetLastError(); /* not left for the next launch check to report */
+    return ok;
+}
+
+static void execute(Desc plan, const void *x, const void *w, const void *y, void *ws)
+{
+    run_plan(plan, x, w, y, ws, false);
 }
 
 /* scratch buffers for timing: x, w, y (in the pass's roles) and a workspace */
@@ -225,20 +243,22 @@ static size_t desc_bytes(const AmpcTensorDesc *t, RtDType dt)
 /* the mean time of TIMED_RUNS runs, in ms (inf when a run fails) */
 static float time_plan(Desc plan, const Scratch *s)
 {
+    if (!run_plan(plan, s->x, s->w, s->y, s->ws, true)) /* warm-up */
+        return INFINITY;
     cudaEvent_t a, b;
     AMPC_CHECK(AMPC_API_CUDA, cudaEventCreate(&a));
     AMPC_CHECK(AMPC_API_CUDA, cudaEventCreate(&b));
-    execute(plan, s->x, s->w, s->y, s->ws); /* warm-up */
     AMPC_CHECK(AMPC_API_CUDA, cudaEventRecord(a, cfg.stream));
-    for (int i = 0; i < TIMED_RUNS; i++)
-        execute(plan, s->x, s->w, s->y, s->ws);
+    bool ok = true;
+    for (int i = 0; ok && i < TIMED_RUNS; i++)
+        ok = run_plan(plan, s->x, s->w, s->y, s->ws, true);
     AMPC_CHECK(AMPC_API_CUDA, cudaEventRecord(b, cfg.stream));
     AMPC_CHECK(AMPC_API_CUDA, cudaEventSynchronize(b));
     float ms = 0;
     AMPC_CHECK(AMPC_API_CUDA, cudaEventElapsedTime(&ms, a, b));
     AMPC_CHECK(AMPC_API_CUDA, cudaEventDestroy(a));
     AMPC_CHECK(AMPC_API_CUDA, cudaEventDestroy(b));
-    return ms / TIMED_RUNS;
+    return ok ? ms / TIMED_RUNS : INFINITY;
 }
 
 /* the candidates of one heuristic mode: the best usable plan (or NULL) */
@@ -283,6 +303,10 @@ static Desc pick(Desc graph, cudnnBackendHeurMode_t mode, RtDType dt, const Scra
             continue;
         }
         float ms = s ? time_plan(plan, s) : 0;
+        if (!isfinite(ms)) { /* it would not run: the next candidate */
+            drop(plan);
+            continue;
+        }
         if (!best || ms < best_ms) {
             drop(best);
             best = plan, best_ms = ms, *ws = (size_t)bytes, *engine = index;
@@ -295,6 +319,9 @@ static Desc pick(Desc graph, cudnnBackendHeurMode_t mode, RtDType dt, const Scra
     for (int64_t i = 0; i < n; i++)
         drop(cfgs[i]);
     drop(heur);
+    /* a candidate refused above may have left a CUDA error behind: not
+     * for the next custom kernel's launch check to report as its own */
+    (void)cudaGetLastError();
     return best;
 }
 
