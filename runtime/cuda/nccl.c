@@ -135,7 +135,7 @@ static const char *r_error_string(void *self, const char *call, int rc)
 static int r_stream_create(void *self, int device, void **stream)
 {
     (void)self;
-    int rc = cudaSetDevice(device);
+    int rc = device >= 0 ? cudaSetDevice(device) : 0; /* < 0: the current device */
     if (rc)
         return rc;
     /* the comm stream at the highest priority, so that a bucket's

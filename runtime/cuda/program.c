@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_runtime_api.h>
+
 #include "cuda/device_cuda.h"
 #include "cuda/program_cuda.h"
 #include "cuda/rt_cuda.h"
@@ -23,14 +25,20 @@
 
 /* $AMPC_CUDA_DEVICE: a GPU ordinal; when unset or empty, the GPU of this
  * rank among the ranks on its machine for a placement that reduces across
- * processes (nccl, dist_sync: one process per GPU under mpirun), else 0. */
+ * processes (nccl, dist_sync: one process per GPU under mpirun; modulo the
+ * GPUs this process sees), else 0. */
 static bool device_ordinal(const RtModel *m, int *ordinal, char *err, size_t errlen)
 {
     const char *s = getenv("AMPC_CUDA_DEVICE");
     *ordinal = 0;
     if (!s || !*s) {
-        if (m->kv_place == RT_KV_NCCL || m->kv_place == RT_KV_DIST_SYNC)
-            *ordinal = rt_nccl_local_device();
+        int local = m->kv_place == RT_KV_NCCL || m->kv_place == RT_KV_DIST_SYNC
+                        ? rt_nccl_local_device() : 0, n = 0;
+        /* a launcher that binds one GPU to each rank shows each only its own */
+        if (local > 0 && cudaGetDeviceCount(&n) == cudaSuccess && n > 0)
+            local %= n;
+        (void)cudaGetLastError(); /* no driver: the open below says so */
+        *ordinal = local;
         return true;
     }
     char *end;

@@ -119,7 +119,8 @@ int rt_coll_fake_ids_made(const RtCollFake *f);
  * cudaStream_t; the fake: NULL, the calling thread) and its GPU. */
 typedef struct {
     void *(*compute_stream)(RtDevice *inner);
-    int device; /* the GPU the comm stream is made on */
+    int device; /* the GPU the comm stream is made on; < 0: the current one (the
+                 * device the program opened, whose context the comm was made in) */
     double bucket_mb; /* the size rule when the program carries no buckets: a
                        * bucket closes once it holds this many MiB on the wire
                        * (0: one bucket) */

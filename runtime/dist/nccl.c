@@ -409,7 +409,9 @@ static void n_train_update(RtDevice *d, float *const *state, float *const *state
     }
     if (m->failed) {
         fprintf(stderr, "%s\n", m->err);
-        exit(1); /* the ranks' weights would part: the job cannot go on */
+        /* the ranks' weights would part: the job cannot go on (MPI_Abort
+         * ends the other ranks too) */
+        exit(rt_mpi_finish(1));
     }
     fwd_in(d)->ops->train_update(fwd_in(d), state, state2, oc);
 }
@@ -550,6 +552,9 @@ static void n_close(RtDevice *d)
     RtDevice *in = fwd_in(d);
     const RtCollOps *t = m->t;
     reg_remove(m);
+    /* the flag's all-reduce and broadcasts run on the compute stream: done
+     * before the comm goes */
+    in->ops->synchronize(in);
     if (m->kstream) {
         COLL(m, t->stream_sync(t->self, m->kstream), "cudaStreamSynchronize");
         COLL(m, t->stream_destroy(t->self, m->kstream), "cudaStreamDestroy");
@@ -678,7 +683,9 @@ RtDevice *rt_kv_open(RtDevice *gpu, int place,
     RtCollBoot boot = host ? rt_coll_boot_device(host) : (RtCollBoot){0};
     RtCollComm *comm = NULL;
     if (t && rt_nccl_bootstrap(t, &boot, &comm, err, errlen)) {
-        RtNcclConfig cfg = {.compute_stream = compute_stream, .device = rt_nccl_local_device(),
+        /* the comm stream on the GPU the program opened (its $AMPC_CUDA_DEVICE,
+         * else the local rank's), the current device since it opened it */
+        RtNcclConfig cfg = {.compute_stream = compute_stream, .device = -1,
                             .bucket_mb = bucket_mb};
         if (!(d = rt_nccl_wrap(gpu, t, comm, boot.rank, boot.world, &cfg, err, errlen)))
             t->comm_destroy(t->self, comm);
