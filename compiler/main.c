@@ -654,6 +654,14 @@ static bool generate(const Options *o, const Graph *g, Diag *d, const KvPlan *kv
         /* a GPU program reducing across processes (nccl, dist_sync) links
          * it too: NCCL's unique id is broadcast over MPI (docs/kvstore.md) */
         bool across = kv && kv->set && (kv->place == KV_NCCL || kv->place == KV_DIST_SYNC);
+        if (o->mpi && o->kernel_target == TARGET_CUDA && !across) {
+            /* mpirun would start ranks that each train alone on GPU 0 */
+            diag_plain_error(d, "--mpi with --target=cuda: a GPU program's ranks all-reduce "
+                                "their gradients with NCCL: add --kvstore=nccl (one machine, "
+                                "--devices=N) or --kvstore=dist_sync (several)");
+            free(text);
+            return false;
+        }
         cg_build_set_mpi(o->mpi || (o->kv.kvstore && strcmp(o->kv.kvstore, "dist_sync") == 0) ||
                          (o->kernel_target == TARGET_CUDA && across));
         cg_build_set_cuda(o->kernel_target == TARGET_CUDA);

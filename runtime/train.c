@@ -473,6 +473,14 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     RtTrainer *t = &run.t;
     bool ok = rt_trainer_init(t, m, b, rt_optim_nstate(&oc), msg, sizeof msg);
     run.have_t = ok;
+    /* the ranks mpirun started must be the ranks the device reduces over,
+     * or each would train alone on its shard */
+    if (ok && rt_dev_world_size(t->dev) != world) {
+        snprintf(msg, sizeof msg, "model %s: %d ranks under mpirun, but its device reduces the "
+                 "gradients over %d (a GPU program needs --kvstore=nccl or dist_sync)", m->name,
+                 world, rt_dev_world_size(t->dev));
+        ok = false;
+    }
     if (ok) {
         t->ctx.seed = seed;
         ok = rt_trainer_init_params(t, o->init, seed, msg, sizeof msg);
@@ -687,7 +695,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             if (nm.found)
                 fprintf(out, "Epoch[%lld] Batch [%lld]\tNumerics: gradient overflow at step %lld, "
                         "first in the output of node '%s' (loss scale %g)\n", (long long)epoch,
-                        (long long)nbatch, (long long)step, nm.name, (double)t->ctx.loss_scale);
+                        (long long)nbatch, (long long)step, nm.name, (double)rt_trainer_step_scale(t));
             if (nsim == 1)
                 later_rows(lt);
             prof_phase(pf, t, PH_OTHER, &ph); /* the metrics */

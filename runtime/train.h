@@ -131,6 +131,9 @@ void rt_trainer_queue_rows(RtTrainer *t, int prob, void *dst);
 /* n elements of dtype dt at device pointer src into host dst as fp32 (a
  * 16-bit one widened). */
 void rt_trainer_read_f32(const RtTrainer *t, float *dst, const void *src, size_t n, RtDType dt);
+/* The loss scale the last step's loss head multiplied by: the device's (read
+ * back, a wait) where its loss head reads it there (CUDA), else ctx's. */
+float rt_trainer_step_scale(const RtTrainer *t);
 /* The gradients summed over the run's devices (the identity on one). */
 bool rt_trainer_reduce_grads(RtTrainer *t, char *err, size_t errlen);
 /* Every device takes rank 0's parameters, masters and optimizer state. */

@@ -427,3 +427,12 @@ bool rt_trainer_broadcast_params(RtTrainer *t, char *err, size_t errlen)
     free(b);
     return ok;
 }
+
+float rt_trainer_step_scale(const RtTrainer *t)
+{
+    float s = t->ctx.loss_scale;
+    const float *dev = rt_dev_loss_scale_dev(t->dev);
+    if (dev)
+        rt_dev_to_host(t->dev, &s, dev, sizeof s);
+    return s;
+}

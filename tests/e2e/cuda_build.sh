@@ -204,6 +204,17 @@ for kv in local device "nccl --devices=8"; do
     fi
 done
 
+# --mpi alone would start ranks that each train alone on one GPU: refused
+: >"$tmp/log"
+rm -f "$tmp/k"
+if "$ampc" examples/digits_cnn.sym --target=cuda --mpi -o "$tmp/k" >"$tmp/log" 2>&1; then
+    bad "--target=cuda --mpi without an NCCL placement built a program"
+elif [ ! -e "$tmp/k" ] && grep -q 'error: --mpi with --target=cuda: .*--kvstore=nccl' "$tmp/log"; then
+    ok "--target=cuda --mpi without an NCCL placement: refused, naming --kvstore=nccl"
+else
+    bad "--target=cuda --mpi: $(head -1 "$tmp/log")"
+fi
+
 # a CPU program refuses the GPU's flags
 : >"$tmp/log"
 if "$ampc" examples/mlp.sym -o "$tmp/c" >>"$tmp/log" 2>&1; then
