@@ -20,6 +20,10 @@ __attribute__((weak)) RtDevice *rt_mpi_wrap(RtDevice *inner, char *err, size_t e
     return inner;
 }
 
-__attribute__((weak)) void rt_mpi_set_step(int64_t step) { (void)step; }
+static int64_t g_step = -1;
+
+__attribute__((weak)) void rt_mpi_set_step(int64_t step) { g_step = step; }
+__attribute__((weak)) int64_t rt_mpi_step(void) { return g_step; }
+__attribute__((weak)) double rt_mpi_timeout(void) { return 60; }
 
 __attribute__((weak)) int rt_mpi_finish(int rc) { return rc; }

@@ -34,6 +34,11 @@ bool rt_mpi_start(const RtMpiConfig *c, int *rank, int *world, char *err, size_t
 RtDevice *rt_mpi_wrap(RtDevice *inner, char *err, size_t errlen);
 /* The step the next collectives belong to (for the hang guard's message). */
 void rt_mpi_set_step(int64_t step);
+/* That step (-1 before the first), and the run's --mpi-timeout in seconds
+ * (60 without MPI or before rt_mpi_start): the NCCL engine's deadline and
+ * message use them. */
+int64_t rt_mpi_step(void);
+double rt_mpi_timeout(void);
 /* The end of the process: rc 0 finalises MPI, any other rc aborts the job
  * (MPI_Abort), so that one rank's error never leaves the others waiting.
  * Returns rc. */

@@ -52,6 +52,8 @@ typedef struct {
     AmpcNcclResult (*broadcast)(const void *, void *, size_t, int, int, AmpcNcclComm, cudaStream_t);
     AmpcNcclResult (*comm_destroy)(AmpcNcclComm);
     const char *(*get_error_string)(AmpcNcclResult);
+    AmpcNcclResult (*comm_abort)(AmpcNcclComm);
+    AmpcNcclResult (*comm_get_async_error)(AmpcNcclComm, AmpcNcclResult *);
 } NcclFns;
 
 static NcclFns fns;
@@ -174,6 +176,34 @@ static int r_stream_sync(void *self, void *stream)
     return cudaStreamSynchronize((cudaStream_t)stream);
 }
 
+/* cudaErrorNotReady is RT_COLL_PENDING; the runtime may keep it as the last
+ * error, which the next launch check would report as fatal: cleared. */
+static int r_stream_query(void *self, void *stream)
+{
+    (void)self;
+    cudaError_t rc = cudaStreamQuery((cudaStream_t)stream);
+    if (rc == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return RT_COLL_PENDING;
+    }
+    return (int)rc;
+}
+
+static int r_comm_async_error(void *self, RtCollComm *comm, int *async)
+{
+    (void)self;
+    AmpcNcclResult a = 0;
+    int rc = fns.comm_get_async_error((AmpcNcclComm)comm, &a);
+    *async = rc ? 0 : a;
+    return rc;
+}
+
+static int r_comm_abort(void *self, RtCollComm *comm)
+{
+    (void)self;
+    return fns.comm_abort((AmpcNcclComm)comm);
+}
+
 static const RtCollOps real_ops = {
     .name = "nccl", .self = NULL, .get_unique_id = r_get_unique_id,
     .comm_init_rank = r_comm_init_rank, .comm_init_all = r_comm_init_all,
@@ -181,6 +211,8 @@ static const RtCollOps real_ops = {
     .broadcast = r_broadcast, .comm_destroy = r_comm_destroy, .error_string = r_error_string,
     .stream_create = r_stream_create, .stream_destroy = r_stream_destroy,
     .stream_wait = r_stream_wait, .stream_sync = r_stream_sync,
+    .stream_query = r_stream_query, .comm_async_error = r_comm_async_error,
+    .comm_abort = r_comm_abort,
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -191,7 +223,7 @@ const RtCollOps *rt_coll_nccl(char *err, size_t errlen)
     static const char *const names[] = {
         "ncclGetUniqueId", "ncclCommInitRank", "ncclCommInitAll", "ncclGroupStart",
         "ncclGroupEnd",    "ncclAllReduce",    "ncclBroadcast",   "ncclCommDestroy",
-        "ncclGetErrorString",
+        "ncclGetErrorString", "ncclCommAbort",    "ncclCommGetAsyncError",
     };
     pthread_mutex_lock(&mu);
     bool ok = resolved;

@@ -69,7 +69,19 @@ typedef struct RtCollOps {
      * waiter; the host does not wait) */
     int (*stream_wait)(void *self, void *waiter, void *after);
     int (*stream_sync)(void *self, void *stream); /* the host waits */
+    /* ---- the deadline (docs/kvstore.md, "The NCCL engine's deadline") ---- */
+    /* whether the work queued on `stream` is done, without waiting: 0 done,
+     * RT_COLL_PENDING not yet, else an error (CUDA's code) */
+    int (*stream_query)(void *self, void *stream);
+    /* *async: the comm's asynchronous error (ncclCommGetAsyncError: 0 none,
+     * NCCL's code when a rank's collective failed); the call's own rc */
+    int (*comm_async_error)(void *self, RtCollComm *comm, int *async);
+    /* ends the comm's outstanding collectives and frees it (ncclCommAbort) */
+    int (*comm_abort)(void *self, RtCollComm *comm);
 } RtCollOps;
+
+/* stream_query's "not done yet" (no CUDA error code is negative) */
+enum { RT_COLL_PENDING = -1 };
 
 /* The bootstrap: this process's rank among world, and a broadcast of bytes
  * from root to every rank (in place). */
@@ -110,6 +122,12 @@ void rt_coll_fake_log(RtCollFake *f, const char *fmt, ...)
 /* The log so far, lines joined by '\n' (owned by the fake; valid until
  * the next call that logs). */
 const char *rt_coll_fake_log_text(RtCollFake *f);
+/* From now on rank `rank`'s all-reduces and broadcasts never complete (a
+ * peer stalled: they return at once, no rendezvous, and its streams stay
+ * RT_COLL_PENDING), as a rank whose peer was SIGSTOPped sees. */
+void rt_coll_fake_stall(RtCollFake *f, int rank);
+/* comm_async_error of rank `rank`'s comm reports rc from now on. */
+void rt_coll_fake_async_error(RtCollFake *f, int rank, int rc);
 /* How many times bcast ran, and the unique ids it handed out. */
 int rt_coll_fake_ids_made(const RtCollFake *f);
 
@@ -124,7 +142,17 @@ typedef struct {
     double bucket_mb; /* the size rule when the program carries no buckets: a
                        * bucket closes once it holds this many MiB on the wire
                        * (0: one bucket) */
+    double timeout_s; /* the deadline of a wait for the step's reductions (the run's
+                       * --mpi-timeout); <= 0: 60 s */
 } RtNcclConfig;
+
+/* How the engine ends the job when a reduction misses its deadline or NCCL
+ * reports an asynchronous error, after ncclCommAbort: msg is the message
+ * ("nccl: rank R: step S: ... did not complete within T s ...").  The
+ * default prints it and exits through rt_mpi_finish(1) (MPI_Abort ends
+ * every rank); a test installs one that records it and returns (the engine
+ * then fails the call).  NULL: the default. */
+void rt_nccl_set_end_job(void (*end_job)(const char *msg));
 
 /* One GPU per process: rank 0 gets the unique id, boot broadcasts it, every
  * rank calls comm_init_rank(world, id, rank).  False with a message naming

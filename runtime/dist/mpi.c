@@ -124,6 +124,8 @@ bool rt_mpi_start(const RtMpiConfig *c, int *rank, int *world, char *err, size_t
 }
 
 void rt_mpi_set_step(int64_t step) { g_step = step; }
+int64_t rt_mpi_step(void) { return g_step; }
+double rt_mpi_timeout(void) { return g_timeout; }
 
 int rt_mpi_finish(int rc)
 {

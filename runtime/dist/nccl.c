@@ -33,6 +33,16 @@
  * rounds D - 1 times); for two ranks that is the MPI engine's fp32 sum
  * rounded once, bit for bit.  An overflow becomes inf on every rank (NCCL
  * hands every rank the same result), which the reduced flag skips.
+ * The deadline: where the host needs the reductions (the step's end: the
+ * trainer's all-reduce, or the update that finishes the step; the finite
+ * flag's maximum before it is read back; a broadcast) it polls the stream
+ * (stream_query, never a blocking synchronize) and the comm's asynchronous
+ * error, sleeping between polls, for at most the run's --mpi-timeout.  A
+ * reduction still not done then (a rank stopped, hung or dead) or an
+ * asynchronous error aborts the comm (ncclCommAbort) and ends the job with
+ * "nccl: rank R: step S: WHAT did not complete within T s (a rank stalled
+ * or died)" (rt_mpi_finish(1): MPI_Abort ends every rank).  The cost: the
+ * host waits for a step's all-reduces before it queues the update.
  * A failing call is reported as "nccl: rank R of W: CALL failed at
  * FILE:LINE: NCCL's string (error N)"; one inside grad_ready (which cannot
  * return an error) is kept and returned by the trainer's all-reduce, and no
@@ -43,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "coll.h"
 #include "fwd.h"
@@ -113,6 +124,90 @@ static bool boot_ok(const RtCollOps *t, int rc, int rank, const char *call, cons
 }
 #define BOOT(t, call, rank, name, err, errlen) \
     boot_ok((t), (call), (rank), (name), __FILE__, __LINE__, (err), (errlen))
+
+/* ---- the deadline ------------------------------------------------------------------ */
+
+static void end_job_default(const char *msg)
+{
+    fprintf(stderr, "%s\n", msg);
+    fflush(stderr);
+    exit(rt_mpi_finish(1)); /* MPI_Abort: the other ranks end too */
+}
+
+static void (*_Atomic g_end_job)(const char *msg) = end_job_default;
+
+void rt_nccl_set_end_job(void (*end_job)(const char *msg))
+{
+    g_end_job = end_job ? end_job : end_job_default;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The trainer's step (rt_mpi_set_step), else the engine's count. */
+static long long step_no(const NcclDev *m)
+{
+    int64_t s = rt_mpi_step();
+    return s >= 0 ? (long long)s : (long long)m->steps;
+}
+
+/* The comm is gone: abort it, say why, end the job (a test's hook returns:
+ * the engine has failed then, and launches nothing more). */
+static void give_up(NcclDev *m, const char *what, const char *why)
+{
+    if (m->comm)
+        m->t->comm_abort(m->t->self, m->comm);
+    m->comm = NULL;
+    snprintf(m->err, sizeof m->err, "nccl: rank %d: step %lld: %s %s", m->rank, step_no(m),
+             what, why);
+    m->failed = true;
+    g_end_job(m->err);
+}
+
+/* Polls `stream` until its work is done, the comm reports an asynchronous
+ * error or the deadline passes (then give_up).  Sleeps 1 us doubling to
+ * 1 ms between polls, so that a waiting rank leaves the CPU to the others. */
+static bool wait_done(NcclDev *m, void *stream, const char *what)
+{
+    if (m->failed || !m->comm)
+        return false;
+    const RtCollOps *t = m->t;
+    double limit = m->cfg.timeout_s > 0 ? m->cfg.timeout_s : 60;
+    double deadline = now_s() + limit;
+    long nap = 1000; /* ns */
+    for (;;) {
+        int async = 0;
+        if (!COLL(m, t->comm_async_error(t->self, m->comm, &async), "ncclCommGetAsyncError"))
+            return false;
+        if (async != 0 && async != 7 /* ncclInProgress: a non-blocking comm's */) {
+            char why[256];
+            snprintf(why, sizeof why, "failed: NCCL reported an asynchronous error: %s (error "
+                     "%d; a rank stalled or died)", t->error_string(t->self, "ncclAllReduce",
+                                                                    async), async);
+            give_up(m, what, why);
+            return false;
+        }
+        int rc = t->stream_query(t->self, stream);
+        if (rc == 0)
+            return true;
+        if (rc != RT_COLL_PENDING)
+            return COLL(m, rc, "cudaStreamQuery");
+        if (now_s() > deadline) {
+            char why[128];
+            snprintf(why, sizeof why, "did not complete within %g s (a rank stalled or died)",
+                     limit);
+            give_up(m, what, why);
+            return false;
+        }
+        struct timespec ts = {0, nap};
+        nanosleep(&ts, NULL);
+        nap = nap < 1000000 ? nap * 2 : 1000000;
+    }
+}
 
 /* ---- bootstrap ---------------------------------------------------------------------- */
 
@@ -279,8 +374,13 @@ static bool finish(NcclDev *m, char *err, size_t errlen)
         m->open_from = m->nready;
     }
     m->in_finish = false;
-    if (m->pending)
-        COLL(m, m->t->stream_wait(m->t->self, m->cstream, m->kstream), "cudaStreamWaitEvent");
+    if (m->pending && COLL(m, m->t->stream_wait(m->t->self, m->cstream, m->kstream),
+                           "cudaStreamWaitEvent")) {
+        char what[96];
+        snprintf(what, sizeof what, "the all-reduce of the gradients (%d bucket%s)", m->nlb,
+                 m->nlb == 1 ? "" : "s");
+        wait_done(m, m->kstream, what);
+    }
     /* the record of this step, for the stats */
     memcpy(m->last, m->launch, sizeof *m->last * (size_t)m->nlaunch);
     memcpy(m->last_start, m->lstart, sizeof *m->last_start * (size_t)m->nlb);
@@ -346,6 +446,10 @@ static bool n_allreduce(RtDevice *d, const RtDevTensor *b, int n, RtReduceOp op,
     }
     /* other tensors: at once, on the compute stream (in order with its work) */
     const RtCollOps *t = m->t;
+    if (m->failed) { /* the comm may be aborted */
+        snprintf(err, errlen, "%s", m->err);
+        return false;
+    }
     if (COLL(m, t->group_start(t->self), "ncclGroupStart")) {
         for (int i = 0; i < n; i++)
             if (!COLL(m, t->all_reduce(t->self, b[i].ptr, b[i].ptr, b[i].n, coll_type(b[i].dt),
@@ -370,12 +474,17 @@ static bool n_broadcast(RtDevice *d, const RtDevTensor *b, int n, int root, char
     if (!check_bucket(b, n, "broadcast", err, errlen))
         return false;
     const RtCollOps *t = m->t;
+    if (m->failed) {
+        snprintf(err, errlen, "%s", m->err);
+        return false;
+    }
     if (COLL(m, t->group_start(t->self), "ncclGroupStart")) {
         for (int i = 0; i < n; i++)
             if (!COLL(m, t->broadcast(t->self, b[i].ptr, b[i].ptr, b[i].n, coll_type(b[i].dt),
                                       root, m->comm, m->cstream), "ncclBroadcast"))
                 break;
-        COLL(m, t->group_end(t->self), "ncclGroupEnd");
+        if (COLL(m, t->group_end(t->self), "ncclGroupEnd"))
+            wait_done(m, m->cstream, "the broadcast");
     }
     if (m->failed)
         snprintf(err, errlen, "%s", m->err);
@@ -391,9 +500,10 @@ static void n_check_grads(RtDevice *d)
     d->syncs += 2; /* the flag read, and its maximum read back */
     *m->flag_host = in->ops->read_flag(in) ? 0 : 1;
     in->ops->to_device(in, m->flag_dev, m->flag_host, sizeof *m->flag_host);
-    if (!m->failed)
+    if (!m->failed &&
         COLL(m, m->t->all_reduce(m->t->self, m->flag_dev, m->flag_dev, 1, RT_COLL_I32,
-                                 RT_COLL_MAX, m->comm, m->cstream), "ncclAllReduce");
+                                 RT_COLL_MAX, m->comm, m->cstream), "ncclAllReduce"))
+        wait_done(m, m->cstream, "the all-reduce of the finite flag");
     in->ops->to_host(in, m->flag_host, m->flag_dev, sizeof *m->flag_host);
     /* a failed reduction must not let one rank update alone: not finite */
     in->ops->set_flag(in, !m->failed && *m->flag_host == 0);
@@ -554,9 +664,11 @@ static void n_close(RtDevice *d)
     reg_remove(m);
     /* the flag's all-reduce and broadcasts run on the compute stream: done
      * before the comm goes */
-    in->ops->synchronize(in);
+    if (m->comm) /* else aborted: the streams' NCCL kernels have ended */
+        in->ops->synchronize(in);
     if (m->kstream) {
-        COLL(m, t->stream_sync(t->self, m->kstream), "cudaStreamSynchronize");
+        if (m->comm)
+            COLL(m, t->stream_sync(t->self, m->kstream), "cudaStreamSynchronize");
         COLL(m, t->stream_destroy(t->self, m->kstream), "cudaStreamDestroy");
     }
     if (m->comm)
@@ -686,7 +798,7 @@ RtDevice *rt_kv_open(RtDevice *gpu, int place,
         /* the comm stream on the GPU the program opened (its $AMPC_CUDA_DEVICE,
          * else the local rank's), the current device since it opened it */
         RtNcclConfig cfg = {.compute_stream = compute_stream, .device = -1,
-                            .bucket_mb = bucket_mb};
+                            .bucket_mb = bucket_mb, .timeout_s = rt_mpi_timeout()};
         if (!(d = rt_nccl_wrap(gpu, t, comm, boot.rank, boot.world, &cfg, err, errlen)))
             t->comm_destroy(t->self, comm);
     }

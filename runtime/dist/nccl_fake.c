@@ -9,7 +9,10 @@
  * every call completes before it returns; inside a group (group_start ..
  * group_end) the calls are queued and run at group_end, in order, as
  * NCCL's.  Every call that runs is logged ("r1 ncclAllReduce n=37 f16
- * sum"), per rank in call order. */
+ * sum"), per rank in call order.  For the engine's deadline a rank can be
+ * made to stall (its collectives return at once but never complete: its
+ * stream_query says RT_COLL_PENDING until comm_abort) and a comm to report
+ * an asynchronous error. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -50,6 +53,9 @@ struct RtCollFake {
     char *log;
     size_t len, cap;
     struct FakeBoot *boot; /* rank r's bootstrap state */
+    bool *stalled;         /* rank r's collectives never complete (a peer stalled) */
+    bool *pending;         /* rank r has such a collective outstanding */
+    int *async;            /* rank r's comm's asynchronous error */
 };
 
 /* The calling thread's rank (set by its comm calls) and its open group. */
@@ -222,9 +228,42 @@ static const char *op_name(int op)
     return op == RT_COLL_SUM ? "sum" : op == RT_COLL_MAX ? "max" : "avg";
 }
 
+void rt_coll_fake_stall(RtCollFake *f, int rank)
+{
+    pthread_mutex_lock(&f->mu);
+    if (rank >= 0 && rank < f->n)
+        f->stalled[rank] = true;
+    pthread_mutex_unlock(&f->mu);
+}
+
+void rt_coll_fake_async_error(RtCollFake *f, int rank, int rc)
+{
+    pthread_mutex_lock(&f->mu);
+    if (rank >= 0 && rank < f->n)
+        f->async[rank] = rc;
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* A stalled rank's collective: queued, never done (no rendezvous, the
+ * buffers untouched). */
+static bool stalls(RtCollFake *f, int rank)
+{
+    pthread_mutex_lock(&f->mu);
+    bool st = f->stalled[rank];
+    if (st)
+        f->pending[rank] = true;
+    pthread_mutex_unlock(&f->mu);
+    return st;
+}
+
 static int run_op(RtCollComm *c, const FakeOp *op)
 {
     RtCollFake *f = c->f;
+    if ((op->kind == K_ALLREDUCE || op->kind == K_BCAST) && stalls(f, c->rank)) {
+        rt_coll_fake_log(f, "r%d %s n=%zu -> never completes", c->rank,
+                         op->kind == K_ALLREDUCE ? "ncclAllReduce" : "ncclBroadcast", op->count);
+        return 0;
+    }
     int rc = rendezvous(f, c->rank, op);
     if (op->kind == K_ALLREDUCE)
         rt_coll_fake_log(f, "r%d ncclAllReduce n=%zu %s %s%s", c->rank, op->count,
@@ -434,6 +473,42 @@ static int f_stream_sync(void *self, void *stream)
     return failing(self, "cudaStreamSynchronize", t_rank);
 }
 
+/* The calling rank's streams: pending once a stalled collective was queued
+ * (the fake cannot tell its streams apart: the work is the thread's). */
+static int f_stream_query(void *self, void *stream)
+{
+    RtCollFake *f = self;
+    (void)stream;
+    int rc = failing(f, "cudaStreamQuery", t_rank);
+    if (rc || t_rank < 0 || t_rank >= f->n)
+        return rc;
+    pthread_mutex_lock(&f->mu);
+    bool p = f->pending[t_rank];
+    pthread_mutex_unlock(&f->mu);
+    return p ? RT_COLL_PENDING : 0;
+}
+
+static int f_comm_async_error(void *self, RtCollComm *comm, int *async)
+{
+    RtCollFake *f = self;
+    int rc = failing(f, "ncclCommGetAsyncError", comm->rank);
+    pthread_mutex_lock(&f->mu);
+    *async = rc ? 0 : f->async[comm->rank];
+    pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
+static int f_comm_abort(void *self, RtCollComm *comm)
+{
+    RtCollFake *f = self;
+    rt_coll_fake_log(f, "r%d ncclCommAbort", comm->rank);
+    pthread_mutex_lock(&f->mu);
+    f->pending[comm->rank] = false; /* the outstanding collectives end */
+    pthread_mutex_unlock(&f->mu);
+    free(comm);
+    return 0;
+}
+
 /* ---- the bootstrap ------------------------------------------------------------------ */
 
 typedef struct FakeBoot {
@@ -467,9 +542,16 @@ RtCollFake *rt_coll_fake_new(int nranks)
         return NULL;
     RtCollFake *f = calloc(1, sizeof *f);
     if (!f || !(f->slot = calloc((size_t)nranks, sizeof *f->slot)) ||
-        !(f->boot = calloc((size_t)nranks, sizeof *f->boot))) {
-        if (f)
+        !(f->boot = calloc((size_t)nranks, sizeof *f->boot)) ||
+        !(f->stalled = calloc((size_t)nranks, sizeof *f->stalled)) ||
+        !(f->pending = calloc((size_t)nranks, sizeof *f->pending)) ||
+        !(f->async = calloc((size_t)nranks, sizeof *f->async))) {
+        if (f) {
             free(f->slot);
+            free(f->boot);
+            free(f->stalled);
+            free(f->pending);
+        }
         free(f);
         return NULL;
     }
@@ -483,7 +565,8 @@ RtCollFake *rt_coll_fake_new(int nranks)
         .broadcast = f_broadcast, .comm_destroy = f_comm_destroy,
         .error_string = f_error_string, .stream_create = f_stream_create,
         .stream_destroy = f_stream_destroy, .stream_wait = f_stream_wait,
-        .stream_sync = f_stream_sync,
+        .stream_sync = f_stream_sync, .stream_query = f_stream_query,
+        .comm_async_error = f_comm_async_error, .comm_abort = f_comm_abort,
     };
     return f;
 }
@@ -498,6 +581,9 @@ void rt_coll_fake_free(RtCollFake *f)
     pthread_cond_destroy(&f->cv);
     free(f->slot);
     free(f->boot);
+    free(f->stalled);
+    free(f->pending);
+    free(f->async);
     free(f->log);
     free(f);
 }

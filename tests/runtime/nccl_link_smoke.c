@@ -36,12 +36,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "nccl_link_smoke: %s\n", err);
         return 1;
     }
+    /* the deadline's calls (ncclCommAbort and ncclCommGetAsyncError resolved) */
+    if (!t->stream_query || !t->comm_async_error || !t->comm_abort) {
+        fprintf(stderr, "nccl_link_smoke: the transport has no deadline calls\n");
+        return 1;
+    }
     const char *s = t->error_string(t->self, "ncclAllReduce", 3);
     if (!s || !strstr(s, "internal error")) {
         fprintf(stderr, "nccl_link_smoke: ncclGetErrorString(3) = '%s'\n", s ? s : "(null)");
         return 1;
     }
-    printf("nccl_link_smoke: %s from %s: 9 functions resolved; ncclGetErrorString(3) = '%s'\n",
+    printf("nccl_link_smoke: %s from %s: 11 functions resolved; ncclGetErrorString(3) = '%s'\n",
            ampc_lib_name(AMPC_LIB_NCCL), ampc_lib_where(AMPC_LIB_NCCL), s);
     return 0;
 }

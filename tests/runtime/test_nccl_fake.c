@@ -20,7 +20,11 @@
  *   - the finite flag is reduced (max): an inf on one rank skips the update
  *     on every rank;
  *   - a failing NCCL call is an error naming the call, file:line and NCCL's
- *     string; a real transport without the device's compute stream is refused.
+ *     string; a real transport without the device's compute stream is refused;
+ *   - the deadline: a rank whose all-reduce never completes (its peer
+ *     stalled) aborts the comm and ends the job within the deadline, with a
+ *     message naming itself, the step and what it waited for; an
+ *     asynchronous error of the comm does the same at once.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "device.h"
 #include "dist/coll.h"
@@ -135,6 +140,8 @@ typedef struct {
     bool call_allreduce; /* the trainer's all-reduce after the step */
     bool dynamic;
     int poison_rank;     /* an inf planted after the reduction, on this rank (-1: none) */
+    double timeout_s;    /* RtNcclConfig.timeout_s (0: the default) */
+    int stall_at;        /* from this step on, this rank's collectives never complete (-1) */
     /* results */
     bool ok;
     char err[512];
@@ -222,7 +229,8 @@ static void *rank_main(void *arg)
             return NULL;
     }
     RtDevice *inner = recorder(k->fake, k->rank);
-    RtNcclConfig cfg = {.compute_stream = NULL, .device = k->rank, .bucket_mb = k->bucket_mb};
+    RtNcclConfig cfg = {.compute_stream = NULL, .device = k->rank, .bucket_mb = k->bucket_mb,
+                        .timeout_s = k->timeout_s};
     RtDevice *d = inner ? rt_nccl_wrap(inner, t, k->comm, k->rank, k->world, &cfg, k->err,
                                        sizeof k->err)
                         : NULL;
@@ -242,6 +250,8 @@ static void *rank_main(void *arg)
     for (int i = 0; i < NP; i++)
         grads[i] = (RtDevTensor){k->buf[NP + i], (size_t)sizes[i], gdt(i)};
     for (int s = 0; s < k->steps; s++) {
+        if (s == k->stall_at)
+            rt_coll_fake_stall(k->fake, k->rank);
         rt_dev_step_begin(d, &k->ctx, false);
         /* backward: each gradient written, then announced */
         for (int j = 0; j < NP; j++) {
@@ -278,7 +288,7 @@ static void ranks_init(Rank *r, int world, RtCollFake *f, const RtModel *m)
     for (int i = 0; i < world; i++)
         r[i] = (Rank){.fake = f, .rank = i, .world = world, .m = m, .bootstrap = true,
                       .bucket_mb = 0, .steps = 2, .announce = backward_order,
-                      .call_allreduce = true, .poison_rank = -1};
+                      .call_allreduce = true, .poison_rank = -1, .stall_at = -1};
 }
 
 static void ranks_close(Rank *r, int world)
@@ -738,6 +748,96 @@ static void test_error_names_call(void **state)
     rt_coll_fake_free(f);
 }
 
+/* ---- the deadline ------------------------------------------------------------------------ */
+
+static char end_msg[512];
+static int end_calls;
+
+/* The test's "end the job": records (the engine fails the call then). */
+static void record_end(const char *msg)
+{
+    snprintf(end_msg, sizeof end_msg, "%s", msg);
+    end_calls++;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Rank 1 stops after step 0 (SIGSTOP): rank 0's all-reduce of step 1 never
+ * completes.  Rank 0 polls for 1 s, aborts its comm and ends the job with
+ * a message naming itself, the step and what it waited for; its update of
+ * step 1 never runs. */
+static void test_stalled_rank_deadline(void **state)
+{
+    (void)state;
+    RtCollFake *f = rt_coll_fake_new(2);
+    Rank r[2];
+    ranks_init(r, 2, f, &model);
+    r[0].steps = 3, r[0].stall_at = 1, r[0].timeout_s = 1.0;
+    r[1].steps = 1;
+    end_calls = 0;
+    end_msg[0] = 0;
+    rt_nccl_set_end_job(record_end);
+    double t0 = mono_s();
+    run_ranks(r, 2);
+    double took = mono_s() - t0;
+    rt_nccl_set_end_job(NULL);
+    assert_true(r[1].ok);
+    assert_false(r[0].ok);
+    assert_int_equal(end_calls, 1);
+    const char *want = "nccl: rank 0: step 1: the all-reduce of the gradients (1 bucket) did "
+                       "not complete within 1 s (a rank stalled or died)";
+    if (strcmp(end_msg, want) != 0 || strcmp(r[0].err, want) != 0)
+        fail_msg("end_job: '%s', the step's error: '%s'", end_msg, r[0].err);
+    if (took < 1.0 || took > 4.0) /* the deadline, and a generous bound on a loaded machine */
+        fail_msg("rank 0 gave up after %.3f s (deadline 1 s)", took);
+    char lines[64][96];
+    int n = rank_lines(rt_coll_fake_log_text(f), 0, lines, 64);
+    int never = find_line(lines, n, 0, "-> never completes");
+    int abort_at = find_line(lines, n, 0, "ncclCommAbort");
+    assert_true(never >= 0 && abort_at > never);
+    /* one update on rank 0 (step 0's), none after the stall */
+    int up0 = find_line(lines, n, 0, "update");
+    assert_true(up0 >= 0 && up0 < never);
+    assert_int_equal(find_line(lines, n, up0 + 1, "update"), -1);
+    ranks_close(r, 2); /* the aborted comm is not destroyed again */
+    rt_coll_fake_free(f);
+}
+
+/* NCCL's asynchronous error (a peer's connection died): reported at once,
+ * not after the deadline, the same way. */
+static void test_async_error(void **state)
+{
+    (void)state;
+    RtCollFake *f = rt_coll_fake_new(1);
+    Rank r[1];
+    ranks_init(r, 1, f, &model);
+    r[0].steps = 1, r[0].timeout_s = 30;
+    rt_coll_fake_async_error(f, 0, 6);
+    end_calls = 0;
+    rt_nccl_set_end_job(record_end);
+    double t0 = mono_s();
+    run_ranks(r, 1);
+    double took = mono_s() - t0;
+    rt_nccl_set_end_job(NULL);
+    assert_false(r[0].ok);
+    assert_int_equal(end_calls, 1);
+    const char *want = "nccl: rank 0: step 0: the all-reduce of the gradients (1 bucket) failed: "
+                       "NCCL reported an asynchronous error: remote process exited or there was "
+                       "a network error (error 6; a rank stalled or died)";
+    if (strcmp(end_msg, want) != 0)
+        fail_msg("end_job: '%s'", end_msg);
+    if (took > 5.0)
+        fail_msg("an asynchronous error waited %.3f s", took);
+    assert_non_null(strstr(rt_coll_fake_log_text(f), "r0 ncclCommAbort"));
+    ranks_close(r, 1);
+    rt_coll_fake_free(f);
+}
+
 /* The GPU of a process: its local rank as the launcher says it. */
 static void test_local_device(void **state)
 {
@@ -769,6 +869,8 @@ int main(void)
         cmocka_unit_test(test_flag_reduced),
         cmocka_unit_test(test_error_names_call),
         cmocka_unit_test(test_local_device),
+        cmocka_unit_test(test_stalled_rank_deadline),
+        cmocka_unit_test(test_async_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
