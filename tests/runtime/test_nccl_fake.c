@@ -37,7 +37,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "device.h"
 #include "dist/coll.h"
@@ -808,6 +810,48 @@ static void test_stalled_rank_deadline(void **state)
     rt_coll_fake_free(f);
 }
 
+/* The default end of the job, in a child process: the stalled world's
+ * waiting rank exits non-zero (rt_mpi_finish(1); MPI_Abort under mpirun)
+ * within the deadline, the message on stderr. */
+static void test_deadline_ends_process(void **state)
+{
+    (void)state;
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    double t0 = mono_s();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        RtCollFake *f = rt_coll_fake_new(2);
+        Rank r[2];
+        ranks_init(r, 2, f, &model);
+        r[0].steps = 3, r[0].stall_at = 1, r[0].timeout_s = 0.5;
+        r[1].steps = 1;
+        run_ranks(r, 2);
+        _exit(99); /* the engine did not end the process */
+    }
+    close(fd[1]);
+    char out[4096];
+    size_t n = 0;
+    ssize_t k;
+    while (n + 1 < sizeof out && (k = read(fd[0], out + n, sizeof out - 1 - n)) > 0)
+        n += (size_t)k;
+    out[n] = 0;
+    close(fd[0]);
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    double took = mono_s() - t0;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 1)
+        fail_msg("the child's status %#x (want exit 1); stderr: %s", st, out);
+    if (!strstr(out, "nccl: rank 0: step 1: the all-reduce of the gradients (1 bucket) did not "
+                     "complete within 0.5 s (a rank stalled or died)\n"))
+        fail_msg("stderr: %s", out);
+    if (took < 0.5 || took > 4.0)
+        fail_msg("the child ended after %.3f s (deadline 0.5 s)", took);
+}
+
 /* NCCL's asynchronous error (a peer's connection died): reported at once,
  * not after the deadline, the same way. */
 static void test_async_error(void **state)
@@ -870,6 +914,7 @@ int main(void)
         cmocka_unit_test(test_error_names_call),
         cmocka_unit_test(test_local_device),
         cmocka_unit_test(test_stalled_rank_deadline),
+        cmocka_unit_test(test_deadline_ends_process),
         cmocka_unit_test(test_async_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
