@@ -189,6 +189,36 @@ static int r_stream_query(void *self, void *stream)
     return (int)rc;
 }
 
+static int r_event_create(void *self, void **event)
+{
+    (void)self;
+    return cudaEventCreateWithFlags((cudaEvent_t *)event, cudaEventDisableTiming);
+}
+
+static int r_event_destroy(void *self, void *event)
+{
+    (void)self;
+    return cudaEventDestroy((cudaEvent_t)event);
+}
+
+static int r_event_record(void *self, void *event, void *stream)
+{
+    (void)self;
+    return cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream);
+}
+
+/* as r_stream_query */
+static int r_event_query(void *self, void *event)
+{
+    (void)self;
+    cudaError_t rc = cudaEventQuery((cudaEvent_t)event);
+    if (rc == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return RT_COLL_PENDING;
+    }
+    return (int)rc;
+}
+
 static int r_comm_async_error(void *self, RtCollComm *comm, int *async)
 {
     (void)self;
@@ -211,7 +241,9 @@ static const RtCollOps real_ops = {
     .broadcast = r_broadcast, .comm_destroy = r_comm_destroy, .error_string = r_error_string,
     .stream_create = r_stream_create, .stream_destroy = r_stream_destroy,
     .stream_wait = r_stream_wait, .stream_sync = r_stream_sync,
-    .stream_query = r_stream_query, .comm_async_error = r_comm_async_error,
+    .stream_query = r_stream_query, .event_create = r_event_create,
+    .event_destroy = r_event_destroy, .event_record = r_event_record,
+    .event_query = r_event_query, .comm_async_error = r_comm_async_error,
     .comm_abort = r_comm_abort,
 };
 

@@ -73,6 +73,13 @@ typedef struct RtCollOps {
     /* whether the work queued on `stream` is done, without waiting: 0 done,
      * RT_COLL_PENDING not yet, else an error (CUDA's code) */
     int (*stream_query)(void *self, void *stream);
+    /* a marker in a stream (a CUDA event): made once, recorded after a
+     * bucket's group, queried as stream_query (done once the work queued
+     * before its record is) */
+    int (*event_create)(void *self, void **event);
+    int (*event_destroy)(void *self, void *event);
+    int (*event_record)(void *self, void *event, void *stream);
+    int (*event_query)(void *self, void *event);
     /* *async: the comm's asynchronous error (ncclCommGetAsyncError: 0 none,
      * NCCL's code when a rank's collective failed); the call's own rc */
     int (*comm_async_error)(void *self, RtCollComm *comm, int *async);

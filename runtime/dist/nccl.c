@@ -35,14 +35,16 @@
  * hands every rank the same result), which the reduced flag skips.
  * The deadline: where the host needs the reductions (the step's end: the
  * trainer's all-reduce, or the update that finishes the step; the finite
- * flag's maximum before it is read back; a broadcast) it polls the stream
- * (stream_query, never a blocking synchronize) and the comm's asynchronous
- * error, sleeping between polls, for at most the run's --mpi-timeout.  A
- * reduction still not done then (a rank stopped, hung or dead) or an
- * asynchronous error aborts the comm (ncclCommAbort) and ends the job with
- * "nccl: rank R: step S: WHAT did not complete within T s (a rank stalled
- * or died)" (rt_mpi_finish(1): MPI_Abort ends every rank).  The cost: the
- * host waits for a step's all-reduces before it queues the update.
+ * flag's maximum before it is read back; a broadcast) it polls (an event
+ * recorded after each bucket's group, else the stream; never a blocking
+ * synchronize) and the comm's asynchronous error, sleeping between polls,
+ * for at most the run's --mpi-timeout.  A reduction still not done then (a
+ * rank stopped, hung or dead) or an asynchronous error aborts the comm
+ * (ncclCommAbort) and ends the job with "nccl: rank R: step S: the
+ * all-reduce of bucket B (of N) did not complete within T s (a rank
+ * stalled or died)" (rt_mpi_finish(1): MPI_Abort ends every rank).  The
+ * cost: the host waits for a step's all-reduces before it queues the
+ * update.
  * A failing call is reported as "nccl: rank R of W: CALL failed at
  * FILE:LINE: NCCL's string (error N)"; one inside grad_ready (which cannot
  * return an error) is kept and returned by the trainer's all-reduce, and no
@@ -92,6 +94,8 @@ typedef struct {
     int64_t steps;
     int32_t *flag_dev;  /* the flag's all-reduce buffer (device) */
     int32_t *flag_host; /* its host side (host_alloc) */
+    void **ev;          /* ev[b]: recorded on the comm stream after bucket b's group */
+    int nev;
     bool failed;
     char err[512];
 } NcclDev;
@@ -168,16 +172,17 @@ static void give_up(NcclDev *m, const char *what, const char *why)
     g_end_job(m->err);
 }
 
-/* Polls `stream` until its work is done, the comm reports an asynchronous
- * error or the deadline passes (then give_up).  Sleeps 1 us doubling to
- * 1 ms between polls, so that a waiting rank leaves the CPU to the others. */
-static bool wait_done(NcclDev *m, void *stream, const char *what)
+static double limit_s(const NcclDev *m) { return m->cfg.timeout_s > 0 ? m->cfg.timeout_s : 60; }
+
+/* Polls `obj` (an event, else a stream) until its work is done, the comm
+ * reports an asynchronous error or the deadline passes (then give_up).
+ * Sleeps 1 us doubling to 1 ms between polls, so that a waiting rank
+ * leaves the CPU to the others. */
+static bool wait_until(NcclDev *m, bool event, void *obj, double deadline, const char *what)
 {
     if (m->failed || !m->comm)
         return false;
     const RtCollOps *t = m->t;
-    double limit = m->cfg.timeout_s > 0 ? m->cfg.timeout_s : 60;
-    double deadline = now_s() + limit;
     long nap = 1000; /* ns */
     for (;;) {
         int async = 0;
@@ -191,15 +196,15 @@ static bool wait_done(NcclDev *m, void *stream, const char *what)
             give_up(m, what, why);
             return false;
         }
-        int rc = t->stream_query(t->self, stream);
+        int rc = event ? t->event_query(t->self, obj) : t->stream_query(t->self, obj);
         if (rc == 0)
             return true;
         if (rc != RT_COLL_PENDING)
-            return COLL(m, rc, "cudaStreamQuery");
+            return COLL(m, rc, event ? "cudaEventQuery" : "cudaStreamQuery");
         if (now_s() > deadline) {
             char why[128];
             snprintf(why, sizeof why, "did not complete within %g s (a rank stalled or died)",
-                     limit);
+                     limit_s(m));
             give_up(m, what, why);
             return false;
         }
@@ -207,6 +212,12 @@ static bool wait_done(NcclDev *m, void *stream, const char *what)
         nanosleep(&ts, NULL);
         nap = nap < 1000000 ? nap * 2 : 1000000;
     }
+}
+
+/* The work queued on `stream` so far, within the deadline. */
+static bool wait_done(NcclDev *m, void *stream, const char *what)
+{
+    return wait_until(m, false, stream, now_s() + limit_s(m), what);
 }
 
 /* ---- bootstrap ---------------------------------------------------------------------- */
@@ -324,7 +335,8 @@ static void launch(NcclDev *m, const int *params, int n)
                                    m->comm, m->kstream), "ncclAllReduce"))
             break;
     }
-    COLL(m, t->group_end(t->self), "ncclGroupEnd");
+    if (COLL(m, t->group_end(t->self), "ncclGroupEnd") && m->nlb <= m->nev)
+        COLL(m, t->event_record(t->self, m->ev[m->nlb - 1], m->kstream), "cudaEventRecord");
 }
 
 static size_t grad_bytes(const NcclDev *m, int k)
@@ -376,10 +388,15 @@ static bool finish(NcclDev *m, char *err, size_t errlen)
     m->in_finish = false;
     if (m->pending && COLL(m, m->t->stream_wait(m->t->self, m->cstream, m->kstream),
                            "cudaStreamWaitEvent")) {
-        char what[96];
-        snprintf(what, sizeof what, "the all-reduce of the gradients (%d bucket%s)", m->nlb,
-                 m->nlb == 1 ? "" : "s");
-        wait_done(m, m->kstream, what);
+        /* bucket by bucket, so that the message names the first one not done;
+         * one deadline for all */
+        double deadline = now_s() + limit_s(m);
+        for (int b = 0; b < m->nlb && b < m->nev; b++) {
+            char what[96];
+            snprintf(what, sizeof what, "the all-reduce of bucket %d (of %d)", b, m->nlb);
+            if (!wait_until(m, true, m->ev[b], deadline, what))
+                break;
+        }
     }
     /* the record of this step, for the stats */
     memcpy(m->last, m->launch, sizeof *m->last * (size_t)m->nlaunch);
@@ -630,6 +647,21 @@ static bool grads_setup(NcclDev *m, const RtModel *mo, const RtCtx *ctx, char *e
     return true;
 }
 
+/* One event per possible bucket (at most one per gradient), made once. */
+static bool events_setup(NcclDev *m, char *err, size_t errlen)
+{
+    int n = m->np + 1;
+    if (!(m->ev = calloc((size_t)n, sizeof *m->ev))) {
+        snprintf(err, errlen, "nccl: out of memory for the buckets' events");
+        return false;
+    }
+    for (; m->nev < n; m->nev++)
+        if (!boot_ok(m->t, m->t->event_create(m->t->self, &m->ev[m->nev]), m->rank,
+                     "cudaEventCreateWithFlags", __FILE__, __LINE__, err, errlen))
+            return false;
+    return true;
+}
+
 static bool n_setup(RtDevice *d, const RtModel *mo, const RtCtx *ctx, char *err, size_t errlen)
 {
     NcclDev *m = nd(d);
@@ -642,7 +674,7 @@ static bool n_setup(RtDevice *d, const RtModel *mo, const RtCtx *ctx, char *err,
         snprintf(err, errlen, "nccl: the engine serves one model and one context");
         return false;
     }
-    if (!grads_setup(m, mo, ctx, err, errlen))
+    if (!grads_setup(m, mo, ctx, err, errlen) || !events_setup(m, err, errlen))
         return false;
     if (!reg_add(ctx, m)) {
         snprintf(err, errlen, "nccl: more than %d ranks in one process", MAX_RANKS_IN_PROCESS);
@@ -671,6 +703,9 @@ static void n_close(RtDevice *d)
             COLL(m, t->stream_sync(t->self, m->kstream), "cudaStreamSynchronize");
         COLL(m, t->stream_destroy(t->self, m->kstream), "cudaStreamDestroy");
     }
+    for (int b = 0; b < m->nev; b++)
+        COLL(m, t->event_destroy(t->self, m->ev[b]), "cudaEventDestroy");
+    free(m->ev);
     if (m->comm)
         COLL(m, t->comm_destroy(t->self, m->comm), "ncclCommDestroy");
     if (m->failed)

@@ -488,6 +488,58 @@ static int f_stream_query(void *self, void *stream)
     return p ? RT_COLL_PENDING : 0;
 }
 
+/* An event: whether its rank had a stalled collective queued when it was
+ * recorded (then pending until comm_abort). */
+typedef struct {
+    int rank;
+    bool stalled;
+} FakeEvent;
+
+static int f_event_create(void *self, void **event)
+{
+    int rc = failing(self, "cudaEventCreateWithFlags", t_rank);
+    FakeEvent *e = rc ? NULL : calloc(1, sizeof *e);
+    if (!rc && !e)
+        return 2; /* cudaErrorMemoryAllocation */
+    *event = e;
+    return rc;
+}
+
+static int f_event_destroy(void *self, void *event)
+{
+    (void)self;
+    free(event);
+    return 0;
+}
+
+static int f_event_record(void *self, void *event, void *stream)
+{
+    RtCollFake *f = self;
+    FakeEvent *e = event;
+    (void)stream;
+    int rc = failing(f, "cudaEventRecord", t_rank);
+    if (rc || t_rank < 0 || t_rank >= f->n)
+        return rc;
+    pthread_mutex_lock(&f->mu);
+    e->rank = t_rank;
+    e->stalled = f->pending[t_rank];
+    pthread_mutex_unlock(&f->mu);
+    return 0;
+}
+
+static int f_event_query(void *self, void *event)
+{
+    RtCollFake *f = self;
+    FakeEvent *e = event;
+    int rc = failing(f, "cudaEventQuery", t_rank);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&f->mu);
+    bool p = e->stalled && f->pending[e->rank];
+    pthread_mutex_unlock(&f->mu);
+    return p ? RT_COLL_PENDING : 0;
+}
+
 static int f_comm_async_error(void *self, RtCollComm *comm, int *async)
 {
     RtCollFake *f = self;
@@ -566,6 +618,8 @@ RtCollFake *rt_coll_fake_new(int nranks)
         .error_string = f_error_string, .stream_create = f_stream_create,
         .stream_destroy = f_stream_destroy, .stream_wait = f_stream_wait,
         .stream_sync = f_stream_sync, .stream_query = f_stream_query,
+        .event_create = f_event_create, .event_destroy = f_event_destroy,
+        .event_record = f_event_record, .event_query = f_event_query,
         .comm_async_error = f_comm_async_error, .comm_abort = f_comm_abort,
     };
     return f;

@@ -144,6 +144,7 @@ typedef struct {
     int poison_rank;     /* an inf planted after the reduction, on this rank (-1: none) */
     double timeout_s;    /* RtNcclConfig.timeout_s (0: the default) */
     int stall_at;        /* from this step on, this rank's collectives never complete (-1) */
+    int stall_grad;      /* ... from the announcement of this gradient of that step on */
     /* results */
     bool ok;
     char err[512];
@@ -252,12 +253,12 @@ static void *rank_main(void *arg)
     for (int i = 0; i < NP; i++)
         grads[i] = (RtDevTensor){k->buf[NP + i], (size_t)sizes[i], gdt(i)};
     for (int s = 0; s < k->steps; s++) {
-        if (s == k->stall_at)
-            rt_coll_fake_stall(k->fake, k->rank);
         rt_dev_step_begin(d, &k->ctx, false);
         /* backward: each gradient written, then announced */
         for (int j = 0; j < NP; j++) {
             int p = k->announce[j];
+            if (s == k->stall_at && j == k->stall_grad)
+                rt_coll_fake_stall(k->fake, k->rank);
             float v[128];
             char tmp[512];
             for (int i = 0; i < sizes[p]; i++)
@@ -752,14 +753,17 @@ static void test_error_names_call(void **state)
 
 /* ---- the deadline ------------------------------------------------------------------------ */
 
+static pthread_mutex_t end_mu = PTHREAD_MUTEX_INITIALIZER;
 static char end_msg[512];
 static int end_calls;
 
 /* The test's "end the job": records (the engine fails the call then). */
 static void record_end(const char *msg)
 {
+    pthread_mutex_lock(&end_mu);
     snprintf(end_msg, sizeof end_msg, "%s", msg);
     end_calls++;
+    pthread_mutex_unlock(&end_mu);
 }
 
 static double mono_s(void)
@@ -791,8 +795,8 @@ static void test_stalled_rank_deadline(void **state)
     assert_true(r[1].ok);
     assert_false(r[0].ok);
     assert_int_equal(end_calls, 1);
-    const char *want = "nccl: rank 0: step 1: the all-reduce of the gradients (1 bucket) did "
-                       "not complete within 1 s (a rank stalled or died)";
+    const char *want = "nccl: rank 0: step 1: the all-reduce of bucket 0 (of 1) did not "
+                       "complete within 1 s (a rank stalled or died)";
     if (strcmp(end_msg, want) != 0 || strcmp(r[0].err, want) != 0)
         fail_msg("end_job: '%s', the step's error: '%s'", end_msg, r[0].err);
     if (took < 1.0 || took > 4.0) /* the deadline, and a generous bound on a loaded machine */
@@ -807,6 +811,38 @@ static void test_stalled_rank_deadline(void **state)
     assert_true(up0 >= 0 && up0 < never);
     assert_int_equal(find_line(lines, n, up0 + 1, "update"), -1);
     ranks_close(r, 2); /* the aborted comm is not destroyed again */
+    rt_coll_fake_free(f);
+}
+
+/* The program's buckets {4, 3} and {2, 1, 0}: the link dies after bucket 0
+ * of step 1 went through, so bucket 1 never completes on either rank; each
+ * names itself and bucket 1. */
+static void test_stalled_bucket_named(void **state)
+{
+    (void)state;
+    RtCollFake *f = rt_coll_fake_new(2);
+    Rank r[2];
+    ranks_init(r, 2, f, &model_kv);
+    for (int i = 0; i < 2; i++)
+        r[i].steps = 3, r[i].stall_at = 1, r[i].stall_grad = 2, r[i].timeout_s = 1.0;
+    end_calls = 0;
+    rt_nccl_set_end_job(record_end);
+    double t0 = mono_s();
+    run_ranks(r, 2);
+    double took = mono_s() - t0;
+    rt_nccl_set_end_job(NULL);
+    assert_int_equal(end_calls, 2);
+    for (int i = 0; i < 2; i++) {
+        char want[256];
+        snprintf(want, sizeof want, "nccl: rank %d: step 1: the all-reduce of bucket 1 (of 2) "
+                 "did not complete within 1 s (a rank stalled or died)", i);
+        assert_false(r[i].ok);
+        if (strcmp(r[i].err, want) != 0)
+            fail_msg("rank %d: '%s'", i, r[i].err);
+    }
+    if (took < 1.0 || took > 4.0)
+        fail_msg("the ranks gave up after %.3f s (deadline 1 s)", took);
+    ranks_close(r, 2);
     rt_coll_fake_free(f);
 }
 
@@ -845,7 +881,7 @@ static void test_deadline_ends_process(void **state)
     double took = mono_s() - t0;
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 1)
         fail_msg("the child's status %#x (want exit 1); stderr: %s", st, out);
-    if (!strstr(out, "nccl: rank 0: step 1: the all-reduce of the gradients (1 bucket) did not "
+    if (!strstr(out, "nccl: rank 0: step 1: the all-reduce of bucket 0 (of 1) did not "
                      "complete within 0.5 s (a rank stalled or died)\n"))
         fail_msg("stderr: %s", out);
     if (took < 0.5 || took > 4.0)
@@ -870,7 +906,7 @@ static void test_async_error(void **state)
     rt_nccl_set_end_job(NULL);
     assert_false(r[0].ok);
     assert_int_equal(end_calls, 1);
-    const char *want = "nccl: rank 0: step 0: the all-reduce of the gradients (1 bucket) failed: "
+    const char *want = "nccl: rank 0: step 0: the all-reduce of bucket 0 (of 1) failed: "
                        "NCCL reported an asynchronous error: remote process exited or there was "
                        "a network error (error 6; a rank stalled or died)";
     if (strcmp(end_msg, want) != 0)
@@ -914,6 +950,7 @@ int main(void)
         cmocka_unit_test(test_error_names_call),
         cmocka_unit_test(test_local_device),
         cmocka_unit_test(test_stalled_rank_deadline),
+        cmocka_unit_test(test_stalled_bucket_named),
         cmocka_unit_test(test_deadline_ends_process),
         cmocka_unit_test(test_async_error),
     };
