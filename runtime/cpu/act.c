@@ -8,6 +8,7 @@
  */
 #include "cpu.h"
 #include "kernels/act.h"
+#include "kernels/philox.h"
 
 /* fp32 relu and its gradient, four lanes at a time (cpu.h): the same
  * values as ampc_relu / dy * ampc_relu_grad_y, including NaN -> 0 and
@@ -192,41 +193,14 @@ void rt_leaky_relu_backward(RtLeaky t, int64_t outer, int64_t c, int64_t inner, 
 
 void rt_philox4x32(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
 {
-    uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c1 = (uint32_t)p1;
-        c3 = (uint32_t)p0;
-        c0 = n0;
-        c2 = n2;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
+    ampc_philox4x32(ctr, key, out);
 }
-
-/* Four uniforms per Philox call: elements 4q..4q+3 share the counter
- * (q, stream, step lo, step hi).  24 bits make a float in [0, 1). */
-static inline void philox_block(uint64_t seed, uint64_t step, uint32_t stream, uint64_t q,
-                                uint32_t out[4])
-{
-    uint32_t ctr[4] = {(uint32_t)q, stream ^ (uint32_t)(q >> 32) * 0x9E3779B9u, (uint32_t)step,
-                       (uint32_t)(step >> 32)};
-    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    rt_philox4x32(ctr, key, out);
-}
-
-static inline float u24(uint32_t r) { return (float)(r >> 8) * (1.0f / 16777216.0f); }
 
 float rt_dropout_uniform(uint64_t seed, uint64_t step, uint32_t stream, uint64_t i)
 {
     uint32_t r[4];
-    philox_block(seed, step, stream, i / 4, r);
-    return u24(r[i % 4]);
+    ampc_dropout_block(seed, step, stream, i / 4, r);
+    return ampc_u24(r[i % 4]);
 }
 
 /* out[i] = in[i] * (kept ? 1/(1-p) : 0) over [0, n) */
@@ -240,9 +214,9 @@ static void dropout_apply(size_t n, RtDType dt, const void *in, float p, uint64_
         float *r = rt__out(out, off, dt, acc, ob);
         for (size_t i = 0; i < m; i += 4) {
             uint32_t u[4];
-            philox_block(seed, step, stream, (off + i) / 4, u);
+            ampc_dropout_block(seed, step, stream, (off + i) / 4, u);
             for (size_t k = 0; k < 4 && i + k < m; k++)
-                r[i + k] = u24(u[k]) >= p ? v[i + k] * scale : 0.0f;
+                r[i + k] = ampc_u24(u[k]) >= p ? v[i + k] * scale : 0.0f;
         }
         rt__commit(out, off, r, m, dt, acc);
     }

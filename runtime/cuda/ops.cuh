@@ -38,30 +38,9 @@
 
 #include "cuda/rt_cuda.h"
 #include "kernels/loss.h"
+#include "kernels/philox.h"
 
-/* ---- Dropout (act.c): Philox-4x32-10, the same counter and key ------------------------ */
-
-static inline __device__ void ampc_ops_philox(uint64_t seed, uint64_t step, uint32_t stream,
-                                              uint64_t q, uint32_t out[4])
-{
-    uint32_t c0 = (uint32_t)q, c1 = stream ^ (uint32_t)(q >> 32) * 0x9E3779B9u;
-    uint32_t c2 = (uint32_t)step, c3 = (uint32_t)(step >> 32);
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c1 = (uint32_t)p1;
-        c3 = (uint32_t)p0;
-        c0 = n0;
-        c2 = n2;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
+/* ---- Dropout (act.c): the same Philox counter and key (kernels/philox.h) ------------ */
 
 /* one thread per four elements (one Philox call): out = in * (kept ? 1/(1-p) : 0) */
 __global__ void ampc_k_dropout(size_t n, int dt, const void *in, float p, uint64_t seed,
@@ -71,11 +50,10 @@ __global__ void ampc_k_dropout(size_t n, int dt, const void *in, float p, uint64
     size_t nq = n / 4 + (n % 4 != 0);
     for (size_t q = ampc_cu_first(); q < nq; q += ampc_cu_stride()) {
         uint32_t u[4];
-        ampc_ops_philox(seed, step, stream, q, u);
+        ampc_dropout_block(seed, step, stream, q, u);
         for (size_t k = 0; k < 4 && 4 * q + k < n; k++) {
             size_t i = 4 * q + k;
-            float keep = (float)(u[k] >> 8) * (1.0f / 16777216.0f);
-            float r = keep >= p ? ampc_cu_load(in, i, dt) * scale : 0.0f;
+            float r = ampc_u24(u[k]) >= p ? ampc_cu_load(in, i, dt) * scale : 0.0f;
             ampc_cu_store_acc(out, i, dt, r, acc);
         }
     }

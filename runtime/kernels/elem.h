@@ -7,6 +7,7 @@
  *   loss.h       SoftmaxOutput gradient with label smoothing, cross-entropy
  *   optim.h      sgd, sgd_mom, nag, adam (MXNet semantics), multi-precision
  *   lossscale.h  the dynamic loss-scale rule (PyTorch's), unscaling
+ *   philox.h     Dropout's random numbers (Philox-4x32-10)
  *
  * Every function is `static inline AMPC_HD`; kernels/tolerance.h (host only)
  * holds the checker that compares a kernel to its CPU twin.
@@ -19,5 +20,6 @@
 #include "kernels/loss.h"
 #include "kernels/optim.h"
 #include "kernels/lossscale.h"
+#include "kernels/philox.h"
 
 #endif /* AMPC_KERNELS_ELEM_H */
