@@ -153,6 +153,19 @@ static void print_command(FILE *f, const Argv *a)
 
 extern char **environ;
 
+/* out := the file `name` in the folder of lib (libampcrt.a), if it exists:
+ * ampcmpi.o (--mpi) and libampccuda.a (--target=cuda) are installed beside it */
+static bool beside_runtime(const char *lib, const char *name, char *out, size_t cap)
+{
+    const char *slash = strrchr(lib, '/');
+    size_t dir = slash ? (size_t)(slash - lib) + 1 : 0, len = strlen(name) + 1;
+    if (dir + len > cap)
+        return false;
+    memcpy(out, lib, dir);
+    memcpy(out + dir, name, len);
+    return exists(out);
+}
+
 static bool build_mpi; /* cg_build_set_mpi */
 
 void cg_build_set_mpi(bool on) { build_mpi = on; }
@@ -160,18 +173,6 @@ void cg_build_set_mpi(bool on) { build_mpi = on; }
 static bool build_cuda; /* cg_build_set_cuda */
 
 void cg_build_set_cuda(bool on) { build_cuda = on; }
-
-/* libampccuda.a beside libampcrt.a */
-static bool find_cuda_library(const char *lib, char *out, size_t cap)
-{
-    const char *slash = strrchr(lib, '/');
-    size_t dir = slash ? (size_t)(slash - lib) + 1 : 0;
-    if (dir + sizeof "libampccuda.a" > cap)
-        return false;
-    memcpy(out, lib, dir);
-    memcpy(out + dir, "libampccuda.a", sizeof "libampccuda.a");
-    return exists(out);
-}
 
 /* The driver API's two calls, through dlopen: ampc itself links no CUDA. */
 static bool driver_has_device(char *why, size_t whylen)
@@ -229,23 +230,12 @@ bool cg_cuda_usable(const char *argv0, char *why, size_t whylen)
     char inc[PATH_MAX], lib[PATH_MAX], cu[PATH_MAX], spare[512];
     if (!why)
         why = spare, whylen = sizeof spare;
-    if (!find_runtime(inc, lib, sizeof inc, argv0) || !find_cuda_library(lib, cu, sizeof cu)) {
+    if (!find_runtime(inc, lib, sizeof inc, argv0) ||
+        !beside_runtime(lib, "libampccuda.a", cu, sizeof cu)) {
         snprintf(why, whylen, "this ampc has no CUDA runtime library (libampccuda.a)");
         return false;
     }
     return find_cudart(cu, sizeof cu, why, whylen) && driver_has_device(why, whylen);
-}
-
-/* ampcmpi.o beside libampcrt.a */
-static bool find_mpi_object(const char *lib, char *obj, size_t cap)
-{
-    const char *slash = strrchr(lib, '/');
-    size_t dir = slash ? (size_t)(slash - lib) + 1 : 0;
-    if (dir + sizeof "ampcmpi.o" > cap)
-        return false;
-    memcpy(obj, lib, dir);
-    memcpy(obj + dir, "ampcmpi.o", sizeof "ampcmpi.o");
-    return exists(obj);
 }
 
 bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)
@@ -257,13 +247,13 @@ bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)
         return false;
     }
     char mpi_obj[PATH_MAX];
-    if (build_mpi && !find_mpi_object(lib, mpi_obj, sizeof mpi_obj)) {
+    if (build_mpi && !beside_runtime(lib, "ampcmpi.o", mpi_obj, sizeof mpi_obj)) {
         diag_plain_error(d, "--mpi: this ampc's runtime has no MPI engine (ampcmpi.o beside %s): "
                             "build ampc where mpicc is (make deps installs Open MPI)", lib);
         return false;
     }
     char cuda_lib[PATH_MAX], cudart_dir[PATH_MAX], why[768];
-    if (build_cuda && !find_cuda_library(lib, cuda_lib, sizeof cuda_lib)) {
+    if (build_cuda && !beside_runtime(lib, "libampccuda.a", cuda_lib, sizeof cuda_lib)) {
         diag_plain_error(d, "--target=cuda: this ampc was built without nvcc: its runtime has no "
                             "CUDA library (libampccuda.a beside %s); build ampc where the CUDA "
                             "toolkit is (make finds /usr/local/cuda/bin/nvcc or nvcc on PATH)", lib);
