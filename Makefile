@@ -183,6 +183,10 @@ $(BUILD)/cuda/cuda_libs_smoke: tests/runtime/cuda_libs_smoke.c $(BUILD)/libampcc
 	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -o $@ $< $(BUILD)/libampccuda.a \
 	    $(BUILD)/libampcrt.a $(LDFLAGS) $(CUDA_LIBS) $(RT_LIBS)
 
+$(BUILD)/cuda/cuda_dnn_offline: tests/runtime/cuda_dnn_offline.c $(BUILD)/libampccuda.a $(BUILD)/libampcrt.a
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -o $@ $< $(BUILD)/libampccuda.a \
+	    $(BUILD)/libampcrt.a $(LDFLAGS) $(CUDA_LIBS) $(RT_LIBS)
+
 $(BUILD)/cuda/cuda_dnn_gpu: tests/runtime/cuda_dnn_gpu.c $(BUILD)/libampccuda.a $(BUILD)/libampcrt.a
 	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -o $@ $< $(BUILD)/libampccuda.a \
 	    $(BUILD)/libampcrt.a $(LDFLAGS) $(CUDA_LIBS) $(RT_LIBS)
@@ -259,11 +263,13 @@ cuda-check: cuda
 	@if [ -n "$(NVCC)" ]; then tests/runtime/cuda_ptx_check.sh $(NVCC) $(BUILD)/cuda && \
 	    tests/runtime/cuda_layout_ptx_check.sh $(BUILD)/cuda && \
 	    $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_kernels_gpu \
-	        $(BUILD)/cuda/cuda_libs_smoke $(BUILD)/cuda/cuda_dnn_gpu $(BUILD)/gpu/optim_bw && \
+	        $(BUILD)/cuda/cuda_libs_smoke $(BUILD)/cuda/cuda_dnn_gpu $(BUILD)/gpu/optim_bw \
+	        $(BUILD)/cuda/cuda_dnn_offline && \
 	    tests/runtime/cuda_device_smoke.sh $(BUILD)/cuda/cuda_device_smoke && \
 	    if [ "$(CUDA_LIBS_SMOKE)" = 1 ]; then \
-	        AMPC_CUDA_LIB_PATH=$${AMPC_CUDA_LIB_PATH:-$(dir $(NVCC))../lib64} $(BUILD)/cuda/cuda_libs_smoke; \
-	    else echo "NOT RUN: cuda_libs_smoke under ASan (its dlopen interceptor hides cuDNN's RUNPATH from cuDNN's own dlopens; the plain build runs it, and test_cuda_libs runs libs.c's search under ASan)"; fi; \
+	        AMPC_CUDA_LIB_PATH=$${AMPC_CUDA_LIB_PATH:-$(dir $(NVCC))../lib64} $(BUILD)/cuda/cuda_libs_smoke && \
+	        AMPC_CUDA_LIB_PATH=$${AMPC_CUDA_LIB_PATH:-$(dir $(NVCC))../lib64} $(BUILD)/cuda/cuda_dnn_offline; \
+	    else echo "NOT RUN: cuda_libs_smoke and cuda_dnn_offline under ASan (its dlopen interceptor hides cuDNN's RUNPATH from cuDNN's own dlopens; the plain build runs them, and test_cuda_libs runs libs.c's search under ASan)"; fi; \
 	else echo "SKIPPED: cuda-check (the PTX and register-spill checks of the CUDA kernels): no nvcc"; fi
 
 golden: $(BUILD)/ampc

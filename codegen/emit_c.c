@@ -134,6 +134,8 @@ static const char *layout_field(const Node *n)
     return n->layout == LAYOUT_NHWC ? ", .layout = RT_LAYOUT_NHWC" : "";
 }
 
+static void c_string(FILE *f, const char *s);
+
 static void conv_dims(Cg *c, const Node *conv_like, const Node *x, const char *indent)
 {
     FILE *f = c->f;
@@ -145,9 +147,12 @@ static void conv_dims(Cg *c, const Node *conv_like, const Node *x, const char *i
     fprintf(f, "%s                  .in = %s, .kernel = %s, .stride = %s,\n", indent,
             spatialx(c, &x->shape, 2), tuplex(c, &n->attrs[CONV_KERNEL], k, 1),
             tuplex(c, &n->attrs[CONV_STRIDE], k, 1));
-    fprintf(f, "%s                  .pad = %s, .dilate = %s%s};\n", indent,
+    fprintf(f, "%s                  .pad = %s, .dilate = %s%s,\n", indent,
             tuplex(c, &n->attrs[CONV_PAD], k, 0), tuplex(c, &n->attrs[CONV_DILATE], k, 1),
             layout_field(n));
+    fprintf(f, "%s                  .node = ", indent);
+    c_string(f, n->name);
+    fputs("};\n", f);
     fprintf(f, "%srt_conv_dims_init(&d);\n", indent);
 }
 
@@ -155,9 +160,11 @@ static void fc_dims(Cg *c, const Node *fc_like, const Node *x, const char *inden
 {
     bool flatten = node_bool(fc_like, FC_FLATTEN);
     int r = x->shape.rank;
-    fprintf(c->f, "%sRtFcDims d = {.n = (int)(%s), .in = (int)(%s), .hidden = %lld};\n", indent,
-            prodx(c, &x->shape, 0, flatten ? 1 : r - 1), prodx(c, &x->shape, flatten ? 1 : r - 1, r),
-            (long long)node_int(fc_like, FC_NUM_HIDDEN));
+    fprintf(c->f, "%sRtFcDims d = {.n = (int)(%s), .in = (int)(%s), .hidden = %lld, .node = ",
+            indent, prodx(c, &x->shape, 0, flatten ? 1 : r - 1),
+            prodx(c, &x->shape, flatten ? 1 : r - 1, r), (long long)node_int(fc_like, FC_NUM_HIDDEN));
+    c_string(c->f, fc_like->name);
+    fputs("};\n", c->f);
 }
 
 /* In NHWC the channels are the last dimension: outer N*H*W, inner 1. */
@@ -1093,7 +1100,8 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans)
         fprintf(out, "    .kv_place = %d, /* %s */\n", (int)plans->kv->place + 1,
                 kv_place_name(plans->kv->place));
     if (kernels == TARGET_CUDA)
-        fputs("    .open_device = rt_cuda_open_device,\n", out);
+        fputs("    .open_device = rt_cuda_open_device,\n"
+              "    .check_device = rt_cuda_check_model,\n", out);
     fputs("};\n", out);
     bool ok = c.ok;
     free(c.uses);

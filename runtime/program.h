@@ -26,6 +26,8 @@
 #ifndef AMPC_PROGRAM_H
 #define AMPC_PROGRAM_H
 
+#include <stdio.h>
+
 #include "rt.h"
 
 /* Parameter kinds, as the compiler's PK_* (weight decay and initialiser
@@ -134,24 +136,42 @@ typedef struct RtModel {
      * rt_cuda_open_device (runtime/cuda/program.c), whose memory is not the
      * host's.  NULL with a message in err when no device can be opened. */
     struct RtDevice *(*open_device)(const struct RtModel *m, char *err, size_t errlen);
+    /* --cudnn-check (a program with open_device): every convolution's and
+     * GEMM's library descriptors built and checked at batch size `batch`
+     * without a GPU, one line per distinct one to out; 0 when all pass, 1
+     * (with each failure, naming its node, on err) otherwise.
+     * rt_cuda_check_model (runtime/cuda/program.c). */
+    int (*check_device)(const struct RtModel *m, int64_t batch, FILE *out, FILE *err);
 } RtModel;
 
-/* The device's run-time options (the program's flags --cudnn-autotune and
- * --cudnn-workspace-mb, docs/backend-cuda.md), read by a CUDA program's
- * open_device. */
+/* The device's run-time options (the program's --cudnn-* flags,
+ * docs/backend-cuda.md), read by a CUDA program's open_device. */
 typedef struct {
     bool cudnn_autotune;         /* time cuDNN's candidate plans per shape at start-up
                                   * (MXNET_CUDNN_AUTOTUNE_DEFAULT=1), else take the
                                   * heuristic's first that fits */
     int64_t cudnn_workspace_mb;  /* the most workspace one convolution or GEMM may use */
+    int cudnn_fp32;              /* fp32 convolutions: 0 exact (no tensor cores, FFT or
+                                  * Winograd), 1 tf32, 2 fast (runtime/cuda/plan.h) */
+    bool cudnn_nondeterministic; /* engines whose results may change run to run allowed */
 } RtDeviceConfig;
 #define RT_CUDNN_WORKSPACE_MB_DEFAULT 1024 /* MXNet's Convolution workspace default */
 const RtDeviceConfig *rt_device_config(void);
-/* Sets the options for model m from the flags (autotune, workspace_mb: < 0
- * when not given).  False with a message when m runs on the CPU (no
- * open_device) and a flag was given: the flags mean nothing there. */
-bool rt_device_configure(const struct RtModel *m, int autotune, int64_t workspace_mb, char *err,
+/* The flags as given: < 0 where a flag was not given. */
+typedef struct {
+    int autotune;
+    int64_t workspace_mb;
+    int fp32;
+    int nondeterministic;
+} RtDeviceFlags;
+/* Sets the options for model m from the flags.  False with a message when
+ * m runs on the CPU (no open_device) and a flag was given: the flags mean
+ * nothing there. */
+bool rt_device_configure(const struct RtModel *m, const RtDeviceFlags *f, char *err,
                          size_t errlen);
+/* --cudnn-check: m's check_device at batch size `batch`; 2 with a message
+ * for a CPU program */
+int rt_device_check(const struct RtModel *m, int64_t batch, FILE *out, FILE *err);
 
 extern const RtModel ampc_model;
 

@@ -127,6 +127,7 @@ typedef struct {
         pad[RT_MAX_SPATIAL], dilate[RT_MAX_SPATIAL];
     int out[RT_MAX_SPATIAL]; /* set by rt_conv_dims_init */
     RtLayout layout;       /* of x, y, dx, dy and w, dw (above); 0 = NCHW */
+    const char *node;      /* the node's name, for messages (NULL: unnamed) */
 } RtConvDims;
 
 /* Fills out[] and normalises unused axes; false if the dims are invalid
@@ -148,6 +149,7 @@ void rt_conv_backward_weight(const RtConvDims *d, RtDType dt, const void *x, con
  * y [n, hidden] = x w^T + bias. */
 typedef struct {
     int n, in, hidden;
+    const char *node; /* the node's name, for messages (NULL: unnamed) */
 } RtFcDims;
 
 size_t rt_fc_workspace_bytes(const RtFcDims *d, RtDType dt, RtPass pass);

@@ -441,6 +441,8 @@ void rt_train_options_default(RtTrainOptions *o)
     o->inject_rank = -1;
     o->cudnn_autotune = -1;
     o->cudnn_workspace_mb = -1;
+    o->cudnn_fp32 = -1;
+    o->cudnn_nondeterministic = -1;
     o->prog = "train";
 }
 
@@ -926,6 +928,29 @@ SETTING(set_cudnn_workspace_mb)
     UNUSED_ARGS;
     return rt_parse_i64(v, 0, 1 << 20, &o->cudnn_workspace_mb);
 }
+SETTING(set_cudnn_fp32)
+{
+    UNUSED_ARGS;
+    static const char *const modes[] = {"exact", "tf32", "fast"}; /* plan.h's order */
+    for (int k = 0; k < 3; k++)
+        if (strcmp(v, modes[k]) == 0) {
+            o->cudnn_fp32 = k;
+            return true;
+        }
+    return false;
+}
+SETTING(set_cudnn_nondeterministic)
+{
+    UNUSED_ARGS;
+    o->cudnn_nondeterministic = 1;
+    return true;
+}
+SETTING(set_cudnn_check)
+{
+    UNUSED_ARGS;
+    o->cudnn_check = true;
+    return true;
+}
 
 /* The compiler's settings: checked here so that the table knows every key. */
 SETTING(set_amp)
@@ -998,6 +1023,9 @@ const RtSetting rt_settings[] = {
     {NULL, "sim-ranks", FLAG, true, "a number of ranks from 1 to 4096", set_sim_ranks},
     {NULL, "cudnn-autotune", FLAG, true, "0 or 1", set_cudnn_autotune},
     {NULL, "cudnn-workspace-mb", FLAG, true, "MiB from 0 to 1048576", set_cudnn_workspace_mb},
+    {NULL, "cudnn-fp32", FLAG, true, "exact, tf32 or fast", set_cudnn_fp32},
+    {NULL, "cudnn-nondeterministic", FLAG, false, "", set_cudnn_nondeterministic},
+    {NULL, "cudnn-check", FLAG, false, "", set_cudnn_check},
     {NULL, "load-params", FLAG, true, "an MXNet .params file", set_load_params},
     {NULL, "save-params", FLAG, true, "a file name", set_save_params},
     {NULL, "save-params-16bit", FLAG, false, "", set_save_params_16bit},

@@ -155,6 +155,11 @@ typedef struct {
     /* a CUDA program's device (ampc --target=cuda, docs/backend-cuda.md); < 0: not given */
     int cudnn_autotune;           /* 1: time cuDNN's candidate plans per shape, 0: heuristic */
     int64_t cudnn_workspace_mb;   /* the most workspace one convolution or GEMM may use */
+    int cudnn_fp32;               /* what fp32 convolutions may trade for speed: 0 exact,
+                                   * 1 tf32, 2 fast (plan.h's AmpcFp32Mode) */
+    int cudnn_nondeterministic;   /* 1: cuDNN engines that are not run-to-run deterministic */
+    bool cudnn_check;             /* check every convolution and GEMM against cuDNN and
+                                   * cuBLASLt's descriptors without a GPU, then exit */
     const char *dump_state; /* testing: after the first step's backward, write the
                                state (rt_dump_state) here and stop */
     /* MXNet interoperability (runtime/predict.c, docs/mxnet.md) */

@@ -391,10 +391,14 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         return 2;
     }
     /* a GPU program's device flags (a CPU program refuses them) */
-    if (!rt_device_configure(m, o->cudnn_autotune, o->cudnn_workspace_mb, msg, sizeof msg)) {
+    RtDeviceFlags df = {.autotune = o->cudnn_autotune, .workspace_mb = o->cudnn_workspace_mb,
+                        .fp32 = o->cudnn_fp32, .nondeterministic = o->cudnn_nondeterministic};
+    if (!rt_device_configure(m, &df, msg, sizeof msg)) {
         fprintf(err, "%s: %s\n", o->prog, msg);
         return 2;
     }
+    if (o->cudnn_check)
+        return rt_device_check(m, o->batch_size, out, err);
     if (o->predict)
         return rt_predict_run(m, o, out, err);
     /* several processes: only under mpirun in a program built with ampc --mpi */

@@ -174,20 +174,37 @@ static RtDeviceConfig device_config = {.cudnn_autotune = true,
 
 const RtDeviceConfig *rt_device_config(void) { return &device_config; }
 
-bool rt_device_configure(const RtModel *m, int autotune, int64_t workspace_mb, char *err,
-                         size_t errlen)
+bool rt_device_configure(const RtModel *m, const RtDeviceFlags *f, char *err, size_t errlen)
 {
-    if (!m->open_device && (autotune >= 0 || workspace_mb >= 0)) {
+    const char *given = f->autotune >= 0       ? "cudnn-autotune"
+                        : f->workspace_mb >= 0 ? "cudnn-workspace-mb"
+                        : f->fp32 >= 0         ? "cudnn-fp32"
+                        : f->nondeterministic >= 0 ? "cudnn-nondeterministic"
+                                                   : NULL;
+    if (!m->open_device && given) {
         snprintf(err, errlen, "--%s applies to a program built for a GPU (ampc --target=cuda); "
-                 "model %s was built for the CPU", autotune >= 0 ? "cudnn-autotune"
-                 : "cudnn-workspace-mb", m->name);
+                 "model %s was built for the CPU", given, m->name);
         return false;
     }
-    if (autotune >= 0)
-        device_config.cudnn_autotune = autotune != 0;
-    if (workspace_mb >= 0)
-        device_config.cudnn_workspace_mb = workspace_mb;
+    if (f->autotune >= 0)
+        device_config.cudnn_autotune = f->autotune != 0;
+    if (f->workspace_mb >= 0)
+        device_config.cudnn_workspace_mb = f->workspace_mb;
+    if (f->fp32 >= 0)
+        device_config.cudnn_fp32 = f->fp32;
+    if (f->nondeterministic >= 0)
+        device_config.cudnn_nondeterministic = f->nondeterministic != 0;
     return true;
+}
+
+int rt_device_check(const RtModel *m, int64_t batch, FILE *out, FILE *err)
+{
+    if (!m->check_device) {
+        fprintf(err, "--cudnn-check applies to a program built for a GPU (ampc --target=cuda); "
+                "model %s was built for the CPU\n", m->name);
+        return 2;
+    }
+    return m->check_device(m, batch, out, err);
 }
 
 /* ---- the trainer ------------------------------------------------------------------- */

@@ -43,25 +43,40 @@ static struct {
 static cublasLtHandle_t lt;
 static RtCudaConfig cfg;
 static AmpcPlanCache cache;
-static bool ready;
+static bool ready, offline; /* offline: the check without a GPU (no handle) */
 
 #define BLAS(call) AMPC_CHECK(AMPC_API_CUBLAS, call)
 
+/* a GEMM's operation and matrix layouts: what cuBLASLt needs no handle for */
 typedef struct {
-    AmpcGemm g;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d;
+} GemmDescs;
+
+typedef struct {
+    AmpcGemm g;
+    GemmDescs desc;
     cublasLtMatmulAlgo_t algo;
     size_t ws;
 } FcPlan;
 
+static void descs_free(GemmDescs *gd)
+{
+    if (gd->a)
+        BLAS(L.MatrixLayoutDestroy(gd->a));
+    if (gd->b)
+        BLAS(L.MatrixLayoutDestroy(gd->b));
+    if (gd->d)
+        BLAS(L.MatrixLayoutDestroy(gd->d));
+    if (gd->op)
+        BLAS(L.MatmulDescDestroy(gd->op));
+    memset(gd, 0, sizeof *gd);
+}
+
 static void plan_free(void *v)
 {
     FcPlan *p = v;
-    BLAS(L.MatrixLayoutDestroy(p->a));
-    BLAS(L.MatrixLayoutDestroy(p->b));
-    BLAS(L.MatrixLayoutDestroy(p->d));
-    BLAS(L.MatmulDescDestroy(p->op));
+    descs_free(&p->desc);
     free(p);
 }
 
@@ -70,10 +85,42 @@ static cudaDataType_t lt_type(RtDType dt)
     return dt == RT_F16 ? CUDA_R_16F : dt == RT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
+/* fp32 accumulation and scale (CUBLAS_COMPUTE_32F: no TF32), the transposes,
+ * the bias epilogue; false (nothing left) with the library's message in
+ * ampc_api_last_error() */
+#define TRY(call) (ok = ok && AMPC_TRY(AMPC_API_CUBLAS, call))
+static bool gemm_descs(const AmpcGemm *g, RtDType dt, bool bias, GemmDescs *gd)
+{
+    bool ok = true;
+    cudaDataType_t ty = lt_type(dt);
+    memset(gd, 0, sizeof *gd);
+    TRY(L.MatmulDescCreate(&gd->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = g->transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      tb = g->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    TRY(L.MatmulDescSetAttribute(gd->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    TRY(L.MatmulDescSetAttribute(gd->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (bias) {
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        TRY(L.MatmulDescSetAttribute(gd->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+        TRY(L.MatmulDescSetAttribute(gd->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &ty,
+                                     sizeof ty));
+    }
+    TRY(L.MatrixLayoutCreate(&gd->a, ty, (uint64_t)g->rowsa, (uint64_t)g->colsa, g->lda));
+    TRY(L.MatrixLayoutCreate(&gd->b, ty, (uint64_t)g->rowsb, (uint64_t)g->colsb, g->ldb));
+    TRY(L.MatrixLayoutCreate(&gd->d, ty, (uint64_t)g->m, (uint64_t)g->n, g->ldd));
+    if (!ok)
+        descs_free(gd);
+    return ok;
+}
+#undef TRY
+
+static const char *node_name(const char *node) { return node ? node : "(unnamed)"; }
+
 static FcPlan *fc_plan(const RtFcDims *d, RtDType dt, RtPass pass, bool bias, bool acc)
 {
-    if (!ready) {
-        fprintf(stderr, "ampc: cuBLASLt FullyConnected: called before rt_cuda_init\n");
+    if (!ready || offline) {
+        fprintf(stderr, "ampc: cuBLASLt FullyConnected: called %s\n",
+                ready ? "in the offline check (no GPU)" : "before rt_cuda_init");
         exit(1);
     }
     AmpcPlanKey key;
@@ -85,25 +132,14 @@ static FcPlan *fc_plan(const RtFcDims *d, RtDType dt, RtPass pass, bool bias, bo
     char err[256];
     p = calloc(1, sizeof *p);
     if (!p || !ampc_fc_gemm(d, pass, &p->g, err, sizeof err)) {
-        fprintf(stderr, "ampc: %s\n", p ? err : "out of memory");
+        fprintf(stderr, "ampc: node '%s': %s\n", node_name(d->node), p ? err : "out of memory");
         exit(1);
     }
-    const AmpcGemm *g = &p->g;
-    cudaDataType_t ty = lt_type(dt);
-    BLAS(L.MatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t ta = g->transa ? CUBLAS_OP_T : CUBLAS_OP_N,
-                      tb = g->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    BLAS(L.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    BLAS(L.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    if (bias) {
-        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-        BLAS(L.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
-        BLAS(L.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &ty,
-                                      sizeof ty));
+    if (!gemm_descs(&p->g, dt, bias, &p->desc)) {
+        fprintf(stderr, "ampc: node '%s': cuBLASLt's descriptors: %s\n", node_name(d->node),
+                ampc_api_last_error());
+        exit(1);
     }
-    BLAS(L.MatrixLayoutCreate(&p->a, ty, (uint64_t)g->rowsa, (uint64_t)g->colsa, g->lda));
-    BLAS(L.MatrixLayoutCreate(&p->b, ty, (uint64_t)g->rowsb, (uint64_t)g->colsb, g->ldb));
-    BLAS(L.MatrixLayoutCreate(&p->d, ty, (uint64_t)g->m, (uint64_t)g->n, g->ldd));
     cublasLtMatmulPreference_t pref;
     BLAS(L.MatmulPreferenceCreate(&pref));
     uint64_t limit = cfg.workspace_limit;
@@ -121,12 +157,13 @@ static FcPlan *fc_plan(const RtFcDims *d, RtDType dt, RtPass pass, bool bias, bo
     cublasLtMatmulHeuristicResult_t r;
     int found = 0;
     memset(&r, 0, sizeof r);
-    BLAS(L.MatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &r, &found));
+    const GemmDescs *gd = &p->desc;
+    BLAS(L.MatmulAlgoGetHeuristic(lt, gd->op, gd->a, gd->b, gd->d, gd->d, pref, 1, &r, &found));
     BLAS(L.MatmulPreferenceDestroy(pref));
     if (found < 1 || r.state != CUBLAS_STATUS_SUCCESS) {
         fprintf(stderr,
-                "ampc: cuBLASLt has no algorithm for FullyConnected (n %d, in %d, hidden %d, %s, "
-                "pass %d) within %zu bytes of workspace\n",
+                "ampc: node '%s': cuBLASLt has no algorithm for FullyConnected (n %d, in %d, "
+                "hidden %d, %s, pass %d) within %zu bytes of workspace\n", node_name(d->node),
                 d->n, d->in, d->hidden, rt_dtype_name(dt), (int)pass, cfg.workspace_limit);
         exit(1);
     }
@@ -144,15 +181,105 @@ static void run(FcPlan *p, const void *const *by, const void *bias, void *out, b
                 void *ws)
 {
     float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
+    const GemmDescs *gd = &p->desc;
     if (bias)
-        BLAS(L.MatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+        BLAS(L.MatmulDescSetAttribute(gd->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                       sizeof bias));
-    BLAS(L.Matmul(lt, p->op, &alpha, by[p->g.a], p->a, by[p->g.b], p->b, &beta, out, p->d, out,
-                  p->d, &p->algo, ws, p->ws, cfg.stream));
+    BLAS(L.Matmul(lt, gd->op, &alpha, by[p->g.a], gd->a, by[p->g.b], gd->b, &beta, out, gd->d,
+                  out, gd->d, &p->algo, ws, p->ws, cfg.stream));
 }
+
+/* ---- the offline check (--cudnn-check: no GPU, no handle) -------------------------- */
+
+typedef struct {
+    char node[96], what[160];
+    bool ok;
+    char err[384];
+} GemmCheck;
+
+static GemmCheck **checks;
+static size_t nchecks, checks_cap;
+
+bool rt_cuda_blas_check_gemm(const char *node, const AmpcGemm *g, RtDType dt, bool bias,
+                             char *err, size_t errlen)
+{
+    char why[256];
+    if (!ready) {
+        snprintf(err, errlen, "node '%s': cuBLASLt is not open", node_name(node));
+        return false;
+    }
+    if (!ampc_gemm_check(g, why, sizeof why)) {
+        snprintf(err, errlen, "node '%s': %s", node_name(node), why);
+        return false;
+    }
+    GemmDescs gd;
+    if (!gemm_descs(g, dt, bias, &gd)) {
+        snprintf(err, errlen, "node '%s': cuBLASLt refuses the GEMM's descriptors: %s",
+                 node_name(node), ampc_api_last_error());
+        return false;
+    }
+    descs_free(&gd);
+    return true;
+}
+
+/* the sizer's job in the offline check: each distinct GEMM once */
+static void check_fc(const RtFcDims *d, RtDType dt, RtPass pass, bool bias, bool acc)
+{
+    AmpcPlanKey key;
+    ampc_fc_key(d, dt, pass, &key);
+    key.v[AMPC_KEY_LEN - 2] = bias, key.v[AMPC_KEY_LEN - 1] = acc;
+    if (ampc_cache_get(&cache, &key))
+        return;
+    GemmCheck *c = calloc(1, sizeof *c);
+    if (nchecks == checks_cap) {
+        size_t cap = checks_cap ? 2 * checks_cap : 16;
+        GemmCheck **grown = realloc(checks, cap * sizeof *grown);
+        if (grown)
+            checks = grown, checks_cap = cap;
+    }
+    if (!c || nchecks == checks_cap || !ampc_cache_put(&cache, &key, c)) {
+        fprintf(stderr, "ampc: out of memory in the cuBLASLt check\n");
+        exit(1);
+    }
+    checks[nchecks++] = c;
+    snprintf(c->node, sizeof c->node, "%s", node_name(d->node));
+    AmpcGemm g;
+    char why[256];
+    c->ok = ampc_fc_gemm(d, pass, &g, why, sizeof why);
+    if (!c->ok)
+        snprintf(c->err, sizeof c->err, "node '%s': %s", c->node, why);
+    static const char *const pass_name[] = {"forward", "backward-data", "backward-weight"};
+    snprintf(c->what, sizeof c->what, "%s %s m %lld n %lld k %lld%s%s",
+             (unsigned)pass < 3 ? pass_name[pass] : "?", rt_dtype_name(dt), (long long)g.m, (long long)g.n, (long long)g.k,
+             bias ? " bias" : "", acc ? " (accumulate)" : "");
+    if (c->ok)
+        c->ok = rt_cuda_blas_check_gemm(d->node, &g, dt, bias, c->err, sizeof c->err);
+}
+
+int rt_cuda_blas_check_report(FILE *out, FILE *err)
+{
+    int bad = 0;
+    for (size_t i = 0; i < nchecks; i++) {
+        const GemmCheck *c = checks[i];
+        if (c->ok)
+            fprintf(out, "cudnn-check: gemm %s: %s: descriptors made\n", c->node, c->what);
+        else {
+            fprintf(err, "cudnn-check: FAIL: %s\n", c->err);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+size_t rt_cuda_blas_check_count(void) { return nchecks; }
 
 size_t rt_cuda_fc_workspace_bytes(const RtFcDims *d, RtDType dt, RtPass pass)
 {
+    if (offline) { /* the variants the sizer plans below */
+        check_fc(d, dt, pass, false, false);
+        check_fc(d, dt, pass, pass == RT_PASS_FORWARD, pass != RT_PASS_FORWARD);
+        return 0;
+    }
     size_t a = fc_plan(d, dt, pass, false, false)->ws, b;
     if (pass == RT_PASS_FORWARD)
         b = fc_plan(d, dt, pass, true, false)->ws;
@@ -198,7 +325,8 @@ void rt_cuda_fc_backward_weight(const RtFcDims *d, RtDType dt, const void *x, co
         }                                                                                     \
     } while (0)
 
-bool rt_cuda_blas_init(const RtCudaConfig *c, char *err, size_t errlen)
+/* cuBLASLt's functions, found by name in the library libs.c opens */
+static bool load(char *err, size_t errlen)
 {
     void *h = ampc_lib_open(AMPC_LIB_CUBLASLT, err, errlen);
     if (!h)
@@ -216,12 +344,28 @@ bool rt_cuda_blas_init(const RtCudaConfig *c, char *err, size_t errlen)
     LOAD(MatmulPreferenceSetAttribute);
     LOAD(MatmulAlgoGetHeuristic);
     LOAD(Matmul);
+    return true;
+}
+
+bool rt_cuda_blas_init(const RtCudaConfig *c, char *err, size_t errlen)
+{
+    if (!load(err, errlen))
+        return false;
     cfg = *c;
     if (!AMPC_TRY(AMPC_API_CUBLAS, L.Create(&lt))) {
         snprintf(err, errlen, "%s", ampc_api_last_error());
         return false;
     }
-    ready = true;
+    ready = true, offline = false;
+    return true;
+}
+
+bool rt_cuda_blas_check_open(const RtCudaConfig *c, char *err, size_t errlen)
+{
+    if (!load(err, errlen))
+        return false;
+    cfg = *c;
+    ready = offline = true;
     return true;
 }
 
@@ -229,6 +373,13 @@ void rt_cuda_blas_shutdown(void)
 {
     if (!ready)
         return;
+    if (offline) {
+        ampc_cache_free(&cache, free);
+        free(checks);
+        checks = NULL, nchecks = checks_cap = 0;
+        ready = offline = false;
+        return;
+    }
     ampc_cache_free(&cache, plan_free);
     BLAS(L.Destroy(lt));
     ready = false;
@@ -244,3 +395,15 @@ void rt_cuda_shutdown(void)
     rt_cuda_dnn_shutdown();
     rt_cuda_blas_shutdown();
 }
+
+bool rt_cuda_check_open(const RtCudaConfig *c, char *err, size_t errlen)
+{
+    return rt_cuda_blas_check_open(c, err, errlen) && rt_cuda_dnn_check_open(c, err, errlen);
+}
+
+int rt_cuda_check_report(FILE *out, FILE *err)
+{
+    return rt_cuda_dnn_check_report(out, err) + rt_cuda_blas_check_report(out, err);
+}
+
+void rt_cuda_check_close(void) { rt_cuda_shutdown(); }

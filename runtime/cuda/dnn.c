@@ -46,34 +46,58 @@ static struct {
 
 typedef cudnnBackendDescriptor_t Desc;
 
-static cudnnHandle_t handle;
+static cudnnHandle_t handle; /* NULL in the offline check (no GPU, no handle) */
 static RtCudaConfig cfg;
 static AmpcPlanCache cache;
-static bool ready;
+static bool ready, offline;
 
 /* The handle attributes of the graph and the plan are marked deprecated
  * in cuDNN 9.19's header (the handle now also comes with the execution);
- * 9.0 to 9.19 all still read them, so they are set by number. */
+ * 9.0 to 9.19 all still read them, so they are set by number.  The graph
+ * finalizes without one (the offline check relies on it). */
 #define ATTR_OPERATIONGRAPH_HANDLE ((cudnnBackendAttributeName_t)800)
 #define ATTR_EXECUTION_PLAN_HANDLE ((cudnnBackendAttributeName_t)400)
 
 enum { UID_X = 1, UID_W = 2, UID_Y = 3, MAX_CANDIDATES = 16, TIMED_RUNS = 3 };
 
+static const char *pass_name(RtPass pass)
+{
+    return pass == RT_PASS_FORWARD ? "forward"
+           : pass == RT_PASS_BACKWARD ? "backward-data"
+                                      : "backward-filter";
+}
+
 /* ---- descriptors, every call checked ---------------------------------------------- */
 
-static void set_(Desc d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t, int64_t n,
-                 const void *v, const char *call, int line)
-{
-    ampc_api_check(AMPC_API_CUDNN, (long)F.SetAttribute(d, a, t, n, v), call, __FILE__, line,
-                   true);
-}
-#define SET(d, a, t, n, v) set_((d), (a), (t), (n), (v), "cudnnBackendSetAttribute(" #a ")", __LINE__)
+/* A descriptor build stops at its first failed call: later calls are skipped,
+ * and ok says whether it got through (ampc_api_last_error() says why not).
+ * Nothing here needs a handle or a GPU. */
+typedef struct {
+    bool ok;
+} Build;
 
-static Desc make(cudnnBackendDescriptorType_t t)
+static void set_(Build *b, Desc d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t,
+                 int64_t n, const void *v, const char *call, int line)
+{
+    if (b->ok && d)
+        b->ok = ampc_api_check(AMPC_API_CUDNN, (long)F.SetAttribute(d, a, t, n, v), call,
+                               __FILE__, line, false);
+}
+#define SET(b, d, a, t, n, v) \
+    set_((b), (d), (a), (t), (n), (v), "cudnnBackendSetAttribute(" #a ")", __LINE__)
+
+static Desc make(Build *b, cudnnBackendDescriptorType_t t)
 {
     Desc d = NULL;
-    AMPC_CHECK(AMPC_API_CUDNN, F.CreateDescriptor(t, &d));
-    return d;
+    if (b->ok)
+        b->ok = AMPC_TRY(AMPC_API_CUDNN, F.CreateDescriptor(t, &d));
+    return b->ok ? d : NULL;
+}
+
+static void finalize(Build *b, Desc d)
+{
+    if (b->ok && d)
+        b->ok = AMPC_TRY(AMPC_API_CUDNN, F.Finalize(d));
 }
 
 static void drop(Desc d)
@@ -87,40 +111,40 @@ static cudnnDataType_t dnn_type(RtDType dt)
     return dt == RT_F16 ? CUDNN_DATA_HALF : dt == RT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 }
 
-static Desc tensor(const AmpcTensorDesc *t, int64_t uid, RtDType dt)
+static Desc tensor(Build *b, const AmpcTensorDesc *t, int64_t uid, RtDType dt)
 {
-    Desc d = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    Desc d = make(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     cudnnDataType_t ty = dnn_type(dt);
     int64_t align = 16;
-    SET(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &ty);
-    SET(d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, t->nd, t->dims);
-    SET(d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, t->nd, t->strides);
-    SET(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
-    SET(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
-    AMPC_CHECK(AMPC_API_CUDNN, F.Finalize(d));
+    SET(b, d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &ty);
+    SET(b, d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, t->nd, t->dims);
+    SET(b, d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, t->nd, t->strides);
+    SET(b, d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    SET(b, d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+    finalize(b, d);
     return d;
 }
 
-static Desc conv_desc(const AmpcConvGeom *g)
+static Desc conv_desc(Build *b, const AmpcConvGeom *g)
 {
-    Desc d = make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+    Desc d = make(b, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
     cudnnDataType_t comp = CUDNN_DATA_FLOAT; /* fp32 accumulation for every dtype */
     cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
     int64_t nsp = g->nsp;
-    SET(d, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
-    SET(d, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
-    SET(d, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &nsp);
-    SET(d, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, nsp, g->dilate);
-    SET(d, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, nsp, g->stride);
-    SET(d, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, nsp, g->pad);
-    SET(d, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, nsp, g->pad);
-    AMPC_CHECK(AMPC_API_CUDNN, F.Finalize(d));
+    SET(b, d, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+    SET(b, d, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+    SET(b, d, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &nsp);
+    SET(b, d, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, nsp, g->dilate);
+    SET(b, d, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, nsp, g->stride);
+    SET(b, d, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, nsp, g->pad);
+    SET(b, d, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, nsp, g->pad);
+    finalize(b, d);
     return d;
 }
 
 /* the operation of a pass: y = conv(x, w), dx = conv^T(dy, w), dw = conv'(x, dy);
  * beta 1 adds to the output (accumulate), 0 overwrites */
-static Desc operation(RtPass pass, Desc x, Desc w, Desc y, Desc conv, float beta)
+static Desc operation(Build *b, RtPass pass, Desc x, Desc w, Desc y, Desc conv, float beta)
 {
     static const cudnnBackendDescriptorType_t kind[] = {
         CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
@@ -145,15 +169,80 @@ static Desc operation(RtPass pass, Desc x, Desc w, Desc y, Desc conv, float beta
          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA}};
     float alpha = 1.0f;
-    Desc op = make(kind[pass]);
-    SET(op, at[pass][0], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-    SET(op, at[pass][1], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w);
-    SET(op, at[pass][2], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-    SET(op, at[pass][3], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv);
-    SET(op, at[pass][4], CUDNN_TYPE_FLOAT, 1, &alpha);
-    SET(op, at[pass][5], CUDNN_TYPE_FLOAT, 1, &beta);
-    AMPC_CHECK(AMPC_API_CUDNN, F.Finalize(op));
+    Desc op = make(b, kind[pass]);
+    SET(b, op, at[pass][0], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+    SET(b, op, at[pass][1], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w);
+    SET(b, op, at[pass][2], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    SET(b, op, at[pass][3], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv);
+    SET(b, op, at[pass][4], CUDNN_TYPE_FLOAT, 1, &alpha);
+    SET(b, op, at[pass][5], CUDNN_TYPE_FLOAT, 1, &beta);
+    finalize(b, op);
     return op;
+}
+
+/* One convolution's operation graph and what it is made of.  Built without a
+ * handle (none exists in the offline check); the handle is attached when one
+ * exists, as cuDNN 9.0's graphs still expected. */
+typedef struct {
+    Desc x, w, y, conv, op, graph;
+} ConvGraph;
+
+static void conv_graph_drop(ConvGraph *cg)
+{
+    drop(cg->graph), drop(cg->op), drop(cg->conv), drop(cg->x), drop(cg->w), drop(cg->y);
+    memset(cg, 0, sizeof *cg);
+}
+
+/* false (nothing left allocated) with the library's message in
+ * ampc_api_last_error() */
+static bool conv_graph(const AmpcConvGeom *g, RtDType dt, RtPass pass, bool acc, ConvGraph *cg)
+{
+    Build b = {true};
+    memset(cg, 0, sizeof *cg);
+    cg->x = tensor(&b, &g->x, UID_X, dt), cg->w = tensor(&b, &g->w, UID_W, dt);
+    cg->y = tensor(&b, &g->y, UID_Y, dt), cg->conv = conv_desc(&b, g);
+    /* the operation's x/w/y are the pass's: dx for backward-data, dw for backward-filter */
+    cg->op = operation(&b, pass, cg->x, cg->w, cg->y, cg->conv, acc);
+    cg->graph = make(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    if (handle)
+        SET(&b, cg->graph, ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+    SET(&b, cg->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cg->op);
+    finalize(&b, cg->graph);
+    if (!b.ok)
+        conv_graph_drop(cg);
+    return b.ok;
+}
+
+/* A heuristic of one mode over the graph, finalized (NULL when cuDNN has
+ * none for it). */
+static Desc heuristic(Desc graph, cudnnBackendHeurMode_t mode)
+{
+    Build b = {true};
+    Desc heur = make(&b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    SET(&b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+        &graph);
+    SET(&b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    finalize(&b, heur);
+    if (!b.ok) {
+        drop(heur);
+        return NULL;
+    }
+    return heur;
+}
+
+/* How many engine configurations the heuristic of this mode proposes, before
+ * cuDNN's own check of each against the device (which, without a GPU,
+ * leaves none): -1 when the query fails. */
+static int64_t heuristic_count(Desc graph, cudnnBackendHeurMode_t mode)
+{
+    Desc heur = heuristic(graph, mode);
+    int64_t n = -1;
+    if (heur && !AMPC_TRY(AMPC_API_CUDNN, F.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n,
+                                                         NULL)))
+        n = -1;
+    drop(heur);
+    return n;
 }
 
 /* ---- plans ---------------------------------------------------------------------------- */
@@ -164,6 +253,7 @@ typedef struct {
     size_t ws;         /* cuDNN's workspace, after the padding regions */
     size_t xbytes;     /* the padded x region (the rest of g.pad_bytes is w's) */
     int64_t xrows, wrows, yinner, engine;
+    unsigned notes;    /* the engine's numerical notes (plan.h's AMPC_NOTE_*) */
 } ConvPlan;
 
 static void plan_free(void *p)
@@ -173,15 +263,33 @@ static void plan_free(void *p)
     free(c);
 }
 
-/* true when the engine of cfg suits dt: fp32 must not down-convert its
- * inputs (TF32); 16-bit may use anything (tensor ops included) */
-static bool engine_ok(Desc ecfg, RtDType dt, int64_t *index)
+static unsigned note_bit(cudnnBackendNumericalNote_t n)
 {
-    Desc eng = make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    switch (n) {
+    case CUDNN_NUMERICAL_NOTE_TENSOR_CORE: return AMPC_NOTE_TENSOR_CORE;
+    case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS: return AMPC_NOTE_DOWN_CONVERT;
+    case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION: return AMPC_NOTE_REDUCED_REDUCTION;
+    case CUDNN_NUMERICAL_NOTE_FFT: return AMPC_NOTE_FFT;
+    case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC: return AMPC_NOTE_NONDETERMINISTIC;
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD:
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4:
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6:
+    case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13: return AMPC_NOTE_WINOGRAD;
+    case CUDNN_NUMERICAL_NOTE_STRICT_NAN_PROP: return AMPC_NOTE_STRICT_NAN;
+    default: return 0; /* a note newer than this file: informative */
+    }
+}
+
+/* The engine of an engine configuration: its global index and numerical
+ * notes.  false when it cannot describe itself (skipped, not fatal). */
+static bool engine_notes(Desc ecfg, int64_t *index, unsigned *bits)
+{
+    Build b = {true};
+    Desc eng = make(&b, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
     int64_t n = 0;
     cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-    /* an engine that cannot describe itself is skipped, not fatal */
-    bool ok = AMPC_TRY(AMPC_API_CUDNN, F.GetAttribute(ecfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+    bool ok = b.ok &&
+              AMPC_TRY(AMPC_API_CUDNN, F.GetAttribute(ecfg, CUDNN_ATTR_ENGINECFG_ENGINE,
                                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng)) &&
               AMPC_TRY(AMPC_API_CUDNN, F.GetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
                                                       CUDNN_TYPE_INT64, 1, &n, index));
@@ -189,9 +297,9 @@ static bool engine_ok(Desc ecfg, RtDType dt, int64_t *index)
     ok = ok && AMPC_TRY(AMPC_API_CUDNN, F.GetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
                                                        CUDNN_TYPE_NUMERICAL_NOTE,
                                                        CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes));
+    *bits = 0;
     for (int64_t i = 0; ok && i < n; i++)
-        if (dt == RT_F32 && notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)
-            ok = false;
+        *bits |= note_bit(notes[i]);
     drop(eng);
     return ok;
 }
@@ -204,19 +312,18 @@ static bool run_plan(Desc plan, const void *x, const void *w, const void *y, voi
 {
     int64_t uids[3] = {UID_X, UID_W, UID_Y};
     void *ptrs[3] = {(void *)x, (void *)w, (void *)y};
-    Desc vp = make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-    SET(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
-    SET(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
-    SET(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
-    bool ok = true;
-    if (tried)
-        ok = AMPC_TRY(AMPC_API_CUDNN, F.Finalize(vp)) &&
-             AMPC_TRY(AMPC_API_CUDNN, F.Execute(handle, plan, vp));
-    else {
-        AMPC_CHECK(AMPC_API_CUDNN, F.Finalize(vp));
-        AMPC_CHECK(AMPC_API_CUDNN, F.Execute(handle, plan, vp));
-    }
+    Build b = {true};
+    Desc vp = make(&b, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    SET(&b, vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
+    SET(&b, vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
+    SET(&b, vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+    finalize(&b, vp);
+    bool ok = b.ok && AMPC_TRY(AMPC_API_CUDNN, F.Execute(handle, plan, vp));
     drop(vp);
+    if (!ok && !tried) {
+        fprintf(stderr, "ampc: %s\n", ampc_api_last_error());
+        exit(1);
+    }
     if (!ok)
         (void)cudaGetLastError(); /* not left for the next launch check to report */
     return ok;
@@ -261,40 +368,57 @@ static float time_plan(Desc plan, const Scratch *s)
     return ok ? ms / TIMED_RUNS : INFINITY;
 }
 
-/* the candidates of one heuristic mode: the best usable plan (or NULL) */
-static Desc pick(Desc graph, cudnnBackendHeurMode_t mode, RtDType dt, const Scratch *s,
-                 size_t *ws, int64_t *engine)
+/* What pick found: the plan, or why there is none. */
+typedef struct {
+    Desc plan;
+    size_t ws;
+    int64_t engine;
+    unsigned notes;
+    int proposed, refused; /* candidates, and those the engine rule refused */
+    unsigned refused_notes; /* the notes that refused them */
+} Pick;
+
+/* the candidates of one heuristic mode: the best usable plan (p->plan NULL
+ * when none) */
+static void pick(Desc graph, cudnnBackendHeurMode_t mode, RtDType dt, const Scratch *s, Pick *p)
 {
-    Desc heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR), best = NULL;
-    SET(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
-    SET(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-    if (!AMPC_TRY(AMPC_API_CUDNN, F.Finalize(heur))) {
-        drop(heur);
-        return NULL;
-    }
+    Desc heur = heuristic(graph, mode);
+    if (!heur)
+        return;
     int64_t n = 0;
     AMPC_CHECK(AMPC_API_CUDNN, F.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, NULL));
     if (n > MAX_CANDIDATES)
         n = MAX_CANDIDATES;
     Desc cfgs[MAX_CANDIDATES];
+    Build b = {true};
     for (int64_t i = 0; i < n; i++)
-        cfgs[i] = make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+        cfgs[i] = make(&b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
     int64_t got = 0;
-    if (n > 0)
+    if (n > 0 && b.ok)
         AMPC_CHECK(AMPC_API_CUDNN, F.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfgs));
+    const AmpcEnginePolicy policy = {(AmpcFp32Mode)cfg.fp32, cfg.nondeterministic};
     float best_ms = 0;
     for (int64_t i = 0; i < got; i++) {
         int64_t index = -1, bytes = 0;
-        if (!engine_ok(cfgs[i], dt, &index))
+        unsigned notes = 0;
+        if (!engine_notes(cfgs[i], &index, &notes))
             continue;
-        Desc plan = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        SET(plan, ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-        SET(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+        p->proposed++;
+        unsigned refusal = ampc_engine_refusal(notes, dt, &policy);
+        if (refusal) {
+            p->refused++, p->refused_notes |= refusal;
+            continue;
+        }
+        Build pb = {true};
+        Desc plan = make(&pb, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        SET(&pb, plan, ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+        SET(&pb, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
             &cfgs[i]);
+        finalize(&pb, plan);
         int64_t one = 0;
-        if (!AMPC_TRY(AMPC_API_CUDNN, F.Finalize(plan)) ||
+        if (!pb.ok ||
             !AMPC_TRY(AMPC_API_CUDNN,
                       F.GetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                      CUDNN_TYPE_INT64, 1, &one, &bytes)) ||
@@ -307,9 +431,10 @@ static Desc pick(Desc graph, cudnnBackendHeurMode_t mode, RtDType dt, const Scra
             drop(plan);
             continue;
         }
-        if (!best || ms < best_ms) {
-            drop(best);
-            best = plan, best_ms = ms, *ws = (size_t)bytes, *engine = index;
+        if (!p->plan || ms < best_ms) {
+            drop(p->plan);
+            p->plan = plan, best_ms = ms, p->ws = (size_t)bytes, p->engine = index;
+            p->notes = notes;
             if (!s)
                 break; /* no autotune: the heuristic's first usable one */
         } else {
@@ -322,7 +447,6 @@ static Desc pick(Desc graph, cudnnBackendHeurMode_t mode, RtDType dt, const Scra
     /* a candidate refused above may have left a CUDA error behind: not
      * for the next custom kernel's launch check to report as its own */
     (void)cudaGetLastError();
-    return best;
 }
 
 static void scratch_alloc(Scratch *s, const AmpcConvGeom *g, RtDType dt)
@@ -347,11 +471,14 @@ static void scratch_free(Scratch *s)
 
 static void need_init(const char *fn)
 {
-    if (!ready) {
-        fprintf(stderr, "ampc: %s: called before rt_cuda_init\n", fn);
+    if (!ready || offline) {
+        fprintf(stderr, "ampc: %s: called %s\n", fn,
+                ready ? "in the offline check (no GPU)" : "before rt_cuda_init");
         exit(1);
     }
 }
+
+static const char *node_name(const char *node) { return node ? node : "(unnamed)"; }
 
 /* the cached plan of a shape, chosen now when it is new */
 static ConvPlan *conv_plan(const RtConvDims *d, RtDType dt, RtPass pass, bool acc)
@@ -366,7 +493,7 @@ static ConvPlan *conv_plan(const RtConvDims *d, RtDType dt, RtPass pass, bool ac
     p = calloc(1, sizeof *p);
     char err[256];
     if (!p || !ampc_conv_geom(d, dt, pass, &p->g, err, sizeof err)) {
-        fprintf(stderr, "ampc: %s\n", p ? err : "out of memory");
+        fprintf(stderr, "ampc: node '%s': %s\n", node_name(d->node), p ? err : "out of memory");
         exit(1);
     }
     RtConvDims n = *d;
@@ -376,35 +503,39 @@ static ConvPlan *conv_plan(const RtConvDims *d, RtDType dt, RtPass pass, bool ac
         p->xrows *= n.in[i], p->wrows *= n.kernel[i], p->yinner *= n.out[i];
     p->xbytes = p->g.pad_bytes ? ampc_padded_bytes(p->xrows, p->g.c, dt) : 0;
 
-    Desc x = tensor(&p->g.x, UID_X, dt), w = tensor(&p->g.w, UID_W, dt),
-         y = tensor(&p->g.y, UID_Y, dt), conv = conv_desc(&p->g);
-    /* the operation's x/w/y are the pass's: dx for backward-data, dw for backward-filter */
-    Desc op = operation(pass, x, w, y, conv, acc);
-    Desc graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    SET(graph, ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-    SET(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op);
-    AMPC_CHECK(AMPC_API_CUDNN, F.Finalize(graph));
-
+    ConvGraph cg;
+    if (!conv_graph(&p->g, dt, pass, acc, &cg)) {
+        fprintf(stderr, "ampc: node '%s': the %s convolution's cuDNN graph: %s\n",
+                node_name(d->node), pass_name(pass), ampc_api_last_error());
+        exit(1);
+    }
     Scratch s = {0};
     if (cfg.autotune)
         scratch_alloc(&s, &p->g, dt);
-    p->plan = pick(graph, CUDNN_HEUR_MODE_A, dt, cfg.autotune ? &s : NULL, &p->ws, &p->engine);
-    if (!p->plan)
-        p->plan = pick(graph, CUDNN_HEUR_MODE_FALLBACK, dt, cfg.autotune ? &s : NULL, &p->ws,
-                       &p->engine);
+    Pick a = {0}, fb = {0};
+    pick(cg.graph, CUDNN_HEUR_MODE_A, dt, cfg.autotune ? &s : NULL, &a);
+    if (!a.plan) /* none left: the fallback list, then a stop naming the node */
+        pick(cg.graph, CUDNN_HEUR_MODE_FALLBACK, dt, cfg.autotune ? &s : NULL, &fb);
     if (cfg.autotune)
         scratch_free(&s);
-    drop(graph), drop(op), drop(conv), drop(x), drop(w), drop(y);
-    if (!p->plan) {
+    conv_graph_drop(&cg);
+    Pick *got = a.plan ? &a : &fb;
+    if (!got->plan) {
+        char notes[160];
         fprintf(stderr,
-                "ampc: cuDNN has no engine for the %s convolution (n %d, c %d, k %d, groups %d, "
-                "%d-D, %s) within the workspace limit of %zu bytes%s%s\n",
-                pass == RT_PASS_FORWARD ? "forward" : pass == RT_PASS_BACKWARD ? "backward-data"
-                                                                               : "backward-filter",
-                d->n, d->c, d->k, d->groups, d->nsp, rt_dtype_name(dt), cfg.workspace_limit,
+                "ampc: node '%s': cuDNN has no engine for the %s convolution (n %d, c %d, k %d, "
+                "groups %d, %d-D, %s) within the workspace limit of %zu bytes: %d candidates "
+                "proposed, %d refused by the engine rule (%s; --cudnn-fp32=%s%s)%s%s\n",
+                node_name(d->node), pass_name(pass), d->n, d->c, d->k, d->groups, d->nsp,
+                rt_dtype_name(dt), cfg.workspace_limit, a.proposed + fb.proposed,
+                a.refused + fb.refused,
+                ampc_note_names(a.refused_notes | fb.refused_notes, notes, sizeof notes),
+                ampc_fp32_mode_name((AmpcFp32Mode)cfg.fp32),
+                cfg.nondeterministic ? ", --cudnn-nondeterministic" : "",
                 ampc_api_last_error()[0] ? "; last error: " : "", ampc_api_last_error());
         exit(1);
     }
+    p->plan = got->plan, p->ws = got->ws, p->engine = got->engine, p->notes = got->notes;
     if (!ampc_cache_put(&cache, &key, p)) {
         fprintf(stderr, "ampc: out of memory caching a cuDNN plan\n");
         exit(1);
@@ -412,10 +543,145 @@ static ConvPlan *conv_plan(const RtConvDims *d, RtDType dt, RtPass pass, bool ac
     return p;
 }
 
+/* ---- the offline check (--cudnn-check: no GPU, no handle) -------------------------- */
+
+/* One distinct convolution checked: the first node that asked for it. */
+typedef struct {
+    char node[96], what[224];
+    int64_t cand_a, cand_fallback; /* the heuristics' proposals, -1: the query failed */
+    bool ok;
+    char err[384];
+} ConvCheck;
+
+static ConvCheck **checks;
+static size_t nchecks, checks_cap;
+
+static void check_describe(const AmpcConvGeom *g, RtDType dt, RtPass pass, bool acc, char *out,
+                           size_t len)
+{
+    const AmpcTensorDesc *t[3] = {&g->x, &g->w, &g->y};
+    int at = snprintf(out, len, "%s%s %s %s", pass_name(pass), acc ? " (accumulate)" : "",
+                      rt_dtype_name(dt), g->layout == AMPC_NHWC ? "nhwc" : "nchw");
+    for (int k = 0; k < 3 && at > 0 && (size_t)at < len; k++) {
+        at += snprintf(out + at, len - (size_t)at, " %c[", "xwy"[k]);
+        for (int i = 0; i < t[k]->nd && (size_t)at < len; i++)
+            at += snprintf(out + at, len - (size_t)at, "%s%lld", i ? "," : "",
+                           (long long)t[k]->dims[i]);
+        if ((size_t)at < len)
+            at += snprintf(out + at, len - (size_t)at, "]");
+    }
+    for (int i = 0; i < g->nsp && at > 0 && (size_t)at < len; i++)
+        at += snprintf(out + at, len - (size_t)at, "%s%lld/%lld/%lld", i ? "," : " stride/pad/dil ",
+                       (long long)g->stride[i], (long long)g->pad[i], (long long)g->dilate[i]);
+}
+
+bool rt_cuda_dnn_check_geom(const char *node, const AmpcConvGeom *g, RtDType dt, RtPass pass,
+                            bool acc, int64_t candidates[2], char *err, size_t errlen)
+{
+    candidates[0] = candidates[1] = -1;
+    if (!ready) {
+        snprintf(err, errlen, "node '%s': cuDNN is not open", node_name(node));
+        return false;
+    }
+    const AmpcTensorDesc *t[3] = {&g->x, &g->w, &g->y};
+    char why[256];
+    for (int k = 0; k < 3; k++)
+        if (!ampc_desc_check(t[k], g->layout, why, sizeof why)) {
+            snprintf(err, errlen, "node '%s': the %s convolution's %c: %s", node_name(node),
+                     pass_name(pass), "xwy"[k], why);
+            return false;
+        }
+    ConvGraph cg;
+    if (!conv_graph(g, dt, pass, acc, &cg)) {
+        snprintf(err, errlen, "node '%s': the %s convolution's cuDNN graph is refused: %s",
+                 node_name(node), pass_name(pass), ampc_api_last_error());
+        return false;
+    }
+    candidates[0] = heuristic_count(cg.graph, CUDNN_HEUR_MODE_A);
+    candidates[1] = heuristic_count(cg.graph, CUDNN_HEUR_MODE_FALLBACK);
+    conv_graph_drop(&cg);
+    if (candidates[0] < 1 && candidates[1] < 1) {
+        snprintf(err, errlen, "node '%s': cuDNN's heuristics propose no engine for the %s "
+                 "convolution%s%s", node_name(node), pass_name(pass),
+                 ampc_api_last_error()[0] ? ": " : "", ampc_api_last_error());
+        return false;
+    }
+    return true;
+}
+
+/* the sizer's job in the offline check: each distinct convolution once */
+static void check_conv(const RtConvDims *d, RtDType dt, RtPass pass, bool acc)
+{
+    AmpcPlanKey key;
+    ampc_conv_key(d, dt, pass, &key);
+    key.v[AMPC_KEY_LEN - 1] = acc;
+    if (ampc_cache_get(&cache, &key))
+        return;
+    ConvCheck *c = calloc(1, sizeof *c);
+    if (nchecks == checks_cap) {
+        size_t cap = checks_cap ? 2 * checks_cap : 64;
+        ConvCheck **grown = realloc(checks, cap * sizeof *grown);
+        if (grown)
+            checks = grown, checks_cap = cap;
+    }
+    if (!c || nchecks == checks_cap) {
+        fprintf(stderr, "ampc: out of memory in the cuDNN check\n");
+        exit(1);
+    }
+    snprintf(c->node, sizeof c->node, "%s", node_name(d->node));
+    AmpcConvGeom g;
+    int64_t cand[2] = {-1, -1};
+    char why[256];
+    c->ok = ampc_conv_geom(d, dt, pass, &g, why, sizeof why);
+    if (c->ok) {
+        check_describe(&g, dt, pass, acc, c->what, sizeof c->what);
+        c->ok = rt_cuda_dnn_check_geom(d->node, &g, dt, pass, acc, cand, c->err, sizeof c->err);
+    } else {
+        snprintf(c->what, sizeof c->what, "%s %s", pass_name(pass), rt_dtype_name(dt));
+        snprintf(c->err, sizeof c->err, "node '%s': %s", c->node, why);
+    }
+    c->cand_a = cand[0], c->cand_fallback = cand[1];
+    checks[nchecks++] = c;
+    if (!ampc_cache_put(&cache, &key, c)) {
+        fprintf(stderr, "ampc: out of memory in the cuDNN check\n");
+        exit(1);
+    }
+}
+
+int rt_cuda_dnn_check_report(FILE *out, FILE *err)
+{
+    int bad = 0;
+    for (size_t i = 0; i < nchecks; i++) {
+        const ConvCheck *c = checks[i];
+        if (!c->ok) {
+            fprintf(err, "cudnn-check: FAIL: %s\n", c->err);
+            bad++;
+            continue;
+        }
+        fprintf(out, "cudnn-check: conv %s: %s: graph finalized; heuristic proposes %lld (mode A), "
+                "%lld (fallback)\n", c->node, c->what, (long long)c->cand_a,
+                (long long)c->cand_fallback);
+    }
+    return bad;
+}
+
+size_t rt_cuda_dnn_check_count(void) { return nchecks; }
+
 /* ---- the contract ------------------------------------------------------------------------ */
 
 size_t rt_cuda_conv_workspace_bytes(const RtConvDims *d, RtDType dt, RtPass pass)
 {
+    if (offline) {
+        check_conv(d, dt, pass, false);
+        RtConvDims n = *d;
+        AmpcConvGeom g;
+        char e[64];
+        /* the sizer plans the accumulating variant where no padding intervenes */
+        if (pass != RT_PASS_FORWARD && rt_conv_dims_init(&n) &&
+            ampc_conv_geom(&n, dt, pass, &g, e, sizeof e) && !g.pad_bytes)
+            check_conv(d, dt, pass, true);
+        return 0;
+    }
     ConvPlan *a = conv_plan(d, dt, pass, false);
     size_t ws = a->ws;
     if (pass != RT_PASS_FORWARD && !a->g.pad_bytes) {
@@ -425,13 +691,24 @@ size_t rt_cuda_conv_workspace_bytes(const RtConvDims *d, RtDType dt, RtPass pass
     return a->g.pad_bytes + ws;
 }
 
-long rt_cuda_conv_engine(const RtConvDims *d, RtDType dt, RtPass pass, bool accumulate)
+static ConvPlan *cached_plan(const RtConvDims *d, RtDType dt, RtPass pass, bool accumulate)
 {
     AmpcPlanKey key;
     ampc_conv_key(d, dt, pass, &key);
     key.v[AMPC_KEY_LEN - 1] = accumulate;
-    ConvPlan *p = ready ? ampc_cache_get(&cache, &key) : NULL;
+    return ready && !offline ? ampc_cache_get(&cache, &key) : NULL;
+}
+
+long rt_cuda_conv_engine(const RtConvDims *d, RtDType dt, RtPass pass, bool accumulate)
+{
+    ConvPlan *p = cached_plan(d, dt, pass, accumulate);
     return p ? (long)p->engine : -1;
+}
+
+long rt_cuda_conv_notes(const RtConvDims *d, RtDType dt, RtPass pass, bool accumulate)
+{
+    ConvPlan *p = cached_plan(d, dt, pass, accumulate);
+    return p ? (long)p->notes : -1;
 }
 
 static int idt(RtDType dt) { return (int)dt; }
@@ -700,7 +977,8 @@ AmpcStream rt_cuda_stream(void) { return cfg.stream; }
         }                                                                                     \
     } while (0)
 
-bool rt_cuda_dnn_init(const RtCudaConfig *c, char *err, size_t errlen)
+/* cuDNN's functions, found by name in the library libs.c opens */
+static bool load(char *err, size_t errlen)
 {
     void *h = ampc_lib_open(AMPC_LIB_CUDNN, err, errlen);
     if (!h)
@@ -721,24 +999,51 @@ bool rt_cuda_dnn_init(const RtCudaConfig *c, char *err, size_t errlen)
                  F.GetVersion());
         return false;
     }
+    return true;
+}
+
+bool rt_cuda_dnn_init(const RtCudaConfig *c, char *err, size_t errlen)
+{
+    if (!load(err, errlen))
+        return false;
     cfg = *c;
     if (!AMPC_TRY(AMPC_API_CUDNN, F.Create(&handle)) ||
         !AMPC_TRY(AMPC_API_CUDNN, F.SetStream(handle, cfg.stream))) {
         snprintf(err, errlen, "%s", ampc_api_last_error());
         return false;
     }
-    ready = true;
+    ready = true, offline = false;
     return true;
 }
+
+bool rt_cuda_dnn_check_open(const RtCudaConfig *c, char *err, size_t errlen)
+{
+    if (!load(err, errlen))
+        return false;
+    cfg = *c;
+    handle = NULL;
+    ready = offline = true;
+    return true;
+}
+
+size_t rt_cuda_dnn_version(void) { return F.GetVersion ? F.GetVersion() : 0; }
 
 void rt_cuda_dnn_shutdown(void)
 {
     if (!ready)
         return;
+    if (offline) {
+        ampc_cache_free(&cache, free);
+        free(checks);
+        checks = NULL, nchecks = checks_cap = 0;
+        ready = offline = false;
+        return;
+    }
     ampc_cache_free(&cache, plan_free);
     if (bn_ws)
         AMPC_CHECK(AMPC_API_CUDA, cudaFree(bn_ws));
     bn_ws = NULL, bn_ws_c = 0;
     AMPC_CHECK(AMPC_API_CUDNN, F.Destroy(handle));
+    handle = NULL;
     ready = false;
 }

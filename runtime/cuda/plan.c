@@ -122,6 +122,30 @@ bool ampc_conv_geom(const RtConvDims *din, RtDType dt, RtPass pass, AmpcConvGeom
     return true;
 }
 
+bool ampc_desc_check(const AmpcTensorDesc *t, AmpcLayout lay, char *err, size_t errlen)
+{
+    AmpcTensorDesc want;
+    int64_t sp[3] = {1, 1, 1};
+    bool ok = t->nd >= 3 && t->nd <= AMPC_DESC_MAX_DIMS;
+    for (int i = 2; ok && i < t->nd; i++)
+        sp[i - 2] = t->dims[i];
+    for (int i = 0; ok && i < t->nd; i++)
+        ok = t->dims[i] >= 1;
+    ok = ok && fill_desc(&want, t->dims[0], t->dims[1], t->nd - 2, sp, lay);
+    for (int i = 0; ok && i < t->nd; i++)
+        ok = t->strides[i] == want.strides[i];
+    if (!ok) {
+        int at = snprintf(err, errlen, "a %d-D tensor whose strides (", t->nd);
+        for (int i = 0; i < t->nd && i < AMPC_DESC_MAX_DIMS && at > 0 && (size_t)at < errlen; i++)
+            at += snprintf(err + at, errlen - (size_t)at, "%s%lld", i ? "," : "",
+                           (long long)t->strides[i]);
+        if (at > 0 && (size_t)at < errlen)
+            snprintf(err + at, errlen - (size_t)at, ") are not the packed %s strides of its dims",
+                     lay == AMPC_NHWC ? "NHWC" : "NCHW");
+    }
+    return ok;
+}
+
 /* ---- keys and the cache ------------------------------------------------------ */
 
 void ampc_conv_key(const RtConvDims *d, RtDType dt, RtPass pass, AmpcPlanKey *k)
@@ -267,6 +291,30 @@ bool ampc_fc_gemm(const RtFcDims *d, RtPass pass, AmpcGemm *g, char *err, size_t
     return true;
 }
 
+bool ampc_gemm_check(const AmpcGemm *g, char *err, size_t errlen)
+{
+    int64_t ar = g->transa ? g->k : g->m, ac = g->transa ? g->m : g->k;
+    int64_t br = g->transb ? g->n : g->k, bc = g->transb ? g->k : g->n;
+    const char *bad = NULL;
+    if (g->m < 1 || g->n < 1 || g->k < 1)
+        bad = "a size below 1";
+    else if (g->rowsa != ar || g->colsa != ac)
+        bad = "A is not m x k under its transpose";
+    else if (g->rowsb != br || g->colsb != bc)
+        bad = "B is not k x n under its transpose";
+    else if (g->lda < g->rowsa || g->ldb < g->rowsb || g->ldd < g->m)
+        bad = "a leading dimension below its rows";
+    else if (g->lda > INT32_MAX || g->ldb > INT32_MAX || g->ldd > INT32_MAX)
+        bad = "a leading dimension beyond int32";
+    if (bad)
+        snprintf(err, errlen, "GEMM m %lld n %lld k %lld (A %lldx%lld ld %lld%s, B %lldx%lld ld "
+                 "%lld%s, D ld %lld): %s", (long long)g->m, (long long)g->n, (long long)g->k,
+                 (long long)g->rowsa, (long long)g->colsa, (long long)g->lda,
+                 g->transa ? " T" : "", (long long)g->rowsb, (long long)g->colsb,
+                 (long long)g->ldb, g->transb ? " T" : "", (long long)g->ldd, bad);
+    return !bad;
+}
+
 /* ---- Pooling ------------------------------------------------------------------------- */
 
 bool ampc_pool_geom(const RtPoolDims *din, AmpcLayout lay, AmpcPoolGeom *g, char *err,
@@ -298,4 +346,57 @@ bool ampc_pool_geom(const RtPoolDims *din, AmpcLayout lay, AmpcPoolGeom *g, char
     g->count_include_pad = d.count_include_pad;
     g->nhwc = lay == AMPC_NHWC;
     return true;
+}
+
+/* ---- engine policy ---------------------------------------------------------------------- */
+
+unsigned ampc_engine_refusal(unsigned notes, RtDType dt, const AmpcEnginePolicy *p)
+{
+    unsigned refused = AMPC_NOTE_DOWN_CONVERT;
+    if (!p->nondeterministic)
+        refused |= AMPC_NOTE_NONDETERMINISTIC;
+    if (dt == RT_F32) {
+        if (p->fp32 == AMPC_FP32_EXACT)
+            refused |= AMPC_NOTE_TENSOR_CORE;
+        if (p->fp32 != AMPC_FP32_FAST)
+            refused |= AMPC_NOTE_FFT | AMPC_NOTE_WINOGRAD;
+    }
+    if (!(dt == RT_F32 && p->fp32 == AMPC_FP32_FAST))
+        refused |= AMPC_NOTE_REDUCED_REDUCTION;
+    return notes & refused;
+}
+
+const char *ampc_note_names(unsigned notes, char *buf, size_t len)
+{
+    static const char *const name[] = {"tensor_core", "down_convert", "reduced_precision_reduction",
+                                       "fft", "nondeterministic", "winograd", "strict_nan"};
+    size_t at = 0;
+    if (len)
+        buf[0] = 0;
+    for (unsigned b = 0; b < sizeof name / sizeof *name; b++) {
+        if (!(notes & (1u << b)))
+            continue;
+        int w = snprintf(buf + at, at < len ? len - at : 0, "%s%s", at ? "," : "", name[b]);
+        at += w > 0 ? (size_t)w : 0;
+    }
+    if (!at && len)
+        snprintf(buf, len, "none");
+    return buf;
+}
+
+static const char *const fp32_mode_name[] = {"exact", "tf32", "fast"};
+
+bool ampc_fp32_mode_parse(const char *s, AmpcFp32Mode *mode)
+{
+    for (int m = 0; m < 3; m++)
+        if (strcmp(s, fp32_mode_name[m]) == 0) {
+            *mode = (AmpcFp32Mode)m;
+            return true;
+        }
+    return false;
+}
+
+const char *ampc_fp32_mode_name(AmpcFp32Mode mode)
+{
+    return (unsigned)mode < 3 ? fp32_mode_name[mode] : "?";
 }

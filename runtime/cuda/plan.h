@@ -58,7 +58,7 @@ typedef struct {
 } AmpcTensorDesc;
 
 /* everything the cuDNN graph needs for one convolution */
-typedef struct {
+typedef struct AmpcConvGeom {
     AmpcLayout layout;
     int c;     /* channels as cuDNN sees them (padded) */
     int nsp;   /* spatial axes as cuDNN sees them: 2 or 3 */
@@ -73,6 +73,11 @@ typedef struct {
 /* false (and a message) when the dims are invalid or a size overflows */
 bool ampc_conv_geom(const RtConvDims *d, RtDType dt, RtPass pass, AmpcConvGeom *g, char *err,
                     size_t errlen);
+
+/* false with a message unless t's strides are the packed strides of its
+ * dims in layout lay (what the kernels and the memory plan assume; cuDNN
+ * itself accepts overlapping strides such as a 0) */
+bool ampc_desc_check(const AmpcTensorDesc *t, AmpcLayout lay, char *err, size_t errlen);
 
 /* the plan-cache key: dims, dtype, layout, pass, one int64 each */
 #define AMPC_KEY_LEN 24
@@ -103,7 +108,7 @@ void ampc_cache_free(AmpcPlanCache *c, void (*drop)(void *));
 
 typedef enum { AMPC_OP_X, AMPC_OP_W, AMPC_OP_DY } AmpcFcOperand;
 
-typedef struct {
+typedef struct AmpcGemm {
     int64_t m, n, k;
     bool transa, transb;       /* op(A) = A^T when transa */
     int64_t rowsa, colsa, lda; /* A as stored: a column-major rowsa x colsa matrix */
@@ -114,6 +119,11 @@ typedef struct {
 
 /* the GEMM of a pass (forward: y; backward: dx; backward-weight: dw) */
 bool ampc_fc_gemm(const RtFcDims *d, RtPass pass, AmpcGemm *g, char *err, size_t errlen);
+/* false with a message unless g is one consistent GEMM: op(A) is m x k and
+ * op(B) k x n as stored, every leading dimension covers its rows, sizes
+ * positive and within cuBLASLt's int32 leading dimensions (what a wrong
+ * stride or a swapped operand breaks; cuBLASLt's descriptors take it all) */
+bool ampc_gemm_check(const AmpcGemm *g, char *err, size_t errlen);
 
 /* ---- Pooling ------------------------------------------------------------------ */
 
@@ -121,6 +131,46 @@ bool ampc_fc_gemm(const RtFcDims *d, RtPass pass, AmpcGemm *g, char *err, size_t
  * accepted, in the layout (NCHW or NHWC); false and a message otherwise */
 bool ampc_pool_geom(const RtPoolDims *d, AmpcLayout lay, AmpcPoolGeom *g, char *err,
                     size_t errlen);
+
+/* ---- which cuDNN engines a convolution may run on ---------------------------- */
+
+/* What fp32 convolutions may trade for speed (--cudnn-fp32): exact (the
+ * default) refuses engines on tensor cores (TF32 on sm_80 and later), FFT and
+ * Winograd, so an fp32 GPU program matches the CPU's within fp32 rounding;
+ * tf32 allows tensor cores (PyTorch's allow_tf32, MXNet's
+ * MXNET_CUDA_ALLOW_TENSOR_CORE_CONVERSION); fast allows all three. */
+typedef enum { AMPC_FP32_EXACT, AMPC_FP32_TF32, AMPC_FP32_FAST } AmpcFp32Mode;
+
+/* cuDNN's numerical notes of an engine, as bits (dnn.c maps
+ * cudnnBackendNumericalNote_t onto them; the Winograd tile notes are
+ * AMPC_NOTE_WINOGRAD) */
+enum {
+    AMPC_NOTE_TENSOR_CORE = 1u << 0,
+    AMPC_NOTE_DOWN_CONVERT = 1u << 1,      /* inputs converted to a narrower type */
+    AMPC_NOTE_REDUCED_REDUCTION = 1u << 2, /* accumulates below fp32 */
+    AMPC_NOTE_FFT = 1u << 3,
+    AMPC_NOTE_NONDETERMINISTIC = 1u << 4,  /* results may change run to run */
+    AMPC_NOTE_WINOGRAD = 1u << 5,
+    AMPC_NOTE_STRICT_NAN = 1u << 6,        /* informative: never refused */
+};
+
+typedef struct {
+    AmpcFp32Mode fp32;
+    bool nondeterministic; /* --cudnn-nondeterministic: such engines allowed */
+} AmpcEnginePolicy;
+
+/* The notes that make an engine with `notes` unfit for a convolution of dt
+ * under p (0: it may run).  Every dtype: down-converted inputs (as PyTorch's
+ * filter) and, unless p allows them, nondeterministic engines; reduced-
+ * precision reductions unless fp32 is fast (the CPU twins accumulate in
+ * fp32).  fp32 also: tensor cores unless tf32 or fast, FFT and Winograd
+ * unless fast. */
+unsigned ampc_engine_refusal(unsigned notes, RtDType dt, const AmpcEnginePolicy *p);
+/* the notes as words ("tensor_core,fft"; "none"), into buf */
+const char *ampc_note_names(unsigned notes, char *buf, size_t len);
+/* "exact", "tf32", "fast" -> mode; false for anything else */
+bool ampc_fp32_mode_parse(const char *s, AmpcFp32Mode *mode);
+const char *ampc_fp32_mode_name(AmpcFp32Mode mode);
 
 /* ---- the channel padding, as index arithmetic (for the kernels and tests) */
 

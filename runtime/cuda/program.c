@@ -87,6 +87,40 @@ static void *compute_stream(RtDevice *d) { return rt_device_cuda_stream(d); }
  * (the MPI engine's --mpi-bucket-mb default) */
 #define KV_BUCKET_MB 4.0
 
+/* the libraries' configuration from the program's --cudnn-* flags */
+static RtCudaConfig cuda_config(AmpcStream stream)
+{
+    const RtDeviceConfig *dc = rt_device_config();
+    return (RtCudaConfig){.stream = stream,
+                          .workspace_limit = (size_t)dc->cudnn_workspace_mb << 20,
+                          .autotune = dc->cudnn_autotune,
+                          .fp32 = dc->cudnn_fp32,
+                          .nondeterministic = dc->cudnn_nondeterministic};
+}
+
+int rt_cuda_check_model(const RtModel *m, int64_t batch, FILE *out, FILE *err)
+{
+    char why[512];
+    RtCudaConfig cfg = cuda_config(NULL);
+    if (!m->workspace_bytes) {
+        fprintf(err, "--cudnn-check: model %s has no workspace sizer to walk\n", m->name);
+        return 2;
+    }
+    if (!rt_cuda_check_open(&cfg, why, sizeof why)) {
+        fprintf(err, "--cudnn-check: model %s: %s\n", m->name, why);
+        return 1;
+    }
+    /* the sizers see every convolution and GEMM of both steps at this batch */
+    (void)m->workspace_bytes(batch);
+    int bad = rt_cuda_check_report(out, err);
+    fprintf(out, "cudnn-check: model %s at batch %lld: %zu distinct convolutions (cuDNN %zu), %zu "
+            "distinct GEMMs: %s\n", m->name, (long long)batch, rt_cuda_dnn_check_count(),
+            rt_cuda_dnn_version(), rt_cuda_blas_check_count(),
+            bad ? "FAILED" : "every descriptor built, every convolution has candidates");
+    rt_cuda_check_close();
+    return bad ? 1 : 0;
+}
+
 RtDevice *rt_cuda_open_device(const RtModel *m, char *err, size_t errlen)
 {
     int ordinal;
@@ -99,10 +133,7 @@ RtDevice *rt_cuda_open_device(const RtModel *m, char *err, size_t errlen)
                  "with --target=cuda; build it with --target=cpu to train on the CPU)", ordinal, why);
         return NULL;
     }
-    const RtDeviceConfig *dc = rt_device_config();
-    RtCudaConfig cfg = {.stream = rt_device_cuda_stream(d),
-                        .workspace_limit = (size_t)dc->cudnn_workspace_mb << 20,
-                        .autotune = dc->cudnn_autotune};
+    RtCudaConfig cfg = cuda_config(rt_device_cuda_stream(d));
     int64_t c = widest_batchnorm(m);
     if (!rt_cuda_init(&cfg, why, sizeof why)) {
         snprintf(err, errlen, "model %s on GPU %d: %s", m->name, ordinal, why);

@@ -18,6 +18,8 @@ extern "C" {
  * the BatchNorm scratch for m's widest BatchNorm.  NULL with a message
  * ("no CUDA device: ...", or naming the library or call that failed). */
 struct RtDevice *rt_cuda_open_device(const RtModel *m, char *err, size_t errlen);
+/* --cudnn-check, no GPU needed: the emitted RtModel's check_device (program.h) */
+int rt_cuda_check_model(const RtModel *m, int64_t batch, FILE *out, FILE *err);
 
 #ifdef __cplusplus
 }

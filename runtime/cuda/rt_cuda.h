@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cuda/ampc_cuda.h"
 #include "cuda/pool_geom.h"
@@ -56,6 +57,8 @@ typedef struct {
     size_t workspace_limit;  /* the most workspace one convolution or GEMM may use */
     bool autotune;           /* time the candidate cuDNN plans (MXNET_CUDNN_AUTOTUNE_DEFAULT=1)
                                 instead of taking the heuristic's first that fits */
+    int fp32;                /* the fp32 engine rule: plan.h's AmpcFp32Mode (0: exact) */
+    bool nondeterministic;   /* engines noted nondeterministic allowed */
 } RtCudaConfig;
 
 /* opens cuDNN and cuBLASLt (libs.h), creates their handles; false and a
@@ -81,6 +84,47 @@ void rt_cuda_conv_backward_weight(const RtConvDims *d, RtDType dt, const void *x
                                   void *ws);
 /* which engine the cached plan of a shape uses (-1 when none yet), for logs */
 long rt_cuda_conv_engine(const RtConvDims *d, RtDType dt, RtPass pass, bool accumulate);
+/* that engine's numerical notes (plan.h's AMPC_NOTE_* bits; -1 when no plan yet) */
+long rt_cuda_conv_notes(const RtConvDims *d, RtDType dt, RtPass pass, bool accumulate);
+
+/* ---- the offline check (--cudnn-check; no GPU) ----------------------------------- */
+
+struct AmpcConvGeom; /* plan.h */
+struct AmpcGemm;
+
+/* cuDNN and cuBLASLt opened without a device: no handle is made (cudnnCreate
+ * and cublasLtCreate need a GPU), but descriptors, cuDNN's operation graphs
+ * and its heuristic query need none.  Until rt_cuda_check_close the
+ * workspace sizers check each distinct convolution and GEMM (the first node
+ * asking names it) instead of choosing a plan, and return 0; the kernels
+ * must not be called.  False with a message when a library is missing. */
+bool rt_cuda_check_open(const RtCudaConfig *cfg, char *err, size_t errlen);
+/* one line per distinct descriptor to out, each failure (naming its node) to
+ * err; the number of failures */
+int rt_cuda_check_report(FILE *out, FILE *err);
+void rt_cuda_check_close(void);
+/* each library's half (rt_cuda_check_* call them) */
+bool rt_cuda_dnn_check_open(const RtCudaConfig *cfg, char *err, size_t errlen);
+int rt_cuda_dnn_check_report(FILE *out, FILE *err);
+size_t rt_cuda_dnn_check_count(void);
+bool rt_cuda_blas_check_open(const RtCudaConfig *cfg, char *err, size_t errlen);
+int rt_cuda_blas_check_report(FILE *out, FILE *err);
+size_t rt_cuda_blas_check_count(void);
+/* One convolution of geometry g (plan.h) checked as the sizer checks it: its
+ * operation graph built and finalized, the heuristics' proposals counted into
+ * candidates[0] (mode A) and [1] (fallback; -1 where a query failed).  False
+ * with a message naming node when cuDNN refuses a descriptor or neither
+ * heuristic proposes an engine.  Tests plant broken geometries here. */
+bool rt_cuda_dnn_check_geom(const char *node, const struct AmpcConvGeom *g, RtDType dt,
+                            RtPass pass, bool acc, int64_t candidates[2], char *err,
+                            size_t errlen);
+/* One GEMM (plan.h's AmpcGemm) checked: its shape against itself
+ * (ampc_gemm_check) and cuBLASLt's matmul and matrix layout descriptors
+ * created and set.  False with a message naming node. */
+bool rt_cuda_blas_check_gemm(const char *node, const struct AmpcGemm *g, RtDType dt, bool bias,
+                             char *err, size_t errlen);
+/* the loaded cuDNN's version (cudnnGetVersion), 0 before it is opened */
+size_t rt_cuda_dnn_version(void);
 
 /* ---- FullyConnected (cuBLASLt) ---------------------------------------------------- */
 

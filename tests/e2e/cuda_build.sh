@@ -76,6 +76,26 @@ no_device() {
     [ "$rc" = 1 ] && grep -q 'no CUDA device: GPU 0 cannot be opened: .*the program was built with --target=cuda' "$tmp/run"
 }
 
+# cudnn_check WHAT PROG: --cudnn-check (no GPU needed) builds the cuDNN graph
+# of every convolution (each pass, the layout the schedule chose) and the
+# cuBLASLt descriptors of every GEMM at the train block's batch size, and
+# cuDNN's heuristic proposes at least one engine for each; the descriptor
+# lines (node names dropped) are collected to count the distinct ones of
+# all programs
+: >"$tmp/descs"
+cudnn_check() {
+    local what=$1 prog=$2
+    if AMPC_CUDA_LIB_PATH=${AMPC_CUDA_LIB_PATH:-$cudalib} "$prog" --cudnn-check --data synthetic \
+        >"$tmp/check" 2>"$tmp/check.err" &&
+        grep -q '^cudnn-check: model .*every descriptor built, every convolution has candidates$' \
+            "$tmp/check"; then
+        sed -n 's/^cudnn-check: \(conv\|gemm\) [^:]*: /\1 /p' "$tmp/check" >>"$tmp/descs"
+    else
+        cat "$tmp/check" "$tmp/check.err" >>"$tmp/log"
+        bad "$what: --cudnn-check: $(head -1 "$tmp/check.err")"
+    fi
+}
+
 built=0 refused=0
 for f in examples/*.sym; do
     m=$(basename "$f" .sym)
@@ -98,6 +118,7 @@ for f in examples/*.sym; do
                 ok "$what: builds, calls rt_cuda_* only, and trained a step (a GPU is here)"
             elif no_device "$tmp/p"; then
                 ok "$what: builds, calls rt_cuda_* only, no GPU here: exit 1, the no-device message"
+                cudnn_check "$what" "$tmp/p"
             else
                 bad "$what: the run without a GPU"
             fi
@@ -110,6 +131,14 @@ for f in examples/*.sym; do
     done
 done
 echo "    (examples x amp: $built built for the GPU, $refused refused: ops without a CUDA kernel:$null_ops)"
+nconv=$(grep '^conv ' "$tmp/descs" | sort -u | wc -l)
+ngemm=$(grep '^gemm ' "$tmp/descs" | sort -u | wc -l)
+if [ "$built" -gt 0 ] && [ "$nconv" -gt 0 ] && [ "$ngemm" -gt 0 ] &&
+    [ "$(grep -c ' heuristic proposes 0 (mode A), 0 (fallback)$' "$tmp/descs")" = 0 ]; then
+    ok "--cudnn-check over the $built GPU programs: $nconv distinct convolution descriptors (each pass, dtype and layout) built with heuristic candidates, $ngemm distinct GEMMs' descriptors made"
+else
+    bad "--cudnn-check over the $built GPU programs: $nconv convolutions, $ngemm GEMMs"
+fi
 if [ "$null_ops" = " " ] && [ "$refused" -gt 0 ]; then
     bad "every op has a CUDA kernel, yet $refused programs were refused"
 fi

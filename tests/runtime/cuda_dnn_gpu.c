@@ -13,7 +13,13 @@
  * (the test converts), with the RGB-like 3- and 5-channel inputs padded.
  * Pooling and BatchNorm (custom kernels, pool.cuh and bn.cuh) must equal
  * rt_pool_* and rt_batchnorm_* bit for bit (tolerance 0).  Prints one line per op and dtype; exits 1 on a failure, 3 without a GPU.
- * AMPC_CUDNN_AUTOTUNE=1 times the candidate plans. */
+ * AMPC_CUDNN_AUTOTUNE=1 times the candidate plans; AMPC_CUDNN_FP32=exact|tf32|fast
+ * sets the fp32 engine rule (default exact, as the programs'), and every
+ * plan's engine and numerical notes are printed ("engine" lines, one per
+ * convolution, pass and accumulate flag); under exact an fp32 plan on a
+ * tensor-core engine is a failure whatever its error (the first-run kit also
+ * runs this under NVIDIA_TF32_OVERRIDE=0, which turns TF32 off in the
+ * libraries: equal results there and not here point at the engine rule). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +31,25 @@
 
 static cudaStream_t stream;
 static int failures;
+static AmpcFp32Mode fp32_mode = AMPC_FP32_EXACT;
+
+/* the plan a call of this shape ran: its engine and notes, and under exact no
+ * tensor core for fp32 */
+static void engine_line(const char *shape, const RtConvDims *d, RtDType dt, RtPass pass, bool acc)
+{
+    long engine = rt_cuda_conv_engine(d, dt, pass, acc), notes = rt_cuda_conv_notes(d, dt, pass, acc);
+    if (engine < 0)
+        return; /* not planned: a padded shape plans no accumulating variant */
+    char names[128];
+    bool tc = notes >= 0 && (notes & AMPC_NOTE_TENSOR_CORE);
+    bool bad = dt == RT_F32 && fp32_mode == AMPC_FP32_EXACT && tc;
+    printf("engine %-9s %-28s %-15s%s engine %ld notes %s%s\n", rt_dtype_name(dt), shape,
+           pass == RT_PASS_FORWARD ? "forward" : pass == RT_PASS_BACKWARD ? "backward-data"
+                                                                          : "backward-filter",
+           acc ? " acc" : "    ", engine, ampc_note_names((unsigned)notes, names, sizeof names),
+           bad ? "  FAIL (a tensor-core engine under --cudnn-fp32=exact)" : "");
+    failures += bad;
+}
 
 static void *dev(size_t bytes)
 {
@@ -176,6 +201,12 @@ static void conv_case(RtConvDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
     free(x), free(w), free(dy), free(b), free(C), free(out), free(cpu), free(cdb), free(gdb);
     if (last)
         free(xl), free(wl), free(dyl);
+    char shape[64];
+    snprintf(shape, sizeof shape, "n%d c%d k%d g%d %dD k%d s%d", d.n, d.c, d.k, d.groups, d.nsp,
+             d.kernel[0], d.stride[0]);
+    for (int p = 0; p < 3; p++)
+        for (int acc = 0; acc < 2; acc++)
+            engine_line(shape, &dl, dt, (RtPass)p, acc && p > 0);
 }
 
 static void fc_case(RtFcDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
@@ -324,8 +355,16 @@ int main(void)
         return 3;
     }
     AMPC_CHECK(AMPC_API_CUDA, cudaStreamCreate(&stream));
-    const char *at = getenv("AMPC_CUDNN_AUTOTUNE");
-    RtCudaConfig cfg = {stream, (size_t)256 << 20, at && at[0] == '1'};
+    const char *at = getenv("AMPC_CUDNN_AUTOTUNE"), *mode = getenv("AMPC_CUDNN_FP32");
+    if (mode && !ampc_fp32_mode_parse(mode, &fp32_mode)) {
+        fprintf(stderr, "cuda_dnn_gpu: AMPC_CUDNN_FP32='%s' is not exact, tf32 or fast\n", mode);
+        return 2;
+    }
+    const char *tf32 = getenv("NVIDIA_TF32_OVERRIDE");
+    printf("cuda_dnn_gpu: --cudnn-fp32=%s, autotune %s, NVIDIA_TF32_OVERRIDE=%s\n",
+           ampc_fp32_mode_name(fp32_mode), at && at[0] == '1' ? "on" : "off", tf32 ? tf32 : "unset");
+    RtCudaConfig cfg = {.stream = stream, .workspace_limit = (size_t)256 << 20,
+                        .autotune = at && at[0] == '1', .fp32 = fp32_mode};
     char err[4096];
     if (!rt_cuda_init(&cfg, err, sizeof err)) {
         fprintf(stderr, "cuda_dnn_gpu: %s\n", err);
@@ -350,7 +389,10 @@ int main(void)
         {.n = 2, .c = 8, .k = 8, .groups = 1, .nsp = 3, .in = {6, 8, 8}, .kernel = {3, 3, 3},
          .stride = {1, 1, 1}, .pad = {1, 1, 1}, .dilate = {1, 1, 1}},
     };
-    static const RtFcDims fcs[] = {{32, 100, 10}, {7, 2048, 1000}, {64, 512, 512}, {1, 3, 1}};
+    static const RtFcDims fcs[] = {{.n = 32, .in = 100, .hidden = 10},
+                                   {.n = 7, .in = 2048, .hidden = 1000},
+                                   {.n = 64, .in = 512, .hidden = 512},
+                                   {.n = 1, .in = 3, .hidden = 1}};
     static const RtDType dts[] = {RT_F32, RT_F16, RT_BF16};
     printf("%-22s %-9s %5s %12s %10s\n", "op", "dtype", "cases", "max rel err", "tolerance");
     for (int t = 0; t < 3; t++) {

@@ -58,7 +58,7 @@ int main(void)
     message_has(AMPC_API_CUDA, cudaErrorMemoryAllocation, "out of memory");
     expect(AMPC_TRY(AMPC_API_CUDNN, CUDNN_STATUS_SUCCESS), "success passes", "");
 
-    RtCudaConfig cfg = {NULL, 64 << 20, false};
+    RtCudaConfig cfg = {.workspace_limit = 64 << 20};
     if (rt_cuda_init(&cfg, err, sizeof err)) {
         printf("cuda_libs_smoke: rt_cuda_init works (a GPU is here)\n");
         rt_cuda_shutdown();

@@ -56,7 +56,7 @@ static const char *const tiny_defaults[] = {
 static void *ws(RtCtx *ctx, RtDType dt)
 {
     int n = (int)ctx->batch;
-    RtFcDims d1 = {n, IN, HID}, d2 = {n, HID, OUT};
+    RtFcDims d1 = {.n = n, .in = IN, .hidden = HID}, d2 = {.n = n, .in = HID, .hidden = OUT};
     size_t need = 0;
     for (int p = RT_PASS_FORWARD; p <= RT_PASS_BACKWARD_WEIGHT; p++) {
         size_t a = rt_fc_workspace_bytes(&d1, dt, (RtPass)p), b = rt_fc_workspace_bytes(&d2, dt, (RtPass)p);
@@ -77,7 +77,7 @@ static void forward(RtCtx *ctx, RtDType dt, int prob)
 {
     void **b = ctx->buf;
     int64_t n = ctx->batch;
-    RtFcDims d1 = {(int)n, IN, HID}, d2 = {(int)n, HID, OUT};
+    RtFcDims d1 = {.n = (int)n, .in = IN, .hidden = HID}, d2 = {.n = (int)n, .in = HID, .hidden = OUT};
     void *w = ws(ctx, dt);
     rt_cast_forward((size_t)(n * IN), RT_F32, b[B_DATA], dt, b[B_X]);
     AFTER(0, B_X, "data_cast");
@@ -97,7 +97,7 @@ static void train_step(RtCtx *ctx, RtDType dt)
 {
     void **b = ctx->buf;
     int64_t n = ctx->batch;
-    RtFcDims d1 = {(int)n, IN, HID}, d2 = {(int)n, HID, OUT};
+    RtFcDims d1 = {.n = (int)n, .in = IN, .hidden = HID}, d2 = {.n = (int)n, .in = HID, .hidden = OUT};
     RtSmoParams smo = {.grad_scale = 1, .smooth_alpha = 0, .use_ignore = false,
                        .ignore_label = -1, .normalization = RT_SMO_NORM_NULL};
     forward(ctx, dt, B_PROB);

@@ -147,7 +147,7 @@ static void test_bias_grad_is_fc_dbias(void **state)
                 ampc_emu_reverse = rev;
                 RtDType dt = dts[t];
                 size_t es = rt_dtype_size(dt);
-                RtFcDims d = {37, 3, 1001};
+                RtFcDims d = {.n = 37, .in = 3, .hidden = 1001};
                 void *x = randbuf((size_t)d.n * d.in, dt, false);
                 void *dy = randbuf((size_t)d.n * d.hidden, dt, false);
                 void *dw = malloc((size_t)d.hidden * d.in * es);

@@ -235,7 +235,7 @@ static void test_keys(void **state)
     assert_false(ampc_key_equal(&a, &b));
     ampc_conv_key(&d, RT_F16, RT_PASS_BACKWARD_WEIGHT, &b);
     assert_false(ampc_key_equal(&a, &b));
-    RtFcDims f = {4, 5, 6};
+    RtFcDims f = {.n = 4, .in = 5, .hidden = 6};
     ampc_fc_key(&f, RT_F16, RT_PASS_FORWARD, &b);
     assert_false(ampc_key_equal(&a, &b));
     AmpcPlanKey c;
@@ -252,7 +252,7 @@ static void test_cache(void **state)
     (void)state;
     AmpcPlanCache c = {0};
     AmpcPlanKey k;
-    RtFcDims f = {1, 1, 1};
+    RtFcDims f = {.n = 1, .in = 1, .hidden = 1};
     for (int i = 1; i <= 1000; i++) {
         f.n = i;
         ampc_fc_key(&f, RT_F32, (RtPass)(i % 3), &k);
@@ -295,7 +295,7 @@ static void gemm(const AmpcGemm *g, const float *A, const float *B, float *D)
 static void test_fc_gemms(void **state)
 {
     (void)state;
-    RtFcDims d = {5, 7, 3};
+    RtFcDims d = {.n = 5, .in = 7, .hidden = 3};
     size_t xn = 35, wn = 21, yn = 15;
     float x[35], w[21], dy[15], y[15], dx[35], dw[21], got[35];
     tu_seed(3);
@@ -318,15 +318,81 @@ static void test_fc_gemms(void **state)
     for (int p = 0; p < 3; p++) {
         AmpcGemm g;
         assert_true(ampc_fc_gemm(&d, (RtPass)p, &g, err, sizeof err));
+        assert_true(ampc_gemm_check(&g, err, sizeof err)); /* every pass's GEMM is consistent */
         gemm(&g, by[g.a], by[g.b], got);
         for (size_t i = 0; i < len[p]; i++)
             if (fabsf(got[i] - want[p][i]) > 1e-5f)
                 fail_msg("pass %d: element %zu: %g, rt_fc gives %g", p, i, got[i], want[p][i]);
     }
     AmpcGemm g;
+    /* what the offline check refuses: a leading dimension short of its rows,
+     * a transpose flipped, an operand of the wrong size */
+    assert_true(ampc_fc_gemm(&d, RT_PASS_FORWARD, &g, err, sizeof err));
+    AmpcGemm bad = g;
+    bad.lda = bad.rowsa - 1;
+    assert_false(ampc_gemm_check(&bad, err, sizeof err));
+    assert_non_null(strstr(err, "leading dimension"));
+    bad = g, bad.transa = !bad.transa;
+    assert_false(ampc_gemm_check(&bad, err, sizeof err));
+    assert_non_null(strstr(err, "A is not m x k"));
+    bad = g, bad.colsb++;
+    assert_false(ampc_gemm_check(&bad, err, sizeof err));
+    assert_non_null(strstr(err, "B is not k x n"));
+    bad = g, bad.k = 0;
+    assert_false(ampc_gemm_check(&bad, err, sizeof err));
     d.in = 0;
     assert_false(ampc_fc_gemm(&d, RT_PASS_FORWARD, &g, err, sizeof err));
     assert_non_null(strstr(err, "invalid dims"));
+}
+
+/* The engine rule of dnn.c on lists of cuDNN's numerical notes (no GPU
+ * returns engines here, so the rule is checked on the notes themselves). */
+static void test_engine_policy(void **state)
+{
+    (void)state;
+    const AmpcEnginePolicy exact = {AMPC_FP32_EXACT, false}, tf32 = {AMPC_FP32_TF32, false},
+                           fast = {AMPC_FP32_FAST, false}, nondet = {AMPC_FP32_EXACT, true};
+    const unsigned tc = AMPC_NOTE_TENSOR_CORE, wino = AMPC_NOTE_WINOGRAD, fft = AMPC_NOTE_FFT,
+                   nd = AMPC_NOTE_NONDETERMINISTIC, dc = AMPC_NOTE_DOWN_CONVERT,
+                   rr = AMPC_NOTE_REDUCED_REDUCTION, nan = AMPC_NOTE_STRICT_NAN;
+    /* fp32 under exact: only engines of plain fp32 arithmetic */
+    assert_int_equal(ampc_engine_refusal(0, RT_F32, &exact), 0);
+    assert_int_equal(ampc_engine_refusal(nan, RT_F32, &exact), 0);
+    assert_int_equal(ampc_engine_refusal(tc, RT_F32, &exact), tc);
+    assert_int_equal(ampc_engine_refusal(tc | nan, RT_F32, &exact), tc);
+    assert_int_equal(ampc_engine_refusal(fft, RT_F32, &exact), fft);
+    assert_int_equal(ampc_engine_refusal(wino, RT_F32, &exact), wino);
+    assert_int_equal(ampc_engine_refusal(dc | tc, RT_F32, &exact), dc | tc);
+    /* tf32: tensor cores, but neither FFT nor Winograd nor down-conversion */
+    assert_int_equal(ampc_engine_refusal(tc, RT_F32, &tf32), 0);
+    assert_int_equal(ampc_engine_refusal(tc | wino, RT_F32, &tf32), wino);
+    assert_int_equal(ampc_engine_refusal(fft, RT_F32, &tf32), fft);
+    assert_int_equal(ampc_engine_refusal(dc, RT_F32, &tf32), dc);
+    /* fast: all three, and reduced-precision reductions; never down-conversion */
+    assert_int_equal(ampc_engine_refusal(tc | wino | fft | rr, RT_F32, &fast), 0);
+    assert_int_equal(ampc_engine_refusal(dc, RT_F32, &fast), dc);
+    /* nondeterministic engines: refused in every mode unless asked */
+    assert_int_equal(ampc_engine_refusal(nd, RT_F32, &fast), nd);
+    assert_int_equal(ampc_engine_refusal(nd, RT_F16, &exact), nd);
+    assert_int_equal(ampc_engine_refusal(nd, RT_F32, &nondet), 0);
+    assert_int_equal(ampc_engine_refusal(nd | tc, RT_F32, &nondet), tc);
+    /* 16-bit: tensor cores, FFT and Winograd whatever --cudnn-fp32 says, but
+     * fp32 accumulation and no down-conversion */
+    for (int dt = RT_F16; dt <= RT_BF16; dt++) {
+        assert_int_equal(ampc_engine_refusal(tc | wino | fft, (RtDType)dt, &exact), 0);
+        assert_int_equal(ampc_engine_refusal(tc | rr, (RtDType)dt, &fast), rr);
+        assert_int_equal(ampc_engine_refusal(tc | dc, (RtDType)dt, &tf32), dc);
+    }
+    char buf[128];
+    assert_string_equal(ampc_note_names(tc | fft, buf, sizeof buf), "tensor_core,fft");
+    assert_string_equal(ampc_note_names(0, buf, sizeof buf), "none");
+    assert_string_equal(ampc_note_names(tc | wino, buf, 12), "tensor_core"); /* cut, terminated */
+    AmpcFp32Mode m;
+    assert_true(ampc_fp32_mode_parse("tf32", &m) && m == AMPC_FP32_TF32);
+    assert_true(ampc_fp32_mode_parse("exact", &m) && m == AMPC_FP32_EXACT);
+    assert_false(ampc_fp32_mode_parse("TF32", &m));
+    assert_false(ampc_fp32_mode_parse("", &m));
+    assert_string_equal(ampc_fp32_mode_name(AMPC_FP32_FAST), "fast");
 }
 
 int main(void)
@@ -338,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_cache),
         cmocka_unit_test(test_fc_gemms),
+        cmocka_unit_test(test_engine_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -133,23 +133,44 @@ static void test_device_flags(void **state)
     RtModel cpu = model(NULL), gpu = model(fake_open);
     char err[256] = "";
     /* not given: fine anywhere, the defaults stay */
-    assert_true(rt_device_configure(&cpu, -1, -1, err, sizeof err));
+    assert_true(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, -1, -1}, err, sizeof err));
     assert_true(rt_device_config()->cudnn_autotune);
     assert_int_equal(rt_device_config()->cudnn_workspace_mb, RT_CUDNN_WORKSPACE_MB_DEFAULT);
     /* a CPU program refuses either, naming it */
-    assert_false(rt_device_configure(&cpu, 0, -1, err, sizeof err));
+    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){0, -1, -1, -1}, err, sizeof err));
     assert_non_null(strstr(err, "--cudnn-autotune"));
     assert_non_null(strstr(err, "--target=cuda"));
-    assert_false(rt_device_configure(&cpu, -1, 64, err, sizeof err));
+    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, 64, -1, -1}, err, sizeof err));
     assert_non_null(strstr(err, "--cudnn-workspace-mb"));
     assert_true(rt_device_config()->cudnn_autotune); /* unchanged by a refusal */
     /* a GPU program takes them */
-    assert_true(rt_device_configure(&gpu, 0, 64, err, sizeof err));
+    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){0, 64, -1, -1}, err, sizeof err));
     assert_false(rt_device_config()->cudnn_autotune);
     assert_int_equal(rt_device_config()->cudnn_workspace_mb, 64);
-    assert_true(rt_device_configure(&gpu, 1, -1, err, sizeof err));
+    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){1, -1, -1, -1}, err, sizeof err));
     assert_true(rt_device_config()->cudnn_autotune);
     assert_int_equal(rt_device_config()->cudnn_workspace_mb, 64);
+    /* the fp32 engine rule and the nondeterministic engines: exact and
+     * refused by default, refused by a CPU program, taken by a GPU one */
+    assert_int_equal(rt_device_config()->cudnn_fp32, 0);
+    assert_false(rt_device_config()->cudnn_nondeterministic);
+    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, 1, -1}, err, sizeof err));
+    assert_non_null(strstr(err, "--cudnn-fp32"));
+    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, -1, 1}, err, sizeof err));
+    assert_non_null(strstr(err, "--cudnn-nondeterministic"));
+    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){-1, -1, 2, 1}, err, sizeof err));
+    assert_int_equal(rt_device_config()->cudnn_fp32, 2);
+    assert_true(rt_device_config()->cudnn_nondeterministic);
+    assert_int_equal(rt_device_config()->cudnn_workspace_mb, 64);
+    /* --cudnn-check: a CPU program refuses it */
+    FILE *sink = tmpfile();
+    assert_non_null(sink);
+    assert_int_equal(rt_device_check(&cpu, 4, sink, sink), 2);
+    rewind(sink);
+    char line[256] = "";
+    assert_non_null(fgets(line, sizeof line, sink));
+    assert_non_null(strstr(line, "--cudnn-check"));
+    fclose(sink);
 }
 
 int main(void)
