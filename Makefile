@@ -259,9 +259,11 @@ gpu-check-pack: gpu-check-build
 # emulated in unit (tests/runtime/test_cuda_emu.c).  The library discovery smoke
 # test loads the toolkit's own cuDNN, cuBLAS(Lt) and NCCL: a fresh machine's
 # loader cache does not list the toolkit, so it is named (AMPC_CUDA_LIB_PATH).
-cuda-check: cuda
+cuda-check: cuda $(if $(NVCC),sass-env $(BUILD)/cuda/kernel_vectorized)
 	@if [ -n "$(NVCC)" ]; then tests/runtime/cuda_ptx_check.sh $(NVCC) $(BUILD)/cuda && \
 	    tests/runtime/cuda_layout_ptx_check.sh $(BUILD)/cuda && \
+	    tests/runtime/cuda_sass_check.sh $(NVCC) $(BUILD)/cuda $(SASS_ENV)/bin \
+	        $(BUILD)/cuda/kernel_vectorized && \
 	    $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_kernels_gpu \
 	        $(BUILD)/cuda/cuda_libs_smoke $(BUILD)/cuda/cuda_dnn_gpu $(BUILD)/gpu/optim_bw \
 	        $(BUILD)/cuda/cuda_dnn_offline && \
@@ -271,6 +273,26 @@ cuda-check: cuda
 	        AMPC_CUDA_LIB_PATH=$${AMPC_CUDA_LIB_PATH:-$(dir $(NVCC))../lib64} $(BUILD)/cuda/cuda_dnn_offline; \
 	    else echo "NOT RUN: cuda_libs_smoke and cuda_dnn_offline under ASan (its dlopen interceptor hides cuDNN's RUNPATH from cuDNN's own dlopens; the plain build runs them, and test_cuda_libs runs libs.c's search under ASan)"; fi; \
 	else echo "SKIPPED: cuda-check (the PTX and register-spill checks of the CUDA kernels): no nvcc"; fi
+
+# cuobjdump and nvdisasm for the SASS check (tests/runtime/cuda_sass_check.sh):
+# NVIDIA's hash-pinned PyPI wheels in a virtual environment (the toolkit
+# here ships neither), made once; SASS_ENV/bin holds both tools.
+SASS_ENV ?= $(CURDIR)/build/sass-env
+.PHONY: sass-env
+sass-env: $(SASS_ENV)/.installed
+$(SASS_ENV)/.installed: tests/runtime/sass/requirements.txt
+	rm -rf $(SASS_ENV)
+	python3 -m venv $(SASS_ENV)
+	$(SASS_ENV)/bin/python -m pip install --no-input --disable-pip-version-check --require-hashes \
+	    --no-deps --only-binary=:all: -q -r $<
+	d=$$(echo $(SASS_ENV)/lib/python3*/site-packages/nvidia/cu13/bin) && \
+	    chmod +x $$d/cuobjdump $$d/nvdisasm && \
+	    ln -s $$d/cuobjdump $(SASS_ENV)/bin/cuobjdump && ln -s $$d/nvdisasm $(SASS_ENV)/bin/nvdisasm
+	$(SASS_ENV)/bin/cuobjdump --version >/dev/null && $(SASS_ENV)/bin/nvdisasm --version >/dev/null
+	touch $@
+$(BUILD)/cuda/kernel_vectorized: tests/runtime/sass/kernel_vectorized.c ir/kernels.def
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -o $@ $<
 
 golden: $(BUILD)/ampc
 	tests/golden/run.sh $(BUILD)/ampc

@@ -656,7 +656,8 @@ static void emit_smo_backward(Cg *c, const Node *n, const KernelRow *k)
 #undef I
 
 static EmitFn *const emitters[OP_COUNT] = {
-#define KERNEL(id, family, cpu, ws, mode, cuda, overwrites, unread) [OP_##id] = emit_##family,
+#define KERNEL(id, family, cpu, ws, mode, cuda, overwrites, unread, vectorized) \
+    [OP_##id] = emit_##family,
 #include "kernels.def"
 #undef KERNEL
 };

@@ -8,8 +8,8 @@
 /* ---- kernel facts: the binding table (kernels.def) ---------------------------- */
 
 static const KernelRow kernel_rows[OP_COUNT] = {
-#define KERNEL(id, family, cpu, ws, mode, cuda, overwrites, unread) \
-    [OP_##id] = {true, cpu, ws, mode, cuda, overwrites, unread},
+#define KERNEL(id, family, cpu, ws, mode, cuda, overwrites, unread, vectorized) \
+    [OP_##id] = {true, cpu, ws, mode, cuda, overwrites, unread, vectorized},
 #include "kernels.def"
 #undef KERNEL
 };

@@ -56,6 +56,7 @@ typedef struct {
     bool has;
     const char *cpu, *ws, *mode, *cuda;
     unsigned char overwrites, unread; /* bit k: input slot k */
+    const char *vectorized;           /* the CUDA kernels held to 16-byte loads, or NULL */
 } KernelRow;
 const KernelRow *kernel_row(OpKind k);
 
