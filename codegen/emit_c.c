@@ -807,6 +807,8 @@ static void emit_function(Cg *c, const char *name, StepKind k)
         if (call->nout > 0 && call->out[0] >= 0 && k != STEP_MOVING) {
             fprintf(f, "        if (ctx->after_node)\n            ctx->after_node(ctx, %d, ", n->id);
             c_string(f, n->name);
+            fputs(", ", f);
+            c_string(f, op_info(n->op)->name);
             fprintf(f, ", %d);\n", call->out[0]);
         }
         if (k == STEP_TRAIN)

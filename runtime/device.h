@@ -54,6 +54,13 @@ typedef struct {
     uint64_t seq;
 } RtDevEvent;
 
+/* A timing point in the device's stream of work (--profile's per-call
+ * times; CUDA: an event with timing, from a pool; CPU: the host clock). */
+typedef struct {
+    int64_t slot;  /* the device's own (CUDA: its pool index) */
+    double host_s; /* the CPU device's: the host clock when recorded */
+} RtDevTime;
+
 typedef enum { RT_REDUCE_SUM, RT_REDUCE_MEAN } RtReduceOp;
 
 #define RT_DEV_ALIGN 64 /* every rt_dev_alloc block starts at a multiple of this */
@@ -165,6 +172,15 @@ typedef struct {
     void (*event_wait)(RtDevice *d, const RtDevEvent *e); /* the host waits for e */
     bool (*event_done)(RtDevice *d, const RtDevEvent *e);
     void (*synchronize)(RtDevice *d); /* the host waits for all work */
+    /* ---- timing (--profile's per-call times; NULL where a device has none) ---- */
+    /* marks after this reuse the device's timing slots (the earlier marks
+     * must have been read) */
+    void (*time_reset)(RtDevice *d);
+    /* a point after the work queued so far; false when no slot is left */
+    bool (*time_mark)(RtDevice *d, RtDevTime *t);
+    /* seconds of device work from a to b (marks since the same reset); waits
+     * for b (the caller counts that wait as its own) */
+    double (*time_elapsed)(RtDevice *d, const RtDevTime *a, const RtDevTime *b);
     /* ---- collectives over the devices of a run ---- */
     int (*world_size)(const RtDevice *d);
     int (*rank)(const RtDevice *d);
@@ -284,6 +300,10 @@ static inline void rt_dev_event_wait(RtDevice *d, const RtDevEvent *e)
     if (!d->ops->event_done(d, e))
         d->syncs++;
     d->ops->event_wait(d, e);
+}
+static inline bool rt_dev_has_timing(const RtDevice *d)
+{
+    return d->ops->time_mark && d->ops->time_elapsed && d->ops->time_reset;
 }
 static inline bool rt_dev_event_done(RtDevice *d, const RtDevEvent *e)
 {

@@ -81,10 +81,10 @@ void rt_prof_infer(Prof *pf, bool begin)
     }
 }
 
-static void prof_node(Prof *pf, const RtModel *m, int node, const char *name, int buffer,
-                      double now)
+/* sec more for a node of step function f (0 train, 1 inference) */
+static void prof_node(Prof *pf, const RtModel *m, int f, int node, const char *name,
+                      const char *op, int buffer, bool backward, double sec)
 {
-    int f = pf->step_fn;
     if (node < 0 || node > 1000000)
         return;
     if (node >= pf->cap[f]) {
@@ -97,14 +97,74 @@ static void prof_node(Prof *pf, const RtModel *m, int node, const char *name, in
         pf->cap[f] = cap;
     }
     ProfNode *pn = &pf->node[f][node];
+    if (!pn->order)
+        pn->order = ++pf->norder[f];
     pn->name = name;
-    pn->sec += now - pf->last;
+    pn->op = op;
+    pn->dtype = buffer >= 0 && buffer < m->nbuffers ? (int)m->buffers[buffer].dtype : -1;
+    pn->sec += sec;
     pn->calls++;
-    pn->backward = f == 0 && (pf->past_head || strstr(name, "_bwd") != NULL);
+    pn->backward = backward;
     if (f == 0)
-        pf->phase[pn->backward ? PH_BACKWARD : PH_FORWARD] += now - pf->last;
-    if (f == 0 && buffer == m->prob_train)
+        pf->phase[backward ? PH_BACKWARD : PH_FORWARD] += sec;
+}
+
+/* whether a node of the train step is in its backward pass: after the loss
+ * head, or named so (a gradient sum before the head's own backward) */
+static bool prof_backward(Prof *pf, const RtModel *m, const char *name, int buffer)
+{
+    bool bwd = pf->step_fn == 0 && (pf->past_head || strstr(name, "_bwd") != NULL);
+    if (pf->step_fn == 0 && buffer == m->prob_train)
         pf->past_head = true;
+    return bwd;
+}
+
+void rt_prof_step_begin(Prof *pf, RtDevice *d)
+{
+    pf->timed = false;
+    pf->nmark = 0;
+    if (!pf->on || pf->step_fn != 0 || !rt_dev_has_timing(d))
+        return;
+    d->ops->time_reset(d);
+    pf->timed = d->ops->time_mark(d, &pf->start);
+    pf->any_timed = pf->any_timed || pf->timed;
+}
+
+bool rt_prof_step_nodes(Prof *pf, RtDevice *d, const RtModel *m)
+{
+    if (!pf->timed)
+        return false;
+    RtDevTime prev = pf->start;
+    bool waited = false;
+    for (int i = 0; i < pf->nmark; i++) {
+        const ProfMark *k = &pf->mark[i];
+        if (!k->marked)
+            continue; /* its time goes to the next marked node */
+        double sec = d->ops->time_elapsed(d, &prev, &k->t);
+        waited = true;
+        prof_node(pf, m, 0, k->node, k->name, k->op, k->buffer, k->backward, sec);
+        prev = k->t;
+    }
+    pf->own_syncs += waited;
+    pf->timed = false;
+    return true;
+}
+
+static void prof_mark(Prof *pf, RtDevice *d, int node, const char *name, const char *op,
+                      int buffer, bool backward)
+{
+    if (pf->nmark == pf->capmark) {
+        int cap = pf->capmark ? 2 * pf->capmark : 256;
+        ProfMark *grown = realloc(pf->mark, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return;
+        pf->mark = grown;
+        pf->capmark = cap;
+    }
+    ProfMark *k = &pf->mark[pf->nmark++];
+    *k = (ProfMark){.node = node, .buffer = buffer, .name = name, .op = op,
+                    .backward = backward};
+    k->marked = d->ops->time_mark(d, &k->t);
 }
 
 /* The node kind from its name: the backward suffix ("_bwd" and what
@@ -164,8 +224,44 @@ static int cmp_kind(const void *a, const void *b)
 
 #define PROF_TOP 15
 
-void rt_prof_report(const Prof *pf, FILE *out, JLog *jl)
+static int cmp_order(const void *a, const void *b)
 {
+    const ProfNode *x = *(const ProfNode *const *)a, *y = *(const ProfNode *const *)b;
+    return (x->order > y->order) - (x->order < y->order);
+}
+
+/* every node of the train step in the order it ran: name, op, pass, dtype
+ * and ms per step (the cost model's calibration reads these) */
+static void prof_calls_json(const Prof *pf, JLog *jl, double steps)
+{
+    int nn = pf->cap[0], no = 0;
+    const ProfNode **order = calloc((size_t)nn + 1, sizeof *order);
+    if (!order)
+        return;
+    for (int i = 0; i < nn; i++)
+        if (pf->node[0][i].name && pf->node[0][i].calls)
+            order[no++] = &pf->node[0][i];
+    qsort(order, (size_t)no, sizeof *order, cmp_order);
+    rt_jl_str(jl, "call_timing", pf->any_timed ? "device marks" : "host clock after each node's wait");
+    rt_jl_key(jl, "calls");
+    fputc('[', jl->f);
+    for (int i = 0; i < no; i++) {
+        fputs(i ? ",{" : "{", jl->f);
+        jl->comma = false;
+        rt_jl_str(jl, "name", order[i]->name);
+        rt_jl_str(jl, "op", order[i]->op ? order[i]->op : "");
+        rt_jl_str(jl, "pass", order[i]->backward ? "backward" : "forward");
+        rt_jl_str(jl, "dtype", order[i]->dtype >= 0 ? rt_dtype_name((RtDType)order[i]->dtype) : "");
+        rt_jl_num(jl, "ms", order[i]->sec / steps * 1e3);
+        rt_jl_close(jl, '}');
+    }
+    rt_jl_close(jl, ']');
+    free(order);
+}
+
+void rt_prof_report(const Prof *pf, const RtModel *m, FILE *out, JLog *jl)
+{
+    (void)m;
     if (pf->steps == 0) {
         fprintf(out, "Profile: no train step was timed (the first step of a run is not "
                 "counted)\n");
@@ -219,6 +315,9 @@ void rt_prof_report(const Prof *pf, FILE *out, JLog *jl)
     if (pf->infer_steps > 0)
         fprintf(out, "  inference step (validation): %lld batches, %.3f ms per batch\n",
                 (long long)pf->infer_steps, pf->infer_sec / (double)pf->infer_steps * ms);
+    fprintf(out, "  per-node times: %s\n", pf->any_timed
+            ? "the device's timing marks between calls (CUDA events; the CPU's clock), no wait "
+              "per node" : "the host clock after a wait for each node");
     fprintf(out, "  device->host syncs per step: %.2f; in the %lld steps that did not log: %.2f "
             "(the profile's own timing waits not counted)\n", (double)pf->syncs / n,
             (long long)pf->quiet_steps,
@@ -249,6 +348,7 @@ void rt_prof_report(const Prof *pf, FILE *out, JLog *jl)
             }
             rt_jl_close(jl, ']');
         }
+        prof_calls_json(pf, jl, n);
         if (pf->infer_steps > 0)
             rt_jl_num(jl, "infer_batch_ms", pf->infer_sec / (double)pf->infer_steps * ms);
         rt_jl_num(jl, "syncs_per_step", (double)pf->syncs / n);
@@ -263,25 +363,30 @@ void rt_prof_report(const Prof *pf, FILE *out, JLog *jl)
 
 /* ---- the after_node hook: --check-numerics, --inject-nan, --profile ------- */
 
-void rt_after_node(RtCtx *ctx, int node, const char *name, int buffer)
+void rt_after_node(RtCtx *ctx, int node, const char *name, const char *op, int buffer)
 {
     RtTrainer *t = (RtTrainer *)(void *)((char *)ctx - offsetof(RtTrainer, ctx));
     Hooks *h = t->hook;
     if (!h || !name)
         return;
     Prof *pf = h->pf && h->pf->on ? h->pf : NULL;
-    if (pf) { /* the node's work done before it is timed (a no-op on the CPU) */
+    bool marks = pf && pf->timed && !h->nm; /* a numerics check reads back: time it apart */
+    if (pf && marks) { /* a mark after the node's work, read when the step's nodes end */
+        prof_mark(pf, t->dev, node, name, op, buffer, prof_backward(pf, t->m, name, buffer));
+    } else if (pf) { /* the node's work done before it is timed (a no-op on the CPU) */
+        pf->timed = false;
         rt_dev_synchronize(t->dev);
         pf->own_syncs++;
     }
-    double now = pf ? rt_now_s() : 0;
-    if (pf)
-        prof_node(pf, t->m, node, name, buffer, now);
+    double now = pf && !marks ? rt_now_s() : 0;
+    if (pf && !marks)
+        prof_node(pf, t->m, pf->step_fn, node, name, op, buffer,
+                  prof_backward(pf, t->m, name, buffer), now - pf->last);
     if (h->nm) {
         numerics_node(ctx, t->dev, h->nm, t->m, name, buffer);
         if (pf)
             now = rt_now_s(); /* the check's own time is not the next node's */
     }
-    if (pf)
+    if (pf && !marks)
         pf->last = now;
 }

@@ -77,7 +77,7 @@ typedef struct RtCtx {
     void *ws;             /* workspace, grown by rt_ctx_ws */
     size_t ws_bytes;
     int check_node;       /* --check-numerics: called after each node when set */
-    void (*after_node)(struct RtCtx *ctx, int node, const char *name, int buffer);
+    void (*after_node)(struct RtCtx *ctx, int node, const char *name, const char *op, int buffer);
     /* called, when set, right after the call of the train step that
      * completes parameter `param`'s gradient (its last writer: a fused
      * BatchNorm backward completes dgamma and dbeta at once), in the order

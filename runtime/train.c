@@ -277,6 +277,7 @@ static void run_free(Run *r)
     if (r->prof) {
         free(r->prof->node[0]);
         free(r->prof->node[1]);
+        free(r->prof->mark);
     }
     if (r->json)
         fclose(r->json);
@@ -655,8 +656,10 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             nm.past_head = false;
             nm.found = false;
             prof_phase(pf, t, PH_DATA, &ph);
-            if (pf)
+            if (pf) {
                 pf->last = ph;
+                rt_prof_step_begin(pf, t->dev);
+            }
             m->train_step(&t->ctx);
             if (nsim > 1) {
                 later_rows(lt);
@@ -674,10 +677,14 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 rc = 1;
                 goto done;
             }
-            /* the nodes have added their times to forward and backward;
-             * what follows the last node goes to its pass */
+            /* the nodes have added their times to forward and backward
+             * (marked nodes now, from the device's marks); what follows the
+             * last node goes to its pass */
             if (pf && pf->on) {
-                prof_phase(pf, t, pf->past_head ? PH_BACKWARD : PH_FORWARD, &pf->last);
+                if (rt_prof_step_nodes(pf, t->dev, m))
+                    pf->last = dev_now(t);
+                else
+                    prof_phase(pf, t, pf->past_head ? PH_BACKWARD : PH_FORWARD, &pf->last);
                 ph = pf->last;
             }
             if (o->dump_state) {
@@ -815,7 +822,7 @@ final:
                 "program's workspace_bytes asked for too little)\n", o->prog, t->ws_start,
                 t->ctx.ws_bytes);
     if (pf)
-        rt_prof_report(pf, out, &jl);
+        rt_prof_report(pf, m, out, &jl);
     if (rt_jl_failed(&jl, o, err))
         rc = 1;
 done:

@@ -167,11 +167,22 @@ void rt_numerics_report(FILE *err, const char *prog, const RtModel *m, const Num
 enum { PH_DATA, PH_FORWARD, PH_BACKWARD, PH_CHECK, PH_MOVING, PH_OPTIM, PH_OTHER, PH_N };
 
 typedef struct {
-    const char *name;
+    const char *name, *op;
+    int dtype;        /* RtDType of its output */
     double sec;
     int64_t calls;
+    int order;        /* when it first ran in its step (1, 2, ...; 0: never) */
     bool backward;
 } ProfNode;
+
+/* a node of the current train step timed by a device mark */
+typedef struct {
+    int node, buffer;
+    const char *name, *op;
+    bool backward;
+    bool marked;      /* t holds a mark (false: the device had no slot left) */
+    RtDevTime t;
+} ProfMark;
 
 struct Prof {
     bool on;          /* collecting (the first step of a run is not counted) */
@@ -193,12 +204,29 @@ struct Prof {
     uint64_t syncs;       /* in the counted steps */
     uint64_t quiet_syncs; /* in the counted steps that did not log */
     int64_t quiet_steps;
+    /* per-call times from the device's timing marks (rt_dev_has_timing:
+     * CUDA events, the CPU's clock) instead of a wait after every node */
+    bool timed;       /* this step's nodes are marked */
+    bool any_timed;   /* some step was: the report says whose times these are */
+    RtDevTime start;  /* the train step's first mark */
+    ProfMark *mark;
+    int nmark, capmark;
+    int norder[2];
 };
 typedef struct Prof Prof;
 /* an inference step (validation) begins (true) or ends (false) */
 void rt_prof_infer(Prof *pf, bool begin);
-/* the profile to out, and as a "profile" event to jl */
-void rt_prof_report(const Prof *pf, FILE *out, JLog *jl);
+/* the profile to out, and as a "profile" event to jl; m gives the calls'
+ * dtypes */
+void rt_prof_report(const Prof *pf, const RtModel *m, FILE *out, JLog *jl);
+/* A counted train step's nodes begin (after its batch): on a device with
+ * timing marks, the nodes are marked from here and read at the end. */
+void rt_prof_step_begin(Prof *pf, RtDevice *d);
+/* The train step's nodes end: their marks read (one wait, the profile's
+ * own), each node's device time added to it and to the forward or backward
+ * phase.  False when the step was not marked (the nodes were timed one by
+ * one with a wait each). */
+bool rt_prof_step_nodes(Prof *pf, RtDevice *d, const RtModel *m);
 
 /* What t->hook points to when either hook is on. */
 typedef struct {
@@ -206,7 +234,7 @@ typedef struct {
     Prof *pf;     /* NULL without --profile */
 } Hooks;
 /* RtCtx.after_node: both hooks after each node. */
-void rt_after_node(RtCtx *ctx, int node, const char *name, int buffer);
+void rt_after_node(RtCtx *ctx, int node, const char *name, const char *op, int buffer);
 
 /* ---- predict.c: --load-params, --save-params, --predict (docs/mxnet.md) -------- */
 

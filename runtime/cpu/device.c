@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "device.h"
 #include "train.h"
@@ -275,6 +276,23 @@ static bool cpu_event_done(RtDevice *d, const RtDevEvent *e)
 }
 static void cpu_synchronize(RtDevice *d) { (void)d; }
 
+/* the CPU runs each call before returning: a mark is the host clock */
+static void cpu_time_reset(RtDevice *d) { (void)d; }
+static bool cpu_time_mark(RtDevice *d, RtDevTime *t)
+{
+    (void)d;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t->slot = 0;
+    t->host_s = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return true;
+}
+static double cpu_time_elapsed(RtDevice *d, const RtDevTime *a, const RtDevTime *b)
+{
+    (void)d;
+    return b->host_s - a->host_s;
+}
+
 /* ---- collectives: one device --------------------------------------------------------- */
 
 static int cpu_world_size(const RtDevice *d)
@@ -365,6 +383,9 @@ static const RtDeviceOps cpu_ops = {
     .event_wait = cpu_event_wait,
     .event_done = cpu_event_done,
     .synchronize = cpu_synchronize,
+    .time_reset = cpu_time_reset,
+    .time_mark = cpu_time_mark,
+    .time_elapsed = cpu_time_elapsed,
     .world_size = cpu_world_size,
     .rank = cpu_rank,
     .allreduce = cpu_allreduce,

@@ -104,6 +104,10 @@ typedef struct {
     bool dynamic;
     bool step_bound;           /* ls_init gave the step's scale and flag to the kernels */
     cudaEvent_t lr_copied;     /* lr_host may be rewritten once it completes */
+    /* --profile's timing points: events with timing, grown as marked, reused
+     * after each time_reset */
+    cudaEvent_t *timing;
+    int64_t ntiming, used_timing;
 } CudaDevice;
 
 static CudaDevice *cu(RtDevice *d) { return (CudaDevice *)d; }
@@ -624,6 +628,39 @@ static bool cu_event_done(RtDevice *d, const RtDevEvent *e)
 
 static void cu_synchronize(RtDevice *d) { CU_MUST(cudaStreamSynchronize(cu(d)->stream)); }
 
+/* ---- timing (--profile): events with timing, recorded between calls ------------------ */
+
+static void cu_time_reset(RtDevice *d) { cu(d)->used_timing = 0; }
+
+static bool cu_time_mark(RtDevice *d, RtDevTime *t)
+{
+    CudaDevice *c = cu(d);
+    if (c->used_timing == c->ntiming) {
+        int64_t n = c->ntiming ? 2 * c->ntiming : 256;
+        if (n > (1 << 20))
+            return false;
+        cudaEvent_t *grown = (cudaEvent_t *)realloc(c->timing, (size_t)n * sizeof *grown);
+        if (!grown)
+            return false;
+        c->timing = grown;
+        for (; c->ntiming < n; c->ntiming++)
+            CU_MUST(cudaEventCreate(&c->timing[c->ntiming]));
+    }
+    t->slot = c->used_timing++;
+    t->host_s = 0;
+    CU_MUST(cudaEventRecord(c->timing[t->slot], c->stream));
+    return true;
+}
+
+static double cu_time_elapsed(RtDevice *d, const RtDevTime *a, const RtDevTime *b)
+{
+    CudaDevice *c = cu(d);
+    float ms = 0;
+    CU_MUST(cudaEventSynchronize(c->timing[b->slot]));
+    CU_MUST(cudaEventElapsedTime(&ms, c->timing[a->slot], c->timing[b->slot]));
+    return ms * 1e-3;
+}
+
 /* ---- collectives: one device (NCCL comes with several) ---------------------------------- */
 
 static int cu_world_size(const RtDevice *d)
@@ -701,6 +738,9 @@ static void cu_close(RtDevice *d)
         CU_MUST(cudaFree(c->cur));
         CU_MUST(cudaEventDestroy(c->lr_copied));
     }
+    for (int64_t i = 0; i < c->ntiming; i++)
+        CU_MUST(cudaEventDestroy(c->timing[i]));
+    free(c->timing);
     if (c->stream)
         CU_MUST(cudaStreamDestroy(c->stream));
     free(c->buf0);
@@ -740,6 +780,9 @@ static RtDeviceOps make_ops(void)
     o.event_wait = cu_event_wait;
     o.event_done = cu_event_done;
     o.synchronize = cu_synchronize;
+    o.time_reset = cu_time_reset;
+    o.time_mark = cu_time_mark;
+    o.time_elapsed = cu_time_elapsed;
     o.world_size = cu_world_size;
     o.rank = cu_rank;
     o.allreduce = cu_allreduce;

@@ -108,6 +108,19 @@ static bool fwd_event_done(RtDevice *d, const RtDevEvent *e)
     return fwd_in(d)->ops->event_done(fwd_in(d), e);
 }
 static void fwd_synchronize(RtDevice *d) { fwd_in(d)->ops->synchronize(fwd_in(d)); }
+static void fwd_time_reset(RtDevice *d)
+{
+    if (fwd_in(d)->ops->time_reset)
+        fwd_in(d)->ops->time_reset(fwd_in(d));
+}
+static bool fwd_time_mark(RtDevice *d, RtDevTime *t)
+{
+    return fwd_in(d)->ops->time_mark && fwd_in(d)->ops->time_mark(fwd_in(d), t);
+}
+static double fwd_time_elapsed(RtDevice *d, const RtDevTime *a, const RtDevTime *b)
+{
+    return fwd_in(d)->ops->time_elapsed(fwd_in(d), a, b);
+}
 static int fwd_world_size(const RtDevice *d) { return fwd_cin(d)->ops->world_size(fwd_cin(d)); }
 static int fwd_rank(const RtDevice *d) { return fwd_cin(d)->ops->rank(fwd_cin(d)); }
 static bool fwd_allreduce(RtDevice *d, const RtDevTensor *b, int n, RtReduceOp op, char *err,
@@ -137,6 +150,8 @@ static inline RtDeviceOps rt_fwd_ops(const char *name, void (*close)(RtDevice *)
         .optim_step = fwd_optim_step, .event_record = fwd_event_record,
         .event_wait = fwd_event_wait, .event_done = fwd_event_done,
         .synchronize = fwd_synchronize, .world_size = fwd_world_size, .rank = fwd_rank,
+        .time_reset = fwd_time_reset, .time_mark = fwd_time_mark,
+        .time_elapsed = fwd_time_elapsed,
         .allreduce = fwd_allreduce, .broadcast = fwd_broadcast, .close = close,
     };
     return o;

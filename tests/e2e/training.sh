@@ -232,7 +232,7 @@ need = {
     "loss_scale": ["epoch", "batch", "step", "old", "new", "change"],
     "resume": ["file", "epoch", "batch", "step", "num_update", "loss_scale"],
     "end": ["steps", "num_update", "skipped_steps", "loss_scale", "validation"],
-    "profile": ["steps", "step_ms", "phases_ms", "kinds_ms", "top_nodes"],
+    "profile": ["steps", "step_ms", "phases_ms", "kinds_ms", "top_nodes", "call_timing", "calls"],
 }
 f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
 events = {}
@@ -244,6 +244,17 @@ for n, line in enumerate(open(arg[0], encoding="utf-8"), 1):
     for k in need.get(ev, []) + ["time"]:
         if k not in e:
             sys.exit("line %d: %s event without %s" % (n, ev, k))
+    if ev == "profile":
+        # every call of the train step: name, op, pass, dtype, ms per step; the
+        # device marks' times add up to the forward and backward phases
+        for c in e["calls"]:
+            if sorted(c) != ["dtype", "ms", "name", "op", "pass"] or c["pass"] not in ("forward", "backward") \
+                    or not c["op"] or c["ms"] < 0:
+                sys.exit("line %d: profile call %r" % (n, c))
+        if e["call_timing"] == "device marks":
+            fb = e["phases_ms"]["forward"] + e["phases_ms"]["backward"]
+            if not e["calls"] or abs(sum(c["ms"] for c in e["calls"]) - fb) > 1e-6 * max(fb, 1):
+                sys.exit("line %d: the calls' times do not add up to forward + backward" % n)
     for k in ("metrics", "train", "validation"):
         if k in e:
             for m in ("accuracy", "cross_entropy", "samples"):

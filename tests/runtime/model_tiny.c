@@ -70,7 +70,7 @@ static void *ws(RtCtx *ctx, RtDType dt)
 #define AFTER(node, buf, name)                                                               \
     do {                                                                                     \
         if (ctx->after_node)                                                                 \
-            ctx->after_node(ctx, node, name, buf);                                           \
+            ctx->after_node(ctx, node, name, "op", buf);                                     \
     } while (0)
 
 static void forward(RtCtx *ctx, RtDType dt, int prob)
