@@ -210,6 +210,8 @@ void rt_log_start(FILE *out, JLog *jl, const RtModel *m, const RtTrainOptions *o
             "MiB, fp32 masters and optimizer state %.1f MiB, workspace %.1f MiB\n",
             (double)s->arena / 1048576.0, (double)s->own / 1048576.0,
             (double)s->state / 1048576.0, (double)s->workspace / 1048576.0);
+    fprintf(out, "Set-up: %.3f s, of which the device and its workspace (a GPU program's cuDNN "
+            "plans) %.3f s\n", s->setup_s, s->device_s);
     if (ls->mode == RT_LS_DYNAMIC)
         fprintf(out, "Loss scale: dynamic, init %.9g, growth %g, backoff %g, interval %d, min %g, "
                 "max %.9g\n", (double)o->loss_scale.init, (double)ls->rule.growth,
@@ -253,6 +255,8 @@ void rt_log_start(FILE *out, JLog *jl, const RtModel *m, const RtTrainOptions *o
     rt_jl_int(jl, "seed", (long long)s->seed);
     rt_jl_int(jl, "augment_crop", o->augment_pad);
     rt_jl_bool(jl, "augment_mirror", o->augment_mirror);
+    rt_jl_num(jl, "setup_ms", s->setup_s * 1e3);
+    rt_jl_num(jl, "device_setup_ms", s->device_s * 1e3);
     rt_jl_end(jl);
     if (s->resumed) {
         rt_jl_begin(jl, "resume");

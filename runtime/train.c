@@ -361,6 +361,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                  RtTrainResult *res)
 {
     RtTrainResult r = {0};
+    double t_start = rt_now_s();
     Run run;
     memset(&run, 0, sizeof run);
     char msg[1024];
@@ -476,7 +477,9 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         return 1;
     }
     RtTrainer *t = &run.t;
+    double t_device = rt_now_s();
     bool ok = rt_trainer_init(t, m, b, rt_optim_nstate(&oc), msg, sizeof msg);
+    t_device = rt_now_s() - t_device;
     run.have_t = ok;
     /* the ranks mpirun started must be the ranks the device reduces over,
      * or each would train alone on its shard */
@@ -547,7 +550,8 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                         .epoch = epoch0, .batch_in_epoch = nb0, .step = step,
                         .num_update = num_update, .arena = t->arena_bytes,
                         .own = t->own_bytes, .state = t->state_bytes,
-                        .workspace = (int64_t)t->ctx.ws_bytes};
+                        .workspace = (int64_t)t->ctx.ws_bytes,
+                        .setup_s = rt_now_s() - t_start, .device_s = t_device};
     rt_log_start(out, &jl, m, o, ds, &ls, &start);
     if (nsim > 1)
         fprintf(out, "Simulating %d ranks in turn (--sim-ranks): batch %lld per rank (%lld per "

@@ -95,6 +95,9 @@ typedef struct {
     bool resumed; /* from o->resume: the "Resumed from" line and event */
     int64_t epoch, batch_in_epoch, step, num_update;
     int64_t arena, own, state, workspace; /* bytes the run holds (the Memory line) */
+    double setup_s;  /* from the run's start to its first step (options, data, device, init) */
+    double device_s; /* of which opening the device and sizing its workspace: a GPU
+                      * program's cuDNN plans are chosen (and autotuned) there */
 } RtLogStart;
 /* The lines a run starts with: the model and its data, the loss scale, the
  * augmentation, where a resumed run starts; then the JSON "start" (and

@@ -222,7 +222,8 @@ def no_const(tok):
     raise ValueError("non-finite token " + tok)
 need = {
     "start": ["model", "amp", "data", "train_samples", "validation_samples", "batch_size",
-              "steps_per_epoch", "epochs", "optimizer", "lr", "loss_scale_mode", "loss_scale", "seed"],
+              "steps_per_epoch", "epochs", "optimizer", "lr", "loss_scale_mode", "loss_scale", "seed",
+              "setup_ms", "device_setup_ms"],
     "speedometer": ["epoch", "batch_begin", "batch_end", "step", "samples_per_sec", "metrics", "lr",
                     "loss_scale"],
     "epoch": ["epoch", "batches", "step", "num_update", "train", "time_cost", "samples_per_sec", "lr",
