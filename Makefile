@@ -217,24 +217,21 @@ nccl-mpi-check:
 	    tests/runtime/nccl_boot_mpi.sh $(BUILD)/rtests/nccl_boot_mpi; \
 	else echo "SKIPPED: nccl-mpi-check (the NCCL bootstrap over MPI): no mpicc or mpirun (make deps)"; fi
 
-# On a machine with a GPU (never part of check; docs/backend-cuda.md): one
-# table of (a) the custom kernels, the CUDA device, cuDNN and cuBLASLt against
-# their CPU twins, (b) training steps against the CPU, (c) ResNet-50 v1d
-# against PyTorch, (d) the optimizer's bandwidth against a copy.
-.PHONY: gpu-check
-# ---- make gpu-check (tests/gpu/gpu_check.sh; docs/backend-cuda.md, "The GPU check") ----
-# Never part of check.  gpu-check-build puts what the run needs into
-# $(BUILD)/gpu/ (the models compiled for the CPU and the GPU, the CPU
-# reference states, the test programs, their shared libraries), so it can be
-# built here and copied to a machine with a GPU (tests/gpu/gpu_check.sh
-# --no-build there); gpu-check-dry runs it without a GPU (in e2e, so the
-# script cannot rot).
+# ---- the first GPU run (docs/backend-cuda.md, "The first GPU run") -------------
+# Never part of check.  gpu-check-build puts what a run needs into
+# $(BUILD)/gpu/, the pack (tests/gpu/gpu_check.sh --build-only: the models
+# compiled for the GPU, the CPU reference states, the test programs, their
+# shared libraries, the kit itself); gpu-check-pack packs it into
+# $(BUILD)/gpu.tar.gz for a GPU machine, where tests/gpu/first_run.sh runs
+# it with nothing compiled; gpu-check runs the kit here with --full;
+# gpu-check-dry runs the kit without a GPU (in e2e, so it cannot rot:
+# tests/gpu/first_run_dry.sh).
 $(BUILD)/gpu/optim_bw: tests/gpu/optim_bw.c $(BUILD)/libampccuda.a $(BUILD)/libampcrt.a
 	@mkdir -p $(@D)
 	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -o $@ $< $(BUILD)/libampccuda.a \
 	    $(BUILD)/libampcrt.a $(LDFLAGS) $(CUDA_LIBS) $(RT_LIBS)
 
-.PHONY: gpu-check-build gpu-check-dry gpu-check-pack
+.PHONY: gpu-check gpu-check-build gpu-check-dry gpu-check-pack
 gpu-check-build: $(BUILD)/ampc cuda $(BUILD)/e2e/statcmp
 	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_kernels_gpu \
 	    $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_dnn_gpu $(BUILD)/cuda/cuda_libs_smoke \
@@ -244,13 +241,11 @@ gpu-check-build: $(BUILD)/ampc cuda $(BUILD)/e2e/statcmp
 gpu-check: gpu-check-build
 	tests/gpu/gpu_check.sh --no-build $(BUILD)
 
-gpu-check-dry: gpu-check-build
-	tests/gpu/gpu_check.sh --dry --no-build $(BUILD)
-
-# BUILD/gpu packed (about 20 MiB) for a GPU machine: its gpu_check.sh
-# --no-build unpacks it (docs/backend-cuda.md, "Running it")
 gpu-check-pack: gpu-check-build
-	tar -czf $(BUILD)/gpu.tar.gz -C $(BUILD) gpu
+	tar -czf $(BUILD)/gpu.tar.gz --exclude='*.d' -C $(BUILD) gpu
+
+gpu-check-dry: gpu-check-pack
+	tests/gpu/first_run_dry.sh $(BUILD)
 
 
 # The kernels' PTX and registers (tests/runtime/cuda_ptx_check.sh), and the

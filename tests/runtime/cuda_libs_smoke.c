@@ -3,7 +3,13 @@
  * run time (runtime/cuda/libs.h) and report their versions; the checking
  * macro's message names FILE:LINE, the call and each library's own error
  * string; and rt_cuda_init either works (a GPU) or fails with a message
- * naming the call.  Exit 0 when all hold, 1 with the first failure. */
+ * naming the call.  Exit 0 when all hold, 1 with the first failure.
+ *
+ * --env (the first-run kit's first row, tests/gpu/first_run.sh): prints the
+ * machine instead, one "env: KEY: VALUE" line each: the GPU's name, compute
+ * capability, SM count, memory and L2, the driver's and the runtime's CUDA
+ * versions, and each library's version and the file it was loaded from.
+ * Exit 0 with a GPU, 3 without one (the libraries are still listed). */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cudnn_graph.h>
@@ -37,8 +43,64 @@ static void message_has(AmpcApi api, long status, const char *want)
     expect(strstr(m, want) != NULL, want, m);
 }
 
-int main(void)
+/* the version a library reports through its own call (0 when absent) */
+static long lib_version(AmpcLibId id)
 {
+    static const char *const fn[AMPC_LIB_COUNT] = {
+        [AMPC_LIB_CUDNN] = "cudnnGetVersion", [AMPC_LIB_CUBLASLT] = "cublasLtGetVersion"};
+    char err[512];
+    void *h = ampc_lib_open(id, err, sizeof err);
+    if (!h)
+        return 0;
+    if (id == AMPC_LIB_NCCL) {
+        int v = 0;
+        int (*get)(int *) = (int (*)(int *))dlsym(h, "ncclGetVersion");
+        return get && get(&v) == 0 ? v : 0;
+    }
+    if (id == AMPC_LIB_CUBLAS) {
+        int v = 0;
+        int (*get)(void *, int *) = (int (*)(void *, int *))dlsym(h, "cublasGetVersion_v2");
+        return get && get(NULL, &v) == 0 ? v : 0;
+    }
+    size_t (*get)(void) = fn[id] ? (size_t(*)(void))dlsym(h, fn[id]) : NULL;
+    return get ? (long)get() : 0;
+}
+
+static int env(void)
+{
+    char err[4096];
+    int drv = 0, rtv = 0, n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rtv);
+    printf("env: CUDA driver: %d, runtime (static cudart): %d\n", drv, rtv);
+    for (int d = 0; e == cudaSuccess && d < n; d++) {
+        struct cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, d) != cudaSuccess)
+            continue;
+        printf("env: GPU %d: %s, compute capability %d.%d, %d SMs, %.1f GiB, L2 %.1f MiB, "
+               "%d-bit memory bus\n", d, p.name, p.major, p.minor, p.multiProcessorCount,
+               (double)p.totalGlobalMem / 1073741824.0, (double)p.l2CacheSize / 1048576.0,
+               p.memoryBusWidth);
+    }
+    if (e != cudaSuccess || n == 0)
+        printf("env: no GPU: cudaGetDeviceCount: %s\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    for (int id = 0; id < AMPC_LIB_COUNT; id++) {
+        void *h = ampc_lib_open((AmpcLibId)id, err, sizeof err);
+        if (h)
+            printf("env: %s: version %ld, from %s\n", ampc_lib_name((AmpcLibId)id),
+                   lib_version((AmpcLibId)id), ampc_lib_where((AmpcLibId)id));
+        else
+            printf("env: %s: not found: %s\n", ampc_lib_name((AmpcLibId)id), err);
+    }
+    return e == cudaSuccess && n > 0 ? 0 : 3;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--env") == 0)
+        return env();
     char err[4096];
     for (int id = 0; id < AMPC_LIB_COUNT; id++) {
         void *h = ampc_lib_open((AmpcLibId)id, err, sizeof err);
