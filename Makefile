@@ -45,7 +45,10 @@ RT_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_SRC))
 RT_LIBS  := -lopenblas -lz -lm
 # json-c (libjson-c-dev): ampc --from-mxnet reads MXNet symbol JSON with it.
 JSON_LIBS := $(shell pkg-config --libs json-c 2>/dev/null || echo -ljson-c)
-RTEST_SRC := $(wildcard tests/runtime/test_*.c)
+# The emulator's tests link libampcemu.a and run in emu-check (below), not the plain loop.
+EMU_TEST_SRC := tests/runtime/test_cuda_emu.c tests/runtime/test_cuda_ops_emu.c \
+                tests/runtime/test_cuda_layout_emu.c tests/runtime/test_emu_checker.c
+RTEST_SRC := $(filter-out $(EMU_TEST_SRC),$(wildcard tests/runtime/test_*.c))
 RTEST_BIN := $(patsubst tests/runtime/%.c,$(BUILD)/rtests/%,$(RTEST_SRC))
 # cuda-check loads the real cuDNN, cuBLAS(Lt) and NCCL (cuda_libs_smoke); not under ASan
 CUDA_LIBS_SMOKE ?= 1
@@ -288,6 +291,57 @@ $(SASS_ENV)/.installed: tests/runtime/sass/requirements.txt
 $(BUILD)/cuda/kernel_vectorized: tests/runtime/sass/kernel_vectorized.c ir/kernels.def
 	@mkdir -p $(@D)
 	$(CC) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -o $@ $<
+
+# ---- the CUDA kernels on the host: the emulator (runtime/emu/; docs/backend-cuda.md, "The emulator") ----
+# The library's .cu files compiled by the host's C++ compiler ($(CC) -x c++: gcc, or clang in
+# asan-check) against runtime/emu/emu_cuda.h, with the emulator, into libampcemu.a.  emu-check
+# (part of unit, so of asan-check too) runs the tests that link it, then checks that every
+# __global__ of runtime/cuda/ ran under them and that what the emulation forbids does not
+# compile (tests/runtime/emu_check.sh).
+EMU_CU       := runtime/cuda/kernels.cu runtime/cuda/layout.cu runtime/cuda/math.cu
+EMU_OBJ      := $(BUILD)/emu/emu.o $(patsubst runtime/cuda/%.cu,$(BUILD)/emu/%.o,$(EMU_CU))
+# UBSan's C++-only checks (function, vptr) need the C++ runtime, which the C tests do not link.
+EMU_NOSAN    := -fno-sanitize=function,vptr
+EMU_CXXFLAGS := -x c++ -std=c++17 -Wall -Wextra -Werror -ffp-contract=off -fno-exceptions \
+                -fno-rtti -D_GNU_SOURCE -Iruntime -MMD -MP
+EMU_TEST_BIN := $(patsubst tests/runtime/%.c,$(BUILD)/rtests/%,$(EMU_TEST_SRC))
+$(BUILD)/emu/%.o: runtime/cuda/%.cu
+	@mkdir -p $(@D)
+	$(CC) $(EMU_CXXFLAGS) $(CFLAGS) $(if $(findstring clang,$(CC)),$(EMU_NOSAN)) -c $< -o $@
+$(BUILD)/emu/emu.o: runtime/emu/emu.c
+	@mkdir -p $(@D)
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -c $< -o $@
+$(BUILD)/emu/emu_fixtures.o: tests/runtime/emu_fixtures.cu
+	@mkdir -p $(@D)
+	$(CC) $(EMU_CXXFLAGS) $(CFLAGS) $(if $(findstring clang,$(CC)),$(EMU_NOSAN)) -c $< -o $@
+$(BUILD)/libampcemu.a: $(EMU_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+$(EMU_TEST_BIN): $(BUILD)/rtests/%: tests/runtime/%.c tests/runtime/emu_test.h $(BUILD)/libampcemu.a \
+                 $(BUILD)/libampcrt.a $(BUILD)/emu/emu_fixtures.o
+	@mkdir -p $(@D)
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ $< $(if $(findstring checker,$*),$(BUILD)/emu/emu_fixtures.o) \
+	    $(BUILD)/libampcemu.a $(BUILD)/libampcrt.a $(LDFLAGS) -lcmocka $(RT_LIBS)
+
+.PHONY: emu-check
+emu-check: $(EMU_TEST_BIN)
+	@rm -f $(BUILD)/emu/kernels.log
+	@set -e; for t in $(EMU_TEST_BIN); do echo "== $$t"; \
+	    AMPC_EMU_KERNEL_LOG=$(BUILD)/emu/kernels.log $$t; done
+	tests/runtime/emu_check.sh "$(CC)" $(BUILD)/emu/kernels.log
+unit: emu-check
+
+# The fixtures under nvcc too (in cuda-check): kernel_api.cuh means the same to both compilers.
+$(BUILD)/emu/nvcc_fixtures.o: tests/runtime/emu_fixtures.cu $(CUDA_DEPS)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+.PHONY: emu-nvcc-check
+emu-nvcc-check:
+	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory $(BUILD)/emu/nvcc_fixtures.o && \
+	    echo "emu-nvcc-check: the emulator's fixtures (cuda/kernel_api.cuh) compile with nvcc"; \
+	else echo "SKIPPED: emu-nvcc-check (the emulator's fixtures under nvcc): no nvcc"; fi
+cuda-check: emu-nvcc-check
+-include $(wildcard $(BUILD)/emu/*.d)
 
 golden: $(BUILD)/ampc
 	tests/golden/run.sh $(BUILD)/ampc

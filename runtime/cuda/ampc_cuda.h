@@ -104,6 +104,17 @@ typedef struct AmpcLossScaleStats {
     int64_t steps, skipped, grown, backed_off;
 } AmpcLossScaleStats;
 
+/* The CUDA device's loss scale, update count and schedule position, in
+ * device memory (device.cu; device.h, "the step without the host"). */
+typedef struct AmpcDevLs {
+    AmpcLossScale ls;         /* the scale the next step uses */
+    AmpcLossScale step;       /* the step in progress: .scale is what the loss head multiplies */
+    AmpcLossScaleStats stats; /* ampc_cu_loss_scale's counters (dynamic) */
+    int64_t steps, nonfinite, num_update;
+    int64_t lr_first; /* lr[i] is update lr_first + 1 + i */
+    int32_t lr_n, dynamic;
+} AmpcDevLs;
+
 int ampc_cu_set_flag(AmpcStream s, int32_t *flag, int32_t value);
 int ampc_cu_cast(AmpcStream s, size_t n, int from, const void *x, int to, void *y, int acc);
 int ampc_cu_binary(AmpcStream s, int op, size_t n, int dt, const void *a, const void *b, void *y);
@@ -142,6 +153,16 @@ int ampc_cu_mt_optim(AmpcStream s, const AmpcMtTensor *tensors, const AmpcMtBloc
  * stats (may be NULL) counted. */
 int ampc_cu_loss_scale(AmpcStream s, AmpcLossScale *state, const int32_t *found,
                        AmpcLossScaleRule rule, AmpcLossScaleStats *stats);
+
+/* The step without the host (step.cuh), one thread each: ls->step = ls->ls
+ * (scale inf when inject); *cur = table[num_update - lr_first] (a NaN lr
+ * past the schedule written); num_update++ unless dynamic and *flag;
+ * ring[steps++ % ring_len] = *flag == 0, nonfinite counted unless dynamic. */
+int ampc_cu_step_begin(AmpcStream s, AmpcDevLs *ls, int inject);
+int ampc_cu_step_pick(AmpcStream s, const AmpcDevLs *ls, const AmpcMtStep *table, AmpcMtStep *cur);
+int ampc_cu_step_count(AmpcStream s, AmpcDevLs *ls, const int32_t *flag);
+int ampc_cu_step_ring(AmpcStream s, AmpcDevLs *ls, const int32_t *flag, uint8_t *ring,
+                      int64_t ring_len);
 
 #ifdef __cplusplus
 }

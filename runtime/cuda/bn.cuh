@@ -1,7 +1,7 @@
 /*
  * bn.cuh - BatchNorm (training forward, inference forward, backward) on the
- * GPU, bit for bit runtime/cpu/batchnorm.c, in one source for nvcc
- * (layout.cu builds it after layout.cuh) and the host emulation
+ * GPU, bit for bit runtime/cpu/batchnorm.c, in one CUDA C++17 source for
+ * nvcc (layout.cu builds it after layout.cuh) and the emulator
  * (tests/runtime/test_cuda_layout_emu.c).
  *
  * x is viewed as [outer, c, inner] as RtBnDims says (NCHW: N, C, H*W; NHWC:
@@ -25,7 +25,7 @@
  * so a fast 16-bit BatchNorm (a block reduction, cuDNN) differs by rounding
  * and is tested against this one with a tolerance (docs/backend-cuda.md).
  * No shared memory, barriers or warp intrinsics; the two launches
- * communicate through global memory only (emulation-safe).
+ * communicate through global memory only.
  * The fused BatchNorm + relu's backward is the backward with dy masked by
  * the relu's output as it is read (ry); its forward (dnn.c) is the forward
  * then ampc_cu_relu in place.  The moving-statistics update is ops.cuh's.
@@ -46,8 +46,8 @@
 /* the workspace: per channel three floats (scale, shift / k, mdy, mdyx) */
 
 /* batchnorm.c's seg_moments on x[at, at+m): *s1 += sum (v-k), *s2 += sum (v-k)^2 */
-static inline AMPC_HD void ampc_bn_seg_moments(const void *x, size_t at, size_t m, int dt,
-                                               double k, double *s1, double *s2)
+static inline __device__ void ampc_bn_seg_moments(ampc_dptr<const void> x, size_t at, size_t m,
+                                                  int dt, double k, double *s1, double *s2)
 {
     double a0[4] = {0, 0, 0, 0}, a1[4] = {0, 0, 0, 0}, q0[4] = {0, 0, 0, 0},
            q1[4] = {0, 0, 0, 0};
@@ -76,7 +76,8 @@ static inline AMPC_HD void ampc_bn_seg_moments(const void *x, size_t at, size_t 
 
 /* dy[i], or with the fused relu (ry) dy[i] * relu'(ry[i]) rounded to dt, as the
  * unfused relu backward stores it (batchnorm.c's relu_masked) */
-static inline AMPC_HD float ampc_bn_dy(const void *dy, const void *ry, size_t i, int dt)
+static inline __device__ float ampc_bn_dy(ampc_dptr<const void> dy, ampc_dptr<const void> ry,
+                                          size_t i, int dt)
 {
     float g = ampc_lay_load(dy, i, dt);
     if (!ry)
@@ -90,9 +91,9 @@ static inline AMPC_HD float ampc_bn_dy(const void *dy, const void *ry, size_t i,
 }
 
 /* batchnorm.c's seg_bwd_sums: *sdy += sum g, *sdyx += sum g*((v - mean)*invstd) */
-static inline AMPC_HD void ampc_bn_seg_bwd(const void *dy, const void *ry, const void *x,
-                                           size_t at, size_t m, int dt, float mean,
-                                           float invstd, double *sdy, double *sdyx)
+static inline __device__ void ampc_bn_seg_bwd(ampc_dptr<const void> dy, ampc_dptr<const void> ry,
+                                              ampc_dptr<const void> x, size_t at, size_t m, int dt,
+                                              float mean, float invstd, double *sdy, double *sdyx)
 {
     double a0[4] = {0, 0, 0, 0}, a1[4] = {0, 0, 0, 0}, b0[4] = {0, 0, 0, 0},
            b1[4] = {0, 0, 0, 0};
@@ -130,10 +131,11 @@ static inline AMPC_HD void ampc_bn_seg_bwd(const void *dy, const void *ry, const
             body                                                                            \
         }
 
-__global__ void ampc_k_bn_train_stats(size_t outer, int c, size_t inner, int dt, const void *x,
-                                      const float *gamma, const float *beta, float eps,
-                                      int fix_gamma, float *save_mean, float *save_invstd,
-                                      float *ws)
+__global__ void ampc_k_bn_train_stats(size_t outer, int c, size_t inner, int dt,
+                                      ampc_dptr<const void> x, ampc_dptr<const float> gamma,
+                                      ampc_dptr<const float> beta, float eps, int fix_gamma,
+                                      ampc_dptr<float> save_mean, ampc_dptr<float> save_invstd,
+                                      ampc_dptr<float> ws)
 {
     AMPC_LAY_FOR(ch, (size_t)c)
     {
@@ -147,21 +149,22 @@ __global__ void ampc_k_bn_train_stats(size_t outer, int c, size_t inner, int dt,
         float fmean = (float)mean, invstd = (float)(1.0 / sqrt(var + (double)eps));
         save_mean[ch] = fmean;
         save_invstd[ch] = invstd;
-        float scale = (fix_gamma ? 1.0f : gamma[ch]) * invstd;
+        float scale = (fix_gamma ? 1.0f : (float)gamma[ch]) * invstd;
         ws[ch] = scale;
         ws[(size_t)c + ch] = beta[ch] - fmean * scale;
     }
 }
 
-__global__ void ampc_k_bn_infer_params(int c, const float *gamma, const float *beta,
-                                       const float *mean, const float *var, float eps,
-                                       int fix_gamma, float *save_mean, float *save_invstd,
-                                       float *ws)
+__global__ void ampc_k_bn_infer_params(int c, ampc_dptr<const float> gamma,
+                                       ampc_dptr<const float> beta, ampc_dptr<const float> mean,
+                                       ampc_dptr<const float> var, float eps, int fix_gamma,
+                                       ampc_dptr<float> save_mean, ampc_dptr<float> save_invstd,
+                                       ampc_dptr<float> ws)
 {
     AMPC_LAY_FOR(ch, (size_t)c)
     {
         float invstd = 1.0f / sqrtf(var[ch] + eps);
-        float scale = (fix_gamma ? 1.0f : gamma[ch]) * invstd;
+        float scale = (fix_gamma ? 1.0f : (float)gamma[ch]) * invstd;
         ws[ch] = scale;
         ws[(size_t)c + ch] = beta[ch] - mean[ch] * scale;
         if (save_mean)
@@ -171,8 +174,9 @@ __global__ void ampc_k_bn_infer_params(int c, const float *gamma, const float *b
     }
 }
 
-__global__ void ampc_k_bn_affine(size_t outer, int c, size_t inner, int dt, const void *x,
-                                 const float *ws, void *y)
+__global__ void ampc_k_bn_affine(size_t outer, int c, size_t inner, int dt,
+                                 ampc_dptr<const void> x, ampc_dptr<const float> ws,
+                                 ampc_dptr<void> y)
 {
     AMPC_LAY_FOR(i, outer * (size_t)c * inner)
     {
@@ -181,11 +185,13 @@ __global__ void ampc_k_bn_affine(size_t outer, int c, size_t inner, int dt, cons
     }
 }
 
-__global__ void ampc_k_bn_bwd_sums(size_t outer, int c, size_t inner, int dt, const void *x,
-                                   const void *ry, const void *dy, const float *gamma,
-                                   const float *save_mean,
-                                   const float *save_invstd, int fix_gamma, float *dgamma,
-                                   float *dbeta, int acc_param, float *ws)
+__global__ void ampc_k_bn_bwd_sums(size_t outer, int c, size_t inner, int dt,
+                                   ampc_dptr<const void> x, ampc_dptr<const void> ry,
+                                   ampc_dptr<const void> dy, ampc_dptr<const float> gamma,
+                                   ampc_dptr<const float> save_mean,
+                                   ampc_dptr<const float> save_invstd, int fix_gamma,
+                                   ampc_dptr<float> dgamma, ampc_dptr<float> dbeta, int acc_param,
+                                   ampc_dptr<float> ws)
 {
     AMPC_LAY_FOR(ch, (size_t)c)
     {
@@ -194,19 +200,20 @@ __global__ void ampc_k_bn_bwd_sums(size_t outer, int c, size_t inner, int dt, co
         AMPC_BN_SEGMENTS(outer, c, inner, ch, at, m,
                          { ampc_bn_seg_bwd(dy, ry, x, at, m, dt, mean, invstd, &sdy, &sdyx); })
         if (dbeta)
-            dbeta[ch] = (acc_param ? dbeta[ch] : 0.0f) + (float)sdy;
+            dbeta[ch] = (acc_param ? (float)dbeta[ch] : 0.0f) + (float)sdy;
         if (dgamma && !(fix_gamma && acc_param))
-            dgamma[ch] = fix_gamma ? 0.0f : (acc_param ? dgamma[ch] : 0.0f) + (float)sdyx;
-        ws[ch] = (fix_gamma ? 1.0f : gamma[ch]) * invstd;
+            dgamma[ch] = fix_gamma ? 0.0f : (acc_param ? (float)dgamma[ch] : 0.0f) + (float)sdyx;
+        ws[ch] = (fix_gamma ? 1.0f : (float)gamma[ch]) * invstd;
         ws[(size_t)c + ch] = (float)(sdy / cnt);
         ws[2 * (size_t)c + ch] = (float)(sdyx / cnt);
     }
 }
 
-__global__ void ampc_k_bn_bwd_dx(size_t outer, int c, size_t inner, int dt, const void *x,
-                                 const void *ry, const void *dy, const float *save_mean,
-                                 const float *save_invstd,
-                                 int use_global_stats, const float *ws, void *dx, int acc)
+__global__ void ampc_k_bn_bwd_dx(size_t outer, int c, size_t inner, int dt,
+                                 ampc_dptr<const void> x, ampc_dptr<const void> ry,
+                                 ampc_dptr<const void> dy, ampc_dptr<const float> save_mean,
+                                 ampc_dptr<const float> save_invstd, int use_global_stats,
+                                 ampc_dptr<const float> ws, ampc_dptr<void> dx, int acc)
 {
     AMPC_LAY_FOR(i, outer * (size_t)c * inner)
     {

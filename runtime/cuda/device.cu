@@ -65,15 +65,8 @@ typedef struct {
 } DevTable;
 
 /* The loss scale, the update count and the schedule's position, in device
- * memory (device.h, "the step without the host"). */
-typedef struct {
-    AmpcLossScale ls;          /* the scale the next step uses */
-    AmpcLossScale step;        /* the step in progress: .scale is what the loss head multiplies */
-    AmpcLossScaleStats stats;  /* ampc_cu_loss_scale's counters (dynamic) */
-    int64_t steps, nonfinite, num_update;
-    int64_t lr_first;          /* lr[i] is update lr_first + 1 + i */
-    int32_t lr_n, dynamic;
-} DevLs;
+ * memory (device.h, "the step without the host"; its kernels: step.cuh). */
+typedef AmpcDevLs DevLs;
 
 typedef struct {
     RtDevice base; /* first: an RtDevice * is a CudaDevice * */
@@ -339,51 +332,6 @@ static int cu_first_nonfinite(RtDevice *d)
     return -1;
 }
 
-/* ---- the step without the host: one-thread kernels ---------------------------------------- */
-
-/* The step's scale: the device's, or inf (--inject-inf-at-step). */
-__global__ void dev_k_step_begin(DevLs *s, int inject)
-{
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-        s->step = s->ls;
-        s->step.scale = inject ? __int_as_float(0x7f800000) : s->ls.scale;
-    }
-}
-
-/* This update's scalars: the schedule's entry for the device's update
- * count (NaN learning rate when the host did not write that far). */
-__global__ void dev_k_pick(const DevLs *s, const AmpcMtStep *table, AmpcMtStep *cur)
-{
-    if (blockIdx.x != 0 || threadIdx.x != 0)
-        return;
-    int64_t i = s->num_update - s->lr_first;
-    if (i >= 0 && i < s->lr_n) {
-        *cur = table[i];
-    } else {
-        *cur = table[0];
-        cur->lr = __int_as_float(0x7fc00000);
-    }
-}
-
-/* After the update: counted when it was applied (always, unless dynamic). */
-__global__ void dev_k_count_update(DevLs *s, const int32_t *flag)
-{
-    if (blockIdx.x == 0 && threadIdx.x == 0 && (!s->dynamic || *flag == 0))
-        s->num_update++;
-}
-
-/* The step's flag into the ring; a non-finite step counted when not dynamic
- * (ampc_cu_loss_scale counts the dynamic skips). */
-__global__ void dev_k_ring(DevLs *s, const int32_t *flag, uint8_t *ring)
-{
-    if (blockIdx.x != 0 || threadIdx.x != 0)
-        return;
-    ring[s->steps % RT_DEV_LS_RING] = *flag == 0;
-    s->steps++;
-    if (!s->dynamic)
-        s->nonfinite += *flag != 0;
-}
-
 static bool cu_ls_init(RtDevice *d, const RtDevLsInit *in, char *err, size_t errlen)
 {
     CudaDevice *c = cu(d);
@@ -432,8 +380,7 @@ static void cu_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
 {
     CudaDevice *c = cu(d);
     (void)ctx;
-    dev_k_step_begin<<<1, 1, 0, c->stream>>>(c->ls, inject_inf ? 1 : 0);
-    CU_MUST(cudaGetLastError());
+    CU_MUST(ampc_cu_step_begin(c->stream, c->ls, inject_inf ? 1 : 0));
 }
 
 static const float *cu_loss_scale_dev(RtDevice *d)
@@ -497,16 +444,14 @@ static void cu_train_update(RtDevice *d, float *const *state, float *const *stat
     if (!c->m)
         return;
     cu_optim_table(c, state, state2, oc);
-    dev_k_pick<<<1, 1, 0, c->stream>>>(c->ls, c->lr, c->cur);
-    CU_MUST(cudaGetLastError());
+    CU_MUST(ampc_cu_step_pick(c->stream, c->ls, c->lr, c->cur));
     /* dynamic: skipped on the check's flag; else the check fused, as optim_step */
     if (!c->dynamic)
         CU_MUST(ampc_cu_set_flag(c->stream, c->flag, 0));
     CU_MUST(ampc_cu_mt_optim(c->stream, c->opt.tensors, c->opt.blocks, c->opt.nblocks,
                              AMPC_MT_CHUNK, NULL, c->cur, c->dynamic ? c->flag : NULL,
                              c->dynamic ? NULL : c->flag, &c->ls->step));
-    dev_k_count_update<<<1, 1, 0, c->stream>>>(c->ls, c->flag);
-    CU_MUST(cudaGetLastError());
+    CU_MUST(ampc_cu_step_count(c->stream, c->ls, c->flag));
 }
 
 static void cu_ls_update(RtDevice *d)
@@ -514,8 +459,7 @@ static void cu_ls_update(RtDevice *d)
     CudaDevice *c = cu(d);
     if (c->dynamic)
         CU_MUST(ampc_cu_loss_scale(c->stream, &c->ls->ls, c->flag, c->rule, &c->ls->stats));
-    dev_k_ring<<<1, 1, 0, c->stream>>>(c->ls, c->flag, c->ring);
-    CU_MUST(cudaGetLastError());
+    CU_MUST(ampc_cu_step_ring(c->stream, c->ls, c->flag, c->ring, RT_DEV_LS_RING));
 }
 
 static void cu_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)

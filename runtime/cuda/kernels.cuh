@@ -1,21 +1,24 @@
 /*
  * kernels.cuh - the custom CUDA kernels and their launchers (the functions
- * of ampc_cuda.h), in one source that nvcc compiles for the GPU
- * (runtime/cuda/kernels.cu, into libampccuda.a) and gcc/clang compile as
- * host C through cuda/emu.h (tests/runtime/test_cuda_emu.c), so the code
- * the GPU runs is the code checked against the CPU twins in `make unit`.
+ * of ampc_cuda.h), in one CUDA C++17 source that nvcc compiles for the GPU
+ * (runtime/cuda/kernels.cu, into libampccuda.a) and the host's C++
+ * compiler compiles for the emulator (the same kernels.cu, into
+ * libampcemu.a; cuda/emu_cuda.h), so the code the GPU runs is the code
+ * checked against the CPU twins in `make check` (tests/runtime/
+ * test_cuda_emu.c), under the emulator's scheduler and memory checks.
  *
- * The source is therefore the common subset of C11 and CUDA C++17: no
- * templates, references or overloading; explicit casts from void *; no
- * designated initialisers or compound literals.  And every kernel keeps
- * emu.h's rules: no shared memory, no __syncthreads, no warp intrinsics, no
- * thread reads what another thread of its launch writes.  The one store
- * several threads may make to the same word is the flag's 1 (the same value
- * whoever wins, as PyTorch's found_inf).
+ * Kernels use cuda/kernel_api.cuh's spelling: device memory only through
+ * ampc_dptr<T>.  None of these uses shared memory, a barrier or a warp
+ * primitive; no thread reads what another thread of its launch writes
+ * (the emulator would report the race).  The one store several threads
+ * may make to the same word is the flag's 1 (the same value whoever wins,
+ * as PyTorch's found_inf): a write-write race the emulator reports too,
+ * so the flag is set with atomicOr.
  *
- * The per-element math is runtime/kernels/ (half.h, act.h, optim.h, lossscale.h), in the CPU kernels' order of
- * operations; nvcc builds this with -fmad=false and without fast math or
- * flush-to-zero, so each operation rounds as on the host (the PTX check,
+ * The per-element math is runtime/kernels/ (half.h, act.h, optim.h,
+ * lossscale.h), in the CPU kernels' order of operations; nvcc builds this
+ * with -fmad=false and without fast math or flush-to-zero, so each
+ * operation rounds as on the host (the PTX check,
  * tests/runtime/cuda_ptx_check.sh).
  */
 #ifndef AMPC_CUDA_KERNELS_CUH
@@ -25,53 +28,51 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cuda/kernel_api.cuh"
+
 #include "cuda/ampc_cuda.h"
 #include "kernels/act.h"
 #include "kernels/half.h"
 #include "kernels/lossscale.h"
 #include "kernels/optim.h"
 
-#ifdef __CUDACC__
-#define AMPC_LAUNCH(k, grid, block, stream, ...) k<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
-#define AMPC_LAUNCH_ERROR() ((int)cudaGetLastError())
-#define AMPC_CU_API extern "C"
-#else
-#ifndef AMPC_CUDA_EMU_H
-#error "a host build of cuda/kernels.cuh includes cuda/emu.h first"
-#endif
-#define AMPC_CU_API
-#endif
+#define AMPC_CU_API AMPC_API
 
 /* Threads per block and the most blocks of the grid-stride (element-wise)
  * kernels; the tests make the cap small to exercise the stride. */
 #define AMPC_CU_THREADS 256
 #ifndef AMPC_CU_GRID_CAP
+#ifdef __CUDACC__
 #define AMPC_CU_GRID_CAP 4096
+#else
+#define AMPC_CU_GRID_CAP ampc_emu_grid_cap() /* small, so the tests' loops wrap */
+#endif
 #endif
 
 /* ---- element access ---------------------------------------------------------- */
 
-static inline AMPC_HD float ampc_cu_load(const void *p, size_t i, int dt)
+static inline __device__ float ampc_cu_load(ampc_dptr<const void> p, size_t i, int dt)
 {
     if (dt == AMPC_DT_F32)
-        return ((const float *)p)[i];
+        return ampc_dcast<const float>(p)[i];
     if (dt == AMPC_DT_F16)
-        return ampc_half_to_float(((const ampc_half *)p)[i]);
-    return ampc_bf16_to_float(((const ampc_bf16 *)p)[i]);
+        return ampc_half_to_float(ampc_dcast<const ampc_half>(p)[i]);
+    return ampc_bf16_to_float(ampc_dcast<const ampc_bf16>(p)[i]);
 }
 
-static inline AMPC_HD void ampc_cu_store(void *p, size_t i, int dt, float v)
+static inline __device__ void ampc_cu_store(ampc_dptr<void> p, size_t i, int dt, float v)
 {
     if (dt == AMPC_DT_F32)
-        ((float *)p)[i] = v;
+        ampc_dcast<float>(p)[i] = v;
     else if (dt == AMPC_DT_F16)
-        ((ampc_half *)p)[i] = ampc_float_to_half(v);
+        ampc_dcast<ampc_half>(p)[i] = ampc_float_to_half(v);
     else
-        ((ampc_bf16 *)p)[i] = ampc_float_to_bf16(v);
+        ampc_dcast<ampc_bf16>(p)[i] = ampc_float_to_bf16(v);
 }
 
 /* rt__commit's rule: dst = (acc ? dst : 0) + v in fp32, rounded once */
-static inline AMPC_HD void ampc_cu_store_acc(void *p, size_t i, int dt, float v, int acc)
+static inline __device__ void ampc_cu_store_acc(ampc_dptr<void> p, size_t i, int dt, float v,
+                                                int acc)
 {
     if (acc)
         v = ampc_cu_load(p, i, dt) + v;
@@ -79,13 +80,13 @@ static inline AMPC_HD void ampc_cu_store_acc(void *p, size_t i, int dt, float v,
 }
 
 /* inf or NaN, on the stored bits (a 16-bit value is not widened) */
-static inline AMPC_HD int ampc_cu_nonfinite(const void *p, size_t i, int dt)
+static inline __device__ int ampc_cu_nonfinite(ampc_dptr<const void> p, size_t i, int dt)
 {
     if (dt == AMPC_DT_F32)
-        return !ampc_isfinite(((const float *)p)[i]);
+        return !ampc_isfinite(ampc_dcast<const float>(p)[i]);
     if (dt == AMPC_DT_F16)
-        return !ampc_half_isfinite(((const ampc_half *)p)[i]);
-    return !ampc_bf16_isfinite(((const ampc_bf16 *)p)[i]);
+        return !ampc_half_isfinite(ampc_dcast<const ampc_half>(p)[i]);
+    return !ampc_bf16_isfinite(ampc_dcast<const ampc_bf16>(p)[i]);
 }
 
 /* grid-stride loops: the first element of this thread, and the stride */
@@ -108,7 +109,7 @@ static inline unsigned ampc_cu_grid(size_t n)
 
 /* ---- kernels: flag, casts, element-wise --------------------------------------- */
 
-__global__ void ampc_k_set_flag(int32_t *flag, int32_t value)
+__global__ void ampc_k_set_flag(ampc_dptr<int32_t> flag, int32_t value)
 {
     if (blockIdx.x == 0 && threadIdx.x == 0)
         *flag = value;
@@ -116,21 +117,23 @@ __global__ void ampc_k_set_flag(int32_t *flag, int32_t value)
 
 /* from == to without acc is a copy of the bits (rt_copy: a NaN's payload
  * and a signalling NaN survive); anything else goes through fp32. */
-__global__ void ampc_k_cast(size_t n, int from, const void *x, int to, void *y, int acc)
+__global__ void ampc_k_cast(size_t n, int from, ampc_dptr<const void> x, int to,
+                            ampc_dptr<void> y, int acc)
 {
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
         if (from == to && !acc) {
             if (to == AMPC_DT_F32)
-                ((uint32_t *)y)[i] = ((const uint32_t *)x)[i];
+                ampc_dcast<uint32_t>(y)[i] = ampc_dcast<const uint32_t>(x)[i];
             else
-                ((uint16_t *)y)[i] = ((const uint16_t *)x)[i];
+                ampc_dcast<uint16_t>(y)[i] = ampc_dcast<const uint16_t>(x)[i];
         } else {
             ampc_cu_store_acc(y, i, to, ampc_cu_load(x, i, from), acc);
         }
     }
 }
 
-__global__ void ampc_k_binary(int op, size_t n, int dt, const void *a, const void *b, void *y)
+__global__ void ampc_k_binary(int op, size_t n, int dt, ampc_dptr<const void> a,
+                              ampc_dptr<const void> b, ampc_dptr<void> y)
 {
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
         float va = ampc_cu_load(a, i, dt), vb = ampc_cu_load(b, i, dt);
@@ -141,8 +144,10 @@ __global__ void ampc_k_binary(int op, size_t n, int dt, const void *a, const voi
 
 /* dA = dy (add, sub) or dy*b (mul); dB = dy, -dy or dy*a; dA stored before
  * dB, so da == db accumulates as the CPU's two passes do */
-__global__ void ampc_k_binary_backward(int op, size_t n, int dt, const void *dy, const void *a,
-                                       const void *b, void *da, void *db, int acc_a, int acc_b)
+__global__ void ampc_k_binary_backward(int op, size_t n, int dt, ampc_dptr<const void> dy,
+                                       ampc_dptr<const void> a, ampc_dptr<const void> b,
+                                       ampc_dptr<void> da, ampc_dptr<void> db, int acc_a,
+                                       int acc_b)
 {
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
         float g = ampc_cu_load(dy, i, dt);
@@ -168,15 +173,16 @@ static inline AMPC_HD float ampc_cu_scalar_op(int op, float v, float s)
     }
 }
 
-__global__ void ampc_k_scalar(int op, size_t n, int dt, const void *x, float s, void *y)
+__global__ void ampc_k_scalar(int op, size_t n, int dt, ampc_dptr<const void> x, float s,
+                              ampc_dptr<void> y)
 {
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride())
         ampc_cu_store(y, i, dt, ampc_cu_scalar_op(op, ampc_cu_load(x, i, dt), s));
 }
 
 /* rt_scalar_backward's expressions: rdiv is -dy*s / (x*x) */
-__global__ void ampc_k_scalar_backward(int op, size_t n, int dt, const void *x, float s,
-                                       const void *dy, void *dx, int acc)
+__global__ void ampc_k_scalar_backward(int op, size_t n, int dt, ampc_dptr<const void> x, float s,
+                                       ampc_dptr<const void> dy, ampc_dptr<void> dx, int acc)
 {
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
         float g = ampc_cu_load(dy, i, dt), r;
@@ -198,7 +204,8 @@ __global__ void ampc_k_scalar_backward(int op, size_t n, int dt, const void *x, 
 
 /* relu(a + b) with the sum rounded to dt first, where the unfused add
  * stores it (rt_add_relu_forward) */
-__global__ void ampc_k_add_relu(size_t n, int dt, const void *a, const void *b, void *y)
+__global__ void ampc_k_add_relu(size_t n, int dt, ampc_dptr<const void> a,
+                                ampc_dptr<const void> b, ampc_dptr<void> y)
 {
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
         float s = ampc_cu_load(a, i, dt) + ampc_cu_load(b, i, dt);
@@ -210,15 +217,15 @@ __global__ void ampc_k_add_relu(size_t n, int dt, const void *a, const void *b, 
     }
 }
 
-__global__ void ampc_k_relu(size_t n, int dt, const void *x, void *y)
+__global__ void ampc_k_relu(size_t n, int dt, ampc_dptr<const void> x, ampc_dptr<void> y)
 {
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride())
         ampc_cu_store(y, i, dt, ampc_relu(ampc_cu_load(x, i, dt)));
 }
 
 /* dx = dy * relu'(y) (MXNet differentiates relu through its output) */
-__global__ void ampc_k_relu_backward(size_t n, int dt, const void *y, const void *dy, void *dx,
-                                     int acc)
+__global__ void ampc_k_relu_backward(size_t n, int dt, ampc_dptr<const void> y,
+                                     ampc_dptr<const void> dy, ampc_dptr<void> dx, int acc)
 {
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
         float g = ampc_cu_load(dy, i, dt) * ampc_relu_grad_y(ampc_cu_load(y, i, dt));
@@ -227,65 +234,72 @@ __global__ void ampc_k_relu_backward(size_t n, int dt, const void *y, const void
 }
 
 /* bits: the value rounded to the dtype once, on the host */
-__global__ void ampc_k_fill(void *dst, int dt, size_t n, uint32_t bits)
+__global__ void ampc_k_fill(ampc_dptr<void> dst, int dt, size_t n, uint32_t bits)
 {
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
         if (dt == AMPC_DT_F32)
-            ((uint32_t *)dst)[i] = bits;
+            ampc_dcast<uint32_t>(dst)[i] = bits;
         else
-            ((uint16_t *)dst)[i] = (uint16_t)bits;
+            ampc_dcast<uint16_t>(dst)[i] = (uint16_t)bits;
     }
 }
 
 /* ---- the finite checks ----------------------------------------------------------- */
 
-__global__ void ampc_k_finite(const void *p, size_t n, int dt, int32_t *found)
+/* the flag's 1: atomic, since several threads may store it (the same value) */
+static inline __device__ void ampc_cu_raise(ampc_dptr<int32_t> flag)
+{
+    atomicOr(ampc_dcast<int>(flag), 1);
+}
+
+__global__ void ampc_k_finite(ampc_dptr<const void> p, size_t n, int dt, ampc_dptr<int32_t> found)
 {
     int bad = 0;
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride())
         bad |= ampc_cu_nonfinite(p, i, dt);
     if (bad)
-        *found = 1;
+        ampc_cu_raise(found);
 }
 
 /* The range of block blockIdx.x in a multi-tensor launch: [*lo, *hi) of
- * tensor *t. */
-static inline __device__ const AmpcMtTensor *ampc_cu_mt_range(const AmpcMtTensor *tensors,
-                                                             const AmpcMtBlock *blocks,
-                                                             int64_t chunk, size_t *lo,
-                                                             size_t *hi)
+ * the tensor returned (its table entry, read once). */
+static inline __device__ AmpcMtTensor ampc_cu_mt_range(ampc_dptr<const AmpcMtTensor> tensors,
+                                                       ampc_dptr<const AmpcMtBlock> blocks,
+                                                       int64_t chunk, size_t *lo, size_t *hi)
 {
     AmpcMtBlock b = blocks[blockIdx.x];
-    const AmpcMtTensor *t = &tensors[b.tensor];
+    AmpcMtTensor t = tensors[b.tensor];
     size_t first = (size_t)b.chunk * (size_t)chunk;
-    size_t n = (size_t)t->n;
+    size_t n = (size_t)t.n;
     *lo = first;
     *hi = n - first < (size_t)chunk ? n : first + (size_t)chunk;
     return t;
 }
 
-__global__ void ampc_k_mt_finite(const AmpcMtTensor *tensors, const AmpcMtBlock *blocks,
-                                 int64_t chunk, int32_t *found)
+__global__ void ampc_k_mt_finite(ampc_dptr<const AmpcMtTensor> tensors,
+                                 ampc_dptr<const AmpcMtBlock> blocks, int64_t chunk,
+                                 ampc_dptr<int32_t> found)
 {
     size_t lo, hi;
-    const AmpcMtTensor *t = ampc_cu_mt_range(tensors, blocks, chunk, &lo, &hi);
-    const void *g = t->grad;
-    int dt = t->gdt, bad = 0;
+    AmpcMtTensor t = ampc_cu_mt_range(tensors, blocks, chunk, &lo, &hi);
+    ampc_dptr<const void> g = t.grad;
+    int dt = t.gdt, bad = 0;
     for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
         bad |= ampc_cu_nonfinite(g, i, dt);
     if (bad)
-        *found = 1;
+        ampc_cu_raise(found);
 }
 
 /* ---- the fused multi-tensor optimizer ------------------------------------------ */
 
-/* optim.c's update_f32: which update an element gets */
-static inline AMPC_HD void ampc_cu_update(float *w, float *mom, float *var, float g,
+/* optim.c's update_f32: which update an element gets (with_mom: the tensor
+ * has a momentum or mean state; the pointers are the thread's registers) */
+static inline AMPC_HD void ampc_cu_update(float *w, float *mom, float *var, int with_mom, float g,
                                           AmpcOptParam q, int kind)
 {
     if (kind == AMPC_OPT_ADAM)
         ampc_adam_update(w, mom, var, g, q);
-    else if (!mom)
+    else if (!with_mom)
         ampc_sgd_update(w, g, q);
     else if (kind == AMPC_OPT_NAG)
         ampc_nag_mom_update(w, mom, g, q);
@@ -295,15 +309,15 @@ static inline AMPC_HD void ampc_cu_update(float *w, float *mom, float *var, floa
 
 /* rt_optim_step2's per-tensor parameters (lr x lr_mult, wd x wd_mult, Adam's
  * lr_t in double) from the step and the table */
-static inline AMPC_HD AmpcOptParam ampc_cu_opt_param(const AmpcMtStep *s, const AmpcMtTensor *t,
-                                                     const AmpcLossScale *scale)
+static inline __device__ AmpcOptParam ampc_cu_opt_param(const AmpcMtStep *s, const AmpcMtTensor *t,
+                                                        ampc_dptr<const AmpcLossScale> scale)
 {
     AmpcOptParam q;
     q.lr = s->lr * t->lr_mult;
     q.wd = s->wd * t->wd_mult;
     q.momentum = s->momentum;
-    q.rescale_grad =
-        scale ? (float)(1.0 / (s->batch * (double)scale->scale)) : s->rescale_grad;
+    q.rescale_grad = scale ? (float)(1.0 / (s->batch * (double)*AMPC_FIELD(scale, scale)))
+                           : s->rescale_grad;
     q.clip_gradient = s->clip_gradient;
     q.beta1 = 0.0f;
     q.beta2 = 0.0f;
@@ -320,40 +334,49 @@ static inline AMPC_HD AmpcOptParam ampc_cu_opt_param(const AmpcMtStep *s, const 
 /* Each element is read and written once: gradient, master (or weight) and
  * state in, master, state and weight (the 16-bit shadow) out; bytes per
  * parameter as optim.c's (docs/backend-cuda.md). */
-__global__ void ampc_k_mt_optim(const AmpcMtTensor *tensors, const AmpcMtBlock *blocks,
-                                int64_t chunk, AmpcMtStep step, const AmpcMtStep *step_dev,
-                                const int32_t *skip, int32_t *found, const AmpcLossScale *scale)
+__global__ void ampc_k_mt_optim(ampc_dptr<const AmpcMtTensor> tensors,
+                                ampc_dptr<const AmpcMtBlock> blocks, int64_t chunk,
+                                AmpcMtStep step, ampc_dptr<const AmpcMtStep> step_dev,
+                                ampc_dptr<const int32_t> skip, ampc_dptr<int32_t> found,
+                                ampc_dptr<const AmpcLossScale> scale)
 {
     if (skip && *skip)
         return;
     if (step_dev)
         step = *step_dev;
     size_t lo, hi;
-    const AmpcMtTensor *t = ampc_cu_mt_range(tensors, blocks, chunk, &lo, &hi);
-    AmpcOptParam q = ampc_cu_opt_param(&step, t, scale);
-    const void *grad = t->grad;
-    void *weight = t->weight;
-    float *master = t->master, *mom = t->mom, *var = t->var;
-    int gdt = t->gdt, wdt = t->wdt, kind = step.kind, bad = 0;
+    AmpcMtTensor t = ampc_cu_mt_range(tensors, blocks, chunk, &lo, &hi);
+    AmpcOptParam q = ampc_cu_opt_param(&step, &t, scale);
+    ampc_dptr<const void> grad = t.grad;
+    ampc_dptr<void> weight = t.weight;
+    ampc_dptr<float> master = t.master, mom = t.mom, var = t.var;
+    int gdt = t.gdt, wdt = t.wdt, kind = step.kind, bad = 0;
     for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         float g = ampc_cu_load(grad, i, gdt);
         bad |= !ampc_isfinite(g);
-        float w = master ? master[i] : ampc_cu_load(weight, i, wdt);
-        ampc_cu_update(&w, mom ? &mom[i] : NULL, var ? &var[i] : NULL, g, q, kind);
+        float w = master ? (float)master[i] : ampc_cu_load(weight, i, wdt);
+        /* the states in registers (no pointer that may be NULL, so none goes
+         * to local memory): each element read and written once */
+        float m = mom ? (float)mom[i] : 0.0f, v = var ? (float)var[i] : 0.0f;
+        ampc_cu_update(&w, &m, &v, mom ? 1 : 0, g, q, kind);
+        if (mom)
+            mom[i] = m;
+        if (var)
+            var[i] = v;
         if (master)
             master[i] = w;
         ampc_cu_store(weight, i, wdt, w);
     }
     if (bad && found)
-        *found = 1;
+        ampc_cu_raise(found);
 }
 
 /* ---- the loss scale ---------------------------------------------------------------- */
 
 /* One thread: the rule of kernels/lossscale.h on the device flag, so the
  * scale the next step uses never passes through the host. */
-__global__ void ampc_k_loss_scale(AmpcLossScale *state, const int32_t *found,
-                                  AmpcLossScaleRule rule, AmpcLossScaleStats *stats)
+__global__ void ampc_k_loss_scale(ampc_dptr<AmpcLossScale> state, ampc_dptr<const int32_t> found,
+                                  AmpcLossScaleRule rule, ampc_dptr<AmpcLossScaleStats> stats)
 {
     if (blockIdx.x != 0 || threadIdx.x != 0)
         return;
@@ -362,10 +385,12 @@ __global__ void ampc_k_loss_scale(AmpcLossScale *state, const int32_t *found,
     AmpcLossScale now = ampc_loss_scale_update(old, inf, rule);
     *state = now;
     if (stats) {
-        stats->steps++;
-        stats->skipped += inf;
-        stats->grown += now.scale > old.scale;
-        stats->backed_off += now.scale < old.scale;
+        AmpcLossScaleStats c = *stats;
+        c.steps++;
+        c.skipped += inf;
+        c.grown += now.scale > old.scale;
+        c.backed_off += now.scale < old.scale;
+        *stats = c;
     }
 }
 

@@ -1,7 +1,8 @@
 /*
  * layout.cuh - the small kernels around the cuDNN and cuBLASLt calls
- * (runtime/cuda/dnn.c, blas.c), in one source for nvcc (layout.cu) and for
- * the host emulation (cuda/emu.h; tests/runtime/test_cuda_layout_emu.c):
+ * (runtime/cuda/dnn.c, blas.c), in one CUDA C++17 source for nvcc
+ * (layout.cu) and for the emulator (the same layout.cu in libampcemu.a;
+ * tests/runtime/test_cuda_layout_emu.c):
  *
  *   ampc_cu_pad_channels    [rows, c] -> [rows, cp], zero filled (the RGB
  *                           input of a 16-bit NHWC convolution padded to 4 or 8)
@@ -10,9 +11,9 @@
  *   ampc_cu_bias_grad       dbias[ch] (+)= sum over o, i of dy[o, ch, i],
  *                           summed in double in rt_fc_backward_weight's order
  *
- * Same rules as kernels.cuh: no shared memory, no barriers, no warp
- * intrinsics, no thread reads what another writes, so the emulation is
- * faithful.  bias_grad runs one thread per channel (a sequential double sum,
+ * Same rules as kernels.cuh: device memory through ampc_dptr
+ * (cuda/kernel_api.cuh), no shared memory, no barriers, no warp
+ * intrinsics, no thread reads what another writes.  bias_grad runs one thread per channel (a sequential double sum,
  * bit for bit the CPU's); a block reduction would be faster and is the
  * thing to try if gpu-check shows it matters.
  */
@@ -22,55 +23,51 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda/kernel_api.cuh"
+
 #include "cuda/ampc_cuda.h"
 #include "kernels/half.h"
 
-#ifdef __CUDACC__
-#ifndef AMPC_LAUNCH
-#define AMPC_LAUNCH(k, grid, block, stream, ...) k<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
-#define AMPC_LAUNCH_ERROR() ((int)cudaGetLastError())
-#endif
-#define AMPC_LAY_API extern "C"
-#else
-#ifndef AMPC_CUDA_EMU_H
-#error "a host build of cuda/layout.cuh includes cuda/emu.h first"
-#endif
-#define AMPC_LAY_API
-#endif
+#define AMPC_LAY_API AMPC_API
 
 #define AMPC_LAY_THREADS 256
 #ifndef AMPC_LAY_GRID_CAP
+#ifdef __CUDACC__
 #define AMPC_LAY_GRID_CAP 4096
+#else
+#define AMPC_LAY_GRID_CAP ampc_emu_grid_cap() /* small, so the tests' loops wrap */
+#endif
 #endif
 
-static inline AMPC_HD float ampc_lay_load(const void *p, size_t i, int dt)
+static inline __device__ float ampc_lay_load(ampc_dptr<const void> p, size_t i, int dt)
 {
     if (dt == AMPC_DT_F32)
-        return ((const float *)p)[i];
+        return ampc_dcast<const float>(p)[i];
     if (dt == AMPC_DT_F16)
-        return ampc_half_to_float(((const ampc_half *)p)[i]);
-    return ampc_bf16_to_float(((const ampc_bf16 *)p)[i]);
+        return ampc_half_to_float(ampc_dcast<const ampc_half>(p)[i]);
+    return ampc_bf16_to_float(ampc_dcast<const ampc_bf16>(p)[i]);
 }
 
 /* dst = (acc ? dst : 0) + v in fp32, rounded once (rt__set) */
-static inline AMPC_HD void ampc_lay_store(void *p, size_t i, int dt, float v, int acc)
+static inline __device__ void ampc_lay_store(ampc_dptr<void> p, size_t i, int dt, float v, int acc)
 {
     if (acc)
         v = ampc_lay_load(p, i, dt) + v;
     if (dt == AMPC_DT_F32)
-        ((float *)p)[i] = v;
+        ampc_dcast<float>(p)[i] = v;
     else if (dt == AMPC_DT_F16)
-        ((ampc_half *)p)[i] = ampc_float_to_half(v);
+        ampc_dcast<ampc_half>(p)[i] = ampc_float_to_half(v);
     else
-        ((ampc_bf16 *)p)[i] = ampc_float_to_bf16(v);
+        ampc_dcast<ampc_bf16>(p)[i] = ampc_float_to_bf16(v);
 }
 
-static inline AMPC_HD void ampc_lay_copy(void *dst, size_t j, const void *src, size_t i, int dt)
+static inline __device__ void ampc_lay_copy(ampc_dptr<void> dst, size_t j, ampc_dptr<const void> src,
+                                            size_t i, int dt)
 {
     if (dt == AMPC_DT_F32)
-        ((uint32_t *)dst)[j] = ((const uint32_t *)src)[i];
+        ampc_dcast<uint32_t>(dst)[j] = ampc_dcast<const uint32_t>(src)[i];
     else
-        ((uint16_t *)dst)[j] = ((const uint16_t *)src)[i];
+        ampc_dcast<uint16_t>(dst)[j] = ampc_dcast<const uint16_t>(src)[i];
 }
 
 static inline unsigned ampc_lay_grid(size_t n)
@@ -83,8 +80,8 @@ static inline unsigned ampc_lay_grid(size_t n)
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
          i += (size_t)gridDim.x * blockDim.x)
 
-__global__ void ampc_k_pad_channels(size_t rows, int c, int cp, int dt, const void *src,
-                                    void *dst)
+__global__ void ampc_k_pad_channels(size_t rows, int c, int cp, int dt, ampc_dptr<const void> src,
+                                    ampc_dptr<void> dst)
 {
     AMPC_LAY_FOR(i, rows * (size_t)cp)
     {
@@ -92,14 +89,14 @@ __global__ void ampc_k_pad_channels(size_t rows, int c, int cp, int dt, const vo
         if (j < (size_t)c)
             ampc_lay_copy(dst, i, src, r * (size_t)c + j, dt);
         else if (dt == AMPC_DT_F32)
-            ((uint32_t *)dst)[i] = 0;
+            ampc_dcast<uint32_t>(dst)[i] = 0;
         else
-            ((uint16_t *)dst)[i] = 0;
+            ampc_dcast<uint16_t>(dst)[i] = 0;
     }
 }
 
-__global__ void ampc_k_unpad_channels(size_t rows, int c, int cp, int dt, const void *src,
-                                      void *dst, int acc)
+__global__ void ampc_k_unpad_channels(size_t rows, int c, int cp, int dt,
+                                      ampc_dptr<const void> src, ampc_dptr<void> dst, int acc)
 {
     AMPC_LAY_FOR(i, rows * (size_t)c)
     {
@@ -111,8 +108,8 @@ __global__ void ampc_k_unpad_channels(size_t rows, int c, int cp, int dt, const 
     }
 }
 
-__global__ void ampc_k_bias_add(size_t outer, int c, size_t inner, int dt, void *y,
-                                const void *bias)
+__global__ void ampc_k_bias_add(size_t outer, int c, size_t inner, int dt, ampc_dptr<void> y,
+                                ampc_dptr<const void> bias)
 {
     AMPC_LAY_FOR(i, outer * (size_t)c * inner)
     {
@@ -121,8 +118,8 @@ __global__ void ampc_k_bias_add(size_t outer, int c, size_t inner, int dt, void 
     }
 }
 
-__global__ void ampc_k_bias_grad(size_t outer, int c, size_t inner, int dt, const void *dy,
-                                 void *dbias, int acc)
+__global__ void ampc_k_bias_grad(size_t outer, int c, size_t inner, int dt,
+                                 ampc_dptr<const void> dy, ampc_dptr<void> dbias, int acc)
 {
     AMPC_LAY_FOR(ch, (size_t)c)
     {

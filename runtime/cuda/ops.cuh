@@ -5,12 +5,12 @@
  * rt_<name>'s signature (rt_cuda.h declares them), takes device pointers and
  * runs on the stream given to rt_cuda_init.
  *
- * One source for nvcc (kernels.cu builds it after kernels.cuh, whose
- * element access and launch macros it uses) and for the host emulation
- * (cuda/emu.h; tests/runtime/test_cuda_ops_emu.c), with kernels.cuh's
- * rules: the common subset of C11 and CUDA C++17, no shared memory, no
- * barriers, no warp intrinsics, no thread reads what another thread of its
- * launch writes.  Each kernel computes with runtime/kernels/ in the CPU
+ * One CUDA C++17 source for nvcc (kernels.cu builds it after kernels.cuh,
+ * whose element access it uses) and for the emulator (the same kernels.cu
+ * in libampcemu.a; tests/runtime/test_cuda_ops_emu.c), with kernels.cuh's
+ * rules: device memory through ampc_dptr (cuda/kernel_api.cuh), no shared
+ * memory, no barriers, no warp intrinsics, no thread reads what another
+ * thread of its launch writes.  Each kernel computes with runtime/kernels/ in the CPU
  * twin's order of operations (runtime/cpu/act.c, elemwise.c, reduce.c,
  * loss.c, batchnorm.c), so the emulation gives the CPU's bits, and so does
  * the GPU: no libm here, and kernels.cu's PTX check (no fma, .ftz, .approx)
@@ -43,8 +43,8 @@
 /* ---- Dropout (act.c): the same Philox counter and key (kernels/philox.h) ------------ */
 
 /* one thread per four elements (one Philox call): out = in * (kept ? 1/(1-p) : 0) */
-__global__ void ampc_k_dropout(size_t n, int dt, const void *in, float p, uint64_t seed,
-                               uint64_t step, uint32_t stream, void *out, int acc)
+__global__ void ampc_k_dropout(size_t n, int dt, ampc_dptr<const void> in, float p, uint64_t seed,
+                               uint64_t step, uint32_t stream, ampc_dptr<void> out, int acc)
 {
     float scale = 1.0f / (1.0f - p);
     size_t nq = n / 4 + (n % 4 != 0);
@@ -62,8 +62,8 @@ __global__ void ampc_k_dropout(size_t n, int dt, const void *in, float p, uint64
 /* ---- clip (elemwise.c) --------------------------------------------- */
 
 /* grad 0: y = clip(x) (a NaN passes); grad 1: dx (+)= lo <= x <= hi ? dy : 0 */
-__global__ void ampc_k_clip(int grad, size_t n, int dt, const void *x, float lo, float hi,
-                            const void *dy, void *out, int acc)
+__global__ void ampc_k_clip(int grad, size_t n, int dt, ampc_dptr<const void> x, float lo,
+                            float hi, ampc_dptr<const void> dy, ampc_dptr<void> out, int acc)
 {
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
         float v = ampc_cu_load(x, i, dt);
@@ -76,18 +76,19 @@ __global__ void ampc_k_clip(int grad, size_t n, int dt, const void *x, float lo,
 
 /* ---- Concat and slice, the layout conversion: bit copies ------------------------------ */
 
-static inline __device__ void ampc_ops_copy(void *dst, size_t j, const void *src, size_t i, int dt)
+static inline __device__ void ampc_ops_copy(ampc_dptr<void> dst, size_t j, ampc_dptr<const void> src,
+                                            size_t i, int dt)
 {
     if (dt == AMPC_DT_F32)
-        ((uint32_t *)dst)[j] = ((const uint32_t *)src)[i];
+        ampc_dcast<uint32_t>(dst)[j] = ampc_dcast<const uint32_t>(src)[i];
     else
-        ((uint16_t *)dst)[j] = ((const uint16_t *)src)[i];
+        ampc_dcast<uint16_t>(dst)[j] = ampc_dcast<const uint16_t>(src)[i];
 }
 
 /* part [outer, seg] <-> its columns [start, start+seg) of whole [outer, row]: to_whole 1
  * copies the part in (Concat), 0 out (slice: the copy, or the fp32 sum when acc) */
 __global__ void ampc_k_concat(int to_whole, size_t outer, size_t seg, size_t row, size_t start,
-                              int dt, const void *src, void *dst, int acc)
+                              int dt, ampc_dptr<const void> src, ampc_dptr<void> dst, int acc)
 {
     size_t n = outer * seg;
     for (size_t e = ampc_cu_first(); e < n; e += ampc_cu_stride()) {
@@ -102,8 +103,8 @@ __global__ void ampc_k_concat(int to_whole, size_t outer, size_t seg, size_t row
 }
 
 /* to NHWC: dst [n][hw][c] from src [n][c][hw]; to NCHW the inverse (rt_layout_convert) */
-__global__ void ampc_k_layout(size_t n, size_t c, size_t hw, int dt, const void *src, void *dst,
-                              int to_nhwc)
+__global__ void ampc_k_layout(size_t n, size_t c, size_t hw, int dt, ampc_dptr<const void> src,
+                              ampc_dptr<void> dst, int to_nhwc)
 {
     size_t total = n * c * hw;
     for (size_t e = ampc_cu_first(); e < total; e += ampc_cu_stride()) {
@@ -158,8 +159,8 @@ static inline __device__ void ampc_ops_offsets(const AmpcBcast *g, size_t e, siz
 }
 
 /* y = a op b */
-__global__ void ampc_k_bcast_fwd(int op, AmpcBcast g, int dt, const void *a, const void *b,
-                                 void *y)
+__global__ void ampc_k_bcast_fwd(int op, AmpcBcast g, int dt, ampc_dptr<const void> a,
+                                 ampc_dptr<const void> b, ampc_dptr<void> y)
 {
     size_t n = ampc_ops_numel(g.out, g.rank);
     for (size_t e = ampc_cu_first(); e < n; e += ampc_cu_stride()) {
@@ -171,16 +172,18 @@ __global__ void ampc_k_bcast_fwd(int op, AmpcBcast g, int dt, const void *a, con
 }
 
 /* An element of one side's gradient before reduction: sign*dy, or dy*other (mul). */
-static inline __device__ float ampc_ops_bgrad(const void *dy, size_t e, const void *other,
-                                              size_t oo, int dt, float sign)
+static inline __device__ float ampc_ops_bgrad(ampc_dptr<const void> dy, size_t e,
+                                              ampc_dptr<const void> other, size_t oo, int dt,
+                                              float sign)
 {
     float gv = ampc_cu_load(dy, e, dt);
     return other ? gv * ampc_cu_load(other, oo, dt) : sign * gv;
 }
 
 /* The side of the broadcast backward with out's size: written per element. */
-__global__ void ampc_k_bcast_bwd_full(AmpcBcast g, int side, int dt, const void *dy,
-                                      const void *other, float sign, void *dst, int acc)
+__global__ void ampc_k_bcast_bwd_full(AmpcBcast g, int side, int dt, ampc_dptr<const void> dy,
+                                      ampc_dptr<const void> other, float sign, ampc_dptr<void> dst,
+                                      int acc)
 {
     size_t n = ampc_ops_numel(g.out, g.rank);
     for (size_t e = ampc_cu_first(); e < n; e += ampc_cu_stride()) {
@@ -200,9 +203,9 @@ __global__ void ampc_k_bcast_bwd_full(AmpcBcast g, int side, int dt, const void 
  * has size 1, its own coordinates fixed on the others.  dst = the sum times
  * scale (1, or mean's count ratio), rounded once; acc adds. */
 #define AMPC_OPS_CHUNK 512
-__global__ void ampc_k_bcast_reduce(AmpcBcast g, int side, int dt, const void *dy,
-                                    const void *other, float sign, double scale, void *dst,
-                                    int acc)
+__global__ void ampc_k_bcast_reduce(AmpcBcast g, int side, int dt, ampc_dptr<const void> dy,
+                                    ampc_dptr<const void> other, float sign, double scale,
+                                    ampc_dptr<void> dst, int acc)
 {
     const int64_t *xs = side ? g.b : g.a, *sx = side ? g.sb : g.sa, *so = side ? g.sa : g.sb;
     int r = g.rank;
@@ -257,8 +260,8 @@ __global__ void ampc_k_bcast_reduce(AmpcBcast g, int side, int dt, const void *d
 }
 
 /* sum/mean backward: dx (+)= dy at the kept position * scale */
-__global__ void ampc_k_reduce_bwd(AmpcBcast g, int dt, const void *dy, float scale, void *dx,
-                                  int acc)
+__global__ void ampc_k_reduce_bwd(AmpcBcast g, int dt, ampc_dptr<const void> dy, float scale,
+                                  ampc_dptr<void> dx, int acc)
 {
     size_t n = ampc_ops_numel(g.out, g.rank);
     for (size_t e = ampc_cu_first(); e < n; e += ampc_cu_stride()) {
@@ -273,8 +276,10 @@ __global__ void ampc_k_reduce_bwd(AmpcBcast g, int dt, const void *dy, float sca
 /* SoftmaxOutput's backward, one thread per row: the scale from the valid
  * count (each thread counts the labels: no barrier) and the device's loss
  * scale (*scale_dev; 1 when NULL), then loss.c's per-element gradient */
-__global__ void ampc_k_smo_bwd(size_t n, size_t k, int dt, const void *prob, const float *label,
-                               RtSmoParams p, const float *scale_dev, int dxdt, void *dx, int acc)
+__global__ void ampc_k_smo_bwd(size_t n, size_t k, int dt, ampc_dptr<const void> prob,
+                               ampc_dptr<const float> label, RtSmoParams p,
+                               ampc_dptr<const float> scale_dev, int dxdt, ampc_dptr<void> dx,
+                               int acc)
 {
     for (size_t row = ampc_cu_first(); row < n; row += ampc_cu_stride()) {
         double valid = 1.0;
@@ -287,7 +292,7 @@ __global__ void ampc_k_smo_bwd(size_t n, size_t k, int dt, const void *prob, con
                 cnt += (int)label[i] != ign;
             valid = cnt > 0 ? (double)cnt : 1.0;
         }
-        float ls = scale_dev ? *scale_dev : 1.0f;
+        float ls = scale_dev ? (float)*scale_dev : 1.0f;
         float scale = (float)((double)p.grad_scale / valid * (double)ls);
         float off = ampc_smooth_off(p.smooth_alpha, (int)k);
         int lab = (int)label[row];
@@ -304,9 +309,10 @@ __global__ void ampc_k_smo_bwd(size_t n, size_t k, int dt, const void *prob, con
 
 /* ---- BatchNorm's moving statistics (batchnorm.c), skipped on the device ------------ */
 
-__global__ void ampc_k_bn_moving(size_t c, int64_t count, const float *save_mean,
-                                 const float *save_invstd, float eps, float momentum,
-                                 float *moving_mean, float *moving_var, const int32_t *skip)
+__global__ void ampc_k_bn_moving(size_t c, int64_t count, ampc_dptr<const float> save_mean,
+                                 ampc_dptr<const float> save_invstd, float eps, float momentum,
+                                 ampc_dptr<float> moving_mean, ampc_dptr<float> moving_var,
+                                 ampc_dptr<const int32_t> skip)
 {
     if (skip && *skip)
         return;

@@ -34,7 +34,7 @@
 
 /* ---- the activations (act.c) ------------------------------------------------------ */
 
-__global__ void ampc_k_act_fwd(int act, size_t n, int dt, const void *x, void *y)
+__global__ void ampc_k_act_fwd(int act, size_t n, int dt, ampc_dptr<const void> x, ampc_dptr<void> y)
 {
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
         float v = ampc_cu_load(x, i, dt), r;
@@ -50,10 +50,11 @@ __global__ void ampc_k_act_fwd(int act, size_t n, int dt, const void *x, void *y
 }
 
 /* through y, softsign through x (MXNet) */
-__global__ void ampc_k_act_bwd(int act, size_t n, int dt, const void *x, const void *y,
-                               const void *dy, void *dx, int acc)
+__global__ void ampc_k_act_bwd(int act, size_t n, int dt, ampc_dptr<const void> x,
+                               ampc_dptr<const void> y, ampc_dptr<const void> dy,
+                               ampc_dptr<void> dx, int acc)
 {
-    const void *src = act == RT_ACT_SOFTSIGN ? x : y;
+    ampc_dptr<const void> src = act == RT_ACT_SOFTSIGN ? x : y;
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
         float v = ampc_cu_load(src, i, dt), g = ampc_cu_load(dy, i, dt), d;
         switch (act) {
@@ -81,8 +82,8 @@ static inline __device__ float ampc_ops_lrelu(int t, float x, float a, int grad)
 
 /* grad 0: y = lrelu(x); grad 1: dx (+)= dy * lrelu'(x); x viewed as [outer, c, inner] */
 __global__ void ampc_k_lrelu(int t, int grad, size_t n, size_t c, size_t inner, int dt,
-                             const void *x, const void *gamma, float slope, const void *dy,
-                             void *out, int acc)
+                             ampc_dptr<const void> x, ampc_dptr<const void> gamma, float slope,
+                             ampc_dptr<const void> dy, ampc_dptr<void> out, int acc)
 {
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
         float a = t == RT_LRELU_PRELU ? ampc_cu_load(gamma, i / inner % c, dt) : slope;
@@ -95,8 +96,9 @@ __global__ void ampc_k_lrelu(int t, int grad, size_t n, size_t c, size_t inner, 
 }
 
 /* prelu's dgamma: one thread per channel, the double sum in act.c's order */
-__global__ void ampc_k_prelu_dgamma(size_t outer, size_t c, size_t inner, int dt, const void *x,
-                                    const void *dy, void *dgamma, int acc)
+__global__ void ampc_k_prelu_dgamma(size_t outer, size_t c, size_t inner, int dt,
+                                    ampc_dptr<const void> x, ampc_dptr<const void> dy,
+                                    ampc_dptr<void> dgamma, int acc)
 {
     for (size_t ch = ampc_cu_first(); ch < c; ch += ampc_cu_stride()) {
         double sg = 0.0;
@@ -110,7 +112,7 @@ __global__ void ampc_k_prelu_dgamma(size_t outer, size_t c, size_t inner, int dt
 
 /* ---- exp, log, sqrt (elemwise.c) ------------------------------------------------------ */
 
-__global__ void ampc_k_unary(int op, size_t n, int dt, const void *x, void *y)
+__global__ void ampc_k_unary(int op, size_t n, int dt, ampc_dptr<const void> x, ampc_dptr<void> y)
 {
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
         float v = ampc_cu_load(x, i, dt);
@@ -120,10 +122,11 @@ __global__ void ampc_k_unary(int op, size_t n, int dt, const void *x, void *y)
 }
 
 /* exp, sqrt through y; log through x */
-__global__ void ampc_k_unary_bwd(int op, size_t n, int dt, const void *x, const void *y,
-                                 const void *dy, void *dx, int acc)
+__global__ void ampc_k_unary_bwd(int op, size_t n, int dt, ampc_dptr<const void> x,
+                                 ampc_dptr<const void> y, ampc_dptr<const void> dy,
+                                 ampc_dptr<void> dx, int acc)
 {
-    const void *src = op == RT_UNARY_LOG ? x : y;
+    ampc_dptr<const void> src = op == RT_UNARY_LOG ? x : y;
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
         float v = ampc_cu_load(src, i, dt), g = ampc_cu_load(dy, i, dt);
         float r = op == RT_UNARY_EXP ? g * v : op == RT_UNARY_LOG ? g / v : g * 0.5f / v;
@@ -135,8 +138,8 @@ __global__ void ampc_k_unary_bwd(int op, size_t n, int dt, const void *x, const 
 
 /* one thread per lane of x viewed as [outer, len, inner]: max, the double
  * sum of exponentials, then the outputs; x in xdt, y in dt */
-__global__ void ampc_k_softmax(size_t outer, size_t len, size_t inner, int xdt, const void *x,
-                               int dt, void *y, int lg)
+__global__ void ampc_k_softmax(size_t outer, size_t len, size_t inner, int xdt,
+                               ampc_dptr<const void> x, int dt, ampc_dptr<void> y, int lg)
 {
     size_t lanes = outer * inner;
     for (size_t ln = ampc_cu_first(); ln < lanes; ln += ampc_cu_stride()) {
@@ -158,8 +161,9 @@ __global__ void ampc_k_softmax(size_t outer, size_t len, size_t inner, int xdt, 
 }
 
 /* softmax: dx = y * (dy - sum(dy*y)); log_softmax: dx = dy - exp(y) * sum(dy) */
-__global__ void ampc_k_softmax_bwd(size_t outer, size_t len, size_t inner, int dt, const void *y,
-                                   const void *dy, void *dx, int lg, int acc)
+__global__ void ampc_k_softmax_bwd(size_t outer, size_t len, size_t inner, int dt,
+                                   ampc_dptr<const void> y, ampc_dptr<const void> dy,
+                                   ampc_dptr<void> dx, int lg, int acc)
 {
     size_t lanes = outer * inner;
     for (size_t ln = ampc_cu_first(); ln < lanes; ln += ampc_cu_stride()) {

@@ -1,9 +1,9 @@
 /*
  * pool.cuh - Pooling (max, avg, sum; 1-D to 3-D; valid/full conventions;
  * count_include_pad; global) on the GPU, the twin of runtime/cpu/pool.c
- * bit for bit, in one source for nvcc (layout.cu builds it with layout.cuh,
- * whose helpers it uses) and the host emulation (cuda/emu.h;
- * tests/runtime/test_cuda_layout_emu.c).
+ * bit for bit, in one CUDA C++17 source for nvcc (layout.cu builds it with
+ * layout.cuh, whose helpers it uses) and the emulator (the same layout.cu in
+ * libampcemu.a; tests/runtime/test_cuda_layout_emu.c).
  *
  * Forward: one thread per output, the window and its arithmetic exactly
  * pool.c's (the first maximum, an empty window 0; sums in double divided
@@ -13,7 +13,7 @@
  * dy when the window's first maximum is this element).  pool.c scatters
  * output by output into an fp32 plane, so every input element receives
  * the same fp32 additions in the same order: the same bits, with no
- * atomics and no thread reading what another writes (emulation-safe).
+ * atomics and no thread reading what another writes.
  * The max backward recomputes each candidate window's argmax, K^d reads
  * per window, which is fine for the usual 3x3 stride 2.
  *
@@ -63,9 +63,9 @@ static inline AMPC_HD void ampc_pool_window(const AmpcPoolGeom *g, const int *o,
 }
 
 /* the flat in-plane index of the window's first maximum, or -1 when empty */
-static inline AMPC_HD long ampc_pool_argmax(const AmpcPoolGeom *g, const void *x, size_t n,
-                                            size_t c, const int *lo, const int *hi, int dt,
-                                            float *m_out)
+static inline __device__ long ampc_pool_argmax(const AmpcPoolGeom *g, ampc_dptr<const void> x,
+                                               size_t n, size_t c, const int *lo, const int *hi,
+                                               int dt, float *m_out)
 {
     size_t plane = (size_t)g->IS[0] * g->IS[1] * g->IS[2];
     float m = -INFINITY;
@@ -82,7 +82,8 @@ static inline AMPC_HD long ampc_pool_argmax(const AmpcPoolGeom *g, const void *x
     return best;
 }
 
-__global__ void ampc_k_pool_forward(AmpcPoolGeom g, int dt, const void *x, void *y)
+__global__ void ampc_k_pool_forward(AmpcPoolGeom g, int dt, ampc_dptr<const void> x,
+                                    ampc_dptr<void> y)
 {
     size_t oplane = (size_t)g.O[0] * g.O[1] * g.O[2], iplane = (size_t)g.IS[0] * g.IS[1] * g.IS[2];
     AMPC_LAY_FOR(t, (size_t)g.n * g.c * oplane)
@@ -125,8 +126,8 @@ static inline AMPC_HD void ampc_pool_range(const AmpcPoolGeom *g, int a, int i, 
     *last = (int)l;
 }
 
-__global__ void ampc_k_pool_backward(AmpcPoolGeom g, int dt, const void *x, const void *dy,
-                                     void *dx, int acc)
+__global__ void ampc_k_pool_backward(AmpcPoolGeom g, int dt, ampc_dptr<const void> x,
+                                     ampc_dptr<const void> dy, ampc_dptr<void> dx, int acc)
 {
     size_t oplane = (size_t)g.O[0] * g.O[1] * g.O[2], iplane = (size_t)g.IS[0] * g.IS[1] * g.IS[2];
     AMPC_LAY_FOR(t, (size_t)g.n * g.c * iplane)

@@ -1,7 +1,8 @@
 /*
  * test_cuda_emu.c - the CUDA backend's custom kernels (runtime/cuda/
- * kernels.cuh), compiled as host C through runtime/cuda/emu.h and run as
- * loops over grid and block, against their CPU twins bit for bit:
+ * kernels.cuh, step.cuh) under the emulator (libampcemu.a: the same
+ * kernels.cu built by the host's C++ compiler; runtime/emu/), through their
+ * launchers, against their CPU twins bit for bit:
  *
  *   casts (every dtype pair, overwrite and accumulate)   rt_cast_forward/backward
  *   add, sub, mul (also in place); add+relu; relu and its backward
@@ -12,17 +13,20 @@
  *     gradients and shadows with fp32 masters, fp32, 16-bit without a master,
  *     fp32 gradients of 16-bit weights; clip on and off; lr_mult, wd_mult;
  *     the rescale from a device loss scale; 70 tensors in one launch, chunks
- *     of 1000 and 65536 elements and sizes around them  rt_optim_step2
+ *     of 1000 and 65536 elements, sizes around 1000 and 2048  rt_optim_step2
  *   the skipped step: flag set, nothing written; the fused check's flag
  *   the loss-scale kernel over sequences of flags       rt_loss_scaler_update
  *   the block table (chunk edges, empty tensors, overflow)
+ *   the step's one-thread kernels (step.cuh)            the CPU device's rules
  *
- * Data: odd sizes, the grid-stride edges (the grid is capped at 3 blocks of
- * 256 here), subnormals of fp32 and fp16, values beyond the fp16 range,
- * -0, inf and NaN.  Every kernel runs with blocks and threads in order and
- * reversed (emu.h).  NaN is compared as NaN, not by payload, except in
- * copies (C does not fix which operand's payload an operation keeps, and
- * the GPU returns the canonical NaN).
+ * Data: odd sizes, the grid-stride edges (the emulation build caps grids at
+ * 3 blocks of 256), subnormals of fp32 and fp16, values beyond the fp16
+ * range, -0, inf and NaN, in device buffers of exactly the case's size (so
+ * the emulator's bounds check sees an overrun).  Every case runs under two
+ * scheduler seeds and the reversed order (emu_test.h), with every access
+ * checked.  NaN is compared as NaN, not by payload, except in copies (C does
+ * not fix which operand's payload an operation keeps, and the GPU returns
+ * the canonical NaN).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,10 +38,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define AMPC_CU_GRID_CAP 3
-#include "cuda/emu.h"
-#include "cuda/kernels.cuh"
+#include "cuda/ampc_cuda.h"
 #include "cuda/mt_table.h"
+#include "device.h"
+#include "emu_test.h"
+#include "kernels/half.h"
 #include "train.h"
 
 /* ---- data ------------------------------------------------------------------ */
@@ -72,10 +77,21 @@ static float rand_value(uint64_t *s, int specials)
     return sign * rng_unit(s) * 8.0f;
 }
 
+/* element i of a dt buffer, on the host */
+static void put(void *p, size_t i, int dt, float v)
+{
+    if (dt == AMPC_DT_F32)
+        ((float *)p)[i] = v;
+    else if (dt == AMPC_DT_F16)
+        ((ampc_half *)p)[i] = ampc_float_to_half(v);
+    else
+        ((ampc_bf16 *)p)[i] = ampc_float_to_bf16(v);
+}
+
 static void fill(void *p, int dt, size_t n, uint64_t *s, int specials)
 {
     for (size_t i = 0; i < n; i++)
-        ampc_cu_store(p, i, dt, rand_value(s, specials));
+        put(p, i, dt, rand_value(s, specials));
 }
 
 static size_t esize(int dt) { return dt == AMPC_DT_F32 ? 4 : 2; }
@@ -114,122 +130,119 @@ static void test_cast(void **st)
 {
     (void)st;
     uint64_t s = 1;
-    static float x[MAXN], y0[MAXN], y1[MAXN];
-    for (int rev = 0; rev < 2; rev++)
-        for (int from = 0; from < 3; from++)
-            for (int to = 0; to < 3; to++)
-                for (int acc = 0; acc < 2; acc++)
-                    for (int k = 0; k < NSIZES; k++) {
-                        size_t n = sizes[k];
-                        ampc_emu_reverse = rev;
-                        fill(x, from, n, &s, 1);
-                        fill(y0, to, n, &s, 1);
-                        memcpy(y1, y0, n * esize(to));
-                        if (acc)
-                            rt_cast_backward(n, (RtDType)from, x, (RtDType)to, y0, true);
-                        else
-                            rt_cast_forward(n, (RtDType)from, x, (RtDType)to, y0);
-                        assert_int_equal(ampc_cu_cast(NULL, n, from, x, to, y1, acc), 0);
-                        if (from == to && !acc)
-                            assert_memory_equal(y1, y0, n * esize(to)); /* a copy: bits */
-                        else
-                            check_same("cast", y1, y0, n, to);
-                    }
-    ampc_emu_reverse = 0;
+    static float y0[MAXN];
+    EMU_PASSES for (int from = 0; from < 3; from++) for (int to = 0; to < 3; to++)
+        for (int acc = 0; acc < 2; acc++) for (int k = 0; k < NSIZES; k++)
+    {
+        size_t n = sizes[k];
+        void *x = dev(n * esize(from), "x"), *y1 = dev(n * esize(to), "y");
+        fill(x, from, n, &s, 1);
+        fill(y0, to, n, &s, 1);
+        memcpy(y1, y0, n * esize(to));
+        if (acc)
+            rt_cast_backward(n, (RtDType)from, x, (RtDType)to, y0, true);
+        else
+            rt_cast_forward(n, (RtDType)from, x, (RtDType)to, y0);
+        assert_int_equal(ampc_cu_cast(NULL, n, from, x, to, y1, acc), 0);
+        if (from == to && !acc)
+            assert_memory_equal(y1, y0, n * esize(to)); /* a copy: bits */
+        else
+            check_same("cast", y1, y0, n, to);
+        ampc_emu_free(x), ampc_emu_free(y1);
+    }
 }
 
 static void test_binary_and_relu(void **st)
 {
     (void)st;
     uint64_t s = 2;
-    static float a[MAXN], b[MAXN], y0[MAXN], y1[MAXN];
-    for (int rev = 0; rev < 2; rev++)
-        for (int dt = 0; dt < 3; dt++)
-            for (int k = 0; k < NSIZES; k++) {
-                size_t n = sizes[k], bytes = n * esize(dt);
-                ampc_emu_reverse = rev;
-                fill(a, dt, n, &s, 1);
-                fill(b, dt, n, &s, 1);
-                for (int op = 0; op < 3; op++) {
-                    rt_elemwise_forward((RtBinOp)op, n, (RtDType)dt, a, b, y0);
-                    ampc_cu_binary(NULL, op, n, dt, a, b, y1);
-                    check_same("binary", y1, y0, n, dt);
-                    memcpy(y1, a, bytes); /* in place: y aliases a */
-                    ampc_cu_binary(NULL, op, n, dt, y1, b, y1);
-                    check_same("binary in place", y1, y0, n, dt);
-                }
-                rt_add_relu_forward(n, (RtDType)dt, a, b, y0);
-                ampc_cu_add_relu(NULL, n, dt, a, b, y1);
-                check_same("add_relu", y1, y0, n, dt);
-                rt_activation_forward(RT_ACT_RELU, n, (RtDType)dt, a, y0);
-                ampc_cu_relu(NULL, n, dt, a, y1);
-                check_same("relu", y1, y0, n, dt);
-                for (int acc = 0; acc < 2; acc++) {
-                    fill(y0, dt, n, &s, 1);
-                    memcpy(y1, y0, bytes);
-                    /* y = a (an output of relu or not), dy = b */
-                    rt_activation_backward(RT_ACT_RELU, n, (RtDType)dt, NULL, a, b, y0, acc);
-                    ampc_cu_relu_backward(NULL, n, dt, a, b, y1, acc);
-                    check_same("relu backward", y1, y0, n, dt);
-                }
-            }
-    ampc_emu_reverse = 0;
+    static float y0[MAXN];
+    EMU_PASSES for (int dt = 0; dt < 3; dt++) for (int k = 0; k < NSIZES; k++)
+    {
+        size_t n = sizes[k], bytes = n * esize(dt);
+        void *a = dev(bytes, "a"), *b = dev(bytes, "b"), *y1 = dev(bytes, "y");
+        fill(a, dt, n, &s, 1);
+        fill(b, dt, n, &s, 1);
+        for (int op = 0; op < 3; op++) {
+            rt_elemwise_forward((RtBinOp)op, n, (RtDType)dt, a, b, y0);
+            ampc_cu_binary(NULL, op, n, dt, a, b, y1);
+            check_same("binary", y1, y0, n, dt);
+            memcpy(y1, a, bytes); /* in place: y aliases a */
+            ampc_cu_binary(NULL, op, n, dt, y1, b, y1);
+            check_same("binary in place", y1, y0, n, dt);
+        }
+        rt_add_relu_forward(n, (RtDType)dt, a, b, y0);
+        ampc_cu_add_relu(NULL, n, dt, a, b, y1);
+        check_same("add_relu", y1, y0, n, dt);
+        rt_activation_forward(RT_ACT_RELU, n, (RtDType)dt, a, y0);
+        ampc_cu_relu(NULL, n, dt, a, y1);
+        check_same("relu", y1, y0, n, dt);
+        for (int acc = 0; acc < 2; acc++) {
+            fill(y0, dt, n, &s, 1);
+            memcpy(y1, y0, bytes);
+            /* y = a (an output of relu or not), dy = b */
+            rt_activation_backward(RT_ACT_RELU, n, (RtDType)dt, NULL, a, b, y0, acc);
+            ampc_cu_relu_backward(NULL, n, dt, a, b, y1, acc);
+            check_same("relu backward", y1, y0, n, dt);
+        }
+        ampc_emu_free(a), ampc_emu_free(b), ampc_emu_free(y1);
+    }
 }
 
 static void test_backward_and_scalar(void **st)
 {
     (void)st;
     uint64_t s = 5;
-    static float a[MAXN], b[MAXN], g[MAXN], d0[MAXN], d1[MAXN], e0[MAXN], e1[MAXN];
+    static float d0[MAXN], e0[MAXN];
     const float scalars[] = {0.75f, -3.0f, 0.0f, 1e-40f};
-    for (int rev = 0; rev < 2; rev++)
-        for (int dt = 0; dt < 3; dt++)
-            for (int k = 0; k < NSIZES; k++) {
-                size_t n = sizes[k], bytes = n * esize(dt);
-                ampc_emu_reverse = rev;
-                fill(a, dt, n, &s, 1);
-                fill(b, dt, n, &s, 1);
-                fill(g, dt, n, &s, 1);
-                for (int op = 0; op < 3; op++)
-                    for (int acc = 0; acc < 4; acc++) {
-                        fill(d0, dt, n, &s, 1);
-                        fill(e0, dt, n, &s, 1);
-                        memcpy(d1, d0, bytes);
-                        memcpy(e1, e0, bytes);
-                        rt_elemwise_backward((RtBinOp)op, n, (RtDType)dt, g, a, b, d0, e0,
-                                             acc & 1, acc >> 1);
-                        ampc_cu_binary_backward(NULL, op, n, dt, g, a, b, d1, e1, acc & 1, acc >> 1);
-                        check_same("binary backward da", d1, d0, n, dt);
-                        check_same("binary backward db", e1, e0, n, dt);
-                        /* y = x op x: one gradient buffer, the second part accumulating */
-                        memcpy(d1, d0, bytes);
-                        rt_elemwise_backward((RtBinOp)op, n, (RtDType)dt, g, a, a, d0, d0, acc & 1,
-                                             true);
-                        ampc_cu_binary_backward(NULL, op, n, dt, g, a, a, d1, d1, acc & 1, 1);
-                        check_same("binary backward da == db", d1, d0, n, dt);
-                    }
-                for (int op = 0; op < 6; op++)
-                    for (size_t si = 0; si < sizeof scalars / sizeof scalars[0]; si++) {
-                        float sc = scalars[si];
-                        rt_scalar_forward((RtScalarOp)op, n, (RtDType)dt, a, sc, d0);
-                        ampc_cu_scalar(NULL, op, n, dt, a, sc, d1);
-                        check_same("scalar", d1, d0, n, dt);
-                        for (int acc = 0; acc < 2; acc++) {
-                            fill(d0, dt, n, &s, 1);
-                            memcpy(d1, d0, bytes);
-                            rt_scalar_backward((RtScalarOp)op, n, (RtDType)dt, a, sc, g, d0, acc);
-                            ampc_cu_scalar_backward(NULL, op, n, dt, a, sc, g, d1, acc);
-                            check_same("scalar backward", d1, d0, n, dt);
-                        }
-                        /* dx over dy */
-                        memcpy(d0, g, bytes);
-                        memcpy(d1, g, bytes);
-                        rt_scalar_backward((RtScalarOp)op, n, (RtDType)dt, a, sc, d0, d0, false);
-                        ampc_cu_scalar_backward(NULL, op, n, dt, a, sc, d1, d1, 0);
-                        check_same("scalar backward in place", d1, d0, n, dt);
-                    }
+    EMU_PASSES for (int dt = 0; dt < 3; dt++) for (int k = 0; k < NSIZES; k++)
+    {
+        size_t n = sizes[k], bytes = n * esize(dt);
+        void *a = dev(bytes, "a"), *b = dev(bytes, "b"), *g = dev(bytes, "dy");
+        void *d1 = dev(bytes, "da"), *e1 = dev(bytes, "db");
+        fill(a, dt, n, &s, 1);
+        fill(b, dt, n, &s, 1);
+        fill(g, dt, n, &s, 1);
+        for (int op = 0; op < 3; op++)
+            for (int acc = 0; acc < 4; acc++) {
+                fill(d0, dt, n, &s, 1);
+                fill(e0, dt, n, &s, 1);
+                memcpy(d1, d0, bytes);
+                memcpy(e1, e0, bytes);
+                rt_elemwise_backward((RtBinOp)op, n, (RtDType)dt, g, a, b, d0, e0, acc & 1,
+                                     acc >> 1);
+                ampc_cu_binary_backward(NULL, op, n, dt, g, a, b, d1, e1, acc & 1, acc >> 1);
+                check_same("binary backward da", d1, d0, n, dt);
+                check_same("binary backward db", e1, e0, n, dt);
+                /* y = x op x: one gradient buffer, the second part accumulating */
+                memcpy(d1, d0, bytes);
+                rt_elemwise_backward((RtBinOp)op, n, (RtDType)dt, g, a, a, d0, d0, acc & 1, true);
+                ampc_cu_binary_backward(NULL, op, n, dt, g, a, a, d1, d1, acc & 1, 1);
+                check_same("binary backward da == db", d1, d0, n, dt);
             }
-    ampc_emu_reverse = 0;
+        for (int op = 0; op < 6; op++)
+            for (size_t si = 0; si < sizeof scalars / sizeof scalars[0]; si++) {
+                float sc = scalars[si];
+                rt_scalar_forward((RtScalarOp)op, n, (RtDType)dt, a, sc, d0);
+                ampc_cu_scalar(NULL, op, n, dt, a, sc, d1);
+                check_same("scalar", d1, d0, n, dt);
+                for (int acc = 0; acc < 2; acc++) {
+                    fill(d0, dt, n, &s, 1);
+                    memcpy(d1, d0, bytes);
+                    rt_scalar_backward((RtScalarOp)op, n, (RtDType)dt, a, sc, g, d0, acc);
+                    ampc_cu_scalar_backward(NULL, op, n, dt, a, sc, g, d1, acc);
+                    check_same("scalar backward", d1, d0, n, dt);
+                }
+                /* dx over dy */
+                memcpy(d0, g, bytes);
+                memcpy(d1, g, bytes);
+                rt_scalar_backward((RtScalarOp)op, n, (RtDType)dt, a, sc, d0, d0, false);
+                ampc_cu_scalar_backward(NULL, op, n, dt, a, sc, d1, d1, 0);
+                check_same("scalar backward in place", d1, d0, n, dt);
+            }
+        ampc_emu_free(a), ampc_emu_free(b), ampc_emu_free(g), ampc_emu_free(d1),
+            ampc_emu_free(e1);
+    }
 }
 
 static void test_fill(void **st)
@@ -238,16 +251,17 @@ static void test_fill(void **st)
     char err[200];
     RtDevice *d = rt_device_cpu_open(err, sizeof err);
     assert_non_null(d);
-    static float y0[MAXN], y1[MAXN];
+    static float y0[1001];
     const float values[] = {0.0f, -0.0f, 1.0f / 3, 65520.0f, 1e-8f, 1e-45f, NAN, -INFINITY};
-    for (int dt = 0; dt < 3; dt++)
-        for (size_t v = 0; v < sizeof values / sizeof values[0]; v++) {
-            memset(y0, 0x5a, sizeof y0);
-            memset(y1, 0x5a, sizeof y1);
-            rt_dev_fill(d, y0, (RtDType)dt, 1001, values[v]);
-            ampc_cu_fill(NULL, y1, dt, 1001, values[v]);
-            assert_memory_equal(y1, y0, sizeof y0); /* bits, and nothing past n */
-        }
+    EMU_PASSES for (int dt = 0; dt < 3; dt++)
+        for (size_t v = 0; v < sizeof values / sizeof values[0]; v++)
+    {
+        void *y1 = dev(1001 * esize(dt), "y");
+        rt_dev_fill(d, y0, (RtDType)dt, 1001, values[v]);
+        ampc_cu_fill(NULL, y1, dt, 1001, values[v]);
+        assert_memory_equal(y1, y0, 1001 * esize(dt)); /* bits (nothing past n: the checker) */
+        ampc_emu_free(y1);
+    }
     rt_device_close(d);
 }
 
@@ -267,38 +281,46 @@ static void test_finite(void **st)
 {
     (void)st;
     uint64_t s = 3;
-    static float x[MAXN];
-    for (int rev = 0; rev < 2; rev++)
-        for (int dt = 0; dt < 3; dt++)
-            for (int k = 0; k < NSIZES; k++) {
-                size_t n = sizes[k];
-                ampc_emu_reverse = rev;
-                fill(x, dt, n, &s, 0); /* subnormals, 65504+ (inf in fp16), -0 */
-                int32_t flag = 7;
-                ampc_cu_set_flag(NULL, &flag, 0);
-                assert_int_equal(flag, 0);
-                ampc_cu_finite(NULL, x, n, dt, &flag);
-                assert_int_equal(flag, !rt_all_finite(x, n, (RtDType)dt));
-                const size_t where[] = {0, n / 2, n - 1, 767, 768};
-                for (size_t w = 0; n && w < sizeof where / sizeof where[0]; w++) {
-                    if (where[w] >= n)
-                        continue;
-                    fill(x, dt, n, &s, 0);
-                    if (dt == AMPC_DT_F16) /* fp16 overflows to inf: keep it finite */
-                        for (size_t i = 0; i < n; i++)
-                            ((uint16_t *)x)[i] &= 0xbfffu;
-                    put_nonfinite(x, where[w], dt, (int)(w % 3));
-                    assert_false(rt_all_finite(x, n, (RtDType)dt));
-                    ampc_cu_set_flag(NULL, &flag, 0);
-                    ampc_cu_finite(NULL, x, n, dt, &flag);
-                    assert_int_equal(flag, 1);
-                }
-            }
-    ampc_emu_reverse = 0;
+    int32_t *flag = dev(sizeof *flag, "flag");
+    EMU_PASSES for (int dt = 0; dt < 3; dt++) for (int k = 0; k < NSIZES; k++)
+    {
+        size_t n = sizes[k];
+        void *x = dev(n * esize(dt), "x");
+        fill(x, dt, n, &s, 0); /* subnormals, 65504+ (inf in fp16), -0 */
+        *flag = 7;
+        ampc_cu_set_flag(NULL, flag, 0);
+        assert_int_equal(*flag, 0);
+        ampc_cu_finite(NULL, x, n, dt, flag);
+        assert_int_equal(*flag, !rt_all_finite(x, n, (RtDType)dt));
+        const size_t where[] = {0, n / 2, n - 1, 767, 768};
+        for (size_t w = 0; n && w < sizeof where / sizeof where[0]; w++) {
+            if (where[w] >= n)
+                continue;
+            fill(x, dt, n, &s, 0);
+            if (dt == AMPC_DT_F16) /* fp16 overflows to inf: keep it finite */
+                for (size_t i = 0; i < n; i++)
+                    ((uint16_t *)x)[i] &= 0xbfffu;
+            put_nonfinite(x, where[w], dt, (int)(w % 3));
+            assert_false(rt_all_finite(x, n, (RtDType)dt));
+            ampc_cu_set_flag(NULL, flag, 0);
+            ampc_cu_finite(NULL, x, n, dt, flag);
+            assert_int_equal(*flag, 1);
+        }
+        ampc_emu_free(x);
+    }
+    ampc_emu_free(flag);
 }
 
-/* 70 gradients of mixed dtypes and sizes around the chunks */
-enum { NT = 70 };
+/* a host table copied into device memory, where the launch reads it */
+static void *to_dev(const void *p, size_t bytes, const char *name)
+{
+    void *d = dev(bytes, name);
+    memcpy(d, p, bytes);
+    return d;
+}
+
+/* 24 gradients: every size below in two dtypes (the sizes around the chunks) */
+enum { NT = 24 };
 static const int64_t mt_sizes[] = {1, 7, 999, 1000, 1001, 2000, 2001, 0, 511, 512, 513, 3};
 
 static void test_mt_finite(void **st)
@@ -309,10 +331,9 @@ static void test_mt_finite(void **st)
     static RtTensorRef refs[NT];
     static AmpcMtBlock blocks[NT * 4 + 8];
     for (int i = 0; i < NT; i++) {
-        int64_t n = i == 5 ? 65537 : mt_sizes[i % 12];
+        int64_t n = i == 5 ? 2049 : mt_sizes[i % 12];
         int dt = i % 3;
-        void *g = calloc((size_t)(n ? n : 1), 4);
-        assert_non_null(g);
+        void *g = dev((size_t)n * esize(dt), "grad");
         fill(g, dt, (size_t)n, &s, 0);
         if (dt == AMPC_DT_F16)
             for (int64_t e = 0; e < n; e++)
@@ -323,42 +344,46 @@ static void test_mt_finite(void **st)
         t[i].gdt = dt;
         refs[i] = (RtTensorRef){g, (size_t)n, (RtDType)dt};
     }
-    const int64_t chunks[] = {1000, AMPC_MT_CHUNK};
-    for (int rev = 0; rev < 2; rev++)
-        for (int c = 0; c < 2; c++) {
-            ampc_emu_reverse = rev;
-            int64_t chunk = chunks[c];
-            int64_t nb = ampc_mt_fill_blocks(t, NT, chunk, blocks);
-            assert_true(nb > 0 && nb <= (int64_t)(sizeof blocks / sizeof blocks[0]));
-            int32_t flag = 0;
-            long before = ampc_emu_launches;
-            ampc_cu_mt_finite(NULL, t, blocks, nb, chunk, &flag);
-            assert_int_equal(ampc_emu_launches - before, 1); /* one launch for all */
-            assert_int_equal(flag, 0);
-            assert_true(rt_multi_all_finite(refs, NT));
-            /* one bad element at a time: first, chunk edges, last; every tensor */
-            for (int i = 0; i < NT; i++) {
-                int64_t n = t[i].n;
-                const int64_t where[] = {0, chunk - 1, chunk, n - 1, n / 2};
-                for (int w = 0; w < 5; w++) {
-                    if (where[w] < 0 || where[w] >= n)
-                        continue;
-                    void *g = (void *)t[i].grad;
-                    size_t es = esize(t[i].gdt);
-                    uint32_t keep = 0;
-                    memcpy(&keep, (char *)g + where[w] * es, es);
-                    put_nonfinite(g, (size_t)where[w], t[i].gdt, w % 3);
-                    flag = 0;
-                    ampc_cu_mt_finite(NULL, t, blocks, nb, chunk, &flag);
-                    assert_int_equal(flag, 1);
-                    assert_false(rt_multi_all_finite(refs, NT));
-                    memcpy((char *)g + where[w] * es, &keep, es);
-                }
+    int32_t *flag = dev(sizeof *flag, "flag");
+    AmpcMtTensor *td = to_dev(t, sizeof t, "tensors");
+    const int64_t chunks[] = {1000, 512};
+    EMU_PASSES for (int c = 0; c < 2; c++)
+    {
+        int64_t chunk = chunks[c];
+        int64_t nb = ampc_mt_fill_blocks(t, NT, chunk, blocks);
+        assert_true(nb > 0 && nb <= (int64_t)(sizeof blocks / sizeof blocks[0]));
+        AmpcMtBlock *bd = to_dev(blocks, (size_t)nb * sizeof *blocks, "blocks");
+        *flag = 0;
+        long before = ampc_emu_launches();
+        ampc_cu_mt_finite(NULL, td, bd, nb, chunk, flag);
+        assert_int_equal(ampc_emu_launches() - before, 1); /* one launch for all */
+        assert_int_equal(*flag, 0);
+        assert_true(rt_multi_all_finite(refs, NT));
+        /* one bad element at a time: first, chunk edges, last; every tensor of
+         * one dtype per schedule */
+        for (int i = emu_pass_; i < NT; i += 3) {
+            int64_t n = t[i].n;
+            const int64_t where[] = {0, chunk - 1, chunk, n - 1, n / 2};
+            for (int w = 0; w < 5; w++) {
+                if (where[w] < 0 || where[w] >= n)
+                    continue;
+                void *g = (void *)t[i].grad;
+                size_t es = esize(t[i].gdt);
+                uint32_t keep = 0;
+                memcpy(&keep, (char *)g + where[w] * es, es);
+                put_nonfinite(g, (size_t)where[w], t[i].gdt, w % 3);
+                *flag = 0;
+                ampc_cu_mt_finite(NULL, td, bd, nb, chunk, flag);
+                assert_int_equal(*flag, 1);
+                assert_false(rt_multi_all_finite(refs, NT));
+                memcpy((char *)g + where[w] * es, &keep, es);
             }
         }
-    ampc_emu_reverse = 0;
+        ampc_emu_free(bd);
+    }
     for (int i = 0; i < NT; i++)
-        free((void *)t[i].grad);
+        ampc_emu_free((void *)t[i].grad);
+    ampc_emu_free(td), ampc_emu_free(flag);
 }
 
 static void test_mt_blocks(void **st)
@@ -402,8 +427,9 @@ static const struct {
 };
 enum { NKINDS = sizeof kinds / sizeof kinds[0] };
 
-/* Two copies of every buffer a step changes (A: the CPU, B: the emulated
- * kernel); the gradients are shared (read only). */
+/* Two copies of every buffer a step changes (A: the CPU's, in host memory;
+ * B: the emulated kernel's, in device buffers of the tensor's size); the
+ * gradients are shared (device buffers, read only). */
 typedef struct {
     RtParam params[NP];
     RtBuffer buffers[2 * NP];
@@ -419,7 +445,7 @@ static void opt_init(Opt *o, uint64_t *s)
     for (int i = 0; i < NP; i++) {
         RtParam *p = &o->params[i];
         int k = i % NKINDS;
-        int64_t n = i == 3 ? 65537 : i == 10 ? 65536 : mt_sizes[(i / NKINDS + i) % 12];
+        int64_t n = i == 3 ? 2049 : i == 10 ? 2048 : mt_sizes[(i / NKINDS + i) % 12];
         p->name = "p";
         p->kind = RT_PK_WEIGHT;
         p->dtype = kinds[k].w;
@@ -434,14 +460,14 @@ static void opt_init(Opt *o, uint64_t *s)
         p->grad = i % 11 == 9 ? -1 : NP + i; /* a few without a gradient */
         o->buffers[i] = (RtBuffer){"w", p->dtype, n, 0, false, 0, 0};
         o->buffers[NP + i] = (RtBuffer){"g", kinds[k].g, n, 0, false, 0, 0};
-        size_t cnt = (size_t)(n ? n : 1);
+        size_t cnt = (size_t)(n ? n : 1), un = (size_t)n;
         o->bufA[i] = calloc(cnt, 4);
-        o->bufB[i] = calloc(cnt, 4);
-        o->bufA[NP + i] = o->bufB[NP + i] = calloc(cnt, 4);
+        o->bufB[i] = dev(un * esize(p->dtype), "weight");
+        o->bufA[NP + i] = o->bufB[NP + i] = dev(un * esize(kinds[k].g), "grad");
         o->masterA[i] = p->has_master ? calloc(cnt, 4) : NULL;
-        o->masterB[i] = p->has_master ? calloc(cnt, 4) : NULL;
-        o->momA[i] = calloc(cnt, 4), o->momB[i] = calloc(cnt, 4);
-        o->varA[i] = calloc(cnt, 4), o->varB[i] = calloc(cnt, 4);
+        o->masterB[i] = p->has_master ? dev(un * 4, "master") : NULL;
+        o->momA[i] = calloc(cnt, 4), o->momB[i] = dev(un * 4, "mom");
+        o->varA[i] = calloc(cnt, 4), o->varB[i] = dev(un * 4, "var");
         assert_non_null(o->bufA[i]);
         assert_non_null(o->bufB[i]);
         assert_non_null(o->bufA[NP + i]);
@@ -455,7 +481,7 @@ static void opt_init(Opt *o, uint64_t *s)
             assert_non_null(o->masterB[i]);
             fill(o->masterA[i], AMPC_DT_F32, (size_t)n, s, 0);
             for (int64_t e = 0; e < n; e++)
-                ampc_cu_store(o->bufA[i], (size_t)e, p->dtype, o->masterA[i][e]);
+                put(o->bufA[i], (size_t)e, p->dtype, o->masterA[i][e]);
             memcpy(o->masterB[i], o->masterA[i], (size_t)n * 4);
         } else {
             fill(o->bufA[i], p->dtype, (size_t)n, s, 0);
@@ -481,14 +507,14 @@ static void opt_free(Opt *o)
 {
     for (int i = 0; i < NP; i++) {
         free(o->bufA[i]);
-        free(o->bufB[i]);
-        free(o->bufA[NP + i]);
+        ampc_emu_free(o->bufB[i]);
+        ampc_emu_free(o->bufA[NP + i]);
         free(o->masterA[i]);
-        free(o->masterB[i]);
+        ampc_emu_free(o->masterB[i]);
         free(o->momA[i]);
-        free(o->momB[i]);
+        ampc_emu_free(o->momB[i]);
         free(o->varA[i]);
-        free(o->varB[i]);
+        ampc_emu_free(o->varB[i]);
     }
 }
 
@@ -539,17 +565,26 @@ static int32_t emu_step(Opt *o, const RtOptConfig *c, int64_t chunk, const AmpcL
     assert_int_equal(ampc_mt_fill_blocks(t, nt, chunk, blocks), nb);
     AmpcMtStep step = ampc_mt_step_from_config(c);
     step.batch = batch;
-    int32_t flag = 0;
-    long before = ampc_emu_launches;
-    /* from_device: the step read from "device memory" (the launch gets
+    /* the tables, the step, the scale, the flags: device memory */
+    AmpcMtTensor *td = to_dev(t, (size_t)nt * sizeof *t, "tensors");
+    AmpcMtBlock *bd = to_dev(blocks, (size_t)nb * sizeof *blocks, "blocks");
+    AmpcMtStep *sd = to_dev(&step, sizeof step, "step");
+    AmpcLossScale *scd = scale ? to_dev(scale, sizeof *scale, "scale") : NULL;
+    int32_t *skd = skip ? to_dev(skip, sizeof *skip, "skip") : NULL;
+    int32_t zero = 0, *flag = to_dev(&zero, sizeof zero, "flag");
+    long before = ampc_emu_launches();
+    /* from_device: the step read from device memory (the launch gets
      * garbage by value, so a kernel that ignored step_dev would fail) */
     AmpcMtStep junk;
     memset(&junk, 0x7f, sizeof junk);
-    assert_int_equal(ampc_cu_mt_optim(NULL, t, blocks, nb, chunk, from_device ? &junk : &step,
-                                      from_device ? &step : NULL, skip, skip ? NULL : &flag,
-                                      scale), 0);
-    assert_int_equal(ampc_emu_launches - before, nb > 0); /* one launch for all tensors */
-    return flag;
+    assert_int_equal(ampc_cu_mt_optim(NULL, td, bd, nb, chunk, from_device ? &junk : &step,
+                                      from_device ? sd : NULL, skd, skip ? NULL : flag, scd),
+                     0);
+    assert_int_equal(ampc_emu_launches() - before, nb > 0); /* one launch for all tensors */
+    int32_t found = *flag;
+    ampc_emu_free(td), ampc_emu_free(bd), ampc_emu_free(sd), ampc_emu_free(scd);
+    ampc_emu_free(skd), ampc_emu_free(flag);
+    return found;
 }
 
 static void run_opt(RtOptKind kind, float momentum, float clip, int64_t chunk, int with_scale,
@@ -568,7 +603,7 @@ static void run_opt(RtOptKind kind, float momentum, float clip, int64_t chunk, i
     c.beta2 = 0.999f;
     c.epsilon = 1e-8f;
     for (int step = 0; step < 3; step++) {
-        ampc_emu_reverse = (int)((seed + (uint64_t)step) & 1);
+        ampc_emu_pass(step); /* seed 1, seed 2, reversed */
         c.lr = 0.1f / (float)(step + 1);
         c.t = step + 1;
         AmpcLossScale ls = {65536.0f * (float)(step + 1), 0};
@@ -585,7 +620,6 @@ static void run_opt(RtOptKind kind, float momentum, float clip, int64_t chunk, i
             assert_int_equal(found, 1);
         opt_compare(&o, "optimizer");
     }
-    ampc_emu_reverse = 0;
     opt_free(&o);
 }
 
@@ -640,7 +674,11 @@ static void test_skipped_step(void **st)
     int ng = ampc_mt_grads_from_model(&o.model, o.ctxB.buf, g);
     int64_t nb = ampc_mt_fill_blocks(g, ng, 1000, blocks);
     assert_true(nb > 0 && nb <= 4096);
+    AmpcMtTensor *gd = to_dev(g, (size_t)ng * sizeof *g, "grads");
+    AmpcMtBlock *bd = to_dev(blocks, (size_t)nb * sizeof *blocks, "blocks");
+    int32_t *flag = dev(sizeof *flag, "flag");
     for (int round = 0; round < 4; round++) {
+        ampc_emu_pass(round % 3);
         int bad = round % 2 == 0;
         new_grads(&o, &s, 0);
         if (bad) /* one non-finite element, in a different tensor each time */
@@ -650,16 +688,17 @@ static void test_skipped_step(void **st)
                                   o.buffers[o.params[i].grad].dtype, round % 3);
                     break;
                 }
-        int32_t flag = 0;
-        ampc_cu_mt_finite(NULL, g, blocks, nb, 1000, &flag);
+        *flag = 0;
+        ampc_cu_mt_finite(NULL, gd, bd, nb, 1000, flag);
         bool finite = rt_optim_grads_finite(&o.model, &o.ctxA);
-        assert_int_equal(flag, !finite);
-        assert_int_equal(flag, bad);
+        assert_int_equal(*flag, !finite);
+        assert_int_equal(*flag, bad);
         if (finite)
             rt_optim_step2(&o.model, &o.ctxA, o.momA, NULL, &c); /* the CPU loop skips */
-        emu_step(&o, &c, 1000, NULL, 0, &flag, round == 3);
+        emu_step(&o, &c, 1000, NULL, 0, flag, round == 3);
         opt_compare(&o, bad ? "skipped step" : "step after a skip");
     }
+    ampc_emu_free(gd), ampc_emu_free(bd), ampc_emu_free(flag);
     opt_free(&o);
 }
 
@@ -671,25 +710,29 @@ static void run_loss_scale(float init, float growth, float backoff, int32_t inte
     RtLossScaleConfig cfg = {RT_LS_DYNAMIC, init, growth, backoff, interval, min_scale, max_scale};
     RtLossScaler ls;
     rt_loss_scaler_init(&ls, &cfg, "float16");
-    AmpcLossScale dev = ls.s;
-    AmpcLossScaleStats stats;
-    memset(&stats, 0, sizeof stats);
+    AmpcLossScale *dls = to_dev(&ls.s, sizeof ls.s, "loss scale");
+    AmpcLossScaleStats *stats = dev(sizeof *stats, "stats");
+    int32_t *flag = dev(sizeof *flag, "flag");
+    memset(stats, 0, sizeof *stats);
     uint64_t s = seed;
     int64_t grown = 0, backed = 0;
     for (int step = 0; step < 400; step++) {
-        int32_t flag = (int32_t)(rng_next(&s) % 100) < pct_bad;
+        if (step % 100 == 0)
+            ampc_emu_pass(step / 100 % 3);
+        *flag = (int32_t)(rng_next(&s) % 100) < pct_bad;
         float before = ls.s.scale;
-        rt_loss_scaler_update(&ls, !flag, NULL, NULL);
+        rt_loss_scaler_update(&ls, !*flag, NULL, NULL);
         grown += ls.s.scale > before;
         backed += ls.s.scale < before;
-        assert_int_equal(ampc_cu_loss_scale(NULL, &dev, &flag, ls.rule, &stats), 0);
-        assert_int_equal(ampc_f32_bits(dev.scale), ampc_f32_bits(ls.s.scale));
-        assert_int_equal(dev.tracker, ls.s.tracker);
+        assert_int_equal(ampc_cu_loss_scale(NULL, dls, flag, ls.rule, stats), 0);
+        assert_int_equal(ampc_f32_bits(dls->scale), ampc_f32_bits(ls.s.scale));
+        assert_int_equal(dls->tracker, ls.s.tracker);
     }
-    assert_int_equal(stats.steps, 400);
-    assert_int_equal(stats.skipped, ls.skipped);
-    assert_int_equal(stats.grown, grown);
-    assert_int_equal(stats.backed_off, backed);
+    assert_int_equal(stats->steps, 400);
+    assert_int_equal(stats->skipped, ls.skipped);
+    assert_int_equal(stats->grown, grown);
+    assert_int_equal(stats->backed_off, backed);
+    ampc_emu_free(dls), ampc_emu_free(stats), ampc_emu_free(flag);
 }
 
 static void test_loss_scale(void **st)
@@ -700,6 +743,66 @@ static void test_loss_scale(void **st)
     run_loss_scale(3.0e38f, 3.0f, 0.25f, 1, 0.0f, 0.0f, 10, 33);          /* growth past FLT_MAX */
     run_loss_scale(1.0f, 2.0f, 0.5f, 5, 0.0078125f, 0.0f, 90, 34);        /* the floor */
     run_loss_scale(1e-36f, 2.0f, 0.5f, 4, 0.0f, 0.0f, 80, 35);            /* into subnormals */
+}
+
+/* ---- the step without the host (step.cuh) ------------------------------------------ */
+
+/* The one-thread kernels over ten steps, a static and a dynamic scale, an
+ * injected inf and steps past the schedule written, against the CPU
+ * device's rules (runtime/cpu/device.c: step_begin, train_update's count
+ * and learning rate, ls_update's ring and counters). */
+static void test_step_kernels(void **st)
+{
+    (void)st;
+    AmpcDevLs *ls = dev(sizeof *ls, "ls");
+    AmpcMtStep *table = dev(3 * sizeof *table, "lr table"), *cur = dev(sizeof *cur, "cur");
+    uint8_t *ring = dev(RT_DEV_LS_RING, "ring");
+    int32_t *flag = dev(sizeof *flag, "flag");
+    for (int dynamic = 0; dynamic < 2; dynamic++) {
+        memset(ls, 0, sizeof *ls);
+        ls->ls.scale = 1024.0f;
+        ls->ls.tracker = 3;
+        ls->dynamic = dynamic;
+        ls->num_update = 5;
+        ls->lr_first = 5;
+        ls->lr_n = 3; /* updates 6, 7, 8 are written */
+        for (int i = 0; i < 3; i++) {
+            memset(&table[i], 0, sizeof table[i]);
+            table[i].kind = AMPC_OPT_NAG;
+            table[i].lr = 0.1f * (float)(i + 1);
+            table[i].momentum = 0.9f;
+            table[i].batch = 8;
+        }
+        int64_t num_update = 5, steps = 0, nonfinite = 0;
+        for (int step = 0; step < 10; step++) {
+            ampc_emu_pass(step % 3);
+            int inject = step == 4;
+            assert_int_equal(ampc_cu_step_begin(NULL, ls, inject), 0);
+            assert_int_equal(ampc_f32_bits(ls->step.scale),
+                             inject ? 0x7f800000u : ampc_f32_bits(ls->ls.scale));
+            assert_int_equal(ls->step.tracker, ls->ls.tracker);
+            assert_int_equal(ampc_cu_step_pick(NULL, ls, table, cur), 0);
+            int64_t i = num_update - 5;
+            if (i >= 0 && i < 3) {
+                assert_memory_equal(cur, &table[i], sizeof *cur);
+            } else { /* past the schedule: table[0] with a NaN learning rate */
+                assert_true(cur->lr != cur->lr);
+                assert_int_equal(cur->kind, table[0].kind);
+            }
+            *flag = step % 3 == 1; /* a non-finite step */
+            assert_int_equal(ampc_cu_step_count(NULL, ls, flag), 0);
+            num_update += !dynamic || !*flag;
+            assert_int_equal(ls->num_update, num_update);
+            assert_int_equal(ampc_cu_step_ring(NULL, ls, flag, ring, RT_DEV_LS_RING), 0);
+            assert_int_equal(ring[steps % RT_DEV_LS_RING], !*flag);
+            steps++;
+            nonfinite += !dynamic && *flag;
+            assert_int_equal(ls->steps, steps);
+            assert_int_equal(ls->nonfinite, nonfinite);
+        }
+    }
+    ampc_emu_free(ls), ampc_emu_free(table), ampc_emu_free(cur), ampc_emu_free(ring);
+    ampc_emu_free(flag);
 }
 
 int main(void)
@@ -718,6 +821,7 @@ int main(void)
         cmocka_unit_test(test_adam),
         cmocka_unit_test(test_skipped_step),
         cmocka_unit_test(test_loss_scale),
+        cmocka_unit_test(test_step_kernels),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, emu_test_setup, emu_test_teardown);
 }

@@ -1,6 +1,7 @@
 /* test_cuda_layout_emu.c - the kernels around the cuDNN and cuBLASLt calls
- * (runtime/cuda/layout.cuh) run through the host emulation of the launch
- * model (cuda/emu.h), forwards and in reverse thread order, against the CPU
+ * (runtime/cuda/layout.cuh) under the emulator (libampcemu.a; runtime/emu/),
+ * under two scheduler seeds and the reversed order with every access
+ * checked, in device buffers of exactly their size, against the CPU
  * runtime bit for bit: the channel padding round trip (NaN payloads kept,
  * padding zero), unpadding with accumulate against rt_elemwise_forward's
  * add, the bias add against the same add of an expanded bias, and the bias
@@ -20,13 +21,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define AMPC_LAY_GRID_CAP 3 /* small, so the grid-stride loops wrap */
-#include "cuda/emu.h"
-#include "cuda/layout.cuh"
-#include "cuda/pool.cuh"
-#include "cuda/bn.cuh"
 #include "cuda/plan.c"
+#include "cuda/rt_cuda.h"
+#include "emu_test.h"
 #include "rt.h"
+
+/* every buffer of this test is device memory (the CPU twins use it too);
+ * the emulation build caps the grids at 3 blocks, so the loops wrap */
+static void *dmem(size_t bytes) { return dev(bytes, "buffer"); }
+static void dfree(void *p) { ampc_emu_free(p); }
 
 static uint64_t rng = 99;
 static uint32_t next(void)
@@ -40,8 +43,8 @@ static uint32_t next(void)
 static void *randbuf(size_t n, RtDType dt, bool specials)
 {
     size_t es = rt_dtype_size(dt);
-    float *f = malloc(n * sizeof *f);
-    void *out = malloc(n * es + 1);
+    float *f = dmem(n * sizeof *f);
+    void *out = dmem(n * es);
     for (size_t i = 0; i < n; i++)
         f[i] = ((float)next() / 4294967296.0f * 2.0f - 1.0f) * 8.0f; /* full mantissas */
     rt_from_f32(out, f, n, dt);
@@ -56,7 +59,7 @@ static void *randbuf(size_t n, RtDType dt, bool specials)
             ((uint16_t *)out)[2] = 0x0003;
         }
     }
-    free(f);
+    dfree(f);
     return out;
 }
 
@@ -81,44 +84,41 @@ static void same(const void *a, const void *b, size_t n, RtDType dt, bool nan_an
 static void test_pad_unpad(void **state)
 {
     (void)state;
-    for (int rev = 0; rev < 2; rev++)
-        for (int t = 0; t < 3; t++) {
+    EMU_PASSES for (int t = 0; t < 3; t++) {
             RtDType dt = dts[t];
             size_t es = rt_dtype_size(dt);
             static const int cs[][2] = {{3, 4}, {1, 4}, {5, 8}, {7, 8}};
             for (int k = 0; k < 4; k++) {
-                ampc_emu_reverse = rev;
                 int c = cs[k][0], cp = cs[k][1];
                 size_t rows = 517;
                 void *x = randbuf(rows * c, dt, true);
-                char *p = malloc(rows * cp * es);
+                char *p = dmem(rows * cp * es);
                 memset(p, 0x5a, rows * cp * es); /* garbage the kernel must overwrite */
-                long before = ampc_emu_launches;
+                long before = ampc_emu_launches();
                 assert_int_equal(ampc_cu_pad_channels(NULL, rows, c, cp, (int)dt, x, p), 0);
-                assert_int_equal(ampc_emu_launches, before + 1);
+                assert_int_equal(ampc_emu_launches(), before + 1);
                 for (size_t r = 0; r < rows; r++) {
                     assert_memory_equal(p + r * cp * es, (char *)x + r * c * es, c * es);
                     for (size_t j = (size_t)c * es; j < (size_t)cp * es; j++)
                         assert_int_equal(p[r * cp * es + j], 0);
                 }
-                void *back = malloc(rows * c * es);
+                void *back = dmem(rows * c * es);
                 assert_int_equal(ampc_cu_unpad_channels(NULL, rows, c, cp, (int)dt, p, back, 0), 0);
                 same(back, x, rows * c, dt, false, "unpad(pad(x))");
                 /* accumulate: dst + x rounded once, as rt_elemwise_forward's add */
-                void *dst = randbuf(rows * c, dt, false), *want = malloc(rows * c * es);
+                void *dst = randbuf(rows * c, dt, false), *want = dmem(rows * c * es);
                 rt_elemwise_forward(RT_BIN_ADD, rows * c, dt, dst, x, want);
                 assert_int_equal(ampc_cu_unpad_channels(NULL, rows, c, cp, (int)dt, p, dst, 1), 0);
                 same(dst, want, rows * c, dt, true, "unpad accumulate");
-                free(x), free(p), free(back), free(dst), free(want);
+                dfree(x), dfree(p), dfree(back), dfree(dst), dfree(want);
             }
         }
-    ampc_emu_reverse = 0;
 }
 
 static void test_bias_add(void **state)
 {
     (void)state;
-    for (int t = 0; t < 3; t++) {
+    EMU_PASSES for (int t = 0; t < 3; t++) {
         RtDType dt = dts[t];
         size_t es = rt_dtype_size(dt);
         /* NCHW [outer, c, inner] and NHWC [outer*inner, c, 1] */
@@ -126,14 +126,14 @@ static void test_bias_add(void **state)
         for (int s = 0; s < 4; s++) {
             size_t outer = shapes[s][0], c = shapes[s][1], inner = shapes[s][2], n = outer * c * inner;
             void *y = randbuf(n, dt, true), *bias = randbuf(c, dt, false);
-            char *bx = malloc(n * es);
-            void *want = malloc(n * es);
+            char *bx = dmem(n * es);
+            void *want = dmem(n * es);
             for (size_t i = 0; i < n; i++)
                 memcpy(bx + i * es, (char *)bias + (i / inner % c) * es, es);
             rt_elemwise_forward(RT_BIN_ADD, n, dt, y, bx, want);
             assert_int_equal(ampc_cu_bias_add(NULL, outer, (int)c, inner, (int)dt, y, bias), 0);
             same(y, want, n, dt, true, "bias_add");
-            free(y), free(bias), free(bx), free(want);
+            dfree(y), dfree(bias), dfree(bx), dfree(want);
         }
     }
 }
@@ -141,32 +141,29 @@ static void test_bias_add(void **state)
 static void test_bias_grad_is_fc_dbias(void **state)
 {
     (void)state;
-    for (int rev = 0; rev < 2; rev++)
-        for (int t = 0; t < 3; t++)
+    EMU_PASSES for (int t = 0; t < 3; t++)
             for (int acc = 0; acc < 2; acc++) {
-                ampc_emu_reverse = rev;
                 RtDType dt = dts[t];
                 size_t es = rt_dtype_size(dt);
                 RtFcDims d = {.n = 37, .in = 3, .hidden = 1001};
                 void *x = randbuf((size_t)d.n * d.in, dt, false);
                 void *dy = randbuf((size_t)d.n * d.hidden, dt, false);
-                void *dw = malloc((size_t)d.hidden * d.in * es);
-                void *want = randbuf((size_t)d.hidden, dt, false), *got = malloc(d.hidden * es);
+                void *dw = dmem((size_t)d.hidden * d.in * es);
+                void *want = randbuf((size_t)d.hidden, dt, false), *got = dmem(d.hidden * es);
                 memcpy(got, want, d.hidden * es);
                 size_t wsb = rt_fc_workspace_bytes(&d, dt, RT_PASS_BACKWARD_WEIGHT);
-                void *ws = aligned_alloc(RT_WS_ALIGN, (wsb / RT_WS_ALIGN + 1) * RT_WS_ALIGN);
+                void *ws = dmem((wsb / RT_WS_ALIGN + 1) * RT_WS_ALIGN);
                 rt_fc_backward_weight(&d, dt, x, dy, dw, want, acc, ws);
                 assert_int_equal(ampc_cu_bias_grad(NULL, (size_t)d.n, d.hidden, 1, (int)dt, dy, got, acc), 0);
                 same(got, want, (size_t)d.hidden, dt, false, "bias_grad vs rt_fc_backward_weight");
-                free(x), free(dy), free(dw), free(want), free(got), free(ws);
+                dfree(x), dfree(dy), dfree(dw), dfree(want), dfree(got), dfree(ws);
             }
-    ampc_emu_reverse = 0;
 }
 
 /* [a, c, s] -> [a, s, c] of es-byte elements (and back with c and s swapped) */
 static void *permute(const void *src, size_t a, size_t c, size_t s, size_t es)
 {
-    char *d = malloc(a * c * s * es + 1);
+    char *d = dmem(a * c * s * es);
     for (size_t i = 0; i < a; i++)
         for (size_t j = 0; j < c; j++)
             for (size_t q = 0; q < s; q++)
@@ -189,13 +186,12 @@ static void pool_case(RtPoolDims d, int *cases)
             AmpcPoolGeom g;
             char err[128];
             assert_true(ampc_pool_geom(&d, lay ? AMPC_NHWC : AMPC_NCHW, &g, err, sizeof err));
-            ampc_emu_reverse = lay; /* both thread orders over the cases */
             void *x = randbuf(xn, dt, false), *dy = randbuf(yn, dt, false);
             /* ties, so the first maximum matters */
             memcpy((char *)x + es, x, es);
-            void *ws = aligned_alloc(RT_WS_ALIGN, (rt_pool_workspace_bytes(&d, dt, RT_PASS_BACKWARD) /
+            void *ws = dmem((rt_pool_workspace_bytes(&d, dt, RT_PASS_BACKWARD) /
                                                    RT_WS_ALIGN + 1) * RT_WS_ALIGN);
-            void *want = malloc(xn * es + yn * es), *got = malloc(xn * es + yn * es);
+            void *want = dmem(xn * es + yn * es), *got = dmem(xn * es + yn * es);
             rt_pool_forward(&d, dt, x, want, ws);
             void *xl = lay ? permute(x, (size_t)d.n, (size_t)d.c, S, es) : x;
             void *dyl = lay ? permute(dy, (size_t)d.n, (size_t)d.c, O, es) : dy;
@@ -203,7 +199,7 @@ static void pool_case(RtPoolDims d, int *cases)
             void *back = lay ? permute(got, (size_t)d.n, O, (size_t)d.c, es) : got;
             same(back, want, yn, dt, true, "pool forward");
             if (lay)
-                free(back);
+                dfree(back);
             for (int acc = 0; acc < 2; acc++) {
                 void *dx0 = randbuf(xn, dt, false);
                 memcpy(want, dx0, xn * es);
@@ -213,22 +209,21 @@ static void pool_case(RtPoolDims d, int *cases)
                 back = lay ? permute(dxl, (size_t)d.n, S, (size_t)d.c, es) : dxl;
                 same(back, want, xn, dt, true, "pool backward");
                 if (lay)
-                    free(back), free(dxl);
-                free(dx0);
+                    dfree(back), dfree(dxl);
+                dfree(dx0);
                 ++*cases;
             }
             if (lay)
-                free(xl), free(dyl);
-            free(x), free(dy), free(ws), free(want), free(got);
+                dfree(xl), dfree(dyl);
+            dfree(x), dfree(dy), dfree(ws), dfree(want), dfree(got);
         }
-    ampc_emu_reverse = 0;
 }
 
 static void test_pool(void **state)
 {
     (void)state;
     int cases = 0;
-    for (int type = 0; type < 3; type++)
+    EMU_PASSES for (int type = 0; type < 3; type++)
         for (int full = 0; full < 2; full++)
             for (int cip = 0; cip < 2; cip++) {
                 RtPoolType ty = (RtPoolType)type;
@@ -258,7 +253,7 @@ static void test_pool(void **state)
                                        .count_include_pad = cip},
                           &cases);
             }
-    assert_int_equal(cases, 3 * 2 * 2 * 5 * 3 * 2 * 2);
+    assert_int_equal(cases, 3 * 3 * 2 * 2 * 5 * 3 * 2 * 2);
     char err[128];
     AmpcPoolGeom g;
     RtPoolDims bad = {.n = 1, .c = 1, .nsp = 2, .in = {2, 2}, .kernel = {3, 3}, .stride = {1, 1}};
@@ -268,7 +263,7 @@ static void test_pool(void **state)
 
 static float *fbuf(size_t n, float lo, float hi)
 {
-    float *f = malloc(n * sizeof *f + 1);
+    float *f = dmem(n * sizeof *f);
     for (size_t i = 0; i < n; i++)
         f[i] = lo + (hi - lo) * ((float)next() / 4294967296.0f);
     return f;
@@ -286,8 +281,8 @@ static void same_f(const float *a, const float *b, size_t n, const char *w)
 static int wide_pattern; /* 0: large, its negative, tiny; 1: halves that cancel late */
 static void *widebuf(size_t n, RtDType dt)
 {
-    float *f = malloc(n * sizeof *f);
-    void *out = malloc(n * rt_dtype_size(dt) + 1);
+    float *f = dmem(n * sizeof *f);
+    void *out = dmem(n * rt_dtype_size(dt));
     /* large values with their exact negatives, and tiny ones: the sums
      * cancel, so their rounding errors (which depend on the order) reach
      * the float results */
@@ -301,7 +296,7 @@ static void *widebuf(size_t n, RtDType dt)
                  : big ? ldexpf(r, 12) : ldexpf(r, -30);
     }
     rt_from_f32(out, f, n, dt);
-    free(f);
+    dfree(f);
     return out;
 }
 
@@ -311,12 +306,11 @@ static void bn_case(int64_t outer, int64_t c, int64_t inner, RtDType dt, int *ca
     size_t n = (size_t)(outer * c * inner), es = rt_dtype_size(dt), C = (size_t)c;
     void *x = widebuf(n, dt), *dy = widebuf(n, dt);
     float *gamma = fbuf(C, 0.5f, 2.0f), *beta = fbuf(C, -1, 1), *mm = fbuf(C, -1, 1),
-          *mv = fbuf(C, 0.1f, 3.0f), ws[3 * 64];
-    void *y0 = malloc(n * es), *y1 = malloc(n * es);
-    float sm0[64], si0[64], sm1[64], si1[64];
+          *mv = fbuf(C, 0.1f, 3.0f), *ws = dmem(3 * C * 4);
+    void *y0 = dmem(n * es), *y1 = dmem(n * es);
+    float *sm0 = dmem(C * 4), *si0 = dmem(C * 4), *sm1 = dmem(C * 4), *si1 = dmem(C * 4);
     assert_true(c <= 64);
     for (int fix = 0; fix < 2; fix++) {
-        ampc_emu_reverse = fix;
         rt_batchnorm_forward_train(&d, dt, x, gamma, beta, 1e-5f, fix, y0, sm0, si0);
         assert_int_equal(ampc_cu_bn_forward_train(NULL, (size_t)outer, (int)c, (size_t)inner,
                                                   (int)dt, x, gamma, beta, 1e-5f, fix, y1, sm1,
@@ -332,11 +326,11 @@ static void bn_case(int64_t outer, int64_t c, int64_t inner, RtDType dt, int *ca
         for (int glob = 0; glob < 2; glob++)
             for (int accx = 0; accx < 2; accx++)
                 for (int accp = 0; accp < 2; accp++) {
-                    float dg0[64], db0[64], dg1[64], db1[64];
+                    float dg0[64], db0[64], *dg1 = dmem(C * 4), *db1 = dmem(C * 4);
                     float *start = fbuf(C, -1, 1);
                     memcpy(dg0, start, C * 4), memcpy(dg1, start, C * 4);
                     memcpy(db0, gamma, C * 4), memcpy(db1, gamma, C * 4);
-                    void *dx0 = randbuf(n, dt, false), *dx1 = malloc(n * es);
+                    void *dx0 = randbuf(n, dt, false), *dx1 = dmem(n * es);
                     memcpy(dx1, dx0, n * es);
                     rt_batchnorm_backward(&d, dt, x, dy, gamma, si0 /* any stats */, sm0, fix,
                                           glob, dx0, dg0, db0, accx, accp);
@@ -346,26 +340,26 @@ static void bn_case(int64_t outer, int64_t c, int64_t inner, RtDType dt, int *ca
                                                          accx, accp, ws), 0);
                     same(dx1, dx0, n, dt, true, "batchnorm backward dx");
                     same_f(dg1, dg0, C, "dgamma"), same_f(db1, db0, C, "dbeta");
-                    free(start), free(dx0), free(dx1);
+                    dfree(start), dfree(dx0), dfree(dx1), dfree(dg1), dfree(db1);
                     ++*cases;
                 }
     }
-    ampc_emu_reverse = 0;
-    free(x), free(dy), free(gamma), free(beta), free(mm), free(mv), free(y0), free(y1);
+    dfree(x), dfree(dy), dfree(gamma), dfree(beta), dfree(mm), dfree(mv), dfree(y0), dfree(y1);
+    dfree(ws), dfree(sm0), dfree(si0), dfree(sm1), dfree(si1);
 }
 
 static void test_batchnorm(void **state)
 {
     (void)state;
     int cases = 0;
-    for (wide_pattern = 0; wide_pattern < 2; wide_pattern++)
+    EMU_PASSES for (wide_pattern = 0; wide_pattern < 2; wide_pattern++)
         for (int t = 0; t < 3; t++) {
             bn_case(3, 5, 1037, dts[t], &cases); /* two full chunks of 512, a tail of 13 */
             bn_case(2, 3, 7, dts[t], &cases);    /* the tail only */
             bn_case(700, 4, 1, dts[t], &cases);  /* NHWC's view: inner 1 */
             bn_case(4, 64, 24, dts[t], &cases);  /* lanes of 8 and a tail; 64 channels */
         }
-    assert_int_equal(cases, 2 * 3 * 4 * 2 * 8);
+    assert_int_equal(cases, 3 * 2 * 3 * 4 * 2 * 8);
 }
 
 int main(void)
@@ -383,5 +377,5 @@ int main(void)
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_batchnorm),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, emu_test_setup, emu_test_teardown);
 }

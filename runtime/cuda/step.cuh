@@ -1,0 +1,96 @@
+/*
+ * step.cuh - the one-thread kernels of the step without the host (the CUDA
+ * device's loss-scale block, runtime/cuda/device.cu; device.h, "the step
+ * without the host"), in one source for nvcc (kernels.cu builds it after
+ * kernels.cuh) and the emulator (the same kernels.cu in libampcemu.a;
+ * tests/runtime/test_cuda_emu.c runs them against the CPU device's rules).
+ * The loss scale's own rule is kernels.cuh's ampc_k_loss_scale.
+ */
+#ifndef AMPC_CUDA_STEP_CUH
+#define AMPC_CUDA_STEP_CUH
+
+#ifndef AMPC_CUDA_KERNELS_CUH
+#error "include cuda/kernels.cuh before cuda/step.cuh"
+#endif
+
+#ifndef AMPC_CU_HELPERS_ONLY
+
+/* The step's scale: the device's, or inf (--inject-inf-at-step). */
+__global__ void ampc_k_step_begin(ampc_dptr<AmpcDevLs> s, int inject)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0)
+        return;
+    AmpcLossScale step = *AMPC_FIELD(s, ls);
+    if (inject)
+        step.scale = __int_as_float(0x7f800000);
+    *AMPC_FIELD(s, step) = step;
+}
+
+/* This update's scalars: the schedule's entry for the device's update
+ * count (a NaN learning rate when the host did not write that far). */
+__global__ void ampc_k_step_pick(ampc_dptr<const AmpcDevLs> s, ampc_dptr<const AmpcMtStep> table,
+                                 ampc_dptr<AmpcMtStep> cur)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0)
+        return;
+    int64_t i = *AMPC_FIELD(s, num_update) - *AMPC_FIELD(s, lr_first);
+    if (i >= 0 && i < *AMPC_FIELD(s, lr_n)) {
+        *cur = table[i];
+    } else {
+        AmpcMtStep c = table[0];
+        c.lr = __int_as_float(0x7fc00000);
+        *cur = c;
+    }
+}
+
+/* After the update: counted when it was applied (always, unless dynamic). */
+__global__ void ampc_k_step_count(ampc_dptr<AmpcDevLs> s, ampc_dptr<const int32_t> flag)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0 && (!*AMPC_FIELD(s, dynamic) || *flag == 0))
+        *AMPC_FIELD(s, num_update) += 1;
+}
+
+/* The step's flag into the ring (1: finite); a non-finite step counted
+ * when not dynamic (ampc_k_loss_scale counts the dynamic skips). */
+__global__ void ampc_k_step_ring(ampc_dptr<AmpcDevLs> s, ampc_dptr<const int32_t> flag,
+                                 ampc_dptr<uint8_t> ring, int64_t ring_len)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0)
+        return;
+    int64_t steps = *AMPC_FIELD(s, steps);
+    int32_t f = *flag;
+    ring[steps % ring_len] = f == 0;
+    *AMPC_FIELD(s, steps) = steps + 1;
+    if (!*AMPC_FIELD(s, dynamic))
+        *AMPC_FIELD(s, nonfinite) += f != 0;
+}
+
+AMPC_API int ampc_cu_step_begin(AmpcStream s, AmpcDevLs *ls, int inject)
+{
+    AMPC_LAUNCH(ampc_k_step_begin, 1, 1, s, ls, inject);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_API int ampc_cu_step_pick(AmpcStream s, const AmpcDevLs *ls, const AmpcMtStep *table,
+                               AmpcMtStep *cur)
+{
+    AMPC_LAUNCH(ampc_k_step_pick, 1, 1, s, ls, table, cur);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_API int ampc_cu_step_count(AmpcStream s, AmpcDevLs *ls, const int32_t *flag)
+{
+    AMPC_LAUNCH(ampc_k_step_count, 1, 1, s, ls, flag);
+    return AMPC_LAUNCH_ERROR();
+}
+
+AMPC_API int ampc_cu_step_ring(AmpcStream s, AmpcDevLs *ls, const int32_t *flag, uint8_t *ring,
+                               int64_t ring_len)
+{
+    AMPC_LAUNCH(ampc_k_step_ring, 1, 1, s, ls, flag, ring, ring_len);
+    return AMPC_LAUNCH_ERROR();
+}
+
+#endif /* AMPC_CU_HELPERS_ONLY */
+
+#endif /* AMPC_CUDA_STEP_CUH */
