@@ -24,9 +24,11 @@ AMPC_CFLAGS := -std=c11 -Wall -Wextra -Werror -Wvla -D_GNU_SOURCE -Iir -Igrammar
 GEN_CFLAGS  := -Wno-unused-function -Wno-sign-compare -Wno-unused-parameter \
                -Wno-unused-but-set-variable -Wno-unknown-warning-option -Wno-unreachable-code
 
-# runtime/settings.c: the train settings' parsers, shared with the runtime (a leaf).
+# runtime/settings.c: the train settings' parsers, shared with the runtime (a leaf);
+# runtime/fileio.c: the one file-safety module of ampc, the programs and im2rec (a leaf).
 LIB_SRC  := $(wildcard ir/*.c ir/ops/*.c passes/*.c codegen/*.c) grammar/ast.c compiler/frontend.c \
-            compiler/report.c compiler/mxnet_json.c compiler/mxnet_export.c runtime/settings.c
+            compiler/report.c compiler/mxnet_json.c compiler/mxnet_export.c runtime/settings.c \
+            runtime/fileio.c
 GEN_SRC  := $(BUILD)/gen/parser.c $(BUILD)/gen/lexer.c
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -411,9 +413,9 @@ $(BUILD)/e2e/refcheck: tests/e2e/refcheck.c $(BUILD)/libampc.a $(BUILD)/libampcr
 
 # RecordIO (docs/training.md): tools/im2rec, and the test helper that
 # writes images with libpng/libjpeg-turbo and reads them through the source.
-$(BUILD)/im2rec: tools/im2rec.c
+$(BUILD)/im2rec: tools/im2rec.c runtime/fileio.c runtime/fileio.h
 	@mkdir -p $(@D)
-	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ $< $(LDFLAGS)
+	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ tools/im2rec.c runtime/fileio.c $(LDFLAGS)
 $(BUILD)/rio_tool: tests/recordio/rio_tool.c $(BUILD)/libampcrt.a
 	@mkdir -p $(@D)
 	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampcrt.a $(LDFLAGS) -lpng -lturbojpeg $(RT_LIBS)

@@ -4,6 +4,7 @@
 #include "../codegen/codegen.h"
 #include "../ir/plan.h"
 #include "../passes/kvstore.h"
+#include "../runtime/fileio.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -372,6 +373,13 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
     return 0;
 }
 
+/* The file --dump-dir gives the dump after pass: DIR/NN.PASS.ir (or .dot). */
+static void dump_path(const Options *o, int pass, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/%02d.%s.%s", o->dump_dir, pass + 1, pass_pipeline[pass].name,
+             o->dot ? "dot" : "ir");
+}
+
 static bool dump_after(const Options *o, const Graph *g, int pass, Diag *d)
 {
     const char *name = pass_pipeline[pass].name;
@@ -386,7 +394,7 @@ static bool dump_after(const Options *o, const Graph *g, int pass, Diag *d)
             diag_plain_error(d, "cannot create '%s': %s", o->dump_dir, strerror(errno));
             return false;
         }
-        snprintf(path, sizeof path, "%s/%02d.%s.%s", o->dump_dir, pass + 1, name, o->dot ? "dot" : "ir");
+        dump_path(o, pass, path, sizeof path);
         f = fopen(path, "w");
         if (!f) {
             diag_plain_error(d, "cannot write '%s': %s", path, strerror(errno));
@@ -686,10 +694,40 @@ static double now_ms(void)
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
+/* The files this run writes name different files (runtime/fileio.c: by
+ * device and inode, or the directory's and the name), or one would be
+ * lost: -o or -S, --emit-sym, --emit-mxnet-json and the --dump-dir files. */
+static bool outputs_distinct(const Options *o, Diag *d)
+{
+    enum { MAXOUT = 64 };
+    const char *path[MAXOUT + 4], *what[MAXOUT + 4];
+    char dumps[MAXOUT][4200], cbuf[4096];
+    int n = 0;
+    if (o->source_only || o->output) {
+        what[n] = o->source_only ? "-S" : "-o";
+        path[n++] = o->output ? o->output : default_c_path(o->input, cbuf, sizeof cbuf);
+    }
+    what[n] = "--emit-sym", path[n++] = o->emit_sym;
+    what[n] = "--emit-mxnet-json", path[n++] = o->emit_mxnet;
+    for (int i = 0; o->dump && o->dump_dir && i < pass_count && i < MAXOUT; i++)
+        if (strcmp(o->dump, "all") == 0 || strcmp(o->dump, pass_pipeline[i].name) == 0) {
+            dump_path(o, i, dumps[i], sizeof dumps[i]);
+            what[n] = "--dump-dir", path[n++] = dumps[i];
+        }
+    char err[9000];
+    if (!rt_outputs_distinct(path, what, n, err, sizeof err)) {
+        diag_plain_error(d, "%s", err);
+        return false;
+    }
+    return true;
+}
+
 static int run(const Options *o, Diag *d)
 {
     if (o->check_program)
         return check_program(o, d);
+    if (!outputs_distinct(o, d))
+        return 1;
     Graph *g;
     int done = 0;
     double times[32] = {0}, t0 = now_ms();

@@ -367,6 +367,13 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     char msg[1024];
     int rc = 0;
     rt_inputs_reset(); /* the files this run reads: no output may be one of them */
+    /* nor may two outputs name one file: one of them would be lost */
+    const char *outs[] = {o->save_params, o->json_log, o->dump_state, o->output};
+    const char *flags[] = {"--save-params", "--json-log", "--dump-state", "--output"};
+    if (!rt_outputs_distinct(outs, flags, 4, msg, sizeof msg)) {
+        fprintf(err, "%s: %s\n", o->prog, msg);
+        return 2;
+    }
     if (!m->infer_step) {
         fprintf(err, "%s: model %s has no inference step\n", o->prog, m->name);
         return 2;

@@ -158,7 +158,7 @@ else
     notrun=$((notrun+1))
     echo "NOT RUN the mknod device test (needs root; the FIFO test above covers writing in place)"
 fi
-left=$(find "$tmp" "$TMPDIR" -name '.ampc-tmp.*' -o -name 'ampc.*' -o -name '*.ampc.c' | head -5)
+left=$(find "$tmp" "$TMPDIR" -name '*.tmp.*' -o -name 'ampc.*' -o -name '*.ampc.c' | head -5)
 if [ -z "$left" ] && [ -z "$(ls -A "$TMPDIR")" ]; then
     ok "no temporary file or folder left behind"
 else

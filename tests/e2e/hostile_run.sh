@@ -7,6 +7,8 @@
 #      is byte-identical afterwards; --dump-state replaces a regular file by
 #      a rename (a new inode, no temporary file left) and writes a pipe or a
 #      device node (made by mknod in the scratch folder) directly;
+#      two outputs naming one file (--save-params, --json-log, --dump-state:
+#      a new path, a hard link, ./x for x) are refused, /dev/null takes several;
 #   2. a FIFO as the checkpoint or as digits.csv.gz, and digits.csv.gz
 #      pointing at /dev/zero, are refused at once (no hang);
 #   3. lost writes: --json-log /dev/full and a text log to /dev/full exit 1;
@@ -52,6 +54,23 @@ for flag in --json-log --dump-state; do
         ok "$flag naming the --resume checkpoint is refused (exit 2), the checkpoint intact"
     else bad "$flag naming the --resume checkpoint (exit $rc)"; fi
 done
+# two outputs naming one file (a new path, a hard link): one would be lost; the
+# null device (a character device) takes several
+echo keep >"$tmp/kept" && ln -f "$tmp/kept" "$tmp/kept.hard"
+for pair in "--save-params $tmp/same --json-log $tmp/same" \
+            "--save-params $tmp/kept --dump-state $tmp/kept.hard" \
+            "--json-log $tmp/./same --dump-state $tmp/same"; do
+    # shellcheck disable=SC2086
+    tiny --max-steps 1 $pair >"$tmp/log" 2>&1
+    rc=$?
+    if [ $rc -eq 2 ] && grep -q "name the same file: one would be lost" "$tmp/log" &&
+       [ ! -e "$tmp/same" ] && [ "$(cat "$tmp/kept")" = keep ]; then
+        ok "two outputs naming one file are refused before anything is written ($pair)"
+    else bad "two outputs naming one file ($pair): exit $rc"; fi
+done
+if tiny --max-steps 1 --save-params /dev/null --json-log /dev/null --dump-state /dev/null >"$tmp/log" 2>&1; then
+    ok "the null device takes several outputs"
+else bad "several outputs to /dev/null"; fi
 cp "$tmp/d/digits.csv.gz" "$tmp/digits.orig"
 tiny --max-steps 1 --json-log "$tmp/d/digits.csv.gz" >"$tmp/log" 2>&1
 rc=$?
