@@ -432,6 +432,7 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/hostile_run.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/fashion.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/recordio/run.sh $(BUILD) $(DATA_DIR)
+	tests/recordio/im2rec.sh $(BUILD)
 	tests/e2e/hostile_compile.sh $(BUILD)/ampc
 	@$(MAKE) --no-print-directory gpu-check-dry
 	tests/e2e/fuse.sh $(BUILD)/ampc

@@ -6,7 +6,7 @@
  * mx.recordio.MXIndexedRecordIO.write_idx(i, mx.recordio.pack(header, img))
  * writes for the same records (tests/recordio/mxnet_compare.py checks).
  *
- *   im2rec [--pack-label] LIST ROOT OUT.rec
+ *   im2rec [--pack-label] [--allow-outside-root] LIST ROOT OUT.rec
  *
  * LIST: MXNet's .lst, one image a line: INDEX<tab>LABEL[<tab>LABEL...]<tab>PATH
  * (im2rec.py: fields stripped; the index an integer, the labels numbers,
@@ -15,12 +15,24 @@
  * The record: IRHeader {flag, label, id = INDEX, id2 = 0}, [labels], the
  * image's bytes.  OUT.idx gets "INDEX<tab>OFFSET" per record.
  *
- * Bad input (a malformed line, a missing image, a record of 2^29 bytes or
- * more) stops with a message naming the list line; nothing is left
- * behind: both outputs are written to temporary files and renamed at the
- * end, and an output that is one of the inputs is refused.
+ * What the reader (runtime/data/recordio.c) would refuse is refused here,
+ * naming the list line: a file that is neither a JPEG nor a PNG (a text
+ * file, an empty file), a label that is not a finite float32 (nan, 1e40),
+ * an index listed twice, a record of 2^29 bytes or more; and, unlike
+ * im2rec.py, an image outside ROOT (an absolute path, "..", a link leading
+ * out) unless --allow-outside-root.  The list and the images must be regular
+ * files, checked without blocking (a FIFO is refused, not waited for); a
+ * line holds at most 1 MiB and the list at most 1 GiB.
+ *
+ * Nothing is left behind: both outputs are written to temporary files and
+ * renamed at the end through the one file-safety module
+ * (runtime/fileio.c), which removes them on an error and on SIGINT, SIGTERM
+ * or SIGHUP; OUT must be a regular file or a new path (a FIFO or a device
+ * would get OUT.idx created beside it), never one of the inputs.
  */
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,12 +41,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fileio.h"
+
 #define REC_MAGIC 0xced7230au
 #define MAX_LABELS 4096
+#define MAX_LINE ((size_t)1 << 20)    /* bytes of one list line */
+#define MAX_LIST ((int64_t)1 << 30)   /* bytes of the list */
+#define MAX_IMAGE ((int64_t)1 << 29)  /* a record's 29-bit length */
 
 typedef struct {
-    FILE *f;
-    char *path, *tmp;
+    RtOutFile f;
     uint64_t pos;
 } Out;
 
@@ -53,7 +69,7 @@ static void put64(uint8_t *b, uint64_t v)
 static bool out_write(Out *o, const void *p, size_t n)
 {
     o->pos += n;
-    return n == 0 || fwrite(p, 1, n, o->f) == n;
+    return n == 0 || fwrite(p, 1, n, o->f.f) == n;
 }
 
 /* dmlc-core's RecordIOWriter::WriteRecord, in its own words: the data are
@@ -80,26 +96,20 @@ static bool write_record(Out *o, const uint8_t *d, uint32_t len)
     return out_write(o, h, 8) && out_write(o, d + from, len - from) && out_write(o, zero, pad);
 }
 
+/* An output: a regular file or a new path, written through a temporary
+ * file (fileio.h). */
 static bool out_open(Out *o, const char *path)
 {
-    o->path = strdup(path);
-    o->tmp = malloc(strlen(path) + 16);
-    if (!o->path || !o->tmp)
+    char err[PATH_MAX + 256];
+    struct stat st;
+    memset(o, 0, sizeof *o);
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "im2rec: %s is %s: the output must be a regular file or a new path (its "
+                "index is written beside it)\n", path, rt_file_kind(st.st_mode));
         return false;
-    sprintf(o->tmp, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(o->tmp);
-    mode_t um = umask(0); /* mkstemp's 0600 -> what a new file gets */
-    umask(um);
-    if (fd >= 0 && fchmod(fd, 0666 & ~um) != 0) {
-        close(fd);
-        fd = -1;
     }
-    if (fd < 0 || !(o->f = fdopen(fd, "wb"))) {
-        fprintf(stderr, "im2rec: cannot write %s: %s\n", o->tmp, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        free(o->tmp);
-        o->tmp = NULL;
+    if (!rt_out_open(&o->f, path, "output", err, sizeof err)) {
+        fprintf(stderr, "im2rec: %s\n", err);
         return false;
     }
     return true;
@@ -107,29 +117,12 @@ static bool out_open(Out *o, const char *path)
 
 static bool out_commit(Out *o)
 {
-    bool ok = fflush(o->f) == 0 && !ferror(o->f) && fsync(fileno(o->f)) == 0;
-    ok &= fclose(o->f) == 0;
-    o->f = NULL;
-    if (ok && rename(o->tmp, o->path) != 0)
-        ok = false;
-    if (!ok) {
-        fprintf(stderr, "im2rec: cannot write %s: %s\n", o->path, strerror(errno));
+    char err[PATH_MAX + 256];
+    if (!rt_out_commit(&o->f, "output", err, sizeof err)) {
+        fprintf(stderr, "im2rec: %s\n", err);
         return false;
     }
-    free(o->tmp); /* renamed: nothing to remove */
-    o->tmp = NULL;
     return true;
-}
-
-static void out_abort(Out *o)
-{
-    if (o->f)
-        fclose(o->f);
-    if (o->tmp)
-        unlink(o->tmp);
-    free(o->path);
-    free(o->tmp);
-    memset(o, 0, sizeof *o);
 }
 
 /* Inputs may not be outputs. */
@@ -150,39 +143,141 @@ static char *trim(char *s)
     return s;
 }
 
-/* The whole image file; NULL with a message. */
-static uint8_t *read_file(const char *path, size_t *n, const char *list, long ln)
+/* ---- what the list says ------------------------------------------------------------ */
+
+typedef struct {
+    const char *list, *root;
+    char *root_real;     /* ROOT after links; NULL with --allow-outside-root */
+    bool pack;
+    const char *rec_path, *idx_path;
+    /* the indices seen: an open-addressing table of (index, line) */
+    int64_t *seen_index;
+    long *seen_line;
+    size_t seen_cap, seen_n;
+} List;
+
+/* Notes index at line ln; false (with a message) when an earlier line has it. */
+static bool note_index(List *l, int64_t index, long ln)
 {
-    FILE *f = fopen(path, "rb");
-    struct stat st;
-    if (!f || fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fprintf(stderr, "im2rec: %s: line %ld: cannot read image %s: %s\n", list, ln, path,
-                f ? "not a regular file" : strerror(errno));
-        if (f)
-            fclose(f);
+    if (2 * (l->seen_n + 1) > l->seen_cap) {
+        size_t cap = l->seen_cap ? 2 * l->seen_cap : 1024;
+        int64_t *ix = malloc(cap * sizeof *ix);
+        long *lx = malloc(cap * sizeof *lx);
+        if (!ix || !lx) {
+            free(ix);
+            free(lx);
+            fprintf(stderr, "im2rec: %s: line %ld: out of memory for the indices\n", l->list, ln);
+            return false;
+        }
+        for (size_t k = 0; k < cap; k++)
+            lx[k] = 0;
+        for (size_t k = 0; k < l->seen_cap; k++)
+            if (l->seen_line[k]) {
+                size_t h = (size_t)((uint64_t)l->seen_index[k] * 0x9e3779b97f4a7c15ull) & (cap - 1);
+                while (lx[h])
+                    h = (h + 1) & (cap - 1);
+                ix[h] = l->seen_index[k], lx[h] = l->seen_line[k];
+            }
+        free(l->seen_index);
+        free(l->seen_line);
+        l->seen_index = ix, l->seen_line = lx, l->seen_cap = cap;
+    }
+    size_t h = (size_t)((uint64_t)index * 0x9e3779b97f4a7c15ull) & (l->seen_cap - 1);
+    for (; l->seen_line[h]; h = (h + 1) & (l->seen_cap - 1))
+        if (l->seen_index[h] == index) {
+            fprintf(stderr, "im2rec: %s: line %ld: index %lld is already line %ld's (the .idx "
+                    "keys must be unique)\n", l->list, ln, (long long)index, l->seen_line[h]);
+            return false;
+        }
+    l->seen_index[h] = index, l->seen_line[h] = ln;
+    l->seen_n++;
+    return true;
+}
+
+/* The image's path under ROOT (os.path.join: an absolute path replaces
+ * it), refused outside ROOT unless allowed; malloc'd, NULL with a message. */
+static char *image_path(const List *l, const char *name, long ln)
+{
+    const char *root = l->root;
+    size_t plen = strlen(root) + strlen(name) + 2;
+    char *path = malloc(plen);
+    if (!path)
+        return NULL;
+    if (name[0] == '/')
+        snprintf(path, plen, "%s", name);
+    else
+        snprintf(path, plen, "%s%s%s", root, root[0] && root[strlen(root) - 1] != '/' ? "/" : "",
+                 name);
+    if (!l->root_real)
+        return path;
+    char *real = realpath(path, NULL);
+    size_t rl = strlen(l->root_real);
+    bool inside = real && strncmp(real, l->root_real, rl) == 0 &&
+                  (real[rl] == '/' || (rl == 1 && l->root_real[0] == '/'));
+    if (!inside) {
+        if (real)
+            fprintf(stderr, "im2rec: %s: line %ld: image %s is outside the image root %s (it is "
+                    "%s; --allow-outside-root allows it)\n", l->list, ln, name, root, real);
+        else
+            fprintf(stderr, "im2rec: %s: line %ld: cannot read image %s: %s\n", l->list, ln, path,
+                    strerror(errno));
+        free(real);
+        free(path);
         return NULL;
     }
-    if (st.st_size >= (1 << 29)) {
+    free(real);
+    return path;
+}
+
+/* The whole image file, a JPEG or a PNG; NULL with a message. */
+static uint8_t *read_image(const char *path, size_t *n, const char *list, long ln)
+{
+    char err[PATH_MAX + 256];
+    int64_t size;
+    int fd = rt_open_input(path, "image", &size, err, sizeof err); /* no FIFO, no device */
+    if (fd < 0) {
+        fprintf(stderr, "im2rec: %s: line %ld: %s\n", list, ln, err);
+        return NULL;
+    }
+    if (size >= MAX_IMAGE) {
         fprintf(stderr, "im2rec: %s: line %ld: image %s: %lld bytes: a record holds less than "
-                "2^29\n", list, ln, path, (long long)st.st_size);
-        fclose(f);
+                "2^29\n", list, ln, path, (long long)size);
+        close(fd);
         return NULL;
     }
-    uint8_t *b = malloc((size_t)st.st_size + 1);
-    *n = b ? fread(b, 1, (size_t)st.st_size, f) : 0;
-    if (!b || *n != (size_t)st.st_size) {
+    uint8_t *b = malloc((size_t)size + 1);
+    size_t got = 0;
+    while (b && got < (size_t)size) {
+        ssize_t r = read(fd, b + got, (size_t)size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!b || got != (size_t)size) {
         fprintf(stderr, "im2rec: %s: line %ld: cannot read image %s\n", list, ln, path);
         free(b);
-        b = NULL;
+        return NULL;
     }
-    fclose(f);
+    /* what the reader recognises (recordio.c): JPEG's SOI and a marker, PNG's signature */
+    static const uint8_t png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    bool jpeg = got >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff;
+    if (!jpeg && !(got >= 8 && memcmp(b, png, 8) == 0)) {
+        fprintf(stderr, "im2rec: %s: line %ld: image %s (%zu bytes) is neither a JPEG nor a PNG "
+                "file\n", list, ln, path, got);
+        free(b);
+        return NULL;
+    }
+    *n = got;
     return b;
 }
 
 /* One list line into a record: false with a message. */
-static bool do_line(char *line, long ln, const char *list, const char *root, bool pack,
-                    const char *rec_path, Out *rec, Out *idx)
+static bool do_line(List *l, char *line, long ln, Out *rec, Out *idx)
 {
+    const char *list = l->list;
     char *field[MAX_LABELS + 2];
     int nf = 0;
     for (char *p = line;;) {
@@ -207,6 +302,8 @@ static bool do_line(char *line, long ln, const char *list, const char *root, boo
                 "integer >= 0\n", list, ln);
         return false;
     }
+    if (!note_index(l, index, ln))
+        return false;
     int nl = nf - 2;
     float labels[MAX_LABELS];
     for (int k = 0; k < nl; k++) {
@@ -218,28 +315,27 @@ static bool do_line(char *line, long ln, const char *list, const char *root, boo
             return false;
         }
         labels[k] = (float)v;
+        if (!isfinite(labels[k])) { /* nan, inf, 1e40: no float32 label */
+            fprintf(stderr, "im2rec: %s: line %ld: label %d '%s' is not a finite float32 (at "
+                    "most 3.4e38 in magnitude)\n", list, ln, k + 1, field[1 + k]);
+            return false;
+        }
     }
     const char *name = field[nf - 1];
-    size_t plen = strlen(root) + strlen(name) + 2;
-    char *path = malloc(plen);
+    char *path = image_path(l, name, ln);
     if (!path)
         return false;
-    if (name[0] == '/') /* os.path.join: an absolute path replaces the root */
-        snprintf(path, plen, "%s", name);
-    else
-        snprintf(path, plen, "%s%s%s", root, root[0] && root[strlen(root) - 1] != '/' ? "/" : "",
-                 name);
-    if (same_file(path, rec_path)) {
+    if (same_file(path, l->rec_path) || same_file(path, l->idx_path)) {
         fprintf(stderr, "im2rec: %s: line %ld: %s is the output\n", list, ln, path);
         free(path);
         return false;
     }
     size_t n;
-    uint8_t *img = read_file(path, &n, list, ln);
+    uint8_t *img = read_image(path, &n, list, ln);
     free(path);
     if (!img)
         return false;
-    bool multi = pack && nl > 1;
+    bool multi = l->pack && nl > 1;
     size_t head = 24 + (multi ? 4 * (size_t)nl : 0), len = head + n;
     uint8_t *d = len < (1u << 29) ? malloc(len) : NULL;
     if (!d) {
@@ -261,22 +357,90 @@ static bool do_line(char *line, long ln, const char *list, const char *root, boo
     }
     memcpy(d + head, img, n);
     free(img);
-    fprintf(idx->f, "%lld\t%llu\n", index, (unsigned long long)rec->pos);
+    fprintf(idx->f.f, "%lld\t%llu\n", index, (unsigned long long)rec->pos);
     bool ok = write_record(rec, d, (uint32_t)len);
     free(d);
     return ok;
 }
 
+/* The list, line by line (each at most MAX_LINE bytes); the number of
+ * records, or -1 after a message. */
+static long read_list(List *l, FILE *fl, Out *rec, Out *idx)
+{
+    char *line = malloc(MAX_LINE + 2);
+    if (!line)
+        return -1;
+    long ln = 0, count = 0;
+    bool ok = true;
+    while (ok && fgets(line, (int)MAX_LINE + 2, fl)) {
+        ln++;
+        size_t n = strlen(line);
+        if (n == MAX_LINE + 1 && line[n - 1] != '\n') { /* no newline in MAX_LINE + 1 bytes */
+            fprintf(stderr, "im2rec: %s: line %ld is longer than %zu bytes\n", l->list, ln,
+                    MAX_LINE);
+            ok = false;
+            break;
+        }
+        char *t = trim(line);
+        if (!*t) /* im2rec.py skips a line of fewer than three fields: here an error, but a
+                    blank line is nothing */
+            continue;
+        ok = do_line(l, t, ln, rec, idx);
+        count += ok;
+    }
+    if (ok && ferror(fl)) {
+        fprintf(stderr, "im2rec: %s: read error\n", l->list);
+        ok = false;
+    }
+    free(line);
+    return ok ? count : -1;
+}
+
+static FILE *open_list(const char *list)
+{
+    char err[PATH_MAX + 256];
+    int64_t size;
+    int fd = rt_open_input(list, "list", &size, err, sizeof err); /* no FIFO, no /dev/zero */
+    if (fd < 0) {
+        fprintf(stderr, "im2rec: %s\n", err);
+        return NULL;
+    }
+    if (size > MAX_LIST) {
+        fprintf(stderr, "im2rec: list %s: %lld bytes, more than a list may hold (1 GiB)\n", list,
+                (long long)size);
+        close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        fprintf(stderr, "im2rec: cannot open %s: %s\n", list, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
 int main(int argc, char **argv)
 {
-    bool pack = argc > 1 && strcmp(argv[1], "--pack-label") == 0;
-    if (argc - pack != 4) {
-        fprintf(stderr, "usage: im2rec [--pack-label] LIST ROOT OUT.rec\n"
+    List l = {0};
+    int a = 1;
+    bool outside = false;
+    for (; a < argc && argv[a][0] == '-' && argv[a][1] == '-'; a++) {
+        if (strcmp(argv[a], "--pack-label") == 0)
+            l.pack = true;
+        else if (strcmp(argv[a], "--allow-outside-root") == 0)
+            outside = true;
+        else
+            break;
+    }
+    if (argc - a != 3) {
+        fprintf(stderr, "usage: im2rec [--pack-label] [--allow-outside-root] LIST ROOT OUT.rec\n"
                         "  (MXNet's .lst: INDEX<tab>LABEL[<tab>LABEL...]<tab>PATH per line;\n"
                         "  writes OUT.rec and OUT.idx, the images stored as they are)\n");
         return 2;
     }
-    const char *list = argv[1 + pack], *root = argv[2 + pack], *out = argv[3 + pack];
+    l.list = argv[a];
+    l.root = argv[a + 1];
+    const char *out = argv[a + 2];
     size_t ol = strlen(out);
     char *idx_path = malloc(ol + 5);
     if (!idx_path)
@@ -285,41 +449,37 @@ int main(int argc, char **argv)
         snprintf(idx_path, ol + 5, "%.*s.idx", (int)(ol - 4), out);
     else
         snprintf(idx_path, ol + 5, "%s.idx", out);
-    if (same_file(list, out) || same_file(list, idx_path)) {
+    l.rec_path = out;
+    l.idx_path = idx_path;
+    if (same_file(l.list, out) || same_file(l.list, idx_path)) {
         fprintf(stderr, "im2rec: the output %s is the list file\n", out);
         free(idx_path);
         return 2;
     }
-    FILE *fl = fopen(list, "r");
-    if (!fl) {
-        fprintf(stderr, "im2rec: cannot open %s: %s\n", list, strerror(errno));
+    if (!outside && !(l.root_real = realpath(l.root, NULL))) {
+        fprintf(stderr, "im2rec: the image root %s: %s\n", l.root, strerror(errno));
         free(idx_path);
         return 1;
     }
+    rt_out_remove_on_signal(); /* a killed run leaves no temporary file */
+    FILE *fl = open_list(l.list);
     Out rec = {0}, idx = {0};
-    bool ok = out_open(&rec, out) && out_open(&idx, idx_path);
-    char *line = NULL;
-    size_t cap = 0;
-    long ln = 0, count = 0;
-    while (ok && getline(&line, &cap, fl) >= 0) {
-        ln++;
-        char *t = trim(line);
-        if (!*t) /* im2rec.py skips a line of fewer than three fields: here an error, but a
-                    blank line is nothing */
-            continue;
-        ok = do_line(t, ln, list, root, pack, out, &rec, &idx);
-        count += ok;
-    }
-    free(line);
-    fclose(fl);
+    bool ok = fl && out_open(&rec, out) && out_open(&idx, idx_path);
+    long count = ok ? read_list(&l, fl, &rec, &idx) : -1;
+    ok = count >= 0;
+    if (fl)
+        fclose(fl);
     if (ok && count == 0) {
-        fprintf(stderr, "im2rec: %s: no images listed\n", list);
+        fprintf(stderr, "im2rec: %s: no images listed\n", l.list);
         ok = false;
     }
     ok = ok && out_commit(&rec) && out_commit(&idx);
-    out_abort(&rec);
-    out_abort(&idx);
+    rt_out_abort(&rec.f);
+    rt_out_abort(&idx.f);
     free(idx_path);
+    free(l.root_real);
+    free(l.seen_index);
+    free(l.seen_line);
     if (ok)
         printf("im2rec: %ld records to %s\n", count, out);
     return ok ? 0 : 1;

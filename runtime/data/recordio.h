@@ -96,6 +96,8 @@ typedef struct {
     float mean[3], std[3], scale;
     int num_parts, part_index;
     int threads;  /* decoding threads (--data-threads) */
+    int64_t decode_mb; /* the memory the decoding threads share, MiB (--data-decode-mb);
+                        * 0: a quarter of physical memory, at most 4096 */
     int prefetch; /* batches decoded ahead */
 } RtRecOptions;
 void rt_rec_options_default(RtRecOptions *o);

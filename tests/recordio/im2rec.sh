@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# im2rec.sh - tools/im2rec never destroys, never hangs and packs nothing the
+# reader refuses (docs/training.md, "im2rec"; make e2e runs it):
+#   1. outputs: a FIFO or a device node (mknod, as root) as OUT is refused and
+#      stays what it was, no OUT.idx appears beside it; OUT naming the list or
+#      an image is refused;
+#   2. no blocking: a FIFO as an image or as the list, /dev/zero as the list,
+#      each refused at once (under timeout 10); a line over 1 MiB refused;
+#   3. what the reader refuses: a text file and an empty file as images,
+#      labels nan, inf and 1e40, an index listed twice (both lines named),
+#      images outside the root ("..", an absolute path, a symbolic link out of
+#      it), allowed by --allow-outside-root; each refusal leaves no OUT, no
+#      OUT.idx and no temporary file;
+#   4. SIGTERM in the middle of a long list leaves no temporary file.
+# The pictures are made by rio_tool photo (never committed).
+# usage: im2rec.sh BUILD   (BUILD holds im2rec and rio_tool)
+set -u
+build=$(cd "$1" && pwd)
+E2E_LOG_LINES=6
+. "$(dirname "$0")/../e2e/lib.sh"
+im2rec=$build/im2rec rio=$build/rio_tool
+
+mkdir -p "$tmp/img/sub" "$tmp/out"
+"$rio" photo 40 30 jpg "$tmp/img/a.jpg" >"$tmp/log" 2>&1 &&
+    "$rio" photo 40 30 png "$tmp/img/sub/b.png" >>"$tmp/log" 2>&1 &&
+    "$rio" photo 40 30 jpg "$tmp/outside.jpg" >>"$tmp/log" 2>&1 || bad "making the pictures"
+printf '0\t1\ta.jpg\n1\t2\tsub/b.png\n' >"$tmp/good.lst"
+if "$im2rec" "$tmp/good.lst" "$tmp/img" "$tmp/out/good.rec" >"$tmp/log" 2>&1 &&
+   [ -s "$tmp/out/good.rec" ] && [ "$(wc -l <"$tmp/out/good.idx")" = 2 ]; then
+    ok "a good list packs 2 records"
+else bad "a good list"; fi
+
+# nothing in the output folder but what is expected: no temporary file, no OUT
+clean_out() { [ -z "$(ls -A "$tmp/out" | grep -v '^good\.')" ]; }
+# refused NAME EXPECTED-MESSAGE im2rec-args...: exit non-zero within 10 s with
+# the message, nothing left in $tmp/out
+refused() {
+    local name=$1 want=$2
+    shift 2
+    timeout 10 "$im2rec" "$@" >"$tmp/log" 2>&1
+    local rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q -- "$want" "$tmp/log" && clean_out; then
+        ok "$name: $(head -1 "$tmp/log" | cut -c1-140)"
+    else
+        bad "$name (exit $rc, wanted '$want')"
+        ls -A "$tmp/out" | sed 's/^/    left: /'
+    fi
+    rm -f "$tmp/out/x.rec" "$tmp/out/x.idx"
+}
+
+# ---- 1. outputs ----
+mkfifo "$tmp/out/fifo.rec"
+refused_fifo() {
+    timeout 10 "$im2rec" "$tmp/good.lst" "$tmp/img" "$tmp/out/fifo.rec" >"$tmp/log" 2>&1
+    local rc=$?
+    if [ $rc = 1 ] && [ -p "$tmp/out/fifo.rec" ] && [ ! -e "$tmp/out/fifo.idx" ] &&
+       grep -q "fifo.rec is a FIFO: the output must be a regular file or a new path" "$tmp/log"; then
+        ok "a FIFO as OUT is refused: it stays a FIFO, no OUT.idx beside it"
+    else bad "a FIFO as OUT (exit $rc)"; fi
+}
+refused_fifo
+rm -f "$tmp/out/fifo.rec"
+if [ "$(id -u)" = 0 ]; then
+    mknod "$tmp/out/null.rec" c 1 3
+    timeout 10 "$im2rec" "$tmp/good.lst" "$tmp/img" "$tmp/out/null.rec" >"$tmp/log" 2>&1
+    rc=$?
+    if [ $rc = 1 ] && [ -c "$tmp/out/null.rec" ] && [ ! -e "$tmp/out/null.idx" ] &&
+       grep -q "null.rec is a character device" "$tmp/log"; then
+        ok "a device node as OUT is refused: it stays a device, no OUT.idx beside it"
+    else bad "a device node as OUT (exit $rc)"; fi
+    rm -f "$tmp/out/null.rec"
+else
+    echo "NOT RUN the mknod device-as-OUT test (needs root; the FIFO test covers the rule)"
+fi
+cp "$tmp/good.lst" "$tmp/out/x.rec"
+timeout 10 "$im2rec" "$tmp/out/x.rec" "$tmp/img" "$tmp/out/x.rec" >"$tmp/log" 2>&1
+[ $? = 2 ] && cmp -s "$tmp/good.lst" "$tmp/out/x.rec" && ok "OUT naming the list is refused, the list intact" ||
+    bad "OUT naming the list"
+rm -f "$tmp/out/x.rec"
+printf '0\t1\t%s\n' "$tmp/out/good.rec" >"$tmp/self.lst"
+refused "an image that is the output" "is the output" --allow-outside-root "$tmp/self.lst" "$tmp/img" "$tmp/out/good.rec"
+
+# ---- 2. no blocking ----
+mkfifo "$tmp/img/pipe.jpg" "$tmp/pipe.lst"
+printf '0\t1\tpipe.jpg\n' >"$tmp/pipe_img.lst"
+refused "a FIFO as an image" "image $tmp/img/pipe.jpg: not a regular file (a FIFO)" \
+    "$tmp/pipe_img.lst" "$tmp/img" "$tmp/out/x.rec"
+refused "a FIFO as the list" "list $tmp/pipe.lst: not a regular file (a FIFO)" \
+    "$tmp/pipe.lst" "$tmp/img" "$tmp/out/x.rec"
+refused "/dev/zero as the list" "list /dev/zero: not a regular file (a character device)" \
+    /dev/zero "$tmp/img" "$tmp/out/x.rec"
+python3 -c "import sys; open(sys.argv[1], 'w').write('0\t1\t' + 'a' * (1 << 20) + '.jpg\n')" "$tmp/long.lst"
+refused "a line over 1 MiB" "line 1 is longer than 1048576 bytes" "$tmp/long.lst" "$tmp/img" "$tmp/out/x.rec"
+
+# ---- 3. what the reader refuses ----
+printf 'just text\n' >"$tmp/img/text.jpg"
+: >"$tmp/img/empty.png"
+printf '0\t1\ttext.jpg\n' >"$tmp/text.lst"
+refused "a text file as an image" "text.jpg (10 bytes) is neither a JPEG nor a PNG file" \
+    "$tmp/text.lst" "$tmp/img" "$tmp/out/x.rec"
+printf '0\t1\ta.jpg\n1\t1\tempty.png\n' >"$tmp/empty.lst"
+refused "an empty file as an image" "line 2: image $tmp/img/empty.png (0 bytes) is neither" \
+    "$tmp/empty.lst" "$tmp/img" "$tmp/out/x.rec"
+for l in nan inf 1e40 -1e39; do
+    printf '0\t%s\ta.jpg\n' "$l" >"$tmp/label.lst"
+    refused "label $l" "label 1 '$l' is not a finite float32" "$tmp/label.lst" "$tmp/img" "$tmp/out/x.rec"
+done
+printf '7\t1\ta.jpg\n8\t1\tsub/b.png\n7\t2\tsub/b.png\n' >"$tmp/dup.lst"
+refused "an index listed twice" "line 3: index 7 is already line 1's" "$tmp/dup.lst" "$tmp/img" "$tmp/out/x.rec"
+ln -s "$tmp/outside.jpg" "$tmp/img/link.jpg"
+for name in ../outside.jpg "$tmp/outside.jpg" link.jpg sub/../../outside.jpg; do
+    printf '0\t1\t%s\n' "$name" >"$tmp/out.lst"
+    refused "an image outside the root ($name)" "is outside the image root" "$tmp/out.lst" "$tmp/img" "$tmp/out/x.rec"
+done
+printf '0\t1\t../outside.jpg\n1\t1\tlink.jpg\n' >"$tmp/out.lst"
+if "$im2rec" --allow-outside-root "$tmp/out.lst" "$tmp/img" "$tmp/out/x.rec" >"$tmp/log" 2>&1 &&
+   [ "$(wc -l <"$tmp/out/x.idx")" = 2 ]; then
+    ok "--allow-outside-root packs images outside the root"
+else bad "--allow-outside-root"; fi
+rm -f "$tmp/out/x.rec" "$tmp/out/x.idx"
+
+# ---- 4. SIGTERM leaves no temporary file ----
+python3 -c "
+import sys
+with open(sys.argv[1], 'w') as f:
+    for i in range(400000): f.write('%d\t1\ta.jpg\n' % i)" "$tmp/big.lst"
+"$im2rec" "$tmp/big.lst" "$tmp/img" "$tmp/out/x.rec" >"$tmp/log" 2>&1 &
+pid=$!
+for _ in $(seq 1 500); do # until its temporary files exist
+    ls "$tmp/out" | grep -q '\.tmp\.' && break
+    sleep 0.01
+done
+kill -TERM "$pid" 2>/dev/null
+wait "$pid"
+rc=$?
+if [ $rc = 143 ] && clean_out; then
+    ok "SIGTERM in the middle of a 400,000-line list: no temporary file left"
+else
+    bad "SIGTERM (exit $rc; 143 expected: the run had ended before the signal?)"
+    ls -A "$tmp/out" | sed 's/^/    left: /'
+fi
+
+echo "im2rec: $pass passed, $fail failed"
+[ $fail -eq 0 ]
