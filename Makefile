@@ -366,6 +366,8 @@ FUZZ_TARGET ?= fuzz_frontend
 EMIT_FUZZ_RUNS ?= 4000
 # fuzz_mxnet_json's: each input is imported twice and compiled through every pass
 MXJSON_FUZZ_RUNS ?= 4000
+# fuzz_rec_options's: one string parse per input (a few seconds)
+REC_OPTIONS_FUZZ_RUNS ?= 100000
 # FORCE: the sub-make decides what to rebuild, so fixes in ir/, passes/ and
 # grammar/ reach the fuzzer.  One rule builds the library for both targets,
 # so under -j two sub-makes never write the same objects at once.
@@ -380,12 +382,13 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h fuzzlib
 # count), for each target.
 fuzz-check: $(BUILD)/fuzz/fuzz_frontend $(BUILD)/fuzz/fuzz_emit_c $(BUILD)/ampc \
             $(BUILD)/fuzz/fuzz_mxparams $(BUILD)/fuzz/fuzz_npy $(BUILD)/fuzz/fuzz_mxnet_json \
-            $(BUILD)/fuzz/fuzz_recordio
+            $(BUILD)/fuzz/fuzz_recordio $(BUILD)/fuzz/fuzz_rec_options
 	AMPC=$(BUILD)/ampc tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_frontend check
 	AMPC=$(BUILD)/ampc FUZZ_RUNS=$(EMIT_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_emit_c check
 	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_mxparams check
 	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_npy check
 	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_recordio check
+	FUZZ_RUNS=$(REC_OPTIONS_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_rec_options check
 	FUZZ_RUNS=$(MXJSON_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_mxnet_json check
 
 # The training program's file readers (--load-params, --predict): each
@@ -400,6 +403,12 @@ $(BUILD)/fuzz/fuzz_npy: tests/fuzz/fuzz_npy.c runtime/npy.c runtime/npy.h runtim
 $(BUILD)/fuzz/fuzz_recordio: tests/fuzz/fuzz_recordio.c runtime/data/recordio.c runtime/data/recordio.h
 	@mkdir -p $(@D)
 	clang $(RT_FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_recordio.c runtime/data/recordio.c
+# the recordio(...) option string: the data-source parser and the options' setter
+$(BUILD)/fuzz/fuzz_rec_options: tests/fuzz/fuzz_rec_options.c runtime/settings.c runtime/settings.h \
+                                runtime/data/recordio.c runtime/data/recordio.h
+	@mkdir -p $(@D)
+	clang $(RT_FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_rec_options.c runtime/settings.c \
+	    runtime/data/recordio.c -lm
 
 # make fuzz [FUZZ_TARGET=fuzz_emit_c] [FUZZ_SECONDS=N]
 fuzz: $(BUILD)/fuzz/$(FUZZ_TARGET) $(BUILD)/ampc
@@ -432,7 +441,7 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/hostile_run.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/fashion.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/recordio/run.sh $(BUILD) $(DATA_DIR)
-	tests/recordio/im2rec.sh $(BUILD)
+	tests/recordio/hostile.sh $(BUILD)
 	tests/e2e/hostile_compile.sh $(BUILD)/ampc
 	@$(MAKE) --no-print-directory gpu-check-dry
 	tests/e2e/fuse.sh $(BUILD)/ampc

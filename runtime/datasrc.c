@@ -110,6 +110,12 @@ static int open_recordio(const RtModel *m, const RtTrainOptions *o, const DataSp
     }
     RtRecOptions ro;
     rt_rec_options_default(&ro);
+    struct stat st;
+    if (d->given[1] && rt_rec_option_known(d->arg[1]) && stat(d->arg[1], &st) != 0) {
+        fprintf(err, "%s: data source recordio(): '%s' is an option without a value (write "
+                "%s=VALUE), not a validation file\n", o->prog, d->arg[1], d->arg[1]);
+        return 2;
+    }
     data_path(ro.train, sizeof ro.train, d->arg[0], o->data_dir);
     if (d->given[1])
         data_path(ro.val, sizeof ro.val, d->arg[1], o->data_dir);

@@ -186,10 +186,11 @@ void rt_jl_metrics(JLog *j, const char *key, const RtModel *m, const Metric *mt)
     if (!j->f)
         return;
     rt_jl_obj(j, key);
-    rt_jl_num(j, "accuracy", rt_metric_acc(mt));
-    rt_jl_num(j, "cross_entropy", rt_metric_ce(mt));
+    /* no samples (no validation set): null, not 0 */
+    rt_jl_num(j, "accuracy", mt->samples ? rt_metric_acc(mt) : NAN);
+    rt_jl_num(j, "cross_entropy", mt->samples ? rt_metric_ce(mt) : NAN);
     if (m->classes > TOP_K)
-        rt_jl_num(j, "top_k_accuracy_5", rt_metric_topk(mt));
+        rt_jl_num(j, "top_k_accuracy_5", mt->samples ? rt_metric_topk(mt) : NAN);
     rt_jl_int(j, "samples", (long long)mt->samples);
     rt_jl_close(j, '}');
 }
@@ -372,7 +373,8 @@ void rt_log_epoch_end(FILE *out, JLog *jl, const RtModel *m, const RtEpochLog *e
 {
     char pre[64];
     snprintf(pre, sizeof pre, "Epoch[%lld] Validation-", (long long)e->epoch);
-    rt_metric_print_lines(out, m, e->val, pre);
+    if (e->val->samples) /* no validation set (recordio() without VAL.rec): no line */
+        rt_metric_print_lines(out, m, e->val, pre);
     fflush(out);
     rt_jl_begin(jl, "epoch");
     rt_jl_int(jl, "epoch", (long long)e->epoch);
@@ -394,7 +396,10 @@ void rt_log_epoch_end(FILE *out, JLog *jl, const RtModel *m, const RtEpochLog *e
 void rt_log_end(FILE *out, JLog *jl, const RtModel *m, const RtLossScaler *ls, int64_t step,
                 int64_t num_update, const Metric *val)
 {
-    fprintf(out, "Final validation-accuracy=%f\n", rt_metric_acc(val));
+    if (val->samples)
+        fprintf(out, "Final validation-accuracy=%f\n", rt_metric_acc(val));
+    else /* not an accuracy of 0 */
+        fprintf(out, "Final validation: none (the data source has no validation set)\n");
     fflush(out);
     rt_jl_begin(jl, "end");
     rt_jl_int(jl, "steps", (long long)step);

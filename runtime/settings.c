@@ -1119,6 +1119,10 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen)
         int pos = 0;
         while (*p != ')') {
             int slot = pos;
+            if (*p == ',') { /* "a,,b", "(,b)" */
+                snprintf(err, errlen, "'%s': an empty item (nothing between two commas)", s);
+                return false;
+            }
             /* key= */
             size_t kl = 0;
             while ((p[kl] >= 'a' && p[kl] <= 'z') || p[kl] == '_')
@@ -1143,6 +1147,12 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen)
                     }
                     memcpy(d->opt_key[d->nopts], p, kl);
                     d->opt_key[d->nopts][kl] = 0;
+                    for (int k = 0; k < d->nopts; k++)
+                        if (strcmp(d->opt_key[k], d->opt_key[d->nopts]) == 0) {
+                            snprintf(err, errlen, "'%s': %s() option '%s' given twice", s,
+                                     names[d->kind], d->opt_key[k]);
+                            return false;
+                        }
                 }
                 if (slot < 0) {
                     snprintf(err, errlen, "'%s': %s() has no argument '%.*s'", s, names[d->kind],
@@ -1152,6 +1162,11 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen)
                 p += kl + 1;
             }
             bool opt = slot == RT_DS_MAX_ARGS;
+            if (!opt && slot >= maxargs && d->kind == RT_DS_RECORDIO) {
+                snprintf(err, errlen, "'%s': '%.*s': recordio() takes two files (TRAIN.rec, "
+                         "VAL.rec), then options as KEY=VALUE", s, (int)strcspn(p, ",)"), p);
+                return false;
+            }
             if (!opt && slot >= maxargs) {
                 snprintf(err, errlen, "'%s': too many arguments (%s takes %d)", s, names[d->kind],
                          maxargs);
@@ -1198,6 +1213,10 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen)
                 p++;
                 while (*p == ' ')
                     p++;
+                if (*p == ')') { /* "a, )" */
+                    snprintf(err, errlen, "'%s': an empty item (a comma before ')')", s);
+                    return false;
+                }
             } else if (*p != ')')
                 goto bad;
         }

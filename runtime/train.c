@@ -817,7 +817,8 @@ final:
             rc = 1;
             goto done;
         }
-        rt_metric_print_lines(out, m, &val, "Validation-");
+        if (val.samples)
+            rt_metric_print_lines(out, m, &val, "Validation-");
     }
     if (o->save_params) {
         if (!rt_params_save(t, o->save_params, o->save_params_16bit, msg, sizeof msg)) {

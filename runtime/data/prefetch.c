@@ -15,6 +15,7 @@
  * ds->error returns the first message (file, byte offset, record) and the
  * loop stops with exit 1.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,80 +66,6 @@ typedef struct {
     char error[1024];
     char summary[2600];
 } Src;
-
-void rt_rec_options_default(RtRecOptions *o)
-{
-    memset(o, 0, sizeof *o);
-    o->min_random_area = 0.08f;
-    o->max_random_area = 1.0f;
-    o->min_aspect_ratio = 3.0f / 4.0f;
-    o->max_aspect_ratio = 4.0f / 3.0f;
-    for (int c = 0; c < 3; c++)
-        o->std[c] = 1.0f;
-    o->scale = 1.0f;
-    o->num_parts = 1;
-    o->threads = 1;
-    o->prefetch = 4;
-}
-
-static bool num(const char *v, double lo, double hi, double *out)
-{
-    char *end;
-    double d = strtod(v, &end);
-    if (end == v || *end || !(d >= lo && d <= hi))
-        return false;
-    *out = d;
-    return true;
-}
-
-bool rt_rec_option_set(RtRecOptions *o, const char *key, const char *v, char *err, size_t errlen)
-{
-    static const struct {
-        const char *key;
-        double lo, hi;
-        int kind; /* 0 int, 1 bool, 2 float */
-        size_t at;
-    } keys[] = {
-        {"resize", 0, 65535, 0, offsetof(RtRecOptions, resize)},
-        {"rand_crop", 0, 1, 1, offsetof(RtRecOptions, rand_crop)},
-        {"rand_mirror", 0, 1, 1, offsetof(RtRecOptions, rand_mirror)},
-        {"random_resized_crop", 0, 1, 1, offsetof(RtRecOptions, random_resized_crop)},
-        {"min_random_area", 1e-6, 1, 2, offsetof(RtRecOptions, min_random_area)},
-        {"max_random_area", 1e-6, 1, 2, offsetof(RtRecOptions, max_random_area)},
-        {"min_aspect_ratio", 1e-3, 1e3, 2, offsetof(RtRecOptions, min_aspect_ratio)},
-        {"max_aspect_ratio", 1e-3, 1e3, 2, offsetof(RtRecOptions, max_aspect_ratio)},
-        {"mean_r", -1e6, 1e6, 2, offsetof(RtRecOptions, mean[0])},
-        {"mean_g", -1e6, 1e6, 2, offsetof(RtRecOptions, mean[1])},
-        {"mean_b", -1e6, 1e6, 2, offsetof(RtRecOptions, mean[2])},
-        {"std_r", 1e-6, 1e6, 2, offsetof(RtRecOptions, std[0])},
-        {"std_g", 1e-6, 1e6, 2, offsetof(RtRecOptions, std[1])},
-        {"std_b", 1e-6, 1e6, 2, offsetof(RtRecOptions, std[2])},
-        {"scale", -1e6, 1e6, 2, offsetof(RtRecOptions, scale)},
-        {"num_parts", 1, 1 << 20, 0, offsetof(RtRecOptions, num_parts)},
-        {"part_index", 0, 1 << 20, 0, offsetof(RtRecOptions, part_index)},
-        {"prefetch", 1, 64, 0, offsetof(RtRecOptions, prefetch)},
-    };
-    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
-        if (strcmp(keys[k].key, key) != 0)
-            continue;
-        double d;
-        if (!num(v, keys[k].lo, keys[k].hi, &d) || (keys[k].kind < 2 && d != (int)d)) {
-            snprintf(err, errlen, "recordio(): %s=%s is not %s in [%g, %g]", key, v,
-                     keys[k].kind == 2 ? "a number" : "an integer", keys[k].lo, keys[k].hi);
-            return false;
-        }
-        char *p = (char *)o + keys[k].at;
-        if (keys[k].kind == 0)
-            *(int *)(void *)p = (int)d;
-        else if (keys[k].kind == 1)
-            *(bool *)(void *)p = d != 0;
-        else
-            *(float *)(void *)p = (float)d;
-        return true;
-    }
-    snprintf(err, errlen, "recordio() has no option '%s'", key);
-    return false;
-}
 
 /* ---- one sample --------------------------------------------------------------- */
 
@@ -416,8 +343,10 @@ static void rec_release(RtDataset *ds)
 
 /* ---- opening ---------------------------------------------------------------------- */
 
-/* PATH.idx for PATH.rec (or PATH + ".idx"), when it exists. */
-static bool idx_beside(const char *rec, char *idx, size_t cap)
+/* PATH.idx for PATH.rec (or PATH + ".idx"): 1 when it exists, 0 when it
+ * does not, -1 (with a message) when it exists but is not a regular file (a
+ * FIFO, a device: never skipped silently, never opened). */
+static int idx_beside(const char *rec, char *idx, size_t cap, char *err, size_t errlen)
 {
     size_t n = strlen(rec);
     if (n >= 4 && strcmp(rec + n - 4, ".rec") == 0)
@@ -425,7 +354,13 @@ static bool idx_beside(const char *rec, char *idx, size_t cap)
     else
         snprintf(idx, cap, "%s.idx", rec);
     struct stat st;
-    return stat(idx, &st) == 0 && S_ISREG(st.st_mode);
+    if (lstat(idx, &st) != 0 && errno == ENOENT)
+        return 0;
+    int fd = rt_open_input(idx, "the RecordIO index", NULL, err, errlen);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 1;
 }
 
 static bool open_split(Src *s, int k, const char *path, int64_t max_classes, char *err,
@@ -438,8 +373,8 @@ static bool open_split(Src *s, int k, const char *path, int64_t max_classes, cha
         return false;
     char idx[1100];
     int64_t n;
-    if (!rt_rec_scan(f, idx_beside(path, idx, sizeof idx) ? idx : NULL, &s->ent[k], &n, err,
-                     errlen))
+    int has_idx = idx_beside(path, idx, sizeof idx, err, errlen);
+    if (has_idx < 0 || !rt_rec_scan(f, has_idx ? idx : NULL, &s->ent[k], &n, err, errlen))
         return false;
     for (int64_t r = 0; r < n; r++) {
         float l = s->ent[k][r].label;

@@ -7,6 +7,7 @@
  * Reads use pread, so worker threads share one descriptor.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,4 +304,89 @@ bool rt_rec_scan(const RtRecFile *f, const char *idx_path, RtRecEntry **e, int64
     *e = v;
     *n = cnt;
     return true;
+}
+
+/* ---- the options of recordio(...) ------------------------------------------ */
+
+void rt_rec_options_default(RtRecOptions *o)
+{
+    memset(o, 0, sizeof *o);
+    o->min_random_area = 0.08f;
+    o->max_random_area = 1.0f;
+    o->min_aspect_ratio = 3.0f / 4.0f;
+    o->max_aspect_ratio = 4.0f / 3.0f;
+    for (int c = 0; c < 3; c++)
+        o->std[c] = 1.0f;
+    o->scale = 1.0f;
+    o->num_parts = 1;
+    o->threads = 1;
+    o->prefetch = 4;
+}
+
+static bool num(const char *v, double lo, double hi, double *out)
+{
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || *end || !(d >= lo && d <= hi))
+        return false;
+    *out = d;
+    return true;
+}
+
+static const struct {
+    const char *key;
+    double lo, hi;
+    int kind; /* 0 int, 1 bool, 2 float */
+    size_t at;
+} keys[] = {
+    {"resize", 0, 65535, 0, offsetof(RtRecOptions, resize)},
+    {"rand_crop", 0, 1, 1, offsetof(RtRecOptions, rand_crop)},
+    {"rand_mirror", 0, 1, 1, offsetof(RtRecOptions, rand_mirror)},
+    {"random_resized_crop", 0, 1, 1, offsetof(RtRecOptions, random_resized_crop)},
+    {"min_random_area", 1e-6, 1, 2, offsetof(RtRecOptions, min_random_area)},
+    {"max_random_area", 1e-6, 1, 2, offsetof(RtRecOptions, max_random_area)},
+    {"min_aspect_ratio", 1e-3, 1e3, 2, offsetof(RtRecOptions, min_aspect_ratio)},
+    {"max_aspect_ratio", 1e-3, 1e3, 2, offsetof(RtRecOptions, max_aspect_ratio)},
+    {"mean_r", -1e6, 1e6, 2, offsetof(RtRecOptions, mean[0])},
+    {"mean_g", -1e6, 1e6, 2, offsetof(RtRecOptions, mean[1])},
+    {"mean_b", -1e6, 1e6, 2, offsetof(RtRecOptions, mean[2])},
+    {"std_r", 1e-6, 1e6, 2, offsetof(RtRecOptions, std[0])},
+    {"std_g", 1e-6, 1e6, 2, offsetof(RtRecOptions, std[1])},
+    {"std_b", 1e-6, 1e6, 2, offsetof(RtRecOptions, std[2])},
+    {"scale", -1e6, 1e6, 2, offsetof(RtRecOptions, scale)},
+    {"num_parts", 1, 1 << 20, 0, offsetof(RtRecOptions, num_parts)},
+    {"part_index", 0, 1 << 20, 0, offsetof(RtRecOptions, part_index)},
+    {"prefetch", 1, 64, 0, offsetof(RtRecOptions, prefetch)},
+};
+
+bool rt_rec_option_known(const char *key)
+{
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+        if (strcmp(keys[k].key, key) == 0)
+            return true;
+    return false;
+}
+
+bool rt_rec_option_set(RtRecOptions *o, const char *key, const char *v, char *err, size_t errlen)
+{
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        if (strcmp(keys[k].key, key) != 0)
+            continue;
+        double d;
+        if (!num(v, keys[k].lo, keys[k].hi, &d) || (keys[k].kind < 2 && d != (int)d)) {
+            snprintf(err, errlen, "recordio(): %s=%s is not %s in [%.10g, %.10g]", key, v,
+                     keys[k].kind == 2 ? "a number" : "an integer", keys[k].lo, keys[k].hi);
+            return false;
+        }
+        char *p = (char *)o + keys[k].at;
+        if (keys[k].kind == 0)
+            *(int *)(void *)p = (int)d;
+        else if (keys[k].kind == 1)
+            *(bool *)(void *)p = d != 0;
+        else
+            *(float *)(void *)p = (float)d;
+        return true;
+    }
+    snprintf(err, errlen, "recordio() has no option '%s'", key);
+    return false;
 }

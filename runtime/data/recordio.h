@@ -101,9 +101,13 @@ typedef struct {
     int prefetch; /* batches decoded ahead */
 } RtRecOptions;
 void rt_rec_options_default(RtRecOptions *o);
-/* Sets one key=value of recordio(...); false with a message. */
+/* Sets one key=value of recordio(...); false with a message (the bounds
+ * printed exactly).  Both in recordio.c, with the reader: they need no
+ * thread (the fuzz target of the option string links them alone). */
 bool rt_rec_option_set(RtRecOptions *o, const char *key, const char *value, char *err,
                        size_t errlen);
+/* Whether key is an option of recordio(...). */
+bool rt_rec_option_known(const char *key);
 
 /* Opens the source for images [c, h, w] (c 1 or 3) of up to max_classes
  * classes.  ds->fill decodes; ds->plan starts decoding an epoch ahead;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# im2rec.sh - tools/im2rec never destroys, never hangs and packs nothing the
-# reader refuses (docs/training.md, "im2rec"; make e2e runs it):
+# hostile.sh - tools/im2rec never destroys, never hangs and packs nothing the
+# reader refuses, and the recordio(...) source's option string says what is
+# wrong (docs/training.md, RecordIO; make e2e runs it):
 #   1. outputs: a FIFO or a device node (mknod, as root) as OUT is refused and
 #      stays what it was, no OUT.idx appears beside it; OUT naming the list or
 #      an image is refused;
@@ -11,9 +12,14 @@
 #      images outside the root ("..", an absolute path, a symbolic link out of
 #      it), allowed by --allow-outside-root; each refusal leaves no OUT, no
 #      OUT.idx and no temporary file;
-#   4. SIGTERM in the middle of a long list leaves no temporary file.
+#   4. SIGTERM in the middle of a long list leaves no temporary file;
+#   5. recordio(...) through the runtime's main (tests/runtime/model_tiny.c):
+#      a bare key, empty items, a repeated key and a third file each named,
+#      bounds printed exactly (1048576, not 1.04858e+06), a .idx that is a
+#      FIFO refused (never skipped or waited for), and a run without a
+#      validation file ends without "Final validation-accuracy=0.000000".
 # The pictures are made by rio_tool photo (never committed).
-# usage: im2rec.sh BUILD   (BUILD holds im2rec and rio_tool)
+# usage: hostile.sh BUILD   (BUILD holds im2rec, rio_tool and libampcrt.a)
 set -u
 build=$(cd "$1" && pwd)
 E2E_LOG_LINES=6
@@ -140,5 +146,29 @@ else
     ls -A "$tmp/out" | sed 's/^/    left: /'
 fi
 
-echo "im2rec: $pass passed, $fail failed"
+# ---- 5. the recordio(...) option string ----
+cc -std=c11 -D_GNU_SOURCE -Iruntime tests/runtime/model_tiny.c "$build/libampcrt.a" -lopenblas -lz -lm \
+    -o "$tmp/tiny" >"$tmp/log" 2>&1 || bad "building the tiny program"
+"$rio" photo 8 8 png "$tmp/img/p8.png" >"$tmp/log" 2>&1 || bad "an 8x8 picture"
+printf '0\t1\tp8.png\n1\t0\tp8.png\n2\t1\tp8.png\n3\t0\tp8.png\n' >"$tmp/p8.lst"
+"$im2rec" "$tmp/p8.lst" "$tmp/img" "$tmp/p8.rec" >"$tmp/log" 2>&1 || bad "packing p8.rec"
+option() { # NAME EXIT MESSAGE DATA: the tiny program exits EXIT with MESSAGE
+    timeout 20 "$tmp/tiny" --data "$4" --batch-size 2 --max-steps 1 --log-interval 0 >"$tmp/log" 2>&1
+    local rc=$?
+    if [ $rc = "$2" ] && grep -qF -- "$3" "$tmp/log"; then ok "recordio(): $1: $(grep -F -- "$3" "$tmp/log" | head -1 | cut -c1-140)"
+    else bad "recordio(): $1 (exit $rc, wanted $2 and '$3')"; fi
+}
+r=$tmp/p8.rec
+option "a bare key in the validation file's place" 2 "'resize' is an option without a value (write resize=VALUE)" "recordio($r, resize)"
+option "a bare key after the files" 2 "'resize': recordio() takes two files (TRAIN.rec, VAL.rec), then options as KEY=VALUE" "recordio($r, $r, resize)"
+option "an empty item" 2 "an empty item (nothing between two commas)" "recordio($r,, resize=8)"
+option "a trailing comma" 2 "an empty item (a comma before ')')" "recordio($r, resize=8, )"
+option "a repeated key" 2 "recordio() option 'resize' given twice" "recordio($r, resize=8, resize=9)"
+option "bounds printed exactly" 2 "num_parts=2000000 is not an integer in [1, 1048576]" "recordio($r, num_parts=2000000)"
+option "no validation file" 0 "Final validation: none (the data source has no validation set)" "recordio($r)"
+grep -qi "validation-" "$tmp/log" && bad "a run without a validation file prints an accuracy of 0"
+cp "$r" "$tmp/q.rec" && mkfifo "$tmp/q.idx"
+option "a .idx that is a FIFO" 1 "the RecordIO index $tmp/q.idx: not a regular file (a FIFO)" "recordio($tmp/q.rec)"
+
+echo "recordio/hostile: $pass passed, $fail failed"
 [ $fail -eq 0 ]
