@@ -51,6 +51,12 @@ bool train_setting_ok(const Graph *g, const char *key);
  * train block (runtime/optim.c: 2 for Adam, 1 for SGD or NAG with momentum,
  * else 0). */
 int train_optimizer_nstate(const Graph *g);
+/* Whether a run of g scales the loss dynamically: the train block's
+ * loss_scale (after --loss-scale) resolved by g's amp with the program's own
+ * rule (rt_loss_scale_mode: unset under float16 is dynamic). */
+bool train_loss_scale_dynamic(const Graph *g);
+/* The train block's kvstore placement (a quoted or bare name), or NULL. */
+const char *train_kvstore(const Graph *g);
 /* The same for v, given for key by an ampc flag (the message names flag). */
 bool train_flag_ok(const Graph *g, const char *key, const ConfigVal *v, const char *flag);
 /* The settings together against the model, as the program will check them

@@ -419,6 +419,27 @@ int train_optimizer_nstate(const Graph *g)
     return o.optimizer == RT_OPT_ADAM ? 2 : o.momentum != 0.0f ? 1 : 0;
 }
 
+bool train_loss_scale_dynamic(const Graph *g)
+{
+    RtTrainOptions o;
+    rt_train_options_default(&o);
+    char msg[1024];
+    const ConfigEntry *e = train_entry(g, "loss_scale");
+    if (e && !setting_apply(&o, "loss_scale", e->val, msg, sizeof msg))
+        return false;
+    /* the name the program's RtModel.amp carries (codegen/emit_c.c) */
+    const char *amp = g->info.amp ? dtype_long(g->info.amp) : "off";
+    return rt_loss_scale_mode(&o.loss_scale, amp) == RT_LS_DYNAMIC;
+}
+
+const char *train_kvstore(const Graph *g)
+{
+    const ConfigEntry *e = train_entry(g, "kvstore");
+    if (!e || (e->val->kind != CV_SYM && e->val->kind != CV_STR))
+        return NULL;
+    return e->val->s;
+}
+
 bool train_flag_ok(const Graph *g, const char *key, const ConfigVal *v, const char *flag)
 {
     RtTrainOptions o;

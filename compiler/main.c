@@ -526,6 +526,13 @@ static bool lower_model(const Options *o, const Graph *g, Program *p)
     return true;
 }
 
+/* A placement is asked for: a kvstore flag, or the train block's kvstore
+ * key (the flags override it, as every key). */
+static bool kv_named(const Options *o, const Graph *g)
+{
+    return o->kv_flags || train_kvstore(g);
+}
+
 /* The kvstore pass on a lowered program: the machine (built-in or file),
  * then the placement; --dump=kvstore, --explain=kvstore and --report print
  * what it predicts. */
@@ -540,12 +547,15 @@ static bool place_gradients(const Options *o, const Graph *g, Program *p, KvResu
     if (!kv_machine_builtin(d, name, &m) && !kv_machine_load(d, name, &m))
         return false;
     KvOptions ko = o->kv;
+    if (!ko.kvstore)
+        ko.kvstore = train_kvstore(g);
     if (gpu_default && ko.devices == 0)
         ko.devices = 1;
     if (!o->kv_bucket_set)
         ko.bucket_mb = -1;
     ko.batch = o->batch;
     ko.nstate = train_optimizer_nstate(g);
+    ko.dynamic_scale = train_loss_scale_dynamic(g);
     bool dump = o->dump && strcmp(o->dump, "kvstore") == 0;
     return kvstore_place(g, p, &m, &ko, d, dump ? stdout : NULL, o->kv_explain ? stdout : NULL, res);
 }
@@ -575,7 +585,7 @@ static bool can_lower_quietly(const Graph *g)
  * keep, the placed program is handed to the caller (for generate). */
 static bool run_kvstore(const Options *o, const Graph *g, Program *keep)
 {
-    bool asked = (o->dump && strcmp(o->dump, "kvstore") == 0) || o->kv_explain || o->kv_flags;
+    bool asked = (o->dump && strcmp(o->dump, "kvstore") == 0) || o->kv_explain || kv_named(o, g);
     if (!asked && !can_lower_quietly(g))
         return true;
     Program p;
@@ -600,7 +610,7 @@ static bool dump_program(const Options *o, const Graph *g)
     Program p;
     if (!lower_model(o, g, &p))
         return false;
-    bool ok = !o->kv_flags || place_gradients(o, g, &p, NULL);
+    bool ok = !kv_named(o, g) || place_gradients(o, g, &p, NULL);
     if (ok && !program_verify(&p, stderr))
         DIE("the lowered program does not verify");
     if (ok)
@@ -636,6 +646,18 @@ static int check_program(const Options *o, Diag *d)
     return ok ? 0 : 1;
 }
 
+/* The one place that decides whether a program links the MPI engine: built
+ * for mpirun (--mpi), or placed by the kvstore pass (--kvstore, the train
+ * block's kvstore, or auto's choice with --machines) on dist_sync, or, on a
+ * GPU, on nccl (NCCL's unique id is broadcast over MPI; docs/kvstore.md).
+ * No other program links it. */
+static bool links_mpi(const Options *o, const KvPlan *kv)
+{
+    bool placed = kv && kv->set;
+    return o->mpi || (placed && kv->place == KV_DIST_SYNC) ||
+           (placed && kv->place == KV_NCCL && o->kernel_target == TARGET_CUDA);
+}
+
 static bool generate(const Options *o, const Graph *g, Diag *d, const KvPlan *kv)
 {
     char *text = NULL, buf[4096];
@@ -658,9 +680,6 @@ static bool generate(const Options *o, const Graph *g, Diag *d, const KvPlan *kv
         ok = cg_write_file(d, o->output ? o->output : default_c_path(o->input, buf, sizeof buf),
                            text, len);
     else if (ok) {
-        /* a program for mpirun links the MPI engine; no other does */
-        /* a GPU program reducing across processes (nccl, dist_sync) links
-         * it too: NCCL's unique id is broadcast over MPI (docs/kvstore.md) */
         bool across = kv && kv->set && (kv->place == KV_NCCL || kv->place == KV_DIST_SYNC);
         if (o->mpi && o->kernel_target == TARGET_CUDA && !across) {
             /* mpirun would start ranks that each train alone on GPU 0 */
@@ -670,8 +689,7 @@ static bool generate(const Options *o, const Graph *g, Diag *d, const KvPlan *kv
             free(text);
             return false;
         }
-        cg_build_set_mpi(o->mpi || (o->kv.kvstore && strcmp(o->kv.kvstore, "dist_sync") == 0) ||
-                         (o->kernel_target == TARGET_CUDA && across));
+        cg_build_set_mpi(links_mpi(o, kv));
         cg_build_set_cuda(o->kernel_target == TARGET_CUDA);
         ok = cg_build_program(d, text, len, o->output, o->argv0);
     }
@@ -841,7 +859,7 @@ static int run(const Options *o, Diag *d)
     }
     /* with a kvstore flag, -o and -S check the placement too (and warn) */
     Program placed = {0}; /* the placement, for the program */
-    if (ok && g->infer && (want_kv || o->report || o->kv_flags) && !want_program)
+    if (ok && g->infer && (want_kv || o->report || kv_named(o, g)) && !want_program)
         ok = run_kvstore(o, g, o->output || o->source_only ? &placed : NULL);
     if (ok && o->report) /* what a program would be built for, and why auto chose it */
         printf("target: %s%s%s%s%s\n", target_name(o->pass.target),

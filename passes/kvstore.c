@@ -269,13 +269,6 @@ static const char *optimizer_name(const Graph *g)
     return "sgd";
 }
 
-static bool dynamic_scale(const Graph *g)
-{
-    const ConfigEntry *e = train_entry(g, "loss_scale");
-    return e && (e->val->kind == CV_SYM || e->val->kind == CV_CALL) &&
-           strcmp(e->val->s, "dynamic") == 0;
-}
-
 /* FLOPs per sample of each call.  Backward takes twice the forward FLOPs
  * in all (the usual 2x: the data and the weight gradients), spread over
  * the backward calls as twice their forward nodes' (a call with none, such
@@ -764,7 +757,7 @@ bool kvstore_place(const Graph *train, Program *p, const KvMachine *m, const KvO
     v.M = o->machines > 0 ? o->machines : 1;
     v.batch = o->batch > 0 ? o->batch : train_batch(train);
     v.opt = optimizer_name(train);
-    v.dynamic = dynamic_scale(train);
+    v.dynamic = o->dynamic_scale;
     /* 16-bit gradients travel in their own dtype unless --kv-wire says */
     for (int q = 0; q < p->nparams && !v.gdt; q++)
         if (p->param_grad[q] >= 0 && dtype_size(p->buf[p->param_grad[q]].dtype) < 4)

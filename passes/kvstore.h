@@ -45,6 +45,8 @@ typedef struct {
     DType wire;            /* DT_UNKNOWN: the gradients' dtype */
     int64_t batch;         /* per device; 0: the train block's batch_size (or 32) */
     int nstate;            /* fp32 optimizer tensors per parameter */
+    bool dynamic_scale;    /* the run's loss scale is dynamic (rt_loss_scale_mode, the
+                            * program's rule: fp16 without a loss_scale is dynamic) */
 } KvOptions;
 
 /* What the pass predicts, for the dumps and --report. */

@@ -6,10 +6,13 @@
  * formats, which tests compare byte for byte, are defined in one place.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fileio.h"
 #include "train_internal.h"
@@ -423,11 +426,31 @@ int rt_jl_open(JLog *jl, const RtTrainOptions *o, FILE *err)
     if (!o->json_log)
         return 0;
     /* written as the run goes (a log of a killed run is still read), so not
-     * through a temporary file; a device or FIFO works as well */
-    jl->f = fopen(o->json_log, "w");
-    if (!jl->f) {
+     * through a temporary file; a device or FIFO works as well (a FIFO
+     * nobody reads is refused, not waited for).  Emptied only once it is
+     * this run's: under --independent-runs another copy may hold it. */
+    int fd = open(o->json_log, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0666);
+    int fl = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+    if (fd < 0 || fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
         fprintf(err, "%s: --json-log: cannot open %s: %s\n", o->prog, o->json_log,
+                errno == ENXIO ? "a FIFO with no reader" : strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return 1;
+    }
+    char msg[1024];
+    struct stat st;
+    if (o->independent_runs &&
+        !rt_own_exclusively(o->json_log, "--json-log", &fd, msg, sizeof msg)) {
+        fprintf(err, "%s: %s\n", o->prog, msg);
+        close(fd);
+        return 2;
+    }
+    if ((fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0) ||
+        !(jl->f = fdopen(fd, "w"))) {
+        fprintf(err, "%s: --json-log: cannot write %s: %s\n", o->prog, o->json_log,
                 strerror(errno));
+        close(fd);
         return 1;
     }
     return 0;

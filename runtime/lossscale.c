@@ -22,24 +22,6 @@
 
 #include "train.h"
 
-const char *rt_loss_scale_mode_name(RtLossScaleMode mode)
-{
-    switch (mode) {
-    case RT_LS_OFF: return "off";
-    case RT_LS_STATIC: return "static";
-    case RT_LS_DYNAMIC: return "dynamic";
-    case RT_LS_DEFAULT: break;
-    }
-    return "default";
-}
-
-RtLossScaleMode rt_loss_scale_mode(const RtLossScaleConfig *c, const char *amp)
-{
-    if (c->mode != RT_LS_DEFAULT)
-        return c->mode;
-    return amp && strcmp(amp, "float16") == 0 ? RT_LS_DYNAMIC : RT_LS_OFF;
-}
-
 void rt_loss_scaler_init(RtLossScaler *ls, const RtLossScaleConfig *c, const char *amp)
 {
     memset(ls, 0, sizeof *ls);

@@ -44,6 +44,11 @@ double rt_mpi_timeout(void);
  * Returns rc. */
 int rt_mpi_finish(int rc);
 
+/* launcher.c: how many processes the launcher that started this process
+ * runs (mpirun's, hydra's, PMIx's or srun's variables), 1 when none did or
+ * for one process; which variable said so goes to which ("PMI_SIZE=4"). */
+int rt_launcher_size(char *which, size_t cap);
+
 /* Rank r's Dropout seed: the run's seed on rank 0 (a single process is
  * unchanged), a mix of both elsewhere, so that ranks draw different masks. */
 uint64_t rt_rank_seed(uint64_t seed, int r);

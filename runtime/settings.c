@@ -270,6 +270,27 @@ void rt_loss_scale_default(RtLossScaleConfig *c)
     c->max_scale = 16777216.0f; /* 2^24, MXNet's _max_loss_scale */
 }
 
+/* The one rule of the effective mode: the program's loss scaler and ampc's
+ * kvstore cost model (through compiler/frontend.c) both call it. */
+const char *rt_loss_scale_mode_name(RtLossScaleMode mode)
+{
+    switch (mode) {
+    case RT_LS_OFF: return "off";
+    case RT_LS_STATIC: return "static";
+    case RT_LS_DYNAMIC: return "dynamic";
+    case RT_LS_DEFAULT: break;
+    }
+    return "default";
+}
+
+RtLossScaleMode rt_loss_scale_mode(const RtLossScaleConfig *c, const char *amp)
+{
+    if (c->mode != RT_LS_DEFAULT)
+        return c->mode;
+    return amp && strcmp(amp, "float16") == 0 ? RT_LS_DYNAMIC : RT_LS_OFF;
+}
+
+
 /* A number argument under either of two names (ampc's, PyTorch's). */
 static bool arg(const RtCall *c, const char *key, const char *alt, double *v, bool *seen,
                 const char *s, char *err, size_t errlen)
@@ -872,6 +893,11 @@ SETTING(set_augment)
 
 SETTING(set_random_crop) { UNUSED_ARGS; return int_into(v, 0, 64, &o->augment_pad); }
 SETTING(set_data_threads) { UNUSED_ARGS; return int_into(v, 1, 256, &o->data_threads); }
+SETTING(set_data_decode_mb)
+{
+    UNUSED_ARGS;
+    return rt_parse_i64(v, 1, (int64_t)1 << 30, &o->data_decode_mb);
+}
 SETTING(set_random_mirror) { UNUSED_ARGS; o->augment_mirror = true; return true; }
 SETTING(set_eval_only) { UNUSED_ARGS; o->eval_only = true; return true; }
 SETTING(set_check_numerics) { UNUSED_ARGS; o->check_numerics = true; return true; }
@@ -914,10 +940,12 @@ SETTING(set_inject_nan)
 
 /* MPI runs (runtime/dist/mpi.c): accepted by every program, used by one
  * built with ampc --mpi. */
-SETTING(set_mpi_timeout) { UNUSED_ARGS; return parse_float(v, 0.001f, 1e6f, &o->mpi_timeout); }
+/* the bounds as doubles: 0.001f is above 0.001, which the message offers */
+SETTING(set_mpi_timeout) { UNUSED_ARGS; return parse_float(v, 0.001, 1e6, &o->mpi_timeout); }
 SETTING(set_mpi_bucket_mb) { UNUSED_ARGS; return parse_float(v, 0, 65536, &o->mpi_bucket_mb); }
 SETTING(set_inject_rank) { UNUSED_ARGS; return int_into(v, 0, 1 << 20, &o->inject_rank); }
 SETTING(set_save_all_ranks) { UNUSED_ARGS; o->save_all_ranks = true; return true; }
+SETTING(set_independent_runs) { UNUSED_ARGS; o->independent_runs = true; return true; }
 SETTING(set_sim_ranks) { UNUSED_ARGS; return int_into(v, 1, 4096, &o->sim_ranks); }
 
 /* A CUDA program's device (runtime/trainer.c, rt_device_configure: a CPU
@@ -964,16 +992,19 @@ SETTING(set_amp)
     return false;
 }
 
-/* kvstore (not implemented yet, docs/training.md "Not yet"): a name. */
+/* kvstore: ampc's placement (passes/kvstore.c; docs/kvstore.md), one of
+ * MXNet's names the kvstore pass knows; ampc's --kvstore overrides it. */
 SETTING(set_kvstore)
 {
     UNUSED_ARGS;
+    static const char *const names[] = {"auto", "local", "device", "nccl", "dist_sync", NULL};
     char b[64];
     const char *u = unquote(v, b, sizeof b);
-    bool ok = *u && !isdigit((unsigned char)*u);
-    for (const char *p = u; *p; p++)
-        ok = ok && (isalnum((unsigned char)*p) || *p == '_');
-    return ok;
+    for (int k = 0; names[k]; k++)
+        if (strcmp(u, names[k]) == 0)
+            return true;
+    snprintf(err, errlen, "'%s' is not auto, local, device, nccl or dist_sync", u);
+    return false;
 }
 
 /* ---- the table -------------------------------------------------------------------- */
@@ -1000,10 +1031,11 @@ const RtSetting rt_settings[] = {
     {"augment", "augment", KEY | FLAG, true, "crop=PAD, mirror or off", set_augment},
     {"log_interval", "log-interval", KEY | FLAG, true, "an integer >= 0", set_log_interval},
     {"amp", NULL, KEY | AMPC, true, "off, float16 or bfloat16", set_amp},
-    {"kvstore", NULL, KEY | AMPC, true, "a kvstore name (local, device, ...)", set_kvstore},
+    {"kvstore", NULL, KEY | AMPC, true, "auto, local, device, nccl or dist_sync", set_kvstore},
     {NULL, "data-dir", FLAG, true, "a directory", set_data_dir},
     {NULL, "threads", FLAG, true, "an integer from 1 to 4096", set_threads},
     {NULL, "data-threads", FLAG, true, "an integer from 1 to 256", set_data_threads},
+    {NULL, "data-decode-mb", FLAG, true, "MiB from 1 to 1073741824", set_data_decode_mb},
     {NULL, "random-crop", FLAG, true, "a padding 0..64", set_random_crop},
     {NULL, "random-mirror", FLAG, false, "", set_random_mirror},
     {NULL, "json-log", FLAG, true, "a file name", set_json_log},
@@ -1020,6 +1052,7 @@ const RtSetting rt_settings[] = {
     {NULL, "mpi-bucket-mb", FLAG, true, "MiB from 0 to 65536", set_mpi_bucket_mb},
     {NULL, "inject-rank", FLAG, true, "a rank from 0 to 1048576", set_inject_rank},
     {NULL, "save-all-ranks", FLAG, false, "", set_save_all_ranks},
+    {NULL, "independent-runs", FLAG, false, "", set_independent_runs},
     {NULL, "sim-ranks", FLAG, true, "a number of ranks from 1 to 4096", set_sim_ranks},
     {NULL, "cudnn-autotune", FLAG, true, "0 or 1", set_cudnn_autotune},
     {NULL, "cudnn-workspace-mb", FLAG, true, "MiB from 0 to 1048576", set_cudnn_workspace_mb},

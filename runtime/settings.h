@@ -38,6 +38,11 @@ typedef struct {
 
 /* mode RT_LS_DEFAULT with the dynamic defaults above (MXNet's, with its 2^24 cap). */
 void rt_loss_scale_default(RtLossScaleConfig *c);
+/* The mode in effect: RT_LS_DEFAULT resolved by the model's amp ("float16":
+ * dynamic, else off).  The one rule the program's scaler and ampc's kvstore
+ * cost model share. */
+RtLossScaleMode rt_loss_scale_mode(const RtLossScaleConfig *c, const char *amp);
+const char *rt_loss_scale_mode_name(RtLossScaleMode mode); /* "off", "static", "dynamic" */
 /* Parses "off", "none", "dynamic", "dynamic(init=, growth=, backoff=, interval=, min=,
  * max=)" (PyTorch's init_scale, growth_factor, backoff_factor, growth_interval and
  * min_scale/max_scale too) or a positive number (a static scale).  dynamic(...)
@@ -137,6 +142,8 @@ typedef struct {
     int log_interval;     /* batches between Speedometer lines; 0: none */
     int threads;          /* OpenBLAS threads; 0: OpenBLAS's default */
     int data_threads;     /* recordio's decoding threads; 0: what the machine has beyond threads */
+    int64_t data_decode_mb; /* the memory recordio's decoding threads share, MiB; 0: a quarter
+                             * of physical memory, at most 4096 */
     RtLossScaleConfig loss_scale;
     const char *save_dir; /* a checkpoint per epoch: <save_dir>/<model>-<epoch+1 %04d>.params */
     const char *resume;   /* a checkpoint to continue from */
@@ -152,6 +159,8 @@ typedef struct {
     int inject_rank;          /* testing: --inject-* act on this rank only; < 0: every rank */
     bool save_all_ranks;      /* testing: ranks > 0 write checkpoints too, into SAVE_DIR/rankR */
     int sim_ranks;            /* testing: one process computes K ranks' micro-batches in turn */
+    bool independent_runs;    /* a program without MPI under a launcher of several processes
+                               * runs as independent copies (each its own save dir and log) */
     /* a CUDA program's device (ampc --target=cuda, docs/backend-cuda.md); < 0: not given */
     int cudnn_autotune;           /* 1: time cuDNN's candidate plans per shape, 0: heuristic */
     int64_t cudnn_workspace_mb;   /* the most workspace one convolution or GEMM may use */

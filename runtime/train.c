@@ -18,10 +18,14 @@
  * their own models.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "data/data_ext.h"
 #include "fileio.h"
@@ -258,6 +262,7 @@ typedef struct {
     RtTrainOptions ro; /* under MPI: this rank's options (ranks > 0 log and save nothing) */
     char *rank_dir; /* --save-all-ranks: SAVE_DIR/rankR */
     int64_t *order; /* under MPI: this rank's samples of the epoch, in order (ds->plan) */
+    int save_lock;  /* --independent-runs: the save directory, flock'd (-1: none) */
     Later later;    /* what the host reads when it logs */
 } Run;
 
@@ -285,6 +290,9 @@ static void run_free(Run *r)
         fclose(r->quiet);
     free(r->rank_dir);
     free(r->order);
+    if (r->save_lock >= 0)
+        close(r->save_lock);
+    r->save_lock = -1;
 }
 
 /* The samples this rank fills from step `from` on, in order: one process
@@ -346,6 +354,44 @@ static int rank_options(Run *run, const RtTrainOptions **o, FILE **out, int rank
     return 0;
 }
 
+/* A program built without MPI under a launcher of several processes
+ * (mpirun, srun: rt_launcher_size) would train one independent copy per
+ * process, every copy writing the same files: refused (exit 2) unless
+ * --independent-runs asks for copies.  0, or an exit status. */
+static int launched_alone(const RtTrainOptions *o, FILE *err)
+{
+    char which[96];
+    int n = rt_mpi_linked() ? 1 : rt_launcher_size(which, sizeof which);
+    if (n <= 1 || o->independent_runs)
+        return 0;
+    fprintf(err, "%s: error: started as one of %d processes (%s), but this program was built "
+            "without MPI: each process would train alone and write the same files; build it "
+            "for mpirun with ampc --mpi (or --kvstore=dist_sync), or give --independent-runs "
+            "for %d independent copies, each with its own --save-dir and --json-log\n", o->prog,
+            n, which, n);
+    return 2;
+}
+
+/* --independent-runs: path (a save directory, or the JSON log's open
+ * descriptor when *fd >= 0 already) is this process's alone for the run, an
+ * exclusive flock(2) another copy cannot take (released at exit, so a killed
+ * run leaves no stale lock).  False with a message when another holds it. */
+bool rt_own_exclusively(const char *path, const char *flag, int *fd, char *err, size_t errlen)
+{
+    if (*fd < 0)
+        *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0) {
+        snprintf(err, errlen, "%s %s: %s", flag, path, strerror(errno));
+        return false;
+    }
+    if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+        snprintf(err, errlen, "%s %s: another run writes it (--independent-runs: give each copy "
+                 "its own %s)", flag, path, flag);
+        return false;
+    }
+    return true;
+}
+
 /* The profile's phase k gets the time since *since, which moves to now. */
 static void prof_phase(Prof *pf, RtTrainer *t, int k, double *since)
 {
@@ -364,6 +410,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     double t_start = rt_now_s();
     Run run;
     memset(&run, 0, sizeof run);
+    run.save_lock = -1;
     char msg[1024];
     int rc = 0;
     rt_inputs_reset(); /* the files this run reads: no output may be one of them */
@@ -417,6 +464,8 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         fprintf(err, "%s: %s\n", o->prog, msg);
         return 1;
     }
+    if ((rc = launched_alone(o, err)) != 0)
+        return rc;
     if ((rc = rank_options(&run, &o, &out, rank, m->name, err)) != 0) {
         run_free(&run);
         return rc;
@@ -427,8 +476,18 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 o->inject_nan_node);
         return 2;
     }
-    if (o->save_dir && !rt_save_dir_prepare(o->save_dir, m->name, err, o->prog, msg, sizeof msg)) {
+    /* --independent-runs: the save directory is this copy's before anything
+     * in it is touched (prepare removes stale temporary files: another
+     * copy's would be live) */
+    struct stat sd;
+    bool lock = o->independent_runs && o->save_dir;
+    if ((lock && stat(o->save_dir, &sd) == 0 &&
+         !rt_own_exclusively(o->save_dir, "--save-dir", &run.save_lock, msg, sizeof msg)) ||
+        (o->save_dir && !rt_save_dir_prepare(o->save_dir, m->name, err, o->prog, msg, sizeof msg)) ||
+        (lock && run.save_lock < 0 &&
+         !rt_own_exclusively(o->save_dir, "--save-dir", &run.save_lock, msg, sizeof msg))) {
         fprintf(err, "%s: %s\n", o->prog, msg);
+        run_free(&run);
         return 2;
     }
     /* a checkpoint first: its seed decides the data */

@@ -26,9 +26,6 @@
 
 /* ---- lossscale.c: the loss scaler (its settings: settings.h) -------------- */
 
-/* The mode in effect: RT_LS_DEFAULT resolved by the model's amp. */
-RtLossScaleMode rt_loss_scale_mode(const RtLossScaleConfig *c, const char *amp);
-const char *rt_loss_scale_mode_name(RtLossScaleMode mode); /* "off", "static", "dynamic" */
 
 /* The loss scaler of a run: PyTorch's update rule (kernels/lossscale.h), the
  * new scale used from the next step. */

@@ -146,6 +146,10 @@ void rt_log_end(FILE *out, JLog *jl, const RtModel *m, const RtLossScaler *ls, i
  * (2), then opens the JSON log when there is one (1 when it cannot).  0: go
  * on. */
 int rt_jl_open(JLog *jl, const RtTrainOptions *o, FILE *err);
+/* train.c, --independent-runs: an exclusive flock(2) of path (a save
+ * directory; or *fd, already open) for the run, which another copy of the
+ * program cannot take.  False with a message naming flag when one holds it. */
+bool rt_own_exclusively(const char *path, const char *flag, int *fd, char *err, size_t errlen);
 
 /* ---- hooks.c: --check-numerics, --inject-nan, --profile (the after_node hook) */
 
