@@ -450,6 +450,7 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/predict.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/threads.sh $(BUILD)/ampc
 	tests/e2e/mpi.sh $(BUILD)/ampc $(DATA_DIR)
+	tests/e2e/mpi_check.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/cuda_build.sh $(BUILD)/ampc
 
 # MXNet interoperability, checked against MXNet 1.9.1 itself (tests/mxnet/,

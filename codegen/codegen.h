@@ -40,6 +40,11 @@ bool lower_takes_workspace(OpKind k);
  * Every string from the model is written as an escaped C string literal, so
  * the file is well-formed C whatever the names hold. */
 bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans);
+/* Writes the program's build id into the emitted C text (in place, the same
+ * length): FNV-1a 64 of the text as cg_emit_c wrote it (the id's zeros in
+ * place) and of AMPC_VERSION; the ranks of a run compare it at start-up
+ * (runtime/rankcheck.h). */
+void cg_stamp_build_id(char *text, size_t len);
 
 /* build.c: compiles a C file into an executable with $CC (default cc) and
  * $CFLAGS (default -O2), against the runtime found next to ampc (the build

@@ -23,6 +23,9 @@
 #include <string.h>
 
 
+/* What follows the build id's 16 hex digits in RtModel's initializer. */
+#define BUILD_ID_MARK "/* the build id: a hash of this file and ampc's version */"
+
 typedef struct {
     FILE *f;
     const Graph *train;
@@ -1099,16 +1102,40 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans)
     if (kv)
         fprintf(out, "    .kv_nbuckets = %d,\n    .kv_bucket_start = kv_bucket_start,\n"
                      "    .kv_bucket_params = kv_bucket_params,\n", plans->kv->nbuckets);
-    if (kernels == TARGET_CUDA && plans && plans->kv && plans->kv->set)
+    if (plans && plans->kv && plans->kv->set)
         fprintf(out, "    .kv_place = %d, /* %s */\n", (int)plans->kv->place + 1,
                 kv_place_name(plans->kv->place));
     if (kernels == TARGET_CUDA)
         fputs("    .open_device = rt_cuda_open_device,\n"
               "    .check_device = rt_cuda_check_model,\n", out);
+    if (plans && plans->kv && plans->kv->set)
+        fprintf(out, "    .kv_wire = \"%s\",\n", dtype_long(plans->kv->wire));
+    /* zeros until cg_stamp_build_id writes the hash of this text there */
+    fprintf(out, "    .build_id = 0x%016llxull, %s\n", 0ull, BUILD_ID_MARK);
     fputs("};\n", out);
     bool ok = c.ok;
     free(c.uses);
     arena_free(&c.a);
     program_free(&prog);
     return ok;
+}
+
+void cg_stamp_build_id(char *text, size_t len)
+{
+    static const char mark[] = BUILD_ID_MARK;
+    char *at = NULL;
+    for (char *p = text; (p = memmem(p, len - (size_t)(p - text), mark, sizeof mark - 1));
+         p += sizeof mark - 1)
+        at = p; /* the last: RtModel's initializer ends the file */
+    if (!at || at - text < 23 || memcmp(at - 23, "0x0000000000000000ull, ", 23) != 0)
+        DIE("codegen: no build id to stamp in the emitted C");
+    /* FNV-1a 64 of the text (the zeros in place), then of the version */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)text[i]) * 0x100000001b3ull;
+    for (const char *v = AMPC_VERSION; *v; v++)
+        h = (h ^ (unsigned char)*v) * 0x100000001b3ull;
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    memcpy(at - 21, hex, 16);
 }

@@ -676,6 +676,8 @@ static bool generate(const Options *o, const Graph *g, Diag *d, const KvPlan *kv
     plan_free(&ip);
     if (fclose(m) != 0)
         DIE("out of memory");
+    if (ok)
+        cg_stamp_build_id(text, len);
     if (ok && o->source_only)
         ok = cg_write_file(d, o->output ? o->output : default_c_path(o->input, buf, sizeof buf),
                            text, len);

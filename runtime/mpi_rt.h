@@ -40,9 +40,18 @@ void rt_mpi_set_step(int64_t step);
 int64_t rt_mpi_step(void);
 double rt_mpi_timeout(void);
 /* The end of the process: rc 0 finalises MPI, any other rc aborts the job
- * (MPI_Abort), so that one rank's error never leaves the others waiting.
- * Returns rc. */
+ * (MPI_Abort), so that one rank's error never leaves the others waiting,
+ * unless every rank agreed to end (rt_mpi_agreed).  Returns rc. */
 int rt_mpi_finish(int rc);
+/* Every rank knows the run ends here with the same status (the start-up
+ * check found a mismatch): rt_mpi_finish finalises instead of aborting. */
+void rt_mpi_agreed(void);
+/* The start-up check's exchange (rankcheck.h, RtGatherFn): an all-gather of
+ * bytes from every rank, under the hang guard (a rank that does not arrive
+ * within --mpi-timeout is named and the job aborted).  Without MPI: mine
+ * copied.  self is unused. */
+bool rt_mpi_allgather(void *self, const void *mine, void *all, size_t bytes, char *err,
+                      size_t errlen);
 
 /* launcher.c: how many processes the launcher that started this process
  * runs (mpirun's, hydra's, PMIx's or srun's variables), 1 when none did or

@@ -89,7 +89,8 @@ static void usage(const RtTrainOptions *o, FILE *out)
             "Testing: --inject-inf-at-step=K (step K's gradients overflow),\n"
             "  --inject-nan=NODE:STEP (a NaN in NODE's output at STEP),\n"
             "  --dump-state FILE (write the first step's gradients and stop),\n"
-            "  --inject-rank=R (the --inject-* flags on rank R only), --save-all-ranks\n"
+            "  --inject-rank=R (the --inject-* flags on rank R only), --inject-stop-at-start\n"
+            "  (SIGSTOP before the ranks' start-up check), --save-all-ranks\n"
             "  (ranks > 0 write checkpoints into SAVE_DIR/rankR too), --sim-ranks=K (one\n"
             "  process computes K ranks' batches in turn and sums their gradients)\n",
             o->prog, o->epochs, (long long)o->batch_size,

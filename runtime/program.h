@@ -126,9 +126,10 @@ typedef struct RtModel {
     int kv_nbuckets;
     const int *kv_bucket_start;       /* kv_nbuckets + 1 entries */
     const int *kv_bucket_params;      /* parameter indices */
-    /* the kvstore pass's placement of a GPU program (RtKvPlace of
-     * runtime/dist/coll.h: local 1, device 2, nccl 3, dist_sync 4), 0 when
-     * it placed none; rt_cuda_open_device opens the device for it */
+    /* the kvstore pass's placement (RtKvPlace of runtime/dist/coll.h: local
+     * 1, device 2, nccl 3, dist_sync 4), 0 when it placed none;
+     * rt_cuda_open_device opens a GPU program's device for it, the ranks'
+     * start-up check compares it */
     int kv_place;
     /* The device the steps run on, opened by the trainer (runtime/trainer.c)
      * before any buffer is allocated; NULL: the CPU device (under MPI, with
@@ -142,6 +143,12 @@ typedef struct RtModel {
      * (with each failure, naming its node, on err) otherwise.
      * rt_cuda_check_model (runtime/cuda/program.c). */
     int (*check_device)(const struct RtModel *m, int64_t batch, FILE *out, FILE *err);
+    /* What the ranks of a data-parallel run compare at start-up
+     * (runtime/rankcheck.h): a hash ampc stamps into the emitted C (of that C
+     * and ampc's version; 0 in a hand-written model), and the kvstore pass's
+     * wire dtype ("float16", "float32"; NULL when it placed nothing). */
+    uint64_t build_id;
+    const char *kv_wire;
 } RtModel;
 
 /* The device's run-time options (the program's --cudnn-* flags,

@@ -944,6 +944,7 @@ SETTING(set_inject_nan)
 SETTING(set_mpi_timeout) { UNUSED_ARGS; return parse_float(v, 0.001, 1e6, &o->mpi_timeout); }
 SETTING(set_mpi_bucket_mb) { UNUSED_ARGS; return parse_float(v, 0, 65536, &o->mpi_bucket_mb); }
 SETTING(set_inject_rank) { UNUSED_ARGS; return int_into(v, 0, 1 << 20, &o->inject_rank); }
+SETTING(set_inject_stop) { UNUSED_ARGS; o->inject_stop_at_start = true; return true; }
 SETTING(set_save_all_ranks) { UNUSED_ARGS; o->save_all_ranks = true; return true; }
 SETTING(set_independent_runs) { UNUSED_ARGS; o->independent_runs = true; return true; }
 SETTING(set_sim_ranks) { UNUSED_ARGS; return int_into(v, 1, 4096, &o->sim_ranks); }
@@ -1051,6 +1052,7 @@ const RtSetting rt_settings[] = {
     {NULL, "mpi-timeout", FLAG, true, "seconds from 0.001 to 1e6", set_mpi_timeout},
     {NULL, "mpi-bucket-mb", FLAG, true, "MiB from 0 to 65536", set_mpi_bucket_mb},
     {NULL, "inject-rank", FLAG, true, "a rank from 0 to 1048576", set_inject_rank},
+    {NULL, "inject-stop-at-start", FLAG, false, "", set_inject_stop},
     {NULL, "save-all-ranks", FLAG, false, "", set_save_all_ranks},
     {NULL, "independent-runs", FLAG, false, "", set_independent_runs},
     {NULL, "sim-ranks", FLAG, true, "a number of ranks from 1 to 4096", set_sim_ranks},

@@ -157,6 +157,7 @@ typedef struct {
     float mpi_timeout;        /* seconds a collective may wait for a rank before MPI_Abort */
     float mpi_bucket_mb;      /* MiB of fp32 gradients per MPI_Iallreduce; 0: one bucket */
     int inject_rank;          /* testing: --inject-* act on this rank only; < 0: every rank */
+    bool inject_stop_at_start; /* testing: stop (SIGSTOP) just before the ranks' start-up check */
     bool save_all_ranks;      /* testing: ranks > 0 write checkpoints too, into SAVE_DIR/rankR */
     int sim_ranks;            /* testing: one process computes K ranks' micro-batches in turn */
     bool independent_runs;    /* a program without MPI under a launcher of several processes

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +29,10 @@
 #include <unistd.h>
 
 #include "data/data_ext.h"
+#include "dist/coll.h"
 #include "fileio.h"
 #include "mpi_rt.h"
+#include "rankcheck.h"
 #include "settings.h"
 #include "train_internal.h"
 
@@ -324,6 +327,7 @@ static int rank_options(Run *run, const RtTrainOptions **o, FILE **out, int rank
     if (g->inject_rank >= 0 && g->inject_rank != rank && g->sim_ranks <= 1) {
         ro->inject_inf_step = -1;
         ro->inject_nan_node[0] = 0;
+        ro->inject_stop_at_start = false;
     }
     *o = ro;
     if (rank == 0)
@@ -390,6 +394,23 @@ bool rt_own_exclusively(const char *path, const char *flag, int *fd, char *err, 
         return false;
     }
     return true;
+}
+
+/* The start-up check (rankcheck.h): 0 when every rank runs what rank 0
+ * runs; else every rank stops with status 2 (rank 0 says which rank, field
+ * and values: one message), or 1 when the exchange itself failed. */
+static int check_ranks(const RtRankRecord *rec, int world, int rank, RtGatherFn gather,
+                       void *self, const RtTrainOptions *o, FILE *err)
+{
+    char msg[2048];
+    int v = rt_rank_check(rec, world, gather, self, msg, sizeof msg);
+    if (v < 0)
+        fprintf(err, "%s: %s\n", o->prog, msg);
+    if (v > 0 && rank == 0)
+        fprintf(err, "%s: error: %s\n", o->prog, msg);
+    if (v > 0)
+        rt_mpi_agreed(); /* every rank reached this verdict: no abort needed */
+    return v < 0 ? 1 : v > 0 ? 2 : 0;
 }
 
 /* The profile's phase k gets the time since *since, which moves to now. */
@@ -542,11 +563,29 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         run_free(&run);
         return 1;
     }
+    /* several ranks: their runs checked against each other before the first
+     * collective (rankcheck.h), over MPI, and again through the NCCL engine */
+    RtRankRecord rec;
+    RtRankInfo ri = {.m = m, .o = o, .ds = ds, .world = world, .batch = b, .global_batch = gb,
+                     .steps_per_epoch = steps_per_epoch, .seed = seed,
+                     .ck = run.have_ck ? &run.ck : NULL};
+    rt_rank_record_make(&ri, &rec);
+    if (o->inject_stop_at_start) /* testing: a rank that never arrives */
+        raise(SIGSTOP);
+    if (world > 1 && (rc = check_ranks(&rec, world, rank, rt_mpi_allgather, NULL, o, err)) != 0) {
+        run_free(&run);
+        return rc;
+    }
     RtTrainer *t = &run.t;
     double t_device = rt_now_s();
     bool ok = rt_trainer_init(t, m, b, rt_optim_nstate(&oc), msg, sizeof msg);
     t_device = rt_now_s() - t_device;
     run.have_t = ok;
+    if (ok && world > 1 && rt_nccl_is(t->dev) &&
+        (rc = check_ranks(&rec, world, rank, rt_nccl_allgather, t->dev, o, err)) != 0) {
+        run_free(&run);
+        return rc;
+    }
     /* the ranks mpirun started must be the ranks the device reduces over,
      * or each would train alone on its shard */
     if (ok && rt_dev_world_size(t->dev) != world) {

@@ -178,6 +178,14 @@ bool rt_nccl_init_all(const RtCollOps *t, int ndev, const int *devlist, RtCollCo
 RtDevice *rt_nccl_wrap(RtDevice *inner, const RtCollOps *t, RtCollComm *comm, int rank,
                        int world, const RtNcclConfig *c, char *err, size_t errlen);
 
+/* Whether d is an NCCL engine's device (rt_nccl_wrap). */
+bool rt_nccl_is(const RtDevice *d);
+/* The start-up check's exchange through the engine (rankcheck.h's
+ * RtGatherFn; self: the device): an all-gather of bytes (a multiple of 4)
+ * over the comm, within the run's deadline.  False with a message. */
+bool rt_nccl_allgather(void *self, const void *mine, void *all, size_t bytes, char *err,
+                       size_t errlen);
+
 /* What the engine did in its last step (the tests read it). */
 typedef struct {
     int nbuckets;          /* buckets of the last step */

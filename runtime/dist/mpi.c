@@ -41,9 +41,9 @@
 #include "../mpi_rt.h"
 #include "../rt.h"
 
-enum { TAG_ARRIVE = 7001, TAG_PING, TAG_PONG };
+enum { TAG_ARRIVE = 7001, TAG_PING, TAG_PONG, TAG_CHECK };
 
-static bool g_started;
+static bool g_started, g_agreed;
 static int g_rank, g_world = 1;
 static double g_timeout = 60;
 static size_t g_bucket_elems = (size_t)1 << 20; /* 4 MiB of fp32 */
@@ -134,9 +134,9 @@ int rt_mpi_finish(int rc)
     MPI_Finalized(&finalized);
     if (!inited || finalized)
         return rc;
-    if (rc == 0) {
+    if (rc == 0 || g_agreed) { /* every rank ends here, with this status */
         MPI_Finalize();
-        return 0;
+        return rc;
     }
     if (g_world > 1) {
         fprintf(stderr, "mpi: rank %d of %d: exiting with status %d: aborting the job\n", g_rank,
@@ -147,7 +147,29 @@ int rt_mpi_finish(int rc)
     return rc;
 }
 
+void rt_mpi_agreed(void) { g_agreed = true; }
+
 /* ---- the hang guard --------------------------------------------------------------- */
+
+/* The ranks whose arrival receive (recv[k] for the k-th other rank) is
+ * still pending, as "1, 3" into names; how many. */
+static int pending_ranks(MPI_Request *recv, char *names, size_t cap)
+{
+    size_t at = 0;
+    int k = 0, missing = 0;
+    names[0] = 0;
+    for (int p = 0; p < g_world; p++) {
+        if (p == g_rank)
+            continue;
+        int done = 0;
+        MPI_Test(&recv[k++], &done, MPI_STATUS_IGNORE);
+        if (!done && at < cap - 16) {
+            at += (size_t)snprintf(names + at, cap - at, "%s%d", missing ? ", " : "", p);
+            missing++;
+        }
+    }
+    return missing;
+}
 
 /* Room for n collective requests and the 2 (P - 1) arrival requests. */
 static bool reserve(MpiDev *m, int n, char *err, size_t errlen)
@@ -225,17 +247,7 @@ static int silent_ranks(char *names, size_t cap)
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
-    size_t at = 0;
-    for (int p = 0, k = 0; p < g_world; p++) {
-        if (p == g_rank)
-            continue;
-        int got = 0;
-        MPI_Test(&r[k++], &got, MPI_STATUS_IGNORE);
-        if (!got && at < cap - 16) {
-            at += (size_t)snprintf(names + at, cap - at, "%s%d", missing ? ", " : "", p);
-            missing++;
-        }
-    }
+    missing = pending_ranks(r, names, cap); /* their pong has not come */
     free(r); /* the job is aborted next: the pending requests go with it */
     free(pong);
     return missing;
@@ -246,19 +258,8 @@ static int silent_ranks(char *names, size_t cap)
  * that do not answer a ping. */
 static void give_up(MpiDev *m, const char *what)
 {
-    char names[512] = "";
-    size_t at = 0;
-    int k = 0, missing = 0;
-    for (int p = 0; p < g_world; p++) {
-        if (p == g_rank)
-            continue;
-        int done = 0;
-        MPI_Test(&m->req[k++], &done, MPI_STATUS_IGNORE);
-        if (!done && at < sizeof names - 16) {
-            at += (size_t)snprintf(names + at, sizeof names - at, "%s%d", missing ? ", " : "", p);
-            missing++;
-        }
-    }
+    char names[512];
+    int missing = pending_ranks(m->req, names, sizeof names);
     if (missing)
         fprintf(stderr, "mpi: rank %d: error: rank%s %s did not arrive at the %s of step %lld "
                 "within --mpi-timeout=%g s (stopped, hung or dead): aborting the job\n", g_rank,
@@ -305,6 +306,70 @@ static void wait_all(MpiDev *m, int n, const char *what)
             fflush(stderr);
             MPI_Abort(MPI_COMM_WORLD, 3);
         }
+}
+
+/* The start-up check's all-gather (mpi_rt.h): its own arrival messages
+ * (TAG_CHECK) to and from every other rank, then MPI_Iallgather, polled
+ * until --mpi-timeout; a rank that has not arrived by then is named and the
+ * job aborted (a rank that fails before it aborts the job itself). */
+bool rt_mpi_allgather(void *self, const void *mine, void *all, size_t bytes, char *err,
+                      size_t errlen)
+{
+    (void)self;
+    if (!g_started || g_world == 1) {
+        memcpy(all, mine, bytes);
+        return true;
+    }
+    if (bytes > INT_MAX) {
+        snprintf(err, errlen, "mpi: an all-gather of %zu bytes", bytes);
+        return false;
+    }
+    int n = g_world - 1;
+    MPI_Request *r = calloc((size_t)(2 * n + 1), sizeof *r);
+    int64_t *in = calloc((size_t)n + 1, sizeof *in), one = 1;
+    if (!r || !in) {
+        free(r);
+        free(in);
+        snprintf(err, errlen, "mpi: out of memory for the start-up check");
+        return false;
+    }
+    for (int p = 0, k = 0; p < g_world; p++)
+        if (p != g_rank) {
+            MPI_Irecv(&in[k], 1, MPI_INT64_T, p, TAG_CHECK, MPI_COMM_WORLD, &r[k]);
+            MPI_Isend(&one, 1, MPI_INT64_T, p, TAG_CHECK, MPI_COMM_WORLD, &r[n + k]);
+            k++;
+        }
+    MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD,
+                   &r[2 * n]);
+    double deadline = now_s() + g_timeout;
+    long nap = 1000; /* ns */
+    for (int done = 0; !done;) {
+        MPI_Testall(2 * n + 1, r, &done, MPI_STATUSES_IGNORE);
+        if (done)
+            break;
+        if (now_s() > deadline) {
+            char names[512];
+            int missing = pending_ranks(r, names, sizeof names);
+            if (missing)
+                fprintf(stderr, "mpi: rank %d: error: rank%s %s did not arrive at the start-up "
+                        "check within --mpi-timeout=%g s (not started, stopped or dead, or "
+                        "another program): aborting the job\n", g_rank, missing > 1 ? "s" : "",
+                        names, g_timeout);
+            else
+                fprintf(stderr, "mpi: rank %d: error: the start-up check did not complete "
+                        "within --mpi-timeout=%g s though every rank arrived: aborting the "
+                        "job\n", g_rank, g_timeout);
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 3);
+            exit(3);
+        }
+        struct timespec ts = {0, nap};
+        nanosleep(&ts, NULL);
+        nap = nap < 1000000 ? nap * 2 : 1000000;
+    }
+    free(r);
+    free(in);
+    return true;
 }
 
 /* ---- the collectives -------------------------------------------------------------- */

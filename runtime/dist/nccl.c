@@ -543,6 +543,42 @@ static void n_train_update(RtDevice *d, float *const *state, float *const *state
     fwd_in(d)->ops->train_update(fwd_in(d), state, state2, oc);
 }
 
+/* ---- the start-up check (rankcheck.h) -------------------------------------------------- */
+
+bool rt_nccl_is(const RtDevice *d) { return d && d->ops->allreduce == n_allreduce; }
+
+/* The ranks' records through the comm: each rank's bytes in its own slot of
+ * a zeroed world x bytes buffer, summed as int32 (every word is one rank's
+ * and zeros), on the compute stream, within the deadline. */
+bool rt_nccl_allgather(void *self, const void *mine, void *all, size_t bytes, char *err,
+                       size_t errlen)
+{
+    RtDevice *d = self;
+    if (!rt_nccl_is(d) || bytes % 4 != 0) {
+        snprintf(err, errlen, "nccl: the start-up check needs the NCCL device and whole words");
+        return false;
+    }
+    NcclDev *m = nd(d);
+    RtDevice *in = fwd_in(d);
+    size_t total = bytes * (size_t)m->world;
+    memset(all, 0, total);
+    memcpy((char *)all + bytes * (size_t)m->rank, mine, bytes);
+    void *buf = in->ops->alloc(in, total, "the start-up check", err, errlen);
+    if (!buf)
+        return false;
+    in->ops->to_device(in, buf, all, total);
+    if (!m->failed &&
+        COLL(m, m->t->all_reduce(m->t->self, buf, buf, total / 4, RT_COLL_I32, RT_COLL_SUM,
+                                 m->comm, m->cstream), "ncclAllReduce"))
+        wait_done(m, m->cstream, "the start-up check");
+    if (!m->failed)
+        in->ops->to_host(in, all, buf, total);
+    in->ops->free(in, buf);
+    if (m->failed)
+        snprintf(err, errlen, "%s", m->err);
+    return !m->failed;
+}
+
 static int n_world_size(const RtDevice *d) { return ((const NcclDev *)d)->world; }
 static int n_rank(const RtDevice *d) { return ((const NcclDev *)d)->rank; }
 

@@ -24,7 +24,12 @@
  *   - the deadline: a rank whose all-reduce never completes (its peer
  *     stalled) aborts the comm and ends the job within the deadline, with a
  *     message naming itself, the step and what it waited for; an
- *     asynchronous error of the comm does the same at once.
+ *     asynchronous error of the comm does the same at once;
+ *   - the start-up check (runtime/rankcheck.c) through the engine: equal
+ *     records pass and the ranks train; records differing in one field stop
+ *     both ranks before any step with the same message naming rank 1, the
+ *     field and both values; a rank that never arrives ends the job at the
+ *     deadline, naming the check.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,6 +49,7 @@
 #include "device.h"
 #include "dist/coll.h"
 #include "dist/fwd.h"
+#include "rankcheck.h"
 #include "rt.h"
 #include "train.h"
 
@@ -145,6 +151,10 @@ typedef struct {
     double timeout_s;    /* RtNcclConfig.timeout_s (0: the default) */
     int stall_at;        /* from this step on, this rank's collectives never complete (-1) */
     int stall_grad;      /* ... from the announcement of this gradient of that step on */
+    const RtRankRecord *check; /* the start-up check with this record before any step */
+    bool stall_check;    /* its peer stalled at the check: never completes */
+    int check_rc;        /* rt_rank_check's verdict */
+    char check_msg[2048];
     /* results */
     bool ok;
     char err[512];
@@ -249,6 +259,11 @@ static void *rank_main(void *arg)
         snprintf(k->err, sizeof k->err, "setup did not install the grad_ready hook");
         return NULL;
     }
+    if (k->stall_check)
+        rt_coll_fake_stall(k->fake, k->rank);
+    if (k->check && (k->check_rc = rt_rank_check(k->check, k->world, rt_nccl_allgather, d,
+                                                 k->check_msg, sizeof k->check_msg)) != 0)
+        return NULL; /* the ranks stop here, before any step */
     RtDevTensor grads[NP];
     for (int i = 0; i < NP; i++)
         grads[i] = (RtDevTensor){k->buf[NP + i], (size_t)sizes[i], gdt(i)};
@@ -919,6 +934,93 @@ static void test_async_error(void **state)
 }
 
 /* The GPU of a process: its local rank as the launcher says it. */
+/* ---- the start-up check through the engine --------------------------------------------- */
+
+static void check_record(RtRankRecord *r, const char *lr)
+{
+    rt_rank_record_init(r);
+    rt_rank_field(r, "model", "m");
+    rt_rank_field(r, "lr", "%s", lr);
+    rt_rank_field(r, "epochs", "1");
+}
+
+static int updates_logged(RtCollFake *f)
+{
+    int n = 0;
+    for (const char *p = rt_coll_fake_log_text(f); (p = strstr(p, " update")); p++)
+        n++;
+    return n;
+}
+
+/* The ranks' records all-gathered over the comm (an int32 sum of zeroed
+ * slots): equal ones pass and the ranks train; one field apart, both ranks
+ * stop before any step with the same message. */
+static void test_start_up_check(void **state)
+{
+    (void)state;
+    RtRankRecord same, other;
+    check_record(&same, "0.01");
+    check_record(&other, "0.5");
+    RtCollFake *f = rt_coll_fake_new(2);
+    Rank r[2];
+    ranks_init(r, 2, f, &model);
+    r[0].check = r[1].check = &same;
+    run_ranks(r, 2);
+    assert_ranks_ok(r, 2);
+    assert_int_equal(r[0].check_rc, 0);
+    assert_int_equal(r[1].check_rc, 0);
+    assert_int_equal(updates_logged(f), 4); /* 2 steps x 2 ranks */
+    ranks_close(r, 2);
+    rt_coll_fake_free(f);
+
+    f = rt_coll_fake_new(2);
+    ranks_init(r, 2, f, &model);
+    r[0].check = &same;
+    r[1].check = &other;
+    run_ranks(r, 2);
+    const char *want = "the ranks do not run the same training: rank 1's lr is 0.5 where rank "
+                       "0's is 0.01; every rank must run";
+    for (int i = 0; i < 2; i++) {
+        assert_false(r[i].ok);
+        assert_int_equal(r[i].check_rc, 1);
+        if (!strstr(r[i].check_msg, want))
+            fail_msg("rank %d: '%s'", i, r[i].check_msg);
+    }
+    assert_string_equal(r[0].check_msg, r[1].check_msg);
+    assert_int_equal(updates_logged(f), 0);
+    ranks_close(r, 2);
+    rt_coll_fake_free(f);
+}
+
+/* Rank 1 never reaches the check: rank 0 waits for the deadline (1 s),
+ * aborts the comm and ends the job naming the check. */
+static void test_start_up_check_deadline(void **state)
+{
+    (void)state;
+    RtRankRecord rec;
+    check_record(&rec, "0.01");
+    RtCollFake *f = rt_coll_fake_new(2);
+    Rank r[2];
+    ranks_init(r, 2, f, &model);
+    r[0].check = &rec;
+    r[0].stall_check = true;
+    r[0].timeout_s = 1.0;
+    r[1].steps = 0;
+    end_calls = 0;
+    end_msg[0] = 0;
+    rt_nccl_set_end_job(record_end);
+    run_ranks(r, 2);
+    rt_nccl_set_end_job(NULL);
+    assert_int_equal(r[0].check_rc, -1);
+    assert_int_equal(end_calls, 1);
+    if (!strstr(end_msg, "nccl: rank 0: ") ||
+        !strstr(end_msg, "the start-up check did not complete within 1 s (a rank stalled or died)"))
+        fail_msg("end_job: '%s'", end_msg);
+    assert_string_equal(r[0].check_msg, end_msg);
+    ranks_close(r, 2);
+    rt_coll_fake_free(f);
+}
+
 static void test_local_device(void **state)
 {
     (void)state;
@@ -950,6 +1052,8 @@ int main(void)
         cmocka_unit_test(test_error_names_call),
         cmocka_unit_test(test_local_device),
         cmocka_unit_test(test_stalled_rank_deadline),
+        cmocka_unit_test(test_start_up_check),
+        cmocka_unit_test(test_start_up_check_deadline),
         cmocka_unit_test(test_stalled_bucket_named),
         cmocka_unit_test(test_deadline_ends_process),
         cmocka_unit_test(test_async_error),
