@@ -125,6 +125,7 @@ static int open_recordio(const RtModel *m, const RtTrainOptions *o, const DataSp
             return 2;
         }
     ro.threads = data_threads(o);
+    ro.decode_mb = o->data_decode_mb;
     if (!rt_data_recordio(ds, &ro, (int)c, (int)h, (int)w, m->classes, seed, msg, sizeof msg)) {
         fprintf(err, "%s: %s\n", o->prog, msg);
         return 1;

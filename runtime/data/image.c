@@ -4,7 +4,12 @@
  * Decoding: TurboJPEG (libjpeg-turbo; accurate integer DCT, as libjpeg's
  * default that OpenCV uses) and libpng's simplified API, both loaded with
  * dlopen once (a program that never reads an image needs neither).  A grey
- * model gets the libraries' own colour-to-grey conversion.
+ * model gets the libraries' own colour-to-grey conversion.  With resize=,
+ * a JPEG is decoded with TurboJPEG's DCT scaling (1/2, 1/4, 1/8) to the
+ * smallest size whose shorter side is not below resize, then resized to
+ * the size MXNet computes from the file's size: a 24 MP photograph for a
+ * 256-pixel side costs 0.4 MP of memory, not 24 (rt_img_plan says what a
+ * decode costs before it runs, for the decoding budget of prefetch.c).
  *
  * Augmentation, in ImageRecordIter's order (MXNet src/io/image_aug_default.cc):
  * resize the shorter side; then a crop of the output size, random
@@ -86,6 +91,14 @@ bool rt_img_libs(char *err, size_t errlen)
     return L.ok;
 }
 
+void rt_img_worker_shrink(RtImgWorker *wk)
+{
+    free(wk->px);
+    free(wk->tmp);
+    wk->px = wk->tmp = NULL;
+    wk->px_cap = wk->tmp_cap = 0;
+}
+
 void rt_img_worker_free(RtImgWorker *wk)
 {
     if (wk->tj)
@@ -120,25 +133,116 @@ static bool size_ok(int w, int h, char *err, size_t errlen)
     return true;
 }
 
-static bool decode_jpeg(RtImgWorker *wk, const uint8_t *data, size_t n, int c, int *w, int *h,
-                        char *err, size_t errlen)
+static bool tj_handle(RtImgWorker *wk, char *err, size_t errlen)
 {
     if (!wk->tj && !(wk->tj = L.tj_init())) {
         snprintf(err, errlen, "TurboJPEG: cannot make a decompressor");
         return false;
     }
-    int sub, space;
-    if (L.tj_header(wk->tj, data, (unsigned long)n, w, h, &sub, &space) != 0) {
-        snprintf(err, errlen, "JPEG: %s", L.tj_errstr(wk->tj));
+    return true;
+}
+
+/* TJSCALED: a side scaled by num/den, rounded up, as TurboJPEG scales */
+static int scaled(int side, int num, int den)
+{
+    return (int)(((int64_t)side * num + den - 1) / den);
+}
+
+/* libpng's simplified reader started on data (its header read); false with
+ * its message (im freed). */
+static bool png_header(png_image *im, const uint8_t *data, size_t n, char *err, size_t errlen)
+{
+    memset(im, 0, sizeof *im);
+    im->version = PNG_IMAGE_VERSION;
+    if (L.png_begin(im, data, n))
+        return true;
+    snprintf(err, errlen, "PNG: %s", im->message);
+    L.png_free(im);
+    return false;
+}
+
+/* The smallest of 1/8, 1/4, 1/2 (else 1) whose shorter side stays >= side. */
+static void jpeg_scale(int w, int h, int side, int *dw, int *dh)
+{
+    *dw = w, *dh = h;
+    if (side <= 0)
+        return;
+    for (int den = 8; den >= 2; den /= 2)
+        if (scaled(w < h ? w : h, 1, den) >= side) {
+            *dw = scaled(w, 1, den), *dh = scaled(h, 1, den);
+            return;
+        }
+}
+
+/* The shorter side to `side`, as MXNet computes the other (integer
+ * arithmetic: longer * side / shorter). */
+static void shorter_to(int w, int h, int side, int *nw, int *nh)
+{
+    if (w <= h) {
+        *nw = side;
+        *nh = (int)((int64_t)h * side / w);
+    } else {
+        *nh = side;
+        *nw = (int)((int64_t)w * side / h);
+    }
+}
+
+bool rt_img_plan(RtImgWorker *wk, const uint8_t *data, size_t n, int format, int c,
+                 const RtRecOptions *o, RtImgPlan *p, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    if (!rt_img_libs(err, errlen))
+        return false;
+    if (format == RT_IMG_JPEG) {
+        int sub, space;
+        if (!tj_handle(wk, err, errlen))
+            return false;
+        if (L.tj_header(wk->tj, data, (unsigned long)n, &p->w, &p->h, &sub, &space) != 0) {
+            snprintf(err, errlen, "JPEG: %s", L.tj_errstr(wk->tj));
+            return false;
+        }
+    } else if (format == RT_IMG_PNG) {
+        png_image im;
+        if (!png_header(&im, data, n, err, errlen))
+            return false;
+        L.png_free(&im);
+        if (im.width > 1u << 30 || im.height > 1u << 30) {
+            snprintf(err, errlen, "PNG: image size %ux%u is out of range", im.width, im.height);
+            return false;
+        }
+        p->w = (int)im.width;
+        p->h = (int)im.height;
+    } else {
+        snprintf(err, errlen, "the image is neither a JPEG nor a PNG file");
         return false;
     }
-    if (!size_ok(*w, *h, err, errlen))
+    if (!size_ok(p->w, p->h, err, errlen))
         return false;
-    if (!grow(&wk->px, &wk->px_cap, (size_t)*w * (size_t)*h * (size_t)c)) {
-        snprintf(err, errlen, "out of memory for a %dx%d image", *w, *h);
+    p->dw = p->w, p->dh = p->h;
+    if (format == RT_IMG_JPEG)
+        jpeg_scale(p->w, p->h, o->resize, &p->dw, &p->dh);
+    p->px_bytes = (size_t)p->dw * (size_t)p->dh * (size_t)c;
+    if (o->resize > 0) {
+        int nw, nh;
+        shorter_to(p->w, p->h, o->resize, &nw, &nh);
+        if (!size_ok(nw, nh, err, errlen))
+            return false;
+        p->tmp_bytes = (size_t)nw * (size_t)nh * (size_t)c;
+    }
+    return true;
+}
+
+static bool decode_jpeg(RtImgWorker *wk, const uint8_t *data, size_t n, int c, const RtImgPlan *p,
+                        char *err, size_t errlen)
+{
+    if (!tj_handle(wk, err, errlen))
+        return false;
+    if (!grow(&wk->px, &wk->px_cap, p->px_bytes)) {
+        snprintf(err, errlen, "out of memory for a %dx%d image", p->dw, p->dh);
         return false;
     }
-    if (L.tj_decompress(wk->tj, data, (unsigned long)n, wk->px, *w, 0, *h,
+    /* a width and height below the file's: TurboJPEG's DCT scaling */
+    if (L.tj_decompress(wk->tj, data, (unsigned long)n, wk->px, p->dw, 0, p->dh,
                         c == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_ACCURATEDCT) != 0) {
         snprintf(err, errlen, "JPEG: %s", L.tj_errstr(wk->tj));
         return false;
@@ -146,28 +250,20 @@ static bool decode_jpeg(RtImgWorker *wk, const uint8_t *data, size_t n, int c, i
     return true;
 }
 
-static bool decode_png(RtImgWorker *wk, const uint8_t *data, size_t n, int c, int *w, int *h,
+static bool decode_png(RtImgWorker *wk, const uint8_t *data, size_t n, int c, const RtImgPlan *p,
                        char *err, size_t errlen)
 {
     png_image im;
-    memset(&im, 0, sizeof im);
-    im.version = PNG_IMAGE_VERSION;
-    if (!L.png_begin(&im, data, n)) {
-        snprintf(err, errlen, "PNG: %s", im.message);
-        L.png_free(&im);
+    if (!png_header(&im, data, n, err, errlen))
         return false;
-    }
-    *w = (int)im.width;
-    *h = (int)im.height;
-    if (im.width > 1u << 30 || im.height > 1u << 30 || !size_ok(*w, *h, err, errlen)) {
-        if (im.width > 1u << 30 || im.height > 1u << 30)
-            snprintf(err, errlen, "PNG: image size %ux%u is out of range", im.width, im.height);
+    if ((int)im.width != p->dw || (int)im.height != p->dh) { /* not the planned image */
+        snprintf(err, errlen, "PNG: its header changed between two reads");
         L.png_free(&im);
         return false;
     }
     im.format = c == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-    if (!grow(&wk->px, &wk->px_cap, (size_t)*w * (size_t)*h * (size_t)c)) {
-        snprintf(err, errlen, "out of memory for a %dx%d image", *w, *h);
+    if (!grow(&wk->px, &wk->px_cap, p->px_bytes)) {
+        snprintf(err, errlen, "out of memory for a %dx%d image", p->dw, p->dh);
         L.png_free(&im);
         return false;
     }
@@ -180,15 +276,15 @@ static bool decode_png(RtImgWorker *wk, const uint8_t *data, size_t n, int c, in
     return true;
 }
 
-bool rt_img_decode(RtImgWorker *wk, const uint8_t *data, size_t n, int format, int c, int *w,
-                   int *h, char *err, size_t errlen)
+bool rt_img_decode(RtImgWorker *wk, const uint8_t *data, size_t n, int format, int c,
+                   const RtImgPlan *p, char *err, size_t errlen)
 {
     if (!rt_img_libs(err, errlen))
         return false;
     if (format == RT_IMG_JPEG)
-        return decode_jpeg(wk, data, n, c, w, h, err, errlen);
+        return decode_jpeg(wk, data, n, c, p, err, errlen);
     if (format == RT_IMG_PNG)
-        return decode_png(wk, data, n, c, w, h, err, errlen);
+        return decode_png(wk, data, n, c, p, err, errlen);
     snprintf(err, errlen, "the image is neither a JPEG nor a PNG file");
     return false;
 }
@@ -241,19 +337,14 @@ static inline float lerp2(const uint8_t *r0, const uint8_t *r1, const Tap *x, co
     return a + y->t * (b - a);
 }
 
-/* The shorter side to `side`, as MXNet computes the other (integer
- * arithmetic: longer * side / shorter), into wk->tmp; *sw, *sh updated. */
-static bool resize_shorter(RtImgWorker *wk, int *sw, int *sh, int c, int side, char *err,
-                           size_t errlen)
+/* The shorter side to `side`, the other as MXNet computes it from the
+ * file's size (p->w x p->h: the decoded image may be scaled down already),
+ * into wk->tmp; *sw, *sh (the decoded size) updated. */
+static bool resize_shorter(RtImgWorker *wk, const RtImgPlan *p, int *sw, int *sh, int c, int side,
+                           char *err, size_t errlen)
 {
     int nw, nh;
-    if (*sw <= *sh) {
-        nw = side;
-        nh = (int)((int64_t)*sh * side / *sw);
-    } else {
-        nh = side;
-        nw = (int)((int64_t)*sw * side / *sh);
-    }
+    shorter_to(p->w, p->h, side, &nw, &nh);
     if (!size_ok(nw, nh, err, errlen))
         return false;
     if (!grow(&wk->tmp, &wk->tmp_cap, (size_t)nw * nh * c)) {
@@ -327,11 +418,12 @@ static Crop resized_crop(int sw, int sh, const RtRecOptions *o, int h, int w, ui
     return (Crop){(sw - cw) / 2, (sh - ch) / 2, cw, ch, false};
 }
 
-bool rt_img_augment(RtImgWorker *wk, int sw, int sh, const RtRecOptions *o, bool train, int c,
-                    int h, int w, uint64_t seed, uint64_t epoch, uint64_t key, float *dst,
+bool rt_img_augment(RtImgWorker *wk, const RtImgPlan *p, const RtRecOptions *o, bool train,
+                    int c, int h, int w, uint64_t seed, uint64_t epoch, uint64_t key, float *dst,
                     char *err, size_t errlen)
 {
-    if (o->resize > 0 && !resize_shorter(wk, &sw, &sh, c, o->resize, err, errlen))
+    int sw = p->dw, sh = p->dh;
+    if (o->resize > 0 && !resize_shorter(wk, p, &sw, &sh, c, o->resize, err, errlen))
         return false;
     uint64_t stream = rt_mix64(rt_hash_name("recordio") + epoch);
     Crop cr;

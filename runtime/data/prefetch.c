@@ -14,6 +14,17 @@
  * Errors: a record that does not read or decode makes the batch fail:
  * ds->error returns the first message (file, byte offset, record) and the
  * loop stops with exit 1.
+ *
+ * Memory: the decoded pixels and the resized image of every thread come out
+ * of one budget (--data-decode-mb; default a quarter of physical memory, at
+ * most 4 GiB), which a thread reserves before it decodes, from the image's
+ * header (image.c, rt_img_plan).  A thread whose image does not fit waits
+ * for its turn (first come, first served; it gives back what it holds
+ * first, so no two waiters hold each other's memory), and a thread gives
+ * back its buffers after an image when another waits, and when it has no
+ * work.  An image that needs more than the whole budget stops the run,
+ * naming the record.  (The compressed record itself, at most 1 GiB, is read
+ * before and not counted.)
  */
 #include <errno.h>
 #include <pthread.h>
@@ -65,6 +76,10 @@ typedef struct {
     bool failed;
     char error[1024];
     char summary[2600];
+    /* the decoding budget (under mu) */
+    int64_t budget, used;      /* bytes */
+    uint64_t tickets, serving; /* the queue of waiting threads, in order */
+    pthread_cond_t budget_cv;
 } Src;
 
 /* ---- one sample --------------------------------------------------------------- */
@@ -73,7 +88,62 @@ typedef struct {
     RtImgWorker img;
     uint8_t *buf;
     size_t cap;
+    int64_t held; /* bytes of the budget its pixel buffers stand for */
 } Worker;
+
+/* ---- the decoding budget ------------------------------------------------------------- */
+
+/* The worker's pixel buffers freed and their share given back (caller
+ * holds mu). */
+static void budget_release(Src *s, Worker *wk)
+{
+    if (!wk->held)
+        return;
+    rt_img_worker_shrink(&wk->img);
+    s->used -= wk->held;
+    wk->held = 0;
+    pthread_cond_broadcast(&s->budget_cv);
+}
+
+/* Enough of the budget for the planned image: at once when the buffers
+ * the worker holds already fit it; else it gives them back and waits its
+ * turn.  False (err) when the image needs more than the whole budget. */
+static bool budget_take(Src *s, Worker *wk, const RtImgPlan *p, char *err, size_t errlen)
+{
+    size_t px = wk->img.px_cap > p->px_bytes ? wk->img.px_cap : p->px_bytes;
+    size_t tmp = wk->img.tmp_cap > p->tmp_bytes ? wk->img.tmp_cap : p->tmp_bytes;
+    if ((int64_t)(px + tmp) <= wk->held)
+        return true;
+    int64_t need = (int64_t)(p->px_bytes + p->tmp_bytes);
+    if (need > s->budget) {
+        snprintf(err, errlen, "decoding this %dx%d image needs %.1f MiB (decoded %dx%d%s), more "
+                 "than the %lld MiB all decoding threads share (--data-decode-mb)", p->w, p->h,
+                 (double)need / 1048576.0, p->dw, p->dh, p->tmp_bytes ? ", then resized" : "",
+                 (long long)(s->budget >> 20));
+        return false;
+    }
+    pthread_mutex_lock(&s->mu);
+    budget_release(s, wk);
+    uint64_t me = s->tickets++;
+    while (s->serving != me || s->used + need > s->budget)
+        pthread_cond_wait(&s->budget_cv, &s->mu);
+    s->used += need;
+    s->serving++;
+    wk->held = need;
+    pthread_cond_broadcast(&s->budget_cv);
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
+/* --data-decode-mb, else a quarter of physical memory, at most 4 GiB. */
+static int64_t budget_bytes(int64_t mb)
+{
+    if (mb > 0)
+        return mb << 20;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    int64_t quarter = pages > 0 && page > 0 ? (int64_t)pages * page / 4 : (int64_t)1 << 30;
+    return quarter < (int64_t)4 << 30 ? quarter : (int64_t)4 << 30;
+}
 
 static bool decode_one(Src *s, Worker *wk, int split, int64_t i, uint64_t epoch, float *x,
                        float *y, char *err, size_t errlen)
@@ -88,11 +158,14 @@ static bool decode_one(Src *s, Worker *wk, int split, int64_t i, uint64_t epoch,
         return false;
     char msg[512];
     RtRecImage im;
-    int iw, ih;
+    RtImgPlan plan;
     bool ok = rt_rec_image(wk->buf, n, total, &im, msg, sizeof msg) &&
-              rt_img_decode(&wk->img, im.image, im.image_size, im.format, s->c, &iw, &ih, msg,
+              rt_img_plan(&wk->img, im.image, im.image_size, im.format, s->c, &s->o, &plan, msg,
+                          sizeof msg) &&
+              budget_take(s, wk, &plan, msg, sizeof msg) &&
+              rt_img_decode(&wk->img, im.image, im.image_size, im.format, s->c, &plan, msg,
                             sizeof msg) &&
-              rt_img_augment(&wk->img, iw, ih, &s->o, split == RT_SPLIT_TRAIN, s->c, s->h, s->w,
+              rt_img_augment(&wk->img, &plan, &s->o, split == RT_SPLIT_TRAIN, s->c, s->h, s->w,
                              s->seed, epoch, (uint64_t)r, x, msg, sizeof msg);
     if (!ok) {
         snprintf(err, errlen, "%s: byte offset %lld: record %lld (id %llu): %s", f->path,
@@ -127,6 +200,7 @@ static void *worker_main(void *arg)
     while (!s->stop) {
         Slot *sl = next_work(s);
         if (!sl) {
+            budget_release(s, &wk); /* idle: its memory to the others */
             pthread_cond_wait(&s->work, &s->mu);
             continue;
         }
@@ -141,6 +215,8 @@ static void *worker_main(void *arg)
         if (!ok)
             memset(x, 0, (size_t)s->sample * sizeof *x);
         pthread_mutex_lock(&s->mu);
+        if (s->tickets != s->serving) /* a thread waits for memory */
+            budget_release(s, &wk);
         if (!ok && !s->failed) {
             s->failed = true;
             snprintf(s->error, sizeof s->error, "%s", err);
@@ -149,6 +225,7 @@ static void *worker_main(void *arg)
         sl->done++;
         pthread_cond_broadcast(&s->done);
     }
+    budget_release(s, &wk);
     pthread_mutex_unlock(&s->mu);
     rt_img_worker_free(&wk.img);
     free(wk.buf);
@@ -319,6 +396,7 @@ static void src_free(Src *s)
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->done);
+    pthread_cond_destroy(&s->budget_cv);
     for (int k = 0; s->slot && k < s->nslot; k++) {
         free(s->slot[k].ids);
         free(s->slot[k].own_x);
@@ -421,6 +499,8 @@ bool rt_data_recordio(RtDataset *ds, const RtRecOptions *ro, int c, int h, int w
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->work, NULL);
     pthread_cond_init(&s->done, NULL);
+    pthread_cond_init(&s->budget_cv, NULL);
+    s->budget = budget_bytes(ro->decode_mb);
     bool ok = open_split(s, RT_SPLIT_TRAIN, s->o.train, max_classes, err, errlen) &&
               (!s->o.val[0] || open_split(s, RT_SPLIT_VAL, s->o.val, max_classes, err, errlen));
     /* the shard: equal parts, contiguous as MXNet's byte ranges, the
@@ -473,9 +553,9 @@ bool rt_data_recordio(RtDataset *ds, const RtRecOptions *ro, int c, int h, int w
     ds->release = rec_release;
     ds->summary = s->summary;
     snprintf(s->summary, sizeof s->summary, "RecordIO %s: %lld records (part %d of %d: %lld), %s%s%lld "
-             "validation records; %d decoding threads, %d batches ahead", s->o.train,
-             (long long)all, ro->part_index + 1, ro->num_parts, (long long)per,
+             "validation records; %d decoding threads sharing %lld MiB, %d batches ahead",
+             s->o.train, (long long)all, ro->part_index + 1, ro->num_parts, (long long)per,
              s->o.val[0] ? s->o.val : "", s->o.val[0] ? ": " : "", (long long)s->count[1],
-             s->nthr, ro->prefetch);
+             s->nthr, (long long)(s->budget >> 20), ro->prefetch);
     return true;
 }

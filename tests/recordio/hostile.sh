@@ -17,7 +17,11 @@
 #      a bare key, empty items, a repeated key and a third file each named,
 #      bounds printed exactly (1048576, not 1.04858e+06), a .idx that is a
 #      FIFO refused (never skipped or waited for), and a run without a
-#      validation file ends without "Final validation-accuracy=0.000000".
+#      validation file ends without "Final validation-accuracy=0.000000";
+#   6. the decoding budget: a generated 24 MP JPEG decoded at 1/8 for
+#      resize=32 within 16 MiB (the crop's geometry checked), refused naming
+#      the record without resize, decoded whole within 128 MiB; two threads
+#      sharing a budget of one image take turns; --data-decode-mb reaches it.
 # The pictures are made by rio_tool photo (never committed).
 # usage: hostile.sh BUILD   (BUILD holds im2rec, rio_tool and libampcrt.a)
 set -u
@@ -152,8 +156,8 @@ cc -std=c11 -D_GNU_SOURCE -Iruntime tests/runtime/model_tiny.c "$build/libampcrt
 "$rio" photo 8 8 png "$tmp/img/p8.png" >"$tmp/log" 2>&1 || bad "an 8x8 picture"
 printf '0\t1\tp8.png\n1\t0\tp8.png\n2\t1\tp8.png\n3\t0\tp8.png\n' >"$tmp/p8.lst"
 "$im2rec" "$tmp/p8.lst" "$tmp/img" "$tmp/p8.rec" >"$tmp/log" 2>&1 || bad "packing p8.rec"
-option() { # NAME EXIT MESSAGE DATA: the tiny program exits EXIT with MESSAGE
-    timeout 20 "$tmp/tiny" --data "$4" --batch-size 2 --max-steps 1 --log-interval 0 >"$tmp/log" 2>&1
+option() { # NAME EXIT MESSAGE DATA [FLAGS]: the tiny program exits EXIT with MESSAGE
+    timeout 20 "$tmp/tiny" --data "$4" --batch-size 2 --max-steps 1 --log-interval 0 "${@:5}" >"$tmp/log" 2>&1
     local rc=$?
     if [ $rc = "$2" ] && grep -qF -- "$3" "$tmp/log"; then ok "recordio(): $1: $(grep -F -- "$3" "$tmp/log" | head -1 | cut -c1-140)"
     else bad "recordio(): $1 (exit $rc, wanted $2 and '$3')"; fi
@@ -170,5 +174,42 @@ grep -qi "validation-" "$tmp/log" && bad "a run without a validation file prints
 cp "$r" "$tmp/q.rec" && mkfifo "$tmp/q.idx"
 option "a .idx that is a FIFO" 1 "the RecordIO index $tmp/q.idx: not a regular file (a FIFO)" "recordio($tmp/q.rec)"
 
+# ---- 6. the decoding budget (--data-decode-mb) and JPEG's DCT scaling ----
+# a 24 MP photograph (6000x4000 JPEG, made here): with resize=32 it decodes at
+# 1/8 (750x500, 1.1 MiB) within a 16 MiB budget, and the crop's geometry is
+# the file's (MXNet's resize from 6000x4000: 48x32, centred 32x32; the red
+# channel is 255 x / 6000 and the green 255 y / 4000 in the picture);
+# without resize it needs 68.7 MiB: refused naming the record, or decoded
+# whole within 128 MiB; two threads and a budget that holds one 2000x1500 PNG
+# at a time take turns rather than fail
+"$rio" photo 6000 4000 jpg "$tmp/img/big.jpg" >"$tmp/log" 2>&1 &&
+    "$rio" photo 2000 1500 png "$tmp/img/mid.png" >>"$tmp/log" 2>&1 || bad "the large pictures"
+printf '0\t1\tbig.jpg\n1\t2\tbig.jpg\n' >"$tmp/big.lst"
+printf '0\t1\tmid.png\n1\t2\tmid.png\n2\t1\tmid.png\n3\t0\tmid.png\n' >"$tmp/mid.lst"
+"$im2rec" "$tmp/big.lst" "$tmp/img" "$tmp/big.rec" >"$tmp/log" 2>&1 &&
+    "$im2rec" "$tmp/mid.lst" "$tmp/img" "$tmp/mid.rec" >>"$tmp/log" 2>&1 || bad "packing the large pictures"
+if "$rio" read "$tmp/big.rec" "$tmp/big.out" 3 32 32 2 1 0 2 resize=32 decode_mb=16 >"$tmp/log" 2>&1 &&
+   python3 - "$tmp/big.out" <<'EOF2'
+import array, sys
+a = array.array('f'); a.frombytes(open(sys.argv[1], 'rb').read()[:3 * 32 * 32 * 4])
+er = max(abs(a[16 * 32 + x] - 255 * (x + 8.5) / 48) for x in range(32))
+eg = max(abs(a[1024 + y * 32 + 16] - 255 * (y + 0.5) / 32) for y in range(32))
+sys.exit(0 if er <= 3 and eg <= 3 else 1)
+EOF2
+then ok "a 24 MP JPEG with resize=32 decodes at 1/8 within 16 MiB, the crop where MXNet puts it (within 3 levels)"
+else bad "a 24 MP JPEG with resize=32 in 16 MiB"; fi
+"$rio" read "$tmp/big.rec" "$tmp/big2.out" 3 32 32 2 1 0 2 decode_mb=16 >"$tmp/log" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q "big.rec: byte offset [0-9]*: record [01] (id [01]): decoding this 6000x4000 image needs 68.7 MiB (decoded 6000x4000), more than the 16 MiB all decoding threads share (--data-decode-mb)" "$tmp/log"; then
+    ok "an image larger than the whole budget stops the run naming the record"
+else bad "an image above the budget (exit $rc)"; fi
+"$rio" read "$tmp/big.rec" "$tmp/big3.out" 3 32 32 2 1 0 2 decode_mb=128 >"$tmp/log" 2>&1 &&
+    ok "the 24 MP JPEG decoded whole within 128 MiB" || bad "the 24 MP JPEG whole in 128 MiB"
+"$rio" read "$tmp/mid.rec" "$tmp/mid.out" 3 32 32 2 1 0 2 decode_mb=12 >"$tmp/log" 2>&1 &&
+    grep -q "2 decoding threads sharing 12 MiB" "$tmp/log" &&
+    ok "two threads, a budget of one 2000x1500 image: they take turns, 4 images read" ||
+    bad "two threads sharing a budget of one image"
+option "--data-decode-mb through the program" 0 "decoding threads sharing 16 MiB" \
+    "recordio($tmp/big.rec, resize=8)" --data-decode-mb 16
 echo "recordio/hostile: $pass passed, $fail failed"
 [ $fail -eq 0 ]
