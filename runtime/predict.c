@@ -237,8 +237,6 @@ int rt_predict_check_options(const RtTrainOptions *o, FILE *err)
         bad = "--load-params and --resume both set the parameters: give one";
     else if (o->save_params_16bit && !o->save_params)
         bad = "--save-params-16bit needs --save-params FILE";
-    else if (o->output && o->save_params && strcmp(o->output, o->save_params) == 0)
-        bad = "--output and --save-params name the same file";
     else if (o->predict && (o->eval_only || o->dump_state))
         bad = o->eval_only ? "--predict and --eval-only: give one"
                            : "--predict and --dump-state: give one";

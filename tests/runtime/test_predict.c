@@ -384,7 +384,7 @@ static void test_flag_combinations(void **state)
          "--load-params and --resume both set the parameters"},
         {NULL, NULL, NULL, NULL, NULL, true, false, "--save-params-16bit needs --save-params"},
         {"x.npy", "y.npy", NULL, NULL, "y.npy", false, false,
-         "--output and --save-params name the same file"},
+         "--save-params y.npy and --output y.npy name the same file"},
         {"x.npy", "y.npy", NULL, NULL, NULL, false, true, "--predict and --eval-only"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
