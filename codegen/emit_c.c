@@ -1102,14 +1102,19 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans)
     if (kv)
         fprintf(out, "    .kv_nbuckets = %d,\n    .kv_bucket_start = kv_bucket_start,\n"
                      "    .kv_bucket_params = kv_bucket_params,\n", plans->kv->nbuckets);
-    if (plans && plans->kv && plans->kv->set)
-        fprintf(out, "    .kv_place = %d, /* %s */\n", (int)plans->kv->place + 1,
-                kv_place_name(plans->kv->place));
+    /* the placement where the device opens for it (a GPU program) or the
+     * ranks compare it (across processes); a placement in one process
+     * leaves the C as it is without the pass */
+    const KvPlan *kvp = plans && plans->kv && plans->kv->set ? plans->kv : NULL;
+    bool across = kvp && (kvp->place == KV_DIST_SYNC || kvp->place == KV_NCCL);
+    if (kvp && (kernels == TARGET_CUDA || across))
+        fprintf(out, "    .kv_place = %d, /* %s */\n", (int)kvp->place + 1,
+                kv_place_name(kvp->place));
     if (kernels == TARGET_CUDA)
         fputs("    .open_device = rt_cuda_open_device,\n"
               "    .check_device = rt_cuda_check_model,\n", out);
-    if (plans && plans->kv && plans->kv->set)
-        fprintf(out, "    .kv_wire = \"%s\",\n", dtype_long(plans->kv->wire));
+    if (across)
+        fprintf(out, "    .kv_wire = \"%s\",\n", dtype_long(kvp->wire));
     /* zeros until cg_stamp_build_id writes the hash of this text there */
     fprintf(out, "    .build_id = 0x%016llxull, %s\n", 0ull, BUILD_ID_MARK);
     fputs("};\n", out);
