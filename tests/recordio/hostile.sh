@@ -151,8 +151,10 @@ else
 fi
 
 # ---- 5. the recordio(...) option string ----
-cc -std=c11 -D_GNU_SOURCE -Iruntime tests/runtime/model_tiny.c "$build/libampcrt.a" -lopenblas -lz -lm \
-    -o "$tmp/tiny" >"$tmp/log" 2>&1 || bad "building the tiny program"
+# with $CC and $CFLAGS, as the runtime was built (a sanitizer build's needs them)
+# shellcheck disable=SC2086
+${CC:-cc} ${CFLAGS:-} -std=c11 -D_GNU_SOURCE -Iruntime tests/runtime/model_tiny.c "$build/libampcrt.a" \
+    -lopenblas -lz -lm -o "$tmp/tiny" >"$tmp/log" 2>&1 || bad "building the tiny program"
 "$rio" photo 8 8 png "$tmp/img/p8.png" >"$tmp/log" 2>&1 || bad "an 8x8 picture"
 printf '0\t1\tp8.png\n1\t0\tp8.png\n2\t1\tp8.png\n3\t0\tp8.png\n' >"$tmp/p8.lst"
 "$im2rec" "$tmp/p8.lst" "$tmp/img" "$tmp/p8.rec" >"$tmp/log" 2>&1 || bad "packing p8.rec"

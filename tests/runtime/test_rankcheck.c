@@ -144,8 +144,8 @@ static void test_made_records_differ(void **state)
     static const char *const want[] = {
         "amp is float16 where rank 0's is off", "world size is 3 where rank 0's is 2",
         "batch per rank is 8 where rank 0's is 16", "classes is 7 where rank 0's is 10",
-        "loss scale is dynamic(init=65536, growth=2, backoff=0.5, interval=2000, min=0, "
-        "max=16777216) where rank 0's is off"};
+        ("loss scale is dynamic(init=65536, growth=2, backoff=0.5, interval=2000, min=0, "
+         "max=16777216) where rank 0's is off")};
     for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
         run_init(&r1);
         if (k == 0)
