@@ -899,5 +899,6 @@ int main(int argc, char **argv)
     else if (rc < 0)
         rc = 0;
     diag_free(&d);
+    rt_inputs_reset(); /* the file-safety module's list of inputs */
     return rc;
 }

@@ -26,7 +26,9 @@ static bool inputs_lost; /* out of memory noting one: every output is refused */
 
 void rt_inputs_reset(void)
 {
-    ninputs = 0;
+    free(inputs);
+    inputs = NULL;
+    ninputs = cap_inputs = 0;
     inputs_lost = false;
 }
 

@@ -42,7 +42,8 @@ int rt_open_input(const char *path, const char *what, int64_t *size, char *err, 
 /* Notes an input read by other means (ampc's model files, after they are
  * loaded): its identity joins the list.  False when path does not exist. */
 bool rt_note_input(const char *path);
-/* Forgets the inputs noted so far (the start of a run). */
+/* Forgets the inputs noted so far and frees the list (the start of a run,
+ * the end of ampc). */
 void rt_inputs_reset(void);
 /* True when path names (after symbolic links) one of the noted inputs. */
 bool rt_is_input(const char *path);
