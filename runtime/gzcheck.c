@@ -50,9 +50,10 @@ bool rt_gz_check(int fd, const char *path, int64_t max, char *err, size_t errlen
             if (z.avail_in == 0)
                 continue;
             if (z.next_in[0] != 0x1f || (z.avail_in > 1 && z.next_in[1] != 0x8b)) {
-                snprintf(err, errlen, "%s: trailing data at byte %lld after the end of the gzip "
-                         "stream (decompressed offset %lld)", path, (long long)at,
-                         (long long)total);
+                snprintf(err, errlen,
+                         "%s: trailing data at byte %lld after the end of the gzip "
+                         "stream (decompressed offset %lld)",
+                         path, (long long)at, (long long)total);
                 ok = false;
                 break;
             }
@@ -60,9 +61,10 @@ bool rt_gz_check(int fd, const char *path, int64_t max, char *err, size_t errlen
             member_done = false;
         }
         if (z.avail_in == 0 && eof) {
-            snprintf(err, errlen, "%s: corrupt or truncated gzip data at byte %lld "
-                     "(decompressed offset %lld): the compressed stream ends early", path,
-                     (long long)at, (long long)total);
+            snprintf(err, errlen,
+                     "%s: corrupt or truncated gzip data at byte %lld "
+                     "(decompressed offset %lld): the compressed stream ends early",
+                     path, (long long)at, (long long)total);
             ok = false;
             break;
         }
@@ -73,16 +75,19 @@ bool rt_gz_check(int fd, const char *path, int64_t max, char *err, size_t errlen
         if (rc == Z_STREAM_END)
             member_done = true;
         else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-            snprintf(err, errlen, "%s: corrupt or truncated gzip data at byte %lld "
-                     "(decompressed offset %lld): %s", path, (long long)(off - z.avail_in),
-                     (long long)total, z.msg ? z.msg : "inflate error");
+            snprintf(err, errlen,
+                     "%s: corrupt or truncated gzip data at byte %lld "
+                     "(decompressed offset %lld): %s",
+                     path, (long long)(off - z.avail_in), (long long)total,
+                     z.msg ? z.msg : "inflate error");
             ok = false;
             break;
         }
         if (total > max) {
-            snprintf(err, errlen, "%s: decompresses to more than %lld bytes (at compressed byte "
-                     "%lld): not this data set's file", path, (long long)max,
-                     (long long)(off - z.avail_in));
+            snprintf(err, errlen,
+                     "%s: decompresses to more than %lld bytes (at compressed byte "
+                     "%lld): not this data set's file",
+                     path, (long long)max, (long long)(off - z.avail_in));
             ok = false;
             break;
         }
@@ -92,4 +97,3 @@ bool rt_gz_check(int fd, const char *path, int64_t max, char *err, size_t errlen
     free(out);
     return ok;
 }
-

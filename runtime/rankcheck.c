@@ -131,9 +131,11 @@ static void loss_scale_field(RtRankRecord *r, const RtTrainOptions *o, const cha
     const RtLossScaleConfig *c = &o->loss_scale;
     switch (rt_loss_scale_mode(c, amp)) {
     case RT_LS_DYNAMIC:
-        rt_rank_field(r, "loss scale", "dynamic(init=%s, growth=%s, backoff=%s, interval=%d, "
-                      "min=%s, max=%s)", f32(c->init).s, f32(c->growth).s, f32(c->backoff).s,
-                      (int)c->interval, f32(c->min_scale).s, f32(c->max_scale).s);
+        rt_rank_field(r, "loss scale",
+                      "dynamic(init=%s, growth=%s, backoff=%s, interval=%d, "
+                      "min=%s, max=%s)",
+                      f32(c->init).s, f32(c->growth).s, f32(c->backoff).s, (int)c->interval,
+                      f32(c->min_scale).s, f32(c->max_scale).s);
         break;
     case RT_LS_STATIC: rt_rank_field(r, "loss scale", "static(%s)", f32(c->init).s); break;
     default: rt_rank_field(r, "loss scale", "off"); break;
@@ -243,8 +245,8 @@ void rt_rank_record_make(const RtRankInfo *in, RtRankRecord *r)
     rt_rank_field(r, "kv wire", "%s", m->kv_wire ? m->kv_wire : "each gradient's own dtype");
     /* ampc stamped a hash of the emitted C and its version; the runtime adds its own */
     uint64_t id = h_str(h_u64(FNV_OFFSET, m->build_id), RT_RUNTIME_VERSION);
-    rt_rank_field(r, "build id", "%016llx (C and ampc %016llx, runtime %s)",
-                  (unsigned long long)id, (unsigned long long)m->build_id, RT_RUNTIME_VERSION);
+    rt_rank_field(r, "build id", "%016llx (C and ampc %016llx, runtime %s)", (unsigned long long)id,
+                  (unsigned long long)m->build_id, RT_RUNTIME_VERSION);
     rt_rank_field(r, "world size", "%d", in->world);
     /* the run */
     rt_rank_field(r, "global batch", "%lld", (long long)in->global_batch);
@@ -305,9 +307,11 @@ static int compare(const uint8_t *r0, const uint8_t *rr, int r, char *msg, size_
     if (!ok0 || !okr) {
         uint32_t magic;
         memcpy(&magic, ok0 ? rr : r0, sizeof magic);
-        snprintf(msg, cap, "rank %d's start-up record is not an ampc runtime's (magic 0x%08x, "
+        snprintf(msg, cap,
+                 "rank %d's start-up record is not an ampc runtime's (magic 0x%08x, "
                  "size or fields out of range): another program, or one built before the "
-                 "start-up check", ok0 ? r : 0, (unsigned)magic);
+                 "start-up check",
+                 ok0 ? r : 0, (unsigned)magic);
         return 1;
     }
     int ndiff = 0;
@@ -325,16 +329,17 @@ static int compare(const uint8_t *r0, const uint8_t *rr, int r, char *msg, size_
             const char *v0 = pass ? "(no such field)" : f0.value;
             const char *vr = pass ? f0.value : there ? fr.value : "(no such field)";
             if (ndiff++ == 0)
-                snprintf(first, sizeof first, "rank %d's %s is %s where rank 0's is %s", r,
-                         f0.name, vr, v0);
+                snprintf(first, sizeof first, "rank %d's %s is %s where rank 0's is %s", r, f0.name,
+                         vr, v0);
             else if (at < sizeof more - 40)
-                at += (size_t)snprintf(more + at, sizeof more - at, "%s%s", at ? ", " : "",
-                                       f0.name);
+                at +=
+                    (size_t)snprintf(more + at, sizeof more - at, "%s%s", at ? ", " : "", f0.name);
         }
     }
     if (!ndiff) /* another version of the record with the same fields agrees too */
         return 0;
-    snprintf(msg, cap, "the ranks do not run the same training: %s%s%s%s; every rank must run "
+    snprintf(msg, cap,
+             "the ranks do not run the same training: %s%s%s%s; every rank must run "
              "the same program with the same settings (docs/kvstore.md, \"The start-up check\")",
              first, ndiff > 1 ? " (also " : "", more, ndiff > 1 ? ")" : "");
     return 1;
@@ -362,9 +367,9 @@ int rt_rank_check(const RtRankRecord *mine, int world, RtGatherFn gather, void *
         return -1;
     }
     memcpy(wire, mine, sizeof *mine);
-    int rc = !gather(self, wire, all, RT_RANK_WIRE, msg, cap) ? -1
+    int rc = !gather(self, wire, all, RT_RANK_WIRE, msg, cap)    ? -1
              : rt_rank_records_differ(all, world, msg, cap) >= 0 ? 1
-                                                                  : 0;
+                                                                 : 0;
     free(wire);
     free(all);
     return rc;

@@ -59,8 +59,8 @@ typedef struct {
     const RtDataset *ds;
     int world;
     int64_t batch, global_batch, steps_per_epoch;
-    uint64_t seed;           /* the user's (or the resumed checkpoint's), not the rank's */
-    const RtCheckpoint *ck;  /* the checkpoint resumed from, NULL when none */
+    uint64_t seed;          /* the user's (or the resumed checkpoint's), not the rank's */
+    const RtCheckpoint *ck; /* the checkpoint resumed from, NULL when none */
 } RtRankInfo;
 /* The record of a run, in the order the fields are compared: the program
  * (model, parameters, amp, multipliers, kvstore placement and buckets, kv

@@ -19,19 +19,42 @@
 #include "rankcheck.h"
 
 static const RtParam params[] = {
-    {.name = "fc_weight", .kind = RT_PK_WEIGHT, .dtype = RT_F32, .rank = 2, .shape = {10, 64},
-     .numel = 640, .wd_mult = 1, .lr_mult = 1, .buffer = 0, .grad = 2},
-    {.name = "fc_bias", .kind = RT_PK_BIAS, .dtype = RT_F32, .rank = 1, .shape = {10},
-     .numel = 10, .wd_mult = 0, .lr_mult = 1, .buffer = 1, .grad = 3},
+    {.name = "fc_weight",
+     .kind = RT_PK_WEIGHT,
+     .dtype = RT_F32,
+     .rank = 2,
+     .shape = {10, 64},
+     .numel = 640,
+     .wd_mult = 1,
+     .lr_mult = 1,
+     .buffer = 0,
+     .grad = 2},
+    {.name = "fc_bias",
+     .kind = RT_PK_BIAS,
+     .dtype = RT_F32,
+     .rank = 1,
+     .shape = {10},
+     .numel = 10,
+     .wd_mult = 0,
+     .lr_mult = 1,
+     .buffer = 1,
+     .grad = 3},
 };
 static const int kv_start[] = {0, 2};
 static const int kv_params[] = {1, 0};
 
 static RtModel model(void)
 {
-    return (RtModel){.name = "tiny", .nparams = 2, .params = params, .amp = "off",
-                     .kv_nbuckets = 1, .kv_bucket_start = kv_start, .kv_bucket_params = kv_params,
-                     .kv_place = RT_KV_DIST_SYNC, .build_id = 0x1234, .kv_wire = "float32"};
+    return (RtModel){.name = "tiny",
+                     .nparams = 2,
+                     .params = params,
+                     .amp = "off",
+                     .kv_nbuckets = 1,
+                     .kv_bucket_start = kv_start,
+                     .kv_bucket_params = kv_params,
+                     .kv_place = RT_KV_DIST_SYNC,
+                     .build_id = 0x1234,
+                     .kv_wire = "float32"};
 }
 
 typedef struct {
@@ -46,10 +69,16 @@ static void run_init(Run *r)
     memset(r, 0, sizeof *r);
     r->m = model();
     rt_train_options_default(&r->o);
-    r->ds = (RtDataset){.name = "digits", .sample_size = 64, .classes = 10, .ntrain = 1498,
-                        .image = {1, 8, 8}};
-    r->in = (RtRankInfo){.m = &r->m, .o = &r->o, .ds = &r->ds, .world = 2, .batch = 16,
-                         .global_batch = 32, .steps_per_epoch = 46, .seed = 42};
+    r->ds = (RtDataset){
+        .name = "digits", .sample_size = 64, .classes = 10, .ntrain = 1498, .image = {1, 8, 8}};
+    r->in = (RtRankInfo){.m = &r->m,
+                         .o = &r->o,
+                         .ds = &r->ds,
+                         .world = 2,
+                         .batch = 16,
+                         .global_batch = 32,
+                         .steps_per_epoch = 46,
+                         .seed = 42};
 }
 
 /* The records of two ranks, side by side as the exchange leaves them. */
@@ -74,13 +103,35 @@ static const RtRankField *field(const RtRankRecord *r, const char *name)
 static void test_record_holds_every_field(void **state)
 {
     (void)state;
-    static const char *const names[] = {
-        "model", "parameters", "amp", "lr/wd multipliers", "kvstore buckets", "kv wire",
-        "build id", "world size", "global batch", "batch per rank", "loss scale", "optimizer",
-        "lr", "lr schedule", "momentum", "wd", "seed", "data source", "sample shape",
-        "classes", "samples per epoch", "steps per epoch", "epochs", "max steps",
-        "--mpi-bucket-mb", "resume step", "resume epoch", "resume loss scale",
-        "resume parameters"};
+    static const char *const names[] = {"model",
+                                        "parameters",
+                                        "amp",
+                                        "lr/wd multipliers",
+                                        "kvstore buckets",
+                                        "kv wire",
+                                        "build id",
+                                        "world size",
+                                        "global batch",
+                                        "batch per rank",
+                                        "loss scale",
+                                        "optimizer",
+                                        "lr",
+                                        "lr schedule",
+                                        "momentum",
+                                        "wd",
+                                        "seed",
+                                        "data source",
+                                        "sample shape",
+                                        "classes",
+                                        "samples per epoch",
+                                        "steps per epoch",
+                                        "epochs",
+                                        "max steps",
+                                        "--mpi-bucket-mb",
+                                        "resume step",
+                                        "resume epoch",
+                                        "resume loss scale",
+                                        "resume parameters"};
     Run r;
     run_init(&r);
     RtRankRecord rec;
@@ -123,8 +174,8 @@ static void test_each_field_alone(void **state)
         snprintf(want, sizeof want, "rank 1's %s is changed where rank 0's is %s", a.field[i].name,
                  a.field[i].value);
         if (!strstr(msg, want) || strstr(msg, "(also"))
-            fail_msg("field '%s': the message '%s' lacks '%s' or names more", a.field[i].name,
-                     msg, want);
+            fail_msg("field '%s': the message '%s' lacks '%s' or names more", a.field[i].name, msg,
+                     want);
         free(all);
     }
 }
