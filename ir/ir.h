@@ -523,10 +523,22 @@ int grad_cast(GradCtx *c, int v, DType t);
 int *graph_canonical_order(const Graph *g);
 /* The text dump; `pass` names the banner ("after infer-shapes"). */
 void ir_print(FILE *f, const Graph *g, const char *pass);
+/* The same with options: names (--dump-ids=names) refers to values by name
+ * (%stage1_conv1, %"odd name") instead of by position (%12), so an inserted
+ * node changes only its own lines; header is printed after the banner (the
+ * `# provenance:` line).  The reader takes both forms, mixed too. */
+typedef struct {
+    bool names;
+    const char *header;
+} IrPrintOptions;
+void ir_print_with(FILE *f, const Graph *g, const char *pass, const IrPrintOptions *o);
 /* ir_print of g (no banner) into a malloc'ed string: for comparing graphs. */
 char *ir_print_string(const Graph *g);
 void ir_print_dot(FILE *f, const Graph *g, const char *pass);
 void config_print(FILE *f, const ConfigVal *v);
+/* An attribute's value as the dump writes it: 3, 1e-05, true, relu,
+ * float16, "text", (3,3). */
+void attr_print(FILE *f, const AttrSpec *as, const AttrVal *v);
 /* Parses one train-block value (as a dump writes it: 1e-4, "dir", dynamic,
  * nag(momentum=0.9)) given on the command line as `what`; NULL after an
  * error at its column. */

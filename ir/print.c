@@ -98,7 +98,7 @@ static void print_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static void print_attr(FILE *f, const AttrSpec *as, const AttrVal *v)
+void attr_print(FILE *f, const AttrSpec *as, const AttrVal *v)
 {
     switch (v->type) {
     case AT_INT: fprintf(f, "%lld", (long long)v->i); break;
@@ -148,8 +148,37 @@ static Shape bound_shape(const Graph *g, const Node *n)
     return s;
 }
 
-void ir_print(FILE *f, const Graph *g, const char *pass)
+/* Whether a name prints bare after '%' in --dump-ids=names: an identifier
+ * that is not all digits (those are positions), so the reader tells the
+ * two forms apart by the first character. */
+static bool bare_name(const char *s)
 {
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_'))
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '_'))
+            return false;
+    return true;
+}
+
+/* A value: %12 (its position), or with names %stage1_conv1 / %"odd name" */
+static void print_ref(FILE *f, const Graph *g, const int *pos, int id, bool names)
+{
+    const char *name = g->nodes[id]->name ? g->nodes[id]->name : "";
+    if (!names)
+        fprintf(f, "%%%d", pos[id]);
+    else if (bare_name(name))
+        fprintf(f, "%%%s", name);
+    else {
+        fputc('%', f);
+        print_string(f, name);
+    }
+}
+
+void ir_print_with(FILE *f, const Graph *g, const char *pass, const IrPrintOptions *o)
+{
+    bool names = o && o->names;
     int *order = graph_canonical_order(g);
     int *pos = malloc(sizeof(int) * (size_t)(g->nnodes ? g->nnodes : 1));
     if (!pos)
@@ -157,6 +186,8 @@ void ir_print(FILE *f, const Graph *g, const char *pass)
     for (int i = 0; i < g->nnodes; i++)
         pos[order[i]] = i;
     fprintf(f, "# ampc-ir 1: %s\n", pass ? pass : "graph");
+    if (o && o->header)
+        fputs(o->header, f);
     fprintf(f, "model %s\n", g->model);
     for (int i = 0; i < g->ntrain; i++) {
         fprintf(f, "train %s = ", g->train[i].key);
@@ -170,25 +201,35 @@ void ir_print(FILE *f, const Graph *g, const char *pass)
         Shape s = bound_shape(g, n);
         /* a layout other than the canonical one follows the shape: f16[N,64,56,56]@nhwc */
         bool lay = n->layout != LAYOUT_NCHW;
-        fprintf(f, "%%%d:%s%s%s%s = %s(", i, dtype_short(n->dtype), shape_str(&s, sb, sizeof sb),
+        print_ref(f, g, pos, n->id, names);
+        fprintf(f, ":%s%s%s%s = %s(", dtype_short(n->dtype), shape_str(&s, sb, sizeof sb),
                 lay ? "@" : "", lay ? layout_name(n->layout) : "", oi->name);
-        for (int j = 0; j < n->nin; j++)
-            fprintf(f, "%s%%%d", j ? ", " : "", pos[n->in[j]]);
-        fputs(") {name=", f);
-        print_string(f, n->name ? n->name : "");
+        for (int j = 0; j < n->nin; j++) {
+            fputs(j ? ", " : "", f);
+            print_ref(f, g, pos, n->in[j], names);
+        }
+        fputs(") {", f);
+        if (!names) { /* with names, the value's own name is its key */
+            fputs("name=", f);
+            print_string(f, n->name ? n->name : "");
+        }
         for (int a = 0; a < oi->nattrs; a++) {
-            fprintf(f, ", %s=", oi->attrs[a].name);
-            print_attr(f, &oi->attrs[a], &n->attrs[a]);
+            fprintf(f, "%s%s=", a || !names ? ", " : "", oi->attrs[a].name);
+            attr_print(f, &oi->attrs[a], &n->attrs[a]);
         }
         fputs("}\n", f);
     }
     fputs("return", f);
-    for (int i = 0; i < g->noutputs; i++)
-        fprintf(f, "%s %%%d", i ? "," : "", pos[g->outputs[i]]);
+    for (int i = 0; i < g->noutputs; i++) {
+        fputs(i ? ", " : " ", f);
+        print_ref(f, g, pos, g->outputs[i], names);
+    }
     fputc('\n', f);
     free(pos);
     free(order);
 }
+
+void ir_print(FILE *f, const Graph *g, const char *pass) { ir_print_with(f, g, pass, NULL); }
 
 /* Graphviz: ops as boxes, graph inputs as ovals, parameters hidden as in
  * MXNet's plot_network (they would double the node count). */

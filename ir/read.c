@@ -308,7 +308,9 @@ static bool read_attr_value(Reader *r, Node *n, int a)
     return false;
 }
 
-static bool read_attrs(Reader *r, Node *n)
+/* key_name: the name the value's key gives the node when it has no name=
+ * (--dump-ids=names), or NULL (a position) */
+static bool read_attrs(Reader *r, Node *n, const char *key_name, Loc key_at)
 {
     const OpInfo *oi = op_info(n->op);
     bool seen[32] = {0};
@@ -344,7 +346,9 @@ static bool read_attrs(Reader *r, Node *n)
     if (!expect(r, '}'))
         return false;
 done:
-    if (!have_name)
+    if (!have_name && key_name && !graph_set_name(r->g, n, key_name))
+        return rd_error(r, key_at, "duplicate name '%s'", key_name);
+    if (!have_name && !key_name)
         return rd_error(r, n->loc, "node has no name");
     for (int a = 0; a < oi->nattrs; a++)
         if (oi->attrs[a].required && !seen[a])
@@ -353,36 +357,75 @@ done:
     return true;
 }
 
-static int resolve_id(Reader *r)
+/* A value's key after '%': its position (digits: "%12"), a bare name
+ * ("stage1_conv1") or a quoted one ("\"odd name\""), as print.c writes
+ * them; a hand-written graph may use any word as a label (%x) and name
+ * the node with name="...".  Keys are labels first: a quoted one is kept
+ * with its quote ("\"odd name"), so it never equals a bare label.  *is_name
+ * says whether the key may be a node's name; NULL after an error. */
+static const char *value_key(Reader *r, bool *is_name)
 {
     skip_blanks(r);
     Loc at = here(r);
     if (r->p >= r->end || *r->p != '%') {
-        rd_error(r, at, "expected a value such as %%3");
-        return -1;
+        rd_error(r, at, "expected a value such as %%3 or %%conv1");
+        return NULL;
     }
-    const char *s = r->p++;
+    r->p++;
+    if (r->p < r->end && *r->p == '"') {
+        *is_name = true;
+        const char *s = string(r);
+        return s ? arena_printf(&r->tmp, "\"%s", s) : NULL;
+    }
+    const char *s = r->p;
     while (r->p < r->end && is_word_char(*r->p) && *r->p != '.')
         r->p++;
-    const char *key = arena_strndup(&r->tmp, s, (size_t)(r->p - s));
-    int *id = strmap_get(&r->ids, key);
-    if (!id) {
-        rd_error(r, at, "use of undefined value '%s'", key);
-        return -1;
+    if (r->p == s) {
+        rd_error(r, at, "expected a value such as %%3 or %%conv1");
+        return NULL;
     }
-    return *id;
+    *is_name = !(*s >= '0' && *s <= '9');
+    if (!*is_name) /* positions are digits only */
+        for (const char *c = s; c < r->p; c++)
+            if (!(*c >= '0' && *c <= '9')) {
+                rd_error(r, at,
+                         "a value is %%DIGITS (its position) or %%NAME (a name "
+                         "starting with a letter or '_'), not '%%%.*s'",
+                         (int)(r->p - s), s);
+                return NULL;
+            }
+    return arena_strndup(&r->tmp, s, (size_t)(r->p - s));
 }
 
-/* %ID:TYPE = Op(%a, %b) {attrs} */
+/* The name a key gives a node that has no name= (a quoted key without its quote). */
+static const char *key_name(const char *key) { return key[0] == '"' ? key + 1 : key; }
+
+static int resolve_id(Reader *r)
+{
+    skip_blanks(r);
+    Loc at = here(r);
+    bool is_name;
+    const char *key = value_key(r, &is_name);
+    if (!key)
+        return -1;
+    int *id = strmap_get(&r->ids, key);
+    /* not a label: a node defined above under that name */
+    const Node *n = !id && is_name ? graph_find(r->g, key_name(key)) : NULL;
+    if (!id && !n) {
+        rd_error(r, at, "use of undefined value '%%%s'", key);
+        return -1;
+    }
+    return id ? *id : n->id;
+}
+
+/* %ID:TYPE = Op(%a, %b) {attrs}, or %NAME:TYPE = ... (--dump-ids=names) */
 static bool read_node(Reader *r)
 {
     Loc at = here(r);
-    const char *s = r->p++;
-    while (r->p < r->end && is_word_char(*r->p) && *r->p != '.')
-        r->p++;
-    const char *key = arena_strndup(&r->tmp, s, (size_t)(r->p - s));
-    if (strlen(key) < 2)
-        return rd_error(r, at, "expected a value name such as %%3");
+    bool is_name;
+    const char *key = value_key(r, &is_name);
+    if (!key)
+        return false;
     Node tmp = {.shape = shape_unknown()};
     if (!expect(r, ':') || !read_type(r, &tmp) || !expect(r, '='))
         return false;
@@ -429,7 +472,7 @@ static bool read_node(Reader *r)
     n->shape = tmp.shape;
     n->dtype = tmp.dtype;
     n->layout = tmp.layout;
-    if (!read_attrs(r, n))
+    if (!read_attrs(r, n, is_name ? key_name(key) : NULL, at))
         return false;
     if (oi->nslots) {
         /* exactly the slots its attributes call for: (data, weight) under
@@ -448,8 +491,8 @@ static bool read_node(Reader *r)
         return rd_error(r, opat, "%s takes no inputs", oi->name);
     if (op != OP_Input && op != OP_Param && n->nin == 0)
         return rd_error(r, opat, "%s needs inputs", oi->name);
-    if (!strmap_put(&r->ids, key, n->id))
-        return rd_error(r, at, "value '%s' defined twice", key);
+    if (!strmap_put(&r->ids, arena_strdup(&r->tmp, key), n->id))
+        return rd_error(r, at, "value '%%%s' defined twice", key);
     if (!oi->check(r->g, n)) {
         r->failed = true;
         return false;

@@ -282,8 +282,19 @@ static bool verify_structure(const Graph *g, const char *pass)
         const OpInfo *oi = op_info(n->op);
         if (n->id != i)
             return bad(pass, n, "id differs from its position");
-        if (!n->name || graph_find(g, n->name) != n)
-            return bad(pass, n, "missing or unregistered name");
+        if (!n->name || !*n->name)
+            return bad(pass, n, "no name");
+        /* names are unique in every graph: dumps, --dump-ids=names, ampc
+         * diff, checkpoints and --amp-exclude key on them (docs/ir.md) */
+        const Node *owner = graph_find(g, n->name);
+        if (owner && owner != n) {
+            char why[96];
+            snprintf(why, sizeof why, "its name is also node %d's (names are unique in a graph)",
+                     owner->id);
+            return bad(pass, n, why);
+        }
+        if (!owner)
+            return bad(pass, n, "its name is not registered in the graph's name table");
         if (oi->nslots && n->nin > oi->nslots)
             return bad(pass, n, "more inputs than slots");
         for (int j = 0; j < n->nin; j++)

@@ -1018,10 +1018,14 @@ static void test_verify(void **state)
     const char *saved = g->nodes[5]->name;
     g->nodes[5]->name = NULL;
     assert_false(verify_captured(g, "elaborate", msg, sizeof msg));
-    assert_contains(msg, "node 5 (-): missing or unregistered name");
+    assert_contains(msg, "node 5 (-): no name");
     g->nodes[5]->name = "not_registered";
     assert_false(verify_captured(g, "elaborate", msg, sizeof msg));
-    assert_contains(msg, "missing or unregistered name");
+    assert_contains(msg, "its name is not registered in the graph's name table");
+    /* names are unique in a graph: another node's name */
+    g->nodes[5]->name = g->nodes[4]->name;
+    assert_false(verify_captured(g, "elaborate", msg, sizeof msg));
+    assert_contains(msg, "node 5 (act): its name is also node 4's (names are unique in a graph)");
     g->nodes[5]->name = saved;
     fc->attrs[FC_NUM_HIDDEN].type = AT_FLOAT;
     assert_false(verify_captured(g, "elaborate", msg, sizeof msg));
