@@ -70,6 +70,9 @@ bool cg_output_is_input(Diag *d, const char *out);
 /* Writes data to path: a regular file through a temporary file beside it
  * and a rename, a device or FIFO in place. */
 bool cg_write_file(Diag *d, const char *path, const char *data, size_t len);
+/* The same for an input the user asks ampc to rewrite (--expect-update):
+ * without the refusal of an input, still atomic. */
+bool cg_rewrite_file(Diag *d, const char *path, const char *data, size_t len);
 /* Compiles the C source c_text (written to a private temporary directory)
  * into the program exe, which is replaced only when the build succeeds. */
 bool cg_build_program(Diag *d, const char *c_text, size_t len, const char *exe, const char *argv0);

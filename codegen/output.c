@@ -61,10 +61,20 @@ static bool write_all(int fd, const char *data, size_t len)
     return true;
 }
 
+static bool write_file(Diag *d, const char *path, const char *data, size_t len);
+
 bool cg_write_file(Diag *d, const char *path, const char *data, size_t len)
 {
-    if (cg_output_is_input(d, path))
-        return false;
+    return !cg_output_is_input(d, path) && write_file(d, path, data, len);
+}
+
+bool cg_rewrite_file(Diag *d, const char *path, const char *data, size_t len)
+{
+    return write_file(d, path, data, len);
+}
+
+static bool write_file(Diag *d, const char *path, const char *data, size_t len)
+{
     RtOutFile out;
     char err[PATH_MAX + 256];
     if (!rt_out_open(&out, path, "output file", err, sizeof err)) {

@@ -99,10 +99,14 @@ static const char *lin(char *buf, size_t cap, LinExpr e)
     return buf;
 }
 
-void plan_print(FILE *f, const Graph *g, const BufferPlan *p)
+void plan_print(FILE *f, const Graph *g, const BufferPlan *p) { plan_print_with(f, g, p, NULL); }
+
+void plan_print_with(FILE *f, const Graph *g, const BufferPlan *p, const char *header)
 {
     char a[64], b[64];
     fprintf(f, "# ampc memplan: model %s, %d steps, alignment %d\n", g->model, p->nsteps, PLAN_ALIGN);
+    if (header)
+        fputs(header, f);
     for (int i = 0; i < p->n; i++) {
         const PlanValue *v = &p->v[i];
         const Node *n = g->nodes[v->node];
@@ -204,6 +208,17 @@ void plan_report(FILE *f, const BufferPlan *p, int64_t batch)
 
 void plan_report_params(FILE *f, const Graph *g, int nstate)
 {
+    PlanParamBytes b;
+    plan_param_bytes(g, nstate, &b);
+    fprintf(f,
+            "memplan: parameters %lld bytes, fp32 masters %lld bytes, optimizer state %lld "
+            "bytes (%d fp32 tensor%s per trainable parameter)\n",
+            (long long)b.values, (long long)b.masters, (long long)b.state, nstate,
+            nstate == 1 ? "" : "s");
+}
+
+void plan_param_bytes(const Graph *g, int nstate, PlanParamBytes *out)
+{
     int64_t values = 0, masters = 0, state = 0;
     bool *trained = calloc((size_t)g->nnodes + 1, sizeof(bool));
     if (!trained)
@@ -224,9 +239,7 @@ void plan_report_params(FILE *f, const Graph *g, int nstate)
             state += (int64_t)nstate * numel * 4;
     }
     free(trained);
-    fprintf(f, "memplan: parameters %lld bytes, fp32 masters %lld bytes, optimizer state %lld "
-               "bytes (%d fp32 tensor%s per trainable parameter)\n", (long long)values,
-            (long long)masters, (long long)state, nstate, nstate == 1 ? "" : "s");
+    *out = (PlanParamBytes){values, masters, state};
 }
 
 /* ---- the verifier ----------------------------------------------------------

@@ -84,6 +84,8 @@ void plan_free(BufferPlan *p);
  * with odd bytes as '?', interval, size, offset or `external`), then the
  * report lines. */
 void plan_print(FILE *f, const Graph *g, const BufferPlan *p);
+/* The same with a header after the first line (the `# provenance:` line). */
+void plan_print_with(FILE *f, const Graph *g, const BufferPlan *p, const char *header);
 /* --dump=memplan --dump-format=dot: the step's values coloured by the
  * bytes they occupy (values sharing a slot share a colour), with their
  * lifetimes and offsets. */
@@ -94,6 +96,12 @@ void plan_report(FILE *f, const BufferPlan *p, int64_t batch);
  * parameters: the values the steps read, the fp32 masters of 16-bit ones,
  * and nstate fp32 optimizer tensors per trainable parameter. */
 void plan_report_params(FILE *f, const Graph *g, int nstate);
+/* Its figures, bytes: the parameters' values, their fp32 masters, the
+ * optimizer state. */
+typedef struct {
+    int64_t values, masters, state;
+} PlanParamBytes;
+void plan_param_bytes(const Graph *g, int nstate, PlanParamBytes *out);
 
 /* Proves that no two arena values with overlapping live intervals share a
  * byte for any batch N >= 1, that both parts of every offset and size are
@@ -199,6 +207,9 @@ void program_free(Program *p);
 /* The text form: a header, one line per buffer, then each step's calls and
  * results.  Names are printed as C-escaped string literals. */
 void program_print(FILE *f, const Program *p);
+/* The same with a header after the first line (the `# provenance:` line,
+ * which program_read skips). */
+void program_print_with(FILE *f, const Program *p, const char *header);
 /* Parses program_print's text, file `file` of d; false after reporting the
  * first problem as path:line:col: error.  *out is the caller's to
  * program_free either way. */

@@ -105,9 +105,14 @@ static void print_kv(FILE *f, const KvPlan *kv)
             fprintf(f, "kvoption %s %lldus\n", kv_place_name((KvPlace)k), (long long)kv->step_us[k]);
 }
 
-void program_print(FILE *f, const Program *p)
+void program_print(FILE *f, const Program *p) { program_print_with(f, p, NULL); }
+
+void program_print_with(FILE *f, const Program *p, const char *header)
 {
-    fputs("# ampc program 1\nmodel ", f);
+    fputs("# ampc program 1\n", f);
+    if (header)
+        fputs(header, f);
+    fputs("model ", f);
     put_string(f, p->model ? p->model : "");
     fprintf(f, "\narena %lld+%lldN\n", (long long)p->arena.fixed, (long long)p->arena.per_sample);
     for (int i = 0; i < p->nbuf; i++) {
@@ -452,9 +457,15 @@ bool program_read(Diag *d, int file, Program *out)
     Rd r = {.d = d, .file = file, .p = f->text, .end = f->text + f->len, .line = f->text,
             .lineno = 1, .out = out, .ok = true};
     Vec bufs = {0};
-    if (expect(&r, "# ampc program 1") && eol(&r) && expect(&r, "model ") &&
-        string(&r, &out->model) && eol(&r) && expect(&r, "arena ") && lin_expr(&r, &out->arena) &&
-        eol(&r))
+    /* the provenance line (docs/ci.md) says how the dump was made: skipped */
+    bool head = expect(&r, "# ampc program 1") && eol(&r);
+    if (head && lit(&r, "# provenance: ")) {
+        while (r.p < r.end && *r.p != '\n')
+            r.p++;
+        head = eol(&r);
+    }
+    if (head && expect(&r, "model ") && string(&r, &out->model) && eol(&r) &&
+        expect(&r, "arena ") && lin_expr(&r, &out->arena) && eol(&r))
         while (r.ok && lit(&r, "buffer "))
             read_buffer(&r, &bufs);
     out->nbuf = bufs.len;

@@ -486,23 +486,38 @@ static Stages stages(const Kv *v, KvPlace k, const Bucket *b)
     return s;
 }
 
-static const char *unavailable(const Kv *v, KvPlace k)
+/* Why placement k cannot run here, as a reason code (the JSON documents'),
+ * or NULL when it can. */
+static const char *unavailable_code(const Kv *v, KvPlace k)
 {
     switch (k) {
-    case KV_LOCAL:
-        return v->M > 1 ? "several machines: only dist_sync crosses the network" : NULL;
-    case KV_DEVICE:
-        return v->cpu ? "no devices (a CPU-only machine)"
-               : v->M > 1 ? "several machines: only dist_sync crosses the network" : NULL;
+    case KV_LOCAL: return v->M > 1 ? "several_machines" : NULL;
+    case KV_DEVICE: return v->cpu ? "no_devices" : v->M > 1 ? "several_machines" : NULL;
     case KV_NCCL:
-        return v->cpu ? "no devices (a CPU-only machine)"
-               : v->M > 1 ? "several machines: only dist_sync crosses the network"
-               : v->D < 2 ? "one device: nothing to all-reduce (device updates in place)" : NULL;
+        return v->cpu     ? "no_devices"
+               : v->M > 1 ? "several_machines"
+               : v->D < 2 ? "one_device"
+                          : NULL;
     case KV_DIST_SYNC: /* on CPUs, the processes of one machine too (mpirun decides how many) */
-        return v->M < 2 && !v->cpu ? "one machine of GPUs: no network to cross (nccl)" : NULL;
-    default:
-        return "unknown";
+        return v->M < 2 && !v->cpu ? "one_gpu_machine" : NULL;
+    default: return "unknown";
     }
+}
+
+/* The same in words (the text dumps and messages). */
+static const char *unavailable(const Kv *v, KvPlace k)
+{
+    static const char *const words[][2] = {
+        {"several_machines", "several machines: only dist_sync crosses the network"},
+        {"no_devices", "no devices (a CPU-only machine)"},
+        {"one_device", "one device: nothing to all-reduce (device updates in place)"},
+        {"one_gpu_machine", "one machine of GPUs: no network to cross (nccl)"},
+    };
+    const char *code = unavailable_code(v, k);
+    for (int i = 0; code && i < (int)(sizeof words / sizeof words[0]); i++)
+        if (strcmp(words[i][0], code) == 0)
+            return words[i][1];
+    return code;
 }
 
 /* Buckets of at most cap bytes (a bucket closes once it reaches cap), in
@@ -802,8 +817,19 @@ bool kvstore_place(const Graph *train, Program *p, const KvMachine *m, const KvO
         if (explain_out)
             explain(explain_out, &v, &r, chosen);
     }
-    if (res)
+    if (res) { /* what the JSON documents say (dump.c, report.c) */
+        r.chosen = chosen;
+        r.named = named != KV_COUNT;
+        for (int k = 0; k < KV_COUNT; k++)
+            r.unavailable[k] = unavailable_code(&v, (KvPlace)k);
+        r.devices = v.D, r.machines = v.M, r.batch = v.batch, r.ngrads = v.ng;
+        r.fwd_ms = v.fwd * 1e3, r.bwd_ms = v.bwd * 1e3, r.wire = v.wire, r.cpu = v.cpu;
+        r.optimizer = v.opt;
+        r.nstate = o->nstate;
+        r.mp = v.mp, r.dynamic = v.dynamic;
+        snprintf(r.machine, sizeof r.machine, "%s", m->name);
         *res = r;
+    }
     free(v.g);
     return ok;
 }

@@ -57,6 +57,19 @@ typedef struct {
     double bucket_mib[KV_COUNT];
     int nbuckets[KV_COUNT];
     int64_t params, grad_bytes;
+    /* the rest is set for the JSON documents when the pass succeeds */
+    KvPlace chosen;                    /* best, or the placement --kvstore named */
+    bool named;                        /* --kvstore named it */
+    const char *unavailable[KV_COUNT]; /* reason code where step_ms < 0 ("no_devices", ...) */
+    int devices, machines;             /* as resolved */
+    int64_t batch;                     /* per device */
+    int ngrads;                        /* gradient tensors */
+    double fwd_ms, bwd_ms;             /* on one device */
+    DType wire;
+    bool cpu, mp, dynamic; /* a CPU-only machine; fp32 masters; a dynamic loss scale */
+    const char *optimizer; /* its name (the graph's text) */
+    int nstate;
+    char machine[64];
 } KvResult;
 
 /* kvstore.c: plans the placement of p's gradients (p lowered from train,
