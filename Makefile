@@ -28,7 +28,8 @@ GEN_CFLAGS  := -Wno-unused-function -Wno-sign-compare -Wno-unused-parameter \
 # runtime/fileio.c: the one file-safety module of ampc, the programs and im2rec (a leaf).
 LIB_SRC  := $(wildcard ir/*.c ir/ops/*.c passes/*.c codegen/*.c) grammar/ast.c compiler/frontend.c \
             compiler/report.c compiler/mxnet_json.c compiler/mxnet_export.c runtime/settings.c \
-            runtime/fileio.c
+            runtime/fileio.c compiler/json.c compiler/provenance.c compiler/dump.c \
+            compiler/stages.c compiler/expect.c compiler/diff.c
 GEN_SRC  := $(BUILD)/gen/parser.c $(BUILD)/gen/lexer.c
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -45,8 +46,9 @@ RT_SRC   := $(wildcard runtime/*.c runtime/cpu/*.c runtime/data/*.c)
 RT_SRC   += runtime/dist/nccl.c runtime/dist/nccl_fake.c runtime/dist/kvplace.c
 RT_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_SRC))
 RT_LIBS  := -lopenblas -lz -lm
-# json-c (libjson-c-dev): ampc --from-mxnet reads MXNet symbol JSON with it.
-JSON_LIBS := $(shell pkg-config --libs json-c 2>/dev/null || echo -ljson-c)
+# json-c (libjson-c-dev): ampc --from-mxnet reads MXNet symbol JSON with it (and ampc diff
+# and --expect the JSON documents); nettle (nettle-dev): the SHA-256 of provenance.
+JSON_LIBS := $(shell pkg-config --libs json-c 2>/dev/null || echo -ljson-c) -lnettle
 # The emulator's tests link libampcemu.a and run in emu-check (below), not the plain loop.
 EMU_TEST_SRC := tests/runtime/test_cuda_emu.c tests/runtime/test_cuda_ops_emu.c \
                 tests/runtime/test_cuda_layout_emu.c tests/runtime/test_emu_checker.c

@@ -3,6 +3,7 @@
 #ifndef AMPC_DRIVER_H
 #define AMPC_DRIVER_H
 
+#include "../codegen/codegen.h"
 #include "../passes/kvstore.h"
 #include "../passes/passes.h"
 
@@ -26,14 +27,22 @@ typedef struct {
     Target target;            /* --target: what the schedule pass plans for */
 } PassOptions;
 
-/* The pass pipeline after elaborate, as a straight list (DESIGN.md 4). */
+/* The pass pipeline, as a straight list (DESIGN.md 4): the graph passes
+ * (pass_pipeline[0 .. pass_count-1], elaborate to schedule, each rewriting
+ * the graph), then the stages that plan and lower the scheduled training
+ * graph (pass_pipeline[pass_count .. stage_count-1]: memplan, program,
+ * kvstore; stages.c), each making an artifact of a Compilation.  --dump
+ * takes every name; --dump=all and --dump-dir cover them all. */
+typedef struct Compilation Compilation;
 typedef struct {
     const char *name;                               /* what --dump takes */
-    bool (*run)(Graph **g, const PassOptions *o);   /* NULL for elaborate */
+    bool (*run)(Graph **g, const PassOptions *o);   /* a graph pass; NULL for elaborate */
+    bool (*stage)(Compilation *c);                  /* a stage; NULL for a graph pass */
 } PassDesc;
 extern const PassDesc pass_pipeline[];
-extern const int pass_count;
-int pass_index(const char *name); /* -1 if unknown */
+extern const int pass_count;      /* the graph passes */
+extern const int stage_count;     /* every entry: the graph passes, then the stages */
+int pass_index(const char *name); /* any entry; -1 if unknown */
 
 /* Runs elaborate and every pass after it on a buffer, with default options
  * (o may be NULL): the fuzzer's and unit tests' entry point. */
@@ -101,11 +110,158 @@ char *mxnet_import(Diag *d, const char *path, const char *text, size_t textlen,
  * (atomically, never over an input).  False after an error through d. */
 bool mxnet_export(Diag *d, const Graph *g, const char *path);
 
-/* report.c: --report. batch > 0 also gives per-batch totals. */
-void report_print(FILE *f, const Graph *g, int64_t batch);
-/* report.c: --report's kvstore line (passes/kvstore.h: the plan and what
- * the pass predicted, on the machine named). */
-void report_kvstore(FILE *f, const KvPlan *kv, const KvResult *r, const char *machine);
+/* ---- json.c: the JSON writer (deterministic: the caller's key order,
+ * shortest round-trip numbers, no locale) ------------------------------- */
+#define JW_MAX_DEPTH 32
+typedef struct {
+    FILE *f;
+    int depth;
+    int inline_from;          /* > 0: containers from this depth print on one line */
+    bool first[JW_MAX_DEPTH]; /* per depth: no element written yet */
+} JsonW;
+void jw_init(JsonW *w, FILE *f);
+/* k is the member's key inside an object, NULL inside an array or at the top. */
+void jw_object(JsonW *w, const char *k);
+void jw_object_inline(JsonW *w, const char *k);
+void jw_end_object(JsonW *w);
+void jw_array(JsonW *w, const char *k);
+void jw_array_inline(JsonW *w, const char *k);
+void jw_end_array(JsonW *w);
+void jw_str(JsonW *w, const char *k, const char *s); /* NULL: null */
+void jw_int(JsonW *w, const char *k, int64_t v);
+void jw_num(JsonW *w, const char *k, double v); /* non-finite: "inf", "-inf", "nan" */
+void jw_bool(JsonW *w, const char *k, bool v);
+void jw_null(JsonW *w, const char *k);
+/* A string literal with JSON's escapes (control bytes as \u00XX; bytes that
+ * are not UTF-8 as the code point of their value). */
+void jw_string_raw(FILE *f, const char *s);
+/* The shortest text that reads back to v ("0.1", "1e-05", "25576264"). */
+void json_number_text(double v, char *buf, size_t cap);
+/* {"fixed": F, "per_sample": P}: bytes (or elements) linear in the batch N. */
+void jw_lin(JsonW *w, const char *k, LinExpr e);
+/* Text made in memory (open_memstream), for the printers that take a FILE. */
+typedef struct {
+    FILE *f;
+    char *text; /* mem_close's result: malloc'ed, NUL-terminated, len bytes */
+    size_t len;
+} MemFile;
+FILE *mem_open(MemFile *m);
+char *mem_close(MemFile *m);
+
+/* ---- provenance.c: how a document was made (docs/ci.md) --------------- */
+#define PROV_MAX_FLAGS 64
+#define PROV_FLAG_LEN 256
+typedef struct {
+    const char *input_kind; /* "model", "ir", "mxnet-json", "program" */
+    char sha256[65];        /* of the input files' bytes, in the order read ("" before) */
+    int nfiles;
+    char flag_text[PROV_MAX_FLAGS][PROV_FLAG_LEN]; /* "--amp=float16", in the order given */
+    int nflags;
+    Target target, kernels; /* as the flags resolved them */
+} Provenance;
+/* Records --flag[=arg] when it changes what is compiled (never a path). */
+void provenance_note(Provenance *p, const char *flag, const char *arg);
+/* The SHA-256 of the first nfiles files of d (the input and its imports). */
+void provenance_hash(Provenance *p, const Diag *d, int nfiles);
+/* "provenance": {...} as a member of the open object. */
+void provenance_json(JsonW *w, const Provenance *p);
+/* "# provenance: {...}\n", the line text dumps carry after their banner. */
+void provenance_line(FILE *f, const Provenance *p);
+
+/* The JSON documents' schema versions (docs/schema/, one file per kind): a change
+ * to a document's fields, or to the naming rule of docs/ir.md (names are
+ * the documents' keys), bumps its version; ampc diff reads the previous one. */
+#define GRAPH_SCHEMA "ampc-graph/1"
+#define MEMPLAN_SCHEMA "ampc-memplan/1"
+#define PROGRAM_SCHEMA "ampc-program/1"
+#define KVSTORE_SCHEMA "ampc-kvstore/1"
+#define REPORT_SCHEMA "ampc-report/1"
+#define DIFF_SCHEMA "ampc-diff/1"
+
+/* ---- dump.c: --dump, as text, Graphviz or JSON, to stdout or --dump-dir */
+typedef enum { DF_TEXT, DF_DOT, DF_JSON } DumpFormat;
+#define DUMP_MAX 32
+typedef struct {
+    const char *names[DUMP_MAX]; /* --dump=NAME, repeatable ("all": every entry) */
+    int nnames;
+    const char *dir;   /* --dump-dir: DIR/NN.NAME.{ir,txt,dot,json} */
+    DumpFormat format; /* --dump-format */
+    bool ids_names;    /* --dump-ids=names */
+    const Provenance *prov;
+    Diag *d;
+} DumpOptions;
+bool dump_wanted(const DumpOptions *o, const char *name);
+/* DIR/NN.NAME.EXT, the file --dump-dir gives entry NAME; false when it does
+ * not fit in cap. */
+bool dump_path(const DumpOptions *o, const char *name, char *buf, size_t cap);
+/* The dump after graph pass `pass` (an index into pass_pipeline), when wanted. */
+bool dump_graph(const DumpOptions *o, const Graph *g, int pass);
+/* The stages' dumps, when wanted: the training step's memory plan; the
+ * lowered program (g: the training graph, whose names the JSON calls carry);
+ * the placement (text: the table kvstore_place printed). */
+bool dump_memplan(const DumpOptions *o, const Graph *g, const BufferPlan *p);
+bool dump_program(const DumpOptions *o, const Program *p, const Graph *g);
+bool dump_kvstore(const DumpOptions *o, const Graph *g, const Program *p, const KvResult *r,
+                  const char *text);
+/* g as an ampc-graph document (docs/schema/graph.schema.json). */
+void graph_json(FILE *f, const Graph *g, const char *after, const Provenance *prov);
+
+/* ---- stages.c: the stages after the graph passes ------------------------ */
+struct Compilation {
+    Graph *g; /* the scheduled training graph, its inference graph in g->infer */
+    const DumpOptions *dump;
+    bool no_memplan, no_inplace; /* --no-memplan (the program's lowering), --no-inplace */
+    Target kernels;              /* whose kernels the program calls */
+    const char *machine;         /* --machine, or NULL */
+    KvOptions kv;                /* the kvstore flags and --batch-size */
+    bool kv_bucket_set;          /* --kv-bucket-mb given (else the pass sizes buckets) */
+    bool want_program;           /* lower the program */
+    bool want_kv;                /* place the gradients */
+    bool kv_quiet;               /* only --report asks: skip a model the backend cannot lower */
+    FILE *kv_explain;            /* --explain=kvstore, or NULL */
+    /* what the stages made */
+    BufferPlan plan[2]; /* the training step's and the inference step's */
+    bool planned, lowered, placed;
+    Program prog;
+    KvResult kvr;
+};
+bool stage_memplan(Compilation *c);
+bool stage_program(Compilation *c);
+bool stage_kvstore(Compilation *c);
+/* Runs the stages c asks for, in table order. */
+bool stages_run(Compilation *c);
+/* The plans to lower with (NULL under --no-memplan or before memplan). */
+const CgPlans *compilation_plans(const Compilation *c, CgPlans *out);
+void compilation_free(Compilation *c);
+
+/* report.c: --report (text) and --report=json (docs/report.md): the facts
+ * of one graph, kept apart from the memory plan of the training step, the
+ * placement, the cost model's predictions and the host's part. */
+typedef struct {
+    const Graph *graph;     /* the graph the graph facts describe */
+    const char *after;      /* the pass it comes after */
+    int64_t batch;          /* --batch-size (> 0 adds per-batch totals), or 0 */
+    const Graph *train;     /* the scheduled training graph (fusions), or NULL */
+    const BufferPlan *plan; /* its step's memory plan, or NULL */
+    int nstate;             /* fp32 optimizer tensors per trainable parameter */
+    const KvPlan *kv;       /* the gradient placement and its predictions, or NULL */
+    const KvResult *kvr;
+    const char *machine_arg; /* --machine as given (the text line), or NULL */
+    Target target, kernels;
+    const char *target_why; /* why --target=auto chose the CPU (words), or "" */
+    const Provenance *prov;
+} Report;
+void report_text(FILE *f, const Report *r);
+void report_json(FILE *f, const Report *r);
+
+/* expect.c: --expect FILE: its assertions on r's report fields and on the
+ * dtypes of g's nodes, each failure an error at its line; with update
+ * (--expect-update), its exact values rewritten from r and g instead. */
+bool expect_run(Diag *d, const char *path, const Report *r, const Graph *g, bool update);
+
+/* diff.c: ampc diff A B [options] (argv[0] is "diff"): the exit status, 0
+ * when A and B agree, 1 when they differ, 2 on an error (as diff(1)). */
+int diff_main(int argc, char **argv, const char *argv0);
 
 typedef struct {
     int64_t trainable, trainable_tensors; /* parameters the optimizer updates */

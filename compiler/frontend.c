@@ -155,21 +155,27 @@ static bool run_schedule(Graph **g, const PassOptions *o)
 }
 
 const PassDesc pass_pipeline[] = {
-    {"elaborate", NULL},
-    {"infer-shapes", run_infer_shapes},
-    {"infer-types", run_infer_types},
-    {"amp", run_amp},
-    {"cast-elide", run_cast_elide},
-    {"autodiff", run_autodiff},
-    {"train-cast-elide", run_train_cast_elide},
-    {"fuse", run_fuse},
-    {"schedule", run_schedule},
+    {"elaborate", NULL, NULL},
+    {"infer-shapes", run_infer_shapes, NULL},
+    {"infer-types", run_infer_types, NULL},
+    {"amp", run_amp, NULL},
+    {"cast-elide", run_cast_elide, NULL},
+    {"autodiff", run_autodiff, NULL},
+    {"train-cast-elide", run_train_cast_elide, NULL},
+    {"fuse", run_fuse, NULL},
+    {"schedule", run_schedule, NULL},
+    /* the stages (stages.c): on the scheduled training graph */
+    {"memplan", NULL, stage_memplan},
+    {"program", NULL, stage_program},
+    {"kvstore", NULL, stage_kvstore},
 };
-const int pass_count = (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]);
+const int stage_count = (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]);
+const int pass_count =
+    (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]) - 3; /* not the stages */
 
 int pass_index(const char *name)
 {
-    for (int i = 0; i < pass_count; i++)
+    for (int i = 0; i < stage_count; i++)
         if (strcmp(pass_pipeline[i].name, name) == 0)
             return i;
     return -1;

@@ -16,10 +16,13 @@
 typedef struct {
     const char *input;
     const char *output;
-    const char *dump;       /* pass name, "all" or NULL */
-    const char *dump_dir;
+    DumpOptions dump; /* --dump (repeatable), --dump-dir, --dump-format, --dump-ids */
     const char *model;
-    bool dot, from_ir, report, verify, source_only; /* source_only: -S */
+    bool from_ir, report, verify, source_only; /* source_only: -S */
+    bool report_json;                          /* --report=json */
+    const char *expect;     /* --expect FILE: assertions on the result (expect.c) */
+    bool expect_update;     /* --expect-update: rewrite its exact values */
+    Provenance prov;        /* what every dump and report says about how it was made */
     const char *target;     /* --target=cpu|cuda|auto as given (NULL: auto) */
     const char *kernels;    /* --kernels=cpu|cuda (testing), NULL: the target's */
     Target kernel_target;   /* whose kernels the program calls (resolved) */
@@ -64,7 +67,8 @@ static void usage(FILE *f)
           "  --kernels=cpu           testing: a --target=cuda plan (layouts, fusions, memory\n"
           "                          plan) calling the CPU runtime's kernels\n"
           "  --model=NAME            the model to build (default: the first in FILE)\n"
-          "  --dump=PASS|all         print the IR after PASS (or after every pass)\n"
+          "  --dump=PASS|all         print the IR after PASS (or after every pass and stage;\n"
+          "                          repeatable)\n"
           "  --dump=memplan          the training step's memory plan: lifetimes, sizes, offsets\n"
           "  --dump=program          the lowered program: buffers, each step's calls\n"
           "  --check-program FILE    read a --dump=program text back and prove its plan\n"
@@ -72,8 +76,13 @@ static void usage(FILE *f)
           "  --no-inplace            share buffers, but never write a value over its input\n"
           "  --no-schedule           run nodes in the order the passes left (no reordering\n"
           "                          for a lower peak)\n"
-          "  --dump-dir=DIR          write dumps to DIR/NN.PASS.ir (or .dot) instead\n"
-          "  --dump-format=text|dot  IR text (readable back) or Graphviz\n"
+          "  --dump-dir=DIR          write dumps to DIR/NN.PASS.ir (.txt, .dot, .json) instead\n"
+          "  --dump-format=text|dot|json\n"
+          "                          IR text (readable back), Graphviz, or JSON (docs/schema/)\n"
+          "  --dump-ids=positions|names\n"
+          "                          IR text: refer to values by position (%12, default) or\n"
+          "                          by name (%stage1_conv1): an inserted node changes only\n"
+          "                          its own lines\n"
           "  --from-ir FILE.ir       start from a dump instead of a .sym file\n"
           "  --from-mxnet FILE.json  start from an MXNet symbol JSON file (docs/mxnet.md)\n"
           "  --input-shape NAME=D0,D1,...\n"
@@ -101,7 +110,10 @@ static void usage(FILE *f)
           "                          cast_softmax_output (AMP's cast of the logits into the\n"
           "                          loss head), softmax_output_bwd_cast (the cast of its\n"
           "                          gradient into its backward); docs/codegen.md\n"
-          "  --report                op counts, parameters, FLOPs, activation bytes, casts\n"
+          "  --report[=text|json]    op counts, parameters, FLOPs, activation bytes, casts,\n"
+          "                          the memory plan, the placement (docs/report.md)\n"
+          "  --expect FILE           check the result against FILE's assertions (docs/ci.md)\n"
+          "  --expect-update         rewrite FILE's exact values from this compilation\n"
           "  --kvstore=auto|local|device|nccl|dist_sync\n"
           "                          where gradients are summed and the optimizer runs\n"
           "                          (default auto: the cheapest the cost model predicts;\n"
@@ -121,10 +133,14 @@ static void usage(FILE *f)
           "  --time-passes           print the time each pass takes (stderr)\n"
           "  --shuffle-seed=K        testing: store the graph in a random topological order\n"
           "  --help, --version\n"
+          "       ampc diff A B [options]   (ampc diff --help; docs/ci.md)\n"
           "\n"
           "passes (--dump names):",
           f);
     for (int i = 0; i < pass_count; i++)
+        fprintf(f, " %s", pass_pipeline[i].name);
+    fputs("\nstages after them (--dump names):", f);
+    for (int i = pass_count; i < stage_count; i++)
         fprintf(f, " %s", pass_pipeline[i].name);
     fputc('\n', f);
 }
@@ -179,6 +195,65 @@ static bool kv_option(int which, const char *arg, Options *o, Diag *d)
     }
 }
 
+/* --dump, --dump-dir, --dump-format, --dump-ids, in the order of their enum */
+static bool dump_option(int which, const char *arg, Options *o, Diag *d)
+{
+    DumpOptions *u = &o->dump;
+    switch (which) {
+    case 0:
+        if (u->nnames == DUMP_MAX) {
+            diag_plain_error(d, "--dump given more than %d times", DUMP_MAX);
+            return false;
+        }
+        u->names[u->nnames++] = arg;
+        return true;
+    case 1: u->dir = arg; return true;
+    case 2:
+        u->format = strcmp(arg, "text") == 0   ? DF_TEXT
+                    : strcmp(arg, "dot") == 0  ? DF_DOT
+                    : strcmp(arg, "json") == 0 ? DF_JSON
+                                               : (DumpFormat)-1;
+        if ((int)u->format < 0) {
+            diag_plain_error(d, "--dump-format must be text, dot or json, not '%s'", arg);
+            return false;
+        }
+        return true;
+    default:
+        if (strcmp(arg, "names") && strcmp(arg, "positions")) {
+            diag_plain_error(d, "--dump-ids must be positions or names, not '%s'", arg);
+            return false;
+        }
+        u->ids_names = strcmp(arg, "names") == 0;
+        return true;
+    }
+}
+
+/* The dump flags together: each applies to a dump that is asked for. */
+static bool dump_options_ok(const Options *o, Diag *d)
+{
+    const DumpOptions *u = &o->dump;
+    for (int i = 0; i < u->nnames; i++)
+        if (strcmp(u->names[i], "all") != 0 && pass_index(u->names[i]) < 0) {
+            diag_plain_error(d, "unknown pass '%s' for --dump (see ampc --help)", u->names[i]);
+            return false;
+        }
+    const char *alone = u->dir ? "--dump-dir" : u->ids_names ? "--dump-ids" : NULL;
+    if (alone && u->nnames == 0) {
+        diag_plain_error(d, "%s applies to --dump: give --dump=PASS or --dump=all", alone);
+        return false;
+    }
+    for (int i = 0; u->format == DF_DOT && i < u->nnames; i++)
+        if (strcmp(u->names[i], "program") == 0 || strcmp(u->names[i], "kvstore") == 0) {
+            diag_plain_error(d, "--dump=%s has no Graphviz form (text or json)", u->names[i]);
+            return false;
+        }
+    if (o->expect_update && !o->expect) {
+        diag_plain_error(d, "--expect-update applies to --expect FILE");
+        return false;
+    }
+    return true;
+}
+
 static int parse_options(int argc, char **argv, Options *o, Diag *d)
 {
     enum { O_DUMP = 256, O_DUMP_DIR, O_DUMP_FORMAT, O_FROM_IR, O_BATCH, O_REPORT, O_HELP,
@@ -187,6 +262,7 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
     enum { O_FROM_MXNET = 500, O_INPUT_SHAPE, O_LOSS, O_EMIT_SYM, O_EMIT_MXNET };
     enum { O_KVSTORE = 600, O_MACHINE, O_DEVICES, O_MACHINES, O_KV_BUCKET, O_KV_WIRE, O_MPI = 650,
            O_KERNELS = 700 };
+    enum { O_DUMP_IDS = 800, O_EXPECT, O_EXPECT_UPDATE };
     static const struct option longs[] = {
         {"kvstore", required_argument, NULL, O_KVSTORE},
         {"mpi", no_argument, NULL, O_MPI},
@@ -208,9 +284,12 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         {"dump", required_argument, NULL, O_DUMP},
         {"dump-dir", required_argument, NULL, O_DUMP_DIR},
         {"dump-format", required_argument, NULL, O_DUMP_FORMAT},
+        {"dump-ids", required_argument, NULL, O_DUMP_IDS},
+        {"expect", required_argument, NULL, O_EXPECT},
+        {"expect-update", no_argument, NULL, O_EXPECT_UPDATE},
         {"from-ir", required_argument, NULL, O_FROM_IR},
         {"batch-size", required_argument, NULL, O_BATCH},
-        {"report", no_argument, NULL, O_REPORT},
+        {"report", optional_argument, NULL, O_REPORT},
         {"model", required_argument, NULL, O_MODEL},
         {"verify", no_argument, NULL, O_VERIFY},
         {"amp", required_argument, NULL, O_AMP},
@@ -230,8 +309,11 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":o:S", longs, NULL)) != -1) {
+    int c, li = -1;
+    while ((c = getopt_long(argc, argv, ":o:S", longs, &li)) != -1) {
+        if (li >= 0 && c == longs[li].val) /* a flag that changes the output */
+            provenance_note(&o->prov, longs[li].name, optarg);
+        li = -1;
         switch (c) {
         case 'o': o->output = optarg; break;
         case 'S': o->source_only = true; break;
@@ -274,15 +356,15 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
             }
             o->kernels = optarg;
             break;
-        case O_DUMP: o->dump = optarg; break;
-        case O_DUMP_DIR: o->dump_dir = optarg; break;
+        case O_DUMP:
+        case O_DUMP_DIR:
         case O_DUMP_FORMAT:
-            if (strcmp(optarg, "dot") && strcmp(optarg, "text")) {
-                diag_plain_error(d, "--dump-format must be text or dot, not '%s'", optarg);
+        case O_DUMP_IDS:
+            if (!dump_option(c == O_DUMP_IDS ? 3 : c - O_DUMP, optarg, o, d))
                 return 1;
-            }
-            o->dot = strcmp(optarg, "dot") == 0;
             break;
+        case O_EXPECT: o->expect = optarg; break;
+        case O_EXPECT_UPDATE: o->expect_update = true; break;
         case O_FROM_IR: o->from_ir = true, o->input = optarg; break;
         case O_BATCH:
             if (!parse_int(optarg, &o->batch) || o->batch < 1 || o->batch > INT32_MAX) {
@@ -291,7 +373,14 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
                 return 1;
             }
             break;
-        case O_REPORT: o->report = true; break;
+        case O_REPORT:
+            if (optarg && strcmp(optarg, "text") && strcmp(optarg, "json")) {
+                diag_plain_error(d, "--report must be text or json, not '%s'", optarg);
+                return 1;
+            }
+            o->report = true;
+            o->report_json = optarg && strcmp(optarg, "json") == 0;
+            break;
         case O_SHUFFLE:
             if (!parse_int(optarg, &o->shuffle_seed) || o->shuffle_seed < 1) {
                 diag_plain_error(d, "--shuffle-seed must be a positive integer, not '%s'", optarg);
@@ -347,12 +436,8 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
                          o->nshapes ? "--input-shape" : o->loss ? "--loss" : "--emit-sym");
         return 1;
     }
-    if (o->dump && strcmp(o->dump, "all") != 0 && strcmp(o->dump, "memplan") != 0 &&
-        strcmp(o->dump, "program") != 0 && strcmp(o->dump, "kvstore") != 0 &&
-        pass_index(o->dump) < 0) {
-        diag_plain_error(d, "unknown pass '%s' for --dump (see ampc --help)", o->dump);
+    if (!dump_options_ok(o, d))
         return 1;
-    }
     if (o->kernels && (!o->target || strcmp(o->target, "cuda") != 0)) {
         diag_plain_error(d, "--kernels=%s applies to --target=cuda", o->kernels);
         return 1;
@@ -367,57 +452,18 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
     o->pass.target = cuda ? TARGET_CUDA : TARGET_CPU;
     o->kernel_target = cuda && !(o->kernels && strcmp(o->kernels, "cpu") == 0) ? TARGET_CUDA
                                                                                : TARGET_CPU;
+    o->prov.target = o->pass.target;
+    o->prov.kernels = o->kernel_target;
+    o->prov.input_kind = o->check_program ? "program"
+                         : o->from_ir     ? "ir"
+                         : o->from_mxnet  ? "mxnet-json"
+                                          : "model";
+    o->dump.prov = &o->prov;
+    o->dump.d = d;
     const char *env = getenv("AMPC_VERIFY");
     if (env && strcmp(env, "1") == 0)
         o->verify = true;
     return 0;
-}
-
-/* The file --dump-dir gives the dump after pass: DIR/NN.PASS.ir (or .dot). */
-static void dump_path(const Options *o, int pass, char *buf, size_t cap)
-{
-    snprintf(buf, cap, "%s/%02d.%s.%s", o->dump_dir, pass + 1, pass_pipeline[pass].name,
-             o->dot ? "dot" : "ir");
-}
-
-static bool dump_after(const Options *o, const Graph *g, int pass, Diag *d)
-{
-    const char *name = pass_pipeline[pass].name;
-    if (!o->dump || (strcmp(o->dump, "all") != 0 && strcmp(o->dump, name) != 0))
-        return true;
-    char banner[64];
-    snprintf(banner, sizeof banner, "after %s", name);
-    FILE *f = stdout;
-    char path[4096];
-    if (o->dump_dir) {
-        if (mkdir(o->dump_dir, 0777) && errno != EEXIST) {
-            diag_plain_error(d, "cannot create '%s': %s", o->dump_dir, strerror(errno));
-            return false;
-        }
-        dump_path(o, pass, path, sizeof path);
-        f = fopen(path, "w");
-        if (!f) {
-            diag_plain_error(d, "cannot write '%s': %s", path, strerror(errno));
-            return false;
-        }
-    }
-    if (o->dot)
-        ir_print_dot(f, g, banner);
-    else
-        ir_print(f, g, banner);
-    if (g->infer) {
-        snprintf(banner, sizeof banner, "after %s (inference graph)", name);
-        fputc('\n', f);
-        if (o->dot)
-            ir_print_dot(f, g->infer, banner);
-        else
-            ir_print(f, g->infer, banner);
-    }
-    if (f != stdout && fclose(f)) {
-        diag_plain_error(d, "cannot write '%s': %s", path, strerror(errno));
-        return false;
-    }
-    return true;
 }
 
 /* --from-mxnet: the JSON as ampc source (mxnet_json.c), elaborated as a
@@ -480,6 +526,51 @@ static bool override_train(Graph *g, const char *key, const char *flag, const ch
     return true;
 }
 
+/* --amp is recorded in the graph's train block, as --optimizer and
+ * --loss-scale are, so a dump carries the setting that shaped it and a
+ * program built from it says so (docs/ir.md).  A dump the amp pass has
+ * shaped keeps its own: a different --amp is an error, and the flags that
+ * steer the amp pass are refused, where they would change nothing. */
+static bool override_amp(Graph *g, const PassOptions *po, int done, const char *input)
+{
+    static const PassOptions none = {0};
+    AmpOptions rec, flag;
+    if (!amp_options_resolve(g, &none, &rec) || !amp_options_resolve(g, po, &flag))
+        return false;
+    const char *steer = po->amp_exclude     ? "--amp-exclude"
+                        : po->amp_fp16      ? "--amp-fp16"
+                        : po->amp_fp32      ? "--amp-fp32"
+                        : po->amp_placement ? "--amp-placement"
+                                            : NULL;
+    if (done >= pass_index("amp") && steer) {
+        diag_plain_error(g->diag,
+                         "%s: '%s' is a dump after %s: the amp pass, which %s steers, "
+                         "does not run on it",
+                         steer, input, pass_pipeline[done].name, steer);
+        return false;
+    }
+    if (done >= pass_index("amp") && po->amp && flag.target != rec.target) {
+        diag_plain_error(g->diag,
+                         "--amp=%s: '%s' is a dump after %s, made with amp %s (its "
+                         "'train amp' line, off when it has none): a dump keeps the "
+                         "settings that shaped it",
+                         po->amp, input, pass_pipeline[done].name,
+                         rec.target ? dtype_long(rec.target) : "off");
+        return false;
+    }
+    if (done >= pass_index("amp")) { /* the pass that records it will not run */
+        g->info.amp = rec.target;
+        return true;
+    }
+    if (!po->amp)
+        return true;
+    ConfigVal *v = config_parse(g, "--amp", flag.target ? dtype_long(flag.target) : "off");
+    if (!v)
+        return false;
+    graph_set_train_entry(g, "amp", v);
+    return true;
+}
+
 /* -S without -o: MODEL.c, the input's base name with its extension
  * replaced by .c, in the current directory (as --help says). */
 static const char *default_c_path(const char *input, char *buf, size_t cap)
@@ -491,150 +582,23 @@ static const char *default_c_path(const char *input, char *buf, size_t cap)
     return buf;
 }
 
-/* The C source is made in memory first, so a code generation error leaves
- * every file as it was; then -S writes it (to -o, or MODEL.c) and -o builds
- * the program (codegen/output.c: temporary files, never an input). */
-/* The plans of both steps (none under --no-memplan), proved: a plan the
- * verifier refuses is a compiler bug, never a program. */
-static const CgPlans *make_plans(const Options *o, const Graph *g, BufferPlan *tp, BufferPlan *ip,
-                                 CgPlans *plans)
-{
-    memset(tp, 0, sizeof *tp);
-    memset(ip, 0, sizeof *ip);
-    if (o->no_memplan || !g->infer)
-        return NULL;
-    memplan(g, !o->no_inplace, tp);
-    memplan(g->infer, !o->no_inplace, ip);
-    if (!memplan_verify(g, tp, stderr) || !memplan_verify(g->infer, ip, stderr))
-        DIE("the memory plan verifier failed");
-    *plans = (CgPlans){tp, ip, NULL, TARGET_CPU};
-    return plans;
-}
-
-/* The lowered program of g with the plans the flags ask for (cg_check
- * first: false, reported, when the backend cannot run g); *p is the
- * caller's to program_free.  The plans are copied into it and freed here. */
-static bool lower_model(const Options *o, const Graph *g, Program *p)
-{
-    if (!cg_check(g))
-        return false;
-    BufferPlan tp, ip;
-    CgPlans plans;
-    lower(g, make_plans(o, g, &tp, &ip, &plans), p);
-    plan_free(&tp);
-    plan_free(&ip);
-    return true;
-}
-
-/* A placement is asked for: a kvstore flag, or the train block's kvstore
- * key (the flags override it, as every key). */
-static bool kv_named(const Options *o, const Graph *g)
-{
-    return o->kv_flags || train_kvstore(g);
-}
-
-/* The kvstore pass on a lowered program: the machine (built-in or file),
- * then the placement; --dump=kvstore, --explain=kvstore and --report print
- * what it predicts. */
-static bool place_gradients(const Options *o, const Graph *g, Program *p, KvResult *res)
-{
-    Diag *d = g->diag;
-    KvMachine m;
-    /* a GPU program's default machine: one H200 (the device the GPU check
-     * runs on; --machine and --devices describe others) */
-    bool gpu_default = !o->machine && o->kernel_target == TARGET_CUDA;
-    const char *name = o->machine ? o->machine : gpu_default ? "h200x8" : "cpu";
-    if (!kv_machine_builtin(d, name, &m) && !kv_machine_load(d, name, &m))
-        return false;
-    KvOptions ko = o->kv;
-    if (!ko.kvstore)
-        ko.kvstore = train_kvstore(g);
-    if (gpu_default && ko.devices == 0)
-        ko.devices = 1;
-    if (!o->kv_bucket_set)
-        ko.bucket_mb = -1;
-    ko.batch = o->batch;
-    ko.nstate = train_optimizer_nstate(g);
-    ko.dynamic_scale = train_loss_scale_dynamic(g);
-    bool dump = o->dump && strcmp(o->dump, "kvstore") == 0;
-    return kvstore_place(g, p, &m, &ko, d, dump ? stdout : NULL, o->kv_explain ? stdout : NULL, res);
-}
-
-/* Whether the backend can lower g, asked without a word: --report alone
- * leaves out its kvstore line for a model it cannot lower, as before. */
-static bool can_lower_quietly(const Graph *g)
-{
-    Diag *d = g->diag;
-    FILE *keep = d->out;
-    int nerr = d->nerr;
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *sink = open_memstream(&buf, &len);
-    if (!sink)
-        DIE("out of memory");
-    d->out = sink;
-    bool ok = cg_check(g);
-    d->out = keep;
-    d->nerr = nerr;
-    fclose(sink);
-    free(buf);
-    return ok;
-}
-
-/* --dump=kvstore, --explain=kvstore, --report: lower, then place; with
- * keep, the placed program is handed to the caller (for generate). */
-static bool run_kvstore(const Options *o, const Graph *g, Program *keep)
-{
-    bool asked = (o->dump && strcmp(o->dump, "kvstore") == 0) || o->kv_explain || kv_named(o, g);
-    if (!asked && !can_lower_quietly(g))
-        return true;
-    Program p;
-    if (!lower_model(o, g, &p))
-        return false;
-    KvResult r;
-    bool ok = place_gradients(o, g, &p, &r);
-    if (ok && !program_verify(&p, stderr))
-        DIE("the lowered program's placement does not verify");
-    if (ok && o->report)
-        report_kvstore(stdout, &p.kv, &r, o->machine ? o->machine : "cpu");
-    if (ok && keep)
-        *keep = p;
-    else
-        program_free(&p);
-    return ok;
-}
-
-/* --dump=program: the lowered program, proved from its own text */
-static bool dump_program(const Options *o, const Graph *g)
-{
-    Program p;
-    if (!lower_model(o, g, &p))
-        return false;
-    bool ok = !kv_named(o, g) || place_gradients(o, g, &p, NULL);
-    if (ok && !program_verify(&p, stderr))
-        DIE("the lowered program does not verify");
-    if (ok)
-        program_print(stdout, &p);
-    program_free(&p);
-    return ok;
-}
-
 /* --check-program FILE */
-static int check_program(const Options *o, Diag *d)
+static int check_program(Options *o, Diag *d)
 {
     int file = diag_load_file(d, o->check_program);
     if (file < 0) {
         diag_plain_error(d, "cannot read '%s': %s", o->check_program, diag_load_error(d));
         return 1;
     }
+    provenance_hash(&o->prov, d, file + 1);
     Program p;
     bool ok = program_read(d, file, &p);
     if (ok && !program_verify(&p, stderr)) {
         diag_plain_error(d, "'%s': the program's plan does not hold (above)", o->check_program);
         ok = false;
     }
-    if (ok && o->dump && strcmp(o->dump, "program") == 0) {
-        program_print(stdout, &p); /* read back and printed again: the same text */
+    if (ok && dump_wanted(&o->dump, "program")) {
+        ok = dump_program(&o->dump, &p, NULL); /* read back and printed again: the same program */
     } else if (ok) {
         int calls = 0;
         for (int k = 0; k < STEP_COUNT; k++)
@@ -658,22 +622,24 @@ static bool links_mpi(const Options *o, const KvPlan *kv)
            (placed && kv->place == KV_NCCL && o->kernel_target == TARGET_CUDA);
 }
 
-static bool generate(const Options *o, const Graph *g, Diag *d, const KvPlan *kv)
+/* The C source is made in memory first, so a code generation error leaves
+ * every file as it was; then -S writes it (to -o, or MODEL.c) and -o builds
+ * the program (codegen/output.c: temporary files, never an input).  The
+ * plans and the placement are the stages' (c). */
+static bool generate(const Options *o, const Graph *g, Diag *d, const Compilation *c)
 {
     char *text = NULL, buf[4096];
     size_t len = 0;
     FILE *m = open_memstream(&text, &len);
     if (!m)
         DIE("out of memory");
-    BufferPlan tp, ip;
+    const KvPlan *kv = c->placed ? &c->prog.kv : NULL;
     CgPlans plans;
-    const CgPlans *mp = make_plans(o, g, &tp, &ip, &plans);
+    const CgPlans *mp = compilation_plans(c, &plans);
     CgPlans with_kv = mp ? *mp : (CgPlans){0};
     with_kv.kv = kv; /* a dist_sync placement gives the program its buckets */
     with_kv.kernels = o->kernel_target;
     bool ok = cg_emit_c(m, g, &with_kv);
-    plan_free(&tp);
-    plan_free(&ip);
     if (fclose(m) != 0)
         DIE("out of memory");
     if (ok)
@@ -714,9 +680,101 @@ static double now_ms(void)
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
+/* What the graph passes and the stages are asked for. */
+typedef struct {
+    bool all;               /* --dump=all */
+    bool program, kv, plan; /* the stages named: --dump=program, =kvstore, =memplan */
+    int last_graph;         /* the last graph pass a --dump names */
+} Wants;
+
+static Wants wants_of(const Options *o)
+{
+    Wants w = {.last_graph = -1};
+    for (int i = 0; i < o->dump.nnames; i++) {
+        const char *n = o->dump.names[i];
+        int k = pass_index(n);
+        w.all |= strcmp(n, "all") == 0;
+        w.program |= strcmp(n, "program") == 0;
+        w.kv |= strcmp(n, "kvstore") == 0;
+        w.plan |= strcmp(n, "memplan") == 0;
+        if (k >= 0 && k < pass_count && k > w.last_graph)
+            w.last_graph = k;
+    }
+    w.kv |= o->kv_explain;
+    w.plan |= w.program || w.kv;
+    return w;
+}
+
+/* A --dump of a graph pass the dump read with --from-ir is already past. */
+static bool dumps_reachable(const Options *o, Diag *d, int done)
+{
+    for (int i = 0; i < o->dump.nnames; i++) {
+        int k = pass_index(o->dump.names[i]);
+        if (k >= 0 && k < pass_count && k < done) {
+            diag_plain_error(d, "--dump=%s: '%s' is a dump after %s, a later pass",
+                             o->dump.names[i], o->input, pass_pipeline[done].name);
+            return false;
+        }
+    }
+    return true;
+}
+
+static Graph *load_input(const Options *o, Diag *d, int *done)
+{
+    Graph *g;
+    if (o->from_ir) {
+        g = load_ir(o, d, done);
+    } else if (o->from_mxnet) {
+        g = load_mxnet(o, d);
+    } else {
+        ElabOptions eo = {.model = o->model};
+        g = frontend_elaborate(d, o->input, NULL, 0, &eo);
+        *done = 0;
+    }
+    if (!g) {
+        size_t n = strlen(o->input);
+        /* a likely mix-up of the two kinds of input */
+        if (!o->from_ir && !o->from_mxnet && n > 3 && strcmp(o->input + n - 3, ".ir") == 0)
+            fprintf(stderr, "ampc: note: '%s' looks like an IR dump: read it with --from-ir\n",
+                    o->input);
+        if (o->from_ir && n > 4 && strcmp(o->input + n - 4, ".sym") == 0)
+            fprintf(stderr,
+                    "ampc: note: '%s' looks like a model source: compile it without "
+                    "--from-ir\n",
+                    o->input);
+    }
+    return g;
+}
+
+/* --report and --expect: what the graph facts describe and what the stages
+ * made; the report goes to stdout, the assertions are checked. */
+static bool finish_report(const Options *o, const Graph *fwd, const char *after, const Graph *g,
+                          const Compilation *c)
+{
+    Report r = {.graph = fwd ? fwd : g,
+                .after = after,
+                .batch = o->batch,
+                .train = c->planned ? g : NULL,
+                .plan = c->planned ? &c->plan[0] : NULL,
+                .nstate = train_optimizer_nstate(g),
+                .kv = c->placed ? &c->prog.kv : NULL,
+                .kvr = &c->kvr,
+                .machine_arg = o->machine,
+                .target = o->pass.target,
+                .kernels = o->kernel_target,
+                .target_why = o->target_why,
+                .prov = &o->prov};
+    if (o->report && o->report_json)
+        report_json(stdout, &r);
+    else if (o->report)
+        report_text(stdout, &r);
+    return !o->expect || expect_run(g->diag, o->expect, &r, g, o->expect_update);
+}
+
 /* The files this run writes name different files (runtime/fileio.c: by
  * device and inode, or the directory's and the name), or one would be
- * lost: -o or -S, --emit-sym, --emit-mxnet-json and the --dump-dir files. */
+ * lost: -o or -S, --emit-sym, --emit-mxnet-json and the --dump-dir files
+ * (of every pass and stage). */
 static bool outputs_distinct(const Options *o, Diag *d)
 {
     enum { MAXOUT = 64 };
@@ -729,11 +787,10 @@ static bool outputs_distinct(const Options *o, Diag *d)
     }
     what[n] = "--emit-sym", path[n++] = o->emit_sym;
     what[n] = "--emit-mxnet-json", path[n++] = o->emit_mxnet;
-    for (int i = 0; o->dump && o->dump_dir && i < pass_count && i < MAXOUT; i++)
-        if (strcmp(o->dump, "all") == 0 || strcmp(o->dump, pass_pipeline[i].name) == 0) {
-            dump_path(o, i, dumps[i], sizeof dumps[i]);
+    for (int i = 0; o->dump.dir && i < stage_count && i < MAXOUT; i++)
+        if (dump_wanted(&o->dump, pass_pipeline[i].name) &&
+            dump_path(&o->dump, pass_pipeline[i].name, dumps[i], sizeof dumps[i]))
             what[n] = "--dump-dir", path[n++] = dumps[i];
-        }
     char err[9000];
     if (!rt_outputs_distinct(path, what, n, err, sizeof err)) {
         diag_plain_error(d, "%s", err);
@@ -742,43 +799,21 @@ static bool outputs_distinct(const Options *o, Diag *d)
     return true;
 }
 
-static int run(const Options *o, Diag *d)
+static int run(Options *o, Diag *d)
 {
     if (o->check_program)
         return check_program(o, d);
     if (!outputs_distinct(o, d))
         return 1;
-    Graph *g;
     int done = 0;
     double times[32] = {0}, t0 = now_ms();
-    if (o->from_ir) {
-        g = load_ir(o, d, &done);
-    } else if (o->from_mxnet) {
-        g = load_mxnet(o, d);
-    } else {
-        ElabOptions eo = {.model = o->model};
-        g = frontend_elaborate(d, o->input, NULL, 0, &eo);
-        done = 0;
-    }
+    Graph *g = load_input(o, d, &done);
     times[done] = now_ms() - t0;
-    if (!g) {
-        size_t n = strlen(o->input);
-        /* a likely mix-up of the two kinds of input */
-        if (!o->from_ir && !o->from_mxnet && n > 3 && strcmp(o->input + n - 3, ".ir") == 0)
-            fprintf(stderr, "ampc: note: '%s' looks like an IR dump: read it with --from-ir\n",
-                    o->input);
-        if (o->from_ir && n > 4 && strcmp(o->input + n - 4, ".sym") == 0)
-            fprintf(stderr, "ampc: note: '%s' looks like a model source: compile it without "
-                            "--from-ir\n", o->input);
+    if (!g)
         return 1;
-    }
-    bool want_program = o->dump && strcmp(o->dump, "program") == 0;
-    bool want_kv = (o->dump && strcmp(o->dump, "kvstore") == 0) || o->kv_explain;
-    bool want_plan = o->dump && (strcmp(o->dump, "memplan") == 0 || want_program);
-    if (o->dump && strcmp(o->dump, "all") != 0 && !want_plan && !want_kv &&
-        pass_index(o->dump) < done) {
-        diag_plain_error(d, "--dump=%s: '%s' is a dump after %s, a later pass", o->dump, o->input,
-                         pass_pipeline[done].name);
+    provenance_hash(&o->prov, d, d->files.len); /* the input and its imports */
+    Wants w = wants_of(o);
+    if (!dumps_reachable(o, d, done)) {
         graph_free(g);
         return 1;
     }
@@ -791,88 +826,92 @@ static int run(const Options *o, Diag *d)
     }
     g->info.bind_batch = o->batch;
     if (!override_train(g, "optimizer", "--optimizer", o->optimizer) ||
-        !override_train(g, "loss_scale", "--loss-scale", o->loss_scale)) {
+        !override_train(g, "loss_scale", "--loss-scale", o->loss_scale) ||
+        !override_amp(g, &o->pass, done, o->input)) {
         graph_free(g);
         return 1;
     }
     if (o->shuffle_seed > 0)
         g = graph_shuffle(g, (uint64_t)o->shuffle_seed);
     bool ok = !o->verify || ir_verify(g, pass_pipeline[done].name);
-    ok = ok && dump_after(o, g, done, d);
-    /* The forward passes always run; the training passes when a program or
-     * a dump of them is asked for. */
-    int forward_end = pass_index("cast-elide"), last = forward_end;
+    ok = ok && dump_graph(&o->dump, g, done);
+    /* The forward passes always run; the training passes when a program, a
+     * dump of them or what the stages make is asked for. */
+    int forward_end = pass_index("cast-elide"), last = forward_end, reached = done;
     /* --emit-mxnet-json: the forward graph as it leaves cast-elide */
     if (ok && o->emit_mxnet && done >= forward_end)
         ok = mxnet_export(d, g, o->emit_mxnet);
-    /* --report and --dump=memplan plan the training step of a model that trains */
-    bool plan_only = !o->output && !o->source_only && (o->report || want_plan || want_kv);
-    if (o->output || o->source_only || (o->dump && strcmp(o->dump, "all") == 0) || plan_only)
+    /* --report, --expect and the stages' dumps plan the training step of a
+     * model that trains */
+    bool plan_only = !o->output && !o->source_only && (o->report || o->expect || w.plan || w.kv);
+    if (o->output || o->source_only || w.all || plan_only)
         last = pass_count - 1;
-    else if (o->dump && pass_index(o->dump) > last)
-        last = pass_index(o->dump);
+    else if (w.last_graph > last)
+        last = w.last_graph;
     PassOptions po = o->pass;
     po.explain_training = last >= pass_index("fuse") && has_loss_head(g);
-    po.predict = (o->output || o->source_only || want_program) && !has_loss_head(g);
+    po.predict = (o->output || o->source_only || w.program) && !has_loss_head(g);
+    Graph *fwd = NULL; /* the forward graph the report describes */
+    const char *fwd_after = pass_pipeline[done].name;
     for (int i = done + 1; ok && i <= last; i++) {
         /* --dump=all on a model that cannot train shows the forward passes */
-        if (i > forward_end && !o->output && !o->source_only &&
-            (plan_only || strcmp(o->dump, "all") == 0) && !has_loss_head(g) && !po.predict)
+        if (i > forward_end && !o->output && !o->source_only && (plan_only || w.all) &&
+            !has_loss_head(g) && !po.predict)
             break;
         double t = now_ms();
         ok = pass_pipeline[i].run(&g, &po);
         times[i] = now_ms() - t;
+        reached = i;
         if (ok && o->verify && !ir_verify(g, pass_pipeline[i].name))
             DIE("the IR verifier failed after %s", pass_pipeline[i].name);
         if (ok && o->verify && i >= pass_index("autodiff") && !training_graph_check(g, i))
             DIE("the training graph differs from autodiff's own after %s", pass_pipeline[i].name);
-        ok = ok && dump_after(o, g, i, d);
+        ok = ok && dump_graph(&o->dump, g, i);
         if (ok && i == forward_end && o->emit_mxnet)
             ok = mxnet_export(d, g, o->emit_mxnet);
-        if (ok && i == forward_end && o->report)
-            report_print(stdout, g, o->batch);
+        if (ok && i == forward_end && (o->report || o->expect)) {
+            fwd = graph_copy(g);
+            fwd_after = pass_pipeline[i].name;
+        }
     }
-    if (ok && o->report && done >= forward_end)
-        report_print(stdout, g, o->batch);
-    if (ok && (want_plan || want_kv) && !g->infer) {
-        if (want_plan)
-            diag_plain_error(d, "--dump=%s needs a model that trains (a loss head)", o->dump);
+    if (!fwd)
+        fwd_after = pass_pipeline[reached].name;
+    if (ok && (w.plan || w.kv) && !g->infer) {
+        if (w.plan && !o->kv_explain && !w.kv)
+            diag_plain_error(d, "--dump=%s needs a model that trains (a loss head)",
+                             w.program ? "program" : "memplan");
         else
             diag_plain_error(d, "%s needs a model that trains (a loss head)",
                              o->kv_explain ? "--explain=kvstore" : "--dump=kvstore");
         ok = false;
     }
-    if (ok && want_program) {
-        ok = dump_program(o, g);
-    } else if (ok && g->infer && (want_plan || o->report || o->verify)) {
-        BufferPlan plan;
-        memplan(g, !o->no_inplace, &plan);
-        if (o->verify && !memplan_verify(g, &plan, stderr))
-            DIE("the memory plan verifier failed");
-        if (want_plan && o->dot)
-            plan_print_dot(stdout, g, &plan);
-        else if (want_plan)
-            plan_print(stdout, g, &plan);
-        else if (o->report) {
-            plan_report(stdout, &plan, o->batch);
-            plan_report_params(stdout, g, train_optimizer_nstate(g));
-        }
-        plan_free(&plan);
-    }
-    /* with a kvstore flag, -o and -S check the placement too (and warn) */
-    Program placed = {0}; /* the placement, for the program */
-    if (ok && g->infer && (want_kv || o->report || kv_named(o, g)) && !want_program)
-        ok = run_kvstore(o, g, o->output || o->source_only ? &placed : NULL);
-    if (ok && o->report) /* what a program would be built for, and why auto chose it */
-        printf("target: %s%s%s%s%s\n", target_name(o->pass.target),
-               o->kernel_target != o->pass.target ? ", calling the CPU runtime's kernels "
-                                                    "(--kernels=cpu)" : "",
-               o->target_why[0] ? " (--target=auto: " : "", o->target_why,
-               o->target_why[0] ? ")" : "");
+    /* the stages, on the scheduled graph */
+    /* a placement asked for by name (errors are errors): a kvstore flag, or
+     * the train block's kvstore key (the flags override it, as every key) */
+    bool kv_named = o->kv_flags || train_kvstore(g);
+    bool named = w.program || w.kv || kv_named;
+    Compilation c = {.g = g,
+                     .dump = &o->dump,
+                     .no_memplan = o->no_memplan,
+                     .no_inplace = o->no_inplace,
+                     .kernels = o->kernel_target,
+                     .machine = o->machine,
+                     .kv = o->kv,
+                     .kv_bucket_set = o->kv_bucket_set,
+                     .want_program = w.program || w.all,
+                     .want_kv = w.kv || w.all || o->report || o->expect || kv_named,
+                     .kv_quiet = !named,
+                     .kv_explain = o->kv_explain ? stdout : NULL};
+    c.kv.batch = o->batch;
+    double tstages = now_ms();
+    if (ok && g->infer && reached == pass_count - 1)
+        ok = stages_run(&c);
+    tstages = now_ms() - tstages;
+    if (ok && (o->report || o->expect))
+        ok = finish_report(o, fwd, fwd_after, g, &c);
     double tgen = now_ms();
     if (ok && (o->output || o->source_only))
-        ok = train_settings_fit(g) && generate(o, g, d, placed.kv.set ? &placed.kv : NULL);
-    program_free(&placed);
+        ok = train_settings_fit(g) && generate(o, g, d, &c);
     tgen = now_ms() - tgen;
     if (o->time_passes) {
         fprintf(stderr, "ampc: pass timings (ms), %d nodes at the end:\n", g->nnodes);
@@ -880,16 +919,22 @@ static int run(const Options *o, Diag *d)
             if (times[i] > 0)
                 fprintf(stderr, "  %10.3f  %s%s\n", times[i], pass_pipeline[i].name,
                         i == 0 && !o->from_ir ? " (with parsing)" : i == 0 ? " (reading the dump)" : "");
+        if (c.planned)
+            fprintf(stderr, "  %10.3f  memplan, program, kvstore\n", tstages);
         if (o->output || o->source_only)
             fprintf(stderr, "  %10.3f  codegen%s\n", tgen, o->source_only ? "" : " and cc");
         fprintf(stderr, "  %10.3f  total\n", now_ms() - t0);
     }
+    compilation_free(&c);
+    graph_free(fwd);
     graph_free(g);
     return ok ? 0 : 1;
 }
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "diff") == 0) /* ampc diff A B (diff.c) */
+        return diff_main(argc - 1, argv + 1, argv[0]);
     Diag d;
     diag_init(&d, stderr);
     Options o = {.argv0 = argv[0]};

@@ -20,6 +20,10 @@
 # of its RUN lines: --amp-exclude, --amp-fp16, ...) and on random models
 # (tests/random_models.py: AMP off, float16, bfloat16, and float16 with a
 # convolution that shares its weight excluded).
+# A dump with --dump-ids=names (values by name) reads back to the same graph
+# as the default form (values by position).  The `# provenance:` line says
+# how each dump was made (its input, its flags), so it is left out of every
+# comparison.
 # Then the reader must refuse a dump with an unknown op and one with an
 # unknown attribute, naming the file, line and column.
 #
@@ -53,6 +57,11 @@ trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0 compiled=0
 
 ok() { pass=$((pass + 1)); }
+# ampc ARGS... with the provenance line of its dump dropped (its exit status kept)
+dump() {
+    "$ampc" "$@" > "$tmp/raw" || return
+    sed '/^# provenance: /d' "$tmp/raw"
+}
 bad() {
     fail=$((fail + 1))
     echo "FAIL $1"
@@ -67,7 +76,7 @@ full() {
     local p q i direct
     for p in "${passes[@]}"; do
         direct=$tmp/$name.$p.ir
-        if ! "$ampc" "$ex" "$@" --dump="$p" > "$direct" 2> "$tmp/err"; then
+        if ! dump "$ex" "$@" --dump="$p" > "$direct" 2> "$tmp/err"; then
             bad "$name: dump after $p"
             continue
         fi
@@ -77,16 +86,24 @@ full() {
         direct=$tmp/$name.$p.ir
         [ -s "$direct" ] || continue
         # same pass: the dump reads back to itself
-        if "$ampc" --from-ir "$direct" "$@" --dump="$p" > "$tmp/again.ir" 2> "$tmp/err" &&
+        if dump --from-ir "$direct" "$@" --dump="$p" > "$tmp/again.ir" 2> "$tmp/err" &&
             diff -u "$direct" "$tmp/again.ir" > "$tmp/err"; then
             ok
         else
             bad "$name: --from-ir dump after $p, --dump=$p differs"
         fi
+        # the same with values by name
+        if dump "$ex" "$@" --dump="$p" --dump-ids=names > "$tmp/names.ir" 2> "$tmp/err" &&
+            dump --from-ir "$tmp/names.ir" "$@" --dump="$p" > "$tmp/again.ir" 2> "$tmp/err" &&
+            diff -u "$direct" "$tmp/again.ir" > "$tmp/err"; then
+            ok
+        else
+            bad "$name: --dump-ids=names after $p does not read back to the same graph"
+        fi
         # later passes: resuming from the dump gives what the pipeline gives
         for q in "${passes[@]:$((i + 1))}"; do
             [ -s "$tmp/$name.$q.ir" ] || continue
-            if "$ampc" --from-ir "$direct" "$@" --dump="$q" > "$tmp/resumed.ir" 2> "$tmp/err" &&
+            if dump --from-ir "$direct" "$@" --dump="$q" > "$tmp/resumed.ir" 2> "$tmp/err" &&
                 diff -u "$tmp/$name.$q.ir" "$tmp/resumed.ir" > "$tmp/err"; then
                 ok
             else
@@ -106,25 +123,25 @@ invariant() {
     local ex=$1 name=$2
     shift 2
     local fwd=$tmp/inv.fwd.ir trn=$tmp/inv.train.ir
-    if ! "$ampc" "$ex" "$@" --dump=cast-elide > "$fwd" 2> "$tmp/err"; then
+    if ! dump "$ex" "$@" --dump=cast-elide > "$fwd" 2> "$tmp/err"; then
         [ -n "$must_compile" ] && bad "$name $*: does not compile"
         return 0
     fi
     compiled=$((compiled + 1))
-    if "$ampc" --from-ir "$fwd" --dump=cast-elide > "$tmp/again.ir" 2> "$tmp/err" &&
+    if dump --from-ir "$fwd" --dump=cast-elide > "$tmp/again.ir" 2> "$tmp/err" &&
         diff -u "$fwd" "$tmp/again.ir" > "$tmp/err"; then
         ok
     else
         bad "$name $*: the dump after cast-elide does not read back unchanged"
     fi
-    "$ampc" "$ex" "$@" --dump=train-cast-elide > "$trn" 2> /dev/null || return 0
-    if "$ampc" --from-ir "$trn" --dump=train-cast-elide > "$tmp/again.ir" 2> "$tmp/err" &&
+    dump "$ex" "$@" --dump=train-cast-elide > "$trn" 2> /dev/null || return 0
+    if dump --from-ir "$trn" --dump=train-cast-elide > "$tmp/again.ir" 2> "$tmp/err" &&
         diff -u "$trn" "$tmp/again.ir" > "$tmp/err"; then
         ok
     else
         bad "$name $*: the dump after train-cast-elide does not read back unchanged"
     fi
-    if "$ampc" --from-ir "$fwd" --dump=train-cast-elide > "$tmp/again.ir" 2> "$tmp/err" &&
+    if dump --from-ir "$fwd" --dump=train-cast-elide > "$tmp/again.ir" 2> "$tmp/err" &&
         diff -u "$trn" "$tmp/again.ir" > "$tmp/err"; then
         ok
     else

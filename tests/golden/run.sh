@@ -7,7 +7,9 @@
 #
 # Substitutions: %ampc (the compiler, with the IR verifier on), %s (the test
 # file), %S (its folder), %t (a scratch path unique to the test), %FileCheck,
-# and `not CMD` (succeeds when CMD fails, but not when it crashes).
+# %noprov (a filter that drops the `# provenance:` line of a dump, which
+# names the input and the flags: for comparing dumps made from different
+# inputs), and `not CMD` (succeeds when CMD fails, but not when it crashes).
 # A test passes when every RUN line exits 0; a file with no RUN line fails.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,6 +49,7 @@ for t in "${tests[@]}"; do
         n=$((n+1))
         cmd=${line//%ampc/$ampc}
         cmd=${cmd//%FileCheck/$filecheck}
+        cmd=${cmd//%noprov/sed -e \'/^# provenance: /d\'}
         cmd=${cmd//%S/$(dirname "$rel")}
         cmd=${cmd//%s/$rel}
         cmd=${cmd//%t/$tmp\/t$ti}
