@@ -1,7 +1,7 @@
 # ampc - a compiler from model definitions to mixed-precision training programs.
 #
 #   make            build/ampc
-#   make check      every test: unit, golden (FileCheck), round trip, the
+#   make check      every test: unit, golden (FileCheck), round trip, ci-check, the
 #                   suite again under ASan+UBSan, fuzz replay + a fixed fuzz run,
 #                   valgrind on the compiler
 #   make demo       the main job (README)
@@ -58,7 +58,7 @@ RTEST_BIN := $(patsubst tests/runtime/%.c,$(BUILD)/rtests/%,$(RTEST_SRC))
 CUDA_LIBS_SMOKE ?= 1
 NVCC     ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 
-.PHONY: FORCE fuzzlib e2e data nvcc-check all check unit golden roundtrip asan-check fuzz-check valgrind-check fuzz bench demo \
+.PHONY: FORCE fuzzlib e2e data nvcc-check all check unit golden roundtrip ci-check asan-check fuzz-check valgrind-check fuzz bench demo \
         deps install clean format mxnet-env mxnet-check
 all: $(BUILD)/ampc $(BUILD)/im2rec cuda
 
@@ -350,6 +350,13 @@ cuda-check: emu-nvcc-check
 golden: $(BUILD)/ampc
 	tests/golden/run.sh $(BUILD)/ampc
 
+# Generated graphs as CI artifacts (docs/ci.md): the naming rule pinned, JSON
+# documents order-independent and valid against their closed schemas
+# (python3-jsonschema), ampc diff, and examples/ci/ci.sh on today's models and
+# on planted regressions.
+ci-check: $(BUILD)/ampc
+	tests/ci/run.sh $(BUILD)/ampc
+
 roundtrip: $(BUILD)/ampc
 	tests/roundtrip.sh $(BUILD)/ampc
 
@@ -485,6 +492,7 @@ check:
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory golden
 	@$(MAKE) --no-print-directory roundtrip
+	@$(MAKE) --no-print-directory ci-check
 	@$(MAKE) --no-print-directory e2e
 	@$(MAKE) --no-print-directory mxnet-check
 	@$(MAKE) --no-print-directory valgrind-check
@@ -507,6 +515,7 @@ demo:
 
 bench: $(BUILD)/ampc
 	bench/compile_time.sh $(BUILD)/ampc
+	bench/diff.sh $(BUILD)/ampc
 
 deps:
 	@tools/deps.sh
