@@ -121,9 +121,9 @@ static void add_fact(Side *s, const char *key, json_object *v)
         &s->a, json_object_is_type(v, json_type_null) ? "null" : json_object_get_string(v));
 }
 
-static void add_fact_num(Side *s, const char *key, double v)
+static void add_fact_num(Side *s, const char *key, int64_t v)
 {
-    json_object *j = json_object_new_int64((int64_t)v);
+    json_object *j = json_object_new_int64(v);
     add_fact(s, key, j);
     json_object_put(j);
 }
@@ -154,23 +154,34 @@ static bool schema_readable(const char *schema, const char *kind)
     return v >= 1 && v <= 1; /* the current version is 1; there is no earlier one yet */
 }
 
+/* *acc += v, saturating (a document is input: its shapes may be anything) */
+static void add_sat(int64_t *acc, int64_t v)
+{
+    if (__builtin_add_overflow(*acc, v, acc))
+        *acc = INT64_MAX;
+}
+
 /* A parameter's facts, as report.c's graph_stats counts them. */
 static void param_facts(const DNode *d, int64_t *trainable, int64_t *aux, int64_t *bytes)
 {
     int64_t n = 1;
-    for (const char *p = d->shape + 1; *p && *p != ']';) {
+    for (const char *p = d->shape + 1; d->shape[0] == '[' && *p && *p != ']';) {
         char *e;
         long long v = strtoll(p, &e, 10);
-        if (e == p)
+        if (e == p || v < 0)
             return; /* a symbolic dimension: not a parameter's */
-        n *= v;
+        if (__builtin_mul_overflow(n, (int64_t)v, &n))
+            n = INT64_MAX;
         p = *e == ',' ? e + 1 : e;
     }
     bool moving = strstr(d->attrs, "kind=moving_") != NULL;
     bool shadow = strstr(d->attrs, "master=float32") && strcmp(d->dtype, "f32") != 0;
     int size = dtype_size(dtype_parse(d->dtype));
-    *(moving ? aux : trainable) += n;
-    *bytes += n * ((size ? size : 4) + (shadow ? 4 : 0));
+    int64_t b;
+    add_sat(moving ? aux : trainable, n);
+    if (__builtin_mul_overflow(n, (int64_t)((size ? size : 4) + (shadow ? 4 : 0)), &b))
+        b = INT64_MAX;
+    add_sat(bytes, b);
 }
 
 /* The facts a graph holds: its node count, casts, parameters, fusions. */
@@ -192,15 +203,15 @@ static void graph_facts(Side *s)
         for (int k = 0; k < 4; k++)
             nf[k] += strcmp(d->op, fused[k].op) == 0;
     }
-    add_fact_num(s, "nodes", (double)(s->n - casts - fusions)); /* the other classes count theirs */
-    add_fact_num(s, "casts", (double)casts);
-    add_fact_num(s, "params.trainable", (double)trainable);
-    add_fact_num(s, "params.aux", (double)aux);
-    add_fact_num(s, "params.bytes", (double)bytes);
+    add_fact_num(s, "nodes", s->n - casts - fusions); /* the other classes count theirs */
+    add_fact_num(s, "casts", casts);
+    add_fact_num(s, "params.trainable", trainable);
+    add_fact_num(s, "params.aux", aux);
+    add_fact_num(s, "params.bytes", bytes);
     char key[64];
     for (int k = 0; k < 4; k++) {
         snprintf(key, sizeof key, "fusions.%s", fused[k].rule);
-        add_fact_num(s, key, (double)nf[k]);
+        add_fact_num(s, key, nf[k]);
     }
 }
 
@@ -242,6 +253,15 @@ static int read_graph(Side *s, json_object *root)
             if (!f[k])
                 return fail("'%s': node %d lacks a string field (name, op, dtype, shape, layout)",
                             s->path, i);
+        if (op_lookup(f[1]) == OP_COUNT)
+            return fail("'%s': node '%s' has the unknown op '%s'", s->path, f[0], f[1]);
+        if (strcmp(f[2], "?") != 0 && dtype_parse(f[2]) == DT_UNKNOWN)
+            return fail("'%s': node '%s' has the unknown dtype '%s'", s->path, f[0], f[2]);
+        if (strcmp(f[3], "?") != 0 && (f[3][0] != '[' || f[3][strlen(f[3]) - 1] != ']'))
+            return fail("'%s': node '%s' has the shape '%s' (as [N,3,224,224], or ?)", s->path,
+                        f[0], f[3]);
+        if (strcmp(f[4], "nchw") != 0 && strcmp(f[4], "nhwc") != 0)
+            return fail("'%s': node '%s' has the layout '%s' (nchw or nhwc)", s->path, f[0], f[4]);
         d->name = arena_strdup(&s->a, f[0]);
         d->op = arena_strdup(&s->a, f[1]);
         d->dtype = arena_strdup(&s->a, f[2]);
@@ -507,7 +527,7 @@ static int load_side(const DiffOpts *o, Side *s, const char *path, const char *s
     head[k] = 0;
     const char *p = head + strspn(head, " \t\r\n");
     size_t n = strlen(path);
-    if (*p == '{') {
+    if (*p == '{' || *p == '[') {
         s->kind = "document";
         int rc = read_file_doc(s, path);
         if (!rc)

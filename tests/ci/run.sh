@@ -171,6 +171,28 @@ assert [c["class"] for c in d["classes"]][:1] == ["casts"], d["classes"]' "$tmp/
     if dodiff 2 "$tmp/v99.json" $rn && dodiff 2 $rn && dodiff 2 $rn $rn --ignore=nodez &&
        dodiff 2 /nonexistent $rn && dodiff 2 "$tmp/rn.json" "$tmp/rn.report.json"; then ok
     else bad "diff: errors exit 2"; fi
+    # hostile documents: refused with a message (exit 2), never a crash
+    n=0
+    while IFS= read -r doc; do
+        n=$((n + 1))
+        printf '%s\n' "$doc" > "$tmp/h$n.json"
+        if dodiff 2 "$tmp/h$n.json" examples/ci/golden/mlp.json && grep -q 'ampc diff: error: ' "$tmp/err"; then ok
+        else bad "diff: hostile document $n: $doc"; fi
+    done <<'DOCS'
+{"schema": "ampc-graph/1", "nodes": [{"name": 1}]}
+{"schema": "ampc-graph/1", "nodes": [{"name": "a", "op": "Input", "dtype": "f32", "shape": "[N]", "layout": "nchw", "inputs": ["b"], "attrs": [null]}]}
+{"schema": "ampc-graph/1", "nodes": [{"name": "", "op": "", "dtype": "", "shape": "", "layout": "", "inputs": [], "attrs": []}]}
+{"schema": "ampc-graph/1", "nodes": [{"name": "a", "op": "Input", "dtype": "f32", "shape": "[N", "layout": "nchw", "inputs": [], "attrs": []}]}
+{"schema": "ampc-graph/1", "nodes": [{"name": "a", "op": "Input", "dtype": "f32", "shape": "[N]", "layout": "nchw", "inputs": [], "attrs": []}, {"name": "a", "op": "Input", "dtype": "f32", "shape": "[N]", "layout": "nchw", "inputs": [], "attrs": []}]}
+{"schema": "ampc-graph/1", "nodes": "x"}
+{"schema": "ampc-report/1", "memplan": {"fixed_bytes": "x"}, "placement": 3}
+[1, 2]
+{"schema": 
+DOCS
+    # a parameter of 10^22 elements: counted saturating, compared, no overflow
+    echo '{"schema": "ampc-graph/1", "nodes": [{"name": "a", "op": "Param", "dtype": "f32", "shape": "[99999999999,99999999999]", "layout": "nchw", "inputs": [], "attrs": [null, 3]}], "train": [{"key": null, "value": {"a": [1]}}]}' > "$tmp/big.json"
+    if dodiff 1 "$tmp/big.json" examples/ci/golden/mlp.json && grep -q '^params: trainable 9223372036854775807 -> 17226' "$tmp/out"; then ok
+    else bad "diff: a parameter too large for int64"; fi
 fi
 
 # ---- examples/ci ----------------------------------------------------------------
