@@ -32,11 +32,12 @@ typedef struct {
 
 static const char *extension(const DumpOptions *o, const char *name)
 {
+    bool graph = pass_index(name) < pass_count;
     if (o->format == DF_JSON)
         return "json";
-    if (o->format == DF_DOT)
-        return "dot";
-    return pass_index(name) < pass_count ? "ir" : "txt";
+    if (o->format == DF_DOT && (graph || strcmp(name, "memplan") == 0))
+        return "dot"; /* the program and the placement have no Graphviz form: text */
+    return graph ? "ir" : "txt";
 }
 
 bool dump_path(const DumpOptions *o, const char *name, char *buf, size_t cap)
@@ -80,6 +81,19 @@ static char *provenance_text(const DumpOptions *o)
     if (o->prov)
         provenance_line(f, o->prov);
     return mem_close(&m);
+}
+
+/* Graphviz with the provenance as a comment after its first line. */
+static void dot_with_provenance(FILE *f, const DumpOptions *o, const char *dot)
+{
+    size_t first = strcspn(dot, "\n") + (strchr(dot, '\n') != NULL);
+    fwrite(dot, 1, first, f);
+    if (o->prov) { /* "// provenance: {...}": a comment of Graphviz's */
+        char *line = provenance_text(o);
+        fprintf(f, "//%s", line + 1);
+        free(line);
+    }
+    fputs(dot + first, f);
 }
 
 static void json_head(JsonW *w, const DumpOptions *o, const char *schema)
@@ -180,10 +194,14 @@ static void text_graph(FILE *f, const DumpOptions *o, const Graph *g, const char
     snprintf(banner, sizeof banner, "after %s", name);
     char *head = provenance_text(o);
     IrPrintOptions po = {.names = o->ids_names, .header = head};
-    if (o->format == DF_DOT)
-        ir_print_dot(f, g, banner);
-    else
+    MemFile m;
+    if (o->format == DF_DOT) {
+        ir_print_dot(mem_open(&m), g, banner);
+        dot_with_provenance(f, o, mem_close(&m));
+        free(m.text);
+    } else {
         ir_print_with(f, g, banner, &po);
+    }
     if (g->infer) {
         snprintf(banner, sizeof banner, "after %s (inference graph)", name);
         fputc('\n', f);
@@ -257,7 +275,10 @@ bool dump_memplan(const DumpOptions *o, const Graph *g, const BufferPlan *p)
     if (o->format == DF_JSON) {
         memplan_json(out.f, o, g, p);
     } else if (o->format == DF_DOT) {
-        plan_print_dot(out.f, g, p);
+        MemFile m;
+        plan_print_dot(mem_open(&m), g, p);
+        dot_with_provenance(out.f, o, mem_close(&m));
+        free(m.text);
     } else {
         char *head = provenance_text(o);
         plan_print_with(out.f, g, p, head);
