@@ -27,8 +27,8 @@ GEN_CFLAGS  := -Wno-unused-function -Wno-sign-compare -Wno-unused-parameter \
 # runtime/settings.c: the train settings' parsers, shared with the runtime (a leaf);
 # runtime/fileio.c: the one file-safety module of ampc, the programs and im2rec (a leaf).
 LIB_SRC  := $(wildcard ir/*.c ir/ops/*.c passes/*.c codegen/*.c) grammar/ast.c compiler/frontend.c \
-            compiler/report.c compiler/mxnet_json.c compiler/mxnet_export.c runtime/settings.c \
-            runtime/fileio.c compiler/json.c compiler/provenance.c compiler/dump.c \
+            compiler/report.c compiler/mxnet_json.c compiler/mxnet_export.c compiler/calibrate.c \
+            runtime/settings.c runtime/fileio.c compiler/json.c compiler/provenance.c compiler/dump.c \
             compiler/stages.c compiler/expect.c compiler/diff.c
 GEN_SRC  := $(BUILD)/gen/parser.c $(BUILD)/gen/lexer.c
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o)
@@ -461,6 +461,7 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/mpi.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/mpi_check.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/cuda_build.sh $(BUILD)/ampc
+	tests/e2e/gpucost.sh $(BUILD)/ampc
 
 # MXNet interoperability, checked against MXNet 1.9.1 itself (tests/mxnet/,
 # docs/mxnet.md).  make mxnet-env makes its Python environment from the

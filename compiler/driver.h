@@ -4,6 +4,7 @@
 #define AMPC_DRIVER_H
 
 #include "../codegen/codegen.h"
+#include "../passes/gpucost.h"
 #include "../passes/kvstore.h"
 #include "../passes/passes.h"
 
@@ -66,6 +67,23 @@ int train_optimizer_nstate(const Graph *g);
 bool train_loss_scale_dynamic(const Graph *g);
 /* The train block's kvstore placement (a quoted or bare name), or NULL. */
 const char *train_kvstore(const Graph *g);
+/* What the GPU cost model needs of g's train block (passes/gpucost.h): the
+ * optimizer and its state tensors, whether the loss scale is dynamic (the
+ * default under float16 AMP), the log interval; batch and autotune are the
+ * caller's. */
+void train_gpu_options(const Graph *g, GcOptions *o);
+/* calibrate.c: --calibrate's profile: the train step's measured calls, from
+ * the last profile record of a run's --json-log (JSON Lines, other lines
+ * skipped), and the batch of its last start event (0 when none).  False
+ * after an error through d (file:line: what is wrong). */
+typedef struct {
+    GcMeasured *calls; /* names malloc'ed */
+    int ncalls;
+    int64_t batch;
+    GcPhases phases; /* its phases_ms (< 0: absent) */
+} Profile;
+bool profile_read(Diag *d, const char *path, Profile *p);
+void profile_free(Profile *p);
 /* The same for v, given for key by an ampc flag (the message names flag). */
 bool train_flag_ok(const Graph *g, const char *key, const ConfigVal *v, const char *flag);
 /* The settings together against the model, as the program will check them
@@ -175,6 +193,7 @@ void provenance_line(FILE *f, const Provenance *p);
 #define MEMPLAN_SCHEMA "ampc-memplan/1"
 #define PROGRAM_SCHEMA "ampc-program/1"
 #define KVSTORE_SCHEMA "ampc-kvstore/1"
+#define GPUCOST_SCHEMA "ampc-gpu-cost/1"
 #define REPORT_SCHEMA "ampc-report/1"
 #define DIFF_SCHEMA "ampc-diff/1"
 
@@ -191,6 +210,8 @@ typedef struct {
     Diag *d;
 } DumpOptions;
 bool dump_wanted(const DumpOptions *o, const char *name);
+/* NAME given by name (--dump=NAME, not through --dump=all) */
+bool dump_named(const DumpOptions *o, const char *name);
 /* DIR/NN.NAME.EXT, the file --dump-dir gives entry NAME; false when it does
  * not fit in cap. */
 bool dump_path(const DumpOptions *o, const char *name, char *buf, size_t cap);
@@ -203,6 +224,8 @@ bool dump_memplan(const DumpOptions *o, const Graph *g, const BufferPlan *p);
 bool dump_program(const DumpOptions *o, const Program *p, const Graph *g);
 bool dump_kvstore(const DumpOptions *o, const Graph *g, const Program *p, const KvResult *r,
                   const char *text);
+/* the GPU cost model's calls (text; JSON: ampc-gpu-cost, docs/gpucost.md) */
+bool dump_gpucost(const DumpOptions *o, const Graph *g, const GcResult *r);
 /* g as an ampc-graph document (docs/schema/graph.schema.json). */
 void graph_json(FILE *f, const Graph *g, const char *after, const Provenance *prov);
 
@@ -217,6 +240,9 @@ struct Compilation {
     bool kv_bucket_set;          /* --kv-bucket-mb given (else the pass sizes buckets) */
     bool want_program;           /* lower the program */
     bool want_kv;                /* place the gradients */
+    bool want_gpu;               /* price the program on one GPU (the placement does too) */
+    const char *gpu_named;       /* "--dump=gpu-cost" or "--calibrate" when named: a
+                                  * machine without devices is then an error */
     bool kv_quiet;               /* only --report asks: skip a model the backend cannot lower */
     FILE *kv_explain;            /* --explain=kvstore, or NULL */
     /* what the stages made */
@@ -224,9 +250,13 @@ struct Compilation {
     bool planned, lowered, placed;
     Program prog;
     KvResult kvr;
+    KvMachine gpu_machine; /* what the GPU cost model priced on (gpu.m points here) */
+    GcResult gpu;
+    bool priced;
 };
 bool stage_memplan(Compilation *c);
 bool stage_program(Compilation *c);
+bool stage_gpucost(Compilation *c);
 bool stage_kvstore(Compilation *c);
 /* Runs the stages c asks for, in table order. */
 bool stages_run(Compilation *c);
@@ -246,6 +276,8 @@ typedef struct {
     int nstate;             /* fp32 optimizer tensors per trainable parameter */
     const KvPlan *kv;       /* the gradient placement and its predictions, or NULL */
     const KvResult *kvr;
+    const GcResult *gpu;     /* the GPU cost model's prediction (text only), or NULL */
+    const char *gpu_none;    /* a GPU program on a machine without devices: its name */
     const char *machine_arg; /* --machine as given (the text line), or NULL */
     Target target, kernels;
     const char *target_why; /* why --target=auto chose the CPU (words), or "" */

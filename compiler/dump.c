@@ -23,6 +23,14 @@ bool dump_wanted(const DumpOptions *o, const char *name)
     return false;
 }
 
+bool dump_named(const DumpOptions *o, const char *name)
+{
+    for (int i = 0; i < o->nnames; i++)
+        if (strcmp(o->names[i], name) == 0)
+            return true;
+    return false;
+}
+
 /* A dump being made: in memory until dump_end writes it. */
 typedef struct {
     MemFile m;
@@ -470,6 +478,103 @@ bool dump_kvstore(const DumpOptions *o, const Graph *g, const Program *p, const 
         if (o->prov)
             provenance_line(out.f, o->prov);
         fputs(text, out.f);
+    }
+    return dump_end(o, &out);
+}
+
+/* ---- the GPU cost model -------------------------------------------------------- */
+
+static void json_range(JsonW *w, const char *k, GcRange r, double scale)
+{
+    jw_object_inline(w, k);
+    jw_num(w, "fast", r.fast * scale);
+    jw_num(w, "slow", r.slow * scale);
+    jw_end_object(w);
+}
+
+static void json_gpu_call(JsonW *w, const GcCall *c)
+{
+    jw_object_inline(w, NULL);
+    jw_str(w, "step", gc_step_name(c->step));
+    if (c->call >= 0)
+        jw_int(w, "call", c->call);
+    else
+        jw_null(w, "call");
+    jw_str(w, "function", c->entry);
+    jw_str(w, "node", c->node);
+    jw_str(w, "family", gc_family_names[c->family]);
+    jw_num(w, "rd", c->rd);
+    jw_num(w, "wr", c->wr);
+    jw_object_inline(w, "flops");
+    for (int k = 0; k < GK_NFLOP; k++)
+        jw_num(w, gk_flop_names[k], c->flops[k]);
+    jw_end_object(w);
+    jw_num(w, "threads", c->threads);
+    jw_num(w, "serial", c->serial);
+    jw_str(w, "bound", gc_bound_names[c->bound]);
+    json_range(w, "ms", c->t, 1e3);
+    jw_array_inline(w, "kernels");
+    char k[sizeof c->kernels];
+    snprintf(k, sizeof k, "%s", c->kernels);
+    for (char *save = NULL, *t = strtok_r(k, "+", &save); t; t = strtok_r(NULL, "+", &save))
+        jw_str(w, NULL, t);
+    jw_end_array(w);
+    jw_end_object(w);
+}
+
+/* the text dump's content, as an ampc-gpu-cost document (docs/schema/) */
+static void gpucost_json(FILE *f, const DumpOptions *o, const Graph *g, const GcResult *r)
+{
+    JsonW w;
+    jw_init(&w, f);
+    json_head(&w, o, GPUCOST_SCHEMA);
+    jw_str(&w, "model", g->model);
+    jw_str(&w, "machine", r->m->name);
+    jw_int(&w, "batch", r->o.batch);
+    jw_array(&w, "constants");
+    for (int k = 0; k < gc_nconst; k++) {
+        const GcConst *c = gc_const(k);
+        jw_object_inline(&w, NULL);
+        jw_str(&w, "name", c->name);
+        jw_num(&w, "fast", c->fast);
+        jw_num(&w, "slow", c->slow);
+        jw_str(&w, "source", c->source);
+        jw_end_object(&w);
+    }
+    jw_end_array(&w);
+    jw_array(&w, "calls");
+    for (int i = 0; i < r->ncalls; i++)
+        json_gpu_call(&w, &r->calls[i]);
+    jw_end_array(&w);
+    jw_object(&w, "totals");
+    json_range(&w, "device_ms", r->device, 1e3);
+    json_range(&w, "host_ms", r->host, 1e3);
+    json_range(&w, "waits_ms", r->waits_cost, 1e3);
+    json_range(&w, "step_ms", r->step, 1e3);
+    json_range(&w, "images_s", r->images_s, 1);
+    jw_int(&w, "launches", r->launches);
+    jw_int(&w, "library_calls", r->libcalls);
+    jw_int(&w, "copies", r->copies);
+    jw_num(&w, "host_waits", r->waits);
+    json_range(&w, "memory_bytes", r->memory, 1);
+    json_range(&w, "autotune_s", r->autotune, 1);
+    jw_int(&w, "cudnn_plans", r->plans);
+    jw_end_object(&w);
+    jw_end_object(&w);
+}
+
+bool dump_gpucost(const DumpOptions *o, const Graph *g, const GcResult *r)
+{
+    if (!dump_wanted(o, "gpu-cost"))
+        return true;
+    DumpOut out;
+    dump_begin(o, "gpu-cost", &out);
+    if (o->format == DF_JSON) {
+        gpucost_json(out.f, o, g, r);
+    } else {
+        char *head = provenance_text(o);
+        gpucost_print_calls(out.f, g, r, head);
+        free(head);
     }
     return dump_end(o, &out);
 }

@@ -167,11 +167,12 @@ const PassDesc pass_pipeline[] = {
     /* the stages (stages.c): on the scheduled training graph */
     {"memplan", NULL, stage_memplan},
     {"program", NULL, stage_program},
+    {"gpu-cost", NULL, stage_gpucost},
     {"kvstore", NULL, stage_kvstore},
 };
 const int stage_count = (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]);
 const int pass_count =
-    (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]) - 3; /* not the stages */
+    (int)(sizeof pass_pipeline / sizeof pass_pipeline[0]) - 4; /* not the stages */
 
 int pass_index(const char *name)
 {
@@ -444,6 +445,19 @@ const char *train_kvstore(const Graph *g)
     if (!e || (e->val->kind != CV_SYM && e->val->kind != CV_STR))
         return NULL;
     return e->val->s;
+}
+
+void train_gpu_options(const Graph *g, GcOptions *o)
+{
+    RtTrainOptions t;
+    rt_train_options_default(&t);
+    char msg[1024];
+    for (int i = 0; i < g->ntrain; i++) /* checked already: a refused value changes nothing */
+        (void)setting_apply(&t, g->train[i].key, g->train[i].val, msg, sizeof msg);
+    o->nstate = train_optimizer_nstate(g);
+    o->optimizer = (int)t.optimizer;
+    o->dynamic = train_loss_scale_dynamic(g);
+    o->log_interval = t.log_interval;
 }
 
 bool train_flag_ok(const Graph *g, const char *key, const ConfigVal *v, const char *flag)

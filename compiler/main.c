@@ -49,6 +49,8 @@ typedef struct {
     bool kv_explain;        /* --explain=kvstore */
     bool kv_bucket_set;     /* --kv-bucket-mb given (else the pass sizes buckets) */
     bool mpi;               /* --mpi: the program runs under mpirun (links Open MPI) */
+    const char *calibrate;  /* --calibrate PROFILE: the GPU cost model against a measured run */
+    Profile profile;        /* its calls, read before the passes run */
 } Options;
 
 static void usage(FILE *f)
@@ -118,14 +120,19 @@ static void usage(FILE *f)
           "                          where gradients are summed and the optimizer runs\n"
           "                          (default auto: the cheapest the cost model predicts;\n"
           "                          docs/kvstore.md); --dump=kvstore, --explain=kvstore\n"
-          "  --machine=NAME|FILE     the machine the cost model assumes: cpu (default;\n"
+          "  --machine=NAME|FILE     the machine the cost models assume: cpu (default;\n"
           "                          --target=cuda: h200x8 with --devices=1), titanx-pcie3,\n"
-          "                          h100x8, h200x8, h100x8-100g, or a file\n"
+          "                          h100x8, h200x8, h100x8-100g, h100, h200, a100, or a file\n"
           "  --devices=N             devices per machine (CPU only: processes)\n"
           "  --machines=M            machines (default 1)\n"
           "  --kv-bucket-mb=X        gradient bucket size in MiB (0: one bucket; default:\n"
           "                          the size the model predicts fastest)\n"
           "  --kv-wire=f16|f32       dtype of 16-bit gradients on the wire (default: theirs)\n"
+          "  --dump=gpu-cost         the GPU cost model (--target=cuda): every call of a step\n"
+          "                          with its bytes, FLOPs, threads, bound and time range\n"
+          "                          (docs/gpucost.md); --report adds its summary\n"
+          "  --calibrate PROFILE     the cost model against a run's --json-log profile record,\n"
+          "                          per call family, with fitted efficiencies (--target=cuda)\n"
           "  --mpi                   build the program for mpirun: one process per rank, the\n"
           "                          gradients all-reduced over MPI (links Open MPI; implied\n"
           "                          by --kvstore=dist_sync; docs/kvstore.md)\n"
@@ -243,7 +250,8 @@ static bool dump_options_ok(const Options *o, Diag *d)
         return false;
     }
     for (int i = 0; u->format == DF_DOT && i < u->nnames; i++)
-        if (strcmp(u->names[i], "program") == 0 || strcmp(u->names[i], "kvstore") == 0) {
+        if (strcmp(u->names[i], "program") == 0 || strcmp(u->names[i], "kvstore") == 0 ||
+            strcmp(u->names[i], "gpu-cost") == 0) {
             diag_plain_error(d, "--dump=%s has no Graphviz form (text or json)", u->names[i]);
             return false;
         }
@@ -261,11 +269,12 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
     enum { O_NO_MEMPLAN = 400, O_NO_INPLACE, O_NO_SCHEDULE, O_CHECK_PROGRAM };
     enum { O_FROM_MXNET = 500, O_INPUT_SHAPE, O_LOSS, O_EMIT_SYM, O_EMIT_MXNET };
     enum { O_KVSTORE = 600, O_MACHINE, O_DEVICES, O_MACHINES, O_KV_BUCKET, O_KV_WIRE, O_MPI = 650,
-           O_KERNELS = 700 };
+           O_KERNELS = 700, O_CALIBRATE = 750 };
     enum { O_DUMP_IDS = 800, O_EXPECT, O_EXPECT_UPDATE };
     static const struct option longs[] = {
         {"kvstore", required_argument, NULL, O_KVSTORE},
         {"mpi", no_argument, NULL, O_MPI},
+        {"calibrate", required_argument, NULL, O_CALIBRATE},
         {"kernels", required_argument, NULL, O_KERNELS},
         {"machine", required_argument, NULL, O_MACHINE},
         {"devices", required_argument, NULL, O_DEVICES},
@@ -323,6 +332,7 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
                 return 1;
             break;
         case O_MPI: o->mpi = true; break;
+        case O_CALIBRATE: o->calibrate = optarg; break;
         case O_NO_MEMPLAN: o->no_memplan = true; break;
         case O_NO_INPLACE: o->no_inplace = true; break;
         case O_NO_SCHEDULE: o->pass.no_schedule = true; break;
@@ -460,6 +470,12 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
                                           : "model";
     o->dump.prov = &o->prov;
     o->dump.d = d;
+    bool gpu_cost = dump_named(&o->dump, "gpu-cost");
+    if ((gpu_cost || o->calibrate) && o->kernel_target != TARGET_CUDA) {
+        diag_plain_error(d, "%s prices the CUDA program: add --target=cuda",
+                         gpu_cost ? "--dump=gpu-cost" : "--calibrate");
+        return 1;
+    }
     const char *env = getenv("AMPC_VERIFY");
     if (env && strcmp(env, "1") == 0)
         o->verify = true;
@@ -684,6 +700,7 @@ static double now_ms(void)
 typedef struct {
     bool all;               /* --dump=all */
     bool program, kv, plan; /* the stages named: --dump=program, =kvstore, =memplan */
+    bool gpu;               /* --dump=gpu-cost or --calibrate: the GPU cost model by name */
     int last_graph;         /* the last graph pass a --dump names */
 } Wants;
 
@@ -697,10 +714,12 @@ static Wants wants_of(const Options *o)
         w.program |= strcmp(n, "program") == 0;
         w.kv |= strcmp(n, "kvstore") == 0;
         w.plan |= strcmp(n, "memplan") == 0;
+        w.gpu |= strcmp(n, "gpu-cost") == 0;
         if (k >= 0 && k < pass_count && k > w.last_graph)
             w.last_graph = k;
     }
-    w.kv |= o->kv_explain;
+    w.gpu |= o->calibrate != NULL;
+    w.kv |= o->kv_explain || w.gpu;
     w.plan |= w.program || w.kv;
     return w;
 }
@@ -746,6 +765,29 @@ static Graph *load_input(const Options *o, Diag *d, int *done)
     return g;
 }
 
+/* --report on a GPU program whose machine has no device to price: the line
+ * that says so (NULL when the report has the GPU cost model's lines) */
+static const char *gpu_none(const Options *o, const Compilation *c)
+{
+    return o->kernel_target == TARGET_CUDA && c->placed && !c->priced ? c->kvr.machine : NULL;
+}
+
+/* --calibrate: the GPU cost model's calls against the profile's, a factor
+ * per family (passes/gpucost.h) */
+static bool calibrate(const Options *o, const Compilation *c)
+{
+    if (!c->priced) {
+        diag_plain_error(o->dump.d, "--calibrate: the program was not priced");
+        return false;
+    }
+    GcFit fit;
+    if (!gpucost_fit(&c->gpu, o->profile.calls, o->profile.ncalls, &o->profile.phases, &fit,
+                     stderr))
+        return false;
+    gpucost_print_fit(stdout, &c->gpu, &fit);
+    return true;
+}
+
 /* --report and --expect: what the graph facts describe and what the stages
  * made; the report goes to stdout, the assertions are checked. */
 static bool finish_report(const Options *o, const Graph *fwd, const char *after, const Graph *g,
@@ -759,6 +801,8 @@ static bool finish_report(const Options *o, const Graph *fwd, const char *after,
                 .nstate = train_optimizer_nstate(g),
                 .kv = c->placed ? &c->prog.kv : NULL,
                 .kvr = &c->kvr,
+                .gpu = c->priced ? &c->gpu : NULL,
+                .gpu_none = gpu_none(o, c),
                 .machine_arg = o->machine,
                 .target = o->pass.target,
                 .kernels = o->kernel_target,
@@ -805,6 +849,15 @@ static int run(Options *o, Diag *d)
         return check_program(o, d);
     if (!outputs_distinct(o, d))
         return 1;
+    if (o->calibrate && !profile_read(d, o->calibrate, &o->profile))
+        return 1;
+    if (o->calibrate && o->batch <= 0 && o->profile.batch <= 0) {
+        diag_plain_error(d,
+                         "--calibrate: '%s' gives no batch size (no start event): give the "
+                         "run's --batch-size",
+                         o->calibrate);
+        return 1;
+    }
     int done = 0;
     double times[32] = {0}, t0 = now_ms();
     Graph *g = load_input(o, d, &done);
@@ -882,7 +935,10 @@ static int run(Options *o, Diag *d)
                              w.program ? "program" : "memplan");
         else
             diag_plain_error(d, "%s needs a model that trains (a loss head)",
-                             o->kv_explain ? "--explain=kvstore" : "--dump=kvstore");
+                             o->kv_explain  ? "--explain=kvstore"
+                             : o->calibrate ? "--calibrate"
+                             : w.gpu        ? "--dump=gpu-cost"
+                                            : "--dump=kvstore");
         ok = false;
     }
     /* the stages, on the scheduled graph */
@@ -890,6 +946,7 @@ static int run(Options *o, Diag *d)
      * the train block's kvstore key (the flags override it, as every key) */
     bool kv_named = o->kv_flags || train_kvstore(g);
     bool named = w.program || w.kv || kv_named;
+    bool gpu_report = (o->report || o->expect) && o->kernel_target == TARGET_CUDA;
     Compilation c = {.g = g,
                      .dump = &o->dump,
                      .no_memplan = o->no_memplan,
@@ -900,15 +957,21 @@ static int run(Options *o, Diag *d)
                      .kv_bucket_set = o->kv_bucket_set,
                      .want_program = w.program || w.all,
                      .want_kv = w.kv || w.all || o->report || o->expect || kv_named,
+                     .want_gpu = w.gpu || w.all || gpu_report,
+                     .gpu_named = o->calibrate ? "--calibrate"
+                                  : w.gpu      ? "--dump=gpu-cost"
+                                               : NULL,
                      .kv_quiet = !named,
                      .kv_explain = o->kv_explain ? stdout : NULL};
-    c.kv.batch = o->batch;
+    c.kv.batch = o->batch > 0 ? o->batch : o->calibrate ? o->profile.batch : 0;
     double tstages = now_ms();
     if (ok && g->infer && reached == pass_count - 1)
         ok = stages_run(&c);
     tstages = now_ms() - tstages;
     if (ok && (o->report || o->expect))
         ok = finish_report(o, fwd, fwd_after, g, &c);
+    if (ok && o->calibrate)
+        ok = calibrate(o, &c);
     double tgen = now_ms();
     if (ok && (o->output || o->source_only))
         ok = train_settings_fit(g) && generate(o, g, d, &c);
@@ -920,7 +983,7 @@ static int run(Options *o, Diag *d)
                 fprintf(stderr, "  %10.3f  %s%s\n", times[i], pass_pipeline[i].name,
                         i == 0 && !o->from_ir ? " (with parsing)" : i == 0 ? " (reading the dump)" : "");
         if (c.planned)
-            fprintf(stderr, "  %10.3f  memplan, program, kvstore\n", tstages);
+            fprintf(stderr, "  %10.3f  memplan, program, gpu-cost, kvstore\n", tstages);
         if (o->output || o->source_only)
             fprintf(stderr, "  %10.3f  codegen%s\n", tgen, o->source_only ? "" : " and cc");
         fprintf(stderr, "  %10.3f  total\n", now_ms() - t0);
@@ -943,6 +1006,7 @@ int main(int argc, char **argv)
         rc = run(&o, &d);
     else if (rc < 0)
         rc = 0;
+    profile_free(&o.profile);
     diag_free(&d);
     rt_inputs_reset(); /* the file-safety module's list of inputs */
     return rc;

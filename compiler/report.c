@@ -189,8 +189,13 @@ void report_text(FILE *f, const Report *r)
         plan_report(f, r->plan, r->batch);
         plan_report_params(f, r->train, r->nstate);
     }
-    if (r->kv)
-        report_kvstore(f, r->kv, r->kvr, r->machine_arg ? r->machine_arg : "cpu");
+    if (r->kv) /* the machine as resolved (a GPU program's default is not the CPU's) */
+        report_kvstore(f, r->kv, r->kvr, r->kvr->machine[0] ? r->kvr->machine : "cpu");
+    if (r->gpu) /* the GPU cost model of the program (docs/gpucost.md) */
+        gpucost_print_report(f, r->graph, r->gpu);
+    else if (r->gpu_none)
+        fprintf(f, "gpu: no cost model on %s: it has no devices (--machine=h100, h200 or a100)\n",
+                r->gpu_none);
     /* what a program would be built for, and why auto chose it */
     fprintf(f, "target: %s%s%s%s%s\n", target_name(r->target),
             r->kernels != r->target ? ", calling the CPU runtime's kernels (--kernels=cpu)" : "",

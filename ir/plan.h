@@ -210,6 +210,9 @@ void program_print(FILE *f, const Program *p);
 /* The same with a header after the first line (the `# provenance:` line,
  * which program_read skips). */
 void program_print_with(FILE *f, const Program *p, const char *header);
+/* s as program_print prints a name: a C string literal, bytes outside
+ * printable ASCII as three-digit octal escapes (the GPU cost dump's too). */
+void program_put_name(FILE *f, const char *s);
 /* Parses program_print's text, file `file` of d; false after reporting the
  * first problem as path:line:col: error.  *out is the caller's to
  * program_free either way. */

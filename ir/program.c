@@ -52,7 +52,7 @@ void program_free(Program *p)
 
 /* ---- printing -------------------------------------------------------------- */
 
-static void put_string(FILE *f, const char *s)
+void program_put_name(FILE *f, const char *s)
 {
     fputc('"', f);
     for (const unsigned char *c = (const unsigned char *)s; *c; c++)
@@ -113,7 +113,7 @@ void program_print_with(FILE *f, const Program *p, const char *header)
     if (header)
         fputs(header, f);
     fputs("model ", f);
-    put_string(f, p->model ? p->model : "");
+    program_put_name(f, p->model ? p->model : "");
     fprintf(f, "\narena %lld+%lldN\n", (long long)p->arena.fixed, (long long)p->arena.per_sample);
     for (int i = 0; i < p->nbuf; i++) {
         const ProgBuffer *b = &p->buf[i];
@@ -123,7 +123,7 @@ void program_print_with(FILE *f, const Program *p, const char *header)
             fprintf(f, "%s ", layout_name(b->layout));
         if (b->in_arena)
             fprintf(f, "@%lld+%lldN ", (long long)b->offset.fixed, (long long)b->offset.per_sample);
-        put_string(f, b->name ? b->name : "");
+        program_put_name(f, b->name ? b->name : "");
         fputc('\n', f);
     }
     for (int k = 0; k < STEP_COUNT; k++) {

@@ -38,45 +38,98 @@ typedef struct {
 
 #define MK(k, kind) {#k, kind, offsetof(KvMachine, k)}
 static const MKey mkeys[] = {
-    MK(name, MK_NAME),          MK(devices, MK_INT),          MK(device_tflops, MK_NUM),
-    MK(device_mem_GBps, MK_NUM), MK(device_fused_mp, MK_FLAG), MK(link_GBps, MK_NUM),
-    MK(link_latency_us, MK_NUM), MK(pcie_GBps, MK_NUM),        MK(pcie_latency_us, MK_NUM),
-    MK(host_mem_GBps, MK_NUM),  MK(host_cvt_Gelem_s, MK_NUM),  MK(host_tflops, MK_NUM),
-    MK(host_fused_mp, MK_FLAG), MK(net_Gbps, MK_NUM),          MK(net_latency_us, MK_NUM),
+    MK(name, MK_NAME),
+    MK(devices, MK_INT),
+    MK(device_mem_GBps, MK_NUM),
+    MK(device_fused_mp, MK_FLAG),
+    MK(link_GBps, MK_NUM),
+    MK(link_latency_us, MK_NUM),
+    MK(pcie_GBps, MK_NUM),
+    MK(pcie_latency_us, MK_NUM),
+    MK(host_mem_GBps, MK_NUM),
+    MK(host_cvt_Gelem_s, MK_NUM),
+    MK(host_tflops, MK_NUM),
+    MK(host_fused_mp, MK_FLAG),
+    MK(net_Gbps, MK_NUM),
+    MK(net_latency_us, MK_NUM),
+    /* one device, for the GPU cost model (passes/gpucost.c) */
+    MK(sm_count, MK_INT),
+    MK(sm_clock_GHz, MK_NUM),
+    MK(threads_per_sm, MK_INT),
+    MK(l2_MB, MK_NUM),
+    MK(device_mem_GB, MK_NUM),
+    MK(tc_f16_tflops, MK_NUM),
+    MK(tc_bf16_tflops, MK_NUM),
+    MK(tc_tf32_tflops, MK_NUM),
+    MK(fp32_tflops, MK_NUM),
+    MK(fp64_tflops, MK_NUM),
+    MK(dram_latency_ns, MK_NUM),
+    MK(l2_latency_ns, MK_NUM),
+    MK(launch_us, MK_NUM),
+    MK(api_us, MK_NUM),
 };
 #define NMKEYS ((int)(sizeof mkeys / sizeof mkeys[0]))
 
 /* Built-in machines: the numbers and their sources are in docs/kvstore.md
- * ("Built-in machines"); keep the two in step. */
+ * ("Built-in machines"); keep the two in step.  Each string is parsed as a
+ * machine file is. */
+#define NO_GPU                                                                                     \
+    "sm_count = 0\nsm_clock_GHz = 0\nthreads_per_sm = 0\nl2_MB = 0\ndevice_mem_GB = 0\n"           \
+    "tc_f16_tflops = 0\ntc_bf16_tflops = 0\ntc_tf32_tflops = 0\nfp32_tflops = 0\n"                 \
+    "fp64_tflops = 0\ndram_latency_ns = 0\nl2_latency_ns = 0\nlaunch_us = 0\napi_us = 0\n"
+/* one H100 SXM5 (H200: the same die) without its memory */
+#define HOPPER_SXM                                                                                 \
+    "sm_count = 132\nsm_clock_GHz = 1.98\nthreads_per_sm = 2048\nl2_MB = 50\n"                     \
+    "tc_f16_tflops = 989.4\ntc_bf16_tflops = 989.4\ntc_tf32_tflops = 494.7\n"                      \
+    "fp32_tflops = 66.9\nfp64_tflops = 33.5\ndram_latency_ns = 300\nl2_latency_ns = 100\n"         \
+    "launch_us = 2\napi_us = 4\n"
+#define H100_MEM "device_mem_GB = 80\ndevice_mem_GBps = 3350\n"
+#define H200_MEM "device_mem_GB = 141\ndevice_mem_GBps = 4800\n"
+/* an H100 or H200 server's links and host (the devices key apart) */
+#define HGX_HOST                                                                                   \
+    "device_fused_mp = 1\nlink_GBps = 450\nlink_latency_us = 5\npcie_GBps = 50\n"                  \
+    "pcie_latency_us = 5\nhost_mem_GBps = 40\nhost_cvt_Gelem_s = 2\nhost_tflops = 5\n"             \
+    "host_fused_mp = 1\n"
 static const char *const builtin_text[] = {
     /* this project's CPU-only build machine class: 2 cores */
-    "name = cpu\ndevices = 0\ndevice_tflops = 0\ndevice_mem_GBps = 0\ndevice_fused_mp = 0\n"
+    "name = cpu\ndevices = 0\ndevice_mem_GBps = 0\ndevice_fused_mp = 0\n"
     "link_GBps = 5\nlink_latency_us = 2\npcie_GBps = 0\npcie_latency_us = 0\n"
     "host_mem_GBps = 10\nhost_cvt_Gelem_s = 0.5\nhost_tflops = 0.05\nhost_fused_mp = 1\n"
-    "net_Gbps = 10\nnet_latency_us = 30\n",
+    "net_Gbps = 10\nnet_latency_us = 30\n" NO_GPU,
     /* 4x TITAN X (Pascal) on PCIe 3.0 x16, P2P through the PCIe switch */
-    "name = titanx-pcie3\ndevices = 4\ndevice_tflops = 5.5\ndevice_mem_GBps = 480\n"
+    "name = titanx-pcie3\ndevices = 4\ndevice_mem_GBps = 480\n"
     "device_fused_mp = 1\nlink_GBps = 10\nlink_latency_us = 10\npcie_GBps = 12\n"
     "pcie_latency_us = 10\nhost_mem_GBps = 20\nhost_cvt_Gelem_s = 1\nhost_tflops = 0.5\n"
-    "host_fused_mp = 1\nnet_Gbps = 10\nnet_latency_us = 30\n",
+    "host_fused_mp = 1\nnet_Gbps = 10\nnet_latency_us = 30\n"
+    "sm_count = 28\nsm_clock_GHz = 1.531\nthreads_per_sm = 2048\nl2_MB = 3\ndevice_mem_GB = 12\n"
+    "tc_f16_tflops = 11\ntc_bf16_tflops = 11\ntc_tf32_tflops = 11\nfp32_tflops = 11\n"
+    "fp64_tflops = 0.34\ndram_latency_ns = 450\nl2_latency_ns = 200\nlaunch_us = 3\n"
+    "api_us = 4\n",
     /* 8x H100 SXM on NVLink 4 (NVSwitch), 400 Gb/s between machines */
-    "name = h100x8\ndevices = 8\ndevice_tflops = 75\ndevice_mem_GBps = 3350\n"
-    "device_fused_mp = 1\nlink_GBps = 450\nlink_latency_us = 5\npcie_GBps = 50\n"
-    "pcie_latency_us = 5\nhost_mem_GBps = 40\nhost_cvt_Gelem_s = 2\nhost_tflops = 5\n"
-    "host_fused_mp = 1\nnet_Gbps = 400\nnet_latency_us = 5\n",
+    "name = h100x8\ndevices = 8\n" H100_MEM HGX_HOST
+    "net_Gbps = 400\nnet_latency_us = 5\n" HOPPER_SXM,
     /* 8x H200 on NVLink 4: H100's links, faster memory */
-    "name = h200x8\ndevices = 8\ndevice_tflops = 80\ndevice_mem_GBps = 4800\n"
-    "device_fused_mp = 1\nlink_GBps = 450\nlink_latency_us = 5\npcie_GBps = 50\n"
-    "pcie_latency_us = 5\nhost_mem_GBps = 40\nhost_cvt_Gelem_s = 2\nhost_tflops = 5\n"
-    "host_fused_mp = 1\nnet_Gbps = 400\nnet_latency_us = 5\n",
+    "name = h200x8\ndevices = 8\n" H200_MEM HGX_HOST
+    "net_Gbps = 400\nnet_latency_us = 5\n" HOPPER_SXM,
     /* h100x8 with one 100 Gb/s link per machine */
-    "name = h100x8-100g\ndevices = 8\ndevice_tflops = 75\ndevice_mem_GBps = 3350\n"
-    "device_fused_mp = 1\nlink_GBps = 450\nlink_latency_us = 5\npcie_GBps = 50\n"
+    "name = h100x8-100g\ndevices = 8\n" H100_MEM HGX_HOST
+    "net_Gbps = 100\nnet_latency_us = 10\n" HOPPER_SXM,
+    /* one H100 SXM, one H200, one A100 SXM 80 GB: the GPU cost model's machines */
+    "name = h100\ndevices = 1\n" H100_MEM HGX_HOST
+    "net_Gbps = 400\nnet_latency_us = 5\n" HOPPER_SXM,
+    "name = h200\ndevices = 1\n" H200_MEM HGX_HOST
+    "net_Gbps = 400\nnet_latency_us = 5\n" HOPPER_SXM,
+    "name = a100\ndevices = 1\ndevice_mem_GB = 80\ndevice_mem_GBps = 2039\n"
+    "device_fused_mp = 1\nlink_GBps = 300\nlink_latency_us = 5\npcie_GBps = 25\n"
     "pcie_latency_us = 5\nhost_mem_GBps = 40\nhost_cvt_Gelem_s = 2\nhost_tflops = 5\n"
-    "host_fused_mp = 1\nnet_Gbps = 100\nnet_latency_us = 10\n",
+    "host_fused_mp = 1\nnet_Gbps = 200\nnet_latency_us = 5\n"
+    "sm_count = 108\nsm_clock_GHz = 1.41\nthreads_per_sm = 2048\nl2_MB = 40\n"
+    "tc_f16_tflops = 312\ntc_bf16_tflops = 312\ntc_tf32_tflops = 156\nfp32_tflops = 19.5\n"
+    "fp64_tflops = 9.7\ndram_latency_ns = 400\nl2_latency_ns = 150\nlaunch_us = 2\n"
+    "api_us = 4\n",
 };
-const char *const kv_builtin_names[] = {"cpu", "titanx-pcie3", "h100x8", "h200x8", "h100x8-100g",
-                                        NULL};
+const char *const kv_builtin_names[] = {"cpu",  "titanx-pcie3", "h100x8", "h200x8", "h100x8-100g",
+                                        "h100", "h200",         "a100",   NULL};
 
 static bool mfail(Diag *d, int file, int line, int col, const char *fmt, const char *a,
                   const char *b)
@@ -150,12 +203,22 @@ static bool machine_line(Diag *d, int file, int line, const char *s, size_t n, K
     return true;
 }
 
-/* the values that would make the model divide by zero, where they are used */
+/* the value of key k of m as a number */
+static double machine_value(const KvMachine *m, int k)
+{
+    const void *field = (const char *)m + mkeys[k].off;
+    return mkeys[k].kind == MK_NUM ? *(const double *)field : (double)*(const int *)field;
+}
+
+/* the values that would make the models divide by zero, where they are used */
 static bool machine_check(Diag *d, int file, const KvMachine *m, const int *seen)
 {
     static const char *const always[] = {"link_GBps", "host_mem_GBps", "host_cvt_Gelem_s",
                                          "host_tflops", "net_Gbps"};
-    static const char *const gpu[] = {"device_tflops", "device_mem_GBps", "pcie_GBps"};
+    static const char *const gpu[] = {
+        "device_mem_GBps", "pcie_GBps",       "sm_count",       "sm_clock_GHz",   "threads_per_sm",
+        "device_mem_GB",   "tc_f16_tflops",   "tc_bf16_tflops", "tc_tf32_tflops", "fp32_tflops",
+        "fp64_tflops",     "dram_latency_ns", "l2_latency_ns"};
     for (int k = 0; k < NMKEYS; k++) {
         const char *key = mkeys[k].key;
         bool need = false;
@@ -163,7 +226,7 @@ static bool machine_check(Diag *d, int file, const KvMachine *m, const int *seen
             need |= strcmp(always[i], key) == 0;
         for (size_t i = 0; m->devices > 0 && i < sizeof gpu / sizeof gpu[0]; i++)
             need |= strcmp(gpu[i], key) == 0;
-        if (need && *(const double *)(const void *)((const char *)m + mkeys[k].off) <= 0)
+        if (need && machine_value(m, k) <= 0)
             return mfail(d, file, seen[k], 1, "'%s' must be > 0%s", key,
                          m->devices > 0 ? " on a machine with devices" : "");
     }
@@ -353,13 +416,18 @@ static void collect(Kv *k, const Graph *g, const Program *p)
         DIE("out of memory");
     double fwd_flops;
     double *f = call_flops(g, s, is_bwd, &fwd_flops);
-    double rate = k->cpu ? k->m->host_tflops * 1e12 / k->D : k->m->device_tflops * 1e12;
-    double bwd_flops = 0;
+    /* seconds per call: on a CPU-only machine its FLOPs at the host's
+     * rate; on a GPU, the GPU cost model's time of the call (one owner of
+     * the device's speed: its machine keys and efficiencies) */
+    if (!k->cpu && !k->o->call_sec)
+        DIE("kvstore: a machine with devices needs the GPU cost model's call times");
+    double rate = k->cpu ? k->m->host_tflops * 1e12 / k->D : 0;
     for (int c = 0; c < s->ncalls; c++)
-        bwd_flops += is_bwd[c] ? f[c] : 0;
+        f[c] = k->cpu ? f[c] * (double)k->batch / rate : k->o->call_sec[c];
     k->fwd_flops = fwd_flops;
-    k->fwd = fwd_flops * (double)k->batch / rate;
-    k->bwd = bwd_flops * (double)k->batch / rate;
+    k->fwd = k->bwd = 0;
+    for (int c = 0; c < s->ncalls; c++)
+        *(is_bwd[c] ? &k->bwd : &k->fwd) += f[c];
     for (int b = 0; b < p->nbuf; b++)
         writer[b] = -1;
     for (int c = 0; c < s->ncalls; c++)
@@ -399,9 +467,9 @@ static void collect(Kv *k, const Graph *g, const Program *p)
         for (int i = 0; i <= c && i < s->ncalls; i++)
             done += is_bwd[i] ? f[i] : 0;
         if (c < 0)
-            done = bwd_flops;
+            done = k->bwd;
         x->order = c < 0 ? s->ncalls : c;
-        x->ready = k->fwd + done * (double)k->batch / rate;
+        x->ready = k->fwd + done;
     }
     qsort(k->g, (size_t)k->ng, sizeof(Grad), grad_cmp);
     free(f);
@@ -642,10 +710,17 @@ static void print_table(FILE *f, const Kv *v, const Graph *g, const KvResult *r,
             v->opt, v->o->nstate, v->mp ? ", fp32 masters (multi-precision)" : "",
             v->dynamic ? ", dynamic loss scale" : "",
             v->m->host_fused_mp ? "fused" : "NOT fused", v->m->device_fused_mp ? "fused" : "NOT fused");
-    fprintf(f, "  compute: forward %.3f ms + backward %.3f ms = %.3f ms (%.4g GFLOP/sample forward, "
-               "backward 2x, at %g TFLOP/s)\n",
-            v->fwd * 1e3, v->bwd * 1e3, r->compute_ms, v->fwd_flops / 1e9,
-            v->cpu ? v->m->host_tflops / v->D : v->m->device_tflops);
+    if (v->cpu)
+        fprintf(f,
+                "  compute: forward %.3f ms + backward %.3f ms = %.3f ms (%.4g GFLOP/sample "
+                "forward, backward 2x, at %g TFLOP/s)\n",
+                v->fwd * 1e3, v->bwd * 1e3, r->compute_ms, v->fwd_flops / 1e9,
+                v->m->host_tflops / v->D);
+    else
+        fprintf(f,
+                "  compute: forward %.3f ms + backward %.3f ms = %.3f ms (the GPU cost model's "
+                "calls on %s, the middle of its range: docs/gpucost.md)\n",
+                v->fwd * 1e3, v->bwd * 1e3, r->compute_ms, v->m->name);
     fprintf(f, "  %-10s %12s %12s %12s %8s %9s\n", "placement", "step ms", "exposed ms", "samples/s",
             "buckets", "cap MiB");
     double total = (double)v->batch * v->D * v->M;

@@ -12,7 +12,6 @@
 typedef struct {
     char name[64];
     int devices;            /* accelerators per machine; 0: CPU only */
-    double device_tflops;   /* sustained training rate of one device, TFLOP/s */
     double device_mem_GBps; /* device memory bandwidth, GB/s */
     int device_fused_mp;    /* 1: a fused multi-precision update on the device */
     double link_GBps;       /* device to device inside a machine, per device and direction */
@@ -25,6 +24,22 @@ typedef struct {
     int host_fused_mp;      /* 1: a fused multi-precision update on the host */
     double net_Gbps;        /* between machines, per machine and direction, Gbit/s */
     double net_latency_us;
+    /* one device, as the GPU cost model sees it (passes/gpucost.h; 0 on a
+     * CPU-only machine): vendor figures and published measurements */
+    int sm_count;           /* streaming multiprocessors */
+    double sm_clock_GHz;    /* the boost clock the FLOP figures assume */
+    int threads_per_sm;     /* resident threads an SM holds at most */
+    double l2_MB;           /* L2 cache, MB (1e6 bytes) */
+    double device_mem_GB;   /* device memory, GB (1e9 bytes) */
+    double tc_f16_tflops;   /* dense tensor-core TFLOP/s, fp16 in, fp32 accumulate */
+    double tc_bf16_tflops;  /* the same for bf16 */
+    double tc_tf32_tflops;  /* the same for TF32 (fp32 convolutions only with --cudnn-fp32=tf32) */
+    double fp32_tflops;     /* fp32 FMA TFLOP/s (an FMA is two FLOPs) */
+    double fp64_tflops;     /* fp64 FMA TFLOP/s, without the tensor cores */
+    double dram_latency_ns; /* one dependent load that misses L2 */
+    double l2_latency_ns;   /* one dependent load that hits L2 */
+    double launch_us;       /* the device's time per kernel launched back to back */
+    double api_us;          /* the host's time per launch call */
 } KvMachine;
 
 /* Reads a machine file (key = value lines, # comments) into *m; false after
@@ -47,13 +62,16 @@ typedef struct {
     int nstate;            /* fp32 optimizer tensors per parameter */
     bool dynamic_scale;    /* the run's loss scale is dynamic (rt_loss_scale_mode, the
                             * program's rule: fp16 without a loss_scale is dynamic) */
+    const double *call_sec; /* a machine with devices: seconds of each train-step call on one
+                             * device at the batch, the GPU cost model's (passes/gpucost.h);
+                             * unused on a CPU-only machine */
 } KvOptions;
 
 /* What the pass predicts, for the dumps and --report. */
 typedef struct {
     KvPlace best;             /* the cheapest available */
     double step_ms[KV_COUNT]; /* < 0: not available */
-    double compute_ms;        /* forward + backward on one device */
+    double compute_ms;        /* forward + backward on one device (on a GPU: the cost model's) */
     double bucket_mib[KV_COUNT];
     int nbuckets[KV_COUNT];
     int64_t params, grad_bytes;

@@ -56,6 +56,8 @@ check() {
 for f in examples/*.sym; do
     check 0 "$f" "$f" --report --dump=all
 done
+# the GPU cost model's dump and report on a CUDA program (docs/gpucost.md)
+check 0 "gpu-cost" examples/resnet20_cifar.sym --target=cuda --machine=h100 --report --dump=gpu-cost
 
 # 2. error paths: inputs the golden tests expect to fail, with their flags
 # (spread evenly over the folder, so that lexer, parser, elaborate and pass

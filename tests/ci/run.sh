@@ -107,6 +107,9 @@ if want schemas; then
     "$ampc" examples/mlp.sym --target=cpu --report=json --batch-size=32 > "$d/report_batch.json"
     "$ampc" examples/resnext_mini.sym --amp=bfloat16 --target=cuda --kernels=cpu \
         --dump=schedule --dump=program --dump-format=json --dump-dir="$d/cuda" > /dev/null
+    # the GPU cost model's document (a machine with devices)
+    "$ampc" examples/resnext_mini.sym --amp=float16 --target=cuda --machine=h100 \
+        --dump=gpu-cost --dump-format=json > "$d/gpu-cost.json"
     # a model that does not train: its report has no plan and no placement
     printf 'model m(x: float32[N,4]) { return Activation(x, act_type="relu") }\n' > "$tmp/fwd.sym"
     "$ampc" "$tmp/fwd.sym" --report=json > "$d/report_fwd.json"
