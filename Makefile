@@ -51,7 +51,8 @@ RT_LIBS  := -lopenblas -lz -lm
 JSON_LIBS := $(shell pkg-config --libs json-c 2>/dev/null || echo -ljson-c) -lnettle
 # The emulator's tests link libampcemu.a and run in emu-check (below), not the plain loop.
 EMU_TEST_SRC := tests/runtime/test_cuda_emu.c tests/runtime/test_cuda_ops_emu.c \
-                tests/runtime/test_cuda_layout_emu.c tests/runtime/test_emu_checker.c
+                tests/runtime/test_cuda_layout_emu.c tests/runtime/test_emu_checker.c \
+                tests/runtime/test_gpucost_emu.c
 RTEST_SRC := $(filter-out $(EMU_TEST_SRC),$(wildcard tests/runtime/test_*.c))
 RTEST_BIN := $(patsubst tests/runtime/%.c,$(BUILD)/rtests/%,$(RTEST_SRC))
 # cuda-check loads the real cuDNN, cuBLAS(Lt) and NCCL (cuda_libs_smoke); not under ASan
@@ -321,10 +322,13 @@ $(BUILD)/emu/emu_fixtures.o: tests/runtime/emu_fixtures.cu
 $(BUILD)/libampcemu.a: $(EMU_OBJ)
 	rm -f $@
 	ar rcs $@ $^
+# test_gpucost_emu checks the cost model's kernel descriptions (ir/gpu_kernels.c) against them.
 $(EMU_TEST_BIN): $(BUILD)/rtests/%: tests/runtime/%.c tests/runtime/emu_test.h $(BUILD)/libampcemu.a \
-                 $(BUILD)/libampcrt.a $(BUILD)/emu/emu_fixtures.o
+                 $(BUILD)/libampcrt.a $(BUILD)/emu/emu_fixtures.o $(BUILD)/obj/ir/gpu_kernels.o
 	@mkdir -p $(@D)
-	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ $< $(if $(findstring checker,$*),$(BUILD)/emu/emu_fixtures.o) \
+	$(CC) $(RT_CFLAGS) $(CFLAGS) $(if $(findstring gpucost,$*),-Iir -I$(BUILD)/gen) -o $@ $< \
+	    $(if $(findstring checker,$*),$(BUILD)/emu/emu_fixtures.o) \
+	    $(if $(findstring gpucost,$*),$(BUILD)/obj/ir/gpu_kernels.o) \
 	    $(BUILD)/libampcemu.a $(BUILD)/libampcrt.a $(LDFLAGS) -lcmocka $(RT_LIBS)
 
 .PHONY: emu-check

@@ -3,6 +3,7 @@
 #include "gpu_kernels.h"
 
 #include <math.h>
+#include <string.h>
 
 const char *const gk_flop_names[GK_NFLOP] = {
     "f32_add", "f32_mul", "f32_div",  "f32_sqrt", "f32_func", "f32_cmp", "f64_add",
@@ -15,11 +16,17 @@ const char *const gk_entry_suffix[GE_COUNT] = {"", "_data", "_weight", "_forward
 /* the helpers the rows' expressions use (kernels.def's comment) */
 static double cdiv(double a, double b) { return b > 0 ? ceil(a / b) : 0; }
 
-/* ampc_cu_grid / ampc_lay_grid: 256-thread blocks, at most GK_GRID_CAP */
+/* the most blocks of a grid-stride launch: GK_GRID_CAP, or the emulation
+ * build's (gk_set_grid_cap) */
+static double grid_cap = GK_GRID_CAP;
+
+void gk_set_grid_cap(double cap) { grid_cap = cap >= 1 ? cap : GK_GRID_CAP; }
+
+/* ampc_cu_grid / ampc_lay_grid: 256-thread blocks, at most grid_cap */
 static double grid(double x)
 {
     double b = cdiv(x, GK_THREADS);
-    return b < 1 ? 1 : b > GK_GRID_CAP ? GK_GRID_CAP : b;
+    return b < 1 ? 1 : b > grid_cap ? grid_cap : b;
 }
 
 /* a grid-stride loop over x: thread 0 takes elements 0, T, 2T, ... */
@@ -42,10 +49,12 @@ static void add(GkLaunch *out, int *k, const GkLaunch *l)
 int gk_describe(OpKind op, GkEntry e, const GkDims *d, GkLaunch *out)
 {
     const double n = d->n, m = d->m, c = d->c, outer = d->outer, inner = d->inner, len = d->len;
-    const double win = d->win, wmax = d->wmax, cover = d->cover, s = d->s, s2 = d->s2, h = d->h,
-                 h2 = d->h2, acc = d->acc, fix = d->fix, glob = d->glob, dx = d->dx;
+    const double win = d->win, wmax = d->wmax, cover = d->cover, win2 = d->win2, cmax = d->cmax,
+                 s = d->s, s2 = d->s2, h = d->h, h2 = d->h2, acc = d->acc, fix = d->fix,
+                 glob = d->glob, dx = d->dx;
     const double dgamma = d->dgamma, dbeta = d->dbeta, saves = d->saves, bias = d->bias,
                  pad = d->pad, skip = d->skip, prob = d->prob, da = d->da, db = d->db;
+    const double chunks = d->chunks, chunks2 = d->chunks2;
     const int mode = (int)d->mode;
     const double N = d->N, C = d->C, K = d->K, G = d->G > 0 ? d->G : 1, cp = d->cp, HW = d->HW,
                  PQ = d->PQ, RS = d->RS, stride = d->stride;
@@ -55,7 +64,8 @@ int gk_describe(OpKind op, GkEntry e, const GkDims *d, GkLaunch *out)
     (void)h, (void)h2, (void)acc, (void)fix, (void)glob, (void)dx, (void)dgamma, (void)dbeta;
     (void)saves, (void)bias, (void)pad, (void)skip, (void)prob, (void)da, (void)db, (void)mode;
     (void)N, (void)C, (void)K, (void)G, (void)cp, (void)HW, (void)PQ, (void)RS, (void)stride;
-    (void)segs, (void)bmain, (void)btail;
+    (void)segs, (void)bmain, (void)btail, (void)chunks, (void)chunks2;
+    (void)win2, (void)cmax;
     int k = 0;
 #define GPUK(id, entry, kname, ...)                                                                \
     if (op == OP_##id && e == entry) {                                                             \
@@ -67,10 +77,27 @@ int gk_describe(OpKind op, GkEntry e, const GkDims *d, GkLaunch *out)
     return k;
 }
 
+int gk_describe_aux(const char *kernel, const GkDims *d, GkLaunch *out)
+{
+    const double n = d->n, s = d->s, h = d->h, acc = d->acc, da = d->da, db = d->db;
+    const int mode = (int)d->mode;
+    (void)n, (void)s, (void)h, (void)acc, (void)da, (void)db, (void)mode;
+    int k = 0;
+#define GPU_AUX(kname, ...)                                                                        \
+    if (k == 0 && strcmp(kernel, #kname) == 0) {                                                   \
+        GkLaunch l_ = {.kernel = #kname, __VA_ARGS__};                                             \
+        add(out, &k, &l_);                                                                         \
+    }
+#include "kernels.def"
+#undef GPU_AUX
+    return k;
+}
+
 int gk_describe_step(const GkStepDims *d, GkLaunch *out, const char **names)
 {
     const double xb = d->xb, yb = d->yb, rb = d->rb, dyn = d->dyn, e16 = d->e16, e32 = d->e32;
-    const double nblk = d->nblk, chunk0 = d->chunk0, ns = d->nstate, adam = d->adam, nag = d->nag;
+    const double nblk = d->nblk, chunk0 = d->chunk0, ns = d->nstate, adam = d->adam, nag = d->nag,
+                 h16 = d->h16;
     int k = 0;
 #define GPU_STEP(what, kname, ...)                                                                 \
     {                                                                                              \

@@ -81,6 +81,9 @@ typedef struct {
     double inflight;      /* of those, how many it has outstanding at once (0: 1) */
     GkAccess access;
     double flops[GK_NFLOP];
+    double cvt_const; /* conversions of integer constants to double (an accumulator zeroed
+                       * from a literal 0): the emulator counts them, nvcc folds them, so
+                       * the cross-check adds them to GK_CVT and the model never prices them */
     /* a library call: its GEMM's shape M x N over a reduction of K, and the
      * convolution's filter taps, stride and channels (the efficiency table's
      * classes, passes/gpucost.c) */
@@ -99,6 +102,8 @@ typedef struct {
     double win, wmax, cover;  /* pooling: mean window taps after clipping at the border,
                                * a full window's taps, the outputs whose window holds an input
                                * (mean over the inputs) */
+    double win2, cmax;        /* pooling: the mean of a clipped window's taps squared, the
+                               * most outputs whose window holds one input */
     double s, s2;             /* bytes of an element of the main dtype and of a second one */
     double h, h2;             /* 1 when that dtype is fp16 (a load decodes it: kernels/half.h) */
     double acc;               /* the call adds into its output */
@@ -108,6 +113,9 @@ typedef struct {
     double skip;                 /* BatchNorm's moving update reads the step's skip flag */
     double prob;                 /* Dropout's p: the share of elements dropped (not read) */
     double da, db;               /* a broadcast's backward writes the gradient of a, of b */
+    double chunks, chunks2;      /* a reduction's 512-wide chunk sums (ampc_k_bcast_reduce):
+                                  * (n / row) * ceil(row / 512), row the last axis, where the
+                                  * reduced side (chunks2: a broadcast's b) is 1 along it */
     double mode;                 /* the op's variant: its act_type, pool_type (1: max), unary op */
     double N, C, K, G, cp;       /* convolution and FullyConnected: batch, in and out channels,
                                * groups, C padded for cuDNN (3 -> 4, 5..7 -> 8) */
@@ -138,7 +146,13 @@ typedef struct {
     double chunk0;     /* elements of the largest block (min(chunk, largest tensor)) */
     double nstate;     /* fp32 optimizer state tensors per parameter */
     double adam, nag;  /* the update's kind (neither: SGD, with momentum when nstate) */
+    double h16;        /* 1: the 16-bit weights and gradients are fp16 (a load decodes) */
 } GkStepDims;
+
+/* The launch of a kernel no call or step makes (kernels.def's GPU_AUX rows:
+ * the fill, the one-tensor finite check, the binary ops' backward) at sizes
+ * d, into out[0]; 1, or 0 for a kernel without such a row. */
+int gk_describe_aux(const char *kernel, const GkDims *d, GkLaunch *out);
 
 #define GK_MAX_STEP 16
 /* The runtime's per-step launches and copies, in its order (docs/gpucost.md,
@@ -155,5 +169,10 @@ int gk_describe_step(const GkStepDims *d, GkLaunch *out, const char **names);
 #define GK_MT_THREADS 512
 #define GK_MT_CHUNK 65536
 #define GK_BN_CHUNK 512
+
+/* The emulator cross-check's: the rows' grids capped at cap blocks (the
+ * emulation build's ampc_emu_grid_cap, so its loops wrap at small sizes);
+ * 0 restores GK_GRID_CAP.  ampc itself never calls it. */
+void gk_set_grid_cap(double cap);
 
 #endif

@@ -194,36 +194,69 @@ static void conv_view(const Node *n, const Node *x, const Node *y, int64_t N, Gk
     d->pad = d->cp != d->C;
 }
 
-/* Pooling's windows along each spatial axis: the mean taps a clipped
- * window holds, a full window's taps, and the outputs whose window holds
- * an input (pool.cuh's window and range) */
+/* Pooling's windows along each spatial axis (pool.cuh's window and range;
+ * a window's taps are the product of its axes', so are the means below):
+ * the mean taps a clipped window holds and of their squares, a full
+ * window's taps, the outputs whose window holds an input (the mean and the
+ * most) */
 static void pool_view(const Node *n, const Node *x, const Node *y, int64_t N, GkDims *d)
 {
     bool global = node_bool(n, POOL_GLOBAL_POOL);
     const AttrVal *kt = node_tuple(n, POOL_KERNEL), *st = node_tuple(n, POOL_STRIDE),
                   *pt = node_tuple(n, POOL_PAD);
-    d->win = d->wmax = d->cover = 1;
+    d->win = d->win2 = d->wmax = d->cover = d->cmax = 1;
     for (int a = 2; a < x->shape.rank; a++) {
         int i = a - 2;
         double is = dimv(x->shape.d[a], N), os = dimv(y->shape.d[a], N);
         double k = global ? is : i < kt->t.n ? (double)kt->t.v[i] : 1;
         double s = global ? 1 : i < st->t.n ? (double)st->t.v[i] : 1;
         double p = global ? 0 : i < pt->t.n ? (double)pt->t.v[i] : 0;
-        double taps = 0, cov = 0;
+        double taps = 0, taps2 = 0, cov = 0, most = 0;
         for (double o = 0; o < os; o++) {
             double lo = o * s - p, hi = fmin(lo + k, is + p);
-            taps += fmax(0, fmin(hi, is) - fmax(lo, 0));
+            double t = fmax(0, fmin(hi, is) - fmax(lo, 0));
+            taps += t;
+            taps2 += t * t;
         }
         for (double e = 0; e < is; e++) { /* outputs o with o*s - p <= e < o*s - p + k */
             double first = ceil(fmax(0, e + p - k + 1) / s),
                    last = fmin(floor((e + p) / s), os - 1);
             cov += fmax(0, last - first + 1);
+            most = fmax(most, last - first + 1);
         }
         d->win *= os > 0 ? taps / os : 0;
+        d->win2 *= os > 0 ? taps2 / os : 0;
         d->wmax *= k;
         d->cover *= is > 0 ? cov / is : 0;
+        d->cmax *= most;
     }
     d->mode = node_enum(n, POOL_POOL_TYPE);
+}
+
+/* ampc_k_bcast_reduce's 512-wide chunk sums over full's rows (its last
+ * axis) when the reduced side is 1 along that axis */
+static double chunk_sums(const Shape *full, bool chunked, int64_t N)
+{
+    if (!chunked || full->rank == 0)
+        return 0;
+    double row = dimv(full->d[full->rank - 1], N), all = prod(full, 0, full->rank, N);
+    return row > 0 ? all / row * ceil(row / 512) : 0;
+}
+
+/* a broadcast side's size along the last axis is 1 (or it has no axes) */
+static bool one_along_last(const Shape *s, int64_t N)
+{
+    return s->rank == 0 || dimv(s->d[s->rank - 1], N) == 1;
+}
+
+/* the reduction reduces x's last axis (REDUCE_AXIS empty: all axes) */
+static bool reduces_last(const Node *n, const Node *x)
+{
+    const AttrVal *ax = node_tuple(n, REDUCE_AXIS);
+    for (int i = 0; i < ax->t.n; i++)
+        if (ax->t.v[i] == x->shape.rank - 1 || ax->t.v[i] == -1)
+            return true;
+    return ax->t.n == 0;
 }
 
 /* the sizes the family's rows read (kernels.def), from the node and its
@@ -289,8 +322,10 @@ static void call_dims(const Gc *c, const Node *n, const ProgCall *call, GkDims *
         dtype_dims(fwd ? x->dtype : n->dtype, &d->s2, &d->h2); /* x / dx */
         d->mode = fwd ? 0 : node_enum(n, SMO_NORMALIZATION);
     } else if (is_family(n, "reduce_forward")) {
+        const Node *x = in_node(c, n, 0);
         d->m = d->n;
-        d->n = numel(in_node(c, n, 0), N);
+        d->n = numel(x, N);
+        d->chunks = chunk_sums(&x->shape, reduces_last(n, x), N);
     } else if (is_family(n, "reduce_backward")) {
         d->m = numel(in_node(c, n, 0), N);
     } else if (is_family(n, "bcast_forward")) {
@@ -303,6 +338,9 @@ static void call_dims(const Gc *c, const Node *n, const ProgCall *call, GkDims *
         d->mode = node_enum(n, BCAST_OP);
         d->da = writes(call, 0);
         d->db = writes(call, 1);
+        const Shape *full = &in_node(c, n, 0)->shape;
+        d->chunks = chunk_sums(full, one_along_last(&in_node(c, n, 1)->shape, N), N);
+        d->chunks2 = chunk_sums(full, one_along_last(&in_node(c, n, 2)->shape, N), N);
     } else if (is_family(n, "concat")) {
         d->m = n->nin;
     } else if (is_family(n, "lrelu_forward") || is_family(n, "lrelu_backward")) {
@@ -600,7 +638,9 @@ static void step_dims(const Gc *gc, GkStepDims *s)
         if (gb < 0)
             continue;
         double e = (double)p->buf[gb].elems.fixed;
-        *(dtype_size(p->buf[p->param_buf[q]].dtype) < 4 ? &s->e16 : &s->e32) += e;
+        DType wt = p->buf[p->param_buf[q]].dtype;
+        *(dtype_size(wt) < 4 ? &s->e16 : &s->e32) += e;
+        s->h16 = s->h16 || wt == DT_F16;
         s->nblk += ceil(e / GK_MT_CHUNK);
         s->chunk0 = fmax(s->chunk0, fmin(e, GK_MT_CHUNK));
     }

@@ -11,7 +11,8 @@
 #   middle of the range, scaled by known factors per family, and its
 #   phases) recovers the factors; on ResNet-50 and resnext_mini;
 # - --calibrate refuses a profile of another model, a file without a
-#   profile record, and a malformed line (file:line).
+#   profile record, and a malformed line (file:line);
+# - every __global__ kernel of runtime/cuda/ has a row in ir/kernels.def.
 # usage: gpucost.sh AMPC
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -35,6 +36,20 @@ ranges_ok() {
              if (!(r[1] > 0 && r[1] <= r[2])) { print "bad range: " $0; bad = 1 } } }
          END { exit bad }' "$1"
 }
+
+# every __global__ kernel of runtime/cuda/ has a description in ir/kernels.def
+# (a GPUK, GPU_STEP or GPU_AUX row; test_gpucost_emu compares each row with
+# what the emulator counts when the kernel runs)
+: >"$tmp/log"
+sed -n 's/^__global__ void \([a-z0-9_]*\)(.*/\1/p' runtime/cuda/*.cuh runtime/cuda/*.cu | sort -u >"$tmp/globals"
+grep -o 'GPU\(K([A-Za-z0-9_]*, *[A-Z_]*, *\|_STEP("[^"]*", *\|_AUX(\)[a-z0-9_]*' ir/kernels.def |
+    sed 's/.*[(, ]//' | sort -u >"$tmp/rows"
+undescribed=$(comm -23 "$tmp/globals" "$tmp/rows" | tr '\n' ' ')
+if [ -s "$tmp/globals" ] && [ -z "$undescribed" ]; then
+    ok "every __global__ kernel of runtime/cuda/ ($(wc -l <"$tmp/globals")) has a row in ir/kernels.def"
+else
+    bad "kernels without a row in ir/kernels.def: ${undescribed:-none found}"
+fi
 
 n=0
 for f in examples/*.sym; do
