@@ -5,7 +5,8 @@
 #                   suite again under ASan+UBSan, fuzz replay + a fixed fuzz run,
 #                   valgrind on the compiler
 #   make demo       the main job (README)
-#   make deps       install what is missing (Debian, as root)
+#   make deps       install what the build and the demo need (tools/deps.txt;
+#                   Debian, as root); make deps-test adds the tests' packages
 #   make fuzz FUZZ_SECONDS=N, make bench, make install PREFIX=...
 
 CC      ?= cc
@@ -59,7 +60,7 @@ CUDA_LIBS_SMOKE ?= 1
 NVCC     ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 
 .PHONY: FORCE fuzzlib e2e data nvcc-check all check unit golden roundtrip ci-check asan-check fuzz-check valgrind-check fuzz bench demo \
-        deps install clean format mxnet-env mxnet-check
+        deps deps-test install clean format mxnet-env mxnet-check
 all: $(BUILD)/ampc $(BUILD)/im2rec cuda
 
 # ---- the compiler ----------------------------------------------------------
@@ -94,7 +95,7 @@ $(BUILD)/libampcrt.a: $(RT_OBJ)
 
 # The MPI engine (runtime/dist/mpi.c, docs/kvstore.md): an object that only
 # programs built with ampc --mpi link, compiled with mpicc where it exists
-# (Open MPI: make deps); no -Iruntime, so <mpi.h> is Open MPI's (-iquote
+# (Open MPI: make deps-test); no -Iruntime, so <mpi.h> is Open MPI's (-iquote
 # runtime: the runtime's own "kernels/..." includes, as device.h's).
 MPICC ?= $(shell command -v mpicc 2>/dev/null)
 MPI_OBJ := $(if $(MPICC),$(BUILD)/ampcmpi.o)
@@ -222,7 +223,7 @@ nccl-mpi-check:
 	@if [ -n "$(MPICC)" ] && command -v mpirun >/dev/null; then \
 	    $(MAKE) --no-print-directory $(BUILD)/rtests/nccl_boot_mpi && \
 	    tests/runtime/nccl_boot_mpi.sh $(BUILD)/rtests/nccl_boot_mpi; \
-	else echo "SKIPPED: nccl-mpi-check (the NCCL bootstrap over MPI): no mpicc or mpirun (make deps)"; fi
+	else echo "SKIPPED: nccl-mpi-check (the NCCL bootstrap over MPI): no mpicc or mpirun (make deps-test)"; fi
 
 # ---- the first GPU run (docs/backend-cuda.md, "The first GPU run") -------------
 # Never part of check.  gpu-check-build puts what a run needs into
@@ -461,6 +462,7 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/mpi.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/mpi_check.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/cuda_build.sh $(BUILD)/ampc
+	tests/e2e/deps.sh
 
 # MXNet interoperability, checked against MXNet 1.9.1 itself (tests/mxnet/,
 # docs/mxnet.md).  make mxnet-env makes its Python environment from the
@@ -487,7 +489,7 @@ valgrind-check: $(BUILD)/ampc
 
 # The steps run in this order (each may build in parallel with -j).
 check:
-	@$(MAKE) --no-print-directory deps
+	@$(MAKE) --no-print-directory deps-test
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory golden
@@ -518,7 +520,11 @@ bench: $(BUILD)/ampc
 	bench/diff.sh $(BUILD)/ampc
 
 deps:
-	@tools/deps.sh
+	@tools/deps.sh tools/deps.txt
+
+# the tests' packages too (tools/deps-test.txt): make check and .ci/run
+deps-test:
+	@tools/deps.sh tools/deps.txt tools/deps-test.txt
 
 # The digits data set (1,797 8x8 images) ships in Debian's python3-sklearn;
 # fetched at build time, never committed.
@@ -526,8 +532,8 @@ data: $(DATA_DIR)/digits.csv.gz
 $(DATA_DIR)/digits.csv.gz:
 	tools/fetch_digits.sh $(DATA_DIR)
 
-# Fashion-MNIST (IDX files) from Debian's dataset-fashion-mnist (make deps
-# installs it) into DATA_DIR/fashion-mnist, where --data fashion_mnist looks
+# Fashion-MNIST (IDX files) from Debian's dataset-fashion-mnist (make
+# deps-test installs it) into DATA_DIR/fashion-mnist, where --data fashion_mnist looks
 # first; never committed.
 fashion: $(DATA_DIR)/fashion-mnist/train-images-idx3-ubyte.gz
 $(DATA_DIR)/fashion-mnist/train-images-idx3-ubyte.gz:

@@ -46,7 +46,7 @@ ok() { pass=$((pass+1)); echo "PASS $1"; }
 bad() { fail=$((fail+1)); echo "FAIL $1"; [ -f "$tmp/log" ] && tail -20 "$tmp/log" | sed 's/^/    /'; }
 
 if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then
-    echo "FAIL mpi.sh: Open MPI is not installed (mpirun, mpicc): run make deps (tools/deps.txt:"
+    echo "FAIL mpi.sh: Open MPI is not installed (mpirun, mpicc): run make deps-test (tools/deps-test.txt:"
     echo "     openmpi-bin, libopenmpi-dev)"
     exit 1
 fi
