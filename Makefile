@@ -28,9 +28,10 @@ GEN_CFLAGS  := -Wno-unused-function -Wno-sign-compare -Wno-unused-parameter \
 # runtime/settings.c: the train settings' parsers, shared with the runtime (a leaf);
 # runtime/fileio.c: the one file-safety module of ampc, the programs and im2rec (a leaf).
 LIB_SRC  := $(wildcard ir/*.c ir/ops/*.c passes/*.c codegen/*.c) grammar/ast.c compiler/frontend.c \
-            compiler/report.c compiler/mxnet_json.c compiler/mxnet_export.c runtime/settings.c \
+            compiler/report.c compiler/opref.c compiler/cli.c compiler/mxnet_json.c compiler/mxnet_export.c runtime/settings.c \
             runtime/fileio.c compiler/json.c compiler/provenance.c compiler/dump.c \
-            compiler/stages.c compiler/expect.c compiler/diff.c
+            compiler/stages.c compiler/expect.c compiler/diff.c \
+            runtime/build_info.c runtime/suggest.c
 GEN_SRC  := $(BUILD)/gen/parser.c $(BUILD)/gen/lexer.c
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -60,7 +61,7 @@ CUDA_LIBS_SMOKE ?= 1
 NVCC     ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 
 .PHONY: FORCE fuzzlib e2e data nvcc-check all check unit golden roundtrip ci-check asan-check fuzz-check valgrind-check fuzz bench demo \
-        deps deps-test install clean format mxnet-env mxnet-check
+        deps deps-test ops-doc install clean format mxnet-env mxnet-check
 all: $(BUILD)/ampc $(BUILD)/im2rec cuda
 
 # ---- the compiler ----------------------------------------------------------
@@ -87,7 +88,25 @@ $(BUILD)/libampc.a: $(LIB_OBJ)
 
 $(BUILD)/obj/runtime/%.o: runtime/%.c
 	@mkdir -p $(@D)
-	$(CC) $(RT_CFLAGS) $(CFLAGS) -DAMPC_DEFAULT_DATA_DIR='"$(DATA_DIR)"' -c $< -o $@
+	$(CC) $(RT_CFLAGS) $(CFLAGS) $(RT_DEFINES) -c $< -o $@
+
+# The release version (ir/ir.h's AMPC_VERSION, the one place it is written)
+# and the git revision of the checkout ("-dirty" with uncommitted changes;
+# empty outside a checkout), for --version only: runtime/build_info.c and
+# compiler/cli.c include BUILD/gen/version.h, which is rewritten only when
+# they change, so a commit relinks ampc and the runtime and rebuilds nothing
+# else.  build_info.c also holds the data directory (make install puts its
+# own in the installed runtime).
+AMPC_RELEASE := $(shell sed -n 's/^\#define AMPC_VERSION "\(.*\)"$$/\1/p' ir/ir.h)
+GIT_REV := $(shell r=$$(git -C "$(CURDIR)" rev-parse --short=12 HEAD 2>/dev/null) && \
+             { git -C "$(CURDIR)" diff --quiet HEAD -- 2>/dev/null || r="$$r-dirty"; } && echo "$$r")
+$(BUILD)/gen/version.h: FORCE
+	@mkdir -p $(@D)
+	@printf '#define AMPC_RELEASE_VERSION "%s"\n#define AMPC_GIT_REV "%s"\n' \
+	    '$(AMPC_RELEASE)' '$(GIT_REV)' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; fi
+$(BUILD)/obj/runtime/build_info.o: RT_DEFINES = -I$(BUILD)/gen -DAMPC_DEFAULT_DATA_DIR='"$(DATA_DIR)"'
+$(BUILD)/obj/runtime/build_info.o $(BUILD)/obj/compiler/cli.o: $(BUILD)/gen/version.h
 
 $(BUILD)/libampcrt.a: $(RT_OBJ)
 	rm -f $@
@@ -350,6 +369,11 @@ cuda-check: emu-nvcc-check
 
 golden: $(BUILD)/ampc
 	tests/golden/run.sh $(BUILD)/ampc
+	tests/opsdoc.sh $(BUILD)/ampc
+
+# docs/ops.md is generated from the op table (compiler/opref.c; tests/opsdoc.sh)
+ops-doc: $(BUILD)/ampc
+	$(BUILD)/ampc --describe-op=all > docs/ops.md
 
 # Generated graphs as CI artifacts (docs/ci.md): the naming rule pinned, JSON
 # documents order-independent and valid against their closed schemas

@@ -11,7 +11,53 @@
 #include <string.h>
 
 #include "settings.h"
+#include "suggest.h"
 #include "train.h"
+
+/* rt_train_main's model, for --version (NULL when a test parses flags) */
+static const RtModel *version_model;
+
+/* --version: the program's model and how ampc built it (emitted into its
+ * RtModel), and the runtime's release and git revision (build_info.c). */
+static void print_version(const char *prog, FILE *out)
+{
+    const RtModel *m = version_model;
+    if (m && m->ampc_version)
+        fprintf(out, "%s: model %s (model hash %s), compiled by ampc %s\nbuilt with: %s\n", prog,
+                m->name, m->model_hash ? m->model_hash : "unknown", m->ampc_version,
+                m->built_with ? m->built_with : "unknown");
+    else if (m)
+        fprintf(out, "%s: model %s\n", prog, m->name);
+    fprintf(out, "runtime: ampc %s%s%s%s\n", rt_release_version(), *rt_git_revision() ? " (git " : "",
+            rt_git_revision(), *rt_git_revision() ? ")" : "");
+}
+
+/* "unknown option '--batchsize' (did you mean '--batch-size'?)", or an
+ * abbreviation that fits several flags, with them */
+static void bad_long_option(const char *prog, const char *arg, const struct option *longs, FILE *err)
+{
+    int n = (int)strcspn(arg + 2, "=");
+    char word[48];
+    snprintf(word, sizeof word, "%.*s", n < 40 ? n : 40, arg + 2);
+    const char *best = NULL;
+    int dist = 1 << 30, matches = 0;
+    for (const struct option *o = longs; o->name; o++) {
+        matches += n > 0 && strncmp(o->name, arg + 2, (size_t)n) == 0;
+        if (rt_suggest_closer(word, o->name, &dist))
+            best = o->name;
+    }
+    if (matches > 1) {
+        fprintf(err, "%s: option '--%.*s' is ambiguous: it could be", prog, n, arg + 2);
+        for (const struct option *o = longs; o->name; o++)
+            if (strncmp(o->name, arg + 2, (size_t)n) == 0)
+                fprintf(err, " --%s", o->name);
+        fputc('\n', err);
+    } else if (best) {
+        fprintf(err, "%s: unknown option '--%.*s' (did you mean '--%s'?)\n", prog, n, arg + 2, best);
+    } else {
+        fprintf(err, "%s: unknown option '--%.*s'\n", prog, n, arg + 2);
+    }
+}
 
 static void usage(const RtTrainOptions *o, FILE *out)
 {
@@ -86,6 +132,7 @@ static void usage(const RtTrainOptions *o, FILE *out)
             "                      GEMM's cuDNN and cuBLASLt descriptors, query cuDNN's\n"
             "                      heuristic, print one line per distinct one, and exit\n"
             "  -h, --help          this text\n"
+            "  --version           the model, how ampc built this program, the runtime's version\n"
             "Testing: --inject-inf-at-step=K (step K's gradients overflow),\n"
             "  --inject-nan=NODE:STEP (a NaN in NODE's output at STEP),\n"
             "  --dump-state FILE (write the first step's gradients and stop),\n"
@@ -111,13 +158,14 @@ static const struct option *long_options(void)
     if (longopts[0].name)
         return longopts;
     int n = 0;
-    for (int i = 0; i < rt_nsettings && n < 62; i++)
+    for (int i = 0; i < rt_nsettings && n < 61; i++)
         if (rt_settings[i].flag)
             longopts[n++] = (struct option){rt_settings[i].flag,
                                             rt_settings[i].has_arg ? required_argument
                                                                    : no_argument,
                                             NULL, 256 + i};
-    longopts[n] = (struct option){"help", no_argument, NULL, 'h'};
+    longopts[n++] = (struct option){"help", no_argument, NULL, 'h'};
+    longopts[n] = (struct option){"version", no_argument, NULL, 'V'};
     return longopts;
 }
 
@@ -136,6 +184,10 @@ int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FIL
             usage(o, out);
             return 0;
         }
+        if (c == 'V') {
+            print_version(o->prog, out);
+            return 0;
+        }
         if (c == ':') {
             fprintf(err, "%s: option '%s' needs a value\nTry '%s --help'.\n", o->prog,
                     argv[optind - 1], o->prog);
@@ -147,6 +199,8 @@ int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FIL
                         (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
             else if (optopt)
                 fprintf(err, "%s: unknown option '-%c'\n", o->prog, optopt);
+            else if (strncmp(argv[optind - 1], "--", 2) == 0)
+                bad_long_option(o->prog, argv[optind - 1], longopts, err);
             else
                 fprintf(err, "%s: unknown option '%s'\n", o->prog, argv[optind - 1]);
             fprintf(err, "Try '%s --help'.\n", o->prog);
@@ -171,6 +225,7 @@ int rt_train_main(int argc, char **argv, const RtModel *m)
 {
     RtTrainOptions o;
     char err[1024];
+    version_model = m;
     rt_train_options_default(&o);
     if (argc > 0 && argv[0]) {
         const char *slash = strrchr(argv[0], '/');

@@ -446,11 +446,7 @@ void rt_train_options_default(RtTrainOptions *o)
     o->seed = 42;
     o->data = "synthetic";
     const char *dir = getenv("AMPC_DATA_DIR");
-#ifdef AMPC_DEFAULT_DATA_DIR
-    o->data_dir = dir && *dir ? dir : AMPC_DEFAULT_DATA_DIR;
-#else
-    o->data_dir = dir && *dir ? dir : "./data";
-#endif
+    o->data_dir = dir && *dir ? dir : rt_default_data_dir();
     o->init = "xavier(rnd_type=\"uniform\", factor_type=\"avg\", magnitude=3)";
     o->log_interval = 50;
     o->threads = 0;
