@@ -896,6 +896,7 @@ SETTING(set_data_decode_mb)
 }
 SETTING(set_random_mirror) { UNUSED_ARGS; o->augment_mirror = true; return true; }
 SETTING(set_eval_only) { UNUSED_ARGS; o->eval_only = true; return true; }
+SETTING(set_overwrite) { UNUSED_ARGS; o->overwrite = true; return true; }
 SETTING(set_check_numerics) { UNUSED_ARGS; o->check_numerics = true; return true; }
 SETTING(set_profile) { UNUSED_ARGS; o->profile = true; return true; }
 
@@ -1039,6 +1040,7 @@ const RtSetting rt_settings[] = {
     {NULL, "profile", FLAG, false, "", set_profile},
     {NULL, "save-dir", FLAG, true, "a directory", set_save_dir},
     {NULL, "resume", FLAG, true, "a checkpoint file", set_resume},
+    {NULL, "overwrite", FLAG, false, "", set_overwrite},
     {NULL, "eval-only", FLAG, false, "", set_eval_only},
     {NULL, "check-numerics", FLAG, false, "", set_check_numerics},
     {NULL, "inject-inf-at-step", FLAG, true, "a step number >= 0", set_inject_inf},

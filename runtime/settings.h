@@ -145,7 +145,9 @@ typedef struct {
     int64_t data_decode_mb; /* the memory recordio's decoding threads share, MiB; 0: a quarter
                              * of physical memory, at most 4096 */
     RtLossScaleConfig loss_scale;
-    const char *save_dir; /* a checkpoint per epoch: <save_dir>/<model>-<epoch+1 %04d>.params */
+    const char *save_dir; /* a checkpoint per epoch: <save_dir>/<model>-<epoch+1 %04d>.ckpt
+                           * (a run stopped mid-epoch: <model>-step<step %06d>.ckpt) */
+    bool overwrite;       /* --save-dir may hold another run's checkpoints */
     const char *resume;   /* a checkpoint to continue from */
     bool eval_only;       /* validate the resumed (or initial) parameters and stop */
     bool check_numerics;  /* name the first node whose output holds inf/NaN */

@@ -497,6 +497,13 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 o->inject_nan_node);
         return 2;
     }
+    /* a directory of another run's checkpoints is not this run's to fill */
+    if (o->save_dir && !o->resume && !o->overwrite &&
+        !rt_save_dir_check(o->save_dir, m->name, msg, sizeof msg)) {
+        fprintf(err, "%s: %s\n", o->prog, msg);
+        run_free(&run);
+        return 2;
+    }
     /* --independent-runs: the save directory is this copy's before anything
      * in it is touched (prepare removes stale temporary files: another
      * copy's would be live) */

@@ -207,7 +207,7 @@ static void test_flags(void **state)
                             "0.5", "--momentum", "0", "--wd", "0.001", "--seed", "0x10", "--data",
                             "digits", "--data-dir", "/d", "--log-interval", "10", "--threads", "2",
                             "--loss-scale", "dynamic(init=1024, backoff=0.25)", "--save-dir",
-                            "ck", "--resume", "ck/m-0002.params", "--eval-only",
+                            "ck", "--resume", "ck/m-0002.ckpt", "--eval-only",
                             "--check-numerics", "--inject-inf-at-step=7",
                             "--inject-nan=stage1_unit1_conv1:12"));
     assert_int_equal(rc, -1);
@@ -228,7 +228,7 @@ static void test_flags(void **state)
     assert_float_equal(o.loss_scale.init, 1024, 0);
     assert_float_equal(o.loss_scale.backoff, 0.25, 0);
     assert_string_equal(o.save_dir, "ck");
-    assert_string_equal(o.resume, "ck/m-0002.params");
+    assert_string_equal(o.resume, "ck/m-0002.ckpt");
     assert_true(o.eval_only);
     assert_true(o.check_numerics);
     assert_int_equal(o.inject_inf_step, 7);
