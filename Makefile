@@ -10,6 +10,10 @@
 #   make fuzz FUZZ_SECONDS=N, make bench, make install PREFIX=...
 
 CC      ?= cc
+# Quiet rules: a short line per step (the demo's first screen is about the
+# model, not 100 compiler commands); make V=1 prints every command in full.
+V       ?= 0
+quiet    = $(if $(filter 1,$(V)),,@printf '  %-6s %s\n' '$(1)' '$(2)';)
 CFLAGS  ?= -O2 -g
 PREFIX  ?= /usr/local
 BUILD   ?= build
@@ -69,26 +73,25 @@ all: $(BUILD)/ampc $(BUILD)/im2rec cuda
 # target), so `make -j` never runs bison or flex twice at once.
 $(BUILD)/gen/parser.c $(BUILD)/gen/parser.h &: grammar/parser.y
 	@mkdir -p $(@D)
-	bison -d -o $(BUILD)/gen/parser.c $<
+	$(call quiet,BISON,$<)bison -d -o $(BUILD)/gen/parser.c $<
 
 $(BUILD)/gen/lexer.c $(BUILD)/gen/lexer.h &: grammar/lexer.l $(BUILD)/gen/parser.h
 	@mkdir -p $(@D)
-	flex --header-file=$(BUILD)/gen/lexer.h -o $(BUILD)/gen/lexer.c $<
+	$(call quiet,FLEX,$<)flex --header-file=$(BUILD)/gen/lexer.h -o $(BUILD)/gen/lexer.c $<
 
 $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
-	$(CC) $(AMPC_CFLAGS) $(GEN_CFLAGS) $(CFLAGS) -c $< -o $@
+	$(call quiet,CC,$<)$(CC) $(AMPC_CFLAGS) $(GEN_CFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c | $(BUILD)/gen/parser.h $(BUILD)/gen/lexer.h
 	@mkdir -p $(@D)
-	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -c $< -o $@
+	$(call quiet,CC,$<)$(CC) $(AMPC_CFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libampc.a: $(LIB_OBJ)
-	rm -f $@
-	ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/obj/runtime/%.o: runtime/%.c
 	@mkdir -p $(@D)
-	$(CC) $(RT_CFLAGS) $(CFLAGS) $(RT_DEFINES) -c $< -o $@
+	$(call quiet,CC,$<)$(CC) $(RT_CFLAGS) $(CFLAGS) $(RT_DEFINES) -c $< -o $@
 
 # The release version (ir/ir.h's AMPC_VERSION, the one place it is written)
 # and the git revision of the checkout ("-dirty" with uncommitted changes;
@@ -109,8 +112,7 @@ $(BUILD)/obj/runtime/build_info.o: RT_DEFINES = -I$(BUILD)/gen -DAMPC_DEFAULT_DA
 $(BUILD)/obj/runtime/build_info.o $(BUILD)/obj/compiler/cli.o: $(BUILD)/gen/version.h
 
 $(BUILD)/libampcrt.a: $(RT_OBJ)
-	rm -f $@
-	ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@ && ar rcs $@ $^
 
 # The MPI engine (runtime/dist/mpi.c, docs/kvstore.md): an object that only
 # programs built with ampc --mpi link, compiled with mpicc where it exists
@@ -120,7 +122,7 @@ MPICC ?= $(shell command -v mpicc 2>/dev/null)
 MPI_OBJ := $(if $(MPICC),$(BUILD)/ampcmpi.o)
 $(BUILD)/ampcmpi.o: runtime/dist/mpi.c runtime/mpi_rt.h runtime/device.h runtime/program.h runtime/rt.h runtime/kernels/lossscale.h
 	@mkdir -p $(@D)
-	$(MPICC) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -iquote runtime $(CFLAGS) -c $< -o $@
+	$(call quiet,MPICC,$<)$(MPICC) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -iquote runtime $(CFLAGS) -c $< -o $@
 
 # A program for a GPU (ampc --target=cuda) links the toolkit's static cudart
 # from the lib64 beside nvcc (codegen/build.c; $AMPC_CUDA_HOME overrides).
@@ -128,7 +130,7 @@ $(BUILD)/obj/codegen/build.o: AMPC_CFLAGS += $(if $(NVCC),-DAMPC_CUDA_LIBDIR='"$
 
 # ampc finds the runtime next to itself (codegen/build.c), so it is built too.
 $(BUILD)/ampc: $(BUILD)/obj/compiler/main.o $(BUILD)/libampc.a | $(BUILD)/libampcrt.a $(MPI_OBJ)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) -lm
+	$(call quiet,LINK,$@)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) -lm
 
 # ---- tests -----------------------------------------------------------------
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libampc.a
@@ -183,12 +185,11 @@ CUDA_CSRC  := $(wildcard runtime/cuda/*.c)
 CUDA_INC   := $(dir $(NVCC))../include
 $(BUILD)/cuda/%.c.o: runtime/cuda/%.c $(CUDA_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -c $< -o $@
+	$(call quiet,CC,$<)$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -c $< -o $@
 
 $(BUILD)/libampccuda.a: $(patsubst runtime/cuda/%.cu,$(BUILD)/cuda/%.o,$(CUDA_SRC)) \
                         $(patsubst runtime/cuda/%.c,$(BUILD)/cuda/%.c.o,$(CUDA_CSRC))
-	rm -f $@
-	ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@ && ar rcs $@ $^
 
 cuda:
 	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory $(BUILD)/libampccuda.a; \
@@ -458,7 +459,7 @@ $(BUILD)/e2e/refcheck: tests/e2e/refcheck.c $(BUILD)/libampc.a $(BUILD)/libampcr
 # writes images with libpng/libjpeg-turbo and reads them through the source.
 $(BUILD)/im2rec: tools/im2rec.c runtime/fileio.c runtime/fileio.h
 	@mkdir -p $(@D)
-	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ tools/im2rec.c runtime/fileio.c $(LDFLAGS)
+	$(call quiet,CC,$<)$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ tools/im2rec.c runtime/fileio.c $(LDFLAGS)
 $(BUILD)/rio_tool: tests/recordio/rio_tool.c $(BUILD)/libampcrt.a
 	@mkdir -p $(@D)
 	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampcrt.a $(LDFLAGS) -lpng -lturbojpeg $(RT_LIBS)
@@ -530,14 +531,19 @@ check:
 # The report of the reference network, then a real run: digits_cnn compiled
 # with AMP (fp16, dynamic loss scaling) for the CPU and trained on digits.
 # deps first, on its own: under -j the compiler must not start before gcc is there.
+# The build runs in parallel (-j, one job per core) unless a -j was given
+# (MAKEFLAGS holds it).  Each run saves into a directory of its own: a
+# program refuses a --save-dir that holds another run's checkpoints.
+NPROC := $(shell nproc 2>/dev/null || echo 2)
 demo:
 	@$(MAKE) --no-print-directory deps
-	@$(MAKE) --no-print-directory data $(BUILD)/ampc
+	@$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(NPROC)) data $(BUILD)/ampc
 	$(BUILD)/ampc examples/resnet50_v1d.sym --report
 	@mkdir -p $(BUILD)/demo
 	$(BUILD)/ampc examples/digits_cnn.sym --amp=float16 -o $(BUILD)/demo/digits_cnn
-	AMPC_DATA_DIR=$(DATA_DIR) $(BUILD)/demo/digits_cnn --data digits --epochs 6 --log-interval 15 \
-	    --save-dir $(BUILD)/demo/checkpoints
+	@ck=$$(mktemp -d $(BUILD)/demo/checkpoints-XXXXXX) && set -x && \
+	    AMPC_DATA_DIR=$(DATA_DIR) $(BUILD)/demo/digits_cnn --data digits --epochs 6 --log-interval 15 \
+	        --save-dir $$ck
 
 bench: $(BUILD)/ampc
 	bench/compile_time.sh $(BUILD)/ampc
@@ -554,7 +560,7 @@ deps-test:
 # fetched at build time, never committed.
 data: $(DATA_DIR)/digits.csv.gz
 $(DATA_DIR)/digits.csv.gz:
-	tools/fetch_digits.sh $(DATA_DIR)
+	$(call quiet,FETCH,$@)tools/fetch_digits.sh $(DATA_DIR)
 
 # Fashion-MNIST (IDX files) from Debian's dataset-fashion-mnist (make
 # deps-test installs it) into DATA_DIR/fashion-mnist, where --data fashion_mnist looks
@@ -565,11 +571,27 @@ $(DATA_DIR)/fashion-mnist/train-images-idx3-ubyte.gz:
 
 # ampc finds its runtime relative to itself: PREFIX/include/ampc and
 # PREFIX/lib/ampc (codegen/build.c), so an installed ampc works anywhere.
-install: $(BUILD)/ampc $(BUILD)/libampcrt.a cuda
+# The data (digits, and Fashion-MNIST when make fashion fetched it) goes to
+# PREFIX/share/ampc/data, and the installed runtime's default data directory
+# is that one: its build_info.o is compiled again with it (the build tree's
+# build/data is gone once the checkout is).  im2rec goes beside ampc.
+INSTALL_DATA_DIR = $(PREFIX)/share/ampc/data
+$(BUILD)/install/libampcrt.a: $(BUILD)/libampcrt.a runtime/build_info.c $(BUILD)/gen/version.h FORCE
+	@mkdir -p $(@D)
+	$(call quiet,CC,runtime/build_info.c for $(INSTALL_DATA_DIR))$(CC) $(RT_CFLAGS) $(CFLAGS) \
+	    -I$(BUILD)/gen -DAMPC_DEFAULT_DATA_DIR='"$(INSTALL_DATA_DIR)"' -c runtime/build_info.c \
+	    -o $(@D)/build_info.o
+	$(call quiet,AR,$@)cp $(BUILD)/libampcrt.a $@.tmp && ar rcs $@.tmp $(@D)/build_info.o && mv -f $@.tmp $@
+
+install: $(BUILD)/ampc $(BUILD)/install/libampcrt.a $(BUILD)/im2rec data cuda
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/ampc \
-	    $(DESTDIR)$(PREFIX)/include/ampc/kernels
+	    $(DESTDIR)$(PREFIX)/include/ampc/kernels $(DESTDIR)$(INSTALL_DATA_DIR)
 	install -m 755 $(BUILD)/ampc $(DESTDIR)$(PREFIX)/bin/ampc
-	install -m 644 $(BUILD)/libampcrt.a $(DESTDIR)$(PREFIX)/lib/ampc/libampcrt.a
+	install -m 755 $(BUILD)/im2rec $(DESTDIR)$(PREFIX)/bin/im2rec
+	install -m 644 $(BUILD)/install/libampcrt.a $(DESTDIR)$(PREFIX)/lib/ampc/libampcrt.a
+	install -m 644 $(DATA_DIR)/digits.csv.gz $(DESTDIR)$(INSTALL_DATA_DIR)/digits.csv.gz
+	if [ -d $(DATA_DIR)/fashion-mnist ]; then install -d $(DESTDIR)$(INSTALL_DATA_DIR)/fashion-mnist && \
+	    install -m 644 $(DATA_DIR)/fashion-mnist/* $(DESTDIR)$(INSTALL_DATA_DIR)/fashion-mnist/; fi
 	$(if $(MPI_OBJ),install -m 644 $(MPI_OBJ) $(DESTDIR)$(PREFIX)/lib/ampc/ampcmpi.o)
 	install -m 644 runtime/*.h $(DESTDIR)$(PREFIX)/include/ampc/
 	install -m 644 runtime/kernels/*.h $(DESTDIR)$(PREFIX)/include/ampc/kernels/

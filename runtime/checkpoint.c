@@ -1001,6 +1001,7 @@ void rt_checkpoint_resume(const RtRunState *rs, const RtTrainOptions *o, int64_t
     }
     ls->skipped = rs->ls.skipped;
     ls->nonfinite = rs->ls.nonfinite;
+    ls->calibrating = false; /* the saved run's scale is calibrated */
     if (rs->ls.mode == ls->mode && ls->mode == RT_LS_DYNAMIC) {
         ls->s = rs->ls.s;
         if (ls->s.tracker >= ls->rule.interval) { /* a shorter interval than the saved run's */

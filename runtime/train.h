@@ -35,6 +35,9 @@ typedef struct {
     AmpcLossScaleRule rule;
     int64_t skipped;       /* dynamic: overflow steps skipped, in all */
     int64_t nonfinite;     /* off/static: steps whose gradients held inf/NaN (applied: no skip) */
+    /* dynamic, a fresh run before its first finite step: its overflows
+     * calibrate the initial scale, said in one line, not one per step */
+    bool calibrating;
 } RtLossScaler;
 
 void rt_loss_scaler_init(RtLossScaler *ls, const RtLossScaleConfig *c, const char *amp);

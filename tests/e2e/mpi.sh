@@ -231,8 +231,9 @@ run_steps() { # name extra-flags...
 if run_steps ov_base && run_steps ov_inj --inject-inf-at-step 20 --inject-rank 1; then
     grep -q 'overflow\|non-finite\|nonfinite\|skipp' "$tmp/log" ||
         bad "rank 0's log does not report the skipped step"
-    b0=$tmp/ov_base/digits_cnn-0001.ckpt i0=$tmp/ov_inj/digits_cnn-0001.ckpt
-    i1=$tmp/ov_inj/rank1/digits_cnn-0001.ckpt
+    # 25 steps stop inside the first epoch: the checkpoints are named by step
+    b0=$tmp/ov_base/digits_cnn-step000025.ckpt i0=$tmp/ov_inj/digits_cnn-step000025.ckpt
+    i1=$tmp/ov_inj/rank1/digits_cnn-step000025.ckpt
     sb=$(field "$b0" skipped) s0=$(field "$i0" skipped) s1=$(field "$i1" skipped)
     ub=$(field "$b0" num_update) u0=$(field "$i0" num_update) u1=$(field "$i1" num_update)
     if [ -n "$sb" ] && [ "$s0" = $((sb + 1)) ] && [ "$s1" = "$s0" ] && [ "$u0" = $((ub - 1)) ] &&
@@ -244,7 +245,7 @@ if run_steps ov_base && run_steps ov_inj --inject-inf-at-step 20 --inject-rank 1
     # the same overflow in one process simulating both ranks: the same bits
     if timeout 120 "$tmp/one_float16" "${common[@]}" --epochs 1 --max-steps 25 --sim-ranks 2 \
             --inject-inf-at-step 20 --inject-rank 1 --save-dir "$tmp/ov_sim" >"$tmp/log" 2>&1 &&
-            cmp -s "$tmp/ov_sim/digits_cnn-0001.ckpt" "$i1"; then
+            cmp -s "$tmp/ov_sim/digits_cnn-step000025.ckpt" "$i1"; then
         ok "the overflow on rank 1 under --sim-ranks 2: the same checkpoint as mpirun's rank 1"
     else
         bad "the overflow on rank 1 under --sim-ranks 2 differs from mpirun's"

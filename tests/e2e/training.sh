@@ -105,8 +105,8 @@ d=$tmp/inj; mkdir -p "$d"
 "$tmp/cnn_float16" --data digits --max-steps $((K+1)) --inject-inf-at-step $K --log-interval 0 \
     --save-dir "$d/after" >"$tmp/log" 2>&1
 rc=$?
-"$ck" show "$d/before/digits_cnn-0001.ckpt" >"$d/before.txt" 2>>"$tmp/log"
-"$ck" show "$d/after/digits_cnn-0001.ckpt" >"$d/after.txt" 2>>"$tmp/log"
+"$ck" show "$d/before/digits_cnn-$(printf step%06d $K).ckpt" >"$d/before.txt" 2>>"$tmp/log"
+"$ck" show "$d/after/digits_cnn-$(printf step%06d $((K+1))).ckpt" >"$d/after.txt" 2>>"$tmp/log"
 val() { sed -n "s/^$1 //p" "$2"; }
 if [ $rc -eq 0 ] && [ -s "$d/before.txt" ] &&
    grep -q "^Epoch\[0\] Batch \[$K\]	AMP: gradient overflow at step $K: step skipped" "$tmp/log" &&
@@ -175,8 +175,8 @@ if [ "$size" -gt 1000 ] && [ $refused -eq $tried ]; then
 else bad "only $refused of $tried broken checkpoints refused"; fi
 "$ampc" examples/mlp.sym -o "$tmp/mlp" >"$tmp/log" 2>&1 &&
     "$tmp/mlp" --data digits --max-steps 2 --log-interval 0 --save-dir "$tmp/mlpck" >"$tmp/log" 2>&1
-"$tmp/cnn_float16" --data digits --eval-only --resume "$tmp/mlpck/mlp-0001.ckpt" >"$tmp/log" 2>&1
-if [ $? -eq 1 ] && grep -q "checkpoint $tmp/mlpck/mlp-0001.ckpt does not match model digits_cnn" "$tmp/log"; then
+"$tmp/cnn_float16" --data digits --eval-only --resume "$tmp/mlpck/mlp-step000002.ckpt" >"$tmp/log" 2>&1
+if [ $? -eq 1 ] && grep -q "checkpoint $tmp/mlpck/mlp-step000002.ckpt does not match model digits_cnn" "$tmp/log"; then
     ok "another model's checkpoint is refused: $(grep -o 'it holds.*' "$tmp/log")"
 else bad "another model's checkpoint"; fi
 
@@ -306,7 +306,7 @@ else bad "--json-log with non-finite values"; fi
 # strings escaped: a save directory with a quote, a backslash, a tab and UTF-8
 wd="$d/we\"ird\\	dir é"
 "$tmp/cnn_off" --data digits --max-steps 3 --log-interval 0 --save-dir "$wd" --json-log "$d/esc.jsonl" >"$tmp/log" 2>&1
-if $py - "$d/esc.jsonl" "$wd/digits_cnn-0001.ckpt" <<'PY' >/dev/null 2>&1
+if $py - "$d/esc.jsonl" "$wd/digits_cnn-step000003.ckpt" <<'PY' >/dev/null 2>&1
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
 assert [e["file"] for e in ev if e["event"] == "checkpoint"] == [sys.argv[2]]
