@@ -488,6 +488,8 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/mpi_check.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/cuda_build.sh $(BUILD)/ampc
 	tests/e2e/deps.sh
+	python3 tests/e2e/docs_commands.py $(BUILD)
+	tests/e2e/newcomer.sh $(BUILD)
 
 # MXNet interoperability, checked against MXNet 1.9.1 itself (tests/mxnet/,
 # docs/mxnet.md).  make mxnet-env makes its Python environment from the
