@@ -904,7 +904,9 @@ void cg_emit_set_model_hash(const char *model_hash) { info_hash = model_hash; }
 /* ampc -o defines it; a C file compiled by hand says so */
 static const char built_with_default[] =
     "/* ampc -o defines AMPC_BUILT_WITH: its command line, for the program's --version */\n"
-    "#ifndef AMPC_BUILT_WITH\n#define AMPC_BUILT_WITH \"(compiled by hand from ampc -S)\"\n#endif\n";
+    "#ifndef AMPC_BUILT_WITH\n"
+    "#define AMPC_BUILT_WITH \"(compiled by hand from ampc -S)\"\n"
+    "#endif\n";
 
 static void emit_build_info(FILE *out)
 {

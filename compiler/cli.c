@@ -51,8 +51,8 @@ static void bad_long(Diag *d, const char *arg, const struct option *longs)
     snprintf(word, sizeof word, "%.*s", n < 60 ? n : 60, name);
     for (const struct option *o = longs; o->name; o++) {
         if (n > 0 && strncmp(o->name, name, (size_t)n) == 0 && used + 40 < sizeof list) {
-            used += (size_t)snprintf(list + used, sizeof list - used, "%s--%s",
-                                     matches ? ", " : "", o->name);
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s--%s", matches ? ", " : "",
+                                     o->name);
             matches++;
         }
         suggest_try(&s, word, o->name);
@@ -95,9 +95,11 @@ bool cli_cc_flag(Diag *d, int c, const char *arg, char *flags, size_t cap)
 {
     char flag[8];
     if (c == 'W') {
-        diag_plain_error(d, "'-W%s': ampc's diagnostics have no levels to turn on or off: every "
-                            "problem in a model is an error, always reported (the C compiler "
-                            "of the program takes CFLAGS)", arg ? arg : "");
+        diag_plain_error(d,
+                         "'-W%s': ampc's diagnostics have no levels to turn on or off: every "
+                         "problem in a model is an error, always reported (the C compiler "
+                         "of the program takes CFLAGS)",
+                         arg ? arg : "");
         return false;
     }
     if (c == 'g') {
@@ -105,8 +107,10 @@ bool cli_cc_flag(Diag *d, int c, const char *arg, char *flags, size_t cap)
     } else if (!arg || (arg[0] >= '0' && arg[0] <= '3' && !arg[1])) {
         snprintf(flag, sizeof flag, "-O%s", arg ? arg : "1");
     } else {
-        diag_plain_error(d, "'-O%s': the optimisation level of the program's C compiler is -O0, "
-                            "-O1, -O2 or -O3", arg);
+        diag_plain_error(d,
+                         "'-O%s': the optimisation level of the program's C compiler is -O0, "
+                         "-O1, -O2 or -O3",
+                         arg);
         return false;
     }
     size_t used = strlen(flags);

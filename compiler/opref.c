@@ -44,9 +44,10 @@ static const char *amp_class_name(AmpClass c)
 static const char *amp_class_text(AmpClass c)
 {
     switch (c) {
-    case AMP_F16: return "fp16 class: runs in the low precision (`--amp=float16` or `bfloat16`); "
-                         "its inputs are cast down, its weights stored as 16-bit shadows of fp32 "
-                         "masters";
+    case AMP_F16:
+        return "fp16 class: runs in the low precision (`--amp=float16` or `bfloat16`); "
+               "its inputs are cast down, its weights stored as 16-bit shadows of fp32 "
+               "masters";
     case AMP_F32: return "fp32 class: always runs in fp32; 16-bit inputs are cast up";
     case AMP_FOLLOW: return "follow class: runs in the dtype that arrives, no cast";
     case AMP_WIDEST: return "widest class: narrower float inputs are cast up to the widest";
@@ -58,10 +59,10 @@ static const char *amp_class_text(AmpClass c)
 
 static void attr_type(FILE *f, const AttrSpec *as)
 {
-    static const char *const names[] = {[AT_INT] = "int", [AT_FLOAT] = "float",
-                                        [AT_BOOL] = "bool", [AT_ENUM] = "string",
-                                        [AT_TUPLE] = "tuple of ints", [AT_DTYPE] = "dtype",
-                                        [AT_STR] = "string"};
+    static const char *const names[] = {
+        [AT_INT] = "int",     [AT_FLOAT] = "float",         [AT_BOOL] = "bool",
+        [AT_ENUM] = "string", [AT_TUPLE] = "tuple of ints", [AT_DTYPE] = "dtype",
+        [AT_STR] = "string"};
     fputs(names[as->type], f);
 }
 
@@ -277,8 +278,8 @@ static void describe_all(FILE *f)
     for (int k = 0; k < OP_COUNT; k++)
         if (op_user_callable((OpKind)k))
             fprintf(f, "| [%s](#%s) | %s | %s |\n", op_info((OpKind)k)->name,
-                    anchor(op_info((OpKind)k)->name, a, sizeof a), amp_class_name(op_info((OpKind)k)->amp),
-                    op_doc((OpKind)k)->summary);
+                    anchor(op_info((OpKind)k)->name, a, sizeof a),
+                    amp_class_name(op_info((OpKind)k)->amp), op_doc((OpKind)k)->summary);
     fputc('\n', f);
     for (int k = 0; k < OP_COUNT; k++)
         if (op_user_callable((OpKind)k))

@@ -134,27 +134,19 @@ static void jl_shortest(FILE *f, double v, bool single)
 }
 
 /* a finite number, else null (JSON has no inf or NaN) */
-void rt_jl_num(JLog *j, const char *key, double v)
+static void jl_number(JLog *j, const char *key, double v, bool single)
 {
     if (!j->f)
         return;
     rt_jl_key(j, key);
     if (isfinite(v))
-        jl_shortest(j->f, v, false);
+        jl_shortest(j->f, v, single);
     else
         fputs("null", j->f);
 }
 
-void rt_jl_f32(JLog *j, const char *key, float v)
-{
-    if (!j->f)
-        return;
-    rt_jl_key(j, key);
-    if (isfinite(v))
-        jl_shortest(j->f, v, true);
-    else
-        fputs("null", j->f);
-}
+void rt_jl_num(JLog *j, const char *key, double v) { jl_number(j, key, v, false); }
+void rt_jl_f32(JLog *j, const char *key, float v) { jl_number(j, key, v, true); }
 
 void rt_jl_int(JLog *j, const char *key, long long v)
 {
