@@ -279,8 +279,10 @@ bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)
     }
     char mpi_obj[PATH_MAX];
     if (build_mpi && !beside_runtime(lib, "ampcmpi.o", mpi_obj, sizeof mpi_obj)) {
-        diag_plain_error(d, "--mpi: this ampc's runtime has no MPI engine (ampcmpi.o beside %s): "
-                            "build ampc where mpicc is (make deps-test installs Open MPI)", lib);
+        diag_plain_error(d,
+                         "--mpi: this ampc's runtime has no MPI engine (ampcmpi.o beside %s): "
+                         "build ampc where mpicc is (make deps-test installs Open MPI)",
+                         lib);
         return false;
     }
     char cuda_lib[PATH_MAX], cudart_dir[PATH_MAX], why[768];

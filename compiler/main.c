@@ -332,7 +332,9 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         switch (c) {
         case 'o': o->output = optarg; break;
         case 'S': o->source_only = true; break;
-        case 'O': case 'g': case 'W':
+        case 'O':
+        case 'g':
+        case 'W':
             if (!cli_cc_flag(d, c, optarg, o->cc_flags, sizeof o->cc_flags))
                 return 1;
             break;
@@ -426,7 +428,8 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
             if (!fuse_disable(d, optarg, &o->pass.no_fuse))
                 return 1;
             break;
-        case 'h': case O_HELP: usage(stdout); return -1;
+        case 'h':
+        case O_HELP: usage(stdout); return -1;
         case O_VERSION: cli_print_version(stdout); return -1;
         default: cli_bad_option(d, c, argc, argv, longs); return 1;
         }
@@ -931,14 +934,18 @@ static int run(Options *o, Diag *d)
         ok = finish_report(o, fwd, fwd_after, g, &c);
     double tgen = now_ms();
     if (ok && (o->output || o->source_only) && po.predict)
-        fprintf(stderr, "ampc: note: model %s has no loss head (its output is not SoftmaxOutput): "
-                        "the program only predicts (--predict); return SoftmaxOutput(x, label) "
-                        "to train it\n", g->model ? g->model : "");
+        fprintf(stderr,
+                "ampc: note: model %s has no loss head (its output is not SoftmaxOutput): "
+                "the program only predicts (--predict); return SoftmaxOutput(x, label) "
+                "to train it\n",
+                g->model ? g->model : "");
     if (ok && (o->output || o->source_only))
         ok = train_settings_fit(g) && generate(o, g, d, &c);
     if (ok && o->verbose)
         cli_summary(stderr, o->input, g, trains,
-                    o->output ? o->output : o->source_only ? "the C source" : NULL);
+                    o->output        ? o->output
+                    : o->source_only ? "the C source"
+                                     : NULL);
     tgen = now_ms() - tgen;
     if (o->time_passes) {
         fprintf(stderr, "ampc: pass timings (ms), %d nodes at the end:\n", g->nnodes);

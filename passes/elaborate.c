@@ -819,9 +819,10 @@ static Value call_op(Elab *e, const AstNode *x, OpKind op, const Arg *args, int 
                 suggest_try(&sg, g->name, oi->attrs[k].name);
             for (int k = 0; k < nslot; k++)
                 suggest_try(&sg, g->name, oi->slots[k].name);
-            error_at(e, g->name_loc, "%s has no attribute or input '%s'%s; it takes %s "
-                                     "(docs/ops.md)", oi->name, g->name, suggest_text(e, &sg),
-                     op_names_text(&e->tmp, op, true));
+            error_at(e, g->name_loc,
+                     "%s has no attribute or input '%s'%s; it takes %s "
+                     "(docs/ops.md)",
+                     oi->name, g->name, suggest_text(e, &sg), op_names_text(&e->tmp, op, true));
         }
         if (attr_set[a])
             error_at(e, g->name_loc, "%s: attribute '%s' given twice", oi->name, g->name);

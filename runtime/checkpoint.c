@@ -965,11 +965,12 @@ bool rt_save_dir_check(const char *dir, const char *model, char *err, size_t err
     closedir(d);
     if (n == 0)
         return true;
-    snprintf(err, errlen, "--save-dir %.300s holds %d checkpoint%s of %s (%.200s%s): this run "
+    snprintf(err, errlen,
+             "--save-dir %.300s holds %d checkpoint%s of %s (%.200s%s): this run "
              "would mix its own with them; give a new directory, --resume one of them to "
-             "continue that run, or --overwrite", dir, n, n == 1 ? "" : "s",
-             other[0] ? "another model" : "another run", other[0] ? other : first,
-             n > 1 ? ", ..." : "");
+             "continue that run, or --overwrite",
+             dir, n, n == 1 ? "" : "s", other[0] ? "another model" : "another run",
+             other[0] ? other : first, n > 1 ? ", ..." : "");
     return false;
 }
 

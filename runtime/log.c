@@ -332,10 +332,11 @@ void rt_log_nonfinite(FILE *out, FILE *err, JLog *jl, const RtTrainOptions *o,
      * says so (and the scaler one when it is done), not a line per step */
     if (dynamic && ls->calibrating) {
         if (ls->skipped == 0)
-            fprintf(out, "Epoch[%lld] Batch [%lld]\tAMP: calibrating the loss scale: the scaled "
+            fprintf(out,
+                    "Epoch[%lld] Batch [%lld]\tAMP: calibrating the loss scale: the scaled "
                     "gradients overflow at %.9g, so steps are skipped and the scale halves "
-                    "until they fit (expected at the start of a run)\n", epoch, nbatch,
-                    (double)loss_scale);
+                    "until they fit (expected at the start of a run)\n",
+                    epoch, nbatch, (double)loss_scale);
     } else if (dynamic)
         fprintf(out, "Epoch[%lld] Batch [%lld]\tAMP: gradient overflow at step %lld: step "
                 "skipped (%lld skipped in all)\n", epoch, nbatch, step,

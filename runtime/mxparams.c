@@ -305,9 +305,11 @@ bool rt_mx_parse(const void *buf, size_t len, const char *name, RtMxList *l, cha
     get_u64(&r, &magic, "the header");
     get_u64(&r, &reserved, "the header");
     if (magic != RT_MX_LIST_MAGIC && memcmp(buf, RT_CKPT_MAGIC, 8) == 0)
-        return fail(&r, "this is an ampc checkpoint (--save-dir), not an MXNet .params file: "
+        return fail(&r,
+                    "this is an ampc checkpoint (--save-dir), not an MXNet .params file: "
                     "continue from it with --resume %s (or predict from it: --resume %s "
-                    "--predict X.npy)", name, name);
+                    "--predict X.npy)",
+                    name, name);
     if (magic != RT_MX_LIST_MAGIC)
         return fail(&r, "not an MXNet NDArray file (mx.nd.save, .params): its first 8 bytes "
                     "are 0x%016llx, not the list magic 0x112", (unsigned long long)magic);

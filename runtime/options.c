@@ -28,13 +28,14 @@ static void print_version(const char *prog, FILE *out)
                 m->built_with ? m->built_with : "unknown");
     else if (m)
         fprintf(out, "%s: model %s\n", prog, m->name);
-    fprintf(out, "runtime: ampc %s%s%s%s\n", rt_release_version(), *rt_git_revision() ? " (git " : "",
-            rt_git_revision(), *rt_git_revision() ? ")" : "");
+    fprintf(out, "runtime: ampc %s%s%s%s\n", rt_release_version(),
+            *rt_git_revision() ? " (git " : "", rt_git_revision(), *rt_git_revision() ? ")" : "");
 }
 
 /* "unknown option '--batchsize' (did you mean '--batch-size'?)", or an
  * abbreviation that fits several flags, with them */
-static void bad_long_option(const char *prog, const char *arg, const struct option *longs, FILE *err)
+static void bad_long_option(const char *prog, const char *arg, const struct option *longs,
+                            FILE *err)
 {
     int n = (int)strcspn(arg + 2, "=");
     char word[48];
@@ -53,7 +54,8 @@ static void bad_long_option(const char *prog, const char *arg, const struct opti
                 fprintf(err, " --%s", o->name);
         fputc('\n', err);
     } else if (best) {
-        fprintf(err, "%s: unknown option '--%.*s' (did you mean '--%s'?)\n", prog, n, arg + 2, best);
+        fprintf(err, "%s: unknown option '--%.*s' (did you mean '--%s'?)\n", prog, n, arg + 2,
+                best);
     } else {
         fprintf(err, "%s: unknown option '--%.*s'\n", prog, n, arg + 2);
     }
@@ -146,11 +148,15 @@ static void usage(const RtTrainOptions *o, FILE *out)
             "  process computes K ranks' batches in turn and sums their gradients)\n",
             o->prog, o->epochs, (long long)o->batch_size,
             o->sched.kind != RT_LR_CONSTANT ? " (the schedule's base)" : "", (double)o->lr,
-            o->optimizer == RT_OPT_ADAM ? "adam" : o->optimizer == RT_OPT_NAG ? "nag" : "sgd",
+            o->optimizer == RT_OPT_ADAM  ? "adam"
+            : o->optimizer == RT_OPT_NAG ? "nag"
+                                         : "sgd",
             (double)o->momentum, (double)o->wd, lsd, (unsigned long long)o->seed, o->data,
             o->data_dir,
             o->augment_pad && o->augment_mirror ? "crop and mirror"
-            : o->augment_pad ? "crop" : o->augment_mirror ? "mirror" : "off",
+            : o->augment_pad                    ? "crop"
+            : o->augment_mirror                 ? "mirror"
+                                                : "off",
             o->log_interval, RT_CUDNN_WORKSPACE_MB_DEFAULT);
 }
 

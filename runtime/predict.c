@@ -309,7 +309,8 @@ int rt_predict_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *e
         goto fail;
     }
     if (!o->resume && !o->load_params) {
-        snprintf(msg, sizeof msg, "--predict needs the trained weights: --resume CKPT (a "
+        snprintf(msg, sizeof msg,
+                 "--predict needs the trained weights: --resume CKPT (a "
                  "checkpoint of --save-dir) or --load-params FILE (an MXNet .params file); "
                  "without them it would predict from the random initial weights");
         goto fail;

@@ -46,8 +46,8 @@ void openblas_set_num_threads(int num_threads);
  * batch is padded by repeating its first sample and only its real rows
  * count.  False when --check-numerics found inf/NaN (reported to err). */
 static bool validate(const RtModel *m, RtTrainer *t, const RtDataset *ds, int64_t *idx,
-                     Numerics *nm, Prof *pf, Metric *res, FILE *out, FILE *err,
-                     const char *prog, const char *when)
+                     Numerics *nm, Prof *pf, Metric *res, FILE *out, FILE *err, const char *prog,
+                     const char *when)
 {
     Metric mt = {0};
     int64_t b = t->batch;

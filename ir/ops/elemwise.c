@@ -76,9 +76,10 @@ static const char *mismatch_hint(const Node *n, const Shape *a, const Shape *b, 
     const Shape *out = maps && a->d[2] <= b->d[2] ? a : b, *sc = out == a ? b : a;
     if (n->op == OP_elemwise_add && maps && out->d[2] > 0 && out->d[3] > 0 &&
         sc->d[2] % out->d[2] == 0 && sc->d[3] % out->d[3] == 0) {
-        snprintf(buf, cap, " (a residual shortcut of another shape needs a projection to %lld "
-                           "channels: Convolution(x, num_filter=%lld, kernel=(1,1), "
-                           "stride=(%lld,%lld)) on the shortcut)",
+        snprintf(buf, cap,
+                 " (a residual shortcut of another shape needs a projection to %lld "
+                 "channels: Convolution(x, num_filter=%lld, kernel=(1,1), "
+                 "stride=(%lld,%lld)) on the shortcut)",
                  (long long)out->d[1], (long long)out->d[1], (long long)(sc->d[2] / out->d[2]),
                  (long long)(sc->d[3] / out->d[3]));
         return buf;

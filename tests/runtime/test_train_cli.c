@@ -203,13 +203,12 @@ static void test_flags(void **state)
     (void)state;
     RtTrainOptions o;
     rt_train_options_default(&o);
-    int rc = parse(&o, ARGS("--max-steps", "100", "--epochs=3", "--batch-size", "64", "--lr",
-                            "0.5", "--momentum", "0", "--wd", "0.001", "--seed", "0x10", "--data",
+    int rc = parse(&o, ARGS("--max-steps", "100", "--epochs=3", "--batch-size", "64", "--lr", "0.5",
+                            "--momentum", "0", "--wd", "0.001", "--seed", "0x10", "--data",
                             "digits", "--data-dir", "/d", "--log-interval", "10", "--threads", "2",
-                            "--loss-scale", "dynamic(init=1024, backoff=0.25)", "--save-dir",
-                            "ck", "--resume", "ck/m-0002.ckpt", "--eval-only",
-                            "--check-numerics", "--inject-inf-at-step=7",
-                            "--inject-nan=stage1_unit1_conv1:12"));
+                            "--loss-scale", "dynamic(init=1024, backoff=0.25)", "--save-dir", "ck",
+                            "--resume", "ck/m-0002.ckpt", "--eval-only", "--check-numerics",
+                            "--inject-inf-at-step=7", "--inject-nan=stage1_unit1_conv1:12"));
     assert_int_equal(rc, -1);
     assert_string_equal(err_text, "");
     assert_int_equal(o.max_steps, 100);
@@ -369,8 +368,9 @@ static void test_version(void **state)
     assert_int_equal(rt_train_main(2, argv, &m), 0);
     stdout = keep;
     slurp(out, out_text, sizeof out_text);
-    assert_non_null(strstr(out_text, "tiny: model tiny (model hash 0123456789abcdef), compiled by "
-                                     "ampc 9.9.9\nbuilt with: ampc tiny.sym -o tiny\nruntime: ampc "));
+    assert_non_null(strstr(out_text,
+                           "tiny: model tiny (model hash 0123456789abcdef), compiled by "
+                           "ampc 9.9.9\nbuilt with: ampc tiny.sym -o tiny\nruntime: ampc "));
 }
 
 static void test_main_exit_codes(void **state)
@@ -586,11 +586,15 @@ static void test_step_poly_schedules(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_builtin_defaults), cmocka_unit_test(test_train_defaults),
-        cmocka_unit_test(test_flags),            cmocka_unit_test(test_help),
-        cmocka_unit_test(test_flag_errors),      cmocka_unit_test(test_main_exit_codes),
+        cmocka_unit_test(test_builtin_defaults),
+        cmocka_unit_test(test_train_defaults),
+        cmocka_unit_test(test_flags),
+        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_flag_errors),
+        cmocka_unit_test(test_main_exit_codes),
         cmocka_unit_test(test_version),
-        cmocka_unit_test(test_lr_schedule),      cmocka_unit_test(test_step_poly_schedules),
+        cmocka_unit_test(test_lr_schedule),
+        cmocka_unit_test(test_step_poly_schedules),
     };
     return cmocka_run_group_tests_name("train_cli", tests, NULL, NULL);
 }

@@ -93,13 +93,16 @@ static void test_log_format(void **state)
     if (count_lines(out_text, "^Model tiny_mlp: 2410 trainable values, amp off; data synthetic: "
                               "10240 training and 1024 validation samples; batch 16, 640 steps per "
                               "epoch$") != 1 ||
-        count_lines(out_text, "^Epoch\\[0\\] Batch \\[0-50\\]\tSpeed: [0-9]+\\.[0-9]{2} samples/sec\t"
-                              "accuracy=" NUM "\tcross-entropy=" NUM "\ttop_k_accuracy_5=" NUM "$") != 1 ||
-        count_lines(out_text, "^Epoch\\[0\\] Batch \\[50-100\\]\tSpeed: [0-9]+\\.[0-9]{2} samples/sec\t"
-                              "accuracy=" NUM "\tcross-entropy=" NUM "\ttop_k_accuracy_5=" NUM "$") != 1 ||
+        count_lines(out_text,
+                    "^Epoch\\[0\\] Batch \\[0-50\\]\tSpeed: [0-9]+\\.[0-9]{2} samples/sec\t"
+                    "accuracy=" NUM "\tcross-entropy=" NUM "\ttop_k_accuracy_5=" NUM "$") != 1 ||
+        count_lines(out_text,
+                    "^Epoch\\[0\\] Batch \\[50-100\\]\tSpeed: [0-9]+\\.[0-9]{2} samples/sec\t"
+                    "accuracy=" NUM "\tcross-entropy=" NUM "\ttop_k_accuracy_5=" NUM "$") != 1 ||
         /* the last, partial interval has its line too */
-        count_lines(out_text, "^Epoch\\[0\\] Batch \\[100-119\\]\tSpeed: [0-9]+\\.[0-9]{2} samples/sec\t"
-                              "accuracy=" NUM "\tcross-entropy=" NUM "\ttop_k_accuracy_5=" NUM "$") != 1 ||
+        count_lines(out_text,
+                    "^Epoch\\[0\\] Batch \\[100-119\\]\tSpeed: [0-9]+\\.[0-9]{2} samples/sec\t"
+                    "accuracy=" NUM "\tcross-entropy=" NUM "\ttop_k_accuracy_5=" NUM "$") != 1 ||
         count_lines(out_text, "Batch") != 3 ||
         count_lines(out_text, "^Epoch\\[0\\] Train-accuracy=" NUM "$") != 1 ||
         count_lines(out_text, "^Epoch\\[0\\] Train-cross-entropy=" NUM "$") != 1 ||
@@ -420,7 +423,8 @@ static void test_resume_bit_exact(void **state)
     assert_int_equal(run(&tiny_model_f16, &o, &ra), 0);
     char *full_log = strdup(out_text);
     assert_int_equal(count_lines(full_log, "^Saved checkpoint to \".*/full/tiny_mlp_f16-000[1-4]"
-                                           "\\.ckpt\"$"), 4);
+                                           "\\.ckpt\"$"),
+                     4);
     size_t la;
     unsigned char *fa = file_bytes(sub("full/tiny_mlp_f16-0004.ckpt"), &la);
     static const int64_t stops[] = {13, 20};
@@ -517,9 +521,11 @@ static void test_checkpoint_names(void **state)
     o.save_dir = sub("names");
     assert_int_equal(run(&tiny_model_f16, &o, &r), 0);
     assert_int_equal(count_lines(out_text, "^Saved checkpoint to \".*/names/tiny_mlp_f16-0001"
-                                           "\\.ckpt\"$"), 1);
+                                           "\\.ckpt\"$"),
+                     1);
     assert_int_equal(count_lines(out_text, "^Saved checkpoint to \".*/names/tiny_mlp_f16-"
-                                           "step000014\\.ckpt\"$"), 1);
+                                           "step000014\\.ckpt\"$"),
+                     1);
     /* the same directory again: refused, naming what is there and the ways out */
     assert_int_equal(run(&tiny_model_f16, &o, &r), 2);
     assert_non_null(strstr(err_text, "holds 2 checkpoints of another run (tiny_mlp_f16-"));
@@ -544,7 +550,8 @@ static void test_checkpoint_names(void **state)
     o.save_dir = sub("old");
     o.max_steps = -1;
     assert_int_equal(run(&tiny_model_f16, &o, &r), 2);
-    assert_non_null(strstr(err_text, "holds 1 checkpoint of another run (tiny_mlp_f16-0001.params)"));
+    assert_non_null(
+        strstr(err_text, "holds 1 checkpoint of another run (tiny_mlp_f16-0001.params)"));
     o.resume = old;
     assert_int_equal(run(&tiny_model_f16, &o, &r), 0);
     assert_non_null(strstr(out_text, "Resumed from \""));
@@ -565,8 +572,8 @@ static void test_checkpoint_names(void **state)
     q.momentum = 0; /* this run would use none: a warning if it were training */
     q.predict = sub("x.npy");
     q.output = sub("y.npy");
-    assert_true(rt_npy_write(q.predict, "test", 4, (const int64_t[]){2, 1, 8, 8}, x, err,
-                             sizeof err));
+    assert_true(
+        rt_npy_write(q.predict, "test", 4, (const int64_t[]){2, 1, 8, 8}, x, err, sizeof err));
     assert_int_equal(run(&tiny_model_f16, &q, &r), 0);
     assert_null(strstr(err_text, "momentum"));
     assert_non_null(strstr(out_text, "Predicted 2 samples"));
@@ -679,7 +686,8 @@ static void test_amp_log(void **state)
     if (c)
         assert_int_equal(sscanf(strstr(c, "after "), "after %d", &calib), 1);
     assert_int_equal(count_lines(out_text, "AMP: calibrating the loss scale: the scaled gradients "
-                                           "overflow at 65536, so steps are skipped"), calib > 0);
+                                           "overflow at 65536, so steps are skipped"),
+                     calib > 0);
     assert_int_equal(count_lines(out_text, "AMP: gradient overflow") + calib, r.skipped);
     assert_int_equal(r.num_update + r.skipped, r.steps);
     /* bfloat16: off unless set */
@@ -762,14 +770,13 @@ static void test_digits_bf16(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_log_format),   cmocka_unit_test(test_max_steps),
-        cmocka_unit_test(test_deterministic), cmocka_unit_test(test_validation_padding),
-        cmocka_unit_test(test_run_errors),   cmocka_unit_test(test_overflow_skipped),
+        cmocka_unit_test(test_log_format),       cmocka_unit_test(test_max_steps),
+        cmocka_unit_test(test_deterministic),    cmocka_unit_test(test_validation_padding),
+        cmocka_unit_test(test_run_errors),       cmocka_unit_test(test_overflow_skipped),
         cmocka_unit_test(test_resume_bit_exact), cmocka_unit_test(test_checkpoint_names),
-        cmocka_unit_test(test_json_numbers),
-        cmocka_unit_test(test_check_numerics),
-        cmocka_unit_test(test_amp_log),      cmocka_unit_test(test_digits_fp32),
-        cmocka_unit_test(test_digits_fp16),  cmocka_unit_test(test_digits_bf16),
+        cmocka_unit_test(test_json_numbers),     cmocka_unit_test(test_check_numerics),
+        cmocka_unit_test(test_amp_log),          cmocka_unit_test(test_digits_fp32),
+        cmocka_unit_test(test_digits_fp16),      cmocka_unit_test(test_digits_bf16),
     };
     return cmocka_run_group_tests_name("train_e2e", tests, group_setup, group_teardown);
 }

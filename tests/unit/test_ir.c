@@ -897,7 +897,8 @@ static void test_read_errors(void **state)
     read_fails(fx, "%1:f32[N,4] = Activation(%0) {name=\"a\", act_type=relu, act_type=tanh}",
                "t.ir:4:56: error: attribute 'act_type' given twice\n");
     read_fails(fx, "%1:f99[N,4] = Activation(%0) {name=\"a\", act_type=relu}",
-               "t.ir:4:4: error: unknown dtype 'f99' (the dtypes: f16, bf16, f32, f64, i8, u8, i32, i64)\n");
+               "t.ir:4:4: error: unknown dtype 'f99' (the dtypes: f16, bf16, f32, f64, i8, u8, "
+               "i32, i64)\n");
     read_fails(fx, "%1:f32[N,4] = Activation(%0, %0) {name=\"a\", act_type=relu}",
                "t.ir:4:15: error: Activation takes 1 input here (data), got 2\n");
     read_fails(fx, "%1:f32[N,4] = Param(%0) {name=\"a\"}", "t.ir:4:15: error: Param takes no inputs\n");
