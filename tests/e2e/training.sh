@@ -272,7 +272,9 @@ for n, line in enumerate(open(arg[0], encoding="utf-8"), 1):
             while t > count + 20:
                 count += 20; lr *= 0.5
             want = lr
-        if abs(e["lr"] - f32(want)) > 1e-9:
+        # the log writes the fp32 lr as the shortest decimal that reads back
+        # as that float: equal as floats, bit for bit
+        if f32(e["lr"]) != f32(want):
             sys.exit("step %d: lr %r, MXNet's formula %r" % (t, e["lr"], f32(want)))
 for ev in arg[2:] if len(arg) > 2 else []:
     if ev not in events:
