@@ -89,6 +89,18 @@ void cli_bad_option(Diag *d, int c, int argc, char **argv, const struct option *
     }
 }
 
+void cli_unknown_dump(Diag *d, const char *name)
+{
+    Suggest s = {0};
+    for (int i = 0; i < stage_count; i++) /* the graph passes, then the stages */
+        suggest_try(&s, name, pass_pipeline[i].name);
+    suggest_try(&s, name, "all");
+    if (s.best)
+        diag_plain_error(d, "unknown pass '%s' for --dump (did you mean '%s'?)", name, s.best);
+    else
+        diag_plain_error(d, "unknown pass '%s' for --dump (see ampc --help)", name);
+}
+
 /* ---- the C compiler's flags ----------------------------------------------------------- */
 
 bool cli_cc_flag(Diag *d, int c, const char *arg, char *flags, size_t cap)

@@ -246,7 +246,7 @@ static bool dump_options_ok(const Options *o, Diag *d)
     const DumpOptions *u = &o->dump;
     for (int i = 0; i < u->nnames; i++)
         if (strcmp(u->names[i], "all") != 0 && pass_index(u->names[i]) < 0) {
-            diag_plain_error(d, "unknown pass '%s' for --dump (see ampc --help)", u->names[i]);
+            cli_unknown_dump(d, u->names[i]);
             return false;
         }
     const char *alone = u->dir ? "--dump-dir" : u->ids_names ? "--dump-ids" : NULL;
@@ -846,7 +846,8 @@ static int run(Options *o, Diag *d)
         return 1;
     }
     g->info.bind_batch = o->batch;
-    cli_model_hash(g, o->model_hash, sizeof o->model_hash);
+    if (o->output || o->source_only) /* for the program's --version */
+        cli_model_hash(g, o->model_hash, sizeof o->model_hash);
     if (!override_train(g, "optimizer", "--optimizer", o->optimizer) ||
         !override_train(g, "loss_scale", "--loss-scale", o->loss_scale) ||
         !override_amp(g, &o->pass, done, o->input)) {
