@@ -47,6 +47,11 @@ fi
 # make demo's first step is deps; make check's is deps-test
 make -n -C "$here" demo 2>/dev/null | grep -q 'no-print-directory deps$' &&
     ok "make demo runs make deps" || bad "make demo does not run make deps"
+# its build runs in parallel unless a -j was given, and then as given
+make -n -C "$here" demo 2>/dev/null | grep -q -- "-j[0-9][0-9]* data " &&
+    ! make -n -j1 -C "$here" demo 2>/dev/null | grep -q -- "-j[0-9][0-9]* data " &&
+    ok "make demo builds with -j (one job per core) unless a -j is given" ||
+    bad "make demo's -j"
 make -n -C "$here" check 2>/dev/null | grep -q 'no-print-directory deps-test$' &&
     ok "make check runs make deps-test" || bad "make check does not run make deps-test"
 grep -q '^make deps-test' "$here/.ci/run" && ok ".ci/run installs both lists" ||
