@@ -14,14 +14,11 @@
 #include "suggest.h"
 #include "train.h"
 
-/* rt_train_main's model, for --version (NULL when a test parses flags) */
-static const RtModel *version_model;
-
 /* --version: the program's model and how ampc built it (emitted into its
- * RtModel), and the runtime's release and git revision (build_info.c). */
-static void print_version(const char *prog, FILE *out)
+ * RtModel; m is NULL when a test parses flags without one), and the
+ * runtime's release and git revision (build_info.c). */
+static void print_version(const char *prog, const RtModel *m, FILE *out)
 {
-    const RtModel *m = version_model;
     if (m && m->ampc_version)
         fprintf(out, "%s: model %s (model hash %s), compiled by ampc %s\nbuilt with: %s\n", prog,
                 m->name, m->model_hash ? m->model_hash : "unknown", m->ampc_version,
@@ -179,7 +176,8 @@ static const struct option *long_options(void)
     return longopts;
 }
 
-int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FILE *err)
+static int parse_args(RtTrainOptions *o, const RtModel *m, int argc, char **argv, FILE *out,
+                      FILE *err)
 {
     const struct option *longopts = long_options();
     if (argc > 0 && argv[0]) {
@@ -195,7 +193,7 @@ int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FIL
             return 0;
         }
         if (c == 'V') {
-            print_version(o->prog, out);
+            print_version(o->prog, m, out);
             return 0;
         }
         if (c == ':') {
@@ -231,11 +229,15 @@ int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FIL
     return -1;
 }
 
+int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FILE *err)
+{
+    return parse_args(o, NULL, argc, argv, out, err);
+}
+
 int rt_train_main(int argc, char **argv, const RtModel *m)
 {
     RtTrainOptions o;
     char err[1024];
-    version_model = m;
     rt_train_options_default(&o);
     if (argc > 0 && argv[0]) {
         const char *slash = strrchr(argv[0], '/');
@@ -245,7 +247,7 @@ int rt_train_main(int argc, char **argv, const RtModel *m)
         fprintf(stderr, "%s: %s\n", o.prog, err);
         return 2;
     }
-    int rc = rt_train_parse_args(&o, argc, argv, stdout, stderr);
+    int rc = parse_args(&o, m, argc, argv, stdout, stderr);
     if (rc >= 0)
         return rc;
     return rt_train_run(m, &o, stdout, stderr, NULL);
