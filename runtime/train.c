@@ -509,20 +509,16 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 o->inject_nan_node);
         return 2;
     }
-    /* a directory of another run's checkpoints is not this run's to fill */
-    if (o->save_dir && !o->resume && !o->overwrite &&
-        !rt_save_dir_check(o->save_dir, m->name, msg, sizeof msg)) {
-        fprintf(err, "%s: %s\n", o->prog, msg);
-        run_free(&run);
-        return 2;
-    }
     /* --independent-runs: the save directory is this copy's before anything
      * in it is touched (prepare removes stale temporary files: another
-     * copy's would be live) */
+     * copy's would be live); and a directory of another run's checkpoints
+     * is not this run's to fill, nor to clean */
     struct stat sd;
     bool lock = o->independent_runs && o->save_dir;
     if ((lock && stat(o->save_dir, &sd) == 0 &&
          !rt_own_exclusively(o->save_dir, "--save-dir", &run.save_lock, msg, sizeof msg)) ||
+        (o->save_dir && !o->resume && !o->overwrite &&
+         !rt_save_dir_check(o->save_dir, m->name, msg, sizeof msg)) ||
         (o->save_dir && !rt_save_dir_prepare(o->save_dir, m->name, err, o->prog, msg, sizeof msg)) ||
         (lock && run.save_lock < 0 &&
          !rt_own_exclusively(o->save_dir, "--save-dir", &run.save_lock, msg, sizeof msg))) {
