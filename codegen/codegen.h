@@ -45,8 +45,9 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans);
  * place) and of AMPC_VERSION; the ranks of a run compare it at start-up
  * (runtime/rankcheck.h). */
 void cg_stamp_build_id(char *text, size_t len);
-/* From now on cg_emit_c writes the model's hash into the program's RtModel,
- * for its --version (NULL: none). */
+/* From now on cg_emit_c writes the model's hash (the SHA-256 of its input
+ * files, as the dumps' provenance has it) into the program's RtModel, for
+ * its --version (NULL or "": none). */
 void cg_emit_set_model_hash(const char *model_hash);
 
 /* build.c: compiles a C file into an executable with $CC (default cc) and

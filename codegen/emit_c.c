@@ -911,7 +911,7 @@ static const char built_with_default[] =
 static void emit_build_info(FILE *out)
 {
     fprintf(out, "    .ampc_version = \"%s\",\n", AMPC_VERSION);
-    if (info_hash) {
+    if (info_hash && *info_hash) {
         fputs("    .model_hash = ", out);
         c_string(out, info_hash);
         fputs(",\n", out);

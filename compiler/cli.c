@@ -165,26 +165,6 @@ char *cli_command_line(int argc, char **argv)
     return text;
 }
 
-/* FNV-1a (64 bits) of the model's IR text right after it is read, as
- * --dump=elaborate prints it (or --from-ir's dump as read): the same model
- * gives the same hash whatever its comments, layout or flags. */
-void cli_model_hash(const Graph *g, char *hex, size_t cap)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&text, &len);
-    if (!m)
-        DIE("out of memory");
-    ir_print(m, g, "model");
-    if (fclose(m) != 0)
-        DIE("out of memory");
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)text[i]) * 0x100000001b3ULL;
-    free(text);
-    snprintf(hex, cap, "%016llx", (unsigned long long)h);
-}
-
 /* ---- -v ------------------------------------------------------------------------------------ */
 
 void cli_summary(FILE *f, const char *input, const Graph *g, bool trains, const char *output)

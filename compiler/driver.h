@@ -96,15 +96,13 @@ bool training_graph_check(const Graph *g, int after);
  * -O0..-O3 and -g appended to flags (for the program's C compiler); -W and
  * a bad -O are refused, reported.
  * cli_command_line: argv without absolute paths (malloc'ed), for a
- * program's --version; cli_model_hash: 16 hex digits identifying the model
- * read.  cli_summary: -v's one line. */
+ * program's --version.  cli_summary: -v's one line. */
 struct option;
 void cli_print_version(FILE *f);
 void cli_bad_option(Diag *d, int c, int argc, char **argv, const struct option *longs);
 void cli_unknown_dump(Diag *d, const char *name); /* --dump=NAME, NAME no pass */
 bool cli_cc_flag(Diag *d, int c, const char *arg, char *flags, size_t cap);
 char *cli_command_line(int argc, char **argv);
-void cli_model_hash(const Graph *g, char *hex, size_t cap);
 void cli_summary(FILE *f, const char *input, const Graph *g, bool trains, const char *output);
 
 /* opref.c: the op reference from the op table (docs/ops.md).  --list-ops:

@@ -52,7 +52,6 @@ typedef struct {
     char cc_flags[64];      /* -O0..-O3, -g: for the program's C compiler */
     bool verbose;           /* -v: a one-line summary of what was compiled */
     const char *cmdline;    /* how ampc was called, no absolute paths (a program's --version) */
-    char model_hash[20];    /* the model as read (cli_model_hash), for the same */
 } Options;
 
 static void usage(FILE *f)
@@ -657,7 +656,7 @@ static bool generate(const Options *o, const Graph *g, Diag *d, const Compilatio
     CgPlans with_kv = mp ? *mp : (CgPlans){0};
     with_kv.kv = kv; /* a dist_sync placement gives the program its buckets */
     with_kv.kernels = o->kernel_target;
-    cg_emit_set_model_hash(o->model_hash);
+    cg_emit_set_model_hash(o->prov.sha256); /* the input's, as the dumps' provenance says */
     bool ok = cg_emit_c(m, g, &with_kv);
     if (fclose(m) != 0)
         DIE("out of memory");
@@ -846,8 +845,6 @@ static int run(Options *o, Diag *d)
         return 1;
     }
     g->info.bind_batch = o->batch;
-    if (o->output || o->source_only) /* for the program's --version */
-        cli_model_hash(g, o->model_hash, sizeof o->model_hash);
     if (!override_train(g, "optimizer", "--optimizer", o->optimizer) ||
         !override_train(g, "loss_scale", "--loss-scale", o->loss_scale) ||
         !override_amp(g, &o->pass, done, o->input)) {

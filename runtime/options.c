@@ -20,7 +20,7 @@
 static void print_version(const char *prog, const RtModel *m, FILE *out)
 {
     if (m && m->ampc_version)
-        fprintf(out, "%s: model %s (model hash %s), compiled by ampc %s\nbuilt with: %s\n", prog,
+        fprintf(out, "%s: model %s (sha256 %s), compiled by ampc %s\nbuilt with: %s\n", prog,
                 m->name, m->model_hash ? m->model_hash : "unknown", m->ampc_version,
                 m->built_with ? m->built_with : "unknown");
     else if (m)

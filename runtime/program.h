@@ -150,8 +150,9 @@ typedef struct RtModel {
     uint64_t build_id;
     const char *kv_wire;
     /* The program's --version: the release of the ampc that emitted it, the
-     * model's hash, and ampc's command line without absolute paths (NULL in
-     * models written by hand) */
+     * SHA-256 of its model's files (the model and its imports, as read), and
+     * ampc's command line without absolute paths (NULL in models written by
+     * hand) */
     const char *ampc_version, *model_hash, *built_with;
 } RtModel;
 

@@ -63,10 +63,10 @@ if [ -n "$acc" ] && awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }' &&
    grep -q "^Predicted 4 samples of x.npy" "$scratch/log"; then
     ok "trained to $acc, a checkpoint per epoch, resumed from epoch 4, predicted"
 else bad "the first model's run (accuracy '$acc')"; fi
-if grep -q "^mycnn: model mycnn (model hash [0-9a-f]\{16\}), compiled by ampc [0-9.]*$" "$scratch/log" &&
+if grep -q "^mycnn: model mycnn (sha256 $(sha256sum <"$scratch/mycnn.sym" | cut -c1-64)), compiled by ampc [0-9.]*$" "$scratch/log" &&
    grep -q "^built with: ampc mycnn.sym -o mycnn$" "$scratch/log" &&
    grep -q "^runtime: ampc [0-9.]*" "$scratch/log"; then
-    ok "./mycnn --version: the model's hash, how ampc built it, the runtime's version"
+    ok "./mycnn --version: the model file's sha256, how ampc built it, the runtime's version"
 else bad "./mycnn --version"; fi
 
 # ---- 2. the install, verbatim, from the checkout -----------------------------------------

@@ -360,7 +360,7 @@ static void test_version(void **state)
     memset(&m, 0, sizeof m);
     m.name = "tiny";
     m.ampc_version = "9.9.9";
-    m.model_hash = "0123456789abcdef";
+    m.model_hash = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     m.built_with = "ampc tiny.sym -o tiny";
     char *argv[] = {(char *)"/some/where/tiny", (char *)"--version", NULL};
     FILE *keep = stdout, *out = tmpfile();
@@ -368,9 +368,9 @@ static void test_version(void **state)
     assert_int_equal(rt_train_main(2, argv, &m), 0);
     stdout = keep;
     slurp(out, out_text, sizeof out_text);
-    assert_non_null(strstr(out_text,
-                           "tiny: model tiny (model hash 0123456789abcdef), compiled by "
-                           "ampc 9.9.9\nbuilt with: ampc tiny.sym -o tiny\nruntime: ampc "));
+    assert_non_null(strstr(out_text, "tiny: model tiny (sha256 0123456789abcdef0123456789abcdef01234"
+                                     "56789abcdef0123456789abcdef), compiled by ampc 9.9.9\n"
+                                     "built with: ampc tiny.sym -o tiny\nruntime: ampc "));
 }
 
 static void test_main_exit_codes(void **state)
