@@ -57,6 +57,18 @@ SKIP = [
      "the reader's own MNIST download", None),
     ("docs/training.md", r"im2rec train\.lst|recordio\(train\.rec",
      "a folder of the reader's JPEG images (tests/recordio/run.sh builds its own)", None),
+    ("docs/ci.md", r"^examples/ci/ci\.sh ",
+     "run from a model repository laid out as above (tests/ci/run.sh runs examples/ci/ci.sh on "
+     "examples/ and examples/ci/golden/)", None),
+    ("docs/ci.md", r"^ampc diff golden/.* models/",
+     "an illustration: the model repository's resnet50_v1d.sym with a Dropout inserted, against "
+     "its golden (tests/ci/run.sh runs that case)", None),
+]
+
+# (document, a regex, the exit status the command is documented to give, why)
+EXPECT_EXIT = [
+    ("README.md", r"^ampc diff r50\.json ",
+     1, "diff's 'they differ': r50.json holds the float16 graph, the model is compiled --amp=off"),
 ]
 
 # (document, a regex, flags appended, why): runs shortened, said as CAPPED
@@ -74,7 +86,9 @@ HEADLESS = ("import json, sys; j = json.load(open(sys.argv[1])); "
             "j['heads'] = [h['inputs'][0]]; json.dump(j, open(sys.argv[1], 'w'))")
 RESNET_JSON = "ampc examples/resnet20_cifar.sym --amp=off --emit-mxnet-json {0} && python3 -c \"%s\" {0}" % HEADLESS
 INPUTS = {
-    "README.md": [f"{NPY} x.npy 4,1,8,8", RESNET_JSON.format("r18-symbol.json")],
+    "README.md": [f"{NPY} x.npy 4,1,8,8", RESNET_JSON.format("r18-symbol.json"),
+                  # an expect file: one assertion on the report (docs/ci.md, "Expect files")
+                  "printf 'params.trainable == 25576264\\n' > r50.expect"],
     "docs/mxnet.md": [
         RESNET_JSON.format("resnet18_v1-symbol.json"),
         f"{NPY} x.npy 4,64",
@@ -86,7 +100,8 @@ INPUTS = {
     ],
 }
 
-COMMAND_LIKE = re.compile(r"^(ampc |build/|\./|make\b|mpirun |cc |\$ )")
+COMMAND_LIKE = re.compile(r"^(ampc |build/|\./|make\b|mpirun |cc |python3 |\$ |"
+                          r"(examples|tests|tools)/\S+\.(sh|py) )")
 TIMEOUT = 300
 
 
@@ -143,7 +158,7 @@ def commands(start, lang, body):
 def unmarked_command(lang, body):
     """the index of the first command-like line of a block that is not
     marked as commands (it would escape the test), else None"""
-    if lang in ("sh", "console", "sym", "c"):
+    if lang in ("sh", "console", "sym", "c", "text"):  # text: a synopsis, an output
         return None
     for k, line in enumerate(body):
         if COMMAND_LIKE.match(line.strip()):
@@ -277,9 +292,13 @@ class Run:
         else:
             cmd_run = cmd
         rc, out, dt = self.sh(cmd_run, cwd, env)
-        if rc == 0:
+        want = 0
+        for d, pattern, code, why in EXPECT_EXIT:
+            if d == doc and re.search(pattern, cmd):
+                want, note = code, f"{note} [exit {code} as documented: {why}]"
+        if rc == want:
             self.passed += 1
-            self.report("CAPPED" if note else "PASS", where, cmd, f" ({dt:.1f} s){note}")
+            self.report("CAPPED" if "[CAPPED" in note else "PASS", where, cmd, f" ({dt:.1f} s){note}")
         else:
             self.failed += 1
             self.report("FAIL", where, cmd, f" (exit {rc}){note}\n{out[-3000:]}")
