@@ -5,10 +5,15 @@
 #                   suite again under ASan+UBSan, fuzz replay + a fixed fuzz run,
 #                   valgrind on the compiler
 #   make demo       the main job (README)
-#   make deps       install what is missing (Debian, as root)
+#   make deps       install what the build and the demo need (tools/deps.txt;
+#                   Debian, as root); make deps-test adds the tests' packages
 #   make fuzz FUZZ_SECONDS=N, make bench, make install PREFIX=...
 
 CC      ?= cc
+# Quiet rules: a short line per step (the demo's first screen is about the
+# model, not 100 compiler commands); make V=1 prints every command in full.
+V       ?= 0
+quiet    = $(if $(filter 1,$(V)),,@printf '  %-6s %s\n' '$(1)' '$(2)';)
 CFLAGS  ?= -O2 -g
 PREFIX  ?= /usr/local
 BUILD   ?= build
@@ -27,9 +32,10 @@ GEN_CFLAGS  := -Wno-unused-function -Wno-sign-compare -Wno-unused-parameter \
 # runtime/settings.c: the train settings' parsers, shared with the runtime (a leaf);
 # runtime/fileio.c: the one file-safety module of ampc, the programs and im2rec (a leaf).
 LIB_SRC  := $(wildcard ir/*.c ir/ops/*.c passes/*.c codegen/*.c) grammar/ast.c compiler/frontend.c \
-            compiler/report.c compiler/mxnet_json.c compiler/mxnet_export.c compiler/calibrate.c \
-            runtime/settings.c runtime/fileio.c compiler/json.c compiler/provenance.c compiler/dump.c \
-            compiler/stages.c compiler/expect.c compiler/diff.c
+            compiler/report.c compiler/opref.c compiler/cli.c compiler/mxnet_json.c \
+            compiler/mxnet_export.c compiler/calibrate.c runtime/settings.c runtime/fileio.c \
+            compiler/json.c compiler/provenance.c compiler/dump.c compiler/stages.c compiler/expect.c \
+            compiler/diff.c runtime/build_info.c runtime/suggest.c
 GEN_SRC  := $(BUILD)/gen/parser.c $(BUILD)/gen/lexer.c
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(GEN_SRC:.c=.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -60,7 +66,7 @@ CUDA_LIBS_SMOKE ?= 1
 NVCC     ?= $(firstword $(wildcard /usr/local/cuda/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 
 .PHONY: FORCE fuzzlib e2e data nvcc-check all check unit golden roundtrip ci-check asan-check fuzz-check valgrind-check fuzz bench demo \
-        deps install clean format mxnet-env mxnet-check
+        deps deps-test ops-doc install clean format mxnet-env mxnet-check
 all: $(BUILD)/ampc $(BUILD)/im2rec cuda
 
 # ---- the compiler ----------------------------------------------------------
@@ -68,40 +74,56 @@ all: $(BUILD)/ampc $(BUILD)/im2rec cuda
 # target), so `make -j` never runs bison or flex twice at once.
 $(BUILD)/gen/parser.c $(BUILD)/gen/parser.h &: grammar/parser.y
 	@mkdir -p $(@D)
-	bison -d -o $(BUILD)/gen/parser.c $<
+	$(call quiet,BISON,$<)bison -d -o $(BUILD)/gen/parser.c $<
 
 $(BUILD)/gen/lexer.c $(BUILD)/gen/lexer.h &: grammar/lexer.l $(BUILD)/gen/parser.h
 	@mkdir -p $(@D)
-	flex --header-file=$(BUILD)/gen/lexer.h -o $(BUILD)/gen/lexer.c $<
+	$(call quiet,FLEX,$<)flex --header-file=$(BUILD)/gen/lexer.h -o $(BUILD)/gen/lexer.c $<
 
 $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
-	$(CC) $(AMPC_CFLAGS) $(GEN_CFLAGS) $(CFLAGS) -c $< -o $@
+	$(call quiet,CC,$<)$(CC) $(AMPC_CFLAGS) $(GEN_CFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c | $(BUILD)/gen/parser.h $(BUILD)/gen/lexer.h
 	@mkdir -p $(@D)
-	$(CC) $(AMPC_CFLAGS) $(CFLAGS) -c $< -o $@
+	$(call quiet,CC,$<)$(CC) $(AMPC_CFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libampc.a: $(LIB_OBJ)
-	rm -f $@
-	ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/obj/runtime/%.o: runtime/%.c
 	@mkdir -p $(@D)
-	$(CC) $(RT_CFLAGS) $(CFLAGS) -DAMPC_DEFAULT_DATA_DIR='"$(DATA_DIR)"' -c $< -o $@
+	$(call quiet,CC,$<)$(CC) $(RT_CFLAGS) $(CFLAGS) $(RT_DEFINES) -c $< -o $@
+
+# The release version (ir/ir.h's AMPC_VERSION, the one place it is written)
+# and the git revision of the checkout ("-dirty" with uncommitted changes;
+# empty outside a checkout), for --version only: runtime/build_info.c and
+# compiler/cli.c include BUILD/gen/version.h, which is rewritten only when
+# they change, so a commit relinks ampc and the runtime and rebuilds nothing
+# else.  build_info.c also holds the data directory (make install puts its
+# own in the installed runtime).
+AMPC_RELEASE := $(shell sed -n 's/^\#define AMPC_VERSION "\(.*\)"$$/\1/p' ir/ir.h)
+GIT_REV := $(shell r=$$(git -C "$(CURDIR)" rev-parse --short=12 HEAD 2>/dev/null) && \
+             { git -C "$(CURDIR)" diff --quiet HEAD -- 2>/dev/null || r="$$r-dirty"; } && echo "$$r")
+$(BUILD)/gen/version.h: FORCE
+	@mkdir -p $(@D)
+	@printf '#define AMPC_RELEASE_VERSION "%s"\n#define AMPC_GIT_REV "%s"\n' \
+	    '$(AMPC_RELEASE)' '$(GIT_REV)' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; fi
+$(BUILD)/obj/runtime/build_info.o: RT_DEFINES = -I$(BUILD)/gen -DAMPC_DEFAULT_DATA_DIR='"$(DATA_DIR)"'
+$(BUILD)/obj/runtime/build_info.o $(BUILD)/obj/compiler/cli.o: $(BUILD)/gen/version.h
 
 $(BUILD)/libampcrt.a: $(RT_OBJ)
-	rm -f $@
-	ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@ && ar rcs $@ $^
 
 # The MPI engine (runtime/dist/mpi.c, docs/kvstore.md): an object that only
 # programs built with ampc --mpi link, compiled with mpicc where it exists
-# (Open MPI: make deps); no -Iruntime, so <mpi.h> is Open MPI's (-iquote
+# (Open MPI: make deps-test); no -Iruntime, so <mpi.h> is Open MPI's (-iquote
 # runtime: the runtime's own "kernels/..." includes, as device.h's).
 MPICC ?= $(shell command -v mpicc 2>/dev/null)
 MPI_OBJ := $(if $(MPICC),$(BUILD)/ampcmpi.o)
 $(BUILD)/ampcmpi.o: runtime/dist/mpi.c runtime/mpi_rt.h runtime/device.h runtime/program.h runtime/rt.h runtime/kernels/lossscale.h
 	@mkdir -p $(@D)
-	$(MPICC) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -iquote runtime $(CFLAGS) -c $< -o $@
+	$(call quiet,MPICC,$<)$(MPICC) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -iquote runtime $(CFLAGS) -c $< -o $@
 
 # A program for a GPU (ampc --target=cuda) links the toolkit's static cudart
 # from the lib64 beside nvcc (codegen/build.c; $AMPC_CUDA_HOME overrides).
@@ -109,7 +131,7 @@ $(BUILD)/obj/codegen/build.o: AMPC_CFLAGS += $(if $(NVCC),-DAMPC_CUDA_LIBDIR='"$
 
 # ampc finds the runtime next to itself (codegen/build.c), so it is built too.
 $(BUILD)/ampc: $(BUILD)/obj/compiler/main.o $(BUILD)/libampc.a | $(BUILD)/libampcrt.a $(MPI_OBJ)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) -lm
+	$(call quiet,LINK,$@)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(JSON_LIBS) -lm
 
 # ---- tests -----------------------------------------------------------------
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libampc.a
@@ -164,12 +186,11 @@ CUDA_CSRC  := $(wildcard runtime/cuda/*.c)
 CUDA_INC   := $(dir $(NVCC))../include
 $(BUILD)/cuda/%.c.o: runtime/cuda/%.c $(CUDA_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -c $< -o $@
+	$(call quiet,CC,$<)$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -c $< -o $@
 
 $(BUILD)/libampccuda.a: $(patsubst runtime/cuda/%.cu,$(BUILD)/cuda/%.o,$(CUDA_SRC)) \
                         $(patsubst runtime/cuda/%.c,$(BUILD)/cuda/%.c.o,$(CUDA_CSRC))
-	rm -f $@
-	ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@ && ar rcs $@ $^
 
 cuda:
 	@if [ -n "$(NVCC)" ]; then $(MAKE) --no-print-directory $(BUILD)/libampccuda.a; \
@@ -223,7 +244,7 @@ nccl-mpi-check:
 	@if [ -n "$(MPICC)" ] && command -v mpirun >/dev/null; then \
 	    $(MAKE) --no-print-directory $(BUILD)/rtests/nccl_boot_mpi && \
 	    tests/runtime/nccl_boot_mpi.sh $(BUILD)/rtests/nccl_boot_mpi; \
-	else echo "SKIPPED: nccl-mpi-check (the NCCL bootstrap over MPI): no mpicc or mpirun (make deps)"; fi
+	else echo "SKIPPED: nccl-mpi-check (the NCCL bootstrap over MPI): no mpicc or mpirun (make deps-test)"; fi
 
 # ---- the first GPU run (docs/backend-cuda.md, "The first GPU run") -------------
 # Never part of check.  gpu-check-build puts what a run needs into
@@ -353,6 +374,11 @@ cuda-check: emu-nvcc-check
 
 golden: $(BUILD)/ampc
 	tests/golden/run.sh $(BUILD)/ampc
+	tests/opsdoc.sh $(BUILD)/ampc
+
+# docs/ops.md is generated from the op table (compiler/opref.c; tests/opsdoc.sh)
+ops-doc: $(BUILD)/ampc
+	$(BUILD)/ampc --describe-op=all > docs/ops.md
 
 # Generated graphs as CI artifacts (docs/ci.md): the naming rule pinned, JSON
 # documents order-independent and valid against their closed schemas
@@ -437,7 +463,7 @@ $(BUILD)/e2e/refcheck: tests/e2e/refcheck.c $(BUILD)/libampc.a $(BUILD)/libampcr
 # writes images with libpng/libjpeg-turbo and reads them through the source.
 $(BUILD)/im2rec: tools/im2rec.c runtime/fileio.c runtime/fileio.h
 	@mkdir -p $(@D)
-	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ tools/im2rec.c runtime/fileio.c $(LDFLAGS)
+	$(call quiet,CC,$<)$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ tools/im2rec.c runtime/fileio.c $(LDFLAGS)
 $(BUILD)/rio_tool: tests/recordio/rio_tool.c $(BUILD)/libampcrt.a
 	@mkdir -p $(@D)
 	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampcrt.a $(LDFLAGS) -lpng -lturbojpeg $(RT_LIBS)
@@ -466,6 +492,9 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/mpi_check.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/cuda_build.sh $(BUILD)/ampc
 	tests/e2e/gpucost.sh $(BUILD)/ampc
+	tests/e2e/deps.sh
+	python3 tests/e2e/docs_commands.py $(BUILD)
+	tests/e2e/newcomer.sh $(BUILD)
 
 # MXNet interoperability, checked against MXNet 1.9.1 itself (tests/mxnet/,
 # docs/mxnet.md).  make mxnet-env makes its Python environment from the
@@ -492,7 +521,7 @@ valgrind-check: $(BUILD)/ampc
 
 # The steps run in this order (each may build in parallel with -j).
 check:
-	@$(MAKE) --no-print-directory deps
+	@$(MAKE) --no-print-directory deps-test
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory golden
@@ -509,30 +538,39 @@ check:
 # The report of the reference network, then a real run: digits_cnn compiled
 # with AMP (fp16, dynamic loss scaling) for the CPU and trained on digits.
 # deps first, on its own: under -j the compiler must not start before gcc is there.
+# The build runs in parallel (-j, one job per core) unless a -j was given
+# (MAKEFLAGS holds it).  Each run saves into a directory of its own: a
+# program refuses a --save-dir that holds another run's checkpoints.
+NPROC := $(shell nproc 2>/dev/null || echo 2)
 demo:
 	@$(MAKE) --no-print-directory deps
-	@$(MAKE) --no-print-directory data $(BUILD)/ampc
+	@$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(NPROC)) data $(BUILD)/ampc
 	$(BUILD)/ampc examples/resnet50_v1d.sym --report
 	@mkdir -p $(BUILD)/demo
 	$(BUILD)/ampc examples/digits_cnn.sym --amp=float16 -o $(BUILD)/demo/digits_cnn
-	AMPC_DATA_DIR=$(DATA_DIR) $(BUILD)/demo/digits_cnn --data digits --epochs 6 --log-interval 15 \
-	    --save-dir $(BUILD)/demo/checkpoints
+	@ck=$$(mktemp -d $(BUILD)/demo/checkpoints-XXXXXX) && set -x && \
+	    AMPC_DATA_DIR=$(DATA_DIR) $(BUILD)/demo/digits_cnn --data digits --epochs 6 --log-interval 15 \
+	        --save-dir $$ck
 
 bench: $(BUILD)/ampc
 	bench/compile_time.sh $(BUILD)/ampc
 	bench/diff.sh $(BUILD)/ampc
 
 deps:
-	@tools/deps.sh
+	@tools/deps.sh tools/deps.txt
+
+# the tests' packages too (tools/deps-test.txt): make check and .ci/run
+deps-test:
+	@tools/deps.sh tools/deps.txt tools/deps-test.txt
 
 # The digits data set (1,797 8x8 images) ships in Debian's python3-sklearn;
 # fetched at build time, never committed.
 data: $(DATA_DIR)/digits.csv.gz
 $(DATA_DIR)/digits.csv.gz:
-	tools/fetch_digits.sh $(DATA_DIR)
+	$(call quiet,FETCH,$@)tools/fetch_digits.sh $(DATA_DIR)
 
-# Fashion-MNIST (IDX files) from Debian's dataset-fashion-mnist (make deps
-# installs it) into DATA_DIR/fashion-mnist, where --data fashion_mnist looks
+# Fashion-MNIST (IDX files) from Debian's dataset-fashion-mnist (make
+# deps-test installs it) into DATA_DIR/fashion-mnist, where --data fashion_mnist looks
 # first; never committed.
 fashion: $(DATA_DIR)/fashion-mnist/train-images-idx3-ubyte.gz
 $(DATA_DIR)/fashion-mnist/train-images-idx3-ubyte.gz:
@@ -540,11 +578,27 @@ $(DATA_DIR)/fashion-mnist/train-images-idx3-ubyte.gz:
 
 # ampc finds its runtime relative to itself: PREFIX/include/ampc and
 # PREFIX/lib/ampc (codegen/build.c), so an installed ampc works anywhere.
-install: $(BUILD)/ampc $(BUILD)/libampcrt.a cuda
+# The data (digits, and Fashion-MNIST when make fashion fetched it) goes to
+# PREFIX/share/ampc/data, and the installed runtime's default data directory
+# is that one: its build_info.o is compiled again with it (the build tree's
+# build/data is gone once the checkout is).  im2rec goes beside ampc.
+INSTALL_DATA_DIR = $(PREFIX)/share/ampc/data
+$(BUILD)/install/libampcrt.a: $(BUILD)/libampcrt.a runtime/build_info.c $(BUILD)/gen/version.h FORCE
+	@mkdir -p $(@D)
+	$(call quiet,CC,runtime/build_info.c for $(INSTALL_DATA_DIR))$(CC) $(RT_CFLAGS) $(CFLAGS) \
+	    -I$(BUILD)/gen -DAMPC_DEFAULT_DATA_DIR='"$(INSTALL_DATA_DIR)"' -c runtime/build_info.c \
+	    -o $(@D)/build_info.o
+	$(call quiet,AR,$@)cp $(BUILD)/libampcrt.a $@.tmp && ar rcs $@.tmp $(@D)/build_info.o && mv -f $@.tmp $@
+
+install: $(BUILD)/ampc $(BUILD)/install/libampcrt.a $(BUILD)/im2rec data cuda
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/ampc \
-	    $(DESTDIR)$(PREFIX)/include/ampc/kernels
+	    $(DESTDIR)$(PREFIX)/include/ampc/kernels $(DESTDIR)$(INSTALL_DATA_DIR)
 	install -m 755 $(BUILD)/ampc $(DESTDIR)$(PREFIX)/bin/ampc
-	install -m 644 $(BUILD)/libampcrt.a $(DESTDIR)$(PREFIX)/lib/ampc/libampcrt.a
+	install -m 755 $(BUILD)/im2rec $(DESTDIR)$(PREFIX)/bin/im2rec
+	install -m 644 $(BUILD)/install/libampcrt.a $(DESTDIR)$(PREFIX)/lib/ampc/libampcrt.a
+	install -m 644 $(DATA_DIR)/digits.csv.gz $(DESTDIR)$(INSTALL_DATA_DIR)/digits.csv.gz
+	if [ -d $(DATA_DIR)/fashion-mnist ]; then install -d $(DESTDIR)$(INSTALL_DATA_DIR)/fashion-mnist && \
+	    install -m 644 $(DATA_DIR)/fashion-mnist/* $(DESTDIR)$(INSTALL_DATA_DIR)/fashion-mnist/; fi
 	$(if $(MPI_OBJ),install -m 644 $(MPI_OBJ) $(DESTDIR)$(PREFIX)/lib/ampc/ampcmpi.o)
 	install -m 644 runtime/*.h $(DESTDIR)$(PREFIX)/include/ampc/
 	install -m 644 runtime/kernels/*.h $(DESTDIR)$(PREFIX)/include/ampc/kernels/

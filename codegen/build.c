@@ -5,7 +5,8 @@
  * the build tree (build/ampc, or build/asan/ampc) uses runtime/ and the
  * libampcrt.a beside it.
  * $AMPC_RUNTIME_DIR names a folder holding both include/ and lib/ instead.
- * $CC and $CFLAGS are honoured, so a program can be built with sanitizers.
+ * $CC and $CFLAGS are honoured, so a program can be built with sanitizers;
+ * ampc's -O0..-O3 and -g come after $CFLAGS (default -O2).
  * A program built for MPI (ampc --mpi, docs/kvstore.md) also links
  * ampcmpi.o, found beside libampcrt.a, through $MPICC (default mpicc, which
  * adds Open MPI's flags; its compiler is $OMPI_CC) instead of $CC; no other
@@ -174,6 +175,36 @@ static bool build_cuda; /* cg_build_set_cuda */
 
 void cg_build_set_cuda(bool on) { build_cuda = on; }
 
+static const char *build_cflags = ""; /* cg_build_set_cflags: ampc's -O and -g */
+
+void cg_build_set_cflags(const char *flags) { build_cflags = flags ? flags : ""; }
+
+static char *built_with_define; /* cg_build_set_command_line: -DAMPC_BUILT_WITH="..." */
+
+/* text as a C string literal (every byte outside printable ASCII, and the
+ * quote and backslash, octal-escaped), the value of one -D argument: no
+ * shell reads it, so nothing else is special */
+void cg_build_set_command_line(const char *text)
+{
+    free(built_with_define);
+    built_with_define = NULL;
+    if (!text)
+        return;
+    size_t len = 0;
+    FILE *m = open_memstream(&built_with_define, &len);
+    if (!m)
+        DIE("out of memory");
+    fputs("-DAMPC_BUILT_WITH=\"", m);
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        if (*p < 0x20 || *p > 0x7e || *p == '"' || *p == '\\' || *p == '?')
+            fprintf(m, "\\%03o", *p);
+        else
+            fputc(*p, m);
+    fputc('"', m);
+    if (fclose(m) != 0)
+        DIE("out of memory");
+}
+
 /* The driver API's two calls, through dlopen: ampc itself links no CUDA. */
 static bool driver_has_device(char *why, size_t whylen)
 {
@@ -248,8 +279,10 @@ bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)
     }
     char mpi_obj[PATH_MAX];
     if (build_mpi && !beside_runtime(lib, "ampcmpi.o", mpi_obj, sizeof mpi_obj)) {
-        diag_plain_error(d, "--mpi: this ampc's runtime has no MPI engine (ampcmpi.o beside %s): "
-                            "build ampc where mpicc is (make deps installs Open MPI)", lib);
+        diag_plain_error(d,
+                         "--mpi: this ampc's runtime has no MPI engine (ampcmpi.o beside %s): "
+                         "build ampc where mpicc is (make deps-test installs Open MPI)",
+                         lib);
         return false;
     }
     char cuda_lib[PATH_MAX], cudart_dir[PATH_MAX], why[768];
@@ -272,6 +305,9 @@ bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)
     Argv a = {0};
     argv_split(&a, cc);
     argv_split(&a, cflags);
+    argv_split(&a, build_cflags); /* after $CFLAGS: ampc -O3 wins over its -O2 */
+    if (built_with_define)
+        argv_add(&a, built_with_define);
     argv_add(&a, "-std=c11");
     argv_add(&a, "-I");
     argv_add(&a, inc);

@@ -45,6 +45,10 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans);
  * place) and of AMPC_VERSION; the ranks of a run compare it at start-up
  * (runtime/rankcheck.h). */
 void cg_stamp_build_id(char *text, size_t len);
+/* From now on cg_emit_c writes the model's hash (the SHA-256 of its input
+ * files, as the dumps' provenance has it) into the program's RtModel, for
+ * its --version (NULL or "": none). */
+void cg_emit_set_model_hash(const char *model_hash);
 
 /* build.c: compiles a C file into an executable with $CC (default cc) and
  * $CFLAGS (default -O2), against the runtime found next to ampc (the build
@@ -57,6 +61,12 @@ void cg_build_set_mpi(bool on);
  * runtime, the toolkit's static cudart; cuDNN, cuBLASLt and NCCL are
  * opened at run time): a program whose calls name the cuda column. */
 void cg_build_set_cuda(bool on);
+/* From now on cg_build passes these flags (-O0..-O3, -g: ampc's own, "" for
+ * none) to the C compiler after $CFLAGS, so they win over its -O. */
+void cg_build_set_cflags(const char *flags);
+/* From now on cg_build defines AMPC_BUILT_WITH as this text (ampc's command
+ * line, for the program's --version; NULL: not defined). */
+void cg_build_set_command_line(const char *text);
 /* Whether this machine can run a CUDA program ampc builds: the CUDA runtime
  * library found beside the runtime (as cg_build looks for it), the driver
  * (libcuda.so.1) loads and reports at least one device.  False with the

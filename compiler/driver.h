@@ -106,6 +106,30 @@ bool frontend_check_dump(Graph *g, int after, const PassOptions *o);
  * fuse.  Reports at the nodes. */
 bool training_graph_check(const Graph *g, int after);
 
+/* cli.c: the user-facing parts of ampc's command line (main.c has the
+ * option table).  cli_print_version: "ampc 0.1.0 (git REV)".
+ * cli_bad_option: the error for getopt_long's ':' or '?' (c), naming the
+ * argument at fault, an ambiguous abbreviation's candidates, or the option
+ * meant (cli_unknown_dump: the same for --dump's pass).  cli_cc_flag:
+ * -O0..-O3 and -g appended to flags (for the program's C compiler); -W and
+ * a bad -O are refused, reported.
+ * cli_command_line: argv without absolute paths (malloc'ed), for a
+ * program's --version.  cli_summary: -v's one line. */
+struct option;
+void cli_print_version(FILE *f);
+void cli_bad_option(Diag *d, int c, int argc, char **argv, const struct option *longs);
+void cli_unknown_dump(Diag *d, const char *name); /* --dump=NAME, NAME no pass */
+bool cli_cc_flag(Diag *d, int c, const char *arg, char *flags, size_t cap);
+char *cli_command_line(int argc, char **argv);
+void cli_summary(FILE *f, const char *input, const Graph *g, bool trains, const char *output);
+
+/* opref.c: the op reference from the op table (docs/ops.md).  --list-ops:
+ * the ops a model calls, one line each; --describe-op=NAME: NAME's section,
+ * or with "all" the whole of docs/ops.md (false, reported, for an unknown
+ * NAME). */
+void opref_list(FILE *f);
+bool opref_describe(Diag *d, FILE *f, const char *name);
+
 /* Resolves the AMP settings: flags first, then the train block. */
 bool amp_options_resolve(const Graph *g, const PassOptions *po, AmpOptions *out);
 

@@ -295,7 +295,9 @@ bool amp_options_resolve(const Graph *g, const PassOptions *po, AmpOptions *out)
     if (po->amp) {
         out->target = strcmp(po->amp, "off") == 0 ? DT_UNKNOWN : amp_target(po->amp);
         if (out->target == DT_COUNT) {
-            diag_plain_error(g->diag, "--amp must be off, float16 or bfloat16, not '%s'", po->amp);
+            diag_plain_error(g->diag,
+                             "--amp must be off, float16 (or fp16) or bfloat16 (or bf16), not '%s'",
+                             po->amp);
             return false;
         }
     } else if (e) {
@@ -303,7 +305,7 @@ bool amp_options_resolve(const Graph *g, const PassOptions *po, AmpOptions *out)
         DType t = v->kind == CV_SYM ? (strcmp(v->s, "off") == 0 ? DT_UNKNOWN : amp_target(v->s))
                                     : DT_COUNT;
         if (t == DT_COUNT) {
-            diag_error(g->diag, e->loc, "amp must be off, float16 or bfloat16");
+            diag_error(g->diag, e->loc, "amp must be off, float16 (or fp16) or bfloat16 (or bf16)");
             return false;
         }
         out->target = t;

@@ -51,6 +51,9 @@ typedef struct {
     bool mpi;               /* --mpi: the program runs under mpirun (links Open MPI) */
     const char *calibrate;  /* --calibrate PROFILE: the GPU cost model against a measured run */
     Profile profile;        /* its calls, read before the passes run */
+    char cc_flags[64];      /* -O0..-O3, -g: for the program's C compiler */
+    bool verbose;           /* -v: a one-line summary of what was compiled */
+    const char *cmdline;    /* how ampc was called, no absolute paths (a program's --version) */
 } Options;
 
 static void usage(FILE *f)
@@ -60,9 +63,14 @@ static void usage(FILE *f)
           "\n"
           "Compiles a model definition into a mixed-precision training program.\n"
           "\n"
+          "Without -o, -S, --dump or --report it only checks FILE (-v says what it found).\n"
+          "\n"
           "options:\n"
           "  -o FILE                 write the training program to FILE\n"
           "  -S                      write its C source only (to -o, or MODEL.c)\n"
+          "  -O0|-O1|-O2|-O3, -g     passed to the C compiler of the program (default -O2,\n"
+          "                          or $CFLAGS); ampc itself has no optimisation levels\n"
+          "  -v                      one line on what was compiled (model, nodes, parameters)\n"
           "  --target=cpu|cuda|auto  the backend: cpu (portable C with OpenBLAS), cuda (an\n"
           "                          NVIDIA GPU: cuDNN, cuBLASLt, NCCL; docs/backend-cuda.md),\n"
           "                          auto (default: cuda when this machine has a usable GPU)\n"
@@ -95,7 +103,8 @@ static void usage(FILE *f)
           "                          symbol JSON\n"
           "  --batch-size=N          bind the batch size N in reports and dumps\n"
           "  --amp=off|float16|bfloat16\n"
-          "                          mixed precision (default: the train block's amp)\n"
+          "                          mixed precision (default: the train block's amp; fp16\n"
+          "                          and bf16 are the same as float16 and bfloat16)\n"
           "  --optimizer=SPEC        e.g. nag(momentum=0.9, wd=1e-4, multi_precision=true)\n"
           "  --loss-scale=SPEC       dynamic | dynamic(init=..., ...) | off | a number\n"
           "                          (both override the train block; docs/training.md)\n"
@@ -139,7 +148,9 @@ static void usage(FILE *f)
           "  --verify                check IR invariants after every pass\n"
           "  --time-passes           print the time each pass takes (stderr)\n"
           "  --shuffle-seed=K        testing: store the graph in a random topological order\n"
-          "  --help, --version\n"
+          "  --list-ops              the ops a model can call, one line each (docs/ops.md)\n"
+          "  --describe-op=NAME      an op's inputs, attributes, shape rule, AMP class, kernels\n"
+          "  -h, --help, --version\n"
           "       ampc diff A B [options]   (ampc diff --help; docs/ci.md)\n"
           "\n"
           "passes (--dump names):",
@@ -241,7 +252,7 @@ static bool dump_options_ok(const Options *o, Diag *d)
     const DumpOptions *u = &o->dump;
     for (int i = 0; i < u->nnames; i++)
         if (strcmp(u->names[i], "all") != 0 && pass_index(u->names[i]) < 0) {
-            diag_plain_error(d, "unknown pass '%s' for --dump (see ampc --help)", u->names[i]);
+            cli_unknown_dump(d, u->names[i]);
             return false;
         }
     const char *alone = u->dir ? "--dump-dir" : u->ids_names ? "--dump-ids" : NULL;
@@ -271,6 +282,7 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
     enum { O_KVSTORE = 600, O_MACHINE, O_DEVICES, O_MACHINES, O_KV_BUCKET, O_KV_WIRE, O_MPI = 650,
            O_KERNELS = 700, O_CALIBRATE = 750 };
     enum { O_DUMP_IDS = 800, O_EXPECT, O_EXPECT_UPDATE };
+    enum { O_LIST_OPS = 900, O_DESCRIBE_OP };
     static const struct option longs[] = {
         {"kvstore", required_argument, NULL, O_KVSTORE},
         {"mpi", no_argument, NULL, O_MPI},
@@ -313,19 +325,30 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         {"optimizer", required_argument, NULL, O_OPTIMIZER},
         {"time-passes", no_argument, NULL, O_TIME},
         {"loss-scale", required_argument, NULL, O_LOSS_SCALE},
+        {"list-ops", no_argument, NULL, O_LIST_OPS},
+        {"describe-op", required_argument, NULL, O_DESCRIBE_OP},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
     int c, li = -1;
-    while ((c = getopt_long(argc, argv, ":o:S", longs, &li)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:SO::gW:vh", longs, &li)) != -1) {
         if (li >= 0 && c == longs[li].val) /* a flag that changes the output */
             provenance_note(&o->prov, longs[li].name, optarg);
         li = -1;
         switch (c) {
         case 'o': o->output = optarg; break;
         case 'S': o->source_only = true; break;
+        case 'O':
+        case 'g':
+        case 'W':
+            if (!cli_cc_flag(d, c, optarg, o->cc_flags, sizeof o->cc_flags))
+                return 1;
+            break;
+        case 'v': o->verbose = true; break;
+        case O_LIST_OPS: opref_list(stdout); return -1;
+        case O_DESCRIBE_OP: return opref_describe(d, stdout, optarg) ? -1 : 1;
         case O_KVSTORE: case O_MACHINE: case O_DEVICES: case O_MACHINES: case O_KV_BUCKET:
         case O_KV_WIRE:
             if (!kv_option(c - O_KVSTORE, optarg, o, d))
@@ -414,16 +437,10 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
             if (!fuse_disable(d, optarg, &o->pass.no_fuse))
                 return 1;
             break;
+        case 'h':
         case O_HELP: usage(stdout); return -1;
-        case O_VERSION: printf("ampc %s\n", AMPC_VERSION); return -1;
-        case ':': diag_plain_error(d, "option '%s' needs a value", argv[optind - 1]); return 1;
-        default:
-            if (optopt >= O_DUMP) /* a long option that takes no value, given one */
-                diag_plain_error(d, "option '%.*s' does not take a value",
-                                 (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
-            else
-                diag_plain_error(d, "unknown option '%s' (see ampc --help)", argv[optind - 1]);
-            return 1;
+        case O_VERSION: cli_print_version(stdout); return -1;
+        default: cli_bad_option(d, c, argc, argv, longs); return 1;
         }
     }
     for (; optind < argc; optind++) {
@@ -655,6 +672,7 @@ static bool generate(const Options *o, const Graph *g, Diag *d, const Compilatio
     CgPlans with_kv = mp ? *mp : (CgPlans){0};
     with_kv.kv = kv; /* a dist_sync placement gives the program its buckets */
     with_kv.kernels = o->kernel_target;
+    cg_emit_set_model_hash(o->prov.sha256); /* the input's, as the dumps' provenance says */
     bool ok = cg_emit_c(m, g, &with_kv);
     if (fclose(m) != 0)
         DIE("out of memory");
@@ -675,6 +693,8 @@ static bool generate(const Options *o, const Graph *g, Diag *d, const Compilatio
         }
         cg_build_set_mpi(links_mpi(o, kv));
         cg_build_set_cuda(o->kernel_target == TARGET_CUDA);
+        cg_build_set_cflags(o->cc_flags);
+        cg_build_set_command_line(o->cmdline);
         ok = cg_build_program(d, text, len, o->output, o->argv0);
     }
     free(text);
@@ -902,6 +922,7 @@ static int run(Options *o, Diag *d)
     else if (w.last_graph > last)
         last = w.last_graph;
     PassOptions po = o->pass;
+    bool trains = has_loss_head(g);
     po.explain_training = last >= pass_index("fuse") && has_loss_head(g);
     po.predict = (o->output || o->source_only || w.program) && !has_loss_head(g);
     Graph *fwd = NULL; /* the forward graph the report describes */
@@ -973,8 +994,19 @@ static int run(Options *o, Diag *d)
     if (ok && o->calibrate)
         ok = calibrate(o, &c);
     double tgen = now_ms();
+    if (ok && (o->output || o->source_only) && po.predict)
+        fprintf(stderr,
+                "ampc: note: model %s has no loss head (its output is not SoftmaxOutput): "
+                "the program only predicts (--predict); return SoftmaxOutput(x, label) "
+                "to train it\n",
+                g->model ? g->model : "");
     if (ok && (o->output || o->source_only))
         ok = train_settings_fit(g) && generate(o, g, d, &c);
+    if (ok && o->verbose)
+        cli_summary(stderr, o->input, g, trains,
+                    o->output        ? o->output
+                    : o->source_only ? "the C source"
+                                     : NULL);
     tgen = now_ms() - tgen;
     if (o->time_passes) {
         fprintf(stderr, "ampc: pass timings (ms), %d nodes at the end:\n", g->nnodes);
@@ -1000,7 +1032,8 @@ int main(int argc, char **argv)
         return diff_main(argc - 1, argv + 1, argv[0]);
     Diag d;
     diag_init(&d, stderr);
-    Options o = {.argv0 = argv[0]};
+    /* before getopt_long permutes argv */
+    Options o = {.argv0 = argv[0], .cmdline = cli_command_line(argc, argv)};
     int rc = parse_options(argc, argv, &o, &d);
     if (rc == 0)
         rc = run(&o, &d);
@@ -1009,5 +1042,6 @@ int main(int argc, char **argv)
     profile_free(&o.profile);
     diag_free(&d);
     rt_inputs_reset(); /* the file-safety module's list of inputs */
+    free((char *)o.cmdline);
     return rc;
 }

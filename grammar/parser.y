@@ -44,6 +44,10 @@ typedef struct ParseCtx {
     int line, col;         /* position of the next character */
     int tok_line, tok_col; /* just past the last token (end-of-file errors) */
     int nest;              /* open brackets */
+    struct {
+        char ch;           /* '(', '[' or '{' */
+        int line, col;
+    } open[AST_MAX_DEPTH]; /* where each open bracket is, innermost last */
     jmp_buf *fatal_jmp;    /* where a fatal flex error goes */
 } ParseCtx;
 }
@@ -307,6 +311,17 @@ static void yyerror(YYLTYPE *l, yyscan_t scanner, ParseCtx *c, const char *msg)
     else
         diag_error(c->diag, at, "%s", msg);
     c->nerr++;
+    /* a missing ')' is seen only at the next token, maybe lines later:
+     * say which bracket it would close, as clang does */
+    if (c->nest > 0 && c->nest <= AST_MAX_DEPTH) {
+        int i = c->nest - 1;
+        char ch = c->open[i].ch, want[4] = {'\'', ch == '(' ? ')' : ch == '[' ? ']' : '}', '\'', 0};
+        Loc open = {c->file, c->open[i].line, c->open[i].col};
+        if (strstr(msg, want) || strstr(msg, "end of file"))
+            diag_note(c->diag, open, "to match this '%c'", ch);
+        else if (ch != '{' && open.line < at.line) /* a statement's brackets rarely span lines */
+            diag_note(c->diag, open, "this '%c' is still open (a missing '%c'?)", ch, want[1]);
+    }
 }
 
 static AstNode *mk(ParseCtx *c, AstKind k, YYLTYPE l)

@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "../runtime/suggest.h"
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -328,6 +330,15 @@ void diag_plain_error(Diag *d, const char *fmt, ...)
     va_start(ap, fmt);
     emit(d, loc_none(), -1, "error", fmt, ap);
     va_end(ap);
+}
+
+/* ---- did-you-mean -------------------------------------------------------------- */
+
+void suggest_try(Suggest *s, const char *want, const char *cand)
+{
+    int dist = s->best ? s->dist : 1 << 30;
+    if (rt_suggest_closer(want, cand, &dist))
+        s->best = cand, s->dist = dist;
 }
 
 _Noreturn void ampc_die(const char *file, int line, const char *fmt, ...)

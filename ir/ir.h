@@ -121,6 +121,15 @@ void diag_note(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(pri
 void diag_plain_error(Diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static inline Loc loc_none(void) { return (Loc){-1, 0, 0}; }
 
+/* Did you mean: the candidate closest to `want` by edit distance, offered
+ * one by one to suggest_try, if it is close enough (about a third of the
+ * word may differ) to be a likely misspelling; best is NULL otherwise. */
+typedef struct {
+    const char *best;
+    int dist;
+} Suggest;
+void suggest_try(Suggest *s, const char *want, const char *cand); /* runtime/suggest.c */
+
 /* Internal compiler bugs, as opposed to user errors: print and abort. */
 _Noreturn void ampc_die(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -152,6 +161,8 @@ const char *dtype_long(DType t);   /* "float16" */
 int dtype_size(DType t);           /* bytes */
 bool dtype_is_float(DType t);
 DType dtype_parse(const char *s);  /* either spelling; DT_UNKNOWN if none */
+/* "float16, bfloat16, float32, ..." (or "f16, bf16, ..."): for messages */
+const char *dtype_names(bool short_names);
 
 /* A dimension is a constant >= 0, or a multiple k >= 1 of the symbolic batch
  * size N, stored as -k.  DIM_N is N itself. */
@@ -273,8 +284,20 @@ typedef struct {
 
 extern const OpInfo op_table[OP_COUNT];
 OpKind op_lookup(const char *name); /* OP_COUNT if unknown */
+/* Whether a model may call op k: not the leaves, AMP's own ops, nor what
+ * autodiff and the later passes make (docs/ops.md). */
+bool op_user_callable(OpKind k);
+/* Whether autodiff has a gradient rule for op k (ops.def's grad column). */
+bool op_has_grad(OpKind k);
+/* For a name that is not an op but a common spelling of a call of one
+ * ("relu", "conv2d", "dense", "maxpool"): that call, e.g.
+ * `Activation(x, act_type="relu")`, into buf; false for any other name. */
+bool op_call_hint(const char *name, char *buf, size_t cap);
 static inline const OpInfo *op_info(OpKind k) { return &op_table[k]; }
 int op_attr_index(OpKind k, const char *name); /* -1 if not an attribute of k */
+/* "kernel, stride, ..., no_bias" (the attributes of k, in order; "none"),
+ * for messages; with inputs, "inputs data, weight, bias and attributes ...". */
+const char *op_names_text(Arena *a, OpKind k, bool inputs);
 int op_slot_index(OpKind k, const char *name); /* -1 if not a slot of k */
 /* Whether a node of op k with these attributes has an input in slot s: not
  * the bias under no_bias=true, nor LeakyReLU's gamma unless act_type=prelu. */

@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 const OpInfo op_table[OP_COUNT] = {
 #define OP(id, name, prefix, amp, nslots, slots, nattrs, attrs, check, shape, flops, grad) \
@@ -23,6 +24,72 @@ OpKind op_lookup(const char *name)
         if (strcmp(op_table[k].name, name) == 0)
             return (OpKind)k;
     return OP_COUNT;
+}
+
+bool op_user_callable(OpKind k)
+{
+    return k != OP_Input && k != OP_Param && k != OP_amp_cast && k != OP_param_master &&
+           k < OP_part;
+}
+
+bool op_has_grad(OpKind k) { return op_table[k].grad != no_grad; }
+
+/* Other frameworks' names for calls of these ops (case does not matter). */
+static const struct {
+    const char *names, *call;
+} call_aliases[] = {
+    {" conv conv2d conv1d conv3d convolution2d ", "Convolution(x, num_filter=16, kernel=(3,3))"},
+    {" dense linear fc fully_connected fullyconnected ", "FullyConnected(x, num_hidden=10)"},
+    {" bn batchnorm batch_norm batchnorm2d ", "BatchNorm(x)"},
+    {" maxpool max_pool max_pool2d maxpool2d ",
+     "Pooling(x, pool_type=\"max\", kernel=(2,2), stride=(2,2))"},
+    {" avgpool avg_pool avg_pool2d avgpool2d ",
+     "Pooling(x, pool_type=\"avg\", kernel=(2,2), stride=(2,2))"},
+    {" global_avg_pool global_avg_pool2d globalavgpool2d adaptive_avg_pool2d ",
+     "Pooling(x, pool_type=\"avg\", global_pool=true)"},
+    {" add plus ", "x + y, or elemwise_add(x, y)"},
+    {" concatenate cat ", "Concat(x, y, dim=1)"},
+    {" leaky_relu leakyrelu ", "LeakyReLU(x, slope=0.25)"},
+    {" cross_entropy softmax_cross_entropy softmaxcrossentropy ", "SoftmaxOutput(x, label)"},
+};
+
+bool op_call_hint(const char *name, char *buf, size_t cap)
+{
+    /* an activation or LeakyReLU type: relu, sigmoid, elu, prelu, ... */
+    static const OpKind act_ops[] = {OP_Activation, OP_LeakyReLU};
+    for (int i = 0; i < 2; i++) {
+        const AttrSpec *as = &op_info(act_ops[i])->attrs[0]; /* act_type */
+        for (int c = 0; as->choices[c]; c++)
+            if (strcasecmp(as->choices[c], name) == 0) {
+                snprintf(buf, cap, "%s(x, act_type=\"%s\")", op_info(act_ops[i])->name,
+                         as->choices[c]);
+                return true;
+            }
+    }
+    char key[64];
+    if (strlen(name) > sizeof key - 3 || strchr(name, ' '))
+        return false;
+    snprintf(key, sizeof key, " %s ", name);
+    for (size_t i = 0; i < sizeof call_aliases / sizeof call_aliases[0]; i++)
+        if (strcasestr(call_aliases[i].names, key)) {
+            snprintf(buf, cap, "%s", call_aliases[i].call);
+            return true;
+        }
+    return false;
+}
+
+const char *op_names_text(Arena *a, OpKind k, bool inputs)
+{
+    const OpInfo *oi = op_info(k);
+    char *attrs = arena_strdup(a, oi->nattrs ? "" : "none");
+    for (int i = 0; i < oi->nattrs; i++)
+        attrs = arena_printf(a, "%s%s%s", attrs, i ? ", " : "", oi->attrs[i].name);
+    if (!inputs)
+        return attrs;
+    char *ins = arena_strdup(a, oi->nslots ? "" : "any number, positional");
+    for (int i = 0; i < oi->nslots; i++)
+        ins = arena_printf(a, "%s%s%s", ins, i ? ", " : "", oi->slots[i].name);
+    return arena_printf(a, "inputs %s and attributes %s", ins, attrs);
 }
 
 int op_attr_index(OpKind k, const char *name)

@@ -191,7 +191,7 @@ static bool read_dims(Reader *r, Node *n)
     if (strcmp(dt, "?") != 0) {
         n->dtype = dtype_parse(dt);
         if (n->dtype == DT_UNKNOWN)
-            return rd_error(r, at, "unknown dtype '%s'", dt);
+            return rd_error(r, at, "unknown dtype '%s' (the dtypes: %s)", dt, dtype_names(true));
     }
     if (r->p >= r->end || *r->p != '[')
         return true;
@@ -276,7 +276,8 @@ static bool read_attr_value(Reader *r, Node *n, int a)
             return false;
         v->e = dtype_parse(w);
         if (v->e == DT_UNKNOWN && strcmp(w, "unknown") != 0)
-            return rd_error(r, at, "unknown dtype '%s'", w);
+            return rd_error(r, at, "unknown dtype '%s' (the dtypes: %s, unknown)", w,
+                            dtype_names(false));
         return true;
     }
     case AT_STR: {
@@ -336,7 +337,8 @@ static bool read_attrs(Reader *r, Node *n, const char *key_name, Loc key_at)
         }
         int a = op_attr_index(n->op, key);
         if (a < 0)
-            return rd_error(r, at, "%s has no attribute '%s'", oi->name, key);
+            return rd_error(r, at, "%s has no attribute '%s' (its attributes: %s)", oi->name, key,
+                            op_names_text(&r->g->arena, n->op, false));
         if (seen[a])
             return rd_error(r, at, "attribute '%s' given twice", key);
         seen[a] = true;

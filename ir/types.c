@@ -28,6 +28,17 @@ DType dtype_parse(const char *s)
     return DT_UNKNOWN;
 }
 
+const char *dtype_names(bool short_names)
+{
+    static char buf[2][128];
+    char *b = buf[short_names];
+    if (!b[0])
+        for (int t = 1; t < DT_COUNT; t++)
+            snprintf(b + strlen(b), sizeof buf[0] - strlen(b), "%s%s", t > 1 ? ", " : "",
+                     short_names ? dtype_info[t].s : dtype_info[t].l);
+    return b;
+}
+
 bool shape_equal(const Shape *a, const Shape *b)
 {
     if (a->rank != b->rank)

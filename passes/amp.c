@@ -70,6 +70,15 @@ static const struct {
     {OP_LeakyReLU, LRELU_TYPE, LRELU_SELU, "LeakyReLU act_type=selu"},
 };
 
+int amp_conditional_fp32(OpKind op, const char **texts, int max)
+{
+    int n = 0;
+    for (size_t i = 0; i < sizeof cond_fp32 / sizeof cond_fp32[0]; i++)
+        if (cond_fp32[i].op == op && n < max)
+            texts[n++] = cond_fp32[i].text;
+    return n;
+}
+
 /* ---- options ---------------------------------------------------------------- */
 
 /* Calls fn on each comma-separated item of list; false stops. */

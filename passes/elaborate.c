@@ -136,42 +136,7 @@ static void tick_n(Elab *e, Loc loc, int steps)
 
 static void tick(Elab *e, Loc loc) { tick_n(e, loc, 1); }
 
-/* ---- did-you-mean ------------------------------------------------------------- */
-
-static int edit_distance(const char *a, const char *b)
-{
-    int la = (int)strlen(a), lb = (int)strlen(b);
-    if (la > 40 || lb > 40)
-        return 99;
-    int row[41];
-    for (int j = 0; j <= lb; j++)
-        row[j] = j;
-    for (int i = 1; i <= la; i++) {
-        int prev = row[0];
-        row[0] = i;
-        for (int j = 1; j <= lb; j++) {
-            int cur = row[j];
-            int sub = prev + (a[i - 1] != b[j - 1]);
-            int del = row[j] + 1, ins = row[j - 1] + 1;
-            row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-            prev = cur;
-        }
-    }
-    return row[lb];
-}
-
-typedef struct {
-    const char *best;
-    int dist;
-} Suggest;
-
-static void suggest_try(Suggest *s, const char *want, const char *cand)
-{
-    int d = edit_distance(want, cand);
-    int limit = (int)strlen(want) / 3 + 1;
-    if (d <= limit && d < (int)strlen(want) && (!s->best || d < s->dist))
-        s->best = cand, s->dist = d;
-}
+/* ---- did-you-mean (ir/diag.c's Suggest) ------------------------------------- */
 
 static const char *suggest_text(Elab *e, const Suggest *s)
 {
@@ -739,7 +704,8 @@ static void set_attr(Elab *e, Loc loc, Node *n, int a, const Value *v)
     }
     case AT_DTYPE:
         if ((v->k != V_SYM && v->k != V_STR) || dtype_parse(v->s) == DT_UNKNOWN)
-            error_at(e, loc, "%s: attribute '%s' must be a dtype such as float16", op, as->name);
+            error_at(e, loc, "%s: attribute '%s' must be a dtype: one of %s", op, as->name,
+                     dtype_names(false));
         av->e = dtype_parse(v->s);
         break;
     case AT_STR:
@@ -853,8 +819,10 @@ static Value call_op(Elab *e, const AstNode *x, OpKind op, const Arg *args, int 
                 suggest_try(&sg, g->name, oi->attrs[k].name);
             for (int k = 0; k < nslot; k++)
                 suggest_try(&sg, g->name, oi->slots[k].name);
-            error_at(e, g->name_loc, "%s has no attribute or input '%s'%s", oi->name, g->name,
-                     suggest_text(e, &sg));
+            error_at(e, g->name_loc,
+                     "%s has no attribute or input '%s'%s; it takes %s "
+                     "(docs/ops.md)",
+                     oi->name, g->name, suggest_text(e, &sg), op_names_text(&e->tmp, op, true));
         }
         if (attr_set[a])
             error_at(e, g->name_loc, "%s: attribute '%s' given twice", oi->name, g->name);
@@ -991,12 +959,6 @@ static Value call_init(Elab *e, const AstNode *x, const Arg *args, int nargs)
 
 /* Ops the DSL may call: not graph leaves, nor the nodes only passes make
  * (AMP's casts, and autodiff's ops, which ops.def lists from part on). */
-static bool user_callable(OpKind k)
-{
-    return k != OP_Input && k != OP_Param && k != OP_amp_cast && k != OP_param_master &&
-           k < OP_part;
-}
-
 /* What a call of a user function allocated, to give back when nothing
  * refers to it any more. */
 typedef struct {
@@ -1054,7 +1016,7 @@ __attribute__((noinline)) static Value call(Elab *e, const AstNode *x)
         return r;
     }
     OpKind op = op_lookup(x->str);
-    if (op != OP_COUNT && user_callable(op))
+    if (op != OP_COUNT && op_user_callable(op))
         return call_op(e, x, op, args, n);
     if (strcmp(x->str, "param") == 0)
         return call_param(e, x, args, n);
@@ -1062,11 +1024,15 @@ __attribute__((noinline)) static Value call(Elab *e, const AstNode *x)
         return call_init(e, x, args, n);
     Suggest s = {0};
     for (int k = 0; k < OP_COUNT; k++)
-        if (user_callable((OpKind)k))
+        if (op_user_callable((OpKind)k))
             suggest_try(&s, x->str, op_table[k].name);
     for (int k = 0; k < e->prog->decls.n; k++)
         if (e->prog->decls.items[k]->kind == AST_DEF)
             suggest_try(&s, x->str, e->prog->decls.items[k]->str);
+    char hint[128];
+    if (op_call_hint(x->str, hint, sizeof hint))
+        error_at(e, x->loc, "unknown op or function '%s': write %s (docs/ops.md, ampc --list-ops)",
+                 x->str, hint);
     error_at(e, x->loc, "unknown op or function '%s'%s", x->str, suggest_text(e, &s));
 }
 
@@ -1076,7 +1042,8 @@ static void add_input(Elab *e, const AstNode *p)
 {
     DType dt = dtype_parse(p->dtype);
     if (dt == DT_UNKNOWN)
-        error_at(e, p->loc, "unknown dtype '%s' for input '%s'", p->dtype, p->str);
+        error_at(e, p->loc, "unknown dtype '%s' for input '%s' (the dtypes: %s)", p->dtype, p->str,
+                 dtype_names(false));
     if (p->list.n > AMPC_MAX_RANK)
         error_at(e, p->loc, "input '%s' has more than %d dimensions", p->str, AMPC_MAX_RANK);
     Node *n = add_node(e, OP_Input, NULL, 0, p->loc);

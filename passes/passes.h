@@ -63,6 +63,10 @@ bool amp(Graph **g, const AmpOptions *opt);
  * its probabilities (casting it back to a hand-written fp16 would hide the
  * head).  amp.c and amp_place.c both use it, so the cost model is exact. */
 DType amp_output_dtype(const Node *o, DType target);
+/* The attribute values for which op runs in fp32 whatever its class (MXNet's
+ * CONDITIONAL_FP32_FUNCS), as text ("Activation act_type=softrelu"): up to
+ * max into texts; returns how many (the op reference prints them). */
+int amp_conditional_fp32(OpKind op, const char **texts, int max);
 
 /* amp_place.c: the exact cast placement (docs/amp.md, "Cast placement").
  * Given every node's dtype as greedy decides it, chooses the dtype of each

@@ -812,19 +812,34 @@ bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name,
 
 /* ---- the files of a save directory ------------------------------------------------ */
 
-/* The epoch number of a checkpoint file name "<model>-NNNN.params" (at least
- * four digits), followed by exactly `tail`; -1 when name is not one. */
-static int64_t ckpt_number(const char *name, const char *model, const char *tail)
+/* Whether name is a checkpoint file name of model (any model when model is
+ * NULL) followed by exactly tail: "<model>-NNNN" (4 to 12 digits: the epoch)
+ * or "<model>-stepNNNNNN" (6 to 12: the step of a run stopped mid-epoch),
+ * then ".ckpt", or ".params" as checkpoints were named before they had
+ * their own extension (MXNet's .params files are another format). */
+static bool ckpt_name(const char *name, const char *model, const char *tail)
 {
-    size_t ml = strlen(model);
-    if (strncmp(name, model, ml) != 0 || name[ml] != '-')
-        return -1;
-    const char *p = name + ml + 1;
-    size_t digits = strspn(p, "0123456789");
-    if (digits < 4 || digits > 12 || strncmp(p + digits, ".params", 7) != 0 ||
-        strcmp(p + digits + 7, tail) != 0)
-        return -1;
-    return strtoll(p, NULL, 10);
+    const char *p;
+    if (model) {
+        size_t ml = strlen(model);
+        if (strncmp(name, model, ml) != 0 || name[ml] != '-')
+            return false;
+        p = name + ml + 1;
+    } else if (!(p = strrchr(name, '-')) || p == name) {
+        return false;
+    } else {
+        p++;
+    }
+    bool by_step = strncmp(p, "step", 4) == 0;
+    p += by_step ? 4 : 0;
+    size_t digits = strspn(p, "0123456789"), min = by_step ? 6 : 4;
+    if (digits < min || digits > 12)
+        return false;
+    p += digits;
+    size_t ext = strncmp(p, RT_CKPT_EXT, strlen(RT_CKPT_EXT)) == 0 ? strlen(RT_CKPT_EXT)
+                 : strncmp(p, ".params", 7) == 0                   ? 7
+                                                                   : 0;
+    return ext && strcmp(p + ext, tail) == 0;
 }
 
 /* mkstemp's six characters */
@@ -846,13 +861,9 @@ int rt_checkpoint_clean_stale(const char *dir, const char *model, FILE *note, co
     int removed = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        /* "<model>-NNNN.params.tmp.XXXXXX", exactly what rt_checkpoint_save makes */
-        const char *t = strstr(e->d_name, ".params.tmp.");
-        if (!t || !mkstemp_suffix(t + 12))
-            continue;
-        char tail[32];
-        snprintf(tail, sizeof tail, ".tmp.%s", t + 12);
-        if (ckpt_number(e->d_name, model, tail) < 0)
+        /* "<model>-NNNN.ckpt.tmp.XXXXXX", exactly what rt_checkpoint_save makes */
+        const char *t = strstr(e->d_name, ".tmp.");
+        if (!t || !mkstemp_suffix(t + 5) || !ckpt_name(e->d_name, model, t))
             continue;
         char path[4200];
         struct stat st;
@@ -914,6 +925,55 @@ bool rt_save_dir_prepare(const char *dir, const char *model, FILE *note, const c
     return true;
 }
 
+/* Whether the file is a checkpoint: one named as rt_checkpoint_save_epoch
+ * names them (.ckpt), or by the old name (.params) with a checkpoint's
+ * magic number (an MXNet .params file of that name is not one). */
+static bool is_checkpoint(const char *dir, const char *name)
+{
+    if (!ckpt_name(name, NULL, ""))
+        return false;
+    size_t n = strlen(name);
+    if (n > 7 && strcmp(name + n - 7, ".params") != 0)
+        return true;
+    char path[4200], magic[8];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return false;
+    FILE *f = fopen(path, "rb");
+    bool ck = f && fread(magic, 1, 8, f) == 8 && memcmp(magic, RT_CKPT_MAGIC, 8) == 0;
+    if (f)
+        fclose(f);
+    return ck;
+}
+
+bool rt_save_dir_check(const char *dir, const char *model, char *err, size_t errlen)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return true; /* not there yet: rt_save_dir_prepare makes it */
+    char first[256] = "", other[256] = "";
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!is_checkpoint(dir, e->d_name))
+            continue;
+        n++;
+        if (!first[0])
+            snprintf(first, sizeof first, "%s", e->d_name);
+        if (!other[0] && !ckpt_name(e->d_name, model, ""))
+            snprintf(other, sizeof other, "%s", e->d_name);
+    }
+    closedir(d);
+    if (n == 0)
+        return true;
+    snprintf(err, errlen,
+             "--save-dir %.300s holds %d checkpoint%s of %s (%.200s%s): this run "
+             "would mix its own with them; give a new directory, --resume one of them to "
+             "continue that run, or --overwrite",
+             dir, n, n == 1 ? "" : "s", other[0] ? "another model" : "another run",
+             other[0] ? other : first, n > 1 ? ", ..." : "");
+    return false;
+}
+
 void rt_checkpoint_resume(const RtRunState *rs, const RtTrainOptions *o, int64_t steps_per_epoch,
                           RtLossScaler *ls, RtRunState *at, FILE *err)
 {
@@ -942,6 +1002,7 @@ void rt_checkpoint_resume(const RtRunState *rs, const RtTrainOptions *o, int64_t
     }
     ls->skipped = rs->ls.skipped;
     ls->nonfinite = rs->ls.nonfinite;
+    ls->calibrating = false; /* the saved run's scale is calibrated */
     if (rs->ls.mode == ls->mode && ls->mode == RT_LS_DYNAMIC) {
         ls->s = rs->ls.s;
         if (ls->s.tracker >= ls->rule.interval) { /* a shorter interval than the saved run's */
@@ -965,12 +1026,17 @@ bool rt_checkpoint_save_epoch(const char *dir, const RtTrainer *t, RtRunState rs
         rs.epoch = epoch + 1;
         rs.batch_in_epoch = 0;
     }
-    size_t cap = strlen(dir) + strlen(model) + 40;
+    size_t cap = strlen(dir) + strlen(model) + 48;
     free(*path);
     if (!(*path = malloc(cap))) {
         snprintf(err, errlen, "out of memory");
         return false;
     }
-    snprintf(*path, cap, "%s/%s-%04lld.params", dir, model, (long long)epoch + 1);
+    /* a run stopped mid-epoch (--max-steps) is named by its step: it is not
+     * the checkpoint of a finished epoch */
+    if (rs.batch_in_epoch == 0)
+        snprintf(*path, cap, "%s/%s-%04lld%s", dir, model, (long long)epoch + 1, RT_CKPT_EXT);
+    else
+        snprintf(*path, cap, "%s/%s-step%06lld%s", dir, model, (long long)rs.step, RT_CKPT_EXT);
     return rt_checkpoint_save(*path, t, &rs, err, errlen);
 }

@@ -109,7 +109,8 @@ bool rt_gz_check(int fd, const char *path, int64_t max, char *err, size_t errlen
 /* ---- checkpoint.c: the files of a save directory ---------------------------- */
 
 /* Removes from dir the temporary files of interrupted checkpoint saves of
- * this model: regular files named exactly "<model>-NNNN.params.tmp.XXXXXX"
+ * this model: regular files named exactly "<model>-NNNN.ckpt.tmp.XXXXXX"
+ * (or -stepNNNNNN, or the old .params)
  * (rt_checkpoint_save's mkstemp pattern), nothing else.  Each is noted on
  * note.  Returns how many. */
 int rt_checkpoint_clean_stale(const char *dir, const char *model, FILE *note, const char *prog);

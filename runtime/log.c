@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -118,17 +119,34 @@ void rt_jl_str(JLog *j, const char *key, const char *v)
         fputs("null", j->f);
 }
 
+/* The shortest decimal that reads back as v: as a double, or (single) as
+ * the float it is, so an fp32 learning rate of 0.1 is 0.1, not the double
+ * 0.10000000149011612 it widens to. */
+static void jl_shortest(FILE *f, double v, bool single)
+{
+    char buf[32];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (single ? strtof(buf, NULL) == (float)v : strtod(buf, NULL) == v)
+            break;
+    }
+    fputs(buf, f);
+}
+
 /* a finite number, else null (JSON has no inf or NaN) */
-void rt_jl_num(JLog *j, const char *key, double v)
+static void jl_number(JLog *j, const char *key, double v, bool single)
 {
     if (!j->f)
         return;
     rt_jl_key(j, key);
     if (isfinite(v))
-        fprintf(j->f, "%.17g", v);
+        jl_shortest(j->f, v, single);
     else
         fputs("null", j->f);
 }
+
+void rt_jl_num(JLog *j, const char *key, double v) { jl_number(j, key, v, false); }
+void rt_jl_f32(JLog *j, const char *key, float v) { jl_number(j, key, v, true); }
 
 void rt_jl_int(JLog *j, const char *key, long long v)
 {
@@ -253,9 +271,9 @@ void rt_log_start(FILE *out, JLog *jl, const RtModel *m, const RtTrainOptions *o
         rt_jl_str(jl, "max_steps", NULL);
     rt_jl_int(jl, "trainable_values", (long long)s->nvalues);
     rt_jl_str(jl, "optimizer", opt_names[o->optimizer]);
-    rt_jl_num(jl, "lr", o->lr);
+    rt_jl_f32(jl, "lr", o->lr);
     rt_jl_str(jl, "loss_scale_mode", rt_loss_scale_mode_name(ls->mode));
-    rt_jl_num(jl, "loss_scale", ls->s.scale);
+    rt_jl_f32(jl, "loss_scale", ls->s.scale);
     rt_jl_int(jl, "seed", (long long)s->seed);
     rt_jl_int(jl, "augment_crop", o->augment_pad);
     rt_jl_bool(jl, "augment_mirror", o->augment_mirror);
@@ -269,7 +287,7 @@ void rt_log_start(FILE *out, JLog *jl, const RtModel *m, const RtTrainOptions *o
         rt_jl_int(jl, "batch", (long long)s->batch_in_epoch);
         rt_jl_int(jl, "step", (long long)s->step);
         rt_jl_int(jl, "num_update", (long long)s->num_update);
-        rt_jl_num(jl, "loss_scale", ls->s.scale);
+        rt_jl_f32(jl, "loss_scale", ls->s.scale);
         rt_jl_end(jl);
     }
 }
@@ -293,8 +311,8 @@ void rt_log_speedometer(FILE *out, JLog *jl, const RtModel *m, int64_t epoch, in
     rt_jl_int(jl, "step", (long long)step);
     rt_jl_num(jl, "samples_per_sec", speed);
     rt_jl_metrics(jl, "metrics", m, local);
-    rt_jl_num(jl, "lr", lr);
-    rt_jl_num(jl, "loss_scale", loss_scale);
+    rt_jl_f32(jl, "lr", lr);
+    rt_jl_f32(jl, "loss_scale", loss_scale);
     rt_jl_end(jl);
 }
 
@@ -310,7 +328,16 @@ void rt_log_nonfinite(FILE *out, FILE *err, JLog *jl, const RtTrainOptions *o,
     if (param)
         fprintf(out, "Epoch[%lld] Batch [%lld]\tNumerics: the gradient of parameter '%s' holds "
                 "inf or NaN\n", epoch, nbatch, param);
-    if (dynamic)
+    /* a fresh run's first overflows calibrate the initial scale: one line
+     * says so (and the scaler one when it is done), not a line per step */
+    if (dynamic && ls->calibrating) {
+        if (ls->skipped == 0)
+            fprintf(out,
+                    "Epoch[%lld] Batch [%lld]\tAMP: calibrating the loss scale: the scaled "
+                    "gradients overflow at %.9g, so steps are skipped and the scale halves "
+                    "until they fit (expected at the start of a run)\n",
+                    epoch, nbatch, (double)loss_scale);
+    } else if (dynamic)
         fprintf(out, "Epoch[%lld] Batch [%lld]\tAMP: gradient overflow at step %lld: step "
                 "skipped (%lld skipped in all)\n", epoch, nbatch, step,
                 (long long)ls->skipped + 1);
@@ -324,7 +351,7 @@ void rt_log_nonfinite(FILE *out, FILE *err, JLog *jl, const RtTrainOptions *o,
     rt_jl_int(jl, "epoch", epoch);
     rt_jl_int(jl, "batch", nbatch);
     rt_jl_int(jl, "step", step);
-    rt_jl_num(jl, "loss_scale", loss_scale);
+    rt_jl_f32(jl, "loss_scale", loss_scale);
     rt_jl_int(jl, dynamic ? "skipped_total" : "nonfinite_total",
               (long long)(dynamic ? ls->skipped : ls->nonfinite) + 1);
     rt_jl_str(jl, "first_nonfinite_node", node);
@@ -340,8 +367,8 @@ void rt_log_scale_change(JLog *jl, const RtStepAt *at, float before, float after
     rt_jl_int(jl, "epoch", (long long)at->epoch);
     rt_jl_int(jl, "batch", (long long)at->batch);
     rt_jl_int(jl, "step", (long long)at->step);
-    rt_jl_num(jl, "old", before);
-    rt_jl_num(jl, "new", after);
+    rt_jl_f32(jl, "old", before);
+    rt_jl_f32(jl, "new", after);
     rt_jl_str(jl, "change", after < before ? "decrease" : "increase");
     rt_jl_end(jl);
 }
@@ -387,8 +414,8 @@ void rt_log_epoch_end(FILE *out, JLog *jl, const RtModel *m, const RtEpochLog *e
     rt_jl_metrics(jl, "train", m, e->train);
     rt_jl_num(jl, "time_cost", e->cost);
     rt_jl_num(jl, "samples_per_sec", e->cost > 0 ? (double)e->train->samples / e->cost : NAN);
-    rt_jl_num(jl, "lr", e->lr);
-    rt_jl_num(jl, "loss_scale", e->loss_scale);
+    rt_jl_f32(jl, "lr", e->lr);
+    rt_jl_f32(jl, "loss_scale", e->loss_scale);
     rt_jl_int(jl, "skipped_steps", (long long)e->skipped);
     rt_jl_int(jl, "nonfinite_steps", (long long)e->nonfinite);
     rt_jl_str(jl, "checkpoint", e->checkpoint);
@@ -408,7 +435,7 @@ void rt_log_end(FILE *out, JLog *jl, const RtModel *m, const RtLossScaler *ls, i
     rt_jl_int(jl, "steps", (long long)step);
     rt_jl_int(jl, "num_update", (long long)num_update);
     rt_jl_int(jl, "skipped_steps", (long long)ls->skipped);
-    rt_jl_num(jl, "loss_scale", ls->s.scale);
+    rt_jl_f32(jl, "loss_scale", ls->s.scale);
     rt_jl_metrics(jl, "validation", m, val);
     rt_jl_end(jl);
 }

@@ -33,6 +33,7 @@ void rt_loss_scaler_init(RtLossScaler *ls, const RtLossScaleConfig *c, const cha
     ls->rule.interval = c->interval;
     ls->rule.min_scale = c->min_scale;
     ls->rule.max_scale = c->max_scale;
+    ls->calibrating = ls->mode == RT_LS_DYNAMIC;
 }
 
 bool rt_loss_scaler_update(RtLossScaler *ls, bool finite, FILE *log, FILE *warn)
@@ -43,13 +44,22 @@ bool rt_loss_scaler_update(RtLossScaler *ls, bool finite, FILE *log, FILE *warn)
         return false;
     }
     float old = ls->s.scale;
+    bool calibrating = ls->calibrating;
     if (!finite)
         ls->skipped++;
+    else
+        ls->calibrating = false;
     ls->s = ampc_loss_scale_update(ls->s, !finite, ls->rule);
     float now = ls->s.scale;
-    if (now != old && log) {
-        fprintf(log, "AMP: %s loss scale to %f\n", now < old ? "decreasing" : "increasing",
+    /* MXNet's lines, the scale as the integer it usually is (%.9g: exact) */
+    if (now != old && log && !calibrating) {
+        fprintf(log, "AMP: %s loss scale to %.9g\n", now < old ? "decreasing" : "increasing",
                 (double)now);
+        fflush(log);
+    }
+    if (calibrating && finite && ls->skipped > 0 && log) {
+        fprintf(log, "AMP: the loss scale is calibrated: %.9g, after %lld skipped step%s\n",
+                (double)now, (long long)ls->skipped, ls->skipped == 1 ? "" : "s");
         fflush(log);
     }
     if (now < 1.0f && old >= 1.0f && warn) {

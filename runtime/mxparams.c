@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fileio.h"
+#include "train.h" /* RT_CKPT_MAGIC */
 #include "kernels/half.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -303,6 +304,12 @@ bool rt_mx_parse(const void *buf, size_t len, const char *name, RtMxList *l, cha
                     "NDArray file", len);
     get_u64(&r, &magic, "the header");
     get_u64(&r, &reserved, "the header");
+    if (magic != RT_MX_LIST_MAGIC && memcmp(buf, RT_CKPT_MAGIC, 8) == 0)
+        return fail(&r,
+                    "this is an ampc checkpoint (--save-dir), not an MXNet .params file: "
+                    "continue from it with --resume %s (or predict from it: --resume %s "
+                    "--predict X.npy)",
+                    name, name);
     if (magic != RT_MX_LIST_MAGIC)
         return fail(&r, "not an MXNet NDArray file (mx.nd.save, .params): its first 8 bytes "
                     "are 0x%016llx, not the list magic 0x112", (unsigned long long)magic);

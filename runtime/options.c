@@ -11,7 +11,52 @@
 #include <string.h>
 
 #include "settings.h"
+#include "suggest.h"
 #include "train.h"
+
+/* --version: the program's model and how ampc built it (emitted into its
+ * RtModel; m is NULL when a test parses flags without one), and the
+ * runtime's release and git revision (build_info.c). */
+static void print_version(const char *prog, const RtModel *m, FILE *out)
+{
+    if (m && m->ampc_version)
+        fprintf(out, "%s: model %s (sha256 %s), compiled by ampc %s\nbuilt with: %s\n", prog,
+                m->name, m->model_hash ? m->model_hash : "unknown", m->ampc_version,
+                m->built_with ? m->built_with : "unknown");
+    else if (m)
+        fprintf(out, "%s: model %s\n", prog, m->name);
+    fprintf(out, "runtime: ampc %s%s%s%s\n", rt_release_version(),
+            *rt_git_revision() ? " (git " : "", rt_git_revision(), *rt_git_revision() ? ")" : "");
+}
+
+/* "unknown option '--batchsize' (did you mean '--batch-size'?)", or an
+ * abbreviation that fits several flags, with them */
+static void bad_long_option(const char *prog, const char *arg, const struct option *longs,
+                            FILE *err)
+{
+    int n = (int)strcspn(arg + 2, "=");
+    char word[48];
+    snprintf(word, sizeof word, "%.*s", n < 40 ? n : 40, arg + 2);
+    const char *best = NULL;
+    int dist = 1 << 30, matches = 0;
+    for (const struct option *o = longs; o->name; o++) {
+        matches += n > 0 && strncmp(o->name, arg + 2, (size_t)n) == 0;
+        if (rt_suggest_closer(word, o->name, &dist))
+            best = o->name;
+    }
+    if (matches > 1) {
+        fprintf(err, "%s: option '--%.*s' is ambiguous: it could be", prog, n, arg + 2);
+        for (const struct option *o = longs; o->name; o++)
+            if (strncmp(o->name, arg + 2, (size_t)n) == 0)
+                fprintf(err, " --%s", o->name);
+        fputc('\n', err);
+    } else if (best) {
+        fprintf(err, "%s: unknown option '--%.*s' (did you mean '--%s'?)\n", prog, n, arg + 2,
+                best);
+    } else {
+        fprintf(err, "%s: unknown option '--%.*s'\n", prog, n, arg + 2);
+    }
+}
 
 static void usage(const RtTrainOptions *o, FILE *out)
 {
@@ -53,8 +98,11 @@ static void usage(const RtTrainOptions *o, FILE *out)
             "  --json-log FILE     every log event as one JSON object per line\n"
             "  --profile           time per node, node kind and phase, printed at the end\n"
             "  --log-interval N    batches between progress lines, 0 for none (%d)\n"
-            "  --save-dir DIR      a checkpoint per epoch: DIR/<model>-<epoch>.params\n"
-            "  --resume FILE       continue from a checkpoint\n"
+            "  --save-dir DIR      a checkpoint per epoch: DIR/<model>-<epoch>.ckpt (a run\n"
+            "                      stopped mid-epoch: <model>-step<step>.ckpt); a DIR holding\n"
+            "                      another run's checkpoints is refused ...\n"
+            "  --overwrite         ... unless this is given (or --resume)\n"
+            "  --resume CKPT       continue from a checkpoint (with --predict: its weights)\n"
             "  --eval-only         validate the resumed (or initial) parameters and stop\n"
             "  --threads N         OpenBLAS threads (OpenBLAS's default)\n"
             "  --data-threads N    recordio's decoding threads (the cores beyond --threads)\n"
@@ -65,7 +113,8 @@ static void usage(const RtTrainOptions *o, FILE *out)
             "                      initial parameters\n"
             "  --save-params FILE  write the parameters as an MXNet .params file at the end\n"
             "  --save-params-16bit ... each in the dtype the steps read (fp32 masters otherwise)\n"
-            "  --predict IN.npy    run the inference step on a float32 .npy, no training ...\n"
+            "  --predict IN.npy    run the inference step on a float32 .npy, no training, with\n"
+            "                      the weights of --resume CKPT or --load-params FILE ...\n"
             "  --output OUT.npy    ... and write the outputs (N, classes) here\n"
             "  --mpi-timeout S     under mpirun (a program built with ampc --mpi): abort\n"
             "                      the job when a rank keeps a collective waiting S s (60)\n"
@@ -86,6 +135,7 @@ static void usage(const RtTrainOptions *o, FILE *out)
             "                      GEMM's cuDNN and cuBLASLt descriptors, query cuDNN's\n"
             "                      heuristic, print one line per distinct one, and exit\n"
             "  -h, --help          this text\n"
+            "  --version           the model, how ampc built this program, the runtime's version\n"
             "Testing: --inject-inf-at-step=K (step K's gradients overflow),\n"
             "  --inject-nan=NODE:STEP (a NaN in NODE's output at STEP),\n"
             "  --dump-state FILE (write the first step's gradients and stop),\n"
@@ -95,11 +145,15 @@ static void usage(const RtTrainOptions *o, FILE *out)
             "  process computes K ranks' batches in turn and sums their gradients)\n",
             o->prog, o->epochs, (long long)o->batch_size,
             o->sched.kind != RT_LR_CONSTANT ? " (the schedule's base)" : "", (double)o->lr,
-            o->optimizer == RT_OPT_ADAM ? "adam" : o->optimizer == RT_OPT_NAG ? "nag" : "sgd",
+            o->optimizer == RT_OPT_ADAM  ? "adam"
+            : o->optimizer == RT_OPT_NAG ? "nag"
+                                         : "sgd",
             (double)o->momentum, (double)o->wd, lsd, (unsigned long long)o->seed, o->data,
             o->data_dir,
             o->augment_pad && o->augment_mirror ? "crop and mirror"
-            : o->augment_pad ? "crop" : o->augment_mirror ? "mirror" : "off",
+            : o->augment_pad                    ? "crop"
+            : o->augment_mirror                 ? "mirror"
+                                                : "off",
             o->log_interval, RT_CUDNN_WORKSPACE_MB_DEFAULT);
 }
 
@@ -111,17 +165,19 @@ static const struct option *long_options(void)
     if (longopts[0].name)
         return longopts;
     int n = 0;
-    for (int i = 0; i < rt_nsettings && n < 62; i++)
+    for (int i = 0; i < rt_nsettings && n < 61; i++)
         if (rt_settings[i].flag)
             longopts[n++] = (struct option){rt_settings[i].flag,
                                             rt_settings[i].has_arg ? required_argument
                                                                    : no_argument,
                                             NULL, 256 + i};
-    longopts[n] = (struct option){"help", no_argument, NULL, 'h'};
+    longopts[n++] = (struct option){"help", no_argument, NULL, 'h'};
+    longopts[n] = (struct option){"version", no_argument, NULL, 'V'};
     return longopts;
 }
 
-int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FILE *err)
+static int parse_args(RtTrainOptions *o, const RtModel *m, int argc, char **argv, FILE *out,
+                      FILE *err)
 {
     const struct option *longopts = long_options();
     if (argc > 0 && argv[0]) {
@@ -136,6 +192,10 @@ int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FIL
             usage(o, out);
             return 0;
         }
+        if (c == 'V') {
+            print_version(o->prog, m, out);
+            return 0;
+        }
         if (c == ':') {
             fprintf(err, "%s: option '%s' needs a value\nTry '%s --help'.\n", o->prog,
                     argv[optind - 1], o->prog);
@@ -147,6 +207,8 @@ int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FIL
                         (int)strcspn(argv[optind - 1], "="), argv[optind - 1]);
             else if (optopt)
                 fprintf(err, "%s: unknown option '-%c'\n", o->prog, optopt);
+            else if (strncmp(argv[optind - 1], "--", 2) == 0)
+                bad_long_option(o->prog, argv[optind - 1], longopts, err);
             else
                 fprintf(err, "%s: unknown option '%s'\n", o->prog, argv[optind - 1]);
             fprintf(err, "Try '%s --help'.\n", o->prog);
@@ -167,6 +229,11 @@ int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FIL
     return -1;
 }
 
+int rt_train_parse_args(RtTrainOptions *o, int argc, char **argv, FILE *out, FILE *err)
+{
+    return parse_args(o, NULL, argc, argv, out, err);
+}
+
 int rt_train_main(int argc, char **argv, const RtModel *m)
 {
     RtTrainOptions o;
@@ -180,7 +247,7 @@ int rt_train_main(int argc, char **argv, const RtModel *m)
         fprintf(stderr, "%s: %s\n", o.prog, err);
         return 2;
     }
-    int rc = rt_train_parse_args(&o, argc, argv, stdout, stderr);
+    int rc = parse_args(&o, m, argc, argv, stdout, stderr);
     if (rc >= 0)
         return rc;
     return rt_train_run(m, &o, stdout, stderr, NULL);

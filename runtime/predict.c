@@ -308,6 +308,13 @@ int rt_predict_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *e
         snprintf(msg, sizeof msg, "out of memory for the outputs");
         goto fail;
     }
+    if (!o->resume && !o->load_params) {
+        snprintf(msg, sizeof msg,
+                 "--predict needs the trained weights: --resume CKPT (a "
+                 "checkpoint of --save-dir) or --load-params FILE (an MXNet .params file); "
+                 "without them it would predict from the random initial weights");
+        goto fail;
+    }
     if (o->resume && !(have_ck = rt_checkpoint_read(o->resume, &ck, msg, sizeof msg)))
         goto fail;
     uint64_t seed = have_ck ? ck.run.seed : o->seed;
@@ -317,7 +324,8 @@ int rt_predict_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *e
     }
     t.ctx.seed = seed;
     if (!rt_trainer_init_params(&t, o->init, seed, msg, sizeof msg) ||
-        (have_ck && !rt_checkpoint_apply(&ck, &t, o->resume, err, msg, sizeof msg)) ||
+        /* no warning about optimizer state: predicting uses none */
+        (have_ck && !rt_checkpoint_apply(&ck, &t, o->resume, NULL, msg, sizeof msg)) ||
         (o->load_params && !rt_params_load(&t, o->load_params, msg, sizeof msg)) ||
         !rt_trainer_setup(&t, msg, sizeof msg))
         goto fail;

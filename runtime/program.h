@@ -149,6 +149,11 @@ typedef struct RtModel {
      * wire dtype ("float16", "float32"; NULL when it placed nothing). */
     uint64_t build_id;
     const char *kv_wire;
+    /* The program's --version: the release of the ampc that emitted it, the
+     * SHA-256 of its model's files (the model and its imports, as read), and
+     * ampc's command line without absolute paths (NULL in models written by
+     * hand) */
+    const char *ampc_version, *model_hash, *built_with;
 } RtModel;
 
 /* The device's run-time options (the program's --cudnn-* flags,

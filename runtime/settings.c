@@ -446,11 +446,7 @@ void rt_train_options_default(RtTrainOptions *o)
     o->seed = 42;
     o->data = "synthetic";
     const char *dir = getenv("AMPC_DATA_DIR");
-#ifdef AMPC_DEFAULT_DATA_DIR
-    o->data_dir = dir && *dir ? dir : AMPC_DEFAULT_DATA_DIR;
-#else
-    o->data_dir = dir && *dir ? dir : "./data";
-#endif
+    o->data_dir = dir && *dir ? dir : rt_default_data_dir();
     o->init = "xavier(rnd_type=\"uniform\", factor_type=\"avg\", magnitude=3)";
     o->log_interval = 50;
     o->threads = 0;
@@ -900,6 +896,7 @@ SETTING(set_data_decode_mb)
 }
 SETTING(set_random_mirror) { UNUSED_ARGS; o->augment_mirror = true; return true; }
 SETTING(set_eval_only) { UNUSED_ARGS; o->eval_only = true; return true; }
+SETTING(set_overwrite) { UNUSED_ARGS; o->overwrite = true; return true; }
 SETTING(set_check_numerics) { UNUSED_ARGS; o->check_numerics = true; return true; }
 SETTING(set_profile) { UNUSED_ARGS; o->profile = true; return true; }
 
@@ -1043,6 +1040,7 @@ const RtSetting rt_settings[] = {
     {NULL, "profile", FLAG, false, "", set_profile},
     {NULL, "save-dir", FLAG, true, "a directory", set_save_dir},
     {NULL, "resume", FLAG, true, "a checkpoint file", set_resume},
+    {NULL, "overwrite", FLAG, false, "", set_overwrite},
     {NULL, "eval-only", FLAG, false, "", set_eval_only},
     {NULL, "check-numerics", FLAG, false, "", set_check_numerics},
     {NULL, "inject-inf-at-step", FLAG, true, "a step number >= 0", set_inject_inf},

@@ -145,7 +145,9 @@ typedef struct {
     int64_t data_decode_mb; /* the memory recordio's decoding threads share, MiB; 0: a quarter
                              * of physical memory, at most 4096 */
     RtLossScaleConfig loss_scale;
-    const char *save_dir; /* a checkpoint per epoch: <save_dir>/<model>-<epoch+1 %04d>.params */
+    const char *save_dir; /* a checkpoint per epoch: <save_dir>/<model>-<epoch+1 %04d>.ckpt
+                           * (a run stopped mid-epoch: <model>-step<step %06d>.ckpt) */
+    bool overwrite;       /* --save-dir may hold another run's checkpoints */
     const char *resume;   /* a checkpoint to continue from */
     bool eval_only;       /* validate the resumed (or initial) parameters and stop */
     bool check_numerics;  /* name the first node whose output holds inf/NaN */
@@ -182,9 +184,17 @@ typedef struct {
 } RtTrainOptions;
 
 /* Built-in defaults: epochs 1, batch 32, lr 0.01, momentum 0.9, wd 1e-4,
- * seed 42, data synthetic, data_dir $AMPC_DATA_DIR, AMPC_DEFAULT_DATA_DIR or
- * "./data", init xavier, log_interval 50, loss scale by the model's amp. */
+ * seed 42, data synthetic, data_dir $AMPC_DATA_DIR or rt_default_data_dir(),
+ * init xavier, log_interval 50, loss scale by the model's amp. */
 void rt_train_options_default(RtTrainOptions *o);
+
+/* build_info.c: what the build compiled in: the data directory (the build
+ * tree's build/data, an installed runtime's PREFIX/share/ampc/data, else
+ * "./data"), the release version ("0.1.0") and the git revision of the
+ * checkout it was built from ("" when none). */
+const char *rt_default_data_dir(void);
+const char *rt_release_version(void);
+const char *rt_git_revision(void);
 /* Applies "key=value" defaults (a NULL-ended list, may be NULL) in order,
  * each with its setting's parser.  Compile-time keys (amp, kvstore) are
  * checked and change nothing; an unknown key or a bad value is an error:

@@ -38,16 +38,28 @@
 
 void openblas_set_num_threads(int num_threads);
 
+/* A validation pass that takes long says where it is, every this many
+ * seconds (on a short one nothing changes, so logs stay comparable). */
+#define RT_VALIDATION_PROGRESS_S 10.0
+
 /* The validation set through infer_step, batch by batch; the last partial
  * batch is padded by repeating its first sample and only its real rows
  * count.  False when --check-numerics found inf/NaN (reported to err). */
 static bool validate(const RtModel *m, RtTrainer *t, const RtDataset *ds, int64_t *idx,
-                     Numerics *nm, Prof *pf, Metric *res, FILE *err, const char *prog,
+                     Numerics *nm, Prof *pf, Metric *res, FILE *out, FILE *err, const char *prog,
                      const char *when)
 {
     Metric mt = {0};
     int64_t b = t->batch;
+    double t0 = rt_now_s(), said = t0;
     for (int64_t at = 0; at < ds->nval; at += b) {
+        double now = at > 0 ? rt_now_s() : t0;
+        if (now - said >= RT_VALIDATION_PROGRESS_S) {
+            fprintf(out, "Validation %s: %lld of %lld samples, %.0f s\n", when, (long long)at,
+                    (long long)ds->nval, now - t0);
+            fflush(out);
+            said = now;
+        }
         int64_t n = ds->nval - at < b ? ds->nval - at : b;
         for (int64_t j = 0; j < b; j++)
             idx[j] = at + (j < n ? j : 0);
@@ -499,11 +511,14 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     }
     /* --independent-runs: the save directory is this copy's before anything
      * in it is touched (prepare removes stale temporary files: another
-     * copy's would be live) */
+     * copy's would be live); and a directory of another run's checkpoints
+     * is not this run's to fill, nor to clean */
     struct stat sd;
     bool lock = o->independent_runs && o->save_dir;
     if ((lock && stat(o->save_dir, &sd) == 0 &&
          !rt_own_exclusively(o->save_dir, "--save-dir", &run.save_lock, msg, sizeof msg)) ||
+        (o->save_dir && !o->resume && !o->overwrite &&
+         !rt_save_dir_check(o->save_dir, m->name, msg, sizeof msg)) ||
         (o->save_dir && !rt_save_dir_prepare(o->save_dir, m->name, err, o->prog, msg, sizeof msg)) ||
         (lock && run.save_lock < 0 &&
          !rt_own_exclusively(o->save_dir, "--save-dir", &run.save_lock, msg, sizeof msg))) {
@@ -720,6 +735,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             ds->plan(ds, epoch, rank_order(&run, nbatch, steps_per_epoch, gb, rank, b, world),
                      (steps_per_epoch - nbatch) * b * nsim);
         bool first = true;
+        int64_t logged = nbatch; /* the batch of the last Speedometer line (or the clock's start) */
         for (; nbatch < steps_per_epoch; nbatch++) {
             if (o->max_steps >= 0 && step >= o->max_steps)
                 break;
@@ -854,6 +870,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                                    &local, r.lr, ls.s.scale);
                 local = (Metric){0};
                 tic = now;
+                logged = nbatch;
             }
             prof_phase(pf, t, PH_OTHER, &ph);
             if (pf && pf->on) {
@@ -874,6 +891,14 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         }
         if ((rc = flush(lt, &nm, eager)) != 0)
             goto done;
+        /* the batches after the last Speedometer line get theirs too (MXNet's
+         * Speedometer drops them) */
+        if (o->log_interval > 0 && nbatch - 1 > logged) {
+            double dt = dev_now(t) - tic > 0 ? dev_now(t) - tic : 1e-9;
+            int n = (int)(nbatch - 1 - logged);
+            rt_log_speedometer(out, &jl, m, epoch, nbatch - 1, n, step, (double)n * (double)gb / dt,
+                               &local, r.lr, ls.s.scale);
+        }
         RtEpochLog el = {.epoch = epoch, .batches = nbatch - (epoch == epoch0 ? nb0 : 0),
                          .step = step, .num_update = num_update, .train = &global, .val = &val,
                          .cost = dev_now(t) - t0, .amp_on = amp_on,
@@ -897,7 +922,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         }
         char when[64];
         snprintf(when, sizeof when, "after epoch %lld", (long long)epoch);
-        if (!validate(m, t, ds, run.idx, &nm, pf, &val, err, o->prog, when)) {
+        if (!validate(m, t, ds, run.idx, &nm, pf, &val, out, err, o->prog, when)) {
             rc = 1;
             goto done;
         }
@@ -911,7 +936,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     }
 final:
     if (!validated) {
-        if (!validate(m, t, ds, run.idx, &nm, pf, &val, err, o->prog, "of the parameters")) {
+        if (!validate(m, t, ds, run.idx, &nm, pf, &val, out, err, o->prog, "of the parameters")) {
             rc = 1;
             goto done;
         }

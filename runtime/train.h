@@ -35,6 +35,9 @@ typedef struct {
     AmpcLossScaleRule rule;
     int64_t skipped;       /* dynamic: overflow steps skipped, in all */
     int64_t nonfinite;     /* off/static: steps whose gradients held inf/NaN (applied: no skip) */
+    /* dynamic, a fresh run before its first finite step: its overflows
+     * calibrate the initial scale, said in one line, not one per step */
+    bool calibrating;
 } RtLossScaler;
 
 void rt_loss_scaler_init(RtLossScaler *ls, const RtLossScaleConfig *c, const char *amp);
@@ -249,6 +252,9 @@ typedef struct {
 } RtCheckpoint;
 
 #define RT_CKPT_MAGIC "AMPCCKPT"
+/* Checkpoints are ampc's own format, not MXNet's .params: DIR/MODEL-NNNN.ckpt
+ * (the old name, MODEL-NNNN.params, is still read and recognised) */
+#define RT_CKPT_EXT ".ckpt"
 #define RT_CKPT_VERSION 2 /* 2 adds Adam (optimizer 2, flag 8: var); 1 is still read */
 #define RT_CKPT_HEADER_BYTES 32
 
@@ -264,11 +270,16 @@ bool rt_save_dir_prepare(const char *dir, const char *model, FILE *note, const c
  * batch_in_epoch, step, num_update; the next epoch when rs's batch size
  * differs mid-epoch or its epoch was whole) and its loss scaler's state;
  * notes and warnings to err. */
+/* --save-dir: false, with a message, when dir already holds checkpoints
+ * (of another run of model, or of another model), which this run's would
+ * mix with or overwrite; the caller skips it under --resume or --overwrite. */
+bool rt_save_dir_check(const char *dir, const char *model, char *err, size_t errlen);
 void rt_checkpoint_resume(const RtRunState *rs, const RtTrainOptions *o, int64_t steps_per_epoch,
                           RtLossScaler *ls, RtRunState *at, FILE *err);
 /* The checkpoint at the end of epoch rs.epoch, after rs.batch_in_epoch
- * batches: DIR/MODEL-NNNN.params (NNNN = epoch + 1), its path left in *path
- * (the previous one freed). */
+ * batches: DIR/MODEL-NNNN.ckpt (NNNN = epoch + 1) after a whole epoch,
+ * DIR/MODEL-stepSSSSSS.ckpt (the step) when the run stopped mid-epoch; its
+ * path left in *path (the previous one freed). */
 bool rt_checkpoint_save_epoch(const char *dir, const RtTrainer *t, RtRunState rs,
                               int64_t steps_per_epoch, char **path, char *err, size_t errlen);
 /* Parses a checkpoint from memory (name is the file for messages); every

@@ -77,6 +77,7 @@ void rt_jl_key(JLog *j, const char *key);
 void rt_jl_begin(JLog *j, const char *event);
 void rt_jl_str(JLog *j, const char *key, const char *v);
 void rt_jl_num(JLog *j, const char *key, double v); /* a finite number, else null */
+void rt_jl_f32(JLog *j, const char *key, float v);  /* the same, shortest as a float */
 void rt_jl_int(JLog *j, const char *key, long long v);
 void rt_jl_bool(JLog *j, const char *key, bool v);
 void rt_jl_obj(JLog *j, const char *key);

@@ -221,7 +221,7 @@ column() { sed -n "${line}p" "$tmp/good.ir" | awk -v s="$1" '{ print index($0, s
 refuse "unknown op" '= Activation(/= Activaton(/' \
     "$line:$(column 'Activation('): error: unknown op 'Activaton'"
 refuse "unknown attribute" 'act_type=/act_typo=/' \
-    "$line:$(column 'act_type='): error: Activation has no attribute 'act_typo'"
+    "$line:$(column 'act_type='): error: Activation has no attribute 'act_typo' (its attributes: act_type)"
 
 echo "roundtrip: $pass passed, $fail failed ($compiled golden and random model builds checked)"
 [ "$fail" -eq 0 ]

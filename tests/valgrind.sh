@@ -22,7 +22,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 [ -x "$ampc" ] || { echo "valgrind.sh: $1 is not an executable" >&2; exit 2; }
 if ! command -v valgrind >/dev/null; then
-    echo "valgrind.sh: valgrind not found (apt-get install valgrind, or make deps)" >&2
+    echo "valgrind.sh: valgrind not found (apt-get install valgrind, or make deps-test)" >&2
     exit 1
 fi
 cd "$root" || exit 2

@@ -1,13 +1,17 @@
 #!/bin/sh
-# Installs the Debian packages listed in tools/deps.txt (the only list of
-# them) when missing.  Runs as root (CI, fresh machines); as another user it
-# only names what is missing and fails.
+# Installs the Debian packages listed in the given lists (default
+# tools/deps.txt: the build and the demo; make deps-test adds
+# tools/deps-test.txt) when missing.  Runs as root (CI, fresh machines); as
+# another user it only names what is missing and fails.
 set -e
 here=$(dirname "$0")
+[ $# -gt 0 ] || set -- "$here/deps.txt"
 need=""
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in $(sed -e 's/#.*//' "$here/deps.txt"); do
-    have_pkg "$p" || need="$need $p"
+for list in "$@"; do
+    for p in $(sed -e 's/#.*//' "$list"); do
+        have_pkg "$p" || need="$need $p"
+    done
 done
 [ -z "$need" ] && exit 0
 echo "deps: installing$need"

@@ -42,19 +42,61 @@ static const char *elemwise_symbol(OpKind k)
     }
 }
 
+/* Whether two shapes broadcast (NumPy's rule, as broadcast_shape). */
+static bool broadcasts(const Shape *a, const Shape *b)
+{
+    int r = a->rank > b->rank ? a->rank : b->rank;
+    for (int i = 0; i < r; i++) {
+        int ia = a->rank - r + i, ib = b->rank - r + i;
+        Dim x = ia >= 0 ? a->d[ia] : 1, y = ib >= 0 ? b->d[ib] : 1;
+        if (x != y && x != 1 && y != 1)
+            return false;
+    }
+    return true;
+}
+
+/* What to do about two shapes '+' or '*' cannot take: broadcast when they
+ * broadcast; a residual add of feature maps whose channels or size differ
+ * needs a projection of the shortcut (a 1x1 convolution, strided when the
+ * size halves), which broadcasting would never give. */
+static const char *mismatch_hint(const Node *n, const Shape *a, const Shape *b, char *buf,
+                                 size_t cap)
+{
+    /* there is no broadcast_sub: only + and * have a broadcasting twin */
+    if (n->op != OP_elemwise_add && n->op != OP_elemwise_mul)
+        return "";
+    if (broadcasts(a, b)) {
+        snprintf(buf, cap, " (use %s to broadcast)",
+                 n->op == OP_elemwise_add ? "broadcast_add" : "broadcast_mul");
+        return buf;
+    }
+    /* the smaller feature map is the block's output (a strided block
+     * halves it), the other the shortcut to project onto it */
+    bool maps = a->rank == 4 && b->rank == 4 && a->d[0] == b->d[0];
+    const Shape *out = maps && a->d[2] <= b->d[2] ? a : b, *sc = out == a ? b : a;
+    if (n->op == OP_elemwise_add && maps && out->d[2] > 0 && out->d[3] > 0 &&
+        sc->d[2] % out->d[2] == 0 && sc->d[3] % out->d[3] == 0) {
+        snprintf(buf, cap,
+                 " (a residual shortcut of another shape needs a projection to %lld "
+                 "channels: Convolution(x, num_filter=%lld, kernel=(1,1), "
+                 "stride=(%lld,%lld)) on the shortcut)",
+                 (long long)out->d[1], (long long)out->d[1], (long long)(sc->d[2] / out->d[2]),
+                 (long long)(sc->d[3] / out->d[3]));
+        return buf;
+    }
+    return " (they do not broadcast either: one side needs a projection to the other's shape)";
+}
+
 bool elemwise_shape(Graph *g, Node *n)
 {
     Node *a = in_node(g, n, 0), *b = in_node(g, n, 1);
     if (!require_rank(g, n, a, 0, AMPC_MAX_RANK) || !require_rank(g, n, b, 0, AMPC_MAX_RANK))
         return false;
     if (!shape_equal(&a->shape, &b->shape)) {
-        char x[128], y[128];
-        /* there is no broadcast_sub: only + and * have a broadcasting twin */
-        const char *hint = n->op == OP_elemwise_add   ? " (use broadcast_add to broadcast)"
-                           : n->op == OP_elemwise_mul ? " (use broadcast_mul to broadcast)"
-                                                      : "";
+        char x[128], y[128], hint[256];
         node_error(g, n, "shape mismatch in '%s': %s vs %s%s", elemwise_symbol(n->op),
-                   shape_str(&a->shape, x, sizeof x), shape_str(&b->shape, y, sizeof y), hint);
+                   shape_str(&a->shape, x, sizeof x), shape_str(&b->shape, y, sizeof y),
+                   mismatch_hint(n, &a->shape, &b->shape, hint, sizeof hint));
         return false;
     }
     n->shape = a->shape;

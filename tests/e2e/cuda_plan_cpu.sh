@@ -95,7 +95,7 @@ for m in examples/*.sym; do
             bad "$model --amp=$amp: training (or a step was skipped)"
             continue
         fi
-        if "$tmp/ckptcmp" "$tmp/$base.cpu.ck"/*.params "$tmp/$base.cuda.ck"/*.params $tol \
+        if "$tmp/ckptcmp" "$tmp/$base.cpu.ck"/*.ckpt "$tmp/$base.cuda.ck"/*.ckpt $tol \
                 >"$tmp/log" 2>&1; then
             ok "$model --amp=$amp: the CUDA plan trains to the CPU plan's parameters (tolerance $tol): $(cat "$tmp/log")"
         else

@@ -38,7 +38,7 @@ check() {
             >"$tmp/log" 2>&1; then
         bad "$what (the program)"; return
     fi
-    if "$tmp/ref" "$d/$model-0001.params" "$steps" --data digits "$@" >"$tmp/log" 2>&1; then
+    if "$tmp/ref" "$d/$model-$(printf step%06d "$steps").ckpt" "$steps" --data digits "$@" >"$tmp/log" 2>&1; then
         ok "$what"
     else
         bad "$what"

@@ -8,7 +8,7 @@
 #      from seed 1 in fp32 and with --amp=float16 (dynamic loss scaling): both
 #      reach FLOOR on the 10,000 test images and AMP is within 0.5 points of
 #      fp32.  Measured (2 cores): fp32 89.36%, AMP 89.19%, ~40-80 s per run.
-# The files come from Debian's dataset-fashion-mnist (make deps installs it;
+# The files come from Debian's dataset-fashion-mnist (make deps-test installs it;
 # make fashion copies them into DATA_DIR/fashion-mnist).  When they are
 # missing the test says so and is skipped, unless AMPC_REQUIRE_FASHION=1,
 # which makes it fail.

@@ -38,8 +38,8 @@ train() {
 # same A B WHAT: the checkpoints and states of runs A and B are identical
 same() {
     local a=$1 b=$2 what=$3 ca cb
-    ca=$(ls "$tmp/$a.ck"/*.params 2>/dev/null | head -1)
-    cb=$(ls "$tmp/$b.ck"/*.params 2>/dev/null | head -1)
+    ca=$(ls "$tmp/$a.ck"/*.ckpt 2>/dev/null | head -1)
+    cb=$(ls "$tmp/$b.ck"/*.ckpt 2>/dev/null | head -1)
     if [ -z "$ca" ] || [ -z "$cb" ]; then
         bad "$what: no checkpoint written"
     elif ! cmp -s "$ca" "$cb"; then

@@ -17,7 +17,7 @@ set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 . "$(dirname "$0")/lib.sh"
 notrun=0
-py=$(command -v python3) || { echo "FAIL hostile_compile.sh needs python3 (make deps)"; exit 1; }
+py=$(command -v python3) || { echo "FAIL hostile_compile.sh needs python3 (make deps-test)"; exit 1; }
 # the intermediate C file must go here and be removed
 export TMPDIR=$tmp/tmpdir
 mkdir -p "$TMPDIR"

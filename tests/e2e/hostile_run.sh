@@ -12,7 +12,7 @@
 #   2. a FIFO as the checkpoint or as digits.csv.gz, and digits.csv.gz
 #      pointing at /dev/zero, are refused at once (no hang);
 #   3. lost writes: --json-log /dev/full and a text log to /dev/full exit 1;
-#   4. leftovers: a stale <model>-NNNN.params.tmp.XXXXXX in the save
+#   4. leftovers: a stale <model>-NNNN.ckpt.tmp.XXXXXX in the save
 #      directory is removed at the start, and nothing else there;
 #   5. a forged checkpoint (valid checksums, epoch = INT64_MAX) is refused
 #      naming the field and the file; a resumed dynamic scale whose clean-step
@@ -94,7 +94,7 @@ tiny() { timeout 60 "$tmp/tiny" --data digits --data-dir "$tmp/d" --log-interval
 
 # a checkpoint to resume from
 tiny --epochs 1 --save-dir "$tmp/ck" >"$tmp/log" 2>&1 || bad "a first run with --save-dir"
-ckpt=$tmp/ck/tiny_mlp-0001.params
+ckpt=$tmp/ck/tiny_mlp-0001.ckpt
 cp "$ckpt" "$tmp/ckpt.orig"
 
 # 1. outputs naming inputs
@@ -189,17 +189,18 @@ else bad "stdout on /dev/full (exit $rc)"; fi
 
 # 4. leftovers of a run killed while saving
 mkdir -p "$tmp/sv"
-keep="tiny_mlp-0001.params.tmp.AbC12 other-0001.params.tmp.AbC123 tiny_mlp-01.params.tmp.AbC123 notes.txt tiny_mlp-0001.params.tmp.AbC123x"
-for f in $keep tiny_mlp-0003.params.tmp.q1W2e3 tiny_mlp-0001.params.tmp.AbC123; do echo x >"$tmp/sv/$f"; done
-mkdir "$tmp/sv/tiny_mlp-0002.params.tmp.Dir123"
+keep="tiny_mlp-0001.ckpt.tmp.AbC12 other-0001.ckpt.tmp.AbC123 tiny_mlp-01.params.tmp.AbC123 notes.txt tiny_mlp-0001.ckpt.tmp.AbC123x"
+# (tiny_mlp-0004.params.tmp...: a temporary of the checkpoints' old name)
+for f in $keep tiny_mlp-0003.ckpt.tmp.q1W2e3 tiny_mlp-0001.ckpt.tmp.AbC123 tiny_mlp-0004.params.tmp.Old123; do echo x >"$tmp/sv/$f"; done
+mkdir "$tmp/sv/tiny_mlp-0002.ckpt.tmp.Dir123"
 tiny --max-steps 1 --save-dir "$tmp/sv" >"$tmp/log" 2>&1
 rc=$?
 left=$(ls "$tmp/sv" | tr '\n' ' ')
 all_kept=true
-for f in $keep tiny_mlp-0002.params.tmp.Dir123; do [ -e "$tmp/sv/$f" ] || all_kept=false; done
-if [ $rc -eq 0 ] && [ ! -e "$tmp/sv/tiny_mlp-0003.params.tmp.q1W2e3" ] &&
-   [ ! -e "$tmp/sv/tiny_mlp-0001.params.tmp.AbC123" ] && $all_kept &&
-   [ "$(grep -c 'a temporary checkpoint file left by a run that stopped while saving' "$tmp/log")" = 2 ]; then
+for f in $keep tiny_mlp-0002.ckpt.tmp.Dir123; do [ -e "$tmp/sv/$f" ] || all_kept=false; done
+if [ $rc -eq 0 ] && [ ! -e "$tmp/sv/tiny_mlp-0003.ckpt.tmp.q1W2e3" ] &&
+   [ ! -e "$tmp/sv/tiny_mlp-0001.ckpt.tmp.AbC123" ] && [ ! -e "$tmp/sv/tiny_mlp-0004.params.tmp.Old123" ] &&
+   $all_kept && [ "$(grep -c 'a temporary checkpoint file left by a run that stopped while saving' "$tmp/log")" = 3 ]; then
     ok "stale checkpoint temporaries of this model are removed at the start, nothing else"
 else bad "stale temporaries (exit $rc; left: $left)"; fi
 # a real SIGKILL during a save: a preloaded rename() kills the process just
@@ -211,7 +212,7 @@ cat >"$tmp/killer.c" <<'EOF'
 #include <string.h>
 int rename(const char *from, const char *to)
 {
-    if (strstr(from, ".params.tmp."))
+    if (strstr(from, ".ckpt.tmp."))
         raise(SIGKILL);
     int (*real)(const char *, const char *) =
         (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
@@ -221,10 +222,10 @@ EOF
 if cc -shared -fPIC -o "$tmp/killer.so" "$tmp/killer.c" -ldl 2>"$tmp/log"; then
     rc=$( { LD_PRELOAD=$tmp/killer.so "$tmp/tiny" --data digits --data-dir "$tmp/d" --epochs 2 \
         --save-dir "$tmp/kill" >/dev/null 2>&1; echo $?; } 2>/dev/null)
-    before=$(ls "$tmp/kill" | grep -c '^tiny_mlp-0001\.params\.tmp\.')
+    before=$(ls "$tmp/kill" | grep -c '^tiny_mlp-0001\.ckpt\.tmp\.')
     tiny --max-steps 1 --save-dir "$tmp/kill" >"$tmp/log" 2>&1
     if [ $rc -eq 137 ] && [ "$before" = 1 ] && ! ls "$tmp/kill" | grep -q '\.tmp\.' &&
-       grep -q "note: removed $tmp/kill/tiny_mlp-0001.params.tmp." "$tmp/log"; then
+       grep -q "note: removed $tmp/kill/tiny_mlp-0001.ckpt.tmp." "$tmp/log"; then
         ok "a run killed (SIGKILL) while saving leaves a temporary file; the next run removes it"
     else bad "SIGKILL while saving (exit $rc, $before temporaries; now: $(ls "$tmp/kill" | tr '\n' ' '))"; fi
 else bad "building the rename() shim"; fi
@@ -251,7 +252,7 @@ else bad "forged epoch (exit $rc; 124 is a run that never ends)"; fi
 # a dynamic scale's clean-step count (46 after one epoch) past a shorter
 # growth interval on resume: grows at the next clean step, never counts on
 tiny --epochs 1 --loss-scale dynamic --save-dir "$tmp/ls" >"$tmp/log" 2>&1
-tiny --epochs 2 --loss-scale 'dynamic(interval=10)' --resume "$tmp/ls/tiny_mlp-0001.params" \
+tiny --epochs 2 --loss-scale 'dynamic(interval=10)' --resume "$tmp/ls/tiny_mlp-0001.ckpt" \
     >"$tmp/log" 2>&1
 rc=$?
 if [ $rc -eq 0 ] && grep -q "count of clean steps (46) reaches this run's growth interval (10)" "$tmp/log" &&

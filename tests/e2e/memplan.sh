@@ -64,7 +64,7 @@ for m in examples/mlp.sym examples/digits_cnn.sym examples/fashion_cnn.sym \
             cp "$tmp/out_plan" "$tmp/log"; bad "$base --amp=$amp: no Memory line, or the workspace grew"
         fi
         for mode in noinplace nomemplan; do
-            if cmp -s "$tmp"/ck_plan/*.params "$tmp"/ck_$mode/*.params &&
+            if cmp -s "$tmp"/ck_plan/*.ckpt "$tmp"/ck_$mode/*.ckpt &&
                cmp -s "$tmp/metrics_plan" "$tmp/metrics_$mode" && [ -s "$tmp/metrics_plan" ]; then
                 ok "$base --amp=$amp: planned and $mode train bit-identically"
             else
@@ -117,7 +117,7 @@ for amp in off float16; do
             { cp "$tmp/out_$mode" "$tmp/log" 2>/dev/null; bad "training branches --amp=$amp ($mode)"; }
         grep -E 'Train-|Validation-' "$tmp/out_$mode" | sed 's/Time cost=.*//' >"$tmp/metrics_$mode"
     done
-    if cmp -s "$tmp"/ck_sched/*.params "$tmp"/ck_nosched/*.params &&
+    if cmp -s "$tmp"/ck_sched/*.ckpt "$tmp"/ck_nosched/*.ckpt &&
        cmp -s "$tmp/metrics_sched" "$tmp/metrics_nosched" && [ -s "$tmp/metrics_sched" ]; then
         ok "branches --amp=$amp: scheduled and --no-schedule train bit-identically"
     else

@@ -46,7 +46,7 @@ ok() { pass=$((pass+1)); echo "PASS $1"; }
 bad() { fail=$((fail+1)); echo "FAIL $1"; [ -f "$tmp/log" ] && tail -20 "$tmp/log" | sed 's/^/    /'; }
 
 if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then
-    echo "FAIL mpi.sh: Open MPI is not installed (mpirun, mpicc): run make deps (tools/deps.txt:"
+    echo "FAIL mpi.sh: Open MPI is not installed (mpirun, mpicc): run make deps-test (tools/deps-test.txt:"
     echo "     openmpi-bin, libopenmpi-dev)"
     exit 1
 fi
@@ -92,7 +92,7 @@ for amp in off float16; do
         bad "amp=$amp: expected a remainder to drop, got '${dropped:-}'"
     [ "$(grep -c 'Saved checkpoint' "$tmp/log")" = 2 ] ||
         bad "amp=$amp: rank 0 should log 2 checkpoints (only rank 0 logs)"
-    f0=$d/digits_cnn-0002.params f1=$d/rank1/digits_cnn-0002.params
+    f0=$d/digits_cnn-0002.ckpt f1=$d/rank1/digits_cnn-0002.ckpt
     if [ -f "$f0" ] && [ -f "$f1" ] && [ -n "$(trainable "$f0")" ] &&
             [ "$(trainable "$f0")" = "$(trainable "$f1")" ]; then
         ok "amp=$amp: both ranks end with the same parameters and optimizer state"
@@ -113,8 +113,8 @@ done
 # are per element, so the same bits as one 4 MiB bucket
 if timeout 120 "${MPIRUN[@]}" -np 2 "$tmp/d_off" "${common[@]}" --epochs 2 --mpi-bucket-mb 0.01 \
         --save-dir "$tmp/ck_small" --save-all-ranks >"$tmp/log" 2>&1 &&
-        cmp -s "$tmp/ck_small/digits_cnn-0002.params" "$tmp/ck_off/digits_cnn-0002.params" &&
-        cmp -s "$tmp/ck_small/rank1/digits_cnn-0002.params" "$tmp/ck_off/rank1/digits_cnn-0002.params"; then
+        cmp -s "$tmp/ck_small/digits_cnn-0002.ckpt" "$tmp/ck_off/digits_cnn-0002.ckpt" &&
+        cmp -s "$tmp/ck_small/rank1/digits_cnn-0002.ckpt" "$tmp/ck_off/rank1/digits_cnn-0002.ckpt"; then
     ok "--mpi-bucket-mb 0.01 (15 buckets) trains to the same bits as one bucket"
 else
     bad "--mpi-bucket-mb 0.01 and the default bucket differ"
@@ -126,8 +126,8 @@ for amp in off float16; do
         { bad "ampc --amp=$amp (no --mpi)"; continue; }
     if timeout 120 "$tmp/one_$amp" "${common[@]}" --epochs 2 --sim-ranks 2 --save-dir "$tmp/sim_$amp" \
             >"$tmp/log" 2>&1 &&
-            cmp -s "$tmp/sim_$amp/digits_cnn-0002.params" "$tmp/ck_$amp/rank1/digits_cnn-0002.params" &&
-            [ "$(trainable "$tmp/sim_$amp/digits_cnn-0002.params")" = "$(trainable "$tmp/ck_$amp/digits_cnn-0002.params")" ]; then
+            cmp -s "$tmp/sim_$amp/digits_cnn-0002.ckpt" "$tmp/ck_$amp/rank1/digits_cnn-0002.ckpt" &&
+            [ "$(trainable "$tmp/sim_$amp/digits_cnn-0002.ckpt")" = "$(trainable "$tmp/ck_$amp/digits_cnn-0002.ckpt")" ]; then
         ok "amp=$amp: mpirun -np 2 equals one process with --sim-ranks 2 bit for bit"
     else
         bad "amp=$amp: mpirun -np 2 and one process with --sim-ranks 2 differ"
@@ -165,7 +165,7 @@ if "$ampc" examples/digits_cnn.sym "${kvf[@]}" -o "$tmp/d_kv" >"$tmp/log" 2>&1 &
         bad "--kvstore=dist_sync: the engine's buckets differ from --dump=program's"
         diff "$tmp/pass_buckets" "$tmp/engine_buckets" | head -6 | sed 's/^/    /'
     fi
-    if cmp -s "$tmp/sim_float16/digits_cnn-0002.params" "$tmp/ck_kv/rank1/digits_cnn-0002.params"; then
+    if cmp -s "$tmp/sim_float16/digits_cnn-0002.ckpt" "$tmp/ck_kv/rank1/digits_cnn-0002.ckpt"; then
         ok "--kvstore=dist_sync: mpirun -np 2 with the pass's buckets equals --sim-ranks 2 bit for bit"
     else
         bad "--kvstore=dist_sync: mpirun -np 2 with the pass's buckets differs from --sim-ranks 2"
@@ -179,7 +179,7 @@ fi
 # and trains to the bits of the program built without --mpi.
 if timeout 120 "$tmp/d_float16" "${common[@]}" --epochs 2 --sim-ranks 2 --save-dir "$tmp/sim_mpi" \
         >"$tmp/log" 2>&1 &&
-        cmp -s "$tmp/sim_mpi/digits_cnn-0002.params" "$tmp/sim_float16/digits_cnn-0002.params"; then
+        cmp -s "$tmp/sim_mpi/digits_cnn-0002.ckpt" "$tmp/sim_float16/digits_cnn-0002.ckpt"; then
     ok "the --mpi program alone with --sim-ranks 2 equals the one without --mpi bit for bit"
 else
     bad "the --mpi program alone with --sim-ranks 2 differs from the one without --mpi"
@@ -213,7 +213,7 @@ if [ -x "$bd/im2rec" ] && [ -x "$bd/rio_tool" ] && [ -s "$fm/train-images-idx3-u
                 >"$tmp/log" 2>&1 &&
             timeout 120 "$tmp/f1" --data "recordio($tmp/f.rec)" --batch-size 16 --epochs 2 \
                 --log-interval 0 --threads 1 --sim-ranks 2 --save-dir "$tmp/fs" >"$tmp/log" 2>&1 &&
-            cmp -s "$tmp/fs/fashion_cnn-0002.params" "$tmp/fr/rank1/fashion_cnn-0002.params"; then
+            cmp -s "$tmp/fs/fashion_cnn-0002.ckpt" "$tmp/fr/rank1/fashion_cnn-0002.ckpt"; then
         ok "recordio (decoded ahead) under mpirun -np 2 equals --sim-ranks 2 bit for bit"
     else
         bad "recordio under mpirun -np 2 and --sim-ranks 2"
@@ -231,8 +231,9 @@ run_steps() { # name extra-flags...
 if run_steps ov_base && run_steps ov_inj --inject-inf-at-step 20 --inject-rank 1; then
     grep -q 'overflow\|non-finite\|nonfinite\|skipp' "$tmp/log" ||
         bad "rank 0's log does not report the skipped step"
-    b0=$tmp/ov_base/digits_cnn-0001.params i0=$tmp/ov_inj/digits_cnn-0001.params
-    i1=$tmp/ov_inj/rank1/digits_cnn-0001.params
+    # 25 steps stop inside the first epoch: the checkpoints are named by step
+    b0=$tmp/ov_base/digits_cnn-step000025.ckpt i0=$tmp/ov_inj/digits_cnn-step000025.ckpt
+    i1=$tmp/ov_inj/rank1/digits_cnn-step000025.ckpt
     sb=$(field "$b0" skipped) s0=$(field "$i0" skipped) s1=$(field "$i1" skipped)
     ub=$(field "$b0" num_update) u0=$(field "$i0" num_update) u1=$(field "$i1" num_update)
     if [ -n "$sb" ] && [ "$s0" = $((sb + 1)) ] && [ "$s1" = "$s0" ] && [ "$u0" = $((ub - 1)) ] &&
@@ -244,7 +245,7 @@ if run_steps ov_base && run_steps ov_inj --inject-inf-at-step 20 --inject-rank 1
     # the same overflow in one process simulating both ranks: the same bits
     if timeout 120 "$tmp/one_float16" "${common[@]}" --epochs 1 --max-steps 25 --sim-ranks 2 \
             --inject-inf-at-step 20 --inject-rank 1 --save-dir "$tmp/ov_sim" >"$tmp/log" 2>&1 &&
-            cmp -s "$tmp/ov_sim/digits_cnn-0001.params" "$i1"; then
+            cmp -s "$tmp/ov_sim/digits_cnn-step000025.ckpt" "$i1"; then
         ok "the overflow on rank 1 under --sim-ranks 2: the same checkpoint as mpirun's rank 1"
     else
         bad "the overflow on rank 1 under --sim-ranks 2 differs from mpirun's"
@@ -289,18 +290,18 @@ else
 fi
 
 # ---- 5. a 2-rank checkpoint resumes with 1 rank ---------------------------------------
-c2=$tmp/ck_off/digits_cnn-0001.params
+c2=$tmp/ck_off/digits_cnn-0001.ckpt
 step1=$(field "$c2" step)
 if timeout 120 "$tmp/d_one" --data digits --batch-size 32 --log-interval 0 --threads 1 --epochs 2 \
         --resume "$c2" --save-dir "$tmp/res1" >"$tmp/log" 2>&1 &&
-        [ "$(field "$tmp/res1/digits_cnn-0002.params" step)" = $((2 * step1)) ]; then
+        [ "$(field "$tmp/res1/digits_cnn-0002.ckpt" step)" = $((2 * step1)) ]; then
     ok "a 2-rank checkpoint resumes in one process at the same global batch (step $step1 -> $((2 * step1)))"
 else
     bad "resuming a 2-rank checkpoint in one process"
 fi
 if timeout 120 "${MPIRUN[@]}" -np 1 "$tmp/d_off" --data digits --batch-size 32 --log-interval 0 \
         --threads 1 --epochs 2 --resume "$c2" --save-dir "$tmp/res2" >"$tmp/log" 2>&1 &&
-        [ "$(field "$tmp/res2/digits_cnn-0002.params" step)" = $((2 * step1)) ]; then
+        [ "$(field "$tmp/res2/digits_cnn-0002.ckpt" step)" = $((2 * step1)) ]; then
     ok "a 2-rank checkpoint resumes under mpirun -np 1"
 else
     bad "resuming a 2-rank checkpoint under mpirun -np 1"

@@ -112,14 +112,14 @@ differs "--mpi-bucket-mb" "--mpi-bucket-mb is 1 where rank 0's is 4" "${A[@]}" -
     "$tmp/fp16" "${base[@]}" --loss-scale 'dynamic(init=1024)' --save-dir "$tmp/s1" >"$tmp/log" 2>&1 &&
     "$tmp/fp16" "${base[@]}" --loss-scale 'dynamic(init=2048)' --save-dir "$tmp/s2" >"$tmp/log" 2>&1 ||
     bad "writing the checkpoints"
-c1=$tmp/c1/tiny-0001.params c2=$tmp/c2/tiny-0001.params
+c1=$tmp/c1/tiny-step000002.ckpt c2=$tmp/c2/tiny-step000002.ckpt
 differs "resume step" "resume step is none (not resuming) where rank 0's is 2" \
     "${A[@]}" --epochs 2 --resume "$c1" -- "${A[@]}" --epochs 2
 differs "resume parameters" "resume parameters is 2 tensors #" \
     "${A[@]}" --epochs 2 --resume "$c1" -- "${A[@]}" --epochs 2 --resume "$c2"
 differs "resume loss scale" "resume loss scale is 2048 (2 clean steps) where rank 0's is 1024" \
-    "$tmp/fp16" "${base[@]}" --epochs 2 --resume "$tmp/s1/tiny-0001.params" -- \
-    "$tmp/fp16" "${base[@]}" --epochs 2 --resume "$tmp/s2/tiny-0001.params"
+    "$tmp/fp16" "${base[@]}" --epochs 2 --resume "$tmp/s1/tiny-step000002.ckpt" -- \
+    "$tmp/fp16" "${base[@]}" --epochs 2 --resume "$tmp/s2/tiny-step000002.ckpt"
 
 # ---- a rank that never arrives ----
 "${MPIRUN[@]}" -np 2 "${A[@]}" --mpi-timeout 1 --inject-stop-at-start --inject-rank 1 >"$tmp/log" 2>&1
@@ -154,7 +154,7 @@ if [ $rc = 2 ] && grep -q "started as one of 2 processes (OMPI_COMM_WORLD_SIZE=2
 else bad "a program without MPI under mpirun -np 2 (exit $rc)"; fi
 if "${MPIRUN[@]}" -np 1 "$tmp/one" "${base[@]}" --independent-runs --save-dir "$tmp/i0" : \
         -np 1 "$tmp/one" "${base[@]}" --independent-runs --save-dir "$tmp/i1" >"$tmp/log" 2>&1 &&
-   [ -s "$tmp/i0/tiny-0001.params" ] && [ -s "$tmp/i1/tiny-0001.params" ]; then
+   [ -s "$tmp/i0/tiny-step000002.ckpt" ] && [ -s "$tmp/i1/tiny-step000002.ckpt" ]; then
     ok "--independent-runs under mpirun: two copies, each its own save directory"
 else bad "--independent-runs under mpirun"; fi
 

@@ -105,8 +105,8 @@ d=$tmp/inj; mkdir -p "$d"
 "$tmp/cnn_float16" --data digits --max-steps $((K+1)) --inject-inf-at-step $K --log-interval 0 \
     --save-dir "$d/after" >"$tmp/log" 2>&1
 rc=$?
-"$ck" show "$d/before/digits_cnn-0001.params" >"$d/before.txt" 2>>"$tmp/log"
-"$ck" show "$d/after/digits_cnn-0001.params" >"$d/after.txt" 2>>"$tmp/log"
+"$ck" show "$d/before/digits_cnn-$(printf step%06d $K).ckpt" >"$d/before.txt" 2>>"$tmp/log"
+"$ck" show "$d/after/digits_cnn-$(printf step%06d $((K+1))).ckpt" >"$d/after.txt" 2>>"$tmp/log"
 val() { sed -n "s/^$1 //p" "$2"; }
 if [ $rc -eq 0 ] && [ -s "$d/before.txt" ] &&
    grep -q "^Epoch\[0\] Batch \[$K\]	AMP: gradient overflow at step $K: step skipped" "$tmp/log" &&
@@ -131,11 +131,11 @@ d=$tmp/resume; mkdir -p "$d"
 "$tmp/cnn_float16" --data digits --epochs 4 --log-interval 10 --save-dir "$d/a" >"$d/a.log" 2>&1 &&
 "$tmp/cnn_float16" --data digits --epochs 4 --max-steps 92 --log-interval 10 --save-dir "$d/b" >"$d/b1.log" 2>&1 &&
 "$tmp/cnn_float16" --data digits --epochs 4 --log-interval 10 --save-dir "$d/b" \
-    --resume "$d/b/digits_cnn-0002.params" >"$d/b2.log" 2>&1
+    --resume "$d/b/digits_cnn-0002.ckpt" >"$d/b2.log" 2>&1
 rc=$?
 strip() { grep -E '^Epoch\[[0-9]+\] (Batch|Train-|Validation-|Loss-scale)|^AMP' "$@" | sed 's/Speed: [0-9.]* samples\/sec//'; }
-if [ $rc -eq 0 ] && cmp -s "$d/a/digits_cnn-0004.params" "$d/b/digits_cnn-0004.params" &&
-   diff <("$ck" show "$d/a/digits_cnn-0004.params") <("$ck" show "$d/b/digits_cnn-0004.params") >/dev/null &&
+if [ $rc -eq 0 ] && cmp -s "$d/a/digits_cnn-0004.ckpt" "$d/b/digits_cnn-0004.ckpt" &&
+   diff <("$ck" show "$d/a/digits_cnn-0004.ckpt") <("$ck" show "$d/b/digits_cnn-0004.ckpt") >/dev/null &&
    diff <(strip "$d/a.log") <(cat "$d/b1.log" "$d/b2.log" | strip) >"$tmp/diff" &&
    [ "$(strip "$d/a.log" | grep -c Batch)" -gt 10 ]; then
     ok "resume: 4 epochs and 2 + 2 give byte-identical checkpoints and the same $(strip "$d/a.log" | wc -l) logged metric lines"
@@ -144,15 +144,15 @@ else
     head -5 "$tmp/diff" 2>/dev/null
 fi
 acc=$(sed -n 's/^Epoch\[3\] Validation-accuracy=//p' "$d/a.log")
-if "$tmp/cnn_float16" --data digits --eval-only --resume "$d/a/digits_cnn-0004.params" >"$tmp/log" 2>&1 &&
+if "$tmp/cnn_float16" --data digits --eval-only --resume "$d/a/digits_cnn-0004.ckpt" >"$tmp/log" 2>&1 &&
    [ "$(sed -n 's/^Validation-accuracy=//p' "$tmp/log")" = "$acc" ] && [ "$(final "$tmp/log")" = "$acc" ] &&
    ! grep -q Batch "$tmp/log"; then
     ok "--eval-only --resume reproduces the checkpoint's validation accuracy ($acc)"
 else bad "--eval-only"; fi
 
 # 5. broken checkpoints are refused, naming the file
-good=$d/a/digits_cnn-0004.params
-[ -f "$good" ] || cp "$d/../inj/before/digits_cnn-0001.params" "$good" 2>/dev/null
+good=$d/a/digits_cnn-0004.ckpt
+[ -f "$good" ] || cp "$d/../inj/before/digits_cnn-0001.ckpt" "$good" 2>/dev/null
 size=$(stat -c %s "$good" 2>/dev/null || echo 0)
 refused=0 tried=0
 [ "$size" -gt 1000 ] || bad "no checkpoint to break"
@@ -175,8 +175,8 @@ if [ "$size" -gt 1000 ] && [ $refused -eq $tried ]; then
 else bad "only $refused of $tried broken checkpoints refused"; fi
 "$ampc" examples/mlp.sym -o "$tmp/mlp" >"$tmp/log" 2>&1 &&
     "$tmp/mlp" --data digits --max-steps 2 --log-interval 0 --save-dir "$tmp/mlpck" >"$tmp/log" 2>&1
-"$tmp/cnn_float16" --data digits --eval-only --resume "$tmp/mlpck/mlp-0001.params" >"$tmp/log" 2>&1
-if [ $? -eq 1 ] && grep -q "checkpoint $tmp/mlpck/mlp-0001.params does not match model digits_cnn" "$tmp/log"; then
+"$tmp/cnn_float16" --data digits --eval-only --resume "$tmp/mlpck/mlp-step000002.ckpt" >"$tmp/log" 2>&1
+if [ $? -eq 1 ] && grep -q "checkpoint $tmp/mlpck/mlp-step000002.ckpt does not match model digits_cnn" "$tmp/log"; then
     ok "another model's checkpoint is refused: $(grep -o 'it holds.*' "$tmp/log")"
 else bad "another model's checkpoint"; fi
 
@@ -205,14 +205,14 @@ adam="--optimizer adam(beta1=0.9,beta2=0.999,epsilon=1e-8,wd=1e-4) --lr cosine(b
 "$tmp/cnn_float16" --data digits --epochs 2 --log-interval 10 --save-dir "$d/a" $adam >"$d/a.log" 2>&1 &&
 "$tmp/cnn_float16" --data digits --epochs 2 --max-steps 46 --log-interval 10 --save-dir "$d/b" $adam >"$d/b1.log" 2>&1 &&
 "$tmp/cnn_float16" --data digits --epochs 2 --log-interval 10 --save-dir "$d/b" $adam \
-    --resume "$d/b/digits_cnn-0001.params" >"$d/b2.log" 2>&1
+    --resume "$d/b/digits_cnn-0001.ckpt" >"$d/b2.log" 2>&1
 rc=$?
 cp "$d/a.log" "$tmp/log" 2>/dev/null
-if [ $rc -eq 0 ] && cmp -s "$d/a/digits_cnn-0002.params" "$d/b/digits_cnn-0002.params" &&
-   ! cmp -s "$d/a/digits_cnn-0001.params" "$d/a/digits_cnn-0002.params" &&
+if [ $rc -eq 0 ] && cmp -s "$d/a/digits_cnn-0002.ckpt" "$d/b/digits_cnn-0002.ckpt" &&
+   ! cmp -s "$d/a/digits_cnn-0001.ckpt" "$d/a/digits_cnn-0002.ckpt" &&
    diff <(strip "$d/a.log") <(cat "$d/b1.log" "$d/b2.log" | strip) >"$tmp/diff" &&
    ge "$(final "$d/a.log")" 0.90; then
-    ok "adam (fp16, multi-precision): $(final "$d/a.log") after 2 epochs; 2 epochs and 1 + resume 1 give byte-identical checkpoints ($(stat -c %s "$d/a/digits_cnn-0002.params") bytes: masters, mean, var, update count)"
+    ok "adam (fp16, multi-precision): $(final "$d/a.log") after 2 epochs; 2 epochs and 1 + resume 1 give byte-identical checkpoints ($(stat -c %s "$d/a/digits_cnn-0002.ckpt") bytes: masters, mean, var, update count)"
 else bad "adam resume (rc $rc, accuracy $(final "$d/a.log"))"; fi
 
 # 8. + 9. schedules and --json-log, checked by Python's json module
@@ -272,7 +272,9 @@ for n, line in enumerate(open(arg[0], encoding="utf-8"), 1):
             while t > count + 20:
                 count += 20; lr *= 0.5
             want = lr
-        if abs(e["lr"] - f32(want)) > 1e-9:
+        # the log writes the fp32 lr as the shortest decimal that reads back
+        # as that float: equal as floats, bit for bit
+        if f32(e["lr"]) != f32(want):
             sys.exit("step %d: lr %r, MXNet's formula %r" % (t, e["lr"], f32(want)))
 for ev in arg[2:] if len(arg) > 2 else []:
     if ev not in events:
@@ -291,7 +293,7 @@ d=$tmp/json; mkdir -p "$d"
 "$tmp/cnn_float16" --data digits --epochs 2 --log-interval 10 --save-dir "$d" --inject-inf-at-step 3 \
     --json-log "$d/a.jsonl" >"$tmp/log" 2>&1 &&
 "$tmp/cnn_float16" --data digits --epochs 3 --log-interval 10 --save-dir "$d" --profile \
-    --resume "$d/digits_cnn-0002.params" --json-log "$d/b.jsonl" >>"$tmp/log" 2>&1
+    --resume "$d/digits_cnn-0002.ckpt" --json-log "$d/b.jsonl" >>"$tmp/log" 2>&1
 rc=$?
 if [ $rc -eq 0 ] && out=$($py "$tmp/jcheck.py" json "$d/a.jsonl" - start speedometer epoch checkpoint skipped_step loss_scale end 2>&1) &&
    out2=$($py "$tmp/jcheck.py" json "$d/b.jsonl" - start resume speedometer epoch checkpoint end profile 2>&1); then
@@ -306,7 +308,7 @@ else bad "--json-log with non-finite values"; fi
 # strings escaped: a save directory with a quote, a backslash, a tab and UTF-8
 wd="$d/we\"ird\\	dir é"
 "$tmp/cnn_off" --data digits --max-steps 3 --log-interval 0 --save-dir "$wd" --json-log "$d/esc.jsonl" >"$tmp/log" 2>&1
-if $py - "$d/esc.jsonl" "$wd/digits_cnn-0001.params" <<'PY' >/dev/null 2>&1
+if $py - "$d/esc.jsonl" "$wd/digits_cnn-step000003.ckpt" <<'PY' >/dev/null 2>&1
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
 assert [e["file"] for e in ev if e["event"] == "checkpoint"] == [sys.argv[2]]

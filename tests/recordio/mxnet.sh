@@ -87,7 +87,7 @@ EOF2
     then echo "PASS sklearn photos: RGB decode equal to mx.image.imdecode, resize+crop within 1 of MXNet's"
     else echo "FAIL sklearn photos against MXNet's decode"; fail=1; fi
 elif [ "${AMPC_REQUIRE_MXNET:-0}" = 1 ]; then
-    echo "FAIL sklearn's sample photos missing ($photos: apt-get install python3-sklearn, in tools/deps.txt) and AMPC_REQUIRE_MXNET=1"
+    echo "FAIL sklearn's sample photos missing ($photos: apt-get install python3-sklearn, in tools/deps-test.txt) and AMPC_REQUIRE_MXNET=1"
     fail=1
 else
     echo "SKIPPED: sklearn's sample photos missing ($photos: apt-get install python3-sklearn)"

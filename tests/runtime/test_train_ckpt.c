@@ -113,7 +113,7 @@ static void test_round_trip(void **state)
         trainer(&a, m, 5);
         trainer(&b, m, 6); /* different values everywhere */
         RtRunState rs = run_state();
-        snprintf(path, sizeof path, "%s/%s-0004.params", dir, m->name);
+        snprintf(path, sizeof path, "%s/%s-0004.ckpt", dir, m->name);
         if (!rt_checkpoint_save(path, &a, &rs, err, sizeof err))
             fail_msg("%s", err);
         RtCheckpoint ck;
@@ -376,7 +376,7 @@ static void test_adam_state(void **state)
     }
     RtRunState rs = run_state();
     rs.optimizer = RT_OPT_ADAM;
-    snprintf(path, sizeof path, "%s/adam-0001.params", dir);
+    snprintf(path, sizeof path, "%s/adam-0001.ckpt", dir);
     if (!rt_checkpoint_save(path, &a, &rs, err, sizeof err))
         fail_msg("%s", err);
     size_t len;
@@ -417,7 +417,7 @@ static void test_adam_state(void **state)
             assert_true(c.state[i][0] == 0);
     rt_checkpoint_free(&ck);
     /* a momentum (version 2, flag 4 only) checkpoint into an Adam run */
-    snprintf(path2, sizeof path2, "%s/mom-0001.params", dir);
+    snprintf(path2, sizeof path2, "%s/mom-0001.ckpt", dir);
     rs.optimizer = RT_OPT_NAG;
     for (int i = 0; i < m->nparams; i++)
         if (c.state[i])

@@ -203,13 +203,12 @@ static void test_flags(void **state)
     (void)state;
     RtTrainOptions o;
     rt_train_options_default(&o);
-    int rc = parse(&o, ARGS("--max-steps", "100", "--epochs=3", "--batch-size", "64", "--lr",
-                            "0.5", "--momentum", "0", "--wd", "0.001", "--seed", "0x10", "--data",
+    int rc = parse(&o, ARGS("--max-steps", "100", "--epochs=3", "--batch-size", "64", "--lr", "0.5",
+                            "--momentum", "0", "--wd", "0.001", "--seed", "0x10", "--data",
                             "digits", "--data-dir", "/d", "--log-interval", "10", "--threads", "2",
-                            "--loss-scale", "dynamic(init=1024, backoff=0.25)", "--save-dir",
-                            "ck", "--resume", "ck/m-0002.params", "--eval-only",
-                            "--check-numerics", "--inject-inf-at-step=7",
-                            "--inject-nan=stage1_unit1_conv1:12"));
+                            "--loss-scale", "dynamic(init=1024, backoff=0.25)", "--save-dir", "ck",
+                            "--resume", "ck/m-0002.ckpt", "--eval-only", "--check-numerics",
+                            "--inject-inf-at-step=7", "--inject-nan=stage1_unit1_conv1:12"));
     assert_int_equal(rc, -1);
     assert_string_equal(err_text, "");
     assert_int_equal(o.max_steps, 100);
@@ -228,7 +227,7 @@ static void test_flags(void **state)
     assert_float_equal(o.loss_scale.init, 1024, 0);
     assert_float_equal(o.loss_scale.backoff, 0.25, 0);
     assert_string_equal(o.save_dir, "ck");
-    assert_string_equal(o.resume, "ck/m-0002.params");
+    assert_string_equal(o.resume, "ck/m-0002.ckpt");
     assert_true(o.eval_only);
     assert_true(o.check_numerics);
     assert_int_equal(o.inject_inf_step, 7);
@@ -297,7 +296,11 @@ static void test_help(void **state)
 static void test_flag_errors(void **state)
 {
     (void)state;
-    expect_error(ARGS("--epochz", "3"), "train_tiny: unknown option '--epochz'");
+    expect_error(ARGS("--epochz", "3"), "train_tiny: unknown option '--epochz' (did you mean "
+                                        "'--epochs'?)");
+    expect_error(ARGS("--batchsize", "3"), "unknown option '--batchsize' (did you mean "
+                                           "'--batch-size'?)");
+    expect_error(ARGS("--e"), "option '--e' is ambiguous: it could be --epochs --eval-only");
     expect_error(ARGS("--bogus"), "unknown option '--bogus'\nTry 'train_tiny --help'.");
     expect_error(ARGS("-x"), "unknown option '-x'");
     expect_error(ARGS("--lr"), "option '--lr' needs a value");
@@ -339,6 +342,35 @@ static void test_flag_errors(void **state)
     expect_error(ARGS("--inject-nan", "fc1:x"), "is not NODE:STEP");
     expect_error(ARGS("--resume="), "--resume: '' is not a checkpoint file");
     expect_error(ARGS("--save-dir="), "--save-dir: '' is not a directory");
+}
+
+/* --version: the runtime's release and git revision (build_info.c), and
+ * with rt_train_main's model what ampc wrote into it (no paths) */
+static void test_version(void **state)
+{
+    (void)state;
+    RtTrainOptions o;
+    rt_train_options_default(&o);
+    assert_int_equal(parse(&o, ARGS("--version")), 0);
+    char want[128];
+    snprintf(want, sizeof want, "runtime: ampc %s", rt_release_version());
+    assert_non_null(strstr(out_text, want));
+    assert_non_null(strstr(out_text, *rt_git_revision() ? " (git " : "\n"));
+    RtModel m;
+    memset(&m, 0, sizeof m);
+    m.name = "tiny";
+    m.ampc_version = "9.9.9";
+    m.model_hash = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    m.built_with = "ampc tiny.sym -o tiny";
+    char *argv[] = {(char *)"/some/where/tiny", (char *)"--version", NULL};
+    FILE *keep = stdout, *out = tmpfile();
+    stdout = out;
+    assert_int_equal(rt_train_main(2, argv, &m), 0);
+    stdout = keep;
+    slurp(out, out_text, sizeof out_text);
+    assert_non_null(strstr(out_text, "tiny: model tiny (sha256 0123456789abcdef0123456789abcdef01234"
+                                     "56789abcdef0123456789abcdef), compiled by ampc 9.9.9\n"
+                                     "built with: ampc tiny.sym -o tiny\nruntime: ampc "));
 }
 
 static void test_main_exit_codes(void **state)
@@ -554,10 +586,15 @@ static void test_step_poly_schedules(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_builtin_defaults), cmocka_unit_test(test_train_defaults),
-        cmocka_unit_test(test_flags),            cmocka_unit_test(test_help),
-        cmocka_unit_test(test_flag_errors),      cmocka_unit_test(test_main_exit_codes),
-        cmocka_unit_test(test_lr_schedule),      cmocka_unit_test(test_step_poly_schedules),
+        cmocka_unit_test(test_builtin_defaults),
+        cmocka_unit_test(test_train_defaults),
+        cmocka_unit_test(test_flags),
+        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_flag_errors),
+        cmocka_unit_test(test_main_exit_codes),
+        cmocka_unit_test(test_version),
+        cmocka_unit_test(test_lr_schedule),
+        cmocka_unit_test(test_step_poly_schedules),
     };
     return cmocka_run_group_tests_name("train_cli", tests, NULL, NULL);
 }

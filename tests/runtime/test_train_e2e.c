@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "model_tiny.c"
+#include "npy.h"
 #include "train.h"
 
 static char out_text[1 << 17], err_text[1 << 14];
@@ -92,11 +93,17 @@ static void test_log_format(void **state)
     if (count_lines(out_text, "^Model tiny_mlp: 2410 trainable values, amp off; data synthetic: "
                               "10240 training and 1024 validation samples; batch 16, 640 steps per "
                               "epoch$") != 1 ||
-        count_lines(out_text, "^Epoch\\[0\\] Batch \\[0-50\\]\tSpeed: [0-9]+\\.[0-9]{2} samples/sec\t"
-                              "accuracy=" NUM "\tcross-entropy=" NUM "\ttop_k_accuracy_5=" NUM "$") != 1 ||
-        count_lines(out_text, "^Epoch\\[0\\] Batch \\[50-100\\]\tSpeed: [0-9]+\\.[0-9]{2} samples/sec\t"
-                              "accuracy=" NUM "\tcross-entropy=" NUM "\ttop_k_accuracy_5=" NUM "$") != 1 ||
-        count_lines(out_text, "Batch") != 2 ||
+        count_lines(out_text,
+                    "^Epoch\\[0\\] Batch \\[0-50\\]\tSpeed: [0-9]+\\.[0-9]{2} samples/sec\t"
+                    "accuracy=" NUM "\tcross-entropy=" NUM "\ttop_k_accuracy_5=" NUM "$") != 1 ||
+        count_lines(out_text,
+                    "^Epoch\\[0\\] Batch \\[50-100\\]\tSpeed: [0-9]+\\.[0-9]{2} samples/sec\t"
+                    "accuracy=" NUM "\tcross-entropy=" NUM "\ttop_k_accuracy_5=" NUM "$") != 1 ||
+        /* the last, partial interval has its line too */
+        count_lines(out_text,
+                    "^Epoch\\[0\\] Batch \\[100-119\\]\tSpeed: [0-9]+\\.[0-9]{2} samples/sec\t"
+                    "accuracy=" NUM "\tcross-entropy=" NUM "\ttop_k_accuracy_5=" NUM "$") != 1 ||
+        count_lines(out_text, "Batch") != 3 ||
         count_lines(out_text, "^Epoch\\[0\\] Train-accuracy=" NUM "$") != 1 ||
         count_lines(out_text, "^Epoch\\[0\\] Train-cross-entropy=" NUM "$") != 1 ||
         count_lines(out_text, "^Epoch\\[0\\] Train-top_k_accuracy_5=" NUM "$") != 1 ||
@@ -352,7 +359,7 @@ static void test_overflow_skipped(void **state)
     o.save_dir = sub("skip_after");
     assert_int_equal(run(&tiny_model_f16, &o, &b), 0);
     if (!strstr(out_text, "Epoch[0] Batch [7]\tAMP: gradient overflow at step 7: step skipped "
-                          "(1 skipped in all)\nAMP: decreasing loss scale to 512.000000\n") ||
+                          "(1 skipped in all)\nAMP: decreasing loss scale to 512\n") ||
         !strstr(out_text, "Epoch[0] Loss-scale=512 Skipped-steps=1\n"))
         fail_msg("log:\n%s", out_text);
     assert_int_equal(b.steps, K + 1);
@@ -361,8 +368,9 @@ static void test_overflow_skipped(void **state)
     assert_int_equal(b.skipped, 1);
     assert_float_equal(b.loss_scale, a.loss_scale / 2, 0);
     assert_memory_equal(&b.lr, &a.lr, sizeof a.lr); /* the schedule did not advance */
-    RtCheckpoint ca = read_ck(sub("skip_before/tiny_mlp_f16-0001.params"));
-    RtCheckpoint cb = read_ck(sub("skip_after/tiny_mlp_f16-0001.params"));
+    /* runs stopped inside the epoch: their checkpoints are named by step */
+    RtCheckpoint ca = read_ck(sub("skip_before/tiny_mlp_f16-step000007.ckpt"));
+    RtCheckpoint cb = read_ck(sub("skip_after/tiny_mlp_f16-step000008.ckpt"));
     assert_int_equal(ca.run.step, K);
     assert_int_equal(cb.run.step, K + 1);
     assert_int_equal(cb.run.batch_in_epoch, K + 1);
@@ -415,9 +423,10 @@ static void test_resume_bit_exact(void **state)
     assert_int_equal(run(&tiny_model_f16, &o, &ra), 0);
     char *full_log = strdup(out_text);
     assert_int_equal(count_lines(full_log, "^Saved checkpoint to \".*/full/tiny_mlp_f16-000[1-4]"
-                                           "\\.params\"$"), 4);
+                                           "\\.ckpt\"$"),
+                     4);
     size_t la;
-    unsigned char *fa = file_bytes(sub("full/tiny_mlp_f16-0004.params"), &la);
+    unsigned char *fa = file_bytes(sub("full/tiny_mlp_f16-0004.ckpt"), &la);
     static const int64_t stops[] = {13, 20};
     for (size_t k = 0; k < 2; k++) {
         const char *d = sub(stops[k] == 13 ? "part13" : "part20");
@@ -428,7 +437,11 @@ static void test_resume_bit_exact(void **state)
         o.resume = NULL;
         assert_int_equal(run(&tiny_model_f16, &o, &r), 0);
         assert_int_equal(r.steps, stops[k]);
-        snprintf(ck, sizeof ck, "%s/tiny_mlp_f16-0002.params", dir);
+        /* 13 steps stop inside epoch 1: the checkpoint is named by step */
+        if (stops[k] == 13)
+            snprintf(ck, sizeof ck, "%s/tiny_mlp_f16-step000013.ckpt", dir);
+        else
+            snprintf(ck, sizeof ck, "%s/tiny_mlp_f16-0002.ckpt", dir);
         RtCheckpoint c = read_ck(ck);
         assert_int_equal(c.run.epoch, stops[k] == 13 ? 1 : 2);
         assert_int_equal(c.run.batch_in_epoch, stops[k] == 13 ? 3 : 0);
@@ -437,7 +450,7 @@ static void test_resume_bit_exact(void **state)
         o.resume = ck;
         assert_int_equal(run(&tiny_model_f16, &o, &r), 0);
         assert_non_null(strstr(out_text, "Resumed from \""));
-        snprintf(ck, sizeof ck, "%s/tiny_mlp_f16-0004.params", dir);
+        snprintf(ck, sizeof ck, "%s/tiny_mlp_f16-0004.ckpt", dir);
         size_t lb;
         unsigned char *fb = file_bytes(ck, &lb);
         assert_int_equal(la, lb);
@@ -456,7 +469,7 @@ static void test_resume_bit_exact(void **state)
         free(y);
     }
     /* --eval-only on the last checkpoint reproduces its validation */
-    o.resume = sub("full/tiny_mlp_f16-0004.params");
+    o.resume = sub("full/tiny_mlp_f16-0004.ckpt");
     o.eval_only = true;
     o.save_dir = NULL;
     assert_int_equal(run(&tiny_model_f16, &o, &r), 0);
@@ -486,6 +499,107 @@ static void test_resume_bit_exact(void **state)
     assert_non_null(strstr(err_text, "truncated"));
     free(fa);
     free(full_log);
+}
+
+/* Checkpoints cannot be confused (issue 28): a whole epoch's is
+ * MODEL-NNNN.ckpt, a run stopped inside one MODEL-stepSSSSSS.ckpt; a
+ * --save-dir holding checkpoints (of this model's other run, of another
+ * model, or under their old .params name) is refused unless --resume or
+ * --overwrite; a checkpoint renamed to the old name still resumes;
+ * --load-params on one says to use --resume; --resume CKPT --predict says
+ * nothing about the optimizer state it does not use. */
+static void test_checkpoint_names(void **state)
+{
+    (void)state;
+    RtTrainOptions o = options(&tiny_model_f16);
+    RtTrainResult r;
+    o.data = "synthetic";
+    o.batch_size = 1024; /* 10 steps per epoch */
+    o.log_interval = 0;
+    o.epochs = 2;
+    o.max_steps = 14;
+    o.save_dir = sub("names");
+    assert_int_equal(run(&tiny_model_f16, &o, &r), 0);
+    assert_int_equal(count_lines(out_text, "^Saved checkpoint to \".*/names/tiny_mlp_f16-0001"
+                                           "\\.ckpt\"$"),
+                     1);
+    assert_int_equal(count_lines(out_text, "^Saved checkpoint to \".*/names/tiny_mlp_f16-"
+                                           "step000014\\.ckpt\"$"),
+                     1);
+    /* the same directory again: refused, naming what is there and the ways out */
+    assert_int_equal(run(&tiny_model_f16, &o, &r), 2);
+    assert_non_null(strstr(err_text, "holds 2 checkpoints of another run (tiny_mlp_f16-"));
+    assert_non_null(strstr(err_text, "give a new directory, --resume one of them to continue "
+                                     "that run, or --overwrite"));
+    /* another model's checkpoints */
+    RtTrainOptions p = options(&ampc_model);
+    p.data = "synthetic";
+    p.max_steps = 1;
+    p.log_interval = 0;
+    p.save_dir = sub("names");
+    assert_int_equal(run(&ampc_model, &p, &r), 2);
+    assert_non_null(strstr(err_text, "of another model (tiny_mlp_f16-"));
+    p.overwrite = true;
+    assert_int_equal(run(&ampc_model, &p, &r), 0);
+    /* the old name of a checkpoint: recognised in a save dir, and resumed */
+    char old[600], now[600];
+    snprintf(now, sizeof now, "%s", sub("names/tiny_mlp_f16-0001.ckpt"));
+    snprintf(old, sizeof old, "%s", sub("old/tiny_mlp_f16-0001.params"));
+    assert_int_equal(mkdir(sub("old"), 0777), 0);
+    assert_int_equal(rename(now, old), 0);
+    o.save_dir = sub("old");
+    o.max_steps = -1;
+    assert_int_equal(run(&tiny_model_f16, &o, &r), 2);
+    assert_non_null(
+        strstr(err_text, "holds 1 checkpoint of another run (tiny_mlp_f16-0001.params)"));
+    o.resume = old;
+    assert_int_equal(run(&tiny_model_f16, &o, &r), 0);
+    assert_non_null(strstr(out_text, "Resumed from \""));
+    assert_int_equal(r.steps, 20);
+    /* --load-params on a checkpoint: use --resume */
+    RtTrainOptions q = options(&tiny_model_f16);
+    q.data = "synthetic";
+    q.max_steps = 1;
+    q.load_params = old;
+    assert_int_equal(run(&tiny_model_f16, &q, &r), 1);
+    assert_non_null(strstr(err_text, "this is an ampc checkpoint (--save-dir), not an MXNet "
+                                     ".params file: continue from it with --resume"));
+    /* --resume CKPT --predict: no word on the momentum it does not use */
+    static float x[2 * 64];
+    char err[256];
+    q.load_params = NULL;
+    q.resume = old;
+    q.momentum = 0; /* this run would use none: a warning if it were training */
+    q.predict = sub("x.npy");
+    q.output = sub("y.npy");
+    assert_true(
+        rt_npy_write(q.predict, "test", 4, (const int64_t[]){2, 1, 8, 8}, x, err, sizeof err));
+    assert_int_equal(run(&tiny_model_f16, &q, &r), 0);
+    assert_null(strstr(err_text, "momentum"));
+    assert_non_null(strstr(out_text, "Predicted 2 samples"));
+}
+
+/* --json-log's numbers are the shortest that read back: an fp32 lr of 0.1
+ * is 0.1, not the double it widens to (0.10000000149011612). */
+static void test_json_numbers(void **state)
+{
+    (void)state;
+    RtTrainOptions o = options(&tiny_model_f16);
+    RtTrainResult r;
+    o.data = "synthetic";
+    o.max_steps = 2;
+    o.log_interval = 1;
+    o.lr = 0.1f;
+    o.json_log = sub("numbers.jsonl");
+    assert_int_equal(run(&tiny_model_f16, &o, &r), 0);
+    size_t n;
+    char *text = (char *)file_bytes(o.json_log, &n);
+    text = realloc(text, n + 1);
+    text[n] = 0;
+    assert_non_null(strstr(text, "\"lr\":0.1,"));
+    assert_non_null(strstr(text, "\"loss_scale\":65536"));
+    assert_null(strstr(text, "0.1000000"));
+    free(text);
 }
 
 static void test_check_numerics(void **state)
@@ -565,7 +679,16 @@ static void test_amp_log(void **state)
     assert_non_null(p);
     assert_int_equal(sscanf(strstr(p, "Skipped-steps="), "Skipped-steps=%d", &b), 1);
     assert_int_equal(a + b, r.skipped);
-    assert_int_equal(count_lines(out_text, "AMP: gradient overflow"), r.skipped);
+    /* a line per overflow, but the first ones, which calibrate the initial
+     * scale: one line for them, and one with their count when it is done */
+    int calib = 0;
+    const char *c = strstr(out_text, "AMP: the loss scale is calibrated: ");
+    if (c)
+        assert_int_equal(sscanf(strstr(c, "after "), "after %d", &calib), 1);
+    assert_int_equal(count_lines(out_text, "AMP: calibrating the loss scale: the scaled gradients "
+                                           "overflow at 65536, so steps are skipped"),
+                     calib > 0);
+    assert_int_equal(count_lines(out_text, "AMP: gradient overflow") + calib, r.skipped);
     assert_int_equal(r.num_update + r.skipped, r.steps);
     /* bfloat16: off unless set */
     o = options(&tiny_model_bf16);
@@ -647,12 +770,13 @@ static void test_digits_bf16(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_log_format),   cmocka_unit_test(test_max_steps),
-        cmocka_unit_test(test_deterministic), cmocka_unit_test(test_validation_padding),
-        cmocka_unit_test(test_run_errors),   cmocka_unit_test(test_overflow_skipped),
-        cmocka_unit_test(test_resume_bit_exact), cmocka_unit_test(test_check_numerics),
-        cmocka_unit_test(test_amp_log),      cmocka_unit_test(test_digits_fp32),
-        cmocka_unit_test(test_digits_fp16),  cmocka_unit_test(test_digits_bf16),
+        cmocka_unit_test(test_log_format),       cmocka_unit_test(test_max_steps),
+        cmocka_unit_test(test_deterministic),    cmocka_unit_test(test_validation_padding),
+        cmocka_unit_test(test_run_errors),       cmocka_unit_test(test_overflow_skipped),
+        cmocka_unit_test(test_resume_bit_exact), cmocka_unit_test(test_checkpoint_names),
+        cmocka_unit_test(test_json_numbers),     cmocka_unit_test(test_check_numerics),
+        cmocka_unit_test(test_amp_log),          cmocka_unit_test(test_digits_fp32),
+        cmocka_unit_test(test_digits_fp16),      cmocka_unit_test(test_digits_bf16),
     };
     return cmocka_run_group_tests_name("train_e2e", tests, group_setup, group_teardown);
 }

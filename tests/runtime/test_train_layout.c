@@ -216,8 +216,8 @@ static void test_checkpoint_both_ways(void **state)
     trainer(&a, &m_nchw, 6);
     fill_states(&a, 6);
     RtRunState rs = run_state();
-    snprintf(fa, sizeof fa, "%s/nchw-0001.params", dir);
-    snprintf(fb, sizeof fb, "%s/nhwc-0001.params", dir);
+    snprintf(fa, sizeof fa, "%s/nchw-0001.ckpt", dir);
+    snprintf(fb, sizeof fb, "%s/nhwc-0001.ckpt", dir);
     if (!rt_checkpoint_save(fa, &a, &rs, err, sizeof err))
         fail_msg("%s", err);
     /* NCHW's file into the NHWC model */
@@ -271,8 +271,8 @@ static void test_bad_checkpoint(void **state)
     trainer(&a, &m_nhwc, 7);
     fill_states(&a, 7);
     RtRunState rs = run_state();
-    snprintf(path, sizeof path, "%s/good-0001.params", dir);
-    snprintf(cut, sizeof cut, "%s/cut-0001.params", dir);
+    snprintf(path, sizeof path, "%s/good-0001.ckpt", dir);
+    snprintf(cut, sizeof cut, "%s/cut-0001.ckpt", dir);
     if (!rt_checkpoint_save(path, &a, &rs, err, sizeof err))
         fail_msg("%s", err);
     size_t len;

@@ -93,8 +93,8 @@ static void test_pytorch_rule(void **state)
     assert_true(skip[2]);
     assert_int_equal(ls.skipped, 1);
     /* MXNet's lines, once per change */
-    assert_string_equal(log_text, "AMP: increasing loss scale to 8.000000\n"
-                                  "AMP: decreasing loss scale to 2.000000\n");
+    assert_string_equal(log_text, "AMP: increasing loss scale to 8\n"
+                                  "AMP: decreasing loss scale to 2\n");
 }
 
 static void test_defaults_and_cap(void **state)
@@ -123,7 +123,7 @@ static void test_defaults_and_cap(void **state)
     while ((p = strstr(p, "AMP: increasing loss scale to")))
         lines++, p++;
     assert_int_equal(lines, 8);
-    assert_non_null(strstr(log_text, "AMP: increasing loss scale to 16777216.000000\n"));
+    assert_non_null(strstr(log_text, "AMP: increasing loss scale to 16777216\n"));
     /* a cap that is not a power-of-two multiple: clamped to it */
     c = cfg("dynamic(init=3, interval=1, max=10)");
     rt_loss_scaler_init(&ls, &c, "float16");
@@ -142,26 +142,39 @@ static void test_minimum_and_warning(void **state)
     int32_t tr[8];
     bool skip[8];
     RtLossScaler ls;
-    /* a floor: the scale stops at min, each overflow still skips */
-    RtLossScaleConfig c = cfg("dynamic(init=4, min=1)");
+    /* a fresh run's first overflows calibrate the scale: one line at the
+     * end, none per change; a resumed run's scale is calibrated already */
+    RtLossScaleConfig c = cfg("dynamic(init=64)");
     rt_loss_scaler_init(&ls, &c, "float16");
-    steps(&ls, "ooooo", used, tr, skip);
+    assert_true(ls.calibrating);
+    steps(&ls, "ooof", used, tr, skip);
+    assert_false(ls.calibrating);
+    assert_float_equal(ls.s.scale, 8, 0);
+    assert_string_equal(log_text, "AMP: the loss scale is calibrated: 8, after 3 skipped steps\n");
+    rt_loss_scaler_init(&ls, &c, "float16");
+    steps(&ls, "fo", used, tr, skip); /* no overflow at first: nothing to calibrate */
+    assert_string_equal(log_text, "AMP: decreasing loss scale to 32\n");
+    /* a floor: the scale stops at min, each overflow still skips (after a
+     * clean step: no calibration) */
+    c = cfg("dynamic(init=4, min=1)");
+    rt_loss_scaler_init(&ls, &c, "float16");
+    steps(&ls, "fooooo", used, tr, skip);
     assert_float_equal(ls.s.scale, 1, 0);
     assert_int_equal(ls.skipped, 5);
-    for (int i = 0; i < 5; i++)
+    for (int i = 1; i < 6; i++)
         assert_true(skip[i]);
     assert_string_equal(warn_text, "");
-    assert_string_equal(log_text, "AMP: decreasing loss scale to 2.000000\n"
-                                  "AMP: decreasing loss scale to 1.000000\n");
+    assert_string_equal(log_text, "AMP: decreasing loss scale to 2\n"
+                                  "AMP: decreasing loss scale to 1\n");
     /* no floor: a warning when the scale falls below 1, once per crossing */
     c = cfg("dynamic(init=2)");
     rt_loss_scaler_init(&ls, &c, "float16");
-    steps(&ls, "oooo", used, tr, skip);
+    steps(&ls, "foooo", used, tr, skip);
     assert_float_equal(ls.s.scale, 0.125, 0);
     assert_non_null(strstr(warn_text, "warning: AMP: the loss scale fell below 1 (to 0.5)"));
     assert_non_null(strstr(warn_text, "--check-numerics"));
     assert_null(strstr(strstr(warn_text, "below 1") + 1, "below 1"));
-    assert_non_null(strstr(log_text, "AMP: decreasing loss scale to 0.500000\n"));
+    assert_non_null(strstr(log_text, "AMP: decreasing loss scale to 0.5\n"));
     assert_false(rt_loss_scaler_exhausted(&ls));
     /* overflow at every scale: the scale underflows and the run gives up */
     int n = 0;

@@ -870,7 +870,7 @@ static void test_read_errors(void **state)
     read_fails(fx, "%1:f32[N,4] = Bogus(%0) {name=\"a\"}", "t.ir:4:15: error: unknown op 'Bogus'\n");
     /* unknown attribute: at its name */
     read_fails(fx, "%1:f32[N,4] = Activation(%0) {name=\"a\", act_type=relu, kind=weight}",
-               "t.ir:4:56: error: Activation has no attribute 'kind'\n");
+               "t.ir:4:56: error: Activation has no attribute 'kind' (its attributes: act_type)\n");
     /* undefined value */
     read_fails(fx, "%1:f32[N,4] = Activation(%7) {name=\"a\", act_type=relu}",
                "t.ir:4:26: error: use of undefined value '%7'\n");
@@ -884,7 +884,8 @@ static void test_read_errors(void **state)
     read_fails(fx, "%1:f32[N,4] = Pooling(%0) {name=\"a\", kernel=3}",
                "t.ir:4:45: error: expected '('\n");
     read_fails(fx, "%1:f32[N,4] = Cast(%0) {name=\"a\", dtype=float17}",
-               "t.ir:4:41: error: unknown dtype 'float17'\n");
+               "t.ir:4:41: error: unknown dtype 'float17' (the dtypes: float16, bfloat16, float32, "
+               "float64, int8, uint8, int32, int64, unknown)\n");
     read_fails(fx, "%1:f32[N,4] = Dropout(%0) {name=\"a\", p=high}", "t.ir:4:40: error: expected a number\n");
     read_fails(fx, "%1:f32[N,4] = Param() {name=\"a\", init=xavier}", "t.ir:4:39: error: expected a string\n");
     /* and the rest of what a node line can get wrong */
@@ -896,7 +897,8 @@ static void test_read_errors(void **state)
     read_fails(fx, "%1:f32[N,4] = Activation(%0) {name=\"a\", act_type=relu, act_type=tanh}",
                "t.ir:4:56: error: attribute 'act_type' given twice\n");
     read_fails(fx, "%1:f99[N,4] = Activation(%0) {name=\"a\", act_type=relu}",
-               "t.ir:4:4: error: unknown dtype 'f99'\n");
+               "t.ir:4:4: error: unknown dtype 'f99' (the dtypes: f16, bf16, f32, f64, i8, u8, "
+               "i32, i64)\n");
     read_fails(fx, "%1:f32[N,4] = Activation(%0, %0) {name=\"a\", act_type=relu}",
                "t.ir:4:15: error: Activation takes 1 input here (data), got 2\n");
     read_fails(fx, "%1:f32[N,4] = Param(%0) {name=\"a\"}", "t.ir:4:15: error: Param takes no inputs\n");
