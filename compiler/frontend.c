@@ -423,7 +423,7 @@ int train_optimizer_nstate(const Graph *g)
     e = train_entry(g, "momentum");
     if (e && !setting_apply(&o, "momentum", e->val, msg, sizeof msg))
         return 0;
-    /* runtime/optim.c: Adam keeps mean and var, SGD and NAG a momentum
+    /* runtime/cpu/optim.c: Adam keeps mean and var, SGD and NAG a momentum
      * unless it is 0 */
     return o.optimizer == RT_OPT_ADAM ? 2 : o.momentum != 0.0f ? 1 : 0;
 }

@@ -37,9 +37,32 @@
 
 #include "kernels/lossscale.h"
 #include "program.h"
+#include "settings.h" /* RtOptKind: the optimizer= setting's kinds */
 
 typedef struct RtDevice RtDevice;
-struct RtOptConfig; /* train.h */
+
+/* The optimizer's update, as every device's optim_step and train_update
+ * take it (the CPU's: runtime/cpu/optim.c; the CUDA's: one multi-tensor
+ * launch). */
+typedef struct RtOptConfig {
+    RtOptKind kind;
+    float lr, momentum, wd;
+    float rescale_grad;  /* 1/(batch x loss_scale): unscaling folded in */
+    float clip_gradient; /* < 0: off */
+    float beta1, beta2, epsilon; /* adam */
+    int64_t t;           /* adam: this update's count, 1 on the first (bias correction) */
+} RtOptConfig;
+
+/* Whether the optimizer keeps a state buffer (momentum != 0, or adam). */
+static inline bool rt_optim_has_state(const RtOptConfig *c)
+{
+    return c->kind == RT_OPT_ADAM || c->momentum != 0.0f;
+}
+/* State tensors per trainable parameter: 0, 1 (momentum) or 2 (Adam's mean, var). */
+static inline int rt_optim_nstate(const RtOptConfig *c)
+{
+    return c->kind == RT_OPT_ADAM ? 2 : c->momentum != 0.0f ? 1 : 0;
+}
 
 /* One tensor on the device: a device pointer, elements and their dtype. */
 typedef struct {

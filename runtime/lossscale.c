@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train.h"
+#include "lossscale.h"
 
 void rt_loss_scaler_init(RtLossScaler *ls, const RtLossScaleConfig *c, const char *amp)
 {

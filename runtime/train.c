@@ -31,7 +31,7 @@
 #include "data/data_ext.h"
 #include "dist/coll.h"
 #include "fileio.h"
-#include "mpi_rt.h"
+#include "dist/mpi_rt.h"
 #include "rankcheck.h"
 #include "settings.h"
 #include "train_internal.h"

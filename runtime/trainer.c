@@ -10,33 +10,9 @@
 #include <string.h>
 
 #include "kernels/half.h"
-#include "mpi_rt.h"
+#include "dist/mpi_rt.h"
+#include "init.h"
 #include "train.h"
-
-/* ---- the workspace ---------------------------------------------------------- */
-
-void *rt_ctx_ws(RtCtx *ctx, size_t bytes)
-{
-    if (bytes <= ctx->ws_bytes && ctx->ws)
-        return ctx->ws;
-    if (ctx->ws_device) { /* a device's, sized once from the program's workspace_bytes */
-        fprintf(stderr, "error: a kernel asks for a workspace of %zu bytes, more than the %zu "
-                        "bytes of device memory allocated at start-up (the program's "
-                        "workspace_bytes); a device's workspace cannot grow during a step\n",
-                bytes, ctx->ws_bytes);
-        exit(1);
-    }
-    size_t size = (bytes + RT_WS_ALIGN - 1) / RT_WS_ALIGN * RT_WS_ALIGN;
-    void *p = aligned_alloc(RT_WS_ALIGN, size ? size : RT_WS_ALIGN);
-    if (!p) {
-        fprintf(stderr, "error: out of memory for a workspace of %zu bytes\n", bytes);
-        exit(1);
-    }
-    free(ctx->ws);
-    ctx->ws = p;
-    ctx->ws_bytes = size;
-    return p;
-}
 
 /* ---- buffers ------------------------------------------------------------------- */
 
@@ -165,46 +141,6 @@ static bool alloc_device_ws(RtTrainer *t, const RtModel *m, int64_t batch, char 
     }
     t->ctx.ws_bytes = bytes;
     return true;
-}
-
-/* ---- the device's options ---------------------------------------------------------- */
-
-static RtDeviceConfig device_config = {.cudnn_autotune = true,
-                                       .cudnn_workspace_mb = RT_CUDNN_WORKSPACE_MB_DEFAULT};
-
-const RtDeviceConfig *rt_device_config(void) { return &device_config; }
-
-bool rt_device_configure(const RtModel *m, const RtDeviceFlags *f, char *err, size_t errlen)
-{
-    const char *given = f->autotune >= 0       ? "cudnn-autotune"
-                        : f->workspace_mb >= 0 ? "cudnn-workspace-mb"
-                        : f->fp32 >= 0         ? "cudnn-fp32"
-                        : f->nondeterministic >= 0 ? "cudnn-nondeterministic"
-                                                   : NULL;
-    if (!m->open_device && given) {
-        snprintf(err, errlen, "--%s applies to a program built for a GPU (ampc --target=cuda); "
-                 "model %s was built for the CPU", given, m->name);
-        return false;
-    }
-    if (f->autotune >= 0)
-        device_config.cudnn_autotune = f->autotune != 0;
-    if (f->workspace_mb >= 0)
-        device_config.cudnn_workspace_mb = f->workspace_mb;
-    if (f->fp32 >= 0)
-        device_config.cudnn_fp32 = f->fp32;
-    if (f->nondeterministic >= 0)
-        device_config.cudnn_nondeterministic = f->nondeterministic != 0;
-    return true;
-}
-
-int rt_device_check(const RtModel *m, int64_t batch, FILE *out, FILE *err)
-{
-    if (!m->check_device) {
-        fprintf(err, "--cudnn-check applies to a program built for a GPU (ampc --target=cuda); "
-                "model %s was built for the CPU\n", m->name);
-        return 2;
-    }
-    return m->check_device(m, batch, out, err);
 }
 
 /* ---- the trainer ------------------------------------------------------------------- */

@@ -14,8 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu/cpu.h" /* the optimizer (optim.c) */
 #include "device.h"
-#include "train.h"
 
 typedef struct {
     RtDevice base;        /* first: an RtDevice * is a CpuDevice * */

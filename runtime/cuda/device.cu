@@ -26,7 +26,6 @@
 #include "cuda/device_cuda.h"
 #include "cuda/mt_table.h"
 #include "cuda/rt_cuda.h"
-#include "train.h"
 
 /* ---- the checking macro ------------------------------------------------------------ */
 

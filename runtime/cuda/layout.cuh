@@ -1,8 +1,10 @@
 /*
  * layout.cuh - the small kernels around the cuDNN and cuBLASLt calls
- * (runtime/cuda/dnn.c, blas.c), in one CUDA C++17 source for nvcc
+ * (runtime/cuda/conv.c, fc.c), in one CUDA C++17 source for nvcc
  * (layout.cu) and for the emulator (the same layout.cu in libampcemu.a;
- * tests/runtime/test_cuda_layout_emu.c):
+ * tests/runtime/test_cuda_layout_emu.c), and the element helpers that
+ * pool.cuh and batchnorm.cuh share (pool.cu and batchnorm.cu take only
+ * those):
  *
  *   ampc_cu_pad_channels    [rows, c] -> [rows, cp], zero filled (the RGB
  *                           input of a 16-bit NHWC convolution padded to 4 or 8)
@@ -79,6 +81,11 @@ static inline unsigned ampc_lay_grid(size_t n)
 #define AMPC_LAY_FOR(i, n)                                                                   \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
          i += (size_t)gridDim.x * blockDim.x)
+
+/* A translation unit that needs only the helpers above (pool.cu, batchnorm.cu)
+ * defines AMPC_LAY_HELPERS_ONLY: the kernels and launchers below are
+ * layout.cu's alone. */
+#ifndef AMPC_LAY_HELPERS_ONLY
 
 __global__ void ampc_k_pad_channels(size_t rows, int c, int cp, int dt, ampc_dptr<const void> src,
                                     ampc_dptr<void> dst)
@@ -173,5 +180,7 @@ AMPC_LAY_API int ampc_cu_bias_grad(AmpcStream s, size_t outer, int c, size_t inn
                 dt, dy, dbias, acc);
     return AMPC_LAUNCH_ERROR();
 }
+
+#endif /* AMPC_LAY_HELPERS_ONLY */
 
 #endif /* AMPC_CUDA_LAYOUT_CUH */

@@ -1,7 +1,7 @@
 /*
  * ops.cuh - the CUDA twins of the rest of rt.h: every kernel the emitter
  * calls that is not a convolution, FullyConnected, pooling or BatchNorm
- * (those are dnn.c, blas.c, pool.cuh, bn.cuh).  Each rt_cuda_<name> has
+ * (those are conv.c, fc.c, pool.c, batchnorm.c).  Each rt_cuda_<name> has
  * rt_<name>'s signature (rt_cuda.h declares them), takes device pointers and
  * runs on the stream given to rt_cuda_init.
  *

@@ -1,6 +1,6 @@
 /*
  * rt_cuda.h - the CUDA twins of rt.h's Convolution and FullyConnected
- * kernels (cuDNN's graph API, runtime/cuda/dnn.c; cuBLASLt, blas.c), the
+ * kernels (cuDNN's graph API, runtime/cuda/conv.c; cuBLASLt, fc.c), the
  * checking macro every CUDA, cuDNN and cuBLAS(Lt) call goes through
  * (check.c), and the kernels around them (layout.cuh).
  *
@@ -66,6 +66,11 @@ typedef struct {
  * shape on first use (or by the workspace sizer, at set-up) and cached. */
 bool rt_cuda_init(const RtCudaConfig *cfg, char *err, size_t errlen);
 void rt_cuda_shutdown(void);
+/* the BatchNorm scratch freed (batchnorm.c); before the calls: exits with a
+ * message naming fn when the libraries are not open, or open for the
+ * offline check only (conv.c) */
+void rt_cuda_bn_release(void);
+void rt_cuda_need_init(const char *fn);
 /* each library alone (a model without convolutions needs no cuDNN) */
 bool rt_cuda_dnn_init(const RtCudaConfig *cfg, char *err, size_t errlen);
 void rt_cuda_dnn_shutdown(void);
@@ -144,7 +149,7 @@ void rt_cuda_pool_forward(const RtPoolDims *d, RtDType dt, const void *x, void *
 void rt_cuda_pool_backward(const RtPoolDims *d, RtDType dt, const void *x, const void *dy,
                            void *dx, bool accumulate, void *ws);
 
-/* ---- BatchNorm (custom kernels, bn.cuh; needs rt_cuda_dnn_init's stream) ----------- */
+/* ---- BatchNorm (custom kernels, batchnorm.cuh; needs rt_cuda_dnn_init's stream) ----------- */
 
 /* rt.h's contract, bit for bit runtime/cpu/batchnorm.c; x as [outer, c, inner]
  * (NHWC: outer = N*H*W, inner = 1).  gamma, beta, the statistics: fp32 device
@@ -186,7 +191,7 @@ void rt_cuda_batchnorm_relu_backward(const RtBnDims *d, RtDType dt, const void *
 
 /* ---- the other kernels (ops.cuh, built by kernels.cu) -------------------------------- */
 
-/* the stream rt_cuda_init was given (dnn.c) */
+/* the stream rt_cuda_init was given (rt_cuda.c) */
 AmpcStream rt_cuda_stream(void);
 /* The step's state on the device (device.cu binds it at set-up and ls_init):
  * the loss scale rt_cuda_softmax_output_backward multiplies by (instead of
@@ -280,7 +285,7 @@ int ampc_cu_bias_grad(AmpcStream s, size_t outer, int c, size_t inner, int dt, c
 int ampc_cu_pool_forward(AmpcStream s, const AmpcPoolGeom *g, int dt, const void *x, void *y);
 int ampc_cu_pool_backward(AmpcStream s, const AmpcPoolGeom *g, int dt, const void *x,
                           const void *dy, void *dx, int acc);
-/* bn.cuh: rt_batchnorm_* bit for bit; ws: 3*c floats of device memory */
+/* batchnorm.cuh: rt_batchnorm_* bit for bit; ws: 3*c floats of device memory */
 int ampc_cu_bn_forward_train(AmpcStream s, size_t outer, int c, size_t inner, int dt,
                              const void *x, const float *gamma, const float *beta, float eps,
                              int fix_gamma, void *y, float *save_mean, float *save_invstd,

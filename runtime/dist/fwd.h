@@ -1,5 +1,5 @@
 /* fwd.h - a device that forwards to an inner device (device.h), the base of
- * the placements' wrappers (nccl.c, kvplace.c).  A wrapper's struct begins
+ * the placements' wrappers (nccl_engine.c, kvplace.c).  A wrapper's struct begins
  * with RtFwd; rt_fwd_ops fills a table with forwarders, and the wrapper
  * replaces the calls it changes.  Static: each file gets its own copy. */
 #ifndef AMPC_DIST_FWD_H

@@ -32,7 +32,7 @@
 
 #include "coll.h"
 #include "fwd.h"
-#include "train.h"
+#include "cpu/cpu.h" /* the host update: the CPU's fused optimizer */
 
 /* A block of device memory and its host copy. */
 typedef struct {

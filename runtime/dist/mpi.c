@@ -1,7 +1,7 @@
 /* mpi.c - the engine for several processes on the CPU (mpi_rt.h; docs/kvstore.md,
  * "Running on several processes").  Compiled with mpicc into ampcmpi.o and
  * linked only into a program built with `ampc --mpi`; its definitions replace
- * the weak ones of runtime/mpi_none.c.
+ * the weak ones of runtime/dist/mpi_none.c.
  *
  * One process per rank, launched by mpirun.  The device of a rank is the CPU
  * device wrapped: every call is forwarded, except
@@ -38,8 +38,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "../mpi_rt.h"
-#include "../rt.h"
+#include "mpi_rt.h"
+#include "rt.h"
 
 enum { TAG_ARRIVE = 7001, TAG_PING, TAG_PONG, TAG_CHECK };
 

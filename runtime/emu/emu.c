@@ -1676,7 +1676,7 @@ int ampc_emu_launch(const char *kernel, AmpcEmuDim3 grid, AmpcEmuDim3 block, siz
     return -1;
 }
 
-/* ---- what dnn.c and check.c give the launchers in a GPU build ------------------------------ */
+/* ---- what rt_cuda.c and check.c give the launchers in a GPU build ------------------------------ */
 
 AmpcStream rt_cuda_stream(void) { return NULL; }
 

@@ -33,6 +33,8 @@
 #include "cuda/rt_cuda.h"
 #include "kernels/half.h"
 #include "train.h"
+#include "lossscale.h"
+#include "cpu/cpu.h"
 
 enum { NP = 3, N = 70001 };
 

@@ -11,7 +11,7 @@
  * output, 2^-10 and 2^-7 relative, can fall either way, plus the
  * accumulate's second rounding).  16-bit convolutions run NHWC/KRSC
  * (the test converts), with the RGB-like 3- and 5-channel inputs padded.
- * Pooling and BatchNorm (custom kernels, pool.cuh and bn.cuh) must equal
+ * Pooling and BatchNorm (custom kernels, pool.cuh and batchnorm.cuh) must equal
  * rt_pool_* and rt_batchnorm_* bit for bit (tolerance 0).  Prints one line per op and dtype; exits 1 on a failure, 3 without a GPU.
  * AMPC_CUDNN_AUTOTUNE=1 times the candidate plans; AMPC_CUDNN_FP32=exact|tf32|fast
  * sets the fp32 engine rule (default exact, as the programs'), and every

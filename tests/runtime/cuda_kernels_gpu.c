@@ -36,6 +36,7 @@
 #include "kernels/half.h"
 #include "rt.h"
 #include "train.h"
+#include "lossscale.h"
 
 #define CHECK(call)                                                                           \
     do {                                                                                      \

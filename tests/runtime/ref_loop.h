@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu.h" /* the optimizer, on host pointers */
 #include "train.h"
 #include "train_internal.h"
 

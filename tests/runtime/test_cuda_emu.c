@@ -44,6 +44,8 @@
 #include "emu_test.h"
 #include "kernels/half.h"
 #include "train.h"
+#include "lossscale.h"
+#include "cpu/cpu.h"
 
 /* ---- data ------------------------------------------------------------------ */
 

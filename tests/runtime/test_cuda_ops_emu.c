@@ -1,6 +1,6 @@
 /*
  * test_cuda_ops_emu.c - the CUDA twins of rt.h's other kernels
- * (runtime/cuda/ops.cuh, ops_math.cuh; the fused BatchNorm + relu of bn.cuh)
+ * (runtime/cuda/ops.cuh, ops_math.cuh; the fused BatchNorm + relu of batchnorm.cuh)
  * under the emulator (libampcemu.a; runtime/emu/), through their rt_cuda_*
  * entry points, against the CPU twins (runtime/cpu/) bit for bit:
  *
@@ -611,7 +611,7 @@ static void bn_relu_case(int64_t outer, int64_t c, int64_t inner, RtDType dt, in
                                      gamma, beta, 1e-3f, 0, yg, sm_g, si_g, ws);
             rt_batchnorm_relu_forward_train(&d, dt, x, gamma, beta, 1e-3f, false, yc, sm_c, si_c);
         }
-        /* dnn.c's rt_cuda_batchnorm_relu_forward_*: the forward, then the relu in place */
+        /* batchnorm.c's rt_cuda_batchnorm_relu_forward_*: the forward, then the relu in place */
         ampc_cu_relu(NULL, n, (int)dt, yg, yg);
         same(yg, yc, n, dt, "batchnorm_relu forward");
         assert_memory_equal(sm_g, sm_c, cs);

@@ -345,7 +345,7 @@ static void test_fc_gemms(void **state)
     assert_non_null(strstr(err, "invalid dims"));
 }
 
-/* The engine rule of dnn.c on lists of cuDNN's numerical notes (no GPU
+/* The engine rule of conv.c on lists of cuDNN's numerical notes (no GPU
  * returns engines here, so the rule is checked on the notes themselves). */
 static void test_engine_policy(void **state)
 {

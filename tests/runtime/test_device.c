@@ -27,6 +27,7 @@
 #include "model_tiny.c"
 #include "ref_loop.h"
 #include "train.h"
+#include "cpu/cpu.h"
 
 static RtDevice *open_cpu(void)
 {

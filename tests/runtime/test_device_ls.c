@@ -30,6 +30,8 @@
 #include "device.h"
 #include "model_tiny.c"
 #include "train.h"
+#include "lossscale.h"
+#include "cpu/cpu.h"
 
 static RtDevice *open_cpu(void)
 {

@@ -702,7 +702,7 @@ static void test_batchnorm(void **st)
 
 /* The custom launches around a convolution's cuDNN call (the stem's channel
  * padding and its undoing, the bias and its gradient) and a dense layer's
- * bias gradient, as dnn.c and blas.c make them */
+ * bias gradient, as conv.c and fc.c make them */
 static void test_conv_kernels(void **st)
 {
     (void)st;

@@ -28,6 +28,8 @@
 #include <zlib.h>
 
 #include "train.h"
+#include "checkpoint.h"
+#include "rand.h"
 
 static char dir[256];
 

@@ -27,6 +27,7 @@
 
 #include "train.h"
 #include "train_internal.h"
+#include "rand.h"
 
 enum { NP = 5, NG = 4 };
 

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "train.h"
+#include "lossscale.h"
 
 static char log_text[8192], warn_text[8192];
 

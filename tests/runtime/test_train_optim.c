@@ -1,5 +1,5 @@
 /*
- * test_train_optim.c - the optimizer over all parameters (runtime/optim.c)
+ * test_train_optim.c - the optimizer over all parameters (runtime/cpu/optim.c)
  * against a naive reference, several steps: fp32 weights, fp16 and bf16
  * weights with fp32 masters (the 16-bit shadow must equal the rounded master
  * bit for bit, and the old shadow must not be read), 16-bit weights without
@@ -10,7 +10,7 @@
  * separate one; the bytes moved; and the buffers rt_trainer_init allocates.
  * Adam (fp32 and multi-precision, with clipping) against the same kind of
  * reference, and bit for bit against optim.h's ampc_mp_adam_update.
- * The AVX2 + F16C path (runtime/optim_simd.c) and the per-element loops
+ * The AVX2 + F16C path (runtime/cpu/optim_simd.c) and the per-element loops
  * (forced with AMPC_NO_SIMD=1) bit for bit against optim.h's ampc_mp_*
  * over every optimizer, fp16 and bf16, odd lengths, inf/NaN gradients and
  * masters beyond the fp16 range, clipping on and off.
@@ -28,6 +28,8 @@
 #include "kernels/half.h"
 #include "kernels/optim.h"
 #include "train.h"
+#include "cpu/cpu.h"
+#include "rand.h"
 
 enum { NP = 8 };
 #define N 37
@@ -490,11 +492,8 @@ static void test_trainer_buffers(void **state)
     assert_non_null(strstr(err, "the data input is buffer 99"));
 }
 
-/* ---- the AVX2 + F16C path (runtime/optim_simd.c) against the per-element
- * functions --------------------------------------------------------------
- * optim.c and optim_simd.c declare these (no header of their own). */
-bool rt_optim_simd_active(void);
-void rt_optim_simd_reread(void);
+/* ---- the AVX2 + F16C path (runtime/cpu/optim_simd.c) against the per-element
+ * functions (cpu/cpu.h declares them) ------------------------------------ */
 
 /* Odd lengths, so the 8-wide body and the per-element remainder both run
  * (3: remainder only; 8: body only); per-tensor lr_mult and wd_mult. */

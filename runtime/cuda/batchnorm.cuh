@@ -1,8 +1,8 @@
 /*
- * bn.cuh - BatchNorm (training forward, inference forward, backward) on the
- * GPU, bit for bit runtime/cpu/batchnorm.c, in one CUDA C++17 source for
- * nvcc (layout.cu builds it after layout.cuh) and the emulator
- * (tests/runtime/test_cuda_layout_emu.c).
+ * batchnorm.cuh - BatchNorm (training forward, inference forward, backward)
+ * on the GPU, bit for bit runtime/cpu/batchnorm.c, in one CUDA C++17 source
+ * for nvcc (batchnorm.cu builds it after layout.cuh's helpers) and the
+ * emulator (tests/runtime/test_cuda_layout_emu.c).
  *
  * x is viewed as [outer, c, inner] as RtBnDims says (NCHW: N, C, H*W; NHWC:
  * N*H*W, C, 1).  Each op is two launches:
@@ -27,18 +27,19 @@
  * No shared memory, barriers or warp intrinsics; the two launches
  * communicate through global memory only.
  * The fused BatchNorm + relu's backward is the backward with dy masked by
- * the relu's output as it is read (ry); its forward (dnn.c) is the forward
- * then ampc_cu_relu in place.  The moving-statistics update is ops.cuh's.
+ * the relu's output as it is read (ry); its forward (batchnorm.c) is the
+ * forward then ampc_cu_relu in place.  The moving-statistics update is
+ * ops.cuh's.
  */
-#ifndef AMPC_CUDA_BN_CUH
-#define AMPC_CUDA_BN_CUH
+#ifndef AMPC_CUDA_BATCHNORM_CUH
+#define AMPC_CUDA_BATCHNORM_CUH
 
 #include <math.h>
 
 #include "kernels/act.h"
 
 #ifndef AMPC_CUDA_LAYOUT_CUH
-#error "include cuda/layout.cuh before cuda/bn.cuh"
+#error "include cuda/layout.cuh before cuda/batchnorm.cuh"
 #endif
 
 #define AMPC_BN_CHUNK 512 /* runtime/cpu/cpu.h's RT_CHUNK: the segments' length */
@@ -302,4 +303,4 @@ AMPC_LAY_API int ampc_cu_bn_backward(AmpcStream s, size_t outer, int c, size_t i
                                     acc_dx, acc_param, ws);
 }
 
-#endif /* AMPC_CUDA_BN_CUH */
+#endif /* AMPC_CUDA_BATCHNORM_CUH */

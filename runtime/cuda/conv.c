@@ -1,5 +1,5 @@
 /*
- * dnn.c - Convolution forward, backward-data and backward-filter through
+ * conv.c - Convolution forward, backward-data and backward-filter through
  * cuDNN's graph (backend) API: tensor, convolution and operation
  * descriptors, an operation graph, engine heuristics, execution plans and
  * a variant pack per call.  No legacy (deprecated) cuDNN call is used.
@@ -17,7 +17,9 @@
  *
  * cuDNN is opened with dlopen (libs.h), so its functions are pointers.
  * Layouts, descriptors and padding come from plan.c (unit-tested); the
- * padding and bias kernels from layout.cuh (emulation-tested).
+ * padding and bias kernels from layout.cuh (emulation-tested).  The twin
+ * of runtime/cpu/conv.c (cuda/<family> beside cpu/<family>.c:
+ * docs/backend-cuda.md, "Files").
  */
 #include <cuda_runtime.h>
 #include <cudnn_graph.h>
@@ -469,7 +471,7 @@ static void scratch_free(Scratch *s)
     AMPC_CHECK(AMPC_API_CUDA, cudaFree(s->ws));
 }
 
-static void need_init(const char *fn)
+void rt_cuda_need_init(const char *fn)
 {
     if (!ready || offline) {
         fprintf(stderr, "ampc: %s: called %s\n", fn,
@@ -483,7 +485,7 @@ static const char *node_name(const char *node) { return node ? node : "(unnamed)
 /* the cached plan of a shape, chosen now when it is new */
 static ConvPlan *conv_plan(const RtConvDims *d, RtDType dt, RtPass pass, bool acc)
 {
-    need_init("cuDNN convolution");
+    rt_cuda_need_init("cuDNN convolution");
     AmpcPlanKey key;
     ampc_conv_key(d, dt, pass, &key);
     key.v[AMPC_KEY_LEN - 1] = acc; /* a slot ampc_conv_key leaves 0 */
@@ -787,176 +789,7 @@ void rt_cuda_conv_backward_weight(const RtConvDims *d, RtDType dt, const void *x
     }
 }
 
-/* ---- Pooling: custom kernels (pool.cuh), bit for bit pool.c --------------------------- */
-
-static void pool_geom(const RtPoolDims *d, RtDType dt, AmpcPoolGeom *g)
-{
-    char err[256];
-    need_init("pooling");
-    (void)dt;
-    if (!ampc_pool_geom(d, ampc_dims_layout(d->layout), g, err, sizeof err)) {
-        fprintf(stderr, "ampc: %s\n", err);
-        exit(1);
-    }
-}
-
-size_t rt_cuda_pool_workspace_bytes(const RtPoolDims *d, RtDType dt, RtPass pass)
-{
-    (void)d, (void)dt, (void)pass;
-    return 0;
-}
-
-void rt_cuda_pool_forward(const RtPoolDims *d, RtDType dt, const void *x, void *y, void *ws)
-{
-    AmpcPoolGeom g;
-    (void)ws;
-    pool_geom(d, dt, &g);
-    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pool_forward(cfg.stream, &g, idt(dt), x, y));
-}
-
-void rt_cuda_pool_backward(const RtPoolDims *d, RtDType dt, const void *x, const void *dy,
-                           void *dx, bool accumulate, void *ws)
-{
-    AmpcPoolGeom g;
-    (void)ws;
-    pool_geom(d, dt, &g);
-    AMPC_CHECK(AMPC_API_CUDA,
-               ampc_cu_pool_backward(cfg.stream, &g, idt(dt), x, dy, dx, accumulate));
-}
-
-/* ---- BatchNorm: custom kernels (bn.cuh), bit for bit batchnorm.c ------------------------ */
-
-static float *bn_ws;
-static int64_t bn_ws_c;
-
-bool rt_cuda_bn_reserve(int64_t max_c, char *err, size_t errlen)
-{
-    need_init("BatchNorm");
-    if (max_c <= bn_ws_c)
-        return true;
-    if (max_c > INT64_MAX / 12) {
-        snprintf(err, errlen, "BatchNorm: %lld channels", (long long)max_c);
-        return false;
-    }
-    if (bn_ws) {
-        AMPC_CHECK(AMPC_API_CUDA, cudaStreamSynchronize(cfg.stream));
-        AMPC_CHECK(AMPC_API_CUDA, cudaFree(bn_ws));
-        bn_ws = NULL, bn_ws_c = 0;
-    }
-    if (!AMPC_TRY(AMPC_API_CUDA, cudaMalloc((void **)&bn_ws, (size_t)max_c * 3 * sizeof(float)))) {
-        snprintf(err, errlen, "BatchNorm's scratch of %lld bytes: %s", (long long)max_c * 12,
-                 ampc_api_last_error());
-        return false;
-    }
-    bn_ws_c = max_c;
-    return true;
-}
-
-static float *bn_scratch(int64_t c)
-{
-    char err[512];
-    if (!rt_cuda_bn_reserve(c, err, sizeof err)) {
-        fprintf(stderr, "ampc: %s\n", err);
-        exit(1);
-    }
-    return bn_ws;
-}
-
-static void bn_dims_ok(const RtBnDims *d)
-{
-    if (d->outer < 1 || d->c < 1 || d->inner < 1 || d->c > INT32_MAX) {
-        fprintf(stderr, "ampc: BatchNorm: invalid dims (outer %lld, c %lld, inner %lld)\n",
-                (long long)d->outer, (long long)d->c, (long long)d->inner);
-        exit(1);
-    }
-}
-
-void rt_cuda_batchnorm_forward_train(const RtBnDims *d, RtDType dt, const void *x,
-                                     const float *gamma, const float *beta, float eps,
-                                     bool fix_gamma, void *y, float *save_mean,
-                                     float *save_invstd)
-{
-    bn_dims_ok(d);
-    AMPC_CHECK(AMPC_API_CUDA,
-               ampc_cu_bn_forward_train(cfg.stream, (size_t)d->outer, (int)d->c,
-                                        (size_t)d->inner, idt(dt), x, gamma, beta, eps,
-                                        fix_gamma, y, save_mean, save_invstd, bn_scratch(d->c)));
-}
-
-void rt_cuda_batchnorm_forward_inference(const RtBnDims *d, RtDType dt, const void *x,
-                                         const float *gamma, const float *beta,
-                                         const float *moving_mean, const float *moving_var,
-                                         float eps, bool fix_gamma, void *y, float *save_mean,
-                                         float *save_invstd)
-{
-    bn_dims_ok(d);
-    AMPC_CHECK(AMPC_API_CUDA,
-               ampc_cu_bn_forward_inference(cfg.stream, (size_t)d->outer, (int)d->c,
-                                            (size_t)d->inner, idt(dt), x, gamma, beta,
-                                            moving_mean, moving_var, eps, fix_gamma, y,
-                                            save_mean, save_invstd, bn_scratch(d->c)));
-}
-
-void rt_cuda_batchnorm_backward(const RtBnDims *d, RtDType dt, const void *x, const void *dy,
-                                const float *gamma, const float *save_mean,
-                                const float *save_invstd, bool fix_gamma, bool use_global_stats,
-                                void *dx, float *dgamma, float *dbeta, bool acc_dx,
-                                bool acc_param)
-{
-    bn_dims_ok(d);
-    AMPC_CHECK(AMPC_API_CUDA,
-               ampc_cu_bn_backward(cfg.stream, (size_t)d->outer, (int)d->c, (size_t)d->inner,
-                                   idt(dt), x, dy, gamma, save_mean, save_invstd, fix_gamma,
-                                   use_global_stats, dx, dgamma, dbeta, acc_dx, acc_param,
-                                   bn_scratch(d->c)));
-}
-
-/* BatchNorm + relu: the plain forward, then the relu over its stored value in
- * place (batchnorm.c rounds to dt before the relu at the same place) */
-static void bn_relu_after(const RtBnDims *d, RtDType dt, void *y)
-{
-    size_t n = (size_t)d->outer * (size_t)d->c * (size_t)d->inner;
-    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_relu(cfg.stream, n, idt(dt), y, y));
-}
-
-void rt_cuda_batchnorm_relu_forward_train(const RtBnDims *d, RtDType dt, const void *x,
-                                          const float *gamma, const float *beta, float eps,
-                                          bool fix_gamma, void *y, float *save_mean,
-                                          float *save_invstd)
-{
-    rt_cuda_batchnorm_forward_train(d, dt, x, gamma, beta, eps, fix_gamma, y, save_mean,
-                                    save_invstd);
-    bn_relu_after(d, dt, y);
-}
-
-void rt_cuda_batchnorm_relu_forward_inference(const RtBnDims *d, RtDType dt, const void *x,
-                                              const float *gamma, const float *beta,
-                                              const float *moving_mean, const float *moving_var,
-                                              float eps, bool fix_gamma, void *y,
-                                              float *save_mean, float *save_invstd)
-{
-    rt_cuda_batchnorm_forward_inference(d, dt, x, gamma, beta, moving_mean, moving_var, eps,
-                                        fix_gamma, y, save_mean, save_invstd);
-    bn_relu_after(d, dt, y);
-}
-
-void rt_cuda_batchnorm_relu_backward(const RtBnDims *d, RtDType dt, const void *x, const void *y,
-                                     const void *dy, const float *gamma, const float *save_mean,
-                                     const float *save_invstd, bool fix_gamma,
-                                     bool use_global_stats, void *dx, float *dgamma,
-                                     float *dbeta, bool acc_dx, bool acc_param)
-{
-    bn_dims_ok(d);
-    AMPC_CHECK(AMPC_API_CUDA,
-               ampc_cu_bn_relu_backward(cfg.stream, (size_t)d->outer, (int)d->c,
-                                        (size_t)d->inner, idt(dt), x, y, dy, gamma, save_mean,
-                                        save_invstd, fix_gamma, use_global_stats, dx, dgamma,
-                                        dbeta, acc_dx, acc_param, bn_scratch(d->c)));
-}
-
 /* ---- set-up ---------------------------------------------------------------------------- */
-
-AmpcStream rt_cuda_stream(void) { return cfg.stream; }
 
 #define LOAD(f)                                                                               \
     do {                                                                                      \
@@ -1040,9 +873,6 @@ void rt_cuda_dnn_shutdown(void)
         return;
     }
     ampc_cache_free(&cache, plan_free);
-    if (bn_ws)
-        AMPC_CHECK(AMPC_API_CUDA, cudaFree(bn_ws));
-    bn_ws = NULL, bn_ws_c = 0;
     AMPC_CHECK(AMPC_API_CUDNN, F.Destroy(handle));
     handle = NULL;
     ready = false;

@@ -3,7 +3,7 @@
  *
  * A program built with `ampc --mpi` links runtime/dist/mpi.c (compiled with
  * mpicc into ampcmpi.o beside libampcrt.a) and Open MPI; every other program
- * links the defaults of runtime/mpi_none.c, which are weak: world size 1,
+ * links the defaults of runtime/dist/mpi_none.c, which are weak: world size 1,
  * rank 0, no MPI call, no MPI library.  Chosen at link time, so a program
  * that is not built for MPI neither links nor initialises it.
  */
@@ -62,7 +62,7 @@ int rt_launcher_size(char *which, size_t cap);
  * unchanged), a mix of both elsewhere, so that ranks draw different masks. */
 uint64_t rt_rank_seed(uint64_t seed, int r);
 
-/* --sim-ranks K (runtime/mpi_sim.c): one process computes the K ranks'
+/* --sim-ranks K (runtime/dist/mpi_sim.c): one process computes the K ranks'
  * micro-batches in turn, with their own BatchNorm statistics, and sums
  * their gradients as the MPI engine does (fp32, rank 0's + rank 1's + ...,
  * rounded to the gradient's dtype once), the reference tests/e2e/mpi.sh

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "mpi_rt.h"
-#include "train.h"
+#include "rand.h"
 
 uint64_t rt_rank_seed(uint64_t seed, int r)
 {

@@ -1,5 +1,5 @@
 /*
- * blas.c - FullyConnected through cuBLASLt: one matmul per pass, fp16 or
+ * fc.c - FullyConnected through cuBLASLt: one matmul per pass, fp16 or
  * bf16 (or fp32) inputs and outputs with fp32 accumulation and fp32 scale
  * (CUBLAS_COMPUTE_32F: no TF32, so fp32 stays fp32 as on the CPU).  The
  * forward's bias is cuBLASLt's BIAS epilogue, added in fp32 before the one
@@ -11,7 +11,7 @@
  * ampc_fc_gemm (unit-tested against rt_fc_*).  The algorithm is the
  * heuristic's first within the workspace limit, chosen once per shape and
  * cached (plan.h's key + bias + accumulate).  cuBLASLt is opened with
- * dlopen (libs.h).
+ * dlopen (libs.h).  The twin of runtime/cpu/fc.c.
  */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -384,26 +384,3 @@ void rt_cuda_blas_shutdown(void)
     BLAS(L.Destroy(lt));
     ready = false;
 }
-
-bool rt_cuda_init(const RtCudaConfig *c, char *err, size_t errlen)
-{
-    return rt_cuda_blas_init(c, err, errlen) && rt_cuda_dnn_init(c, err, errlen);
-}
-
-void rt_cuda_shutdown(void)
-{
-    rt_cuda_dnn_shutdown();
-    rt_cuda_blas_shutdown();
-}
-
-bool rt_cuda_check_open(const RtCudaConfig *c, char *err, size_t errlen)
-{
-    return rt_cuda_blas_check_open(c, err, errlen) && rt_cuda_dnn_check_open(c, err, errlen);
-}
-
-int rt_cuda_check_report(FILE *out, FILE *err)
-{
-    return rt_cuda_dnn_check_report(out, err) + rt_cuda_blas_check_report(out, err);
-}
-
-void rt_cuda_check_close(void) { rt_cuda_shutdown(); }

@@ -1,0 +1,40 @@
+/* lossscale.h - the loss scaler of a run (lossscale.c): the host's
+ * copy of the dynamic loss scale's rule and its MXNet log lines (the
+ * settings: settings.h; the rule itself: kernels/lossscale.h).
+ */
+#ifndef AMPC_RT_LOSSSCALE_H
+#define AMPC_RT_LOSSSCALE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kernels/lossscale.h"
+#include "settings.h"
+
+/* The loss scaler of a run: PyTorch's update rule (kernels/lossscale.h), the
+ * new scale used from the next step. */
+typedef struct {
+    RtLossScaleMode mode; /* RT_LS_OFF, RT_LS_STATIC or RT_LS_DYNAMIC */
+    AmpcLossScale s;      /* the scale and the count of finite steps since the last change */
+    AmpcLossScaleRule rule;
+    int64_t skipped;   /* dynamic: overflow steps skipped, in all */
+    int64_t nonfinite; /* off/static: steps whose gradients held inf/NaN (applied: no skip) */
+    /* dynamic, a fresh run before its first finite step: its overflows
+     * calibrate the initial scale, said in one line, not one per step */
+    bool calibrating;
+} RtLossScaler;
+
+void rt_loss_scaler_init(RtLossScaler *ls, const RtLossScaleConfig *c, const char *amp);
+/* After a step's finite check (dynamic: before any update).  Dynamic: counts
+ * a skip on overflow, applies the rule, logs MXNet's "AMP: decreasing loss
+ * scale to %f" / "AMP: increasing loss scale to %f" to log when the scale
+ * changes, and a warning to warn when it falls below 1.  Returns true when the
+ * step must be skipped (dynamic and !finite).  Off/static: counts non-finite
+ * steps and returns false (the update has been applied already). */
+bool rt_loss_scaler_update(RtLossScaler *ls, bool finite, FILE *log, FILE *warn);
+/* Dynamic: true once the scale has underflowed below FLT_MIN (every step
+ * overflows at every scale: the forward pass holds inf or NaN). */
+bool rt_loss_scaler_exhausted(const RtLossScaler *ls);
+
+#endif
