@@ -288,7 +288,8 @@ gpu-check-dry: gpu-check-pack
 	tests/gpu/first_run_dry.sh $(BUILD)
 
 
-# The kernels' PTX and registers (tests/runtime/cuda_ptx_check.sh), and the
+# The kernels' PTX and registers (tests/runtime/cuda_ptx_check.sh), no state of the
+# library's own (tests/runtime/cuda_state_check.sh: the run state is the device's), and the
 # CUDA device linked as a program links it (tests/runtime/cuda_device_smoke.sh:
 # without a GPU only its clean failure to open); the kernels themselves run
 # emulated in unit (tests/runtime/test_cuda_emu.c).  The library discovery smoke
@@ -297,6 +298,7 @@ gpu-check-dry: gpu-check-pack
 cuda-check: cuda $(if $(NVCC),sass-env $(BUILD)/cuda/kernel_vectorized)
 	@if [ -n "$(NVCC)" ]; then tests/runtime/cuda_ptx_check.sh $(NVCC) $(BUILD)/cuda && \
 	    tests/runtime/cuda_layout_ptx_check.sh $(BUILD)/cuda && \
+	    tests/runtime/cuda_state_check.sh $(BUILD)/libampccuda.a "$(CC)" && \
 	    tests/runtime/cuda_sass_check.sh $(NVCC) $(BUILD)/cuda $(SASS_ENV)/bin \
 	        $(BUILD)/cuda/kernel_vectorized && \
 	    $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_kernels_gpu \

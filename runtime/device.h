@@ -17,8 +17,10 @@
  * is made from one host thread.
  *
  * The dynamic loss scale lives on the device (docs/training.md, "What the
- * host reads"): the finite check writes the device's flag; moving_update
- * and train_update read it and skip a non-finite step; ls_update applies
+ * host reads"), in the step's state (rt.h's RtStepState, which the emitted
+ * loss head and BatchNorm moving update read on the device through
+ * RtCtx.step_state): the finite check writes the device's flag;
+ * moving_update and train_update skip a non-finite step on it; ls_update applies
  * the rule (kernels/lossscale.h) to the device's scale and counts, and
  * keeps the step's flag in a ring; the learning rates of the next updates
  * are written ahead (lr_ahead) and picked by the device's own update
@@ -141,22 +143,26 @@ typedef struct {
      * emptied.  After setup, before the first step. */
     bool (*ls_init)(RtDevice *d, const RtDevLsInit *c, char *err, size_t errlen);
     /* The step's loss scale := the device's scale (inf with inject_inf:
-     * --inject-inf-at-step), what the loss head's backward multiplies by:
-     * the CPU device, whose kernels run on the host, stores it in
-     * ctx->loss_scale; a device whose loss head reads device memory keeps
-     * it there.  No read-back either way. */
-    void (*step_begin)(RtDevice *d, RtCtx *ctx, bool inject_inf);
-    /* A device pointer to that step's scale (one float), for a loss head
-     * whose kernel reads it on the device; NULL before ls_init. */
-    const float *(*loss_scale_dev)(RtDevice *d);
+     * --inject-inf-at-step), in the step's state (step_state), where the
+     * loss head's backward reads it; no read-back. */
+    void (*step_begin)(RtDevice *d, bool inject_inf);
+    /* A device pointer to the step's state (rt.h's RtStepState: the scale,
+     * the finite flag, the update count), valid from open to close: what the
+     * trainer puts in RtCtx.step_state for the emitted steps' kernels. */
+    const RtStepState *(*step_state)(RtDevice *d);
+    /* The context every call of the device's kernels takes (RtCtx.cuda:
+     * the CUDA device's run state of its libraries, which the device owns);
+     * NULL on the CPU, whose kernels need none. */
+    struct RtCudaCtx *(*kernel_ctx)(RtDevice *d);
     /* lr[i]: the learning rate of update first + 1 + i, i < n <= RT_DEV_LS_RING
      * + 1 (the schedule, lr.c), with oc's other values (Adam's correction
      * follows from the update's count).  Written without waiting; the values
      * of updates before `first` may be dropped. */
     void (*lr_ahead)(RtDevice *d, const struct RtOptConfig *oc, const float *lr, int64_t first,
                      int n);
-    /* fn(ctx) (the model's moving_update: BatchNorm statistics) unless a
-     * dynamic scale's flag says the step overflowed */
+    /* fn(ctx): the model's moving_update (BatchNorm statistics), whose
+     * kernels read the step's state and write nothing on a step a dynamic
+     * scale's flag skips */
     void (*moving_update)(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx);
     /* The step's update: none when a dynamic scale's flag is set; else
      * optim_step with the learning rate lr_ahead gave for the device's next
@@ -282,14 +288,12 @@ static inline bool rt_dev_ls_init(RtDevice *d, const RtDevLsInit *c, char *err, 
 {
     return d->ops->ls_init(d, c, err, errlen);
 }
-static inline void rt_dev_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
+static inline void rt_dev_step_begin(RtDevice *d, bool inject_inf)
 {
-    d->ops->step_begin(d, ctx, inject_inf);
+    d->ops->step_begin(d, inject_inf);
 }
-static inline const float *rt_dev_loss_scale_dev(RtDevice *d)
-{
-    return d->ops->loss_scale_dev(d);
-}
+static inline const RtStepState *rt_dev_step_state(RtDevice *d) { return d->ops->step_state(d); }
+static inline struct RtCudaCtx *rt_dev_kernel_ctx(RtDevice *d) { return d->ops->kernel_ctx(d); }
 static inline void rt_dev_lr_ahead(RtDevice *d, const struct RtOptConfig *oc, const float *lr,
                                    int64_t first, int n)
 {

@@ -128,12 +128,14 @@ void *rt_ctx_ws(RtCtx *ctx, size_t bytes)
 
 /* ---- the device's options ---------------------------------------------------------- */
 
-static RtDeviceConfig device_config = {.cudnn_autotune = true,
-                                       .cudnn_workspace_mb = RT_CUDNN_WORKSPACE_MB_DEFAULT};
+RtDeviceConfig rt_device_config_default(void)
+{
+    return (RtDeviceConfig){.cudnn_autotune = true,
+                            .cudnn_workspace_mb = RT_CUDNN_WORKSPACE_MB_DEFAULT};
+}
 
-const RtDeviceConfig *rt_device_config(void) { return &device_config; }
-
-bool rt_device_configure(const RtModel *m, const RtDeviceFlags *f, char *err, size_t errlen)
+bool rt_device_configure(const RtModel *m, const RtDeviceFlags *f, RtDeviceConfig *dc, char *err,
+                         size_t errlen)
 {
     const char *given = f->autotune >= 0           ? "cudnn-autotune"
                         : f->workspace_mb >= 0     ? "cudnn-workspace-mb"
@@ -147,18 +149,19 @@ bool rt_device_configure(const RtModel *m, const RtDeviceFlags *f, char *err, si
                  given, m->name);
         return false;
     }
+    *dc = rt_device_config_default();
     if (f->autotune >= 0)
-        device_config.cudnn_autotune = f->autotune != 0;
+        dc->cudnn_autotune = f->autotune != 0;
     if (f->workspace_mb >= 0)
-        device_config.cudnn_workspace_mb = f->workspace_mb;
+        dc->cudnn_workspace_mb = f->workspace_mb;
     if (f->fp32 >= 0)
-        device_config.cudnn_fp32 = f->fp32;
+        dc->cudnn_fp32 = f->fp32;
     if (f->nondeterministic >= 0)
-        device_config.cudnn_nondeterministic = f->nondeterministic != 0;
+        dc->cudnn_nondeterministic = f->nondeterministic != 0;
     return true;
 }
 
-int rt_device_check(const RtModel *m, int64_t batch, FILE *out, FILE *err)
+int rt_device_check(const RtModel *m, const RtDeviceConfig *dc, int64_t batch, FILE *out, FILE *err)
 {
     if (!m->check_device) {
         fprintf(err,
@@ -167,5 +170,5 @@ int rt_device_check(const RtModel *m, int64_t batch, FILE *out, FILE *err)
                 m->name);
         return 2;
     }
-    return m->check_device(m, batch, out, err);
+    return m->check_device(m, dc, batch, out, err);
 }

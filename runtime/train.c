@@ -1,6 +1,6 @@
 /* train.c - the training loop (docs/training.md).  Per step: the batch
  * filled on the host and copied to the device, train_step (forward and
- * backward) with ctx.loss_scale, the gradients all-reduced over the run's
+ * backward, the loss head scaled by the device's step state), the gradients all-reduced over the run's
  * devices, the finite check over every gradient, then, unless a dynamic
  * loss scale skips the step, moving_update (BatchNorm statistics) and the
  * fused optimizer over every parameter; the loss scaler's rule
@@ -482,14 +482,15 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     /* a GPU program's device flags (a CPU program refuses them) */
     RtDeviceFlags df = {.autotune = o->cudnn_autotune, .workspace_mb = o->cudnn_workspace_mb,
                         .fp32 = o->cudnn_fp32, .nondeterministic = o->cudnn_nondeterministic};
-    if (!rt_device_configure(m, &df, msg, sizeof msg)) {
+    RtDeviceConfig dc;
+    if (!rt_device_configure(m, &df, &dc, msg, sizeof msg)) {
         fprintf(err, "%s: %s\n", o->prog, msg);
         return 2;
     }
     if (o->cudnn_check)
-        return rt_device_check(m, o->batch_size, out, err);
+        return rt_device_check(m, &dc, o->batch_size, out, err);
     if (o->predict)
-        return rt_predict_run(m, o, out, err);
+        return rt_predict_run(m, o, &dc, out, err);
     /* several processes: only under mpirun in a program built with ampc --mpi */
     int rank = 0, world = 1;
     RtMpiConfig mc = {.timeout_s = o->mpi_timeout, .bucket_mb = o->mpi_bucket_mb};
@@ -593,7 +594,8 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     }
     RtTrainer *t = &run.t;
     double t_device = rt_now_s();
-    bool ok = rt_trainer_init(t, m, b, rt_optim_nstate(&oc), msg, sizeof msg);
+    RtDeviceOpen how = {.config = &dc};
+    bool ok = rt_trainer_init(t, m, b, rt_optim_nstate(&oc), &how, msg, sizeof msg);
     t_device = rt_now_s() - t_device;
     run.have_t = ok;
     if (ok && world > 1 && rt_nccl_is(t->dev) &&
@@ -773,7 +775,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
             /* the step's loss scale, from the device's (no read-back) */
             bool inject = step == o->inject_inf_step &&
                           (nsim == 1 || o->inject_rank < 0 || o->inject_rank == me);
-            rt_dev_step_begin(t->dev, &t->ctx, inject);
+            rt_dev_step_begin(t->dev, inject);
             if (step == o->inject_inf_step)
                 lt->inject_k = inject ? step - lt->step0 : -1;
             t->ctx.seed = rt_rank_seed(seed, me); /* Dropout masks differ between ranks */

@@ -72,14 +72,21 @@ typedef struct {
     void *hook;          /* the driver's after_node state (--check-numerics, --inject-nan) */
 } RtTrainer;
 
+/* How the trainer opens its device. */
+typedef struct {
+    const RtDeviceConfig *config; /* a GPU program's options (--cudnn-*); NULL: the defaults */
+} RtDeviceOpen;
+
 /* Allocates every buffer (fixed + per_sample*batch elements, 64-byte
  * aligned, zeroed; those in_arena at their planned offsets in one arena,
  * bounds checked), the fp32 masters of parameters with has_master and
  * nstate zeroed fp32 state tensors per trainable parameter (0: none; 1:
  * momentum, in state; 2: Adam's mean and var, in state and state2; a bool
- * true means 1).  False with a message on a bad table or out of memory. */
-bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, char *err,
-                     size_t errlen);
+ * true means 1), on the device the model opens (how: NULL for the
+ * defaults), whose step state and kernel context ctx then carries.  False
+ * with a message on a bad table or out of memory. */
+bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate,
+                     const RtDeviceOpen *how, char *err, size_t errlen);
 void rt_trainer_free(RtTrainer *t);
 /* Initialises every parameter in fp32 (rt_init_param) and writes the 16-bit
  * shadow of those with a master. */
@@ -106,8 +113,8 @@ void rt_trainer_queue_rows(RtTrainer *t, int prob, void *dst);
 /* n elements of dtype dt at device pointer src into host dst as fp32 (a
  * 16-bit one widened). */
 void rt_trainer_read_f32(const RtTrainer *t, float *dst, const void *src, size_t n, RtDType dt);
-/* The loss scale the last step's loss head multiplied by: the device's (read
- * back, a wait) where its loss head reads it there (CUDA), else ctx's. */
+/* The loss scale the last step's loss head multiplied by: the step state's,
+ * read back from the device (a wait). */
 float rt_trainer_step_scale(const RtTrainer *t);
 /* The gradients summed over the run's devices (the identity on one). */
 bool rt_trainer_reduce_grads(RtTrainer *t, char *err, size_t errlen);
@@ -126,7 +133,7 @@ int rt_train_main(int argc, char **argv, const RtModel *m);
 
 /* Writes, after a train step and before any update: the model's parameters
  * (fp32: the master where there is one), their gradients (fp32, divided by
- * ctx.loss_scale), the batch and its labels, and the summed cross-entropy.
+ * the step's loss scale), the batch and its labels, and the summed cross-entropy.
  * Format (little endian): "AMPCSTAT", u32 version 1, u32 nparams, i64 batch,
  * i64 data values, u64 seed, u64 step, f64 loss; per parameter u32 name
  * length, the name, i64 numel, f32 values[numel], f32 grads[numel]; then

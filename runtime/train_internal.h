@@ -175,6 +175,7 @@ bool rt_params_save(const RtTrainer *t, const char *path, bool sixteen, char *er
 /* --predict: the inference step over the .npy's rows (after --resume or
  * --load-params), the outputs [rows, classes] to --output; no data set, no
  * training.  Returns the exit status (0, 1). */
-int rt_predict_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err);
+int rt_predict_run(const RtModel *m, const RtTrainOptions *o, const RtDeviceConfig *dc, FILE *out,
+                   FILE *err);
 
 #endif

@@ -126,12 +126,13 @@ static bool alloc_arena(RtTrainer *t, const RtModel *m, int64_t batch, char *err
     return true;
 }
 
-/* A device's workspace: workspace_bytes(batch) (its sizers ask the device's
- * libraries, which open_device initialised), one block of device memory. */
+/* A device's workspace: workspace_bytes(ctx, batch) (its sizers ask the
+ * device's libraries, ctx.cuda, which open_device initialised), one block of
+ * device memory. */
 static bool alloc_device_ws(RtTrainer *t, const RtModel *m, int64_t batch, char *err,
                             size_t errlen)
 {
-    size_t bytes = m->workspace_bytes ? m->workspace_bytes(batch) : 0;
+    size_t bytes = m->workspace_bytes ? m->workspace_bytes(&t->ctx, batch) : 0;
     char derr[256];
     if (bytes > SIZE_MAX - RT_WS_ALIGN ||
         !(t->ctx.ws = rt_dev_alloc(t->dev, bytes, "the workspace", derr, sizeof derr))) {
@@ -145,15 +146,14 @@ static bool alloc_device_ws(RtTrainer *t, const RtModel *m, int64_t batch, char 
 
 /* ---- the trainer ------------------------------------------------------------------- */
 
-bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, char *err,
-                     size_t errlen)
+bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate,
+                     const RtDeviceOpen *how, char *err, size_t errlen)
 {
     bool with_state = nstate >= 1;
     memset(t, 0, sizeof *t);
     t->m = m;
     t->batch = batch;
     t->ctx.batch = batch;
-    t->ctx.loss_scale = 1.0f;
     int64_t sample = 1;
     for (int i = 0; i < m->data_rank; i++)
         sample *= m->data_shape[i];
@@ -193,14 +193,20 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, 
     /* the model's own device (a CUDA program's), else the CPU's: under MPI (a
      * program built with ampc --mpi, once rt_mpi_start ran) wrapped with the
      * collectives of runtime/dist/mpi.c */
+    RtDeviceConfig dc = how && how->config ? *how->config : rt_device_config_default();
     if (m->open_device) {
-        if (!(t->dev = m->open_device(m, err, errlen)))
+        if (!(t->dev = m->open_device(m, &dc, err, errlen)))
             return false;
         t->ctx.ws_device = true;
     } else if (!(t->dev = rt_device_cpu_open(err, errlen)) ||
                !(t->dev = rt_mpi_wrap(t->dev, err, errlen))) {
         return false;
     }
+    /* what the emitted steps read of the device: its step state (the loss
+     * head's scale, the flag BatchNorm's moving update skips on) and the
+     * context its kernels' calls take */
+    t->ctx.step_state = rt_dev_step_state(t->dev);
+    t->ctx.cuda = rt_dev_kernel_ctx(t->dev);
     t->ctx.buf = calloc((size_t)m->nbuffers + 1, sizeof *t->ctx.buf);
     t->ctx.master = calloc((size_t)m->nparams + 1, sizeof *t->ctx.master);
     t->state = calloc((size_t)m->nparams + 1, sizeof *t->state);
@@ -220,7 +226,7 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, 
         return false;
     }
     if (ok && !t->ctx.ws_device && m->workspace_bytes)
-        rt_ctx_ws(&t->ctx, m->workspace_bytes(batch));
+        rt_ctx_ws(&t->ctx, m->workspace_bytes(&t->ctx, batch));
     t->ws_start = t->ctx.ws_bytes;
     RtDevice *d = t->dev;
     char derr[256]; /* the device's message; the trainer's says which batch size */
@@ -383,9 +389,7 @@ bool rt_trainer_broadcast_params(RtTrainer *t, char *err, size_t errlen)
 
 float rt_trainer_step_scale(const RtTrainer *t)
 {
-    float s = t->ctx.loss_scale;
-    const float *dev = rt_dev_loss_scale_dev(t->dev);
-    if (dev)
-        rt_dev_to_host(t->dev, &s, dev, sizeof s);
+    float s = 1.0f;
+    rt_dev_to_host(t->dev, &s, &t->ctx.step_state->scale, sizeof s);
     return s;
 }

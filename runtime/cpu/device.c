@@ -25,15 +25,16 @@ typedef struct {
     float **master0;
     RtTensorRef *grads;   /* the gradient bucket of the finite check */
     int ngrads;
-    bool flag;            /* the finite flag */
     uint64_t seq;         /* events recorded */
+    /* the step's state (rt.h; RtCtx.step_state points here): the scale of
+     * the step in progress, the finite flag, the update count, whether the
+     * scale is dynamic */
+    RtStepState step;
     /* the step without the host (device.h, ls_init) */
-    bool dynamic;
     AmpcLossScale ls;     /* the scale the next step uses */
     AmpcLossScaleRule rule;
     double batch;
-    float step_scale;     /* the scale of the step in progress */
-    RtDevLsState st;      /* counters (st.s unused: ls is the state) */
+    RtDevLsState st; /* counters (st.s unused: ls is the state; st.num_update: step's) */
     uint8_t ring[RT_DEV_LS_RING]; /* finite flag of step k at k % RT_DEV_LS_RING */
     float lr[RT_DEV_LS_RING + 1]; /* the learning rate of update lr_first + 1 + i */
     int64_t lr_first;
@@ -42,6 +43,10 @@ typedef struct {
 } CpuDevice;
 
 static CpuDevice *cpu(RtDevice *d) { return (CpuDevice *)d; }
+
+/* the finite flag of the step's state: 0 while every value checked was finite */
+static bool flag_finite(const CpuDevice *c) { return c->step.flag == 0; }
+static void set_finite(CpuDevice *c, bool ok) { c->step.flag = ok ? 0 : 1; }
 
 /* ---- memory ------------------------------------------------------------------------ */
 
@@ -135,7 +140,7 @@ static bool cpu_setup(RtDevice *d, const RtModel *m, const RtCtx *ctx, char *err
     }
     c->m = m;
     c->ctx = ctx;
-    c->flag = true;
+    set_finite(c, true);
     return true;
 }
 
@@ -151,15 +156,15 @@ static void cpu_check_grads(RtDevice *d)
     bool ok = true;
     for (int i = 0; i < c->ngrads; i += CHUNK)
         ok &= rt_multi_all_finite(c->grads + i, c->ngrads - i < CHUNK ? c->ngrads - i : CHUNK);
-    c->flag = ok;
+    set_finite(c, ok);
 }
 
 static void cpu_check_finite(RtDevice *d, const void *p, size_t n, RtDType dt)
 {
-    cpu(d)->flag = n == 0 || rt_all_finite(p, n, dt);
+    set_finite(cpu(d), n == 0 || rt_all_finite(p, n, dt));
 }
 
-static bool cpu_read_flag(RtDevice *d) { return cpu(d)->flag; }
+static bool cpu_read_flag(RtDevice *d) { return flag_finite(cpu(d)); }
 
 static int cpu_first_nonfinite(RtDevice *d)
 {
@@ -173,7 +178,7 @@ static void cpu_optim_step(RtDevice *d, float *const *state, float *const *state
     CpuDevice *c = cpu(d);
     if (!c->m)
         return;
-    c->flag = rt_optim_step2(c->m, c->ctx, state, state2, oc);
+    set_finite(c, rt_optim_step2(c->m, c->ctx, state, state2, oc));
 }
 
 /* ---- the step without the host ---------------------------------------------------- */
@@ -186,25 +191,31 @@ static bool cpu_ls_init(RtDevice *d, const RtDevLsInit *in, char *err, size_t er
                  (long long)in->num_update);
         return false;
     }
-    c->dynamic = in->dynamic;
+    c->step.dynamic = in->dynamic;
     c->ls = in->s;
     c->rule = in->rule;
     c->batch = in->batch;
-    c->step_scale = in->s.scale;
+    c->step.scale = in->s.scale;
+    c->step.num_update = in->num_update;
     memset(&c->st, 0, sizeof c->st);
-    c->st.num_update = in->num_update;
     c->lr_n = 0;
     return true;
 }
 
-static void cpu_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
+static void cpu_step_begin(RtDevice *d, bool inject_inf)
 {
     CpuDevice *c = cpu(d);
-    c->step_scale = inject_inf ? INFINITY : c->ls.scale;
-    ctx->loss_scale = c->step_scale; /* the loss head's backward runs on the host */
+    c->step.scale = inject_inf ? INFINITY : c->ls.scale;
 }
 
-static const float *cpu_loss_scale_dev(RtDevice *d) { return &cpu(d)->step_scale; }
+static const RtStepState *cpu_step_state(RtDevice *d) { return &cpu(d)->step; }
+
+/* the CPU's kernels take no context */
+static struct RtCudaCtx *cpu_kernel_ctx(RtDevice *d)
+{
+    (void)d;
+    return NULL;
+}
 
 static void cpu_lr_ahead(RtDevice *d, const RtOptConfig *oc, const float *lr, int64_t first,
                          int n)
@@ -217,10 +228,11 @@ static void cpu_lr_ahead(RtDevice *d, const RtOptConfig *oc, const float *lr, in
     c->oc = *oc;
 }
 
+/* the kernels read the step's state: a skipped step's statistics stay */
 static void cpu_moving_update(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx)
 {
-    CpuDevice *c = cpu(d);
-    if (fn && (c->flag || !c->dynamic))
+    (void)d;
+    if (fn)
         fn(ctx);
 }
 
@@ -228,29 +240,30 @@ static void cpu_train_update(RtDevice *d, float *const *state, float *const *sta
                              const RtOptConfig *oc)
 {
     CpuDevice *c = cpu(d);
-    if (!c->m || (c->dynamic && !c->flag))
+    if (!c->m || (c->step.dynamic && !flag_finite(c)))
         return;
     RtOptConfig u = *oc;
-    int64_t i = c->st.num_update - c->lr_first;
+    int64_t i = c->step.num_update - c->lr_first;
     /* a schedule not written ahead this far is the loop's bug: NaN shows it */
     u.lr = i >= 0 && i < c->lr_n ? c->lr[i] : NAN;
-    u.t = c->st.num_update + 1;
-    u.rescale_grad = (float)(1.0 / (c->batch * (double)c->step_scale));
-    c->flag = rt_optim_step2(c->m, c->ctx, state, state2, &u);
-    c->st.num_update++;
+    u.t = c->step.num_update + 1;
+    u.rescale_grad = (float)(1.0 / (c->batch * (double)c->step.scale));
+    set_finite(c, rt_optim_step2(c->m, c->ctx, state, state2, &u));
+    c->step.num_update++;
 }
 
 static void cpu_ls_update(RtDevice *d)
 {
     CpuDevice *c = cpu(d);
-    c->ring[c->st.steps % RT_DEV_LS_RING] = c->flag ? 1 : 0;
+    bool ok = flag_finite(c);
+    c->ring[c->st.steps % RT_DEV_LS_RING] = ok ? 1 : 0;
     c->st.steps++;
-    if (!c->dynamic) {
-        c->st.nonfinite += !c->flag;
+    if (!c->step.dynamic) {
+        c->st.nonfinite += !ok;
         return;
     }
-    c->st.skipped += !c->flag;
-    c->ls = ampc_loss_scale_update(c->ls, !c->flag, c->rule);
+    c->st.skipped += !ok;
+    c->ls = ampc_loss_scale_update(c->ls, !ok, c->rule);
 }
 
 static void cpu_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
@@ -258,13 +271,14 @@ static void cpu_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t 
     CpuDevice *c = cpu(d);
     *st = c->st;
     st->s = c->ls;
+    st->num_update = c->step.num_update;
     /* steps older than the ring are gone (the loop reads before it wraps) */
     int64_t lo = from > st->steps - RT_DEV_LS_RING ? from : st->steps - RT_DEV_LS_RING;
     for (int64_t k = lo < 0 ? 0 : lo; finite && k < st->steps; k++)
         finite[k - from] = c->ring[k % RT_DEV_LS_RING];
 }
 
-static void cpu_set_flag(RtDevice *d, bool finite) { cpu(d)->flag = finite; }
+static void cpu_set_flag(RtDevice *d, bool ok) { set_finite(cpu(d), ok); }
 
 /* ---- ordering: every call above has finished when it returns ---------------------- */
 
@@ -372,7 +386,8 @@ static const RtDeviceOps cpu_ops = {
     .optim_step = cpu_optim_step,
     .ls_init = cpu_ls_init,
     .step_begin = cpu_step_begin,
-    .loss_scale_dev = cpu_loss_scale_dev,
+    .step_state = cpu_step_state,
+    .kernel_ctx = cpu_kernel_ctx,
     .lr_ahead = cpu_lr_ahead,
     .moving_update = cpu_moving_update,
     .train_update = cpu_train_update,
@@ -401,8 +416,7 @@ RtDevice *rt_device_cpu_open(char *err, size_t errlen)
         return NULL;
     }
     c->base.ops = &cpu_ops;
-    c->flag = true;
-    c->ls.scale = c->step_scale = 1.0f; /* no loss scale until ls_init */
+    c->ls.scale = c->step.scale = 1.0f; /* no loss scale until ls_init */
     c->rule = ampc_loss_scale_rule_default();
     c->batch = 1.0;
     return &c->base;

@@ -24,7 +24,7 @@
 #include "cuda/plan.h"
 #include "cuda/rt_cuda.h"
 
-static struct {
+typedef struct {
     __typeof__(cublasLtGetVersion) *GetVersion;
     __typeof__(cublasLtCreate) *Create;
     __typeof__(cublasLtDestroy) *Destroy;
@@ -38,12 +38,20 @@ static struct {
     __typeof__(cublasLtMatmulPreferenceSetAttribute) *MatmulPreferenceSetAttribute;
     __typeof__(cublasLtMatmulAlgoGetHeuristic) *MatmulAlgoGetHeuristic;
     __typeof__(cublasLtMatmul) *Matmul;
-} L;
+} BlasFns;
 
-static cublasLtHandle_t lt;
-static RtCudaConfig cfg;
-static AmpcPlanCache cache;
-static bool ready, offline; /* offline: the check without a GPU (no handle) */
+typedef struct GemmCheck GemmCheck;
+
+/* cuBLASLt's part of a context (RtCudaCtx.blas): its functions, found by
+ * name, the handle, the plans chosen per shape, the offline check's table. */
+typedef struct RtCudaBlas {
+    BlasFns L;
+    cublasLtHandle_t lt; /* NULL in the offline check (no GPU, no handle) */
+    RtCudaCtx *cx;       /* the context it is part of: its stream and options */
+    AmpcPlanCache cache; /* FcPlan (or, offline, GemmCheck) by shape */
+    GemmCheck **checks;  /* the offline check's distinct GEMMs, in order */
+    size_t nchecks, checks_cap;
+} Blas;
 
 #define BLAS(call) AMPC_CHECK(AMPC_API_CUBLAS, call)
 
@@ -60,24 +68,30 @@ typedef struct {
     size_t ws;
 } FcPlan;
 
-static void descs_free(GemmDescs *gd)
+static void descs_free(Blas *bl, GemmDescs *gd)
 {
     if (gd->a)
-        BLAS(L.MatrixLayoutDestroy(gd->a));
+        BLAS(bl->L.MatrixLayoutDestroy(gd->a));
     if (gd->b)
-        BLAS(L.MatrixLayoutDestroy(gd->b));
+        BLAS(bl->L.MatrixLayoutDestroy(gd->b));
     if (gd->d)
-        BLAS(L.MatrixLayoutDestroy(gd->d));
+        BLAS(bl->L.MatrixLayoutDestroy(gd->d));
     if (gd->op)
-        BLAS(L.MatmulDescDestroy(gd->op));
+        BLAS(bl->L.MatmulDescDestroy(gd->op));
     memset(gd, 0, sizeof *gd);
 }
 
-static void plan_free(void *v)
+static void plan_free(void *blas, void *v)
 {
     FcPlan *p = v;
-    descs_free(&p->desc);
+    descs_free(blas, &p->desc);
     free(p);
+}
+
+static void check_free(void *blas, void *v)
+{
+    (void)blas;
+    free(v);
 }
 
 static cudaDataType_t lt_type(RtDType dt)
@@ -89,44 +103,51 @@ static cudaDataType_t lt_type(RtDType dt)
  * the bias epilogue; false (nothing left) with the library's message in
  * ampc_api_last_error() */
 #define TRY(call) (ok = ok && AMPC_TRY(AMPC_API_CUBLAS, call))
-static bool gemm_descs(const AmpcGemm *g, RtDType dt, bool bias, GemmDescs *gd)
+static bool gemm_descs(Blas *bl, const AmpcGemm *g, RtDType dt, bool bias, GemmDescs *gd)
 {
     bool ok = true;
     cudaDataType_t ty = lt_type(dt);
     memset(gd, 0, sizeof *gd);
-    TRY(L.MatmulDescCreate(&gd->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    TRY(bl->L.MatmulDescCreate(&gd->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = g->transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                       tb = g->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    TRY(L.MatmulDescSetAttribute(gd->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    TRY(L.MatmulDescSetAttribute(gd->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    TRY(bl->L.MatmulDescSetAttribute(gd->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    TRY(bl->L.MatmulDescSetAttribute(gd->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     if (bias) {
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-        TRY(L.MatmulDescSetAttribute(gd->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
-        TRY(L.MatmulDescSetAttribute(gd->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &ty,
-                                     sizeof ty));
+        TRY(bl->L.MatmulDescSetAttribute(gd->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+        TRY(bl->L.MatmulDescSetAttribute(gd->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &ty,
+                                         sizeof ty));
     }
-    TRY(L.MatrixLayoutCreate(&gd->a, ty, (uint64_t)g->rowsa, (uint64_t)g->colsa, g->lda));
-    TRY(L.MatrixLayoutCreate(&gd->b, ty, (uint64_t)g->rowsb, (uint64_t)g->colsb, g->ldb));
-    TRY(L.MatrixLayoutCreate(&gd->d, ty, (uint64_t)g->m, (uint64_t)g->n, g->ldd));
+    TRY(bl->L.MatrixLayoutCreate(&gd->a, ty, (uint64_t)g->rowsa, (uint64_t)g->colsa, g->lda));
+    TRY(bl->L.MatrixLayoutCreate(&gd->b, ty, (uint64_t)g->rowsb, (uint64_t)g->colsb, g->ldb));
+    TRY(bl->L.MatrixLayoutCreate(&gd->d, ty, (uint64_t)g->m, (uint64_t)g->n, g->ldd));
     if (!ok)
-        descs_free(gd);
+        descs_free(bl, gd);
     return ok;
 }
 #undef TRY
 
 static const char *node_name(const char *node) { return node ? node : "(unnamed)"; }
 
-static FcPlan *fc_plan(const RtFcDims *d, RtDType dt, RtPass pass, bool bias, bool acc)
+/* cx's cuBLASLt, for a call that runs a plan */
+static Blas *blas_of(RtCudaCtx *cx)
 {
-    if (!ready || offline) {
-        fprintf(stderr, "ampc: cuBLASLt FullyConnected: called %s\n",
-                ready ? "in the offline check (no GPU)" : "before rt_cuda_init");
+    rt_cuda_need_init(cx, "cuBLASLt FullyConnected");
+    if (!cx->blas) {
+        fprintf(stderr,
+                "ampc: cuBLASLt FullyConnected: the context has no cuBLASLt (rt_cuda_open)\n");
         exit(1);
     }
+    return cx->blas;
+}
+
+static FcPlan *fc_plan(Blas *bl, const RtFcDims *d, RtDType dt, RtPass pass, bool bias, bool acc)
+{
     AmpcPlanKey key;
     ampc_fc_key(d, dt, pass, &key);
     key.v[AMPC_KEY_LEN - 2] = bias, key.v[AMPC_KEY_LEN - 1] = acc; /* slots the key leaves 0 */
-    FcPlan *p = ampc_cache_get(&cache, &key);
+    FcPlan *p = ampc_cache_get(&bl->cache, &key);
     if (p)
         return p;
     char err[256];
@@ -135,16 +156,16 @@ static FcPlan *fc_plan(const RtFcDims *d, RtDType dt, RtPass pass, bool bias, bo
         fprintf(stderr, "ampc: node '%s': %s\n", node_name(d->node), p ? err : "out of memory");
         exit(1);
     }
-    if (!gemm_descs(&p->g, dt, bias, &p->desc)) {
+    if (!gemm_descs(bl, &p->g, dt, bias, &p->desc)) {
         fprintf(stderr, "ampc: node '%s': cuBLASLt's descriptors: %s\n", node_name(d->node),
                 ampc_api_last_error());
         exit(1);
     }
     cublasLtMatmulPreference_t pref;
-    BLAS(L.MatmulPreferenceCreate(&pref));
-    uint64_t limit = cfg.workspace_limit;
-    BLAS(L.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit,
-                                        sizeof limit));
+    BLAS(bl->L.MatmulPreferenceCreate(&pref));
+    uint64_t limit = bl->cx->cfg.workspace_limit;
+    BLAS(bl->L.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit,
+                                            sizeof limit));
     /* the memory planner aligns tensors to RT_WS_ALIGN, not to the 256 bytes the
      * heuristic assumes by default; 16 (cuDNN's here too) is what the algorithm
      * may rely on */
@@ -153,58 +174,58 @@ static FcPlan *fc_plan(const RtFcDims *d, RtDType dt, RtPass pass, bool bias, bo
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4; i++)
-        BLAS(L.MatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align));
+        BLAS(bl->L.MatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof align));
     cublasLtMatmulHeuristicResult_t r;
     int found = 0;
     memset(&r, 0, sizeof r);
     const GemmDescs *gd = &p->desc;
-    BLAS(L.MatmulAlgoGetHeuristic(lt, gd->op, gd->a, gd->b, gd->d, gd->d, pref, 1, &r, &found));
-    BLAS(L.MatmulPreferenceDestroy(pref));
+    BLAS(bl->L.MatmulAlgoGetHeuristic(bl->lt, gd->op, gd->a, gd->b, gd->d, gd->d, pref, 1, &r,
+                                      &found));
+    BLAS(bl->L.MatmulPreferenceDestroy(pref));
     if (found < 1 || r.state != CUBLAS_STATUS_SUCCESS) {
         fprintf(stderr,
                 "ampc: node '%s': cuBLASLt has no algorithm for FullyConnected (n %d, in %d, "
-                "hidden %d, %s, pass %d) within %zu bytes of workspace\n", node_name(d->node),
-                d->n, d->in, d->hidden, rt_dtype_name(dt), (int)pass, cfg.workspace_limit);
+                "hidden %d, %s, pass %d) within %zu bytes of workspace\n",
+                node_name(d->node), d->n, d->in, d->hidden, rt_dtype_name(dt), (int)pass,
+                bl->cx->cfg.workspace_limit);
         exit(1);
     }
     p->algo = r.algo;
     p->ws = r.workspaceSize;
     (void)cudaGetLastError(); /* nothing the heuristic left is the next kernel's error */
-    if (!ampc_cache_put(&cache, &key, p)) {
+    if (!ampc_cache_put(&bl->cache, &key, p)) {
         fprintf(stderr, "ampc: out of memory caching a cuBLASLt plan\n");
         exit(1);
     }
     return p;
 }
 
-static void run(FcPlan *p, const void *const *by, const void *bias, void *out, bool acc,
+static void run(Blas *bl, FcPlan *p, const void *const *by, const void *bias, void *out, bool acc,
                 void *ws)
 {
     float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
     const GemmDescs *gd = &p->desc;
     if (bias)
-        BLAS(L.MatmulDescSetAttribute(gd->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                      sizeof bias));
-    BLAS(L.Matmul(lt, gd->op, &alpha, by[p->g.a], gd->a, by[p->g.b], gd->b, &beta, out, gd->d,
-                  out, gd->d, &p->algo, ws, p->ws, cfg.stream));
+        BLAS(bl->L.MatmulDescSetAttribute(gd->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                          sizeof bias));
+    BLAS(bl->L.Matmul(bl->lt, gd->op, &alpha, by[p->g.a], gd->a, by[p->g.b], gd->b, &beta, out,
+                      gd->d, out, gd->d, &p->algo, ws, p->ws, bl->cx->stream));
 }
 
 /* ---- the offline check (--cudnn-check: no GPU, no handle) -------------------------- */
 
-typedef struct {
+struct GemmCheck {
     char node[96], what[160];
     bool ok;
     char err[384];
-} GemmCheck;
+};
 
-static GemmCheck **checks;
-static size_t nchecks, checks_cap;
-
-bool rt_cuda_blas_check_gemm(const char *node, const AmpcGemm *g, RtDType dt, bool bias,
-                             char *err, size_t errlen)
+bool rt_cuda_blas_check_gemm(RtCudaCtx *cx, const char *node, const AmpcGemm *g, RtDType dt,
+                             bool bias, char *err, size_t errlen)
 {
     char why[256];
-    if (!ready) {
+    Blas *bl = cx ? cx->blas : NULL;
+    if (!bl) {
         snprintf(err, errlen, "node '%s': cuBLASLt is not open", node_name(node));
         return false;
     }
@@ -213,35 +234,35 @@ bool rt_cuda_blas_check_gemm(const char *node, const AmpcGemm *g, RtDType dt, bo
         return false;
     }
     GemmDescs gd;
-    if (!gemm_descs(g, dt, bias, &gd)) {
+    if (!gemm_descs(bl, g, dt, bias, &gd)) {
         snprintf(err, errlen, "node '%s': cuBLASLt refuses the GEMM's descriptors: %s",
                  node_name(node), ampc_api_last_error());
         return false;
     }
-    descs_free(&gd);
+    descs_free(bl, &gd);
     return true;
 }
 
 /* the sizer's job in the offline check: each distinct GEMM once */
-static void check_fc(const RtFcDims *d, RtDType dt, RtPass pass, bool bias, bool acc)
+static void check_fc(Blas *bl, const RtFcDims *d, RtDType dt, RtPass pass, bool bias, bool acc)
 {
     AmpcPlanKey key;
     ampc_fc_key(d, dt, pass, &key);
     key.v[AMPC_KEY_LEN - 2] = bias, key.v[AMPC_KEY_LEN - 1] = acc;
-    if (ampc_cache_get(&cache, &key))
+    if (ampc_cache_get(&bl->cache, &key))
         return;
     GemmCheck *c = calloc(1, sizeof *c);
-    if (nchecks == checks_cap) {
-        size_t cap = checks_cap ? 2 * checks_cap : 16;
-        GemmCheck **grown = realloc(checks, cap * sizeof *grown);
+    if (bl->nchecks == bl->checks_cap) {
+        size_t cap = bl->checks_cap ? 2 * bl->checks_cap : 16;
+        GemmCheck **grown = realloc(bl->checks, cap * sizeof *grown);
         if (grown)
-            checks = grown, checks_cap = cap;
+            bl->checks = grown, bl->checks_cap = cap;
     }
-    if (!c || nchecks == checks_cap || !ampc_cache_put(&cache, &key, c)) {
+    if (!c || bl->nchecks == bl->checks_cap || !ampc_cache_put(&bl->cache, &key, c)) {
         fprintf(stderr, "ampc: out of memory in the cuBLASLt check\n");
         exit(1);
     }
-    checks[nchecks++] = c;
+    bl->checks[bl->nchecks++] = c;
     snprintf(c->node, sizeof c->node, "%s", node_name(d->node));
     AmpcGemm g;
     char why[256];
@@ -253,14 +274,15 @@ static void check_fc(const RtFcDims *d, RtDType dt, RtPass pass, bool bias, bool
              (unsigned)pass < 3 ? pass_name[pass] : "?", rt_dtype_name(dt), (long long)g.m, (long long)g.n, (long long)g.k,
              bias ? " bias" : "", acc ? " (accumulate)" : "");
     if (c->ok)
-        c->ok = rt_cuda_blas_check_gemm(d->node, &g, dt, bias, c->err, sizeof c->err);
+        c->ok = rt_cuda_blas_check_gemm(bl->cx, d->node, &g, dt, bias, c->err, sizeof c->err);
 }
 
-int rt_cuda_blas_check_report(FILE *out, FILE *err)
+int rt_cuda_blas_check_report(RtCudaCtx *cx, FILE *out, FILE *err)
 {
+    const Blas *bl = cx->blas;
     int bad = 0;
-    for (size_t i = 0; i < nchecks; i++) {
-        const GemmCheck *c = checks[i];
+    for (size_t i = 0; bl && i < bl->nchecks; i++) {
+        const GemmCheck *c = bl->checks[i];
         if (c->ok)
             fprintf(out, "cudnn-check: gemm %s: %s: descriptors made\n", c->node, c->what);
         else {
@@ -271,62 +293,67 @@ int rt_cuda_blas_check_report(FILE *out, FILE *err)
     return bad;
 }
 
-size_t rt_cuda_blas_check_count(void) { return nchecks; }
+size_t rt_cuda_blas_check_count(RtCudaCtx *cx) { return cx->blas ? cx->blas->nchecks : 0; }
 
-size_t rt_cuda_fc_workspace_bytes(const RtFcDims *d, RtDType dt, RtPass pass)
+size_t rt_cuda_fc_workspace_bytes(RtCudaCtx *cx, const RtFcDims *d, RtDType dt, RtPass pass)
 {
-    if (offline) { /* the variants the sizer plans below */
-        check_fc(d, dt, pass, false, false);
-        check_fc(d, dt, pass, pass == RT_PASS_FORWARD, pass != RT_PASS_FORWARD);
+    Blas *bl = cx->blas;
+    if (cx->offline && bl) { /* the variants the sizer plans below */
+        check_fc(bl, d, dt, pass, false, false);
+        check_fc(bl, d, dt, pass, pass == RT_PASS_FORWARD, pass != RT_PASS_FORWARD);
         return 0;
     }
-    size_t a = fc_plan(d, dt, pass, false, false)->ws, b;
+    bl = blas_of(cx);
+    size_t a = fc_plan(bl, d, dt, pass, false, false)->ws, b;
     if (pass == RT_PASS_FORWARD)
-        b = fc_plan(d, dt, pass, true, false)->ws;
+        b = fc_plan(bl, d, dt, pass, true, false)->ws;
     else
-        b = fc_plan(d, dt, pass, false, true)->ws;
+        b = fc_plan(bl, d, dt, pass, false, true)->ws;
     return a > b ? a : b;
 }
 
-void rt_cuda_fc_forward(const RtFcDims *d, RtDType dt, const void *x, const void *w,
+void rt_cuda_fc_forward(RtCudaCtx *cx, const RtFcDims *d, RtDType dt, const void *x, const void *w,
                         const void *bias, void *y, void *ws)
 {
+    Blas *bl = blas_of(cx);
     const void *by[] = {[AMPC_OP_X] = x, [AMPC_OP_W] = w, [AMPC_OP_DY] = NULL};
-    run(fc_plan(d, dt, RT_PASS_FORWARD, bias != NULL, false), by, bias, y, false, ws);
+    run(bl, fc_plan(bl, d, dt, RT_PASS_FORWARD, bias != NULL, false), by, bias, y, false, ws);
 }
 
-void rt_cuda_fc_backward_data(const RtFcDims *d, RtDType dt, const void *w, const void *dy,
-                              void *dx, bool accumulate, void *ws)
+void rt_cuda_fc_backward_data(RtCudaCtx *cx, const RtFcDims *d, RtDType dt, const void *w,
+                              const void *dy, void *dx, bool accumulate, void *ws)
 {
+    Blas *bl = blas_of(cx);
     const void *by[] = {[AMPC_OP_X] = NULL, [AMPC_OP_W] = w, [AMPC_OP_DY] = dy};
-    run(fc_plan(d, dt, RT_PASS_BACKWARD, false, accumulate), by, NULL, dx, accumulate, ws);
+    run(bl, fc_plan(bl, d, dt, RT_PASS_BACKWARD, false, accumulate), by, NULL, dx, accumulate, ws);
 }
 
-void rt_cuda_fc_backward_weight(const RtFcDims *d, RtDType dt, const void *x, const void *dy,
-                                void *dw, void *dbias, bool accumulate, void *ws)
+void rt_cuda_fc_backward_weight(RtCudaCtx *cx, const RtFcDims *d, RtDType dt, const void *x,
+                                const void *dy, void *dw, void *dbias, bool accumulate, void *ws)
 {
+    Blas *bl = blas_of(cx);
     const void *by[] = {[AMPC_OP_X] = x, [AMPC_OP_W] = NULL, [AMPC_OP_DY] = dy};
-    run(fc_plan(d, dt, RT_PASS_BACKWARD_WEIGHT, false, accumulate), by, NULL, dw, accumulate,
-        ws);
+    run(bl, fc_plan(bl, d, dt, RT_PASS_BACKWARD_WEIGHT, false, accumulate), by, NULL, dw,
+        accumulate, ws);
     if (dbias)
-        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_bias_grad(cfg.stream, (size_t)d->n, d->hidden, 1,
-                                                    (int)dt, dy, dbias, accumulate));
+        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_bias_grad(cx->stream, (size_t)d->n, d->hidden, 1, (int)dt,
+                                                    dy, dbias, accumulate));
 }
 
 /* ---- set-up ------------------------------------------------------------------------------ */
 
-#define LOAD(f)                                                                               \
-    do {                                                                                      \
-        *(void **)&L.f = dlsym(h, "cublasLt" #f);                                             \
-        if (!L.f) {                                                                           \
-            snprintf(err, errlen, "%s (%s) has no cublasLt" #f,                               \
-                     ampc_lib_soname(AMPC_LIB_CUBLASLT), ampc_lib_where(AMPC_LIB_CUBLASLT));  \
-            return false;                                                                     \
-        }                                                                                     \
+#define LOAD(f)                                                                                    \
+    do {                                                                                           \
+        *(void **)&bl->L.f = dlsym(h, "cublasLt" #f);                                              \
+        if (!bl->L.f) {                                                                            \
+            snprintf(err, errlen, "%s (%s) has no cublasLt" #f,                                    \
+                     ampc_lib_soname(AMPC_LIB_CUBLASLT), ampc_lib_where(AMPC_LIB_CUBLASLT));       \
+            return false;                                                                          \
+        }                                                                                          \
     } while (0)
 
 /* cuBLASLt's functions, found by name in the library libs.c opens */
-static bool load(char *err, size_t errlen)
+static bool load(Blas *bl, char *err, size_t errlen)
 {
     void *h = ampc_lib_open(AMPC_LIB_CUBLASLT, err, errlen);
     if (!h)
@@ -347,40 +374,48 @@ static bool load(char *err, size_t errlen)
     return true;
 }
 
-bool rt_cuda_blas_init(const RtCudaConfig *c, char *err, size_t errlen)
+/* cuBLASLt's part of cx (its functions, and a handle unless offline); false
+ * with a message */
+static bool blas_open(RtCudaCtx *cx, bool offline, char *err, size_t errlen)
 {
-    if (!load(err, errlen))
+    Blas *bl = calloc(1, sizeof *bl);
+    if (!bl) {
+        snprintf(err, errlen, "cuBLASLt: out of host memory");
         return false;
-    cfg = *c;
-    if (!AMPC_TRY(AMPC_API_CUBLAS, L.Create(&lt))) {
+    }
+    bl->cx = cx;
+    if (!load(bl, err, errlen)) {
+        free(bl);
+        return false;
+    }
+    if (!offline && !AMPC_TRY(AMPC_API_CUBLAS, bl->L.Create(&bl->lt))) {
         snprintf(err, errlen, "%s", ampc_api_last_error());
+        free(bl);
         return false;
     }
-    ready = true, offline = false;
+    cx->blas = bl;
     return true;
 }
 
-bool rt_cuda_blas_check_open(const RtCudaConfig *c, char *err, size_t errlen)
+bool rt_cuda_blas_init(RtCudaCtx *cx, char *err, size_t errlen)
 {
-    if (!load(err, errlen))
-        return false;
-    cfg = *c;
-    ready = offline = true;
-    return true;
+    return blas_open(cx, false, err, errlen);
 }
 
-void rt_cuda_blas_shutdown(void)
+bool rt_cuda_blas_check_open(RtCudaCtx *cx, char *err, size_t errlen)
 {
-    if (!ready)
+    return blas_open(cx, true, err, errlen);
+}
+
+void rt_cuda_blas_shutdown(RtCudaCtx *cx)
+{
+    Blas *bl = cx->blas;
+    if (!bl)
         return;
-    if (offline) {
-        ampc_cache_free(&cache, free);
-        free(checks);
-        checks = NULL, nchecks = checks_cap = 0;
-        ready = offline = false;
-        return;
-    }
-    ampc_cache_free(&cache, plan_free);
-    BLAS(L.Destroy(lt));
-    ready = false;
+    ampc_cache_free(&bl->cache, cx->offline ? check_free : plan_free, bl);
+    free(bl->checks);
+    if (bl->lt)
+        BLAS(bl->L.Destroy(bl->lt));
+    free(bl);
+    cx->blas = NULL;
 }

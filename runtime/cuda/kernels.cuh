@@ -310,13 +310,13 @@ static inline AMPC_HD void ampc_cu_update(float *w, float *mom, float *var, int 
 /* rt_optim_step2's per-tensor parameters (lr x lr_mult, wd x wd_mult, Adam's
  * lr_t in double) from the step and the table */
 static inline __device__ AmpcOptParam ampc_cu_opt_param(const AmpcMtStep *s, const AmpcMtTensor *t,
-                                                        ampc_dptr<const AmpcLossScale> scale)
+                                                        ampc_dptr<const float> scale)
 {
     AmpcOptParam q;
     q.lr = s->lr * t->lr_mult;
     q.wd = s->wd * t->wd_mult;
     q.momentum = s->momentum;
-    q.rescale_grad = scale ? (float)(1.0 / (s->batch * (double)*AMPC_FIELD(scale, scale)))
+    q.rescale_grad = scale ? (float)(1.0 / (s->batch * (double)*scale))
                            : s->rescale_grad;
     q.clip_gradient = s->clip_gradient;
     q.beta1 = 0.0f;
@@ -338,7 +338,7 @@ __global__ void ampc_k_mt_optim(ampc_dptr<const AmpcMtTensor> tensors,
                                 ampc_dptr<const AmpcMtBlock> blocks, int64_t chunk,
                                 AmpcMtStep step, ampc_dptr<const AmpcMtStep> step_dev,
                                 ampc_dptr<const int32_t> skip, ampc_dptr<int32_t> found,
-                                ampc_dptr<const AmpcLossScale> scale)
+                                ampc_dptr<const float> scale)
 {
     if (skip && *skip)
         return;
@@ -541,7 +541,7 @@ AMPC_CU_API int ampc_cu_mt_finite(AmpcStream s, const AmpcMtTensor *tensors,
 AMPC_CU_API int ampc_cu_mt_optim(AmpcStream s, const AmpcMtTensor *tensors,
                                  const AmpcMtBlock *blocks, int64_t nblocks, int64_t chunk,
                                  const AmpcMtStep *step, const AmpcMtStep *step_dev,
-                                 const int32_t *skip, int32_t *found, const AmpcLossScale *scale)
+                                 const int32_t *skip, int32_t *found, const float *scale)
 {
     AmpcMtStep none;
     if (nblocks <= 0)

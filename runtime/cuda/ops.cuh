@@ -21,9 +21,10 @@
  * count; ops_math.cuh's prelu dgamma and softmax) run one thread per output in the
  * CPU's order of summation: bit for bit, not fast.
  *
- * The step's state: rt_cuda_bind_step gives the device's loss scale and
- * skip flag to rt_cuda_softmax_output_backward and
- * rt_cuda_batchnorm_update_moving, which read them on the device.
+ * Every rt_cuda_<name> takes the device's context first (rt_cuda.h), whose
+ * stream it launches on.  The step's state (rt.h's RtStepState, a device
+ * pointer) is an argument of rt_cuda_softmax_output_backward and
+ * rt_cuda_batchnorm_update_moving, which read it on the device.
  */
 #ifndef AMPC_CUDA_OPS_CUH
 #define AMPC_CUDA_OPS_CUH
@@ -312,9 +313,10 @@ __global__ void ampc_k_smo_bwd(size_t n, size_t k, int dt, ampc_dptr<const void>
 __global__ void ampc_k_bn_moving(size_t c, int64_t count, ampc_dptr<const float> save_mean,
                                  ampc_dptr<const float> save_invstd, float eps, float momentum,
                                  ampc_dptr<float> moving_mean, ampc_dptr<float> moving_var,
-                                 ampc_dptr<const int32_t> skip)
+                                 ampc_dptr<const RtStepState> step)
 {
-    if (skip && *skip)
+    /* a step a dynamic loss scale skips (its flag set) changes nothing */
+    if (step && *AMPC_FIELD(step, dynamic) && *AMPC_FIELD(step, flag))
         return;
     for (size_t i = ampc_cu_first(); i < c; i += ampc_cu_stride()) {
         double is = save_invstd[i];
@@ -330,55 +332,46 @@ __global__ void ampc_k_bn_moving(size_t c, int64_t count, ampc_dptr<const float>
 
 /* ---- the rt_cuda_* functions ---------------------------------------------------------- */
 
-/* the step's state, bound by the device (rt_cuda_bind_step) */
-static const float *ampc_ops_scale_dev;
-static const int32_t *ampc_ops_skip_dev;
 
 #ifndef AMPC_OPS_GO
 #define AMPC_OPS_GO(k, n, ...)                                                                \
     do {                                                                                      \
         if ((n) > 0) {                                                                        \
-            AMPC_LAUNCH(k, ampc_cu_grid(n), AMPC_CU_THREADS, rt_cuda_stream(), __VA_ARGS__);  \
+            AMPC_LAUNCH(k, ampc_cu_grid(n), AMPC_CU_THREADS, cx->stream, __VA_ARGS__);        \
             AMPC_CHECK(AMPC_API_CUDA, AMPC_LAUNCH_ERROR());                                   \
         }                                                                                     \
     } while (0)
 #define AMPC_OPS_RUN(call) AMPC_CHECK(AMPC_API_CUDA, (call))
 #endif
 
-AMPC_CU_API void rt_cuda_bind_step(const float *loss_scale_dev, const int32_t *skip_dev)
+AMPC_CU_API void rt_cuda_copy(RtCudaCtx *cx, size_t n, RtDType dt, const void *x, void *y)
 {
-    ampc_ops_scale_dev = loss_scale_dev;
-    ampc_ops_skip_dev = skip_dev;
+    AMPC_OPS_RUN(ampc_cu_cast(cx->stream, n, (int)dt, x, (int)dt, y, 0));
 }
 
-AMPC_CU_API void rt_cuda_copy(size_t n, RtDType dt, const void *x, void *y)
+AMPC_CU_API void rt_cuda_reshape_forward(RtCudaCtx *cx, size_t n, RtDType dt, const void *x, void *y)
 {
-    AMPC_OPS_RUN(ampc_cu_cast(rt_cuda_stream(), n, (int)dt, x, (int)dt, y, 0));
+    AMPC_OPS_RUN(ampc_cu_cast(cx->stream, n, (int)dt, x, (int)dt, y, 0));
 }
 
-AMPC_CU_API void rt_cuda_reshape_forward(size_t n, RtDType dt, const void *x, void *y)
-{
-    AMPC_OPS_RUN(ampc_cu_cast(rt_cuda_stream(), n, (int)dt, x, (int)dt, y, 0));
-}
-
-AMPC_CU_API void rt_cuda_reshape_backward(size_t n, RtDType dt, const void *dy, void *dx,
+AMPC_CU_API void rt_cuda_reshape_backward(RtCudaCtx *cx, size_t n, RtDType dt, const void *dy, void *dx,
                                           bool accumulate)
 {
-    AMPC_OPS_RUN(ampc_cu_cast(rt_cuda_stream(), n, (int)dt, dy, (int)dt, dx, accumulate));
+    AMPC_OPS_RUN(ampc_cu_cast(cx->stream, n, (int)dt, dy, (int)dt, dx, accumulate));
 }
 
-AMPC_CU_API void rt_cuda_cast_forward(size_t n, RtDType from, const void *x, RtDType to, void *y)
+AMPC_CU_API void rt_cuda_cast_forward(RtCudaCtx *cx, size_t n, RtDType from, const void *x, RtDType to, void *y)
 {
-    AMPC_OPS_RUN(ampc_cu_cast(rt_cuda_stream(), n, (int)from, x, (int)to, y, 0));
+    AMPC_OPS_RUN(ampc_cu_cast(cx->stream, n, (int)from, x, (int)to, y, 0));
 }
 
-AMPC_CU_API void rt_cuda_cast_backward(size_t n, RtDType ydt, const void *dy, RtDType xdt,
+AMPC_CU_API void rt_cuda_cast_backward(RtCudaCtx *cx, size_t n, RtDType ydt, const void *dy, RtDType xdt,
                                        void *dx, bool accumulate)
 {
-    AMPC_OPS_RUN(ampc_cu_cast(rt_cuda_stream(), n, (int)ydt, dy, (int)xdt, dx, accumulate));
+    AMPC_OPS_RUN(ampc_cu_cast(cx->stream, n, (int)ydt, dy, (int)xdt, dx, accumulate));
 }
 
-AMPC_CU_API void rt_cuda_layout_convert(int64_t n, int64_t c, int64_t hw, RtDType dt,
+AMPC_CU_API void rt_cuda_layout_convert(RtCudaCtx *cx, int64_t n, int64_t c, int64_t hw, RtDType dt,
                                         const void *src, void *dst, RtLayout to)
 {
     if (n < 0 || c < 0 || hw < 0) {
@@ -391,13 +384,13 @@ AMPC_CU_API void rt_cuda_layout_convert(int64_t n, int64_t c, int64_t hw, RtDTyp
                 to == RT_LAYOUT_NHWC);
 }
 
-AMPC_CU_API void rt_cuda_dropout_forward(size_t n, RtDType dt, const void *x, float p,
+AMPC_CU_API void rt_cuda_dropout_forward(RtCudaCtx *cx, size_t n, RtDType dt, const void *x, float p,
                                          uint64_t seed, uint64_t step, uint32_t stream, void *y)
 {
     AMPC_OPS_GO(ampc_k_dropout, n / 4 + (n % 4 != 0), n, (int)dt, x, p, seed, step, stream, y, 0);
 }
 
-AMPC_CU_API void rt_cuda_dropout_backward(size_t n, RtDType dt, const void *dy, float p,
+AMPC_CU_API void rt_cuda_dropout_backward(RtCudaCtx *cx, size_t n, RtDType dt, const void *dy, float p,
                                           uint64_t seed, uint64_t step, uint32_t stream,
                                           void *dx, bool accumulate)
 {
@@ -405,23 +398,23 @@ AMPC_CU_API void rt_cuda_dropout_backward(size_t n, RtDType dt, const void *dy, 
                 (int)accumulate);
 }
 
-AMPC_CU_API void rt_cuda_elemwise_forward(RtBinOp op, size_t n, RtDType dt, const void *a,
+AMPC_CU_API void rt_cuda_elemwise_forward(RtCudaCtx *cx, RtBinOp op, size_t n, RtDType dt, const void *a,
                                           const void *b, void *y)
 {
-    AMPC_OPS_RUN(ampc_cu_binary(rt_cuda_stream(), (int)op, n, (int)dt, a, b, y));
+    AMPC_OPS_RUN(ampc_cu_binary(cx->stream, (int)op, n, (int)dt, a, b, y));
 }
 
-AMPC_CU_API void rt_cuda_add_relu_forward(size_t n, RtDType dt, const void *a, const void *b,
+AMPC_CU_API void rt_cuda_add_relu_forward(RtCudaCtx *cx, size_t n, RtDType dt, const void *a, const void *b,
                                           void *y)
 {
-    AMPC_OPS_RUN(ampc_cu_add_relu(rt_cuda_stream(), n, (int)dt, a, b, y));
+    AMPC_OPS_RUN(ampc_cu_add_relu(cx->stream, n, (int)dt, a, b, y));
 }
 
-AMPC_CU_API void rt_cuda_elemwise_backward(RtBinOp op, size_t n, RtDType dt, const void *dy,
+AMPC_CU_API void rt_cuda_elemwise_backward(RtCudaCtx *cx, RtBinOp op, size_t n, RtDType dt, const void *dy,
                                            const void *a, const void *b, void *da, void *db,
                                            bool acc_a, bool acc_b)
 {
-    AMPC_OPS_RUN(ampc_cu_binary_backward(rt_cuda_stream(), (int)op, n, (int)dt, dy, a, b, da, db,
+    AMPC_OPS_RUN(ampc_cu_binary_backward(cx->stream, (int)op, n, (int)dt, dy, a, b, da, db,
                                          acc_a, acc_b));
 }
 
@@ -441,14 +434,14 @@ static AmpcBcast ampc_ops_bcast(const RtBcastDims *d)
 }
 
 /* no scratch: each reduced element is summed by its own thread */
-AMPC_CU_API size_t rt_cuda_broadcast_workspace_bytes(const RtBcastDims *d, RtDType dt,
+AMPC_CU_API size_t rt_cuda_broadcast_workspace_bytes(RtCudaCtx *cx, const RtBcastDims *d, RtDType dt,
                                                      RtPass pass)
 {
-    (void)d, (void)dt, (void)pass;
+    (void)cx, (void)d, (void)dt, (void)pass;
     return 0;
 }
 
-AMPC_CU_API void rt_cuda_broadcast_forward(RtBinOp op, const RtBcastDims *d, RtDType dt,
+AMPC_CU_API void rt_cuda_broadcast_forward(RtCudaCtx *cx, RtBinOp op, const RtBcastDims *d, RtDType dt,
                                            const void *a, const void *b, void *y)
 {
     AmpcBcast g = ampc_ops_bcast(d);
@@ -456,7 +449,7 @@ AMPC_CU_API void rt_cuda_broadcast_forward(RtBinOp op, const RtBcastDims *d, RtD
     AMPC_OPS_GO(ampc_k_bcast_fwd, n, (int)op, g, (int)dt, a, b, y);
 }
 
-AMPC_CU_API void rt_cuda_broadcast_backward(RtBinOp op, const RtBcastDims *d, RtDType dt,
+AMPC_CU_API void rt_cuda_broadcast_backward(RtCudaCtx *cx, RtBinOp op, const RtBcastDims *d, RtDType dt,
                                             const void *dy, const void *a, const void *b,
                                             void *da, void *db, bool acc_a, bool acc_b, void *ws)
 {
@@ -478,33 +471,33 @@ AMPC_CU_API void rt_cuda_broadcast_backward(RtBinOp op, const RtBcastDims *d, Rt
     }
 }
 
-AMPC_CU_API void rt_cuda_scalar_forward(RtScalarOp op, size_t n, RtDType dt, const void *x,
+AMPC_CU_API void rt_cuda_scalar_forward(RtCudaCtx *cx, RtScalarOp op, size_t n, RtDType dt, const void *x,
                                         float s, void *y)
 {
-    AMPC_OPS_RUN(ampc_cu_scalar(rt_cuda_stream(), (int)op, n, (int)dt, x, s, y));
+    AMPC_OPS_RUN(ampc_cu_scalar(cx->stream, (int)op, n, (int)dt, x, s, y));
 }
 
-AMPC_CU_API void rt_cuda_scalar_backward(RtScalarOp op, size_t n, RtDType dt, const void *x,
+AMPC_CU_API void rt_cuda_scalar_backward(RtCudaCtx *cx, RtScalarOp op, size_t n, RtDType dt, const void *x,
                                          float s, const void *dy, void *dx, bool accumulate)
 {
-    AMPC_OPS_RUN(ampc_cu_scalar_backward(rt_cuda_stream(), (int)op, n, (int)dt, x, s, dy, dx,
+    AMPC_OPS_RUN(ampc_cu_scalar_backward(cx->stream, (int)op, n, (int)dt, x, s, dy, dx,
                                          accumulate));
 }
 
-AMPC_CU_API void rt_cuda_clip_forward(size_t n, RtDType dt, const void *x, float lo, float hi,
+AMPC_CU_API void rt_cuda_clip_forward(RtCudaCtx *cx, size_t n, RtDType dt, const void *x, float lo, float hi,
                                       void *y)
 {
     AMPC_OPS_GO(ampc_k_clip, n, 0, n, (int)dt, x, lo, hi, (const void *)NULL, y, 0);
 }
 
-AMPC_CU_API void rt_cuda_clip_backward(size_t n, RtDType dt, const void *x, float lo, float hi,
+AMPC_CU_API void rt_cuda_clip_backward(RtCudaCtx *cx, size_t n, RtDType dt, const void *x, float lo, float hi,
                                        const void *dy, void *dx, bool accumulate)
 {
     AMPC_OPS_GO(ampc_k_clip, n, 1, n, (int)dt, x, lo, hi, dy, dx, (int)accumulate);
 }
 
 /* one launch per input: x is a host array of device pointers */
-AMPC_CU_API void rt_cuda_concat_forward(int nin, const void *const *x, const int64_t *len,
+AMPC_CU_API void rt_cuda_concat_forward(RtCudaCtx *cx, int nin, const void *const *x, const int64_t *len,
                                         int64_t outer, int64_t inner, RtDType dt, void *y)
 {
     size_t row = 0, start = 0;
@@ -518,7 +511,7 @@ AMPC_CU_API void rt_cuda_concat_forward(int nin, const void *const *x, const int
     }
 }
 
-AMPC_CU_API void rt_cuda_concat_backward(int nin, const void *dy, const int64_t *len,
+AMPC_CU_API void rt_cuda_concat_backward(RtCudaCtx *cx, int nin, const void *dy, const int64_t *len,
                                          int64_t outer, int64_t inner, RtDType dt,
                                          void *const *dx, const bool *accumulate)
 {
@@ -552,13 +545,13 @@ static AmpcBcast ampc_ops_reduce_view(const RtReduceDims *d, size_t *nx, size_t 
     return ampc_ops_bcast(&b);
 }
 
-AMPC_CU_API size_t rt_cuda_reduce_workspace_bytes(const RtReduceDims *d, RtDType dt, RtPass pass)
+AMPC_CU_API size_t rt_cuda_reduce_workspace_bytes(RtCudaCtx *cx, const RtReduceDims *d, RtDType dt, RtPass pass)
 {
-    (void)d, (void)dt, (void)pass;
+    (void)cx, (void)d, (void)dt, (void)pass;
     return 0;
 }
 
-static void ampc_ops_reduce_fwd(const RtReduceDims *d, RtDType dt, const void *x, void *y,
+static void ampc_ops_reduce_fwd(RtCudaCtx *cx, const RtReduceDims *d, RtDType dt, const void *x, void *y,
                                 int mean)
 {
     size_t nx, ny;
@@ -567,7 +560,7 @@ static void ampc_ops_reduce_fwd(const RtReduceDims *d, RtDType dt, const void *x
     AMPC_OPS_GO(ampc_k_bcast_reduce, ny, g, 0, (int)dt, x, (const void *)NULL, 1.0f, scale, y, 0);
 }
 
-static void ampc_ops_reduce_bwd(const RtReduceDims *d, RtDType dt, const void *dy, void *dx,
+static void ampc_ops_reduce_bwd(RtCudaCtx *cx, const RtReduceDims *d, RtDType dt, const void *dy, void *dx,
                                 bool acc, int mean)
 {
     size_t nx, ny;
@@ -576,51 +569,52 @@ static void ampc_ops_reduce_bwd(const RtReduceDims *d, RtDType dt, const void *d
     AMPC_OPS_GO(ampc_k_reduce_bwd, nx, g, (int)dt, dy, scale, dx, (int)acc);
 }
 
-AMPC_CU_API void rt_cuda_sum_forward(const RtReduceDims *d, RtDType dt, const void *x, void *y,
+AMPC_CU_API void rt_cuda_sum_forward(RtCudaCtx *cx, const RtReduceDims *d, RtDType dt, const void *x, void *y,
                                      void *ws)
 {
     (void)ws;
-    ampc_ops_reduce_fwd(d, dt, x, y, 0);
+    ampc_ops_reduce_fwd(cx, d, dt, x, y, 0);
 }
 
-AMPC_CU_API void rt_cuda_mean_forward(const RtReduceDims *d, RtDType dt, const void *x, void *y,
+AMPC_CU_API void rt_cuda_mean_forward(RtCudaCtx *cx, const RtReduceDims *d, RtDType dt, const void *x, void *y,
                                       void *ws)
 {
     (void)ws;
-    ampc_ops_reduce_fwd(d, dt, x, y, 1);
+    ampc_ops_reduce_fwd(cx, d, dt, x, y, 1);
 }
 
-AMPC_CU_API void rt_cuda_sum_backward(const RtReduceDims *d, RtDType dt, const void *dy,
+AMPC_CU_API void rt_cuda_sum_backward(RtCudaCtx *cx, const RtReduceDims *d, RtDType dt, const void *dy,
                                       void *dx, bool accumulate)
 {
-    ampc_ops_reduce_bwd(d, dt, dy, dx, accumulate, 0);
+    ampc_ops_reduce_bwd(cx, d, dt, dy, dx, accumulate, 0);
 }
 
-AMPC_CU_API void rt_cuda_mean_backward(const RtReduceDims *d, RtDType dt, const void *dy,
+AMPC_CU_API void rt_cuda_mean_backward(RtCudaCtx *cx, const RtReduceDims *d, RtDType dt, const void *dy,
                                        void *dx, bool accumulate)
 {
-    ampc_ops_reduce_bwd(d, dt, dy, dx, accumulate, 1);
+    ampc_ops_reduce_bwd(cx, d, dt, dy, dx, accumulate, 1);
 }
 
-/* loss_scale is the host's copy: the device's (rt_cuda_bind_step) is read instead */
-AMPC_CU_API void rt_cuda_softmax_output_backward(int64_t n, int64_t k, RtDType dt,
+/* the kernel reads the step's scale on the device (step: a device pointer;
+ * the address of its scale is formed here, nothing is read) */
+AMPC_CU_API void rt_cuda_softmax_output_backward(RtCudaCtx *cx, int64_t n, int64_t k, RtDType dt,
                                                  const void *prob, const float *label,
-                                                 const RtSmoParams *p, float loss_scale,
+                                                 const RtSmoParams *p, const RtStepState *step,
                                                  RtDType dxdt, void *dx, bool accumulate)
 {
-    (void)loss_scale;
-    AMPC_OPS_GO(ampc_k_smo_bwd, (size_t)n, (size_t)n, (size_t)k, (int)dt, prob, label, *p,
-                ampc_ops_scale_dev, (int)dxdt, dx, (int)accumulate);
+    const float *scale = step ? &step->scale : (const float *)NULL;
+    AMPC_OPS_GO(ampc_k_smo_bwd, (size_t)n, (size_t)n, (size_t)k, (int)dt, prob, label, *p, scale,
+                (int)dxdt, dx, (int)accumulate);
 }
 
-/* nothing on a step the bound flag skips (rt_cuda_bind_step) */
-AMPC_CU_API void rt_cuda_batchnorm_update_moving(int64_t c, int64_t count, const float *save_mean,
-                                                 const float *save_invstd, float eps,
-                                                 float momentum, float *moving_mean,
-                                                 float *moving_var)
+/* nothing on a step the step's state skips (read on the device) */
+AMPC_CU_API void rt_cuda_batchnorm_update_moving(RtCudaCtx *cx, int64_t c, int64_t count,
+                                                 const float *save_mean, const float *save_invstd,
+                                                 float eps, float momentum, float *moving_mean,
+                                                 float *moving_var, const RtStepState *step)
 {
     AMPC_OPS_GO(ampc_k_bn_moving, (size_t)c, (size_t)c, count, save_mean, save_invstd, eps,
-                momentum, moving_mean, moving_var, ampc_ops_skip_dev);
+                momentum, moving_mean, moving_var, step);
 }
 
 #endif /* AMPC_CUDA_OPS_CUH */

@@ -25,7 +25,7 @@
 #define AMPC_OPS_GO(k, n, ...)                                                                \
     do {                                                                                      \
         if ((n) > 0) {                                                                        \
-            AMPC_LAUNCH(k, ampc_cu_grid(n), AMPC_CU_THREADS, rt_cuda_stream(), __VA_ARGS__);  \
+            AMPC_LAUNCH(k, ampc_cu_grid(n), AMPC_CU_THREADS, cx->stream, __VA_ARGS__);        \
             AMPC_CHECK(AMPC_API_CUDA, AMPC_LAUNCH_ERROR());                                   \
         }                                                                                     \
     } while (0)
@@ -188,28 +188,28 @@ __global__ void ampc_k_softmax_bwd(size_t outer, size_t len, size_t inner, int d
 /* ---- the rt_cuda_* functions ---------------------------------------------------------- */
 
 /* relu: kernels.cuh's (no libm, in the fma-checked PTX) */
-AMPC_CU_API void rt_cuda_activation_forward(RtAct act, size_t n, RtDType dt, const void *x,
+AMPC_CU_API void rt_cuda_activation_forward(RtCudaCtx *cx, RtAct act, size_t n, RtDType dt, const void *x,
                                             void *y)
 {
     if (act == RT_ACT_RELU) {
-        AMPC_OPS_RUN(ampc_cu_relu(rt_cuda_stream(), n, (int)dt, x, y));
+        AMPC_OPS_RUN(ampc_cu_relu(cx->stream, n, (int)dt, x, y));
         return;
     }
     AMPC_OPS_GO(ampc_k_act_fwd, n, (int)act, n, (int)dt, x, y);
 }
 
-AMPC_CU_API void rt_cuda_activation_backward(RtAct act, size_t n, RtDType dt, const void *x,
+AMPC_CU_API void rt_cuda_activation_backward(RtCudaCtx *cx, RtAct act, size_t n, RtDType dt, const void *x,
                                              const void *y, const void *dy, void *dx,
                                              bool accumulate)
 {
     if (act == RT_ACT_RELU) {
-        AMPC_OPS_RUN(ampc_cu_relu_backward(rt_cuda_stream(), n, (int)dt, y, dy, dx, accumulate));
+        AMPC_OPS_RUN(ampc_cu_relu_backward(cx->stream, n, (int)dt, y, dy, dx, accumulate));
         return;
     }
     AMPC_OPS_GO(ampc_k_act_bwd, n, (int)act, n, (int)dt, x, y, dy, dx, (int)accumulate);
 }
 
-AMPC_CU_API void rt_cuda_leaky_relu_forward(RtLeaky t, int64_t outer, int64_t c, int64_t inner,
+AMPC_CU_API void rt_cuda_leaky_relu_forward(RtCudaCtx *cx, RtLeaky t, int64_t outer, int64_t c, int64_t inner,
                                             RtDType dt, const void *x, const void *gamma,
                                             float slope, void *y)
 {
@@ -219,7 +219,7 @@ AMPC_CU_API void rt_cuda_leaky_relu_forward(RtLeaky t, int64_t outer, int64_t c,
 }
 
 /* dgamma first: dx may be written over dy */
-AMPC_CU_API void rt_cuda_leaky_relu_backward(RtLeaky t, int64_t outer, int64_t c, int64_t inner,
+AMPC_CU_API void rt_cuda_leaky_relu_backward(RtCudaCtx *cx, RtLeaky t, int64_t outer, int64_t c, int64_t inner,
                                              RtDType dt, const void *x, const void *gamma,
                                              float slope, const void *dy, void *dx, void *dgamma,
                                              bool acc_dx, bool acc_dgamma)
@@ -233,33 +233,33 @@ AMPC_CU_API void rt_cuda_leaky_relu_backward(RtLeaky t, int64_t outer, int64_t c
                     slope, dy, dx, (int)acc_dx);
 }
 
-AMPC_CU_API void rt_cuda_unary_forward(RtUnaryOp op, size_t n, RtDType dt, const void *x,
+AMPC_CU_API void rt_cuda_unary_forward(RtCudaCtx *cx, RtUnaryOp op, size_t n, RtDType dt, const void *x,
                                        void *y)
 {
     AMPC_OPS_GO(ampc_k_unary, n, (int)op, n, (int)dt, x, y);
 }
 
-AMPC_CU_API void rt_cuda_unary_backward(RtUnaryOp op, size_t n, RtDType dt, const void *x,
+AMPC_CU_API void rt_cuda_unary_backward(RtCudaCtx *cx, RtUnaryOp op, size_t n, RtDType dt, const void *x,
                                         const void *y, const void *dy, void *dx, bool accumulate)
 {
     AMPC_OPS_GO(ampc_k_unary_bwd, n, (int)op, n, (int)dt, x, y, dy, dx, (int)accumulate);
 }
 
-AMPC_CU_API void rt_cuda_softmax_forward(int64_t outer, int64_t len, int64_t inner, RtDType dt,
+AMPC_CU_API void rt_cuda_softmax_forward(RtCudaCtx *cx, int64_t outer, int64_t len, int64_t inner, RtDType dt,
                                          const void *x, void *y)
 {
     AMPC_OPS_GO(ampc_k_softmax, (size_t)outer * (size_t)inner, (size_t)outer, (size_t)len,
                 (size_t)inner, (int)dt, x, (int)dt, y, 0);
 }
 
-AMPC_CU_API void rt_cuda_log_softmax_forward(int64_t outer, int64_t len, int64_t inner,
+AMPC_CU_API void rt_cuda_log_softmax_forward(RtCudaCtx *cx, int64_t outer, int64_t len, int64_t inner,
                                              RtDType dt, const void *x, void *y)
 {
     AMPC_OPS_GO(ampc_k_softmax, (size_t)outer * (size_t)inner, (size_t)outer, (size_t)len,
                 (size_t)inner, (int)dt, x, (int)dt, y, 1);
 }
 
-AMPC_CU_API void rt_cuda_softmax_backward(int64_t outer, int64_t len, int64_t inner, RtDType dt,
+AMPC_CU_API void rt_cuda_softmax_backward(RtCudaCtx *cx, int64_t outer, int64_t len, int64_t inner, RtDType dt,
                                           const void *y, const void *dy, void *dx,
                                           bool accumulate)
 {
@@ -267,7 +267,7 @@ AMPC_CU_API void rt_cuda_softmax_backward(int64_t outer, int64_t len, int64_t in
                 (size_t)inner, (int)dt, y, dy, dx, 0, (int)accumulate);
 }
 
-AMPC_CU_API void rt_cuda_log_softmax_backward(int64_t outer, int64_t len, int64_t inner,
+AMPC_CU_API void rt_cuda_log_softmax_backward(RtCudaCtx *cx, int64_t outer, int64_t len, int64_t inner,
                                               RtDType dt, const void *y, const void *dy,
                                               void *dx, bool accumulate)
 {
@@ -275,7 +275,7 @@ AMPC_CU_API void rt_cuda_log_softmax_backward(int64_t outer, int64_t len, int64_
                 (size_t)inner, (int)dt, y, dy, dx, 1, (int)accumulate);
 }
 
-AMPC_CU_API void rt_cuda_softmax_output_forward(int64_t n, int64_t k, RtDType xdt, const void *x,
+AMPC_CU_API void rt_cuda_softmax_output_forward(RtCudaCtx *cx, int64_t n, int64_t k, RtDType xdt, const void *x,
                                                 RtDType dt, void *prob)
 {
     AMPC_OPS_GO(ampc_k_softmax, (size_t)n, (size_t)n, (size_t)k, (size_t)1, (int)xdt, x, (int)dt,

@@ -101,8 +101,8 @@ typedef struct {
 void *ampc_cache_get(const AmpcPlanCache *c, const AmpcPlanKey *k);
 /* false on allocation failure; the key must not be in the cache yet */
 bool ampc_cache_put(AmpcPlanCache *c, const AmpcPlanKey *k, void *value);
-/* calls drop(value) for each entry (drop may be NULL), frees the table */
-void ampc_cache_free(AmpcPlanCache *c, void (*drop)(void *));
+/* calls drop(ctx, value) for each entry (drop may be NULL), frees the table */
+void ampc_cache_free(AmpcPlanCache *c, void (*drop)(void *ctx, void *value), void *ctx);
 
 /* ---- FullyConnected as one column-major GEMM: D[m,n] = op(A) op(B) ------ */
 

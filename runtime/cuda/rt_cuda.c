@@ -1,38 +1,74 @@
 /*
- * rt_cuda.c - the CUDA runtime library's set-up (rt_cuda.h): cuDNN and
- * cuBLASLt opened on the device's stream, or, for the offline check
- * (--cudnn-check), without a GPU; and shut down, with the BatchNorm
- * scratch, before the stream they were made on.
+ * rt_cuda.c - the CUDA runtime library's run state (rt_cuda.h): a context
+ * per device, with cuDNN and cuBLASLt open on the device's stream, or, for
+ * the offline check (--cudnn-check), without a GPU; closed, with the
+ * BatchNorm scratch, before the stream it was made on.  The device that runs
+ * the program owns it (runtime/cuda/program.c hands it to device.cu).
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cuda/rt_cuda.h"
 
-static AmpcStream stream; /* the stream rt_cuda_init was given */
-
-AmpcStream rt_cuda_stream(void) { return stream; }
-
-bool rt_cuda_init(const RtCudaConfig *c, char *err, size_t errlen)
+RtCudaCtx *rt_cuda_ctx_new(const RtCudaConfig *cfg)
 {
-    stream = c->stream;
-    return rt_cuda_blas_init(c, err, errlen) && rt_cuda_dnn_init(c, err, errlen);
+    RtCudaCtx *cx = calloc(1, sizeof *cx);
+    if (!cx)
+        return NULL;
+    cx->cfg = *cfg;
+    cx->stream = cfg->stream;
+    return cx;
 }
 
-void rt_cuda_shutdown(void)
+void rt_cuda_need_init(const RtCudaCtx *cx, const char *fn)
 {
-    rt_cuda_bn_release();
-    rt_cuda_dnn_shutdown();
-    rt_cuda_blas_shutdown();
+    if (!cx || cx->offline) {
+        fprintf(stderr, "ampc: %s: called %s\n", fn,
+                cx ? "in the offline check (no GPU)" : "without a context (rt_cuda_open)");
+        exit(1);
+    }
 }
 
-bool rt_cuda_check_open(const RtCudaConfig *c, char *err, size_t errlen)
+/* cuBLASLt then cuDNN into a new context (offline: for the check) */
+static RtCudaCtx *open_libraries(const RtCudaConfig *cfg, bool offline, char *err, size_t errlen)
 {
-    return rt_cuda_blas_check_open(c, err, errlen) && rt_cuda_dnn_check_open(c, err, errlen);
+    RtCudaCtx *cx = rt_cuda_ctx_new(cfg);
+    if (!cx) {
+        snprintf(err, errlen, "out of host memory for the CUDA libraries' context");
+        return NULL;
+    }
+    cx->offline = offline;
+    bool ok = offline ? rt_cuda_blas_check_open(cx, err, errlen) &&
+                            rt_cuda_dnn_check_open(cx, err, errlen)
+                      : rt_cuda_blas_init(cx, err, errlen) && rt_cuda_dnn_init(cx, err, errlen);
+    if (!ok) {
+        rt_cuda_close(cx);
+        return NULL;
+    }
+    return cx;
 }
 
-int rt_cuda_check_report(FILE *out, FILE *err)
+RtCudaCtx *rt_cuda_open(const RtCudaConfig *cfg, char *err, size_t errlen)
 {
-    return rt_cuda_dnn_check_report(out, err) + rt_cuda_blas_check_report(out, err);
+    return open_libraries(cfg, false, err, errlen);
 }
 
-void rt_cuda_check_close(void) { rt_cuda_shutdown(); }
+RtCudaCtx *rt_cuda_check_open(const RtCudaConfig *cfg, char *err, size_t errlen)
+{
+    return open_libraries(cfg, true, err, errlen);
+}
+
+void rt_cuda_close(RtCudaCtx *cx)
+{
+    if (!cx)
+        return;
+    rt_cuda_bn_release(cx);
+    rt_cuda_dnn_shutdown(cx);
+    rt_cuda_blas_shutdown(cx);
+    free(cx);
+}
+
+int rt_cuda_check_report(RtCudaCtx *cx, FILE *out, FILE *err)
+{
+    return rt_cuda_dnn_check_report(cx, out, err) + rt_cuda_blas_check_report(cx, out, err);
+}

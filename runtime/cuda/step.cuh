@@ -20,10 +20,8 @@ __global__ void ampc_k_step_begin(ampc_dptr<AmpcDevLs> s, int inject)
 {
     if (blockIdx.x != 0 || threadIdx.x != 0)
         return;
-    AmpcLossScale step = *AMPC_FIELD(s, ls);
-    if (inject)
-        step.scale = __int_as_float(0x7f800000);
-    *AMPC_FIELD(s, step) = step;
+    AmpcLossScale ls = *AMPC_FIELD(s, ls);
+    *AMPC_FIELD(s, st.scale) = inject ? __int_as_float(0x7f800000) : ls.scale;
 }
 
 /* This update's scalars: the schedule's entry for the device's update
@@ -33,7 +31,7 @@ __global__ void ampc_k_step_pick(ampc_dptr<const AmpcDevLs> s, ampc_dptr<const A
 {
     if (blockIdx.x != 0 || threadIdx.x != 0)
         return;
-    int64_t i = *AMPC_FIELD(s, num_update) - *AMPC_FIELD(s, lr_first);
+    int64_t i = *AMPC_FIELD(s, st.num_update) - *AMPC_FIELD(s, lr_first);
     if (i >= 0 && i < *AMPC_FIELD(s, lr_n)) {
         *cur = table[i];
     } else {
@@ -46,8 +44,8 @@ __global__ void ampc_k_step_pick(ampc_dptr<const AmpcDevLs> s, ampc_dptr<const A
 /* After the update: counted when it was applied (always, unless dynamic). */
 __global__ void ampc_k_step_count(ampc_dptr<AmpcDevLs> s, ampc_dptr<const int32_t> flag)
 {
-    if (blockIdx.x == 0 && threadIdx.x == 0 && (!*AMPC_FIELD(s, dynamic) || *flag == 0))
-        *AMPC_FIELD(s, num_update) += 1;
+    if (blockIdx.x == 0 && threadIdx.x == 0 && (!*AMPC_FIELD(s, st.dynamic) || *flag == 0))
+        *AMPC_FIELD(s, st.num_update) += 1;
 }
 
 /* The step's flag into the ring (1: finite); a non-finite step counted
@@ -61,7 +59,7 @@ __global__ void ampc_k_step_ring(ampc_dptr<AmpcDevLs> s, ampc_dptr<const int32_t
     int32_t f = *flag;
     ring[steps % ring_len] = f == 0;
     *AMPC_FIELD(s, steps) = steps + 1;
-    if (!*AMPC_FIELD(s, dynamic))
+    if (!*AMPC_FIELD(s, st.dynamic))
         *AMPC_FIELD(s, nonfinite) += f != 0;
 }
 

@@ -14,7 +14,7 @@
  * resume) goes to both.  The update's scalars are the inner device's
  * (device.h "the step without the host"): the learning rate lr_ahead wrote
  * for the update count, t = that count + 1, rescale_grad = 1 / (batch x
- * the step's scale) with the scale read from loss_scale_dev; a dynamic
+ * the step's scale) with the scale read from the step's state; a dynamic
  * scale's skipped step is skipped; so around the CPU device it trains to
  * the same bits as the CPU device alone (tests/runtime/test_kv_local.c).
  * Each step waits for the device once (the gradients and the scale) and
@@ -193,7 +193,7 @@ static void l_train_update(RtDevice *d, float *const *state, float *const *state
         in->ops->to_host_async(in, l->hbuf[p->grad], l->ctx->buf[p->grad], bytes);
         l->stats.d2h_bytes += bytes;
     }
-    in->ops->to_host_async(in, l->scale_host, in->ops->loss_scale_dev(in), sizeof(float));
+    in->ops->to_host_async(in, l->scale_host, &in->ops->step_state(in)->scale, sizeof(float));
     l->stats.d2h_bytes += sizeof(float);
     in->ops->synchronize(in);
     d->syncs++;

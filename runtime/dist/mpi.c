@@ -796,11 +796,12 @@ static bool m_ls_init(RtDevice *d, const RtDevLsInit *c, char *err, size_t errle
 {
     return in(d)->ops->ls_init(in(d), c, err, errlen);
 }
-static void m_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
+static void m_step_begin(RtDevice *d, bool inject_inf)
 {
-    in(d)->ops->step_begin(in(d), ctx, inject_inf);
+    in(d)->ops->step_begin(in(d), inject_inf);
 }
-static const float *m_loss_scale_dev(RtDevice *d) { return in(d)->ops->loss_scale_dev(in(d)); }
+static const RtStepState *m_step_state(RtDevice *d) { return in(d)->ops->step_state(in(d)); }
+static struct RtCudaCtx *m_kernel_ctx(RtDevice *d) { return in(d)->ops->kernel_ctx(in(d)); }
 static void m_lr_ahead(RtDevice *d, const struct RtOptConfig *oc, const float *lr, int64_t first,
                        int n)
 {
@@ -928,7 +929,8 @@ static const RtDeviceOps mpi_ops = {
     .optim_step = m_optim_step,
     .ls_init = m_ls_init,
     .step_begin = m_step_begin,
-    .loss_scale_dev = m_loss_scale_dev,
+    .step_state = m_step_state,
+    .kernel_ctx = m_kernel_ctx,
     .lr_ahead = m_lr_ahead,
     .moving_update = m_moving_update,
     .train_update = m_train_update,

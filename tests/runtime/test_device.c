@@ -194,7 +194,7 @@ static const RtModel mix = {
 static void mix_trainer(RtTrainer *t, int nstate)
 {
     char err[256];
-    if (!rt_trainer_init(t, &mix, 2, nstate, err, sizeof err) ||
+    if (!rt_trainer_init(t, &mix, 2, nstate, NULL, err, sizeof err) ||
         !rt_trainer_init_params(t, "uniform(scale=0.5)", 7, err, sizeof err) ||
         !rt_trainer_setup(t, err, sizeof err))
         fail_msg("%s", err);

@@ -114,7 +114,7 @@ static void train(Run *r, RtOptKind kind, bool dynamic)
         lr[i] = 0.05f / (float)(1 + i);
     rt_dev_lr_ahead(r->d, &oc, lr, 0, RT_DEV_LS_RING + 1);
     for (int s = 0; s < STEPS; s++) {
-        rt_dev_step_begin(r->d, &r->ctx, false);
+        rt_dev_step_begin(r->d, false);
         for (int p = 0; p < NP; p++) {
             RtDType dt = buffers[params[p].grad].dtype;
             float g[64];

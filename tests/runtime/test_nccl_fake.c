@@ -269,7 +269,7 @@ static void *rank_main(void *arg)
     for (int i = 0; i < NP; i++)
         grads[i] = (RtDevTensor){k->buf[NP + i], (size_t)sizes[i], gdt(i)};
     for (int s = 0; s < k->steps; s++) {
-        rt_dev_step_begin(d, &k->ctx, false);
+        rt_dev_step_begin(d, false);
         /* backward: each gradient written, then announced */
         for (int j = 0; j < NP; j++) {
             int p = k->announce[j];
@@ -593,7 +593,7 @@ static void test_equals_sequential_sum(void **state)
     assert_true(rt_dev_setup(d, &model, &ref.ctx, err, sizeof err));
     assert_true(loop_init(d, &ref));
     for (int s = 0; s < S; s++) {
-        rt_dev_step_begin(d, &ref.ctx, false);
+        rt_dev_step_begin(d, false);
         for (int p = 0; p < NP; p++) {
             float sum[128];
             char tmp[512];
