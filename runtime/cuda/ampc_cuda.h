@@ -28,7 +28,9 @@
  * dtypes are RtDType's values (0 fp32, 1 fp16, 2 bf16); n counts elements.
  * Each function returns 0 or the launch's cudaError_t.  The stream is
  * cudaStream_t (a struct CUstream_st *; NULL is the default stream).
- * C and C++; host code only (the kernels themselves are in kernels.cuh).
+ * C and C++; host code only (the kernels themselves are in the family headers:
+ * dtype.cuh, elemwise.cuh, act.cuh, optim.cuh, step.cuh, layout.cuh, pool.cuh,
+ * batchnorm.cuh).
  */
 #ifndef AMPC_CUDA_H
 #define AMPC_CUDA_H

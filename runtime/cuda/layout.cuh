@@ -24,10 +24,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "cuda/kernel_api.cuh"
 
 #include "cuda/ampc_cuda.h"
+#include "cuda/rt_cuda.h"
 #include "kernels/half.h"
 
 #define AMPC_LAY_API AMPC_API
@@ -179,6 +182,41 @@ AMPC_LAY_API int ampc_cu_bias_grad(AmpcStream s, size_t outer, int c, size_t inn
     AMPC_LAUNCH(ampc_k_bias_grad, ampc_lay_grid((size_t)c), AMPC_LAY_THREADS, s, outer, c, inner,
                 dt, dy, dbias, acc);
     return AMPC_LAUNCH_ERROR();
+}
+
+/* ---- the layout conversion (rt_layout_convert, runtime/cpu/layout.c) -------------------- */
+
+/* to NHWC: dst [n][hw][c] from src [n][c][hw]; to NCHW the inverse (rt_layout_convert) */
+__global__ void ampc_k_layout(size_t n, size_t c, size_t hw, int dt, ampc_dptr<const void> src,
+                              ampc_dptr<void> dst, int to_nhwc)
+{
+    size_t total = n * c * hw;
+    AMPC_LAY_FOR(e, total)
+    {
+        size_t img = e / (c * hw), r = e % (c * hw);
+        size_t ch = r / hw, p = r % hw; /* e is [img][ch][p] in NCHW */
+        size_t t = (img * hw + p) * c + ch;
+        if (to_nhwc)
+            ampc_lay_copy(dst, t, src, e, dt);
+        else
+            ampc_lay_copy(dst, e, src, t, dt);
+    }
+}
+
+AMPC_LAY_API void rt_cuda_layout_convert(RtCudaCtx *cx, int64_t n, int64_t c, int64_t hw, RtDType dt,
+                                        const void *src, void *dst, RtLayout to)
+{
+    if (n < 0 || c < 0 || hw < 0) {
+        fprintf(stderr, "ampc: rt_cuda_layout_convert: negative dims (%lld, %lld, %lld)\n",
+                (long long)n, (long long)c, (long long)hw);
+        exit(1);
+    }
+    size_t total = (size_t)n * (size_t)c * (size_t)hw;
+    if (total == 0)
+        return;
+    AMPC_LAUNCH(ampc_k_layout, ampc_lay_grid(total), AMPC_LAY_THREADS, cx->stream, (size_t)n,
+                (size_t)c, (size_t)hw, (int)dt, src, dst, to == RT_LAYOUT_NHWC);
+    AMPC_CHECK(AMPC_API_CUDA, AMPC_LAUNCH_ERROR());
 }
 
 #endif /* AMPC_LAY_HELPERS_ONLY */

@@ -12,7 +12,9 @@
  * layout field (RtConvDims.layout, RtPoolDims.layout): NCHW with OIHW
  * filters, or NHWC (x, y) with KRSC filters (plan.h), whatever the dtype.
  * FullyConnected is row-major [n, in] as on the CPU.  The other kernels
- * (ops.cuh, ops_math.cuh) take rt.h's arguments unchanged.
+ * (one header per family beside runtime/cpu/'s: dtype.cuh, elemwise.cuh,
+ * act.cuh, reduce.cuh, loss.cuh, layout.cuh, batchnorm.cuh; math.cuh: those
+ * that call libm) take rt.h's arguments unchanged after the context.
  *
  * A failing call prints "ampc: FILE:LINE: CALL: ERROR" and exits with
  * status 1 (the contract's functions return nothing); set-up errors
@@ -219,7 +221,8 @@ void rt_cuda_batchnorm_relu_backward(RtCudaCtx *cx, const RtBnDims *d, RtDType d
                                      bool fix_gamma, bool use_global_stats, void *dx, float *dgamma,
                                      float *dbeta, bool acc_dx, bool acc_param);
 
-/* ---- the other kernels (ops.cuh, built by kernels.cu) -------------------------------- */
+/* ---- the other kernels (the family headers built by kernels.cu, math.cu,
+ * layout.cu and batchnorm.cu) ---------------------------------------------------------- */
 
 void rt_cuda_copy(RtCudaCtx *cx, size_t n, RtDType dt, const void *x, void *y);
 void rt_cuda_reshape_forward(RtCudaCtx *cx, size_t n, RtDType dt, const void *x, void *y);

@@ -4,7 +4,8 @@
  * without the host"), in one source for nvcc (kernels.cu builds it after
  * kernels.cuh) and the emulator (the same kernels.cu in libampcemu.a;
  * tests/runtime/test_cuda_emu.c runs them against the CPU device's rules).
- * The loss scale's own rule is kernels.cuh's ampc_k_loss_scale.
+ * The loss scale's own rule (kernels/lossscale.h) on the device:
+ * ampc_k_loss_scale.
  */
 #ifndef AMPC_CUDA_STEP_CUH
 #define AMPC_CUDA_STEP_CUH
@@ -13,7 +14,26 @@
 #error "include cuda/kernels.cuh before cuda/step.cuh"
 #endif
 
-#ifndef AMPC_CU_HELPERS_ONLY
+/* One thread: the rule of kernels/lossscale.h on the device flag, so the
+ * scale the next step uses never passes through the host. */
+__global__ void ampc_k_loss_scale(ampc_dptr<AmpcLossScale> state, ampc_dptr<const int32_t> found,
+                                  AmpcLossScaleRule rule, ampc_dptr<AmpcLossScaleStats> stats)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0)
+        return;
+    AmpcLossScale old = *state;
+    int inf = *found != 0;
+    AmpcLossScale now = ampc_loss_scale_update(old, inf, rule);
+    *state = now;
+    if (stats) {
+        AmpcLossScaleStats c = *stats;
+        c.steps++;
+        c.skipped += inf;
+        c.grown += now.scale > old.scale;
+        c.backed_off += now.scale < old.scale;
+        *stats = c;
+    }
+}
 
 /* The step's scale: the device's, or inf (--inject-inf-at-step). */
 __global__ void ampc_k_step_begin(ampc_dptr<AmpcDevLs> s, int inject)
@@ -63,6 +83,13 @@ __global__ void ampc_k_step_ring(ampc_dptr<AmpcDevLs> s, ampc_dptr<const int32_t
         *AMPC_FIELD(s, nonfinite) += f != 0;
 }
 
+AMPC_CU_API int ampc_cu_loss_scale(AmpcStream s, AmpcLossScale *state, const int32_t *found,
+                                   AmpcLossScaleRule rule, AmpcLossScaleStats *stats)
+{
+    AMPC_LAUNCH(ampc_k_loss_scale, 1, 1, s, state, found, rule, stats);
+    return AMPC_LAUNCH_ERROR();
+}
+
 AMPC_API int ampc_cu_step_begin(AmpcStream s, AmpcDevLs *ls, int inject)
 {
     AMPC_LAUNCH(ampc_k_step_begin, 1, 1, s, ls, inject);
@@ -88,7 +115,5 @@ AMPC_API int ampc_cu_step_ring(AmpcStream s, AmpcDevLs *ls, const int32_t *flag,
     AMPC_LAUNCH(ampc_k_step_ring, 1, 1, s, ls, flag, ring, ring_len);
     return AMPC_LAUNCH_ERROR();
 }
-
-#endif /* AMPC_CU_HELPERS_ONLY */
 
 #endif /* AMPC_CUDA_STEP_CUH */

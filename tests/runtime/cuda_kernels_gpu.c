@@ -8,7 +8,7 @@
  * canonical NaN where the host keeps a payload).  Prints one table row per
  * kernel: cases run, elements compared, mismatches.
  *
- * Then the other rt.h twins (runtime/cuda/ops.cuh, ops_math.cuh and the
+ * Then the other rt.h twins (runtime/cuda/'s family headers, math.cuh and the
  * fused BatchNorm + relu), through their rt_cuda_* entry points, against
  * rt_* on the same inputs in fp32, fp16 and bf16: bit for bit (tolerance
  * 0) where the kernel calls no libm, else within a stated tolerance on the
@@ -310,7 +310,7 @@ int main(void)
     return bad ? 1 : 0;
 }
 
-/* ---- the other rt.h twins (ops.cuh, ops_math.cuh, BatchNorm + relu) ---------------------- */
+/* ---- the other rt.h twins (the family headers, math.cuh, BatchNorm + relu) --------------- */
 
 static double libm_tol(int dt) { return dt == RT_F32 ? 1e-5 : dt == RT_F16 ? 2e-3 : 1.6e-2; }
 

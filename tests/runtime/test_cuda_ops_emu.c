@@ -1,6 +1,8 @@
 /*
  * test_cuda_ops_emu.c - the CUDA twins of rt.h's other kernels
- * (runtime/cuda/ops.cuh, ops_math.cuh; the fused BatchNorm + relu of batchnorm.cuh)
+ * (runtime/cuda/'s family headers: dtype.cuh, elemwise.cuh, act.cuh,
+ * reduce.cuh, loss.cuh, layout.cuh, math.cuh, batchnorm.cuh's moving update
+ * and fused BatchNorm + relu)
  * under the emulator (libampcemu.a; runtime/emu/), through their rt_cuda_*
  * entry points, against the CPU twins (runtime/cpu/) bit for bit:
  *
@@ -20,7 +22,7 @@
  * blocks), fp32/fp16/bf16, inf, NaN, -0 and subnormals, in device buffers
  * of exactly their size.  Every case runs under two scheduler seeds and the
  * reversed order, with every access checked.  NaN compares as NaN.
- * The libm kernels (ops_math.cuh) are bit for bit here because the
+ * The libm kernels (math.cuh) are bit for bit here because the
  * emulation calls the same glibc as the CPU; on a GPU they are compared
  * with a tolerance (tests/runtime/cuda_kernels_gpu.c).
  */

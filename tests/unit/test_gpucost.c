@@ -182,7 +182,7 @@ static void test_batchnorm(void **state)
     near(sums->serial, 2 * 2006 + 2 + 1);
 }
 
-/* The fused update (kernels.cuh's ampc_k_mt_optim) for NAG with one state
+/* The fused update (optim.cuh's ampc_k_mt_optim) for NAG with one state
  * tensor: a 16-bit parameter reads its gradient (2), fp32 master (4) and
  * momentum (4) and writes master, momentum and the 16-bit weight (4 + 4 +
  * 2): 20 bytes; an fp32 one reads gradient, weight and momentum (12) and
