@@ -233,6 +233,13 @@ struct RtDevice {
 /* runtime/cpu/device.c: the CPU device (world size 1, rank 0).  NULL with a
  * message when out of memory. */
 RtDevice *rt_device_cpu_open(char *err, size_t errlen);
+/* The CPU device's lagging mode (a test mode; d from rt_device_cpu_open):
+ * event_done is false for an event until the host has ended the step after
+ * the one it was recorded in (ls_update) or waited for it, as on a GPU that
+ * runs a step behind the host, so that rt_dev_event_wait counts the waits
+ * such a device makes in RtDevice.syncs (docs/training.md, "What the host
+ * reads").  The work itself still runs at once. */
+void rt_device_cpu_lagging(RtDevice *d, bool on);
 
 /* The calls, through the table. */
 static inline void *rt_dev_alloc(RtDevice *d, size_t bytes, const char *what, char *err,

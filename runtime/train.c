@@ -594,7 +594,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     }
     RtTrainer *t = &run.t;
     double t_device = rt_now_s();
-    RtDeviceOpen how = {.config = &dc};
+    RtDeviceOpen how = {.config = &dc, .lagging = o->device_lag};
     bool ok = rt_trainer_init(t, m, b, rt_optim_nstate(&oc), &how, msg, sizeof msg);
     t_device = rt_now_s() - t_device;
     run.have_t = ok;
@@ -736,7 +736,7 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         if (ds->plan) /* a source that decodes ahead learns the epoch's order: this rank's */
             ds->plan(ds, epoch, rank_order(&run, nbatch, steps_per_epoch, gb, rank, b, world),
                      (steps_per_epoch - nbatch) * b * nsim);
-        bool first = true;
+        bool first = true, after_quiet = false;
         int64_t logged = nbatch; /* the batch of the last Speedometer line (or the clock's start) */
         for (; nbatch < steps_per_epoch; nbatch++) {
             if (o->max_steps >= 0 && step >= o->max_steps)
@@ -875,12 +875,19 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
                 logged = nbatch;
             }
             prof_phase(pf, t, PH_OTHER, &ph);
+            /* a step that logs nothing (a flush of full slots in it counts) */
+            uint64_t n = t->dev->syncs - syncs0 - (pf ? pf->own_syncs - own0 : 0);
+            if (!logs) {
+                r.quiet_syncs += (int64_t)n;
+                r.quiet_steps++;
+                r.steady_syncs += after_quiet ? (int64_t)n : 0;
+                r.steady_steps += after_quiet;
+            }
+            after_quiet = !logs;
             if (pf && pf->on) {
                 pf->step_sec += ph - ph0;
                 pf->steps++;
-                uint64_t n = t->dev->syncs - syncs0 - (pf->own_syncs - own0);
                 pf->syncs += n;
-                /* a step that logs nothing (a flush of full slots in it counts) */
                 if (!logs) {
                     pf->quiet_syncs += n;
                     pf->quiet_steps++;

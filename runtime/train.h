@@ -40,6 +40,11 @@ typedef struct {
     int epochs;             /* epochs started */
     double train_accuracy;  /* of the last epoch */
     double val_accuracy, val_cross_entropy, val_top_k; /* the last validation */
+    /* the device's waits (RtDevice.syncs) in the train steps that logged
+     * nothing, --profile's own not counted, and those steps; steady: those
+     * of them after a step that logged nothing too (a step after one that
+     * logged finds the device idle: the log waited for it) */
+    int64_t quiet_syncs, quiet_steps, steady_syncs, steady_steps;
 } RtTrainResult;
 
 /* Parses the command line (getopt_long; resets optind).  Returns -1 to go on,
@@ -75,6 +80,7 @@ typedef struct {
 /* How the trainer opens its device. */
 typedef struct {
     const RtDeviceConfig *config; /* a GPU program's options (--cudnn-*); NULL: the defaults */
+    bool lagging; /* testing: the CPU device's lagging mode (rt_device_cpu_lagging) */
 } RtDeviceOpen;
 
 /* Allocates every buffer (fixed + per_sample*batch elements, 64-byte

@@ -194,13 +194,22 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate,
      * program built with ampc --mpi, once rt_mpi_start ran) wrapped with the
      * collectives of runtime/dist/mpi.c */
     RtDeviceConfig dc = how && how->config ? *how->config : rt_device_config_default();
+    bool lagging = how && how->lagging;
+    if (m->open_device && lagging) {
+        snprintf(err, errlen, "model %s: the lagging mode is the CPU device's, and this program "
+                 "opens its own device", m->name);
+        return false;
+    }
     if (m->open_device) {
         if (!(t->dev = m->open_device(m, &dc, err, errlen)))
             return false;
         t->ctx.ws_device = true;
-    } else if (!(t->dev = rt_device_cpu_open(err, errlen)) ||
-               !(t->dev = rt_mpi_wrap(t->dev, err, errlen))) {
+    } else if (!(t->dev = rt_device_cpu_open(err, errlen))) {
         return false;
+    } else {
+        rt_device_cpu_lagging(t->dev, lagging);
+        if (!(t->dev = rt_mpi_wrap(t->dev, err, errlen)))
+            return false;
     }
     /* what the emitted steps read of the device: its step state (the loss
      * head's scale, the flag BatchNorm's moving update skips on) and the

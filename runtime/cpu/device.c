@@ -8,6 +8,14 @@
  * device's twin: the loss-scale kernel), so the loop reads them only
  * through ls_read.  This is the only file of the training driver that reads
  * or writes the memory the steps run on.
+ *
+ * The lagging mode (rt_device_cpu_lagging, a test mode) makes the waits a
+ * GPU would make visible on the CPU: the device counts as running one step
+ * behind the host, so an event recorded during the host's step k completes
+ * only when the host has ended step k + 1 (ls_update) or waited for it
+ * (event_wait, synchronize, or a call that reads the device back).  The
+ * work itself still runs at once: only event_done, and so the waits that
+ * RtDevice.syncs counts, change.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -26,6 +34,9 @@ typedef struct {
     RtTensorRef *grads;   /* the gradient bucket of the finite check */
     int ngrads;
     uint64_t seq;         /* events recorded */
+    bool lagging;         /* the test mode above */
+    uint64_t done;        /* lagging: the events up to this one are complete */
+    uint64_t step_end;    /* lagging: the last event recorded when the last step ended */
     /* the step's state (rt.h; RtCtx.step_state points here): the scale of
      * the step in progress, the finite flag, the update count, whether the
      * scale is dynamic */
@@ -47,6 +58,9 @@ static CpuDevice *cpu(RtDevice *d) { return (CpuDevice *)d; }
 /* the finite flag of the step's state: 0 while every value checked was finite */
 static bool flag_finite(const CpuDevice *c) { return c->step.flag == 0; }
 static void set_finite(CpuDevice *c, bool ok) { c->step.flag = ok ? 0 : 1; }
+
+/* The host waited for every event recorded so far (lagging mode's count). */
+static void waited_all(CpuDevice *c) { c->done = c->seq; }
 
 /* ---- memory ------------------------------------------------------------------------ */
 
@@ -79,6 +93,13 @@ static void cpu_copy(RtDevice *d, void *dst, const void *src, size_t bytes)
     (void)d;
     if (bytes && dst != src)
         memmove(dst, src, bytes);
+}
+
+/* a read-back waits for the work before it */
+static void cpu_to_host(RtDevice *d, void *dst, const void *src, size_t bytes)
+{
+    waited_all(cpu(d));
+    cpu_copy(d, dst, src, bytes);
 }
 
 static void cpu_fill(RtDevice *d, void *dst, RtDType dt, size_t n, float value)
@@ -164,11 +185,16 @@ static void cpu_check_finite(RtDevice *d, const void *p, size_t n, RtDType dt)
     set_finite(cpu(d), n == 0 || rt_all_finite(p, n, dt));
 }
 
-static bool cpu_read_flag(RtDevice *d) { return flag_finite(cpu(d)); }
+static bool cpu_read_flag(RtDevice *d)
+{
+    waited_all(cpu(d));
+    return flag_finite(cpu(d));
+}
 
 static int cpu_first_nonfinite(RtDevice *d)
 {
     CpuDevice *c = cpu(d);
+    waited_all(c);
     return c->m ? rt_optim_first_nonfinite(c->m, c->ctx) : -1;
 }
 
@@ -255,6 +281,9 @@ static void cpu_train_update(RtDevice *d, float *const *state, float *const *sta
 static void cpu_ls_update(RtDevice *d)
 {
     CpuDevice *c = cpu(d);
+    /* the step's end: lagging, the device has now finished the step before */
+    c->done = c->step_end > c->done ? c->step_end : c->done;
+    c->step_end = c->seq;
     bool ok = flag_finite(c);
     c->ring[c->st.steps % RT_DEV_LS_RING] = ok ? 1 : 0;
     c->st.steps++;
@@ -269,6 +298,7 @@ static void cpu_ls_update(RtDevice *d)
 static void cpu_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
 {
     CpuDevice *c = cpu(d);
+    waited_all(c);
     *st = c->st;
     st->s = c->ls;
     st->num_update = c->step.num_update;
@@ -283,12 +313,19 @@ static void cpu_set_flag(RtDevice *d, bool ok) { set_finite(cpu(d), ok); }
 /* ---- ordering: every call above has finished when it returns ---------------------- */
 
 static void cpu_event_record(RtDevice *d, RtDevEvent *e) { e->seq = ++cpu(d)->seq; }
-static void cpu_event_wait(RtDevice *d, const RtDevEvent *e) { (void)d, (void)e; }
+/* in order, as a stream: waiting for e completes every event before it */
+static void cpu_event_wait(RtDevice *d, const RtDevEvent *e)
+{
+    CpuDevice *c = cpu(d);
+    c->done = e->seq > c->done ? e->seq : c->done;
+}
+/* the lagging mode's only effect (above); else every recorded event is done */
 static bool cpu_event_done(RtDevice *d, const RtDevEvent *e)
 {
-    return e->seq <= cpu(d)->seq;
+    const CpuDevice *c = cpu(d);
+    return e->seq <= (c->lagging ? c->done : c->seq);
 }
-static void cpu_synchronize(RtDevice *d) { (void)d; }
+static void cpu_synchronize(RtDevice *d) { waited_all(cpu(d)); }
 
 /* the CPU runs each call before returning: a mark is the host clock */
 static void cpu_time_reset(RtDevice *d) { (void)d; }
@@ -303,7 +340,7 @@ static bool cpu_time_mark(RtDevice *d, RtDevTime *t)
 }
 static double cpu_time_elapsed(RtDevice *d, const RtDevTime *a, const RtDevTime *b)
 {
-    (void)d;
+    waited_all(cpu(d));
     return b->host_s - a->host_s;
 }
 
@@ -375,7 +412,7 @@ static const RtDeviceOps cpu_ops = {
     .host_alloc = cpu_alloc,
     .host_free = cpu_free,
     .to_device = cpu_copy,
-    .to_host = cpu_copy,
+    .to_host = cpu_to_host,
     .to_host_async = cpu_copy,
     .fill = cpu_fill,
     .setup = cpu_setup,
@@ -420,4 +457,11 @@ RtDevice *rt_device_cpu_open(char *err, size_t errlen)
     c->rule = ampc_loss_scale_rule_default();
     c->batch = 1.0;
     return &c->base;
+}
+
+void rt_device_cpu_lagging(RtDevice *d, bool on)
+{
+    CpuDevice *c = cpu(d);
+    c->lagging = on;
+    c->done = c->step_end = c->seq;
 }

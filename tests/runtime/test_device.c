@@ -3,8 +3,8 @@
  * (runtime/cpu/device.c): every call's contract (alloc alignment, zeroing
  * and its failure message, copies both ways, fill, the finite flag over
  * fp32/fp16/bf16 gradients with an inf or NaN planted anywhere, the fused
- * optimizer step against optim.c's, events, all-reduce and broadcast on one
- * device, setup's idempotence), the trainer's staging path, and the loop
+ * optimizer step against optim.c's, events (and the lagging mode's),
+ * all-reduce and broadcast on one device, setup's idempotence), the trainer's staging path, and the loop
  * built on the interface (train.c) against a reference loop that calls the
  * kernels directly (ref_loop.h): the trained parameters bit for bit, fp32,
  * fp16 and bf16, SGD momentum and Adam, with a skipped overflow step.
@@ -329,6 +329,47 @@ static void test_events(void **state)
     rt_device_close(d);
 }
 
+/* The lagging mode (a device a step behind the host): an event completes
+ * once the host has ended the step after its own, or waited for it; each
+ * wait for an incomplete event is counted, none for a complete one. */
+static void test_events_lagging(void **state)
+{
+    (void)state;
+    RtDevice *d = open_cpu();
+    char err[256];
+    RtDevLsInit in = {.s = {.scale = 1.0f}, .rule = ampc_loss_scale_rule_default(), .batch = 1};
+    assert_true(rt_dev_ls_init(d, &in, err, sizeof err));
+    rt_device_cpu_lagging(d, true);
+    RtDevEvent never = {0}, e1 = {0}, e2 = {0}, e3 = {0};
+    assert_true(rt_dev_event_done(d, &never));
+    rt_dev_event_record(d, &e1); /* step 0 */
+    assert_false(rt_dev_event_done(d, &e1));
+    rt_dev_ls_update(d); /* step 0 ends: the device is still in it */
+    assert_false(rt_dev_event_done(d, &e1));
+    rt_dev_event_record(d, &e2); /* step 1 */
+    rt_dev_ls_update(d);         /* step 1 ends: step 0's work is done */
+    assert_true(rt_dev_event_done(d, &e1));
+    assert_false(rt_dev_event_done(d, &e2));
+    uint64_t syncs = d->syncs;
+    rt_dev_event_wait(d, &e1); /* complete: no wait */
+    assert_int_equal(d->syncs, syncs);
+    rt_dev_event_record(d, &e3);
+    rt_dev_event_wait(d, &e2); /* a real wait, counted; e3 after it stays */
+    assert_int_equal(d->syncs, syncs + 1);
+    assert_true(rt_dev_event_done(d, &e2));
+    assert_false(rt_dev_event_done(d, &e3));
+    RtDevLsState st;
+    rt_dev_ls_read(d, &st, NULL, 0); /* a read-back waits for everything */
+    assert_true(rt_dev_event_done(d, &e3));
+    rt_dev_event_record(d, &e3);
+    rt_dev_synchronize(d);
+    assert_true(rt_dev_event_done(d, &e3));
+    rt_device_cpu_lagging(d, false); /* synchronous again: every event done */
+    rt_dev_event_record(d, &e3);
+    assert_true(rt_dev_event_done(d, &e3));
+    rt_device_close(d);
+}
+
 /* One device: the sum and the mean over it are the tensor itself, bit for
  * bit; broadcast from rank 0 keeps it; bad requests are refused. */
 static void test_collectives(void **state)
@@ -496,6 +537,7 @@ int main(void)
         cmocka_unit_test(test_optim_step),
         cmocka_unit_test(test_setup_idempotent),
         cmocka_unit_test(test_events),
+        cmocka_unit_test(test_events_lagging),
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_staging),
         cmocka_unit_test(test_loop_matches_reference),
