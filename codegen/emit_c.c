@@ -784,8 +784,8 @@ static void emit_grad_ready(Cg *c, int i)
         fputs("        }\n", c->f);
 }
 
-/* The kvstore pass's buckets (a dist_sync placement) as parameter indices,
- * for the MPI engine (RtModel.kv_*); nothing for any other placement, so a
+/* The kvstore pass's buckets (a dist_sync or nccl placement) as parameter
+ * indices, for the MPI and NCCL engines (RtModel.kv_*); nothing for any other placement, so a
  * program for one process is the same C with or without the pass. */
 static bool emit_kv_buckets(Cg *c, const KvPlan *kv)
 {

@@ -7,9 +7,12 @@
  * (CUDA) implements this header and the loop does not change.  A "device
  * pointer" is what rt_dev_alloc returns, or a pointer into it (pointer
  * arithmetic on it is allowed, as with CUDA's device pointers); the driver
- * may keep and pass one but never reads or writes through it.  The CPU
- * device (runtime/cpu/device.c) is the only one today: there a device
- * pointer is a host pointer, and every call below is synchronous.
+ * may keep and pass one but never reads or writes through it.  The
+ * implementations: the CPU device (runtime/cpu/device.c: a device pointer is
+ * a host pointer, and every call below is synchronous), the CUDA device
+ * (runtime/cuda/device.cu: a GPU's memory and one stream), and the engines
+ * that wrap one of them with the collectives of several processes (dist/:
+ * mpi.c's MPI engine, nccl_engine.c's NCCL engine).
  *
  * One device is one RtDevice; the functions are a table of function
  * pointers (RtDeviceOps), so a second implementation is a second table
