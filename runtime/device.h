@@ -25,12 +25,13 @@
  * RtCtx.step_state): the finite check writes the device's flag;
  * moving_update and train_update skip a non-finite step on it; ls_update applies
  * the rule (kernels/lossscale.h) to the device's scale and counts, and
- * keeps the step's flag in a ring; the learning rates of the next updates
- * are written ahead (lr_ahead) and picked by the device's own update
- * count.  So a step needs no read-back: the loop reads the device
+ * keeps the step's record in a ring (its flag, the scale after the rule, the
+ * update count); the learning rates of the next updates are written ahead
+ * (lr_ahead) and picked by the device's own update count.  So a step needs
+ * no read-back, and the device decides: the loop reads the device
  * (ls_read, the metrics' rows) only when it logs, checkpoints or the ring
- * is full, and replays the flags through the host's copy of the rule
- * (lossscale.c) for its log lines.  Every call that makes the host wait
+ * is full, and formats its log lines and checkpoints from the records
+ * (lossscale.c's rt_loss_scaler_report) without applying the rule itself.  Every call that makes the host wait
  * for the device is counted in RtDevice.syncs (the wrappers below count).
  */
 #ifndef AMPC_RT_DEVICE_H
@@ -93,8 +94,9 @@ typedef enum { RT_REDUCE_SUM, RT_REDUCE_MEAN } RtReduceOp;
 
 #define RT_DEV_ALIGN 64 /* every rt_dev_alloc block starts at a multiple of this */
 
-/* Steps whose finite flags the device keeps between two ls_read calls, and
- * so the learning rates lr_ahead writes (one more than this). */
+/* Steps whose records (AmpcLossScaleStep) the device keeps between two
+ * ls_read calls, and so the learning rates lr_ahead writes (one more than
+ * this). */
 #define RT_DEV_LS_RING 1024
 
 /* The device's loss scale and update counter, set once per run. */
@@ -142,7 +144,7 @@ typedef struct {
      * nothing; with other buffers it rebuilds. */
     bool (*setup)(RtDevice *d, const RtModel *m, const RtCtx *ctx, char *err, size_t errlen);
     /* ---- the step without the host: loss scale, update count, schedule ---- */
-    /* The loss scale's state, the rule and the update count; the flag ring
+    /* The loss scale's state, the rule and the update count; the ring
      * emptied.  After setup, before the first step. */
     bool (*ls_init)(RtDevice *d, const RtDevLsInit *c, char *err, size_t errlen);
     /* The step's loss scale := the device's scale (inf with inject_inf:
@@ -173,13 +175,15 @@ typedef struct {
      * fused as optim_step's; the update count then grows. */
     void (*train_update)(RtDevice *d, float *const *state, float *const *state2,
                          const struct RtOptConfig *oc);
-    /* After the step's update: the flag into the ring; dynamic: the rule
-     * applied to the scale, a skip counted; else a non-finite step counted. */
+    /* After the step's update: dynamic: the rule applied to the scale, a
+     * skip counted; else a non-finite step counted; then the step's record
+     * into the ring (its flag, the scale and tracker after the rule, the
+     * update count). */
     void (*ls_update)(RtDevice *d);
-    /* The state, and finite[k] (1: finite) for steps from .. st->steps - 1
-     * (at most RT_DEV_LS_RING of them; finite may be NULL): waits for the
-     * work before it. */
-    void (*ls_read)(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from);
+    /* The state, and steps[k - from] the record of step k for steps from ..
+     * st->steps - 1 (at most RT_DEV_LS_RING of them; steps may be NULL):
+     * waits for the work before it. */
+    void (*ls_read)(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps, int64_t from);
     /* flag := finite (the MPI engine's reduced flag; tests) */
     void (*set_flag)(RtDevice *d, bool finite);
     /* ---- the finite flag, kept on the device ---- */
@@ -319,10 +323,11 @@ static inline void rt_dev_train_update(RtDevice *d, float *const *state, float *
     d->ops->train_update(d, state, state2, oc);
 }
 static inline void rt_dev_ls_update(RtDevice *d) { d->ops->ls_update(d); }
-static inline void rt_dev_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+static inline void rt_dev_ls_read(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps,
+                                  int64_t from)
 {
     d->syncs++;
-    d->ops->ls_read(d, st, finite, from);
+    d->ops->ls_read(d, st, steps, from);
 }
 static inline void rt_dev_set_flag(RtDevice *d, bool finite) { d->ops->set_flag(d, finite); }
 static inline void rt_dev_optim_step(RtDevice *d, float *const *state, float *const *state2,

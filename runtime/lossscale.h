@@ -1,6 +1,7 @@
 /* lossscale.h - the loss scaler of a run (lossscale.c): the host's
- * copy of the dynamic loss scale's rule and its MXNet log lines (the
- * settings: settings.h; the rule itself: kernels/lossscale.h).
+ * record of the device's loss scale, its MXNet log lines, and the rule
+ * applied on the host as the tests' oracle (the settings: settings.h; the
+ * rule itself: kernels/lossscale.h, which the device applies).
  */
 #ifndef AMPC_RT_LOSSSCALE_H
 #define AMPC_RT_LOSSSCALE_H
@@ -26,12 +27,17 @@ typedef struct {
 } RtLossScaler;
 
 void rt_loss_scaler_init(RtLossScaler *ls, const RtLossScaleConfig *c, const char *amp);
-/* After a step's finite check (dynamic: before any update).  Dynamic: counts
- * a skip on overflow, applies the rule, logs MXNet's "AMP: decreasing loss
+/* A step as the device decided it (its record: the flag, and next, the
+ * scale and tracker after the device's rule).  Dynamic: counts a skip on
+ * overflow, takes next as the scale, logs MXNet's "AMP: decreasing loss
  * scale to %f" / "AMP: increasing loss scale to %f" to log when the scale
- * changes, and a warning to warn when it falls below 1.  Returns true when the
- * step must be skipped (dynamic and !finite).  Off/static: counts non-finite
- * steps and returns false (the update has been applied already). */
+ * changes, and a warning to warn when it falls below 1.  Returns true when
+ * the step was skipped (dynamic and !finite).  Off/static: counts non-finite
+ * steps and returns false (the update was applied). */
+bool rt_loss_scaler_report(RtLossScaler *ls, bool finite, AmpcLossScale next, FILE *log,
+                           FILE *warn);
+/* The tests' oracle: the rule (kernels/lossscale.h) applied on the host, then
+ * reported as above.  The loop never calls it: the device decides. */
 bool rt_loss_scaler_update(RtLossScaler *ls, bool finite, FILE *log, FILE *warn);
 /* Dynamic: true once the scale has underflowed below FLT_MIN (every step
  * overflows at every scale: the forward pass holds inf or NaN). */

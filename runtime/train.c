@@ -103,13 +103,13 @@ static double dev_now(RtTrainer *t)
 /* ---- what the host reads only when it logs ------------------------------------ */
 
 /* A step reads nothing back (docs/training.md, "What the host reads"): the
- * device keeps the loss scale, the skip decision, the update count and the
- * steps' finite flags (device.h), and the loss head's rows are copied
- * without waiting into slots here.  flush() waits for the device once,
- * then replays the steps since the last flush through the host's copy of
- * the loss scaler (for the log lines, in the order the per-step loop
- * printed them), adds the rows to the metrics and writes the learning
- * rates of the next updates ahead.  It runs before a Speedometer line, at
+ * device keeps the loss scale, the skip decision, the update count and each
+ * step's record (device.h: its flag, the scale after the rule, the update
+ * count), and the loss head's rows are copied without waiting into slots
+ * here.  flush() waits for the device once, then reports the steps since
+ * the last flush from the device's records (the log lines, in the order the
+ * per-step loop printed them; the host applies no rule), adds the rows to
+ * the metrics and writes the learning rates of the next updates ahead.  It runs before a Speedometer line, at
  * the first step of an epoch (the Speedometer's clock starts there), at
  * the end of an epoch, after every step under --check-numerics or
  * --inject-nan (their hooks read the device per node anyway), and when the
@@ -120,18 +120,19 @@ typedef struct {
     const RtTrainOptions *o;
     FILE *out, *err;
     JLog *jl;
-    RtLossScaler *ls;
+    RtLossScaler *ls;             /* the device's scale as its records report it */
+    RtDevLsState dev;             /* the device's state at the last flush */
     const RtOptConfig *oc;
     int64_t *num_update;
     float *lr_last;               /* the learning rate of the last update */
     int64_t steps_per_epoch, total;
     int64_t step0;                /* the loop's step of the device's step 0 */
     int64_t skipped0, nonfinite0; /* the host scaler's counts at ls_init */
-    int64_t read_to;              /* device steps replayed */
+    int64_t read_to;              /* device steps reported */
     int64_t flushes;              /* flush calls */
     int64_t epoch, ep_step, ep_batch; /* step ep_step is batch ep_batch of epoch */
     int64_t inject_k;             /* the device step whose loss scale was inf, or -1 */
-    uint8_t finite[RT_DEV_LS_RING];
+    AmpcLossScaleStep rec[RT_DEV_LS_RING]; /* the device's records of the steps */
     float lr[RT_DEV_LS_RING + 1];
     /* the rows of the loss head's output, one slot per train step call */
     unsigned char *rows;          /* host_alloc: cap slots of row_bytes */
@@ -192,10 +193,13 @@ static void later_rows(Later *l)
     l->used++;
 }
 
-/* One replayed step: its log lines, as the per-step loop printed them. */
-static bool later_step(Later *l, int64_t k, bool finite, const Numerics *nm, bool eager)
+/* One step the device recorded: its log lines, as the per-step loop
+ * printed them. */
+static bool later_step(Later *l, int64_t k, const AmpcLossScaleStep *rec, const Numerics *nm,
+                       bool eager)
 {
     RtLossScaler *ls = l->ls;
+    bool finite = rec->finite != 0;
     int64_t step = l->step0 + k;
     RtStepAt here = {.epoch = l->epoch, .batch = l->ep_batch + (step - l->ep_step), .step = step};
     float used = k == l->inject_k ? INFINITY : ls->s.scale;
@@ -206,13 +210,13 @@ static bool later_step(Later *l, int64_t k, bool finite, const Numerics *nm, boo
         rt_log_nonfinite(l->out, l->err, l->jl, l->o, ls, &here, used, node,
                          pi >= 0 ? l->m->params[pi].name : NULL);
     }
-    if (finite || ls->mode != RT_LS_DYNAMIC) {
-        ++*l->num_update;
+    if (rec->num_update != *l->num_update) { /* the device applied the update */
+        *l->num_update = rec->num_update;
         *l->lr_last = rt_lr_at(&l->o->sched, l->o->lr, *l->num_update, l->steps_per_epoch,
                                l->total);
     }
     float before = ls->s.scale;
-    rt_loss_scaler_update(ls, finite, l->out, l->err);
+    rt_loss_scaler_report(ls, finite, rec->s, l->out, l->err);
     rt_log_scale_change(l->jl, &here, before, ls->s.scale);
     if (rt_loss_scaler_exhausted(ls)) {
         fprintf(l->err, "%s: error: step %lld: the loss scale underflowed to %g (the "
@@ -229,9 +233,10 @@ static int flush(Later *l, const Numerics *nm, bool eager)
 {
     RtDevLsState st;
     l->flushes++;
-    rt_dev_ls_read(l->t->dev, &st, l->finite, l->read_to);
+    rt_dev_ls_read(l->t->dev, &st, l->rec, l->read_to);
+    l->dev = st;
     for (int64_t k = l->read_to; k < st.steps; k++)
-        if (!later_step(l, k, l->finite[k - l->read_to] != 0, nm, eager))
+        if (!later_step(l, k, &l->rec[k - l->read_to], nm, eager))
             return 1;
     l->read_to = st.steps;
     for (int i = 0; i < l->used; i++) {
@@ -243,13 +248,13 @@ static int flush(Later *l, const Numerics *nm, bool eager)
     }
     l->used = 0;
     l->steps = 0;
-    /* the device ran the same rule: any difference is a bug of one of them */
+    /* the device's state is its last record's: any difference is its bug */
     const RtLossScaler *ls = l->ls;
     if (memcmp(&st.s.scale, &ls->s.scale, sizeof st.s.scale) != 0 ||
         st.s.tracker != ls->s.tracker || st.num_update != *l->num_update ||
         st.skipped != ls->skipped - l->skipped0 || st.nonfinite != ls->nonfinite - l->nonfinite0) {
         fprintf(l->err, "%s: internal error: the device's loss scale %g (tracker %d, %lld "
-                "updates, %lld skipped) differs from the host's %g (%d, %lld, %lld)\n",
+                "updates, %lld skipped) differs from its steps' records' %g (%d, %lld, %lld)\n",
                 l->o->prog, (double)st.s.scale, (int)st.s.tracker, (long long)st.num_update,
                 (long long)st.skipped, (double)ls->s.scale, (int)ls->s.tracker,
                 (long long)*l->num_update, (long long)(ls->skipped - l->skipped0));
@@ -916,10 +921,15 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
         el.loss_scale = ls.s.scale;
         rt_log_epoch_train(out, m, &el);
         if (o->save_dir) {
+            /* the device's scale state, as the flush above read it */
             RtRunState rs = {.seed = seed, .batch_size = gb, .epoch = epoch,
-                             .batch_in_epoch = nbatch, .step = step, .num_update = num_update,
+                             .batch_in_epoch = nbatch, .step = step,
+                             .num_update = lt->dev.num_update,
                              .optimizer = (uint32_t)o->optimizer, .momentum = o->momentum,
                              .ls = ls};
+            rs.ls.s = lt->dev.s;
+            rs.ls.skipped = lt->skipped0 + lt->dev.skipped;
+            rs.ls.nonfinite = lt->nonfinite0 + lt->dev.nonfinite;
             if (!rt_checkpoint_save_epoch(o->save_dir, t, rs, steps_per_epoch, &run.path, msg,
                                           sizeof msg)) {
                 fprintf(err, "%s: %s\n", o->prog, msg);

@@ -3,7 +3,7 @@
  * a run has one device, so the collectives are the identity.  The finite
  * flag and the optimizer are the CPU kernels (rt_multi_all_finite,
  * optim.c's rt_optim_step2) over the buffers setup recorded.  The loss
- * scale, the update count, the flags of the steps since the last ls_read
+ * scale, the update count, the records of the steps since the last ls_read
  * and the learning rates ahead are this device's memory too (the CUDA
  * device's twin: the loss-scale kernel), so the loop reads them only
  * through ls_read.  This is the only file of the training driver that reads
@@ -46,7 +46,7 @@ typedef struct {
     AmpcLossScaleRule rule;
     double batch;
     RtDevLsState st; /* counters (st.s unused: ls is the state; st.num_update: step's) */
-    uint8_t ring[RT_DEV_LS_RING]; /* finite flag of step k at k % RT_DEV_LS_RING */
+    AmpcLossScaleStep ring[RT_DEV_LS_RING]; /* step k at k % RT_DEV_LS_RING */
     float lr[RT_DEV_LS_RING + 1]; /* the learning rate of update lr_first + 1 + i */
     int64_t lr_first;
     int lr_n;
@@ -285,17 +285,18 @@ static void cpu_ls_update(RtDevice *d)
     c->done = c->step_end > c->done ? c->step_end : c->done;
     c->step_end = c->seq;
     bool ok = flag_finite(c);
-    c->ring[c->st.steps % RT_DEV_LS_RING] = ok ? 1 : 0;
-    c->st.steps++;
     if (!c->step.dynamic) {
         c->st.nonfinite += !ok;
-        return;
+    } else {
+        c->st.skipped += !ok;
+        c->ls = ampc_loss_scale_update(c->ls, !ok, c->rule);
     }
-    c->st.skipped += !ok;
-    c->ls = ampc_loss_scale_update(c->ls, !ok, c->rule);
+    c->ring[c->st.steps % RT_DEV_LS_RING] =
+        (AmpcLossScaleStep){.s = c->ls, .num_update = c->step.num_update, .finite = ok};
+    c->st.steps++;
 }
 
-static void cpu_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+static void cpu_ls_read(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps, int64_t from)
 {
     CpuDevice *c = cpu(d);
     waited_all(c);
@@ -304,8 +305,8 @@ static void cpu_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t 
     st->num_update = c->step.num_update;
     /* steps older than the ring are gone (the loop reads before it wraps) */
     int64_t lo = from > st->steps - RT_DEV_LS_RING ? from : st->steps - RT_DEV_LS_RING;
-    for (int64_t k = lo < 0 ? 0 : lo; finite && k < st->steps; k++)
-        finite[k - from] = c->ring[k % RT_DEV_LS_RING];
+    for (int64_t k = lo < 0 ? 0 : lo; steps && k < st->steps; k++)
+        steps[k - from] = c->ring[k % RT_DEV_LS_RING];
 }
 
 static void cpu_set_flag(RtDevice *d, bool ok) { set_finite(cpu(d), ok); }

@@ -163,12 +163,12 @@ int ampc_cu_loss_scale(AmpcStream s, AmpcLossScale *state, const int32_t *found,
 /* The step without the host (step.cuh), one thread each: ls->st.scale =
  * ls->ls.scale (inf when inject); *cur = table[st.num_update - lr_first] (a
  * NaN lr past the schedule written); st.num_update++ unless st.dynamic and
- * *flag; ring[steps++ % ring_len] = *flag == 0, nonfinite counted unless
- * dynamic. */
+ * *flag; ring[steps++ % ring_len] = {ls, st.num_update, *flag == 0} (the
+ * step's record, after the rule), nonfinite counted unless dynamic. */
 int ampc_cu_step_begin(AmpcStream s, AmpcDevLs *ls, int inject);
 int ampc_cu_step_pick(AmpcStream s, const AmpcDevLs *ls, const AmpcMtStep *table, AmpcMtStep *cur);
 int ampc_cu_step_count(AmpcStream s, AmpcDevLs *ls, const int32_t *flag);
-int ampc_cu_step_ring(AmpcStream s, AmpcDevLs *ls, const int32_t *flag, uint8_t *ring,
+int ampc_cu_step_ring(AmpcStream s, AmpcDevLs *ls, const int32_t *flag, AmpcLossScaleStep *ring,
                       int64_t ring_len);
 
 #ifdef __cplusplus

@@ -56,6 +56,7 @@ static bool cu_check(cudaError_t e, const char *call, const char *file, int line
 /* ---- the device ---------------------------------------------------------------------- */
 
 enum { NEVENTS = 64 }; /* events in the ring (RtDevEvent.seq % NEVENTS) */
+#define RING_BYTES (RT_DEV_LS_RING * sizeof(AmpcLossScaleStep)) /* the steps' records */
 
 typedef struct {
     const AmpcMtTensor *tensors; /* device memory */
@@ -89,7 +90,7 @@ typedef struct {
     /* the step without the host; ls->st is the step's state (RtCtx.step_state) */
     DevLs *ls;                 /* device */
     DevLs *ls_host;            /* pinned: ls_init's and ls_read's copy */
-    uint8_t *ring, *ring_host; /* device, pinned: RT_DEV_LS_RING flags (1: finite) */
+    AmpcLossScaleStep *ring, *ring_host; /* device, pinned: RT_DEV_LS_RING steps' records */
     AmpcMtStep *lr, *lr_host;  /* device, pinned: RT_DEV_LS_RING + 1 steps */
     AmpcMtStep *cur;           /* device: the step_dev of this update */
     AmpcLossScaleRule rule;
@@ -349,7 +350,7 @@ static bool cu_ls_init(RtDevice *d, const RtDevLsInit *in, char *err, size_t err
     c->dynamic = in->dynamic;
     return CU_TRY(cudaMemcpyAsync(c->ls, c->ls_host, sizeof *c->ls, cudaMemcpyHostToDevice,
                                   c->stream), err, errlen) &&
-           CU_TRY(cudaMemsetAsync(c->ring, 0, RT_DEV_LS_RING, c->stream), err, errlen) &&
+           CU_TRY(cudaMemsetAsync(c->ring, 0, RING_BYTES, c->stream), err, errlen) &&
            CU_TRY(cudaStreamSynchronize(c->stream), err, errlen);
 }
 
@@ -431,11 +432,11 @@ static void cu_ls_update(RtDevice *d)
     CU_MUST(ampc_cu_step_ring(c->stream, c->ls, c->flag, c->ring, RT_DEV_LS_RING));
 }
 
-static void cu_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+static void cu_ls_read(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps, int64_t from)
 {
     CudaDevice *c = cu(d);
     CU_MUST(cudaMemcpyAsync(c->ls_host, c->ls, sizeof *c->ls, cudaMemcpyDeviceToHost, c->stream));
-    CU_MUST(cudaMemcpyAsync(c->ring_host, c->ring, RT_DEV_LS_RING, cudaMemcpyDeviceToHost,
+    CU_MUST(cudaMemcpyAsync(c->ring_host, c->ring, RING_BYTES, cudaMemcpyDeviceToHost,
                             c->stream));
     CU_MUST(cudaStreamSynchronize(c->stream));
     const DevLs *h = c->ls_host;
@@ -445,8 +446,8 @@ static void cu_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t f
     st->nonfinite = h->nonfinite;
     st->num_update = h->st.num_update;
     int64_t lo = from > st->steps - RT_DEV_LS_RING ? from : st->steps - RT_DEV_LS_RING;
-    for (int64_t k = lo < 0 ? 0 : lo; finite && k < st->steps; k++)
-        finite[k - from] = c->ring_host[k % RT_DEV_LS_RING];
+    for (int64_t k = lo < 0 ? 0 : lo; steps && k < st->steps; k++)
+        steps[k - from] = c->ring_host[k % RT_DEV_LS_RING];
 }
 
 static void cu_set_flag(RtDevice *d, bool finite)
@@ -713,8 +714,8 @@ static bool step_alloc(CudaDevice *c, char *err, size_t errlen)
         CU_TRY(cudaMalloc((void **)&c->ls, sizeof *c->ls), err, errlen) &&
         CU_TRY(cudaHostAlloc((void **)&c->ls_host, sizeof *c->ls_host, cudaHostAllocDefault), err,
                errlen) &&
-        CU_TRY(cudaMalloc((void **)&c->ring, RT_DEV_LS_RING), err, errlen) &&
-        CU_TRY(cudaHostAlloc((void **)&c->ring_host, RT_DEV_LS_RING, cudaHostAllocDefault), err,
+        CU_TRY(cudaMalloc((void **)&c->ring, RING_BYTES), err, errlen) &&
+        CU_TRY(cudaHostAlloc((void **)&c->ring_host, RING_BYTES, cudaHostAllocDefault), err,
                errlen) &&
         CU_TRY(cudaMalloc((void **)&c->lr, (RT_DEV_LS_RING + 1) * sizeof *c->lr), err, errlen) &&
         CU_TRY(cudaHostAlloc((void **)&c->lr_host, (RT_DEV_LS_RING + 1) * sizeof *c->lr_host,
@@ -729,7 +730,7 @@ static bool step_alloc(CudaDevice *c, char *err, size_t errlen)
     c->ls_host->st.scale = 1.0f;
     return CU_TRY(cudaMemcpyAsync(c->ls, c->ls_host, sizeof *c->ls, cudaMemcpyHostToDevice,
                                   c->stream), err, errlen) &&
-           CU_TRY(cudaMemsetAsync(c->ring, 0, RT_DEV_LS_RING, c->stream), err, errlen) &&
+           CU_TRY(cudaMemsetAsync(c->ring, 0, RING_BYTES, c->stream), err, errlen) &&
            CU_TRY(cudaStreamSynchronize(c->stream), err, errlen);
 }
 

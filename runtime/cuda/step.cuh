@@ -68,16 +68,21 @@ __global__ void ampc_k_step_count(ampc_dptr<AmpcDevLs> s, ampc_dptr<const int32_
         *AMPC_FIELD(s, st.num_update) += 1;
 }
 
-/* The step's flag into the ring (1: finite); a non-finite step counted
- * when not dynamic (ampc_k_loss_scale counts the dynamic skips). */
+/* The step's record into the ring (after the rule: the flag, 1 when
+ * finite, the scale and tracker the next step uses, the update count); a
+ * non-finite step counted when not dynamic (ampc_k_loss_scale counts the
+ * dynamic skips). */
 __global__ void ampc_k_step_ring(ampc_dptr<AmpcDevLs> s, ampc_dptr<const int32_t> flag,
-                                 ampc_dptr<uint8_t> ring, int64_t ring_len)
+                                 ampc_dptr<AmpcLossScaleStep> ring, int64_t ring_len)
 {
     if (blockIdx.x != 0 || threadIdx.x != 0)
         return;
     int64_t steps = *AMPC_FIELD(s, steps);
     int32_t f = *flag;
-    ring[steps % ring_len] = f == 0;
+    ampc_dptr<AmpcLossScaleStep> r = ring + steps % ring_len;
+    *AMPC_FIELD(r, s) = *AMPC_FIELD(s, ls);
+    *AMPC_FIELD(r, num_update) = *AMPC_FIELD(s, st.num_update);
+    *AMPC_FIELD(r, finite) = f == 0;
     *AMPC_FIELD(s, steps) = steps + 1;
     if (!*AMPC_FIELD(s, st.dynamic))
         *AMPC_FIELD(s, nonfinite) += f != 0;
@@ -109,8 +114,8 @@ AMPC_API int ampc_cu_step_count(AmpcStream s, AmpcDevLs *ls, const int32_t *flag
     return AMPC_LAUNCH_ERROR();
 }
 
-AMPC_API int ampc_cu_step_ring(AmpcStream s, AmpcDevLs *ls, const int32_t *flag, uint8_t *ring,
-                               int64_t ring_len)
+AMPC_API int ampc_cu_step_ring(AmpcStream s, AmpcDevLs *ls, const int32_t *flag,
+                               AmpcLossScaleStep *ring, int64_t ring_len)
 {
     AMPC_LAUNCH(ampc_k_step_ring, 1, 1, s, ls, flag, ring, ring_len);
     return AMPC_LAUNCH_ERROR();

@@ -76,9 +76,9 @@ static void fwd_train_update(RtDevice *d, float *const *state, float *const *sta
     fwd_in(d)->ops->train_update(fwd_in(d), state, state2, oc);
 }
 static void fwd_ls_update(RtDevice *d) { fwd_in(d)->ops->ls_update(fwd_in(d)); }
-static void fwd_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+static void fwd_ls_read(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps, int64_t from)
 {
-    fwd_in(d)->ops->ls_read(fwd_in(d), st, finite, from);
+    fwd_in(d)->ops->ls_read(fwd_in(d), st, steps, from);
 }
 static void fwd_set_flag(RtDevice *d, bool finite)
 {

@@ -58,6 +58,8 @@ typedef struct {
     double batch;
     bool dynamic;
     int64_t num_update;
+    int64_t steps;                        /* ls_update calls since ls_init */
+    int64_t ring_updates[RT_DEV_LS_RING]; /* step k's num_update, at k % RT_DEV_LS_RING */
     float lr[RT_DEV_LS_RING + 1];
     int64_t lr_first;
     int lr_n;
@@ -233,8 +235,17 @@ static bool l_ls_init(RtDevice *d, const RtDevLsInit *c, char *err, size_t errle
     l->dynamic = c->dynamic;
     l->batch = c->batch;
     l->num_update = c->num_update;
+    l->steps = 0;
     l->lr_n = 0;
     return true;
+}
+
+/* the step's update count, which the host ran, for the inner ring's record */
+static void l_ls_update(RtDevice *d)
+{
+    LocalDev *l = ld(d);
+    fwd_ls_update(d);
+    l->ring_updates[l->steps++ % RT_DEV_LS_RING] = l->num_update;
 }
 
 static void l_lr_ahead(RtDevice *d, const RtOptConfig *oc, const float *lr, int64_t first, int n)
@@ -247,11 +258,16 @@ static void l_lr_ahead(RtDevice *d, const RtOptConfig *oc, const float *lr, int6
     l->lr_n = n;
 }
 
-/* the device counts no update (it ran none): the host's count */
-static void l_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+/* the device counts no update (it ran none): the host's count, in the
+ * state and in each step's record */
+static void l_ls_read(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps, int64_t from)
 {
-    fwd_ls_read(d, st, finite, from);
-    st->num_update = ld(d)->num_update;
+    LocalDev *l = ld(d);
+    fwd_ls_read(d, st, steps, from);
+    st->num_update = l->num_update;
+    int64_t lo = from > st->steps - RT_DEV_LS_RING ? from : st->steps - RT_DEV_LS_RING;
+    for (int64_t k = lo < 0 ? 0 : lo; steps && k < st->steps; k++)
+        steps[k - from].num_update = l->ring_updates[k % RT_DEV_LS_RING];
 }
 
 /* ---- reads and writes of the host-owned tensors --------------------------------------- */
@@ -336,6 +352,7 @@ RtDevice *rt_kv_local_wrap(RtDevice *inner, char *err, size_t errlen)
     l->ops.setup = l_setup;
     l->ops.train_update = l_train_update;
     l->ops.ls_init = l_ls_init;
+    l->ops.ls_update = l_ls_update;
     l->ops.lr_ahead = l_lr_ahead;
     l->ops.ls_read = l_ls_read;
     l->ops.to_host = l_to_host;

@@ -818,9 +818,9 @@ static void m_train_update(RtDevice *d, float *const *state, float *const *state
     in(d)->ops->train_update(in(d), state, state2, c);
 }
 static void m_ls_update(RtDevice *d) { in(d)->ops->ls_update(in(d)); }
-static void m_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+static void m_ls_read(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps, int64_t from)
 {
-    in(d)->ops->ls_read(in(d), st, finite, from);
+    in(d)->ops->ls_read(in(d), st, steps, from);
 }
 static void m_set_flag(RtDevice *d, bool finite)
 {

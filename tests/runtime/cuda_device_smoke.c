@@ -155,10 +155,12 @@ static int no_host_steps(RtDevice *d, RtCtx *hctx, RtCtx *dctx, float **hmom, fl
         ok = 0;
     }
     RtDevLsState st;
-    static uint8_t ring[RT_DEV_LS_RING];
+    static AmpcLossScaleStep ring[RT_DEV_LS_RING];
     rt_dev_ls_read(d, &st, ring, 0);
     for (int k = 0; k < 40; k++)
-        ok &= ring[k] == (finite_at(k) ? 1 : 0);
+        ok &= ring[k].finite == (finite_at(k) ? 1 : 0);
+    /* the last record is the state the device decided */
+    ok &= memcmp(&ring[39].s, &st.s, sizeof st.s) == 0 && ring[39].num_update == st.num_update;
     if (memcmp(&st.s.scale, &ls.s.scale, sizeof(float)) || st.s.tracker != ls.s.tracker ||
         st.steps != 40 || st.skipped != ls.skipped || st.num_update != nu || !ok) {
         fprintf(stderr, "cuda_device_smoke: device loss scale %g (tracker %d, %lld steps, %lld "

@@ -758,7 +758,7 @@ static void test_step_kernels(void **st)
     (void)st;
     AmpcDevLs *ls = dev(sizeof *ls, "ls");
     AmpcMtStep *table = dev(3 * sizeof *table, "lr table"), *cur = dev(sizeof *cur, "cur");
-    uint8_t *ring = dev(RT_DEV_LS_RING, "ring");
+    AmpcLossScaleStep *ring = dev(RT_DEV_LS_RING * sizeof *ring, "ring");
     int32_t *flag = &ls->st.flag; /* the step state's, as device.cu's */
     for (int dynamic = 0; dynamic < 2; dynamic++) {
         memset(ls, 0, sizeof *ls);
@@ -795,7 +795,11 @@ static void test_step_kernels(void **st)
             num_update += !dynamic || !*flag;
             assert_int_equal(ls->st.num_update, num_update);
             assert_int_equal(ampc_cu_step_ring(NULL, ls, flag, ring, RT_DEV_LS_RING), 0);
-            assert_int_equal(ring[steps % RT_DEV_LS_RING], !*flag);
+            const AmpcLossScaleStep *r = &ring[steps % RT_DEV_LS_RING];
+            assert_int_equal(r->finite, !*flag); /* the step's record, after the rule */
+            assert_int_equal(ampc_f32_bits(r->s.scale), ampc_f32_bits(ls->ls.scale));
+            assert_int_equal(r->s.tracker, ls->ls.tracker);
+            assert_int_equal(r->num_update, num_update);
             steps++;
             nonfinite += !dynamic && *flag;
             assert_int_equal(ls->steps, steps);

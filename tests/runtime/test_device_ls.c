@@ -5,7 +5,8 @@
  * logs.
  *   - the device's scale, tracker and counters equal the host's state
  *     machine (rt_loss_scaler_update) step by step over forced overflow
- *     patterns, dynamic and static, and the flag ring gives the steps back;
+ *     patterns, dynamic and static, and the ring gives each step's record back
+ *     (its flag, the scale after the rule, the update count);
  *   - a skipped step changes no weight, master, optimizer state or
  *     BatchNorm statistic (the moving update's kernel reads the step's
  *     state and writes nothing) and no update count; the next finite step updates with the learning rate
@@ -78,19 +79,25 @@ static void check_sequence(RtLossScaleMode mode, int pattern)
     char err[256];
     assert_true(rt_dev_ls_init(d, &in, err, sizeof err));
     enum { STEPS = 400 };
-    uint8_t ring[RT_DEV_LS_RING];
+    AmpcLossScaleStep ring[RT_DEV_LS_RING];
+    AmpcLossScale want[STEPS]; /* the oracle's scale after each step */
     int64_t from = 0;
     for (int k = 0; k < STEPS; k++) {
         bool f = finite_at(k, pattern);
         rt_dev_set_flag(d, f);
         rt_dev_ls_update(d);
         rt_loss_scaler_update(&ls, f, NULL, NULL);
+        want[k] = ls.s;
         if (k % 50 == 49 || k == STEPS - 1) { /* read now and then, as the loop does */
             RtDevLsState st;
             rt_dev_ls_read(d, &st, ring, from);
             assert_int_equal(st.steps, k + 1);
-            for (int64_t j = from; j <= k; j++)
-                assert_int_equal(ring[j - from], finite_at((int)j, pattern) ? 1 : 0);
+            for (int64_t j = from; j <= k; j++) { /* each step's record: what the device decided */
+                assert_int_equal(ring[j - from].finite, finite_at((int)j, pattern) ? 1 : 0);
+                assert_int_equal(bits(ring[j - from].s.scale), bits(want[j].scale));
+                assert_int_equal(ring[j - from].s.tracker, want[j].tracker);
+                assert_int_equal(ring[j - from].num_update, 5);
+            }
             from = st.steps;
             assert_int_equal(bits(st.s.scale), bits(ls.s.scale));
             assert_int_equal(st.s.tracker, ls.s.tracker);

@@ -927,7 +927,7 @@ static void test_step(void **st)
                 AmpcMtStep *table = to_dev(&step, sizeof step, "lr table"),
                            *cur = to_dev(&step, sizeof step, "cur");
                 int32_t *flag = &ls->st.flag; /* the step state's, as device.cu's */
-                uint8_t *ring = dev(RT_DEV_LS_RING, "ring");
+                AmpcLossScaleStep *ring = dev(RT_DEV_LS_RING * sizeof *ring, "ring");
                 AmpcLossScaleRule rule = {2.0f, 0.5f, 2000, 1.0f, 65536.0f * 65536.0f};
                 start(z);
                 ampc_cu_step_begin(NULL, ls, 0);
