@@ -81,6 +81,7 @@ typedef struct {
 typedef struct {
     const RtDeviceConfig *config; /* a GPU program's options (--cudnn-*); NULL: the defaults */
     bool lagging; /* testing: the CPU device's lagging mode (rt_device_cpu_lagging) */
+    int sim_ranks; /* > 1: --sim-ranks, the device wrapped by dist/sim.c's */
 } RtDeviceOpen;
 
 /* Allocates every buffer (fixed + per_sample*batch elements, 64-byte

@@ -211,6 +211,14 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate,
         if (!(t->dev = rt_mpi_wrap(t->dev, err, errlen)))
             return false;
     }
+    /* --sim-ranks: its ranks computed in turn around either (dist/sim.c) */
+    if (how && how->sim_ranks > 1) {
+        RtDevice *one = t->dev;
+        if (!(t->dev = rt_sim_wrap(one, how->sim_ranks, err, errlen))) {
+            rt_device_close(one);
+            return false;
+        }
+    }
     /* what the emitted steps read of the device: its step state (the loss
      * head's scale, the flag BatchNorm's moving update skips on) and the
      * context its kernels' calls take */
