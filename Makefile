@@ -457,11 +457,13 @@ $(BUILD)/fuzz/fuzz_recordio: tests/fuzz/fuzz_recordio.c runtime/data/recordio.c 
 	@mkdir -p $(@D)
 	clang $(RT_FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_recordio.c runtime/data/recordio.c
 # the recordio(...) option string: the data-source parser and the options' setter
+# (settings.c's defaults name the data directory: build_info.c holds it)
 $(BUILD)/fuzz/fuzz_rec_options: tests/fuzz/fuzz_rec_options.c runtime/settings.c runtime/settings.h \
-                                runtime/data/recordio.c runtime/data/recordio.h
+                                runtime/data/recordio.c runtime/data/recordio.h \
+                                runtime/build_info.c $(BUILD)/gen/version.h
 	@mkdir -p $(@D)
-	clang $(RT_FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_rec_options.c runtime/settings.c \
-	    runtime/data/recordio.c -lm
+	clang $(RT_FUZZ_CFLAGS) -I$(BUILD)/gen -o $@ tests/fuzz/fuzz_rec_options.c runtime/settings.c \
+	    runtime/build_info.c runtime/data/recordio.c -lm
 
 # make fuzz [FUZZ_TARGET=fuzz_emit_c] [FUZZ_SECONDS=N]
 fuzz: $(BUILD)/fuzz/$(FUZZ_TARGET) $(BUILD)/ampc

@@ -22,6 +22,10 @@ for p in valgrind clang libcmocka-dev llvm-14-tools python3-venv; do
     grep -qx "$p" "$tmp/build" && bad "test package $p is in tools/deps.txt"
 done
 
+# run by make (e2e, perhaps with -j2): the inner makes must not inherit its
+# flags and jobserver, or make demo sees a -j already given
+unset MAKEFLAGS MFLAGS MAKELEVEL
+
 mkdir "$tmp/bin"
 # installed: exactly tools/deps.txt's packages; the user: not root
 cat > "$tmp/bin/dpkg-query" <<EOT

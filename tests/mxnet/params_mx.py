@@ -340,7 +340,8 @@ p = write("d_trunc.npy", raw[:-7])
 refused("a truncated .npy", pred(x=p), p + ": truncated")
 p = write("d_not.npy", good)
 refused("not a .npy", pred(x=p), p + ": not a .npy file")
-refused("--output over the input", pred(x=path("d_x.npy"), out=path("d_x.npy")),
+refused("--output over the input",
+        pred(path("mlp-0000.params"), x=path("d_x.npy"), out=path("d_x.npy")),
         "one of the run's inputs")
 refused("--save-params over --load-params", pred(path("mlp-0000.params")) +
         ["--save-params", path("mlp-0000.params")], "one of the run's inputs")
