@@ -47,9 +47,10 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 # whichever compiler builds them, and as their CUDA twins (-fmad=false).
 RT_CFLAGS := -std=c11 -Wall -Wextra -Werror -ffp-contract=off -D_GNU_SOURCE -Iruntime -MMD -MP
 RT_SRC   := $(wildcard runtime/*.c runtime/cpu/*.c runtime/data/*.c)
-# The GPU placements' host logic (runtime/dist/coll.h: the NCCL engine's buckets and
-# bootstrap, local/device, the fake transport of their tests); mpi.c is ampcmpi.o's.
-RT_SRC   += runtime/dist/nccl.c runtime/dist/nccl_fake.c runtime/dist/kvplace.c
+# The engines of several devices (runtime/dist/): the program without MPI and its
+# launcher check, --sim-ranks, the GPU placements' host logic (coll.h: the NCCL
+# engine's buckets and bootstrap, local/device); mpi.c is ampcmpi.o's.
+RT_SRC   += $(filter-out runtime/dist/mpi.c,$(wildcard runtime/dist/*.c))
 RT_OBJ   := $(patsubst %.c,$(BUILD)/obj/%.o,$(RT_SRC))
 RT_LIBS  := -lopenblas -lz -lm
 # json-c (libjson-c-dev): ampc --from-mxnet reads MXNet symbol JSON with it (and ampc diff
@@ -121,7 +122,8 @@ $(BUILD)/libampcrt.a: $(RT_OBJ)
 # runtime: the runtime's own "kernels/..." includes, as device.h's).
 MPICC ?= $(shell command -v mpicc 2>/dev/null)
 MPI_OBJ := $(if $(MPICC),$(BUILD)/ampcmpi.o)
-$(BUILD)/ampcmpi.o: runtime/dist/mpi.c runtime/mpi_rt.h runtime/device.h runtime/program.h runtime/rt.h runtime/kernels/lossscale.h
+$(BUILD)/ampcmpi.o: runtime/dist/mpi.c runtime/dist/mpi_rt.h runtime/device.h runtime/program.h runtime/rt.h \
+                    runtime/settings.h runtime/kernels/lossscale.h
 	@mkdir -p $(@D)
 	$(call quiet,MPICC,$<)$(MPICC) -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -iquote runtime $(CFLAGS) -c $< -o $@
 
@@ -140,7 +142,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libampc.a
 
 unit: $(UNIT_BIN) $(RTEST_BIN) $(BUILD)/rtests/tiny_train nvcc-check cuda-check nccl-check nccl-mpi-check $(DATA_DIR)/digits.csv.gz
 	@set -e; for t in $(UNIT_BIN) $(RTEST_BIN); do echo "== $$t"; AMPC_DATA_DIR=$(DATA_DIR) $$t; done
-	tests/runtime/device_seam.sh
+	tests/runtime/device_seam.sh $(CURDIR) $(BUILD)/libampcrt.a
 	@echo "== tiny_train (the runtime's main on a hand-written model)"
 	$(BUILD)/rtests/tiny_train --data synthetic --max-steps 20 --log-interval 10 >/dev/null
 	test "$$($(BUILD)/rtests/tiny_train --bogus 2>/dev/null; echo $$?)" = 2
@@ -152,6 +154,14 @@ $(BUILD)/rtests/tiny_train: tests/runtime/model_tiny.c $(BUILD)/libampcrt.a
 $(BUILD)/rtests/%: tests/runtime/%.c $(BUILD)/libampcrt.a
 	@mkdir -p $(@D)
 	$(CC) $(RT_CFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libampcrt.a $(LDFLAGS) -lcmocka $(RT_LIBS)
+
+# The NCCL engine's tests run it over the in-process fake transport
+# (tests/runtime/nccl_fake.c), which no program links: it is not in libampcrt.a.
+$(BUILD)/rtests/test_nccl_fake: tests/runtime/test_nccl_fake.c tests/runtime/nccl_fake.c \
+                                tests/runtime/nccl_fake.h $(BUILD)/libampcrt.a
+	@mkdir -p $(@D)
+	$(CC) $(RT_CFLAGS) -Itests/runtime $(CFLAGS) -o $@ $< tests/runtime/nccl_fake.c \
+	    $(BUILD)/libampcrt.a $(LDFLAGS) -lcmocka $(RT_LIBS) -lpthread
 
 # The element math shared by the CPU and CUDA kernels must compile with nvcc
 # too, so the two cannot drift; skipped (and said so) where nvcc is absent.
@@ -179,7 +189,8 @@ $(BUILD)/cuda/%.o: runtime/cuda/%.cu $(CUDA_DEPS)
 	@$(NVCC) $(NVCC_FLAGS) -Xptxas -v --keep --keep-dir $(BUILD)/cuda/keep/$* -c $< -o $@ \
 	    2>$(BUILD)/cuda/$*.ptxas.log || { cat $(BUILD)/cuda/$*.ptxas.log; exit 1; }
 
-# The host side of cuDNN and cuBLASLt (dnn.c, blas.c, check.c) and its
+# The host side of cuDNN and cuBLASLt (conv.c, fc.c, pool.c, batchnorm.c, rt_cuda.c,
+# check.c, the NCCL transport) and its
 # CUDA-free logic (plan.c, libs.c): C, compiled by $(CC) against the
 # toolkit's headers; cuDNN and cuBLASLt are opened at run time (libs.h).
 CUDA_CSRC  := $(wildcard runtime/cuda/*.c)
@@ -220,7 +231,7 @@ $(BUILD)/cuda/cuda_dnn_gpu: tests/runtime/cuda_dnn_gpu.c $(BUILD)/libampccuda.a 
 	$(CC) $(RT_CFLAGS) $(CFLAGS) -I$(CUDA_INC) -o $@ $< $(BUILD)/libampccuda.a \
 	    $(BUILD)/libampcrt.a $(LDFLAGS) $(CUDA_LIBS) $(RT_LIBS)
 
-# The NCCL engine (runtime/dist/nccl.c, runtime/cuda/nccl.c; docs/kvstore.md) linked as a
+# The NCCL engine (runtime/dist/nccl_engine.c, runtime/cuda/nccl_transport.c; docs/kvstore.md) linked as a
 # CUDA program links it, and NCCL's functions resolved by name (no GPU needed; under
 # ASan, CUDA_LIBS_SMOKE=0, the link only).  Its host logic: test_nccl_fake, test_kv_local.
 .PHONY: nccl-check
@@ -277,7 +288,8 @@ gpu-check-dry: gpu-check-pack
 	tests/gpu/first_run_dry.sh $(BUILD)
 
 
-# The kernels' PTX and registers (tests/runtime/cuda_ptx_check.sh), and the
+# The kernels' PTX and registers (tests/runtime/cuda_ptx_check.sh), no state of the
+# library's own (tests/runtime/cuda_state_check.sh: the run state is the device's), and the
 # CUDA device linked as a program links it (tests/runtime/cuda_device_smoke.sh:
 # without a GPU only its clean failure to open); the kernels themselves run
 # emulated in unit (tests/runtime/test_cuda_emu.c).  The library discovery smoke
@@ -286,6 +298,7 @@ gpu-check-dry: gpu-check-pack
 cuda-check: cuda $(if $(NVCC),sass-env $(BUILD)/cuda/kernel_vectorized)
 	@if [ -n "$(NVCC)" ]; then tests/runtime/cuda_ptx_check.sh $(NVCC) $(BUILD)/cuda && \
 	    tests/runtime/cuda_layout_ptx_check.sh $(BUILD)/cuda && \
+	    tests/runtime/cuda_state_check.sh $(BUILD)/libampccuda.a "$(CC)" && \
 	    tests/runtime/cuda_sass_check.sh $(NVCC) $(BUILD)/cuda $(SASS_ENV)/bin \
 	        $(BUILD)/cuda/kernel_vectorized && \
 	    $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_kernels_gpu \
@@ -324,7 +337,8 @@ $(BUILD)/cuda/kernel_vectorized: tests/runtime/sass/kernel_vectorized.c ir/kerne
 # (part of unit, so of asan-check too) runs the tests that link it, then checks that every
 # __global__ of runtime/cuda/ ran under them and that what the emulation forbids does not
 # compile (tests/runtime/emu_check.sh).
-EMU_CU       := runtime/cuda/kernels.cu runtime/cuda/layout.cu runtime/cuda/math.cu
+# every .cu but device.cu (the CUDA device: the CUDA runtime's API, not kernels)
+EMU_CU       := $(filter-out runtime/cuda/device.cu,$(wildcard runtime/cuda/*.cu))
 EMU_OBJ      := $(BUILD)/emu/emu.o $(patsubst runtime/cuda/%.cu,$(BUILD)/emu/%.o,$(EMU_CU))
 # UBSan's C++-only checks (function, vptr) need the C++ runtime, which the C tests do not link.
 EMU_NOSAN    := -fno-sanitize=function,vptr

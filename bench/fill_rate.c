@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "train.h"
+#include "data/data.h"
 
 static double now(void)
 {

@@ -12,10 +12,10 @@
 #
 # bench/optim_bench.c says what is counted.  Goal: >= 80% of the copy.
 #
-# Then the runtime's own rt_optim_step2 (runtime/optim.c, linked from
+# Then the runtime's own rt_optim_step2 (runtime/cpu/optim.c, linked from
 # build/libampcrt.a at the runtime's flags) over a ResNet-50 v1d table of
 # 167 fp16 parameters with fp32 masters, once with the AVX2+F16C path
-# (runtime/optim_simd.c, where the CPU has it) and once with AMPC_NO_SIMD=1
+# (runtime/cpu/optim_simd.c, where the CPU has it) and once with AMPC_NO_SIMD=1
 # (the per-element loops); skip with RT_BENCH=0.  RT_REPS sets its repeats.
 set -e
 cd "$(dirname "$0")/.."

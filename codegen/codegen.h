@@ -1,10 +1,12 @@
 /* codegen.h - the code generation layer: from the training graph (after
  * train-cast-elide) to a program.
  *
- * The C backend (emit_c.c) writes one C file that defines the RtModel of
- * runtime/program.h: a parameter table, a buffer table and step functions
- * calling runtime kernels in a static order; build.c compiles it against the
- * runtime into an executable. */
+ * lower.c decides the program (plan.h: its buffers and calls, in a static
+ * order); the one C emitter (emit_c.c) writes it, for either target, as a C
+ * file that defines the RtModel of runtime/program.h (a parameter table, a
+ * buffer table and step functions), each call naming the function of the
+ * kernel table's column for the target (ir/kernels.def, CgPlans.kernels);
+ * build.c compiles it against the runtime into an executable. */
 #ifndef AMPC_CODEGEN_H
 #define AMPC_CODEGEN_H
 
@@ -19,8 +21,9 @@ bool cg_check(const Graph *train);
 
 /* The memory plans of the two steps (passes/memplan.c), verified; both
  * NULL: every value its own buffer (--no-memplan).  kv: the kvstore pass's
- * placement of the program lowered with these plans (NULL: none); a
- * dist_sync one gives the emitted RtModel its buckets. */
+ * placement of the program lowered with these plans (NULL: none); the pass
+ * decides the buckets, and a dist_sync or nccl one gives the emitted RtModel
+ * them (RtModel.kv_*). */
 typedef struct {
     const BufferPlan *train, *infer;
     const KvPlan *kv;

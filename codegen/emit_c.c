@@ -121,6 +121,9 @@ static const char *shape_arrayx(Cg *c, const Shape *s)
 #define INODE(i) (c->g->nodes[n->in[i]])
 #define OUT (c->val[n->id])
 #define DT (rt_dtype(n->dtype))
+/* A call's first arguments: a CUDA program's kernels (and their sizers) take
+ * the device's context of the CUDA libraries, RtCtx.cuda; the CPU's none. */
+#define CX (c->kernels == TARGET_CUDA ? "ctx->cuda, " : "")
 
 /* The part node reading n with that index, or NULL when none survives. */
 static const char *part_of(Cg *c, const Node *n, int index)
@@ -298,7 +301,7 @@ typedef void EmitFn(Cg *c, const Node *n, const KernelRow *k);
 /* "<ws>(&d, <dtype>, <pass>)" */
 static const char *wsx(Cg *c, const Node *n, const KernelRow *k, const char *pass)
 {
-    return arena_printf(&c->a, "%s(&d, %s, %s)", k->ws, DT, pass);
+    return arena_printf(&c->a, "%s(%s&d, %s, %s)", k->ws, CX, DT, pass);
 }
 
 /* Convolution and FullyConnected share their call shapes: the forward, and
@@ -309,8 +312,8 @@ static void dense_forward(Cg *c, const Node *n, const KernelRow *k)
 {
     const char *ws = wsx(c, n, k, "RT_PASS_FORWARD");
     if (!ws_line(c, ws))
-        fprintf(c->f, "%s%s(&d, %s, %s, %s, %s, %s, rt_ctx_ws(ctx, %s));\n", I, k->cpu, DT, IN(0),
-                IN(1), n->nin > 2 ? IN(2) : "NULL", OUT, ws);
+        fprintf(c->f, "%s%s(%s&d, %s, %s, %s, %s, %s, rt_ctx_ws(ctx, %s));\n", I, k->cpu, CX, DT,
+                IN(0), IN(1), n->nin > 2 ? IN(2) : "NULL", OUT, ws);
 }
 
 static void dense_backward(Cg *c, const Node *n, const KernelRow *k)
@@ -319,11 +322,11 @@ static void dense_backward(Cg *c, const Node *n, const KernelRow *k)
     const char *wsd = wsx(c, n, k, "RT_PASS_BACKWARD");
     const char *wsw = wsx(c, n, k, "RT_PASS_BACKWARD_WEIGHT");
     if (c->uses[n->id] && !ws_line(c, wsd))
-        fprintf(c->f, "%s%s_data(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, %s));\n", I, k->cpu, DT,
-                IN(2), IN(0), OUT, wsd);
+        fprintf(c->f, "%s%s_data(%s&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, %s));\n", I, k->cpu,
+                CX, DT, IN(2), IN(0), OUT, wsd);
     if (dw && !ws_line(c, wsw))
-        fprintf(c->f, "%s%s_weight(&d, %s, %s, %s, %s, %s, false, rt_ctx_ws(ctx, %s));\n", I, k->cpu,
-                DT, IN(1), IN(0), dw, or_null(db), wsw);
+        fprintf(c->f, "%s%s_weight(%s&d, %s, %s, %s, %s, %s, false, rt_ctx_ws(ctx, %s));\n", I,
+                k->cpu, CX, DT, IN(1), IN(0), dw, or_null(db), wsw);
 }
 
 static void emit_conv_forward(Cg *c, const Node *n, const KernelRow *k)
@@ -360,21 +363,27 @@ static void emit_bn_forward(Cg *c, const Node *n, const KernelRow *k)
     const char *m = part_of(c, n, 1), *s = part_of(c, n, 2);
     bool fix = node_bool(n, BN_FIX_GAMMA);
     if (node_bool(n, BN_USE_GLOBAL_STATS))
-        fprintf(f, "%s%s_forward_inference(&d, %s, %s, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n",
-                I, k->cpu, DT, IN(0), IN(1), IN(2), IN(3), IN(4), node_float(n, BN_EPS),
-                fix ? "true" : "false", OUT, or_null(m), or_null(s));
+        fprintf(
+            f,
+            "%s%s_forward_inference(%s&d, %s, %s, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n",
+            I, k->cpu, CX, DT, IN(0), IN(1), IN(2), IN(3), IN(4), node_float(n, BN_EPS),
+            fix ? "true" : "false", OUT, or_null(m), or_null(s));
     else
-        fprintf(f, "%s%s_forward_train(&d, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n", I, k->cpu,
-                DT, IN(0), IN(1), IN(2), node_float(n, BN_EPS), fix ? "true" : "false", OUT,
-                or_null(m), or_null(s));
+        fprintf(f, "%s%s_forward_train(%s&d, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n", I,
+                k->cpu, CX, DT, IN(0), IN(1), IN(2), node_float(n, BN_EPS), fix ? "true" : "false",
+                OUT, or_null(m), or_null(s));
 }
 
+/* nothing written on a step the device skips: the kernel reads the step's state */
 static void emit_bn_moving(Cg *c, const Node *n, const KernelRow *k)
 {
     const Node *bn = c->g->nodes[INODE(0)->in[0]];
     bn_dims(c, bn, c->g->nodes[bn->in[0]], I);
-    fprintf(c->f, "%s%s(d.c, d.outer * d.inner, %s, %s, (float)%.9g, (float)%.9g, %s, %s);\n", I,
-            k->cpu, IN(0), IN(1), node_float(n, BN_EPS), node_float(n, BN_MOMENTUM), IN(2), IN(3));
+    fprintf(c->f,
+            "%s%s(%sd.c, d.outer * d.inner, %s, %s, (float)%.9g, (float)%.9g, %s, %s, "
+            "ctx->step_state);\n",
+            I, k->cpu, CX, IN(0), IN(1), node_float(n, BN_EPS), node_float(n, BN_MOMENTUM), IN(2),
+            IN(3));
 }
 
 static const char *bools(const Node *n, int a, int b, const char **second)
@@ -388,9 +397,9 @@ static void emit_bn_backward(Cg *c, const Node *n, const KernelRow *k)
 {
     const char *global, *fix = bools(n, BN_FIX_GAMMA, BN_USE_GLOBAL_STATS, &global);
     bn_dims(c, n, INODE(1), I);
-    fprintf(c->f, "%s%s(&d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, false);\n", I, k->cpu,
-            DT, IN(1), IN(0), IN(2), IN(3), IN(4), fix, global, c->uses[n->id] ? OUT : "NULL",
-            or_null(part_of(c, n, 1)), or_null(part_of(c, n, 2)));
+    fprintf(c->f, "%s%s(%s&d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, false);\n", I,
+            k->cpu, CX, DT, IN(1), IN(0), IN(2), IN(3), IN(4), fix, global,
+            c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 1)), or_null(part_of(c, n, 2)));
 }
 
 /* dy, y, x, gamma, save_mean, save_invstd */
@@ -398,21 +407,21 @@ static void emit_bn_relu_backward(Cg *c, const Node *n, const KernelRow *k)
 {
     const char *global, *fix = bools(n, BN_FIX_GAMMA, BN_USE_GLOBAL_STATS, &global);
     bn_dims(c, n, INODE(2), I);
-    fprintf(c->f, "%s%s(&d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, false);\n", I,
-            k->cpu, DT, IN(2), IN(1), IN(0), IN(3), IN(4), IN(5), fix, global,
+    fprintf(c->f, "%s%s(%s&d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, false);\n", I,
+            k->cpu, CX, DT, IN(2), IN(1), IN(0), IN(3), IN(4), IN(5), fix, global,
             c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 1)), or_null(part_of(c, n, 2)));
 }
 
 static void emit_act_forward(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s);\n", I, k->cpu, act_enum(node_enum(n, ACT_TYPE)),
+    fprintf(c->f, "%s%s(%s%s, %s, %s, %s, %s);\n", I, k->cpu, CX, act_enum(node_enum(n, ACT_TYPE)),
             numelx(c, n), DT, IN(0), OUT);
 }
 
 /* dy, x (NULL where unread), y */
 static void emit_act_backward(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s, %s, %s, false);\n", I, k->cpu,
+    fprintf(c->f, "%s%s(%s%s, %s, %s, %s, %s, %s, %s, false);\n", I, k->cpu, CX,
             act_enum(node_enum(n, ACT_TYPE)), numelx(c, n), DT, plan_reads(n, 1) ? IN(1) : "NULL",
             IN(2), IN(0), OUT);
 }
@@ -420,15 +429,15 @@ static void emit_act_backward(Cg *c, const Node *n, const KernelRow *k)
 /* dy, y: an activation backward from its output alone, of the row's mode */
 static void emit_relu_backward(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, NULL, %s, %s, %s, false);\n", I, k->cpu, k->mode, numelx(c, n),
-            DT, IN(1), IN(0), OUT);
+    fprintf(c->f, "%s%s(%s%s, %s, %s, NULL, %s, %s, %s, false);\n", I, k->cpu, CX, k->mode,
+            numelx(c, n), DT, IN(1), IN(0), OUT);
 }
 
 static void emit_lrelu_forward(Cg *c, const Node *n, const KernelRow *k)
 {
     const char *o, *ch, *in;
     lrelu_split(c, INODE(0), &o, &ch, &in);
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s, %s, %s, (float)%.9g, %s);\n", I, k->cpu,
+    fprintf(c->f, "%s%s(%s%s, %s, %s, %s, %s, %s, %s, (float)%.9g, %s);\n", I, k->cpu, CX,
             lrelu_enum(node_enum(n, LRELU_TYPE)), o, ch, in, DT, IN(0), n->nin > 1 ? IN(1) : "NULL",
             node_float(n, LRELU_SLOPE), OUT);
 }
@@ -437,23 +446,24 @@ static void emit_lrelu_backward(Cg *c, const Node *n, const KernelRow *k)
 {
     const char *o, *ch, *in;
     lrelu_split(c, INODE(1), &o, &ch, &in);
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, false, false);\n", I,
-            k->cpu, lrelu_enum(node_enum(n, LRELU_TYPE)), o, ch, in, DT, IN(1),
+    fprintf(c->f, "%s%s(%s%s, %s, %s, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, false, false);\n", I,
+            k->cpu, CX, lrelu_enum(node_enum(n, LRELU_TYPE)), o, ch, in, DT, IN(1),
             n->nin > 2 ? IN(2) : "NULL", node_float(n, LRELU_SLOPE), IN(0),
             c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 1)));
 }
 
 static void emit_dropout_forward(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %uu, %s);\n", I, k->cpu,
-            numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), rng_stream(n->name), OUT);
+    fprintf(c->f, "%s%s(%s%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %uu, %s);\n", I, k->cpu,
+            CX, numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), rng_stream(n->name), OUT);
 }
 
 /* the mask's stream is the forward node's (input 1), never read as data */
 static void emit_dropout_backward(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %uu, %s, false);\n", I, k->cpu,
-            numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), rng_stream(INODE(1)->name), OUT);
+    fprintf(c->f, "%s%s(%s%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %uu, %s, false);\n", I,
+            k->cpu, CX, numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P),
+            rng_stream(INODE(1)->name), OUT);
 }
 
 static void emit_pool_forward(Cg *c, const Node *n, const KernelRow *k)
@@ -461,7 +471,8 @@ static void emit_pool_forward(Cg *c, const Node *n, const KernelRow *k)
     pool_dims(c, n, INODE(0), I);
     const char *ws = wsx(c, n, k, "RT_PASS_FORWARD");
     if (!ws_line(c, ws))
-        fprintf(c->f, "%s%s(&d, %s, %s, %s, rt_ctx_ws(ctx, %s));\n", I, k->cpu, DT, IN(0), OUT, ws);
+        fprintf(c->f, "%s%s(%s&d, %s, %s, %s, rt_ctx_ws(ctx, %s));\n", I, k->cpu, CX, DT, IN(0),
+                OUT, ws);
 }
 
 static void emit_pool_backward(Cg *c, const Node *n, const KernelRow *k)
@@ -469,13 +480,13 @@ static void emit_pool_backward(Cg *c, const Node *n, const KernelRow *k)
     pool_dims(c, n, INODE(1), I);
     const char *ws = wsx(c, n, k, "RT_PASS_BACKWARD");
     if (!ws_line(c, ws))
-        fprintf(c->f, "%s%s(&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, %s));\n", I, k->cpu, DT, IN(1),
-                IN(0), OUT, ws);
+        fprintf(c->f, "%s%s(%s&d, %s, %s, %s, %s, false, rt_ctx_ws(ctx, %s));\n", I, k->cpu, CX, DT,
+                IN(1), IN(0), OUT, ws);
 }
 
 static void emit_copy(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, %s);\n", I, k->cpu, numelx(c, n), DT, IN(0), OUT);
+    fprintf(c->f, "%s%s(%s%s, %s, %s, %s);\n", I, k->cpu, CX, numelx(c, n), DT, IN(0), OUT);
 }
 
 static void emit_concat(Cg *c, const Node *n, const KernelRow *k)
@@ -490,8 +501,9 @@ static void emit_concat(Cg *c, const Node *n, const KernelRow *k)
     fprintf(f, "};\n%sconst int64_t len[] = {", I);
     for (int j = 0; j < n->nin; j++)
         fprintf(f, "%s%s", j ? ", " : "", prodx(c, &INODE(j)->shape, (int)dim, (int)dim + 1));
-    fprintf(f, "};\n%s%s(%d, xs, len, %s, %s, %s, %s);\n", I, k->cpu, n->nin,
-            prodx(c, &n->shape, 0, (int)dim), prodx(c, &n->shape, (int)dim + 1, n->shape.rank), DT, OUT);
+    fprintf(f, "};\n%s%s(%s%d, xs, len, %s, %s, %s, %s);\n", I, k->cpu, CX, n->nin,
+            prodx(c, &n->shape, 0, (int)dim), prodx(c, &n->shape, (int)dim + 1, n->shape.rank), DT,
+            OUT);
 }
 
 /* a slice is the middle part of a three-way split along the axis */
@@ -503,21 +515,22 @@ static void emit_slice(Cg *c, const Node *n, const KernelRow *k)
     fprintf(c->f, "%sconst int64_t len[] = {%lld, %lld, %lld};\n", I, (long long)b, (long long)(e - b),
             (long long)(total - e));
     fprintf(c->f, "%svoid *const parts[] = {NULL, %s, NULL};\n", I, OUT);
-    fprintf(c->f, "%s%s(3, %s, len, %s, %s, %s, parts, NULL);\n", I, k->cpu, IN(0),
+    fprintf(c->f, "%s%s(%s3, %s, len, %s, %s, %s, parts, NULL);\n", I, k->cpu, CX, IN(0),
             prodx(c, &x->shape, 0, axis), prodx(c, &x->shape, axis + 1, x->shape.rank), DT);
 }
 
 /* same-shape binary: [mode,] n, dtype, a, b, y */
 static void emit_binary(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s%s%s, %s, %s, %s, %s);\n", I, k->cpu, k->mode ? k->mode : "",
+    fprintf(c->f, "%s%s(%s%s%s%s, %s, %s, %s, %s);\n", I, k->cpu, CX, k->mode ? k->mode : "",
             k->mode ? ", " : "", numelx(c, n), DT, IN(0), IN(1), OUT);
 }
 
 static void emit_bcast_forward(Cg *c, const Node *n, const KernelRow *k)
 {
     emit_bcast_dims(c, INODE(0), INODE(1), I);
-    fprintf(c->f, "%s%s(%s, &d, %s, %s, %s, %s);\n", I, k->cpu, k->mode, DT, IN(0), IN(1), OUT);
+    fprintf(c->f, "%s%s(%s%s, &d, %s, %s, %s, %s);\n", I, k->cpu, CX, k->mode, DT, IN(0), IN(1),
+            OUT);
 }
 
 /* dy, a, b; the op is the forward's (an attribute) */
@@ -527,69 +540,70 @@ static void emit_bcast_backward(Cg *c, const Node *n, const KernelRow *k)
     const char *ws = wsx(c, n, k, "RT_PASS_BACKWARD");
     if (ws_line(c, ws))
         return;
-    fprintf(c->f, "%s%s(%s, &d, %s, %s, %s, %s, %s, %s, false, false, rt_ctx_ws(ctx, %s));\n", I,
-            k->cpu, node_enum(n, BCAST_OP) == BCAST_ADD ? "RT_BIN_ADD" : "RT_BIN_MUL", DT, IN(0),
-            IN(1), IN(2), c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 1)), ws);
+    fprintf(c->f, "%s%s(%s%s, &d, %s, %s, %s, %s, %s, %s, false, false, rt_ctx_ws(ctx, %s));\n", I,
+            k->cpu, CX, node_enum(n, BCAST_OP) == BCAST_ADD ? "RT_BIN_ADD" : "RT_BIN_MUL", DT,
+            IN(0), IN(1), IN(2), c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 1)), ws);
 }
 
 static void emit_scalar_forward(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, (float)%.9g, %s);\n", I, k->cpu, k->mode, numelx(c, n), DT,
-            IN(0), node_float(n, SCALAR_SCALAR), OUT);
+    fprintf(c->f, "%s%s(%s%s, %s, %s, %s, (float)%.9g, %s);\n", I, k->cpu, CX, k->mode,
+            numelx(c, n), DT, IN(0), node_float(n, SCALAR_SCALAR), OUT);
 }
 
 /* dy, x */
 static void emit_scalar_backward(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, (float)%.9g, %s, %s, false);\n", I, k->cpu, k->mode,
+    fprintf(c->f, "%s%s(%s%s, %s, %s, %s, (float)%.9g, %s, %s, false);\n", I, k->cpu, CX, k->mode,
             numelx(c, n), DT, IN(1), node_float(n, SCALAR_SCALAR), IN(0), OUT);
 }
 
 static void emit_unary_forward(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s);\n", I, k->cpu, k->mode, numelx(c, n), DT, IN(0), OUT);
+    fprintf(c->f, "%s%s(%s%s, %s, %s, %s, %s);\n", I, k->cpu, CX, k->mode, numelx(c, n), DT, IN(0),
+            OUT);
 }
 
 /* dy, x: the derivative from the input (log) */
 static void emit_unary_backward_x(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, NULL, %s, %s, false);\n", I, k->cpu, k->mode, numelx(c, n),
-            DT, IN(1), IN(0), OUT);
+    fprintf(c->f, "%s%s(%s%s, %s, %s, %s, NULL, %s, %s, false);\n", I, k->cpu, CX, k->mode,
+            numelx(c, n), DT, IN(1), IN(0), OUT);
 }
 
 /* dy, y: the derivative from the output (sqrt) */
 static void emit_unary_backward_y(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, NULL, %s, %s, %s, false);\n", I, k->cpu, k->mode, numelx(c, n),
-            DT, IN(1), IN(0), OUT);
+    fprintf(c->f, "%s%s(%s%s, %s, %s, NULL, %s, %s, %s, false);\n", I, k->cpu, CX, k->mode,
+            numelx(c, n), DT, IN(1), IN(0), OUT);
 }
 
 /* x, a_min, a_max (clip) */
 static void emit_clip_forward(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, (float)%.9g, (float)%.9g, %s);\n", I, k->cpu, numelx(c, n), DT,
-            IN(0), node_float(n, CLIP_A_MIN), node_float(n, CLIP_A_MAX), OUT);
+    fprintf(c->f, "%s%s(%s%s, %s, %s, (float)%.9g, (float)%.9g, %s);\n", I, k->cpu, CX,
+            numelx(c, n), DT, IN(0), node_float(n, CLIP_A_MIN), node_float(n, CLIP_A_MAX), OUT);
 }
 
 /* dy, x */
 static void emit_clip_backward(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, (float)%.9g, (float)%.9g, %s, %s, false);\n", I, k->cpu,
+    fprintf(c->f, "%s%s(%s%s, %s, %s, (float)%.9g, (float)%.9g, %s, %s, false);\n", I, k->cpu, CX,
             numelx(c, n), DT, IN(1), node_float(n, CLIP_A_MIN), node_float(n, CLIP_A_MAX), IN(0),
             OUT);
 }
 
 static void emit_cast(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s);\n", I, k->cpu, numelx(c, n), rt_dtype(INODE(0)->dtype),
-            IN(0), DT, OUT);
+    fprintf(c->f, "%s%s(%s%s, %s, %s, %s, %s);\n", I, k->cpu, CX, numelx(c, n),
+            rt_dtype(INODE(0)->dtype), IN(0), DT, OUT);
 }
 
 /* _layout: a 4-D value's bytes permuted between NCHW and NHWC (its shape is
  * the logical [N, C, H, W] either way) */
 static void emit_layout(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s, %s, %s);\n", I, k->cpu, dimx(c, n->shape.d[0]),
+    fprintf(c->f, "%s%s(%s%s, %s, %s, %s, %s, %s, %s);\n", I, k->cpu, CX, dimx(c, n->shape.d[0]),
             prodx(c, &n->shape, 1, 2), prodx(c, &n->shape, 2, 4), DT, IN(0), OUT,
             node_enum(n, LAYOUT_TO) == LAYOUT_NHWC ? "RT_LAYOUT_NHWC" : "RT_LAYOUT_NCHW");
 }
@@ -608,7 +622,7 @@ static void emit_softmax_forward(Cg *c, const Node *n, const KernelRow *k)
 {
     const char *o, *l, *in;
     softmax_split(c, n, INODE(0), &o, &l, &in);
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s, %s);\n", I, k->cpu, o, l, in, DT, IN(0), OUT);
+    fprintf(c->f, "%s%s(%s%s, %s, %s, %s, %s, %s);\n", I, k->cpu, CX, o, l, in, DT, IN(0), OUT);
 }
 
 /* dy, y */
@@ -616,8 +630,8 @@ static void emit_softmax_backward(Cg *c, const Node *n, const KernelRow *k)
 {
     const char *o, *l, *in;
     softmax_split(c, n, INODE(1), &o, &l, &in);
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s, %s, %s, false);\n", I, k->cpu, o, l, in, DT, IN(1), IN(0),
-            OUT);
+    fprintf(c->f, "%s%s(%s%s, %s, %s, %s, %s, %s, %s, false);\n", I, k->cpu, CX, o, l, in, DT,
+            IN(1), IN(0), OUT);
 }
 
 static void emit_reduce_forward(Cg *c, const Node *n, const KernelRow *k)
@@ -625,24 +639,25 @@ static void emit_reduce_forward(Cg *c, const Node *n, const KernelRow *k)
     reduce_dims(c, n, INODE(0), I);
     const char *ws = wsx(c, n, k, "RT_PASS_FORWARD");
     if (!ws_line(c, ws))
-        fprintf(c->f, "%s%s(&d, %s, %s, %s, rt_ctx_ws(ctx, %s));\n", I, k->cpu, DT, IN(0), OUT, ws);
+        fprintf(c->f, "%s%s(%s&d, %s, %s, %s, rt_ctx_ws(ctx, %s));\n", I, k->cpu, CX, DT, IN(0),
+                OUT, ws);
 }
 
 /* dy, x (for its shape only) */
 static void emit_reduce_backward(Cg *c, const Node *n, const KernelRow *k)
 {
     reduce_dims(c, n, INODE(1), I);
-    fprintf(c->f, "%s%s(&d, %s, %s, %s, false);\n", I, k->cpu, DT, IN(0), OUT);
+    fprintf(c->f, "%s%s(%s&d, %s, %s, %s, false);\n", I, k->cpu, CX, DT, IN(0), OUT);
 }
 
 /* data in its dtype (16-bit where the fuse pass folded its cast in), prob */
 static void emit_smo_forward(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, %s, %s);\n", I, k->cpu, dimx(c, n->shape.d[0]),
+    fprintf(c->f, "%s%s(%s%s, %s, %s, %s, %s, %s);\n", I, k->cpu, CX, dimx(c, n->shape.d[0]),
             dimx(c, n->shape.d[1]), rt_dtype(INODE(0)->dtype), IN(0), DT, OUT);
 }
 
-/* prob, label; the loss scale is the runtime's; dx in the node's dtype
+/* prob, label; the loss scale is the step state's (the device's); dx in the node's dtype
  * (16-bit where the fuse pass folded the cast of the gradient in) */
 static void emit_smo_backward(Cg *c, const Node *n, const KernelRow *k)
 {
@@ -651,8 +666,9 @@ static void emit_smo_backward(Cg *c, const Node *n, const KernelRow *k)
             I, node_float(n, SMO_GRAD_SCALE), node_float(n, SMO_SMOOTH_ALPHA),
             node_bool(n, SMO_USE_IGNORE) ? "true" : "false", node_float(n, SMO_IGNORE_LABEL),
             node_enum(n, SMO_NORMALIZATION));
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, (const float *)%s, &p, ctx->loss_scale, %s, %s, false);\n",
-            I, k->cpu, dimx(c, n->shape.d[0]), dimx(c, n->shape.d[1]), rt_dtype(INODE(0)->dtype),
+    fprintf(c->f,
+            "%s%s(%s%s, %s, %s, %s, (const float *)%s, &p, ctx->step_state, %s, %s, false);\n", I,
+            k->cpu, CX, dimx(c, n->shape.d[0]), dimx(c, n->shape.d[1]), rt_dtype(INODE(0)->dtype),
             IN(0), IN(1), DT, OUT);
 }
 
@@ -768,8 +784,8 @@ static void emit_grad_ready(Cg *c, int i)
         fputs("        }\n", c->f);
 }
 
-/* The kvstore pass's buckets (a dist_sync placement) as parameter indices,
- * for the MPI engine (RtModel.kv_*); nothing for any other placement, so a
+/* The kvstore pass's buckets (a dist_sync or nccl placement) as parameter
+ * indices, for the MPI and NCCL engines (RtModel.kv_*); nothing for any other placement, so a
  * program for one process is the same C with or without the pass. */
 static bool emit_kv_buckets(Cg *c, const KvPlan *kv)
 {
@@ -821,12 +837,16 @@ static void emit_function(Cg *c, const char *name, StepKind k)
     fputs("}\n\n", f);
 }
 
-/* name(N): the largest workspace a call of the graph being emitted asks
- * for at batch N, so that the runtime allocates it once, at start-up. */
+/* name(ctx, N): the largest workspace a call of the graph being emitted asks
+ * for at batch N, so that the runtime allocates it once, at start-up; a CUDA
+ * program's sizers ask the libraries of ctx->cuda. */
 static void emit_workspace(Cg *c, const char *name, StepKind k)
 {
     FILE *f = c->f;
-    fprintf(f, "static size_t %s(int64_t N)\n{\n    size_t ws = 0;\n    (void)N;\n", name);
+    fprintf(f,
+            "static size_t %s(const RtCtx *ctx, int64_t N)\n{\n    size_t ws = 0;\n    "
+            "(void)ctx;\n    (void)N;\n",
+            name);
     c->ws_only = true;
     const ProgStep *st = &c->prog->step[k];
     for (int i = 0; i < st->ncalls; i++) {
@@ -1101,11 +1121,14 @@ bool cg_emit_c(FILE *out, const Graph *train, const CgPlans *plans)
     emit_function(&c, "infer_step", STEP_INFER);
     emit_workspace(&c, "infer_workspace", STEP_INFER);
     if (predict)
-        fputs("static size_t workspace_bytes(int64_t N) { return infer_workspace(N); }\n\n", out);
+        fputs("static size_t workspace_bytes(const RtCtx *ctx, int64_t N) { return "
+              "infer_workspace(ctx, N); }\n\n",
+              out);
     else
-        fputs("static size_t workspace_bytes(int64_t N)\n{\n"
-              "    size_t t = train_workspace(N), i = infer_workspace(N);\n"
-              "    return t > i ? t : i;\n}\n\n", out);
+        fputs("static size_t workspace_bytes(const RtCtx *ctx, int64_t N)\n{\n"
+              "    size_t t = train_workspace(ctx, N), i = infer_workspace(ctx, N);\n"
+              "    return t > i ? t : i;\n}\n\n",
+              out);
     int prob_infer = c.buf[ihead];
     /* the loss head's classes, or the per-sample size of the output */
     const Node *y = predict ? infer->nodes[ihead] : train->nodes[head];

@@ -1,5 +1,9 @@
 /* lower.c - the training graph and its plans as a lowered program (plan.h):
- * what the C backend prints, and what later backends will.
+ * what the one C emitter (emit_c.c) prints, for the CPU and the CUDA target
+ * alike.  This file decides the buffers and the calls; the function a call
+ * names is the emitter's choice, from the kernel table's column for the
+ * target (CgPlans.kernels), and the gradients' buckets are the kvstore
+ * pass's (KvPlan, passes/kvstore.c).
  *
  * Buffers: every value a step writes gets one (placed where its step's plan
  * says, or its own memory without a plan), except that parameters and

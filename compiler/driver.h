@@ -58,7 +58,7 @@ bool train_settings_ok(const Graph *g);
 /* The same for the entry of one key (true when there is none). */
 bool train_setting_ok(const Graph *g, const char *key);
 /* The fp32 optimizer tensors a run keeps per trainable parameter under g's
- * train block (runtime/optim.c: 2 for Adam, 1 for SGD or NAG with momentum,
+ * train block (runtime/cpu/optim.c: 2 for Adam, 1 for SGD or NAG with momentum,
  * else 0). */
 int train_optimizer_nstate(const Graph *g);
 /* Whether a run of g scales the loss dynamically: the train block's

@@ -324,7 +324,7 @@ bool amp_options_resolve(const Graph *g, const PassOptions *po, AmpOptions *out)
     return true;
 }
 
-/* The text the program's train_defaults hold for v: codegen/c.c writes
+/* The text the program's train_defaults hold for v: codegen/emit_c.c writes
  * config_print's form, so the program parses exactly this. */
 static char *config_text(const ConfigVal *v)
 {
@@ -423,7 +423,7 @@ int train_optimizer_nstate(const Graph *g)
     e = train_entry(g, "momentum");
     if (e && !setting_apply(&o, "momentum", e->val, msg, sizeof msg))
         return 0;
-    /* runtime/optim.c: Adam keeps mean and var, SGD and NAG a momentum
+    /* runtime/cpu/optim.c: Adam keeps mean and var, SGD and NAG a momentum
      * unless it is 0 */
     return o.optimizer == RT_OPT_ADAM ? 2 : o.momentum != 0.0f ? 1 : 0;
 }
@@ -473,7 +473,7 @@ bool train_flag_ok(const Graph *g, const char *key, const ConfigVal *v, const ch
     return false;
 }
 
-/* The input the program feeds (codegen/c.c: the first Input that is not a
+/* The input the program feeds (codegen/emit_c.c: the first Input that is not a
  * label) and the loss head's classes, as ampc_model will say. */
 static const Node *data_input(const Graph *g)
 {

@@ -32,7 +32,7 @@ static double grid(double x)
 /* a grid-stride loop over x: thread 0 takes elements 0, T, 2T, ... */
 static double ept(double x) { return cdiv(x, grid(x) * GK_THREADS); }
 
-/* BatchNorm's segments (bn.cuh): image by image, chunks of GK_BN_CHUNK along
+/* BatchNorm's segments (batchnorm.cuh): image by image, chunks of GK_BN_CHUNK along
  * inner; of a channel's elements, those the 8-wide loops take */
 static double bn_main(double outer, double inner)
 {

@@ -110,7 +110,8 @@ typedef struct {
     double fix, glob, dx, ry; /* BatchNorm: fix_gamma, use_global_stats, dx written, a fused relu */
     double dgamma, dbeta, saves; /* BatchNorm: the parameter gradients, saved statistics written */
     double bias, pad;            /* a bias; a convolution's channels padded (cp > C) */
-    double skip;                 /* BatchNorm's moving update reads the step's skip flag */
+    double skip;                 /* the step state's loss scale is dynamic: BatchNorm's
+                                  * moving update reads its flag too */
     double prob;                 /* Dropout's p: the share of elements dropped (not read) */
     double da, db;               /* a broadcast's backward writes the gradient of a, of b */
     double chunks, chunks2;      /* a reduction's 512-wide chunk sums (ampc_k_bcast_reduce):

@@ -1,8 +1,8 @@
 /* plan.h - the lowered program's buffer plan (issue 10, items 3 and 6).
  *
  * A BufferPlan places every value of the training step that owns a buffer
- * (codegen/emit_c.c: every node except grad_of, param_master and
- * bn_moving_update) in one arena.  Sizes and offsets are linear in the
+ * (plan_has_buffer: every node except grad_of, param_master and
+ * bn_moving_update, as codegen/lower.c gives them buffers) in one arena.  Sizes and offsets are linear in the
  * symbolic batch N: `fixed + per_sample * N`.  passes/memplan.c makes a plan;
  * memplan_verify proves it; codegen/lower.c places the program's buffers by it. */
 #ifndef AMPC_PLAN_H
@@ -67,7 +67,8 @@ const KernelRow *kernel_row(OpKind k);
 bool plan_may_overwrite(const Node *n, int slot);
 bool plan_reads(const Node *n, int slot);
 
-/* Whether node n owns a buffer in the training step (as codegen/emit_c.c). */
+/* Whether node n owns a buffer in the training step (codegen/lower.c gives
+ * these, and only these, a buffer of their own). */
 bool plan_has_buffer(const Node *n);
 /* n's bytes as fixed + per_sample * N; false when not linear in N (two
  * dimensions with N) or unknown. */
@@ -129,7 +130,12 @@ void memplan(const Graph *g, bool inplace, BufferPlan *out);
  * buffer offsets for every N >= 1 by memplan_verify. */
 
 typedef enum { PB_VALUE, PB_PARAM, PB_INPUT, PB_MASTER } ProgBufKind;
-typedef enum { PLACE_CPU } Placement; /* the CUDA and gradient-placement issues add theirs */
+/* A call's placement: one value.  Every call of a program runs on the one
+ * device its target gives it; the target decides which function a call
+ * names (the kernel table's cpu or cuda column, codegen.h's
+ * CgPlans.kernels), not the call, and where the gradients travel is the
+ * kvstore pass's KvPlan (kv below).  The text form prints it ("cpu"). */
+typedef enum { PLACE_CPU } Placement;
 typedef enum { STEP_TRAIN, STEP_MOVING, STEP_INFER, STEP_COUNT } StepKind;
 
 typedef struct {
@@ -221,8 +227,8 @@ bool program_read(Diag *d, int file, Program *out);
  * train-step call that writes parameter k's gradient buffer last (a fused
  * BatchNorm backward completes dgamma and dbeta as extra outputs), -1 for a
  * parameter without a gradient or one no call writes.  A fact of the calls,
- * so a program read back has the same; codegen/emit_c.c tells the runtime
- * there (RtCtx.grad_ready).  ready has p->nparams entries. */
+ * so a program read back has the same; the emitted step tells the runtime
+ * there (codegen/emit_c.c: RtCtx.grad_ready).  ready has p->nparams entries. */
 void program_grad_ready(const Program *p, int *ready);
 /* Checks p from itself: buffer numbers, sizes and offsets in range and
  * aligned, each step's calls writing an arena buffer before reading it, and

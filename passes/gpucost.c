@@ -39,13 +39,13 @@ typedef enum {
     K_STRIDED_CONV, /* a strided convolution's over an unstrided one */
     K_GEMM_LARGE,   /* cuBLASLt: all of M, N, K >= 1024: share of the tensor peak */
     K_GEMM_SMALL,   /* otherwise */
-    K_CUDNN_HOST,   /* host us per cuDNN execution: variant pack, execute (dnn.c) */
+    K_CUDNN_HOST,   /* host us per cuDNN execution: variant pack, execute (conv.c) */
     K_FILL_NS,      /* host ns per element the synthetic source fills */
     K_PCIE,         /* share of the machine's pcie_GBps a pinned copy gets */
     K_WAIT_US,      /* a host wait: the event's completion seen by a sleeping thread */
     K_PLAN_MS,      /* autotune off: one plan's heuristic query and finalize */
     K_CAND_MS,      /* autotune: one candidate's finalize (its runs added apart) */
-    K_CANDIDATES,   /* candidates timed per plan (dnn.c's cap: 16) */
+    K_CANDIDATES,   /* candidates timed per plan (conv.c's cap: 16) */
     K_SCRATCH_MS,   /* autotune: a plan's scratch allocated and freed */
     K_CONTEXT_MB,   /* the CUDA context, cuDNN and cuBLASLt handles */
     K_COUNT
@@ -78,7 +78,7 @@ static const GcConst konst[K_COUNT] = {
     [K_WAIT_US] = {"wait_us", 5, 20, "estimate"},
     [K_PLAN_MS] = {"plan_ms", 1, 20, "estimate"},
     [K_CAND_MS] = {"cand_ms", 2, 50, "estimate: runtime-compiled engines take the longest"},
-    [K_CANDIDATES] = {"candidates", 8, 16, "runtime/cuda/dnn.c MAX_CANDIDATES; estimate"},
+    [K_CANDIDATES] = {"candidates", 8, 16, "runtime/cuda/conv.c MAX_CANDIDATES; estimate"},
     [K_SCRATCH_MS] = {"scratch_ms", 1, 5,
                       "estimate: cudaMalloc of the workspace limit and x, w, y"},
     [K_CONTEXT_MB] = {"context_mb", 300, 600, "estimate"},
@@ -758,7 +758,7 @@ static void memory(const Gc *gc, GcResult *r, double pad_max, double max_c)
                           fixed + r->workspace.slow + r->context.slow};
 }
 
-/* Start-up: every distinct cuDNN plan chosen once (dnn.c's cache; the
+/* Start-up: every distinct cuDNN plan chosen once (conv.c's cache; the
  * workspace sizer plans the accumulating variant of an unpadded backward
  * too).  With autotune each plan allocates its scratch and times up to 16
  * candidates, each finalized and run four times (a warm-up, three timed). */

@@ -32,7 +32,7 @@
 #include "fileio.h"
 #include "kernels/half.h"
 #include "paramlayout.h"
-#include "train.h"
+#include "checkpoint.h"
 
 /* ---- a growable little-endian byte buffer ------------------------------------ */
 

@@ -13,6 +13,7 @@
 #include "data/data_ext.h"
 #include "data/recordio.h"
 #include "fileio.h"
+#include "rand.h"
 #include "train_internal.h"
 
 /* The data source's parsed form (settings.c), by its local names. */

@@ -7,9 +7,12 @@
  * (CUDA) implements this header and the loop does not change.  A "device
  * pointer" is what rt_dev_alloc returns, or a pointer into it (pointer
  * arithmetic on it is allowed, as with CUDA's device pointers); the driver
- * may keep and pass one but never reads or writes through it.  The CPU
- * device (runtime/cpu/device.c) is the only one today: there a device
- * pointer is a host pointer, and every call below is synchronous.
+ * may keep and pass one but never reads or writes through it.  The
+ * implementations: the CPU device (runtime/cpu/device.c: a device pointer is
+ * a host pointer, and every call below is synchronous), the CUDA device
+ * (runtime/cuda/device.cu: a GPU's memory and one stream), and the engines
+ * that wrap one of them with the collectives of several processes (dist/:
+ * mpi.c's MPI engine, nccl_engine.c's NCCL engine).
  *
  * One device is one RtDevice; the functions are a table of function
  * pointers (RtDeviceOps), so a second implementation is a second table
@@ -17,15 +20,18 @@
  * is made from one host thread.
  *
  * The dynamic loss scale lives on the device (docs/training.md, "What the
- * host reads"): the finite check writes the device's flag; moving_update
- * and train_update read it and skip a non-finite step; ls_update applies
+ * host reads"), in the step's state (rt.h's RtStepState, which the emitted
+ * loss head and BatchNorm moving update read on the device through
+ * RtCtx.step_state): the finite check writes the device's flag;
+ * moving_update and train_update skip a non-finite step on it; ls_update applies
  * the rule (kernels/lossscale.h) to the device's scale and counts, and
- * keeps the step's flag in a ring; the learning rates of the next updates
- * are written ahead (lr_ahead) and picked by the device's own update
- * count.  So a step needs no read-back: the loop reads the device
+ * keeps the step's record in a ring (its flag, the scale after the rule, the
+ * update count); the learning rates of the next updates are written ahead
+ * (lr_ahead) and picked by the device's own update count.  So a step needs
+ * no read-back, and the device decides: the loop reads the device
  * (ls_read, the metrics' rows) only when it logs, checkpoints or the ring
- * is full, and replays the flags through the host's copy of the rule
- * (lossscale.c) for its log lines.  Every call that makes the host wait
+ * is full, and formats its log lines and checkpoints from the records
+ * (lossscale.c's rt_loss_scaler_report) without applying the rule itself.  Every call that makes the host wait
  * for the device is counted in RtDevice.syncs (the wrappers below count).
  */
 #ifndef AMPC_RT_DEVICE_H
@@ -37,9 +43,32 @@
 
 #include "kernels/lossscale.h"
 #include "program.h"
+#include "settings.h" /* RtOptKind: the optimizer= setting's kinds */
 
 typedef struct RtDevice RtDevice;
-struct RtOptConfig; /* train.h */
+
+/* The optimizer's update, as every device's optim_step and train_update
+ * take it (the CPU's: runtime/cpu/optim.c; the CUDA's: one multi-tensor
+ * launch). */
+typedef struct RtOptConfig {
+    RtOptKind kind;
+    float lr, momentum, wd;
+    float rescale_grad;  /* 1/(batch x loss_scale): unscaling folded in */
+    float clip_gradient; /* < 0: off */
+    float beta1, beta2, epsilon; /* adam */
+    int64_t t;           /* adam: this update's count, 1 on the first (bias correction) */
+} RtOptConfig;
+
+/* Whether the optimizer keeps a state buffer (momentum != 0, or adam). */
+static inline bool rt_optim_has_state(const RtOptConfig *c)
+{
+    return c->kind == RT_OPT_ADAM || c->momentum != 0.0f;
+}
+/* State tensors per trainable parameter: 0, 1 (momentum) or 2 (Adam's mean, var). */
+static inline int rt_optim_nstate(const RtOptConfig *c)
+{
+    return c->kind == RT_OPT_ADAM ? 2 : c->momentum != 0.0f ? 1 : 0;
+}
 
 /* One tensor on the device: a device pointer, elements and their dtype. */
 typedef struct {
@@ -65,8 +94,9 @@ typedef enum { RT_REDUCE_SUM, RT_REDUCE_MEAN } RtReduceOp;
 
 #define RT_DEV_ALIGN 64 /* every rt_dev_alloc block starts at a multiple of this */
 
-/* Steps whose finite flags the device keeps between two ls_read calls, and
- * so the learning rates lr_ahead writes (one more than this). */
+/* Steps whose records (AmpcLossScaleStep) the device keeps between two
+ * ls_read calls, and so the learning rates lr_ahead writes (one more than
+ * this). */
 #define RT_DEV_LS_RING 1024
 
 /* The device's loss scale and update counter, set once per run. */
@@ -114,26 +144,30 @@ typedef struct {
      * nothing; with other buffers it rebuilds. */
     bool (*setup)(RtDevice *d, const RtModel *m, const RtCtx *ctx, char *err, size_t errlen);
     /* ---- the step without the host: loss scale, update count, schedule ---- */
-    /* The loss scale's state, the rule and the update count; the flag ring
+    /* The loss scale's state, the rule and the update count; the ring
      * emptied.  After setup, before the first step. */
     bool (*ls_init)(RtDevice *d, const RtDevLsInit *c, char *err, size_t errlen);
     /* The step's loss scale := the device's scale (inf with inject_inf:
-     * --inject-inf-at-step), what the loss head's backward multiplies by:
-     * the CPU device, whose kernels run on the host, stores it in
-     * ctx->loss_scale; a device whose loss head reads device memory keeps
-     * it there.  No read-back either way. */
-    void (*step_begin)(RtDevice *d, RtCtx *ctx, bool inject_inf);
-    /* A device pointer to that step's scale (one float), for a loss head
-     * whose kernel reads it on the device; NULL before ls_init. */
-    const float *(*loss_scale_dev)(RtDevice *d);
+     * --inject-inf-at-step), in the step's state (step_state), where the
+     * loss head's backward reads it; no read-back. */
+    void (*step_begin)(RtDevice *d, bool inject_inf);
+    /* A device pointer to the step's state (rt.h's RtStepState: the scale,
+     * the finite flag, the update count), valid from open to close: what the
+     * trainer puts in RtCtx.step_state for the emitted steps' kernels. */
+    const RtStepState *(*step_state)(RtDevice *d);
+    /* The context every call of the device's kernels takes (RtCtx.cuda:
+     * the CUDA device's run state of its libraries, which the device owns);
+     * NULL on the CPU, whose kernels need none. */
+    struct RtCudaCtx *(*kernel_ctx)(RtDevice *d);
     /* lr[i]: the learning rate of update first + 1 + i, i < n <= RT_DEV_LS_RING
      * + 1 (the schedule, lr.c), with oc's other values (Adam's correction
      * follows from the update's count).  Written without waiting; the values
      * of updates before `first` may be dropped. */
     void (*lr_ahead)(RtDevice *d, const struct RtOptConfig *oc, const float *lr, int64_t first,
                      int n);
-    /* fn(ctx) (the model's moving_update: BatchNorm statistics) unless a
-     * dynamic scale's flag says the step overflowed */
+    /* fn(ctx): the model's moving_update (BatchNorm statistics), whose
+     * kernels read the step's state and write nothing on a step a dynamic
+     * scale's flag skips */
     void (*moving_update)(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx);
     /* The step's update: none when a dynamic scale's flag is set; else
      * optim_step with the learning rate lr_ahead gave for the device's next
@@ -141,13 +175,15 @@ typedef struct {
      * fused as optim_step's; the update count then grows. */
     void (*train_update)(RtDevice *d, float *const *state, float *const *state2,
                          const struct RtOptConfig *oc);
-    /* After the step's update: the flag into the ring; dynamic: the rule
-     * applied to the scale, a skip counted; else a non-finite step counted. */
+    /* After the step's update: dynamic: the rule applied to the scale, a
+     * skip counted; else a non-finite step counted; then the step's record
+     * into the ring (its flag, the scale and tracker after the rule, the
+     * update count). */
     void (*ls_update)(RtDevice *d);
-    /* The state, and finite[k] (1: finite) for steps from .. st->steps - 1
-     * (at most RT_DEV_LS_RING of them; finite may be NULL): waits for the
-     * work before it. */
-    void (*ls_read)(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from);
+    /* The state, and steps[k - from] the record of step k for steps from ..
+     * st->steps - 1 (at most RT_DEV_LS_RING of them; steps may be NULL):
+     * waits for the work before it. */
+    void (*ls_read)(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps, int64_t from);
     /* flag := finite (the MPI engine's reduced flag; tests) */
     void (*set_flag)(RtDevice *d, bool finite);
     /* ---- the finite flag, kept on the device ---- */
@@ -204,6 +240,13 @@ struct RtDevice {
 /* runtime/cpu/device.c: the CPU device (world size 1, rank 0).  NULL with a
  * message when out of memory. */
 RtDevice *rt_device_cpu_open(char *err, size_t errlen);
+/* The CPU device's lagging mode (a test mode; d from rt_device_cpu_open):
+ * event_done is false for an event until the host has ended the step after
+ * the one it was recorded in (ls_update) or waited for it, as on a GPU that
+ * runs a step behind the host, so that rt_dev_event_wait counts the waits
+ * such a device makes in RtDevice.syncs (docs/training.md, "What the host
+ * reads").  The work itself still runs at once. */
+void rt_device_cpu_lagging(RtDevice *d, bool on);
 
 /* The calls, through the table. */
 static inline void *rt_dev_alloc(RtDevice *d, size_t bytes, const char *what, char *err,
@@ -259,14 +302,12 @@ static inline bool rt_dev_ls_init(RtDevice *d, const RtDevLsInit *c, char *err, 
 {
     return d->ops->ls_init(d, c, err, errlen);
 }
-static inline void rt_dev_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
+static inline void rt_dev_step_begin(RtDevice *d, bool inject_inf)
 {
-    d->ops->step_begin(d, ctx, inject_inf);
+    d->ops->step_begin(d, inject_inf);
 }
-static inline const float *rt_dev_loss_scale_dev(RtDevice *d)
-{
-    return d->ops->loss_scale_dev(d);
-}
+static inline const RtStepState *rt_dev_step_state(RtDevice *d) { return d->ops->step_state(d); }
+static inline struct RtCudaCtx *rt_dev_kernel_ctx(RtDevice *d) { return d->ops->kernel_ctx(d); }
 static inline void rt_dev_lr_ahead(RtDevice *d, const struct RtOptConfig *oc, const float *lr,
                                    int64_t first, int n)
 {
@@ -282,10 +323,11 @@ static inline void rt_dev_train_update(RtDevice *d, float *const *state, float *
     d->ops->train_update(d, state, state2, oc);
 }
 static inline void rt_dev_ls_update(RtDevice *d) { d->ops->ls_update(d); }
-static inline void rt_dev_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+static inline void rt_dev_ls_read(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps,
+                                  int64_t from)
 {
     d->syncs++;
-    d->ops->ls_read(d, st, finite, from);
+    d->ops->ls_read(d, st, steps, from);
 }
 static inline void rt_dev_set_flag(RtDevice *d, bool finite) { d->ops->set_flag(d, finite); }
 static inline void rt_dev_optim_step(RtDevice *d, float *const *state, float *const *state2,

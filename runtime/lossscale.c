@@ -14,13 +14,18 @@
  * later).  MXNet's defaults (2^16, x2 per 2000 clean steps, x0.5, cap 2^24)
  * are ampc's.  MXNet's log lines: "AMP: decreasing loss scale to %f" and
  * "AMP: increasing loss scale to %f".
+ *
+ * The device applies the rule (device.h, "the step without the host"); the
+ * loop takes each step's outcome from the device's records and reports it
+ * here (rt_loss_scaler_report).  rt_loss_scaler_update, the rule applied on
+ * the host, is the tests' oracle for the device's; the loop never calls it.
  */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "train.h"
+#include "lossscale.h"
 
 void rt_loss_scaler_init(RtLossScaler *ls, const RtLossScaleConfig *c, const char *amp)
 {
@@ -38,6 +43,14 @@ void rt_loss_scaler_init(RtLossScaler *ls, const RtLossScaleConfig *c, const cha
 
 bool rt_loss_scaler_update(RtLossScaler *ls, bool finite, FILE *log, FILE *warn)
 {
+    AmpcLossScale next = ls->s;
+    if (ls->mode == RT_LS_DYNAMIC)
+        next = ampc_loss_scale_update(ls->s, !finite, ls->rule);
+    return rt_loss_scaler_report(ls, finite, next, log, warn);
+}
+
+bool rt_loss_scaler_report(RtLossScaler *ls, bool finite, AmpcLossScale next, FILE *log, FILE *warn)
+{
     if (ls->mode != RT_LS_DYNAMIC) {
         if (!finite)
             ls->nonfinite++;
@@ -49,7 +62,7 @@ bool rt_loss_scaler_update(RtLossScaler *ls, bool finite, FILE *log, FILE *warn)
         ls->skipped++;
     else
         ls->calibrating = false;
-    ls->s = ampc_loss_scale_update(ls->s, !finite, ls->rule);
+    ls->s = next;
     float now = ls->s.scale;
     /* MXNet's lines, the scale as the integer it usually is (%.9g: exact) */
     if (now != old && log && !calibrating) {

@@ -5,7 +5,7 @@
  */
 #include <math.h>
 
-#include "train.h"
+#include "lr.h"
 
 /* ---- the learning rate -------------------------------------------------------- */
 

@@ -2,7 +2,7 @@
  * (program.h's ampc_model) handed to the training driver.  Alone in its file
  * so that tests, which link the runtime with their own main and models,
  * never pull it in. */
-#include "mpi_rt.h"
+#include "dist/mpi_rt.h"
 #include "train.h"
 
 /* rt_mpi_finish: under MPI, finalises, or aborts the job when the run failed */

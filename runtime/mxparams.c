@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "fileio.h"
-#include "train.h" /* RT_CKPT_MAGIC */
+#include "checkpoint.h" /* RT_CKPT_MAGIC */
 #include "kernels/half.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

@@ -286,7 +286,8 @@ static void predict_rows(RtTrainer *t, const float *x, int64_t rows, int64_t sam
     }
 }
 
-int rt_predict_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err)
+int rt_predict_run(const RtModel *m, const RtTrainOptions *o, const RtDeviceConfig *dc, FILE *out,
+                   FILE *err)
 {
     char msg[1024];
     RtNpyHeader h;
@@ -318,7 +319,8 @@ int rt_predict_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *e
     if (o->resume && !(have_ck = rt_checkpoint_read(o->resume, &ck, msg, sizeof msg)))
         goto fail;
     uint64_t seed = have_ck ? ck.run.seed : o->seed;
-    if (!rt_trainer_init(&t, m, b, 0, msg, sizeof msg)) {
+    RtDeviceOpen how = {.config = dc};
+    if (!rt_trainer_init(&t, m, b, 0, &how, msg, sizeof msg)) {
         memset(&t, 0, sizeof t);
         goto fail;
     }

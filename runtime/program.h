@@ -67,12 +67,20 @@ typedef struct {
     int64_t off_fixed, off_per_sample; /* bytes into the arena when in_arena */
 } RtBuffer;
 
+struct RtCudaCtx; /* runtime/cuda/rt_cuda.h: the CUDA kernels' run state */
+
 /* What a step function sees. */
 typedef struct RtCtx {
     int64_t batch;        /* N */
     void **buf;           /* buffer pointers, by number */
     float **master;       /* fp32 master of parameter i (NULL when it has none) */
-    float loss_scale;     /* multiplies the loss-head gradient */
+    /* the step's state in the device's memory (rt.h; a device pointer, set
+     * when the device is opened): the loss head's scale, the flag on which
+     * BatchNorm's moving update does nothing */
+    const RtStepState *step_state;
+    /* the run state every rt_cuda_* call takes (stream, library handles,
+     * plans), the CUDA device's; NULL on the CPU */
+    struct RtCudaCtx *cuda;
     uint64_t seed, step;  /* Dropout masks: a function of (seed, step, node) */
     void *ws;             /* workspace, grown by rt_ctx_ws */
     size_t ws_bytes;
@@ -94,7 +102,8 @@ typedef struct RtCtx {
  * message). */
 void *rt_ctx_ws(RtCtx *ctx, size_t bytes);
 
-struct RtDevice; /* device.h */
+struct RtDevice;       /* device.h */
+struct RtDeviceConfig; /* below: the device options a GPU program opens its device with */
 
 typedef struct RtModel {
     const char *name;                 /* the model */
@@ -113,9 +122,10 @@ typedef struct RtModel {
     int64_t classes;
     const char *amp;                  /* "off", "float16", "bfloat16" */
     const char *const *train_defaults; /* "key=value" run-time defaults from the train block, NULL-ended */
-    size_t (*workspace_bytes)(int64_t batch); /* the largest workspace a call of either step
-                                              * asks for (one buffer, allocated at start-up);
-                                              * NULL: grown on demand */
+    /* the largest workspace a call of either step asks for at batch size
+     * batch (one buffer, allocated at start-up), its sizers asking ctx's
+     * kernel libraries (ctx->cuda); NULL: grown on demand */
+    size_t (*workspace_bytes)(const struct RtCtx *ctx, int64_t batch);
     void (*train_step)(RtCtx *ctx);   /* forward and backward on the batch in data/label */
     void (*moving_update)(RtCtx *ctx);/* BatchNorm moving statistics (skipped on overflow) */
     void (*infer_step)(RtCtx *ctx);   /* inference forward (BatchNorm on moving statistics) */
@@ -132,17 +142,20 @@ typedef struct RtModel {
      * start-up check compares it */
     int kv_place;
     /* The device the steps run on, opened by the trainer (runtime/trainer.c)
-     * before any buffer is allocated; NULL: the CPU device (under MPI, with
-     * its collectives).  A CUDA program (ampc --target=cuda) sets
-     * rt_cuda_open_device (runtime/cuda/program.c), whose memory is not the
-     * host's.  NULL with a message in err when no device can be opened. */
-    struct RtDevice *(*open_device)(const struct RtModel *m, char *err, size_t errlen);
+     * before any buffer is allocated, with the program's device options
+     * (dc); NULL: the CPU device (under MPI, with its collectives).  A CUDA
+     * program (ampc --target=cuda) sets rt_cuda_open_device
+     * (runtime/cuda/program.c), whose memory is not the host's.  NULL with
+     * a message in err when no device can be opened. */
+    struct RtDevice *(*open_device)(const struct RtModel *m, const struct RtDeviceConfig *dc,
+                                    char *err, size_t errlen);
     /* --cudnn-check (a program with open_device): every convolution's and
      * GEMM's library descriptors built and checked at batch size `batch`
      * without a GPU, one line per distinct one to out; 0 when all pass, 1
      * (with each failure, naming its node, on err) otherwise.
      * rt_cuda_check_model (runtime/cuda/program.c). */
-    int (*check_device)(const struct RtModel *m, int64_t batch, FILE *out, FILE *err);
+    int (*check_device)(const struct RtModel *m, const struct RtDeviceConfig *dc, int64_t batch,
+                        FILE *out, FILE *err);
     /* What the ranks of a data-parallel run compare at start-up
      * (runtime/rankcheck.h): a hash ampc stamps into the emitted C (of that C
      * and ampc's version; 0 in a hand-written model), and the kvstore pass's
@@ -157,8 +170,8 @@ typedef struct RtModel {
 } RtModel;
 
 /* The device's run-time options (the program's --cudnn-* flags,
- * docs/backend-cuda.md), read by a CUDA program's open_device. */
-typedef struct {
+ * docs/backend-cuda.md), given to a CUDA program's open_device. */
+typedef struct RtDeviceConfig {
     bool cudnn_autotune;         /* time cuDNN's candidate plans per shape at start-up
                                   * (MXNET_CUDNN_AUTOTUNE_DEFAULT=1), else take the
                                   * heuristic's first that fits */
@@ -168,7 +181,9 @@ typedef struct {
     bool cudnn_nondeterministic; /* engines whose results may change run to run allowed */
 } RtDeviceConfig;
 #define RT_CUDNN_WORKSPACE_MB_DEFAULT 1024 /* MXNet's Convolution workspace default */
-const RtDeviceConfig *rt_device_config(void);
+/* The defaults: autotune on, RT_CUDNN_WORKSPACE_MB_DEFAULT, exact fp32,
+ * deterministic engines. */
+RtDeviceConfig rt_device_config_default(void);
 /* The flags as given: < 0 where a flag was not given. */
 typedef struct {
     int autotune;
@@ -176,14 +191,15 @@ typedef struct {
     int fp32;
     int nondeterministic;
 } RtDeviceFlags;
-/* Sets the options for model m from the flags.  False with a message when
- * m runs on the CPU (no open_device) and a flag was given: the flags mean
- * nothing there. */
-bool rt_device_configure(const struct RtModel *m, const RtDeviceFlags *f, char *err,
-                         size_t errlen);
-/* --cudnn-check: m's check_device at batch size `batch`; 2 with a message
- * for a CPU program */
-int rt_device_check(const struct RtModel *m, int64_t batch, FILE *out, FILE *err);
+/* dc: the defaults with the flags given applied, for model m.  False with a
+ * message when m runs on the CPU (no open_device) and a flag was given: the
+ * flags mean nothing there. */
+bool rt_device_configure(const struct RtModel *m, const RtDeviceFlags *f, RtDeviceConfig *dc,
+                         char *err, size_t errlen);
+/* --cudnn-check: m's check_device with dc at batch size `batch`; 2 with a
+ * message for a CPU program */
+int rt_device_check(const struct RtModel *m, const RtDeviceConfig *dc, int64_t batch, FILE *out,
+                    FILE *err);
 
 extern const RtModel ampc_model;
 

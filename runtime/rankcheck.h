@@ -23,7 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "train.h"
+#include "checkpoint.h"
+#include "data/data.h"
 
 #define RT_RANK_MAGIC 0x4b4e5241u /* "ARNK" */
 #define RT_RANK_VERSION 1u

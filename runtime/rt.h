@@ -28,7 +28,8 @@
  *   - Op enums follow the attribute enums of ir/ir.h (ACT_*, LRELU_*,
  *     POOL_*, SMO_NORM_*), so the code generator passes them through.
  *
- * Sections follow the source files in runtime/cpu/.
+ * Sections follow the source files in runtime/cpu/, after the step's state
+ * (below), which two kernels read.
  */
 #ifndef AMPC_RT_H
 #define AMPC_RT_H
@@ -36,6 +37,22 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* ---- the step's state ------------------------------------------------------- */
+
+/* The state of the step in progress, in the memory of the device the steps
+ * run on (RtCtx.step_state: a device pointer), written by the device
+ * (runtime/device.h: its loss scale, finite flag and update count) and read
+ * on the device by the two kernels whose work depends on it: the loss
+ * head's backward (the scale) and BatchNorm's moving update (a step whose
+ * flag a dynamic loss scale skips changes nothing).  NULL: scale 1, never
+ * skipped. */
+typedef struct RtStepState {
+    float scale;        /* the loss scale this step's loss head multiplies its gradient by */
+    int32_t flag;       /* the finite flag: nonzero once a checked value held inf or NaN */
+    int64_t num_update; /* optimizer updates applied before this step */
+    int32_t dynamic;    /* a dynamic loss scale: a step whose flag is set changes nothing */
+} RtStepState;
 
 /* ---- dtype.c: storage dtypes, conversion, finite checks, copies ---------- */
 
@@ -177,10 +194,11 @@ void rt_batchnorm_forward_train(const RtBnDims *d, RtDType dt, const void *x,
 /* moving = moving*momentum + batch*(1 - momentum), with the UNBIASED batch
  * variance (count/(count-1)) as cuDNN and PyTorch do; count = outer*inner
  * (the biased variance when count is 1).  Separate from the forward so a
- * skipped (overflow) step can leave the statistics alone. */
+ * skipped (overflow) step leaves the statistics alone: nothing is written
+ * when step says so (its flag set under a dynamic scale; NULL: never). */
 void rt_batchnorm_update_moving(int64_t c, int64_t count, const float *save_mean,
                                 const float *save_invstd, float eps, float momentum,
-                                float *moving_mean, float *moving_var);
+                                float *moving_mean, float *moving_var, const RtStepState *step);
 /* Inference (and use_global_stats): the moving statistics.  save_mean and
  * save_invstd, when not NULL, receive moving_mean and 1/sqrt(moving_var+eps)
  * for rt_batchnorm_backward with use_global_stats. */
@@ -392,13 +410,13 @@ typedef struct {
 void rt_softmax_output_forward(int64_t n, int64_t k, RtDType xdt, const void *x, RtDType dt,
                                void *prob);
 /* Ignores the head gradient (MXNet): dx = (prob - target) * grad_scale /
- * valid_cnt * loss_scale, rows with an ignored label zeroed.  Labels are
- * class indices stored as fp32.  loss_scale is the dynamic loss scale.
- * prob in dt, dx in dxdt: a 16-bit dx (the fuse pass folding the cast of the
- * fp32 gradient into the call) is each fp32 element rounded once, as the
- * cast rounds it. */
+ * valid_cnt * loss_scale, rows with an ignored label zeroed, loss_scale the
+ * step's (step->scale; 1 when step is NULL).  Labels are class indices
+ * stored as fp32.  prob in dt, dx in dxdt: a 16-bit dx (the fuse pass
+ * folding the cast of the fp32 gradient into the call) is each fp32 element
+ * rounded once, as the cast rounds it. */
 void rt_softmax_output_backward(int64_t n, int64_t k, RtDType dt, const void *prob,
-                                const float *label, const RtSmoParams *p, float loss_scale,
+                                const float *label, const RtSmoParams *p, const RtStepState *step,
                                 RtDType dxdt, void *dx, bool accumulate);
 /* Logging: the summed cross-entropy -log(prob[label] + 1e-12) over rows whose
  * label is in range (MXNet's CrossEntropy metric; divide by the count) and the

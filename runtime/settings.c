@@ -1305,7 +1305,7 @@ static const struct {
 /* Images of [C, H, W] fit an input of shape[rank] when they hold as many
  * values and, for an input of rank 2 or more, the same dimensions once those
  * of size 1 are dropped from both (1x64 images are not 8x8 ones). */
-#define RANK_MAX 8 /* program.h's RT_MAX_RANK */
+#define RANK_MAX 8 /* rt.h's RT_MAX_RANK */
 
 /* The values per sample of an input; -1 when a dimension is not positive or
  * the product overflows. */

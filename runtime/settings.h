@@ -172,6 +172,7 @@ typedef struct {
     int cudnn_nondeterministic;   /* 1: cuDNN engines that are not run-to-run deterministic */
     bool cudnn_check;             /* check every convolution and GEMM against cuDNN and
                                    * cuBLASLt's descriptors without a GPU, then exit */
+    bool device_lag;        /* testing, no flag: the CPU device's lagging mode (device.h) */
     const char *dump_state; /* testing: after the first step's backward, write the
                                state (rt_dump_state) here and stop */
     /* MXNet interoperability (runtime/predict.c, docs/mxnet.md) */

@@ -94,8 +94,7 @@ bool rt_dump_state(const RtModel *m, const RtTrainer *t, const char *path, char 
     bool ok = put(f, "AMPCSTAT", 8) && put(f, &version, 4) && put(f, &np, 4) &&
               put(f, &batch, 8) && put(f, &data_values, 8) && put(f, &ctx->seed, 8) &&
               put(f, &ctx->step, 8) && put(f, &loss, 8);
-    /* the scale the step's loss head multiplied by (on CUDA the host's
-     * ctx->loss_scale is not written: the loss head reads the device's) */
+    /* the scale the step's loss head multiplied by (the device's step state) */
     float unscale = 1.0f / rt_trainer_step_scale(t);
     for (int i = 0; ok && i < m->nparams; i++) {
         const RtParam *p = &m->params[i];

@@ -1,12 +1,16 @@
-/* train.c - the training loop (docs/training.md).  Per step: the batch
- * filled on the host and copied to the device, train_step (forward and
- * backward) with ctx.loss_scale, the gradients all-reduced over the run's
- * devices, the finite check over every gradient, then, unless a dynamic
- * loss scale skips the step, moving_update (BatchNorm statistics) and the
- * fused optimizer over every parameter; the loss scaler's rule
- * (lossscale.c); the metrics (metrics.c); a Speedometer line every
- * --log-interval batches and, per epoch, the training metrics, the time, a
- * checkpoint (checkpoint.c) and a validation pass through infer_step.
+/* train.c - the training loop (docs/training.md, "The loop").  Per step
+ * (run_step): for each rank the device computes (--sim-ranks: each of its
+ * simulated ranks, dist/sim.c; else this process's), the batch filled on
+ * the host and copied to the device, train_step (forward and backward, the
+ * loss head scaled by the device's step state) and the gradients
+ * all-reduced over the run's devices (run_micro_batch); the finite check
+ * over every gradient, then, unless a dynamic loss scale skips the step,
+ * moving_update (BatchNorm statistics), the fused optimizer over every
+ * parameter and the loss scale's rule, all on the device; the metrics
+ * (metrics.c); a Speedometer line every --log-interval batches and, per
+ * epoch (run_epoch), the training metrics, the time, a checkpoint
+ * (checkpoint.c) and a validation pass through infer_step.  rt_train_run is
+ * run_open, run_epoch per epoch, run_end and run_done over one Run.
  *
  * The loop reaches the memory the steps run on only through the device
  * interface (device.h, through the trainer's calls in trainer.c): it calls
@@ -31,7 +35,7 @@
 #include "data/data_ext.h"
 #include "dist/coll.h"
 #include "fileio.h"
-#include "mpi_rt.h"
+#include "dist/mpi_rt.h"
 #include "rankcheck.h"
 #include "settings.h"
 #include "train_internal.h"
@@ -103,13 +107,13 @@ static double dev_now(RtTrainer *t)
 /* ---- what the host reads only when it logs ------------------------------------ */
 
 /* A step reads nothing back (docs/training.md, "What the host reads"): the
- * device keeps the loss scale, the skip decision, the update count and the
- * steps' finite flags (device.h), and the loss head's rows are copied
- * without waiting into slots here.  flush() waits for the device once,
- * then replays the steps since the last flush through the host's copy of
- * the loss scaler (for the log lines, in the order the per-step loop
- * printed them), adds the rows to the metrics and writes the learning
- * rates of the next updates ahead.  It runs before a Speedometer line, at
+ * device keeps the loss scale, the skip decision, the update count and each
+ * step's record (device.h: its flag, the scale after the rule, the update
+ * count), and the loss head's rows are copied without waiting into slots
+ * here.  flush() waits for the device once, then reports the steps since
+ * the last flush from the device's records (the log lines, in the order the
+ * per-step loop printed them; the host applies no rule), adds the rows to
+ * the metrics and writes the learning rates of the next updates ahead.  It runs before a Speedometer line, at
  * the first step of an epoch (the Speedometer's clock starts there), at
  * the end of an epoch, after every step under --check-numerics or
  * --inject-nan (their hooks read the device per node anyway), and when the
@@ -120,18 +124,19 @@ typedef struct {
     const RtTrainOptions *o;
     FILE *out, *err;
     JLog *jl;
-    RtLossScaler *ls;
+    RtLossScaler *ls;             /* the device's scale as its records report it */
+    RtDevLsState dev;             /* the device's state at the last flush */
     const RtOptConfig *oc;
     int64_t *num_update;
     float *lr_last;               /* the learning rate of the last update */
     int64_t steps_per_epoch, total;
     int64_t step0;                /* the loop's step of the device's step 0 */
     int64_t skipped0, nonfinite0; /* the host scaler's counts at ls_init */
-    int64_t read_to;              /* device steps replayed */
+    int64_t read_to;              /* device steps reported */
     int64_t flushes;              /* flush calls */
     int64_t epoch, ep_step, ep_batch; /* step ep_step is batch ep_batch of epoch */
     int64_t inject_k;             /* the device step whose loss scale was inf, or -1 */
-    uint8_t finite[RT_DEV_LS_RING];
+    AmpcLossScaleStep rec[RT_DEV_LS_RING]; /* the device's records of the steps */
     float lr[RT_DEV_LS_RING + 1];
     /* the rows of the loss head's output, one slot per train step call */
     unsigned char *rows;          /* host_alloc: cap slots of row_bytes */
@@ -192,10 +197,13 @@ static void later_rows(Later *l)
     l->used++;
 }
 
-/* One replayed step: its log lines, as the per-step loop printed them. */
-static bool later_step(Later *l, int64_t k, bool finite, const Numerics *nm, bool eager)
+/* One step the device recorded: its log lines, as the per-step loop
+ * printed them. */
+static bool later_step(Later *l, int64_t k, const AmpcLossScaleStep *rec, const Numerics *nm,
+                       bool eager)
 {
     RtLossScaler *ls = l->ls;
+    bool finite = rec->finite != 0;
     int64_t step = l->step0 + k;
     RtStepAt here = {.epoch = l->epoch, .batch = l->ep_batch + (step - l->ep_step), .step = step};
     float used = k == l->inject_k ? INFINITY : ls->s.scale;
@@ -206,13 +214,13 @@ static bool later_step(Later *l, int64_t k, bool finite, const Numerics *nm, boo
         rt_log_nonfinite(l->out, l->err, l->jl, l->o, ls, &here, used, node,
                          pi >= 0 ? l->m->params[pi].name : NULL);
     }
-    if (finite || ls->mode != RT_LS_DYNAMIC) {
-        ++*l->num_update;
+    if (rec->num_update != *l->num_update) { /* the device applied the update */
+        *l->num_update = rec->num_update;
         *l->lr_last = rt_lr_at(&l->o->sched, l->o->lr, *l->num_update, l->steps_per_epoch,
                                l->total);
     }
     float before = ls->s.scale;
-    rt_loss_scaler_update(ls, finite, l->out, l->err);
+    rt_loss_scaler_report(ls, finite, rec->s, l->out, l->err);
     rt_log_scale_change(l->jl, &here, before, ls->s.scale);
     if (rt_loss_scaler_exhausted(ls)) {
         fprintf(l->err, "%s: error: step %lld: the loss scale underflowed to %g (the "
@@ -229,9 +237,10 @@ static int flush(Later *l, const Numerics *nm, bool eager)
 {
     RtDevLsState st;
     l->flushes++;
-    rt_dev_ls_read(l->t->dev, &st, l->finite, l->read_to);
+    rt_dev_ls_read(l->t->dev, &st, l->rec, l->read_to);
+    l->dev = st;
     for (int64_t k = l->read_to; k < st.steps; k++)
-        if (!later_step(l, k, l->finite[k - l->read_to] != 0, nm, eager))
+        if (!later_step(l, k, &l->rec[k - l->read_to], nm, eager))
             return 1;
     l->read_to = st.steps;
     for (int i = 0; i < l->used; i++) {
@@ -243,13 +252,13 @@ static int flush(Later *l, const Numerics *nm, bool eager)
     }
     l->used = 0;
     l->steps = 0;
-    /* the device ran the same rule: any difference is a bug of one of them */
+    /* the device's state is its last record's: any difference is its bug */
     const RtLossScaler *ls = l->ls;
     if (memcmp(&st.s.scale, &ls->s.scale, sizeof st.s.scale) != 0 ||
         st.s.tracker != ls->s.tracker || st.num_update != *l->num_update ||
         st.skipped != ls->skipped - l->skipped0 || st.nonfinite != ls->nonfinite - l->nonfinite0) {
         fprintf(l->err, "%s: internal error: the device's loss scale %g (tracker %d, %lld "
-                "updates, %lld skipped) differs from the host's %g (%d, %lld, %lld)\n",
+                "updates, %lld skipped) differs from its steps' records' %g (%d, %lld, %lld)\n",
                 l->o->prog, (double)st.s.scale, (int)st.s.tracker, (long long)st.num_update,
                 (long long)st.skipped, (double)ls->s.scale, (int)ls->s.tracker,
                 (long long)*l->num_update, (long long)(ls->skipped - l->skipped0));
@@ -261,8 +270,20 @@ static int flush(Later *l, const Numerics *nm, bool eager)
 
 /* ---- the run ------------------------------------------------------------------- */
 
-/* Everything a run holds, so that one cleanup frees it on every path. */
+/* Everything a run holds, so that one cleanup frees it on every path, and
+ * what its functions share: run_open sets the run up, run_epoch runs one
+ * epoch (run_step per step, flush when the host reads), run_end validates
+ * and reports, run_done fills the result, run_free frees. */
 typedef struct {
+    /* what runs */
+    const RtModel *m;
+    const RtTrainOptions *o; /* under MPI: this rank's (ro) */
+    FILE *out, *err;         /* under MPI, ranks > 0: out is /dev/null (quiet) */
+    RtTrainResult r;
+    double t_start;
+    char msg[1024];
+    bool exit_now; /* --dump-state wrote its state: the status as it is */
+    /* what it holds */
     RtDataset ds;
     RtTrainer t;
     bool have_t;
@@ -271,7 +292,7 @@ typedef struct {
     int64_t *perm, *idx;
     char *path;
     float *scratch; /* --augment: one sample */
-    Prof *prof;     /* --profile: its node arrays */
+    Prof prof, *pf; /* --profile (pf: NULL without) */
     FILE *json;     /* --json-log */
     FILE *quiet;    /* under MPI, ranks > 0: the log goes here (/dev/null) */
     RtTrainOptions ro; /* under MPI: this rank's options (ranks > 0 log and save nothing) */
@@ -279,7 +300,29 @@ typedef struct {
     int64_t *order; /* under MPI: this rank's samples of the epoch, in order (ds->plan) */
     int save_lock;  /* --independent-runs: the save directory, flock'd (-1: none) */
     Later later;    /* what the host reads when it logs */
+    /* the run's constants */
+    RtDeviceConfig dc; /* a GPU program's device options (--cudnn-*) */
+    int rank, world, nsim; /* MPI's rank and ranks; --sim-ranks (1: none) */
+    uint64_t seed;
+    int64_t b, gb, sample, steps_per_epoch; /* the batch per rank and per step */
+    bool augment, amp_on, eager; /* eager: the hooks read the device per node */
+    RtOptConfig oc;
+    /* the run's state */
+    Numerics nm;
+    Hooks hooks;
+    JLog jl;
+    RtLossScaler ls; /* the device's scale as its records report it */
+    int64_t epoch0, nb0, step, num_update, run_steps; /* run_steps: the profile skips the first */
+    Metric global, local, val;
+    bool validated;
+    /* the epoch's */
+    int64_t epoch, nbatch, logged; /* logged: the batch of the last Speedometer line */
+    bool first, after_quiet;
+    double t0, tic;
 } Run;
+
+/* run_open's and the steps' "go on" (any other value is an exit status) */
+enum { RUN_GO = -1 };
 
 static void run_free(Run *r)
 {
@@ -294,10 +337,10 @@ static void run_free(Run *r)
     free(r->idx);
     free(r->path);
     free(r->scratch);
-    if (r->prof) {
-        free(r->prof->node[0]);
-        free(r->prof->node[1]);
-        free(r->prof->mark);
+    if (r->pf) {
+        free(r->pf->node[0]);
+        free(r->pf->node[1]);
+        free(r->pf->mark);
     }
     if (r->json)
         fclose(r->json);
@@ -436,21 +479,21 @@ static void prof_phase(Prof *pf, RtTrainer *t, int k, double *since)
     *since = now;
 }
 
-int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err,
-                 RtTrainResult *res)
+/* The options, together and against the model, and the device's (into
+ * R->dc).  RUN_GO, or an exit status. */
+static int run_check(Run *R)
 {
-    RtTrainResult r = {0};
-    double t_start = rt_now_s();
-    Run run;
-    memset(&run, 0, sizeof run);
-    run.save_lock = -1;
-    char msg[1024];
-    int rc = 0;
+    const RtModel *m = R->m;
+    const RtTrainOptions *o = R->o;
+    FILE *err = R->err;
+    char *msg = R->msg;
+    size_t msgsz = sizeof R->msg;
+    int rc;
     rt_inputs_reset(); /* the files this run reads: no output may be one of them */
     /* nor may two outputs name one file: one of them would be lost */
     const char *outs[] = {o->save_params, o->json_log, o->dump_state, o->output};
     const char *flags[] = {"--save-params", "--json-log", "--dump-state", "--output"};
-    if (!rt_outputs_distinct(outs, flags, 4, msg, sizeof msg)) {
+    if (!rt_outputs_distinct(outs, flags, 4, msg, msgsz)) {
         fprintf(err, "%s: %s\n", o->prog, msg);
         return 2;
     }
@@ -468,13 +511,13 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     if (o->threads > 0)
         openblas_set_num_threads(o->threads);
     RtInit ini;
-    if (!rt_init_parse(o->init, &ini, msg, sizeof msg)) {
+    if (!rt_init_parse(o->init, &ini, msg, msgsz)) {
         fprintf(err, "%s: %s\n", o->prog, msg);
         return 2;
     }
     /* the settings together and against the model (ampc checked them too) */
     const char *key =
-        rt_settings_check(o, m->name, m->data_rank, m->data_shape, m->classes, msg, sizeof msg);
+        rt_settings_check(o, m->name, m->data_rank, m->data_shape, m->classes, msg, msgsz);
     if (key) {
         fprintf(err, "%s: --%s: %s\n", o->prog, rt_setting_by_key(key)->flag, msg);
         return 2;
@@ -482,28 +525,54 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     /* a GPU program's device flags (a CPU program refuses them) */
     RtDeviceFlags df = {.autotune = o->cudnn_autotune, .workspace_mb = o->cudnn_workspace_mb,
                         .fp32 = o->cudnn_fp32, .nondeterministic = o->cudnn_nondeterministic};
-    if (!rt_device_configure(m, &df, msg, sizeof msg)) {
+    if (!rt_device_configure(m, &df, &R->dc, msg, msgsz)) {
         fprintf(err, "%s: %s\n", o->prog, msg);
         return 2;
     }
+    return RUN_GO;
+}
+
+static int run_device(Run *R);
+static int run_start(Run *R, double t_device);
+
+/* The run up to its first step: the options checked (run_check), the ranks
+ * started, the data, the device and its parameters (run_device; or a
+ * checkpoint's, run_start), the logs, the loss scale and the schedule on the
+ * device.  RUN_GO, or an exit status (--cudnn-check and --predict end here
+ * with theirs). */
+static int run_open(Run *R, const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err)
+{
+    char *msg = R->msg;
+    size_t msgsz = sizeof R->msg;
+    int rc;
+    R->m = m;
+    R->o = o;
+    R->out = out;
+    R->err = err;
+    R->t_start = rt_now_s();
+    R->save_lock = -1;
+    if ((rc = run_check(R)) != RUN_GO)
+        return rc;
     if (o->cudnn_check)
-        return rt_device_check(m, o->batch_size, out, err);
+        return rt_device_check(m, &R->dc, o->batch_size, out, err);
     if (o->predict)
-        return rt_predict_run(m, o, out, err);
+        return rt_predict_run(m, o, &R->dc, out, err);
     /* several processes: only under mpirun in a program built with ampc --mpi */
     int rank = 0, world = 1;
     RtMpiConfig mc = {.timeout_s = o->mpi_timeout, .bucket_mb = o->mpi_bucket_mb};
-    if (!rt_mpi_start(&mc, &rank, &world, msg, sizeof msg)) {
+    if (!rt_mpi_start(&mc, &rank, &world, msg, msgsz)) {
         fprintf(err, "%s: %s\n", o->prog, msg);
         return 1;
     }
+    R->rank = rank;
+    R->world = world;
     if ((rc = launched_alone(o, err)) != 0)
         return rc;
-    if ((rc = rank_options(&run, &o, &out, rank, m->name, err)) != 0) {
-        run_free(&run);
+    if ((rc = rank_options(R, &o, &out, rank, m->name, err)) != 0)
         return rc;
-    }
-    bool augment = o->augment_pad > 0 || o->augment_mirror;
+    R->o = o;
+    R->out = out;
+    R->augment = o->augment_pad > 0 || o->augment_mirror;
     if (o->inject_nan_node[0] && !rt_has_node(m, o->inject_nan_node)) {
         fprintf(err, "%s: --inject-nan: model %s has no node named '%s'\n", o->prog, m->name,
                 o->inject_nan_node);
@@ -516,467 +585,573 @@ int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err
     struct stat sd;
     bool lock = o->independent_runs && o->save_dir;
     if ((lock && stat(o->save_dir, &sd) == 0 &&
-         !rt_own_exclusively(o->save_dir, "--save-dir", &run.save_lock, msg, sizeof msg)) ||
+         !rt_own_exclusively(o->save_dir, "--save-dir", &R->save_lock, msg, msgsz)) ||
         (o->save_dir && !o->resume && !o->overwrite &&
-         !rt_save_dir_check(o->save_dir, m->name, msg, sizeof msg)) ||
-        (o->save_dir && !rt_save_dir_prepare(o->save_dir, m->name, err, o->prog, msg, sizeof msg)) ||
-        (lock && run.save_lock < 0 &&
-         !rt_own_exclusively(o->save_dir, "--save-dir", &run.save_lock, msg, sizeof msg))) {
+         !rt_save_dir_check(o->save_dir, m->name, msg, msgsz)) ||
+        (o->save_dir && !rt_save_dir_prepare(o->save_dir, m->name, err, o->prog, msg, msgsz)) ||
+        (lock && R->save_lock < 0 &&
+         !rt_own_exclusively(o->save_dir, "--save-dir", &R->save_lock, msg, msgsz))) {
         fprintf(err, "%s: %s\n", o->prog, msg);
-        run_free(&run);
         return 2;
     }
     /* a checkpoint first: its seed decides the data */
-    uint64_t seed = o->seed;
+    R->seed = o->seed;
     if (o->resume) {
-        if (!rt_checkpoint_read(o->resume, &run.ck, msg, sizeof msg)) {
+        if (!rt_checkpoint_read(o->resume, &R->ck, msg, msgsz)) {
             fprintf(err, "%s: %s\n", o->prog, msg);
             return 1;
         }
-        run.have_ck = true;
-        seed = run.ck.run.seed;
+        R->have_ck = true;
+        R->seed = R->ck.run.seed;
     }
-    int64_t sample = 1;
+    R->sample = 1;
     for (int i = 0; i < m->data_rank; i++)
-        sample *= m->data_shape[i];
-    if ((rc = rt_open_data(m, o, seed, sample, &run.ds, err)) != 0 ||
-        (rc = rt_check_image_shape(m, &run.ds, o, err)) != 0) {
-        run_free(&run);
+        R->sample *= m->data_shape[i];
+    if ((rc = rt_open_data(m, o, R->seed, R->sample, &R->ds, err)) != 0 ||
+        (rc = rt_check_image_shape(m, &R->ds, o, err)) != 0)
         return rc;
-    }
-    RtDataset *ds = &run.ds;
-    int64_t b = o->batch_size;
+    RtDataset *ds = &R->ds;
+    int64_t b = R->b = o->batch_size;
     /* Under MPI a step takes world x b samples: rank r the r-th b of them,
      * so every rank runs the same steps per epoch and the remainder of each
      * epoch's order is dropped (as a single process drops it) */
-    int nsim = o->sim_ranks > 1 ? o->sim_ranks : 1;
+    int nsim = R->nsim = o->sim_ranks > 1 ? o->sim_ranks : 1;
     if (nsim > 1 && world > 1) {
         fprintf(err, "%s: --sim-ranks is for a single process, not under mpirun (%d ranks)\n",
                 o->prog, world);
-        run_free(&run);
         return 2;
     }
-    int64_t gb = b * world * nsim;
-    int64_t steps_per_epoch = ds->ntrain / gb;
+    int64_t gb = R->gb = b * world * nsim;
+    int64_t steps_per_epoch = R->steps_per_epoch = ds->ntrain / gb;
     if (steps_per_epoch == 0) {
         fprintf(err, "%s: the batch size %lld%s exceeds the %lld training samples of %s\n",
                 o->prog, (long long)gb, world > 1 || nsim > 1 ? " (over all ranks)" : "",
                 (long long)ds->ntrain, ds->name);
-        run_free(&run);
         return 2;
     }
-    RtOptConfig oc = {.kind = o->optimizer, .lr = o->lr, .momentum = o->momentum, .wd = o->wd,
-                      .rescale_grad = 1.0f / (float)gb, .clip_gradient = o->clip_gradient,
-                      .beta1 = o->beta1, .beta2 = o->beta2, .epsilon = o->epsilon};
-    run.perm = malloc((size_t)ds->ntrain * sizeof *run.perm);
-    run.order = world > 1 ? malloc((size_t)ds->ntrain * sizeof *run.order) : NULL;
-    run.idx = malloc((size_t)b * sizeof *run.idx);
-    if (augment)
-        run.scratch = malloc((size_t)sample * sizeof *run.scratch);
-    if (!run.perm || !run.idx || (augment && !run.scratch) || (world > 1 && !run.order)) {
+    R->oc = (RtOptConfig){.kind = o->optimizer, .lr = o->lr, .momentum = o->momentum,
+                          .wd = o->wd, .rescale_grad = 1.0f / (float)gb,
+                          .clip_gradient = o->clip_gradient, .beta1 = o->beta1,
+                          .beta2 = o->beta2, .epsilon = o->epsilon};
+    R->perm = malloc((size_t)ds->ntrain * sizeof *R->perm);
+    R->order = world > 1 ? malloc((size_t)ds->ntrain * sizeof *R->order) : NULL;
+    R->idx = malloc((size_t)b * sizeof *R->idx);
+    if (R->augment)
+        R->scratch = malloc((size_t)R->sample * sizeof *R->scratch);
+    if (!R->perm || !R->idx || (R->augment && !R->scratch) || (world > 1 && !R->order)) {
         fprintf(err, "%s: out of memory\n", o->prog);
-        run_free(&run);
         return 1;
     }
+    return run_device(R);
+}
+
+/* The ranks checked against each other, the device opened with the model's
+ * buffers and parameters, the hooks and the JSON log.  RUN_GO, or an exit
+ * status. */
+static int run_device(Run *R)
+{
+    const RtModel *m = R->m;
+    const RtTrainOptions *o = R->o;
+    FILE *err = R->err;
+    RtDataset *ds = &R->ds;
+    char *msg = R->msg;
+    size_t msgsz = sizeof R->msg;
+    int rc, rank = R->rank, world = R->world, nsim = R->nsim;
+    int64_t b = R->b, gb = R->gb, steps_per_epoch = R->steps_per_epoch;
     /* several ranks: their runs checked against each other before the first
      * collective (rankcheck.h), over MPI, and again through the NCCL engine */
     RtRankRecord rec;
     RtRankInfo ri = {.m = m, .o = o, .ds = ds, .world = world, .batch = b, .global_batch = gb,
-                     .steps_per_epoch = steps_per_epoch, .seed = seed,
-                     .ck = run.have_ck ? &run.ck : NULL};
+                     .steps_per_epoch = steps_per_epoch, .seed = R->seed,
+                     .ck = R->have_ck ? &R->ck : NULL};
     rt_rank_record_make(&ri, &rec);
     if (o->inject_stop_at_start) /* testing: a rank that never arrives */
         raise(SIGSTOP);
-    if (world > 1 && (rc = check_ranks(&rec, world, rank, rt_mpi_allgather, NULL, o, err)) != 0) {
-        run_free(&run);
+    if (world > 1 && (rc = check_ranks(&rec, world, rank, rt_mpi_allgather, NULL, o, err)) != 0)
         return rc;
-    }
-    RtTrainer *t = &run.t;
+    RtTrainer *t = &R->t;
     double t_device = rt_now_s();
-    bool ok = rt_trainer_init(t, m, b, rt_optim_nstate(&oc), msg, sizeof msg);
+    RtDeviceOpen how = {.config = &R->dc, .lagging = o->device_lag, .sim_ranks = nsim};
+    bool ok = rt_trainer_init(t, m, b, rt_optim_nstate(&R->oc), &how, msg, msgsz);
     t_device = rt_now_s() - t_device;
-    run.have_t = ok;
+    R->have_t = ok;
     if (ok && world > 1 && rt_nccl_is(t->dev) &&
-        (rc = check_ranks(&rec, world, rank, rt_nccl_allgather, t->dev, o, err)) != 0) {
-        run_free(&run);
+        (rc = check_ranks(&rec, world, rank, rt_nccl_allgather, t->dev, o, err)) != 0)
         return rc;
-    }
-    /* the ranks mpirun started must be the ranks the device reduces over,
-     * or each would train alone on its shard */
-    if (ok && rt_dev_world_size(t->dev) != world) {
-        snprintf(msg, sizeof msg, "model %s: %d ranks under mpirun, but its device reduces the "
+    /* the ranks mpirun started (or --sim-ranks simulates) must be the ranks
+     * the device reduces over, or each would train alone on its shard */
+    if (ok && rt_dev_world_size(t->dev) != world * nsim) {
+        snprintf(msg, msgsz, "model %s: %d ranks under mpirun, but its device reduces the "
                  "gradients over %d (a GPU program needs --kvstore=nccl or dist_sync)", m->name,
                  world, rt_dev_world_size(t->dev));
         ok = false;
     }
     if (ok) {
-        t->ctx.seed = seed;
-        ok = rt_trainer_init_params(t, o->init, seed, msg, sizeof msg);
+        t->ctx.seed = R->seed;
+        ok = rt_trainer_init_params(t, o->init, R->seed, msg, msgsz);
     }
     if (!ok) {
         fprintf(err, "%s: %s\n", o->prog, msg);
-        run_free(&run);
         return 1;
     }
-    Numerics nm = {.check = o->check_numerics,
-                   .nan_node = o->inject_nan_node[0] ? o->inject_nan_node : NULL,
-                   .nan_step = o->inject_nan_step};
-    Prof prof;
-    memset(&prof, 0, sizeof prof);
-    Prof *pf = o->profile ? &prof : NULL;
-    run.prof = pf;
-    Hooks hooks = {.nm = nm.check || nm.nan_node ? &nm : NULL, .pf = pf};
-    if (hooks.nm || hooks.pf) {
-        t->hook = &hooks;
+    R->nm = (Numerics){.check = o->check_numerics,
+                       .nan_node = o->inject_nan_node[0] ? o->inject_nan_node : NULL,
+                       .nan_step = o->inject_nan_step};
+    R->pf = o->profile ? &R->prof : NULL;
+    R->hooks = (Hooks){.nm = R->nm.check || R->nm.nan_node ? &R->nm : NULL, .pf = R->pf};
+    if (R->hooks.nm || R->hooks.pf) {
+        t->hook = &R->hooks;
         t->ctx.after_node = rt_after_node;
         t->ctx.check_node = 1;
     }
-    JLog jl = {.t0 = rt_now_s()};
-    rc = rt_jl_open(&jl, o, err);
-    run.json = jl.f;
-    if (rc != 0) {
-        run_free(&run);
+    R->jl = (JLog){.t0 = rt_now_s()};
+    rc = rt_jl_open(&R->jl, o, err);
+    R->json = R->jl.f;
+    if (rc != 0)
         return rc;
-    }
+    return run_start(R, t_device);
+}
 
-    /* where the run starts */
-    RtLossScaler ls;
-    rt_loss_scaler_init(&ls, &o->loss_scale, m->amp);
+/* run_open's second half: where the run starts (a checkpoint's step, scale
+ * and parameters), its first log lines, and the device's per-run state. */
+static int run_start(Run *R, double t_device)
+{
+    const RtModel *m = R->m;
+    const RtTrainOptions *o = R->o;
+    FILE *out = R->out, *err = R->err;
+    RtTrainer *t = &R->t;
+    char *msg = R->msg;
+    size_t msgsz = sizeof R->msg;
+    rt_loss_scaler_init(&R->ls, &o->loss_scale, m->amp);
     RtRunState at = {0}; /* epoch, batch_in_epoch, step, num_update */
-    if (run.have_ck) {
-        if (!rt_checkpoint_apply(&run.ck, t, o->resume, err, msg, sizeof msg)) {
+    if (R->have_ck) {
+        if (!rt_checkpoint_apply(&R->ck, t, o->resume, err, msg, msgsz)) {
             fprintf(err, "%s: %s\n", o->prog, msg);
-            run_free(&run);
             return 1;
         }
         /* a checkpoint keeps the global batch: any number of ranks resumes it */
         RtTrainOptions go = *o;
-        go.batch_size = gb;
-        rt_checkpoint_resume(&run.ck.run, &go, steps_per_epoch, &ls, &at, err);
+        go.batch_size = R->gb;
+        rt_checkpoint_resume(&R->ck.run, &go, R->steps_per_epoch, &R->ls, &at, err);
     }
-    if (o->load_params && !rt_params_load(t, o->load_params, msg, sizeof msg)) {
+    if (o->load_params && !rt_params_load(t, o->load_params, msg, msgsz)) {
         fprintf(err, "%s: %s\n", o->prog, msg);
-        run_free(&run);
         return 1;
     }
-    int64_t epoch0 = at.epoch, nb0 = at.batch_in_epoch, step = at.step,
-            num_update = at.num_update;
+    R->epoch0 = at.epoch;
+    R->nb0 = at.batch_in_epoch;
+    R->step = at.step;
+    R->num_update = at.num_update;
     int64_t nvalues = 0;
     for (int i = 0; i < m->nparams; i++)
         nvalues += m->params[i].grad >= 0 ? m->params[i].numel : 0;
-    bool amp_on = (m->amp && strcmp(m->amp, "off") != 0) || ls.mode != RT_LS_OFF;
-    RtLogStart start = {.batch = b, .steps_per_epoch = steps_per_epoch, .nvalues = nvalues,
-                        .seed = seed, .amp_on = amp_on, .resumed = run.have_ck,
-                        .epoch = epoch0, .batch_in_epoch = nb0, .step = step,
-                        .num_update = num_update, .arena = t->arena_bytes,
+    R->amp_on = (m->amp && strcmp(m->amp, "off") != 0) || R->ls.mode != RT_LS_OFF;
+    RtLogStart start = {.batch = R->b, .steps_per_epoch = R->steps_per_epoch,
+                        .nvalues = nvalues, .seed = R->seed, .amp_on = R->amp_on,
+                        .resumed = R->have_ck, .epoch = R->epoch0, .batch_in_epoch = R->nb0,
+                        .step = R->step, .num_update = R->num_update, .arena = t->arena_bytes,
                         .own = t->own_bytes, .state = t->state_bytes,
                         .workspace = (int64_t)t->ctx.ws_bytes,
-                        .setup_s = rt_now_s() - t_start, .device_s = t_device};
-    rt_log_start(out, &jl, m, o, ds, &ls, &start);
-    if (nsim > 1)
+                        .setup_s = rt_now_s() - R->t_start, .device_s = t_device};
+    rt_log_start(out, &R->jl, m, o, &R->ds, &R->ls, &start);
+    if (R->nsim > 1)
         fprintf(out, "Simulating %d ranks in turn (--sim-ranks): batch %lld per rank (%lld per "
-                "step), %lld steps per epoch\n", nsim, (long long)b, (long long)gb,
-                (long long)steps_per_epoch);
-    if (world > 1)
+                "step), %lld steps per epoch\n", R->nsim, (long long)R->b, (long long)R->gb,
+                (long long)R->steps_per_epoch);
+    if (R->world > 1)
         fprintf(out, "MPI: %d ranks, batch %lld per rank (%lld per step), %lld steps per epoch "
                 "(the last %lld samples of each epoch's order dropped); only rank 0 logs\n",
-                world, (long long)b, (long long)gb, (long long)steps_per_epoch,
-                (long long)(ds->ntrain - steps_per_epoch * gb));
-    if (rt_jl_failed(&jl, o, err)) {
+                R->world, (long long)R->b, (long long)R->gb, (long long)R->steps_per_epoch,
+                (long long)(R->ds.ntrain - R->steps_per_epoch * R->gb));
+    if (rt_jl_failed(&R->jl, o, err)) {
         fflush(out);
-        run_free(&run);
         return 1;
     }
     /* the device's per-call state, and every device starting from rank 0's
      * parameters (one device: nothing moves) */
-    if (!rt_trainer_setup(t, msg, sizeof msg) || !rt_trainer_broadcast_params(t, msg, sizeof msg)) {
+    if (!rt_trainer_setup(t, msg, msgsz) || !rt_trainer_broadcast_params(t, msg, msgsz)) {
         fprintf(err, "%s: %s\n", o->prog, msg);
-        run_free(&run);
         return 1;
     }
     /* the loss scale, the update count and the schedule on the device */
-    Metric global = {0}, local = {0};
-    Later *lt = &run.later;
-    *lt = (Later){.t = t, .m = m, .o = o, .out = out, .err = err, .jl = &jl, .ls = &ls,
-                  .oc = &oc, .num_update = &num_update, .lr_last = &r.lr,
-                  .steps_per_epoch = steps_per_epoch, .total = steps_per_epoch * o->epochs,
-                  .step0 = step, .skipped0 = ls.skipped, .nonfinite0 = ls.nonfinite,
-                  .inject_k = -1, .global = &global, .local = &local};
-    RtDevLsInit lsi = {.dynamic = ls.mode == RT_LS_DYNAMIC, .s = ls.s, .rule = ls.rule,
-                       .batch = (double)gb, .num_update = num_update};
-    if (!later_init(lt, nsim, msg, sizeof msg) || !rt_dev_ls_init(t->dev, &lsi, msg, sizeof msg)) {
+    Later *lt = &R->later;
+    *lt = (Later){.t = t, .m = m, .o = o, .out = out, .err = err, .jl = &R->jl, .ls = &R->ls,
+                  .oc = &R->oc, .num_update = &R->num_update, .lr_last = &R->r.lr,
+                  .steps_per_epoch = R->steps_per_epoch,
+                  .total = R->steps_per_epoch * o->epochs, .step0 = R->step,
+                  .skipped0 = R->ls.skipped, .nonfinite0 = R->ls.nonfinite, .inject_k = -1,
+                  .global = &R->global, .local = &R->local};
+    RtDevLsInit lsi = {.dynamic = R->ls.mode == RT_LS_DYNAMIC, .s = R->ls.s, .rule = R->ls.rule,
+                       .batch = (double)R->gb, .num_update = R->num_update};
+    if (!later_init(lt, R->nsim, msg, msgsz) || !rt_dev_ls_init(t->dev, &lsi, msg, msgsz)) {
         fprintf(err, "%s: %s\n", o->prog, msg);
-        run_free(&run);
         return 1;
     }
     later_lr(lt);
     /* the hooks read the device per node: then the step's lines come at once */
-    bool eager = hooks.nm != NULL;
-    int64_t run_steps = 0; /* steps of this run (the profile skips the first) */
-    float *x = t->x_host;  /* host staging: the device's batch is loaded from it */
-    bool validated = false;
-    Metric val = {0};
-    if (o->eval_only)
-        goto final;
-    for (int64_t epoch = epoch0; epoch < o->epochs; epoch++) {
-        if (o->max_steps >= 0 && step >= o->max_steps)
-            break;
-        r.epochs = (int)epoch + 1;
-        rt_shuffle(run.perm, ds->ntrain, seed, epoch);
-        global = (Metric){0};
-        local = (Metric){0};
-        lt->epoch = epoch;
-        lt->ep_step = step;
-        double t0 = dev_now(t), tic = t0;
-        int64_t skipped0 = ls.skipped, nonfinite0 = ls.nonfinite;
-        int64_t nbatch = epoch == epoch0 ? nb0 : 0;
-        lt->ep_batch = nbatch;
-        if (ds->plan) /* a source that decodes ahead learns the epoch's order: this rank's */
-            ds->plan(ds, epoch, rank_order(&run, nbatch, steps_per_epoch, gb, rank, b, world),
-                     (steps_per_epoch - nbatch) * b * nsim);
-        bool first = true;
-        int64_t logged = nbatch; /* the batch of the last Speedometer line (or the clock's start) */
-        for (; nbatch < steps_per_epoch; nbatch++) {
-            if (o->max_steps >= 0 && step >= o->max_steps)
-                break;
-            double ph0 = pf ? dev_now(t) : 0, ph = ph0;
-            /* the step's waits for the device, the profile's own left out */
-            uint64_t syncs0 = t->dev->syncs, own0 = pf ? ++pf->own_syncs : 0;
-            bool logs = first;
-            if (pf) {
-                pf->on = run_steps > 0;
-                pf->past_head = false;
-            }
-            /* --sim-ranks K: the K ranks' micro-batches in turn, from here to the
-             * train step, their gradients summed as MPI sums them (a loop by
-             * goto: the lines inside are shared with other work in progress) */
-            int sim = 0;
-        next_rank:;
-            int me = nsim > 1 ? sim : rank; /* the rank whose batch this is */
-            /* the batch: filled and augmented on the host, then copied */
-            rt_trainer_staging_ready(t);
-            const int64_t *shard = run.perm + nbatch * gb + (int64_t)me * b; /* this rank's */
-            ds->fill(ds, RT_SPLIT_TRAIN, shard, b, x, t->y_host);
-            if (augment)
-                for (int64_t j = 0; j < b; j++)
-                    rt_augment(x + j * sample, (int)m->data_shape[0], (int)m->data_shape[1],
-                               (int)m->data_shape[2], o->augment_pad, o->augment_mirror, seed,
-                               (uint64_t)epoch, shard[j], run.scratch);
-            if (ds->error && ds->error(ds)) {
-                fprintf(err, "%s: %s\n", o->prog, ds->error(ds));
-                rc = 1;
-                goto done;
-            }
-            rt_trainer_load_batch(t);
-            t->ctx.batch = b;
-            t->ctx.step = (uint64_t)step;
-            /* the step's loss scale, from the device's (no read-back) */
-            bool inject = step == o->inject_inf_step &&
-                          (nsim == 1 || o->inject_rank < 0 || o->inject_rank == me);
-            rt_dev_step_begin(t->dev, &t->ctx, inject);
-            if (step == o->inject_inf_step)
-                lt->inject_k = inject ? step - lt->step0 : -1;
-            t->ctx.seed = rt_rank_seed(seed, me); /* Dropout masks differ between ranks */
-            nm.train = true;
-            nm.past_head = false;
-            nm.found = false;
-            prof_phase(pf, t, PH_DATA, &ph);
-            if (pf) {
-                pf->last = ph;
-                rt_prof_step_begin(pf, t->dev);
-            }
-            m->train_step(&t->ctx);
-            if (nsim > 1) {
-                later_rows(lt);
-                if (!rt_sim_accumulate(t->dev, t->grads, t->ngrads, sim, nsim, msg, sizeof msg)) {
-                    fprintf(err, "%s: %s\n", o->prog, msg);
-                    rc = 1;
-                    goto done;
-                }
-                if (++sim < nsim)
-                    goto next_rank;
-            }
-            rt_mpi_set_step(step);
-            if (!rt_trainer_reduce_grads(t, msg, sizeof msg)) {
-                fprintf(err, "%s: %s\n", o->prog, msg);
-                rc = 1;
-                goto done;
-            }
-            /* the nodes have added their times to forward and backward
-             * (marked nodes now, from the device's marks); what follows the
-             * last node goes to its pass */
-            if (pf && pf->on) {
-                if (rt_prof_step_nodes(pf, t->dev, m))
-                    pf->last = dev_now(t);
-                else
-                    prof_phase(pf, t, pf->past_head ? PH_BACKWARD : PH_FORWARD, &pf->last);
-                ph = pf->last;
-            }
-            if (o->dump_state) {
-                ok = rt_dump_state(m, t, o->dump_state, msg, sizeof msg);
-                if (!ok)
-                    fprintf(err, "%s: %s\n", o->prog, msg);
-                run_free(&run);
-                return ok ? 0 : 1;
-            }
-            if (nm.found && (!nm.backward || ls.mode != RT_LS_DYNAMIC)) {
-                char where[160];
-                snprintf(where, sizeof where, "step %lld (epoch %lld, batch %lld), %s pass of "
-                         "the train step", (long long)step, (long long)epoch, (long long)nbatch,
-                         nm.backward ? "backward" : "forward");
-                rt_numerics_report(err, o->prog, m, &nm, where);
-                rc = 1;
-                goto done;
-            }
-            if (nm.found)
-                fprintf(out, "Epoch[%lld] Batch [%lld]\tNumerics: gradient overflow at step %lld, "
-                        "first in the output of node '%s' (loss scale %g)\n", (long long)epoch,
-                        (long long)nbatch, (long long)step, nm.name, (double)rt_trainer_step_scale(t));
-            if (nsim == 1)
-                later_rows(lt);
-            prof_phase(pf, t, PH_OTHER, &ph); /* the metrics */
-            /* dynamic: every gradient checked before anything changes, and
-             * the device skips the BatchNorm statistics and the update on
-             * its own flag; else the check is fused into the update (which
-             * cannot be skipped) */
-            if (ls.mode == RT_LS_DYNAMIC)
-                rt_dev_check_grads(t->dev);
-            prof_phase(pf, t, PH_CHECK, &ph);
-            rt_dev_moving_update(t->dev, m->moving_update, &t->ctx);
-            prof_phase(pf, t, PH_MOVING, &ph);
-            rt_dev_train_update(t->dev, t->state, t->state2, &oc);
-            rt_dev_ls_update(t->dev);
-            prof_phase(pf, t, PH_OPTIM, &ph);
-            lt->steps++;
-            if ((eager || lt->steps >= lt->cap_steps) && (rc = flush(lt, &nm, eager)) != 0)
-                goto done;
-            step++;
-            run_steps++;
-            /* MXNet's Speedometer: the first batch starts the clock; every
-             * log_interval batches a line, then the local metric resets */
-            if (first) {
-                first = false;
-                if ((rc = flush(lt, &nm, eager)) != 0)
-                    goto done;
-                tic = dev_now(t);
-            } else if (o->log_interval > 0 && nbatch % o->log_interval == 0) {
-                if ((rc = flush(lt, &nm, eager)) != 0)
-                    goto done;
-                logs = true;
-                double now = dev_now(t);
-                double dt = now - tic > 0 ? now - tic : 1e-9;
-                double speed = (double)o->log_interval * (double)gb / dt;
-                rt_log_speedometer(out, &jl, m, epoch, nbatch, o->log_interval, step, speed,
-                                   &local, r.lr, ls.s.scale);
-                local = (Metric){0};
-                tic = now;
-                logged = nbatch;
-            }
-            prof_phase(pf, t, PH_OTHER, &ph);
-            if (pf && pf->on) {
-                pf->step_sec += ph - ph0;
-                pf->steps++;
-                uint64_t n = t->dev->syncs - syncs0 - (pf->own_syncs - own0);
-                pf->syncs += n;
-                /* a step that logs nothing (a flush of full slots in it counts) */
-                if (!logs) {
-                    pf->quiet_syncs += n;
-                    pf->quiet_steps++;
-                }
-            }
-            if (rt_jl_failed(&jl, o, err)) {
-                rc = 1;
-                goto done;
-            }
-        }
-        if ((rc = flush(lt, &nm, eager)) != 0)
-            goto done;
-        /* the batches after the last Speedometer line get theirs too (MXNet's
-         * Speedometer drops them) */
-        if (o->log_interval > 0 && nbatch - 1 > logged) {
-            double dt = dev_now(t) - tic > 0 ? dev_now(t) - tic : 1e-9;
-            int n = (int)(nbatch - 1 - logged);
-            rt_log_speedometer(out, &jl, m, epoch, nbatch - 1, n, step, (double)n * (double)gb / dt,
-                               &local, r.lr, ls.s.scale);
-        }
-        RtEpochLog el = {.epoch = epoch, .batches = nbatch - (epoch == epoch0 ? nb0 : 0),
-                         .step = step, .num_update = num_update, .train = &global, .val = &val,
-                         .cost = dev_now(t) - t0, .amp_on = amp_on,
-                         .skipped = ls.skipped - skipped0, .nonfinite = ls.nonfinite - nonfinite0};
-        r.train_accuracy = rt_metric_acc(&global);
-        el.loss_scale = ls.s.scale;
-        rt_log_epoch_train(out, m, &el);
-        if (o->save_dir) {
-            RtRunState rs = {.seed = seed, .batch_size = gb, .epoch = epoch,
-                             .batch_in_epoch = nbatch, .step = step, .num_update = num_update,
-                             .optimizer = (uint32_t)o->optimizer, .momentum = o->momentum,
-                             .ls = ls};
-            if (!rt_checkpoint_save_epoch(o->save_dir, t, rs, steps_per_epoch, &run.path, msg,
-                                          sizeof msg)) {
-                fprintf(err, "%s: %s\n", o->prog, msg);
-                rc = 1;
-                goto done;
-            }
-            el.checkpoint = run.path;
-            rt_log_checkpoint(out, &jl, &el);
-        }
-        char when[64];
-        snprintf(when, sizeof when, "after epoch %lld", (long long)epoch);
-        if (!validate(m, t, ds, run.idx, &nm, pf, &val, out, err, o->prog, when)) {
-            rc = 1;
-            goto done;
-        }
-        validated = true;
-        el.lr = r.lr;
-        rt_log_epoch_end(out, &jl, m, &el);
-        if (rt_jl_failed(&jl, o, err)) {
-            rc = 1;
-            goto done;
+    R->eager = R->hooks.nm != NULL;
+    return RUN_GO;
+}
+
+/* One micro-batch of the step: the batch of the rank the device computes now
+ * (--sim-ranks: each simulated rank's in turn, dist/sim.c; else this
+ * process's), filled and augmented on the host and copied, the train step,
+ * and its gradients all-reduced over the device's ranks.  RUN_GO, or an exit
+ * status. */
+static int run_micro_batch(Run *R, double *ph)
+{
+    const RtModel *m = R->m;
+    const RtTrainOptions *o = R->o;
+    RtTrainer *t = &R->t;
+    RtDataset *ds = &R->ds;
+    Later *lt = &R->later;
+    Prof *pf = R->pf;
+    int64_t step = R->step, b = R->b;
+    int me = R->nsim > 1 ? rt_dev_rank(t->dev) : R->rank; /* the rank whose batch this is */
+    float *x = t->x_host; /* host staging: the device's batch is loaded from it */
+    rt_trainer_staging_ready(t);
+    const int64_t *shard = R->perm + R->nbatch * R->gb + (int64_t)me * b; /* this rank's */
+    ds->fill(ds, RT_SPLIT_TRAIN, shard, b, x, t->y_host);
+    if (R->augment)
+        for (int64_t j = 0; j < b; j++)
+            rt_augment(x + j * R->sample, (int)m->data_shape[0], (int)m->data_shape[1],
+                       (int)m->data_shape[2], o->augment_pad, o->augment_mirror, R->seed,
+                       (uint64_t)R->epoch, shard[j], R->scratch);
+    if (ds->error && ds->error(ds)) {
+        fprintf(R->err, "%s: %s\n", o->prog, ds->error(ds));
+        return 1;
+    }
+    rt_trainer_load_batch(t);
+    t->ctx.batch = b;
+    t->ctx.step = (uint64_t)step;
+    /* the step's loss scale, from the device's (no read-back) */
+    bool inject = step == o->inject_inf_step &&
+                  (R->nsim == 1 || o->inject_rank < 0 || o->inject_rank == me);
+    rt_dev_step_begin(t->dev, inject);
+    if (step == o->inject_inf_step)
+        lt->inject_k = inject ? step - lt->step0 : -1;
+    t->ctx.seed = rt_rank_seed(R->seed, me); /* Dropout masks differ between ranks */
+    R->nm.train = true;
+    R->nm.past_head = false;
+    R->nm.found = false;
+    prof_phase(pf, t, PH_DATA, ph);
+    if (pf) {
+        pf->last = *ph;
+        rt_prof_step_begin(pf, t->dev);
+    }
+    m->train_step(&t->ctx);
+    if (R->nsim > 1)
+        later_rows(lt);
+    rt_mpi_set_step(step);
+    if (!rt_trainer_reduce_grads(t, R->msg, sizeof R->msg)) {
+        fprintf(R->err, "%s: %s\n", o->prog, R->msg);
+        return 1;
+    }
+    return RUN_GO;
+}
+
+/* The Speedometer (MXNet's): the first batch of an epoch starts the clock;
+ * every log_interval batches a line, then the local metric resets.  Whether
+ * this step logged, or an exit status (> 0). */
+static int run_speedometer(Run *R, bool *logs)
+{
+    const RtTrainOptions *o = R->o;
+    RtTrainer *t = &R->t;
+    int rc;
+    if (R->first) {
+        R->first = false;
+        if ((rc = flush(&R->later, &R->nm, R->eager)) != 0)
+            return rc;
+        R->tic = dev_now(t);
+    } else if (o->log_interval > 0 && R->nbatch % o->log_interval == 0) {
+        if ((rc = flush(&R->later, &R->nm, R->eager)) != 0)
+            return rc;
+        *logs = true;
+        double now = dev_now(t);
+        double dt = now - R->tic > 0 ? now - R->tic : 1e-9;
+        double speed = (double)o->log_interval * (double)R->gb / dt;
+        rt_log_speedometer(R->out, &R->jl, R->m, R->epoch, R->nbatch, o->log_interval, R->step,
+                           speed, &R->local, R->r.lr, R->ls.s.scale);
+        R->local = (Metric){0};
+        R->tic = now;
+        R->logged = R->nbatch;
+    }
+    return 0;
+}
+
+/* One step: every rank's micro-batch the device computes (run_micro_batch),
+ * the numerics' verdict, the finite check, the BatchNorm commit, the update
+ * and the loss scale's rule on the device, then the host's reads when a
+ * line is due (flush).  RUN_GO, or an exit status. */
+static int run_step(Run *R)
+{
+    const RtModel *m = R->m;
+    const RtTrainOptions *o = R->o;
+    FILE *out = R->out, *err = R->err;
+    RtTrainer *t = &R->t;
+    Later *lt = &R->later;
+    Prof *pf = R->pf;
+    Numerics *nm = &R->nm;
+    int rc;
+    double ph0 = pf ? dev_now(t) : 0, ph = ph0;
+    /* the step's waits for the device, the profile's own left out */
+    uint64_t syncs0 = t->dev->syncs, own0 = pf ? ++pf->own_syncs : 0;
+    bool logs = R->first;
+    if (pf) {
+        pf->on = R->run_steps > 0;
+        pf->past_head = false;
+    }
+    for (int k = 0; k < R->nsim; k++)
+        if ((rc = run_micro_batch(R, &ph)) != RUN_GO)
+            return rc;
+    /* the nodes have added their times to forward and backward (marked
+     * nodes now, from the device's marks); what follows the last node goes
+     * to its pass */
+    if (pf && pf->on) {
+        if (rt_prof_step_nodes(pf, t->dev, m))
+            pf->last = dev_now(t);
+        else
+            prof_phase(pf, t, pf->past_head ? PH_BACKWARD : PH_FORWARD, &pf->last);
+        ph = pf->last;
+    }
+    if (o->dump_state) {
+        bool ok = rt_dump_state(m, t, o->dump_state, R->msg, sizeof R->msg);
+        if (!ok)
+            fprintf(err, "%s: %s\n", o->prog, R->msg);
+        R->exit_now = true;
+        return ok ? 0 : 1;
+    }
+    if (nm->found && (!nm->backward || R->ls.mode != RT_LS_DYNAMIC)) {
+        char where[160];
+        snprintf(where, sizeof where, "step %lld (epoch %lld, batch %lld), %s pass of the train "
+                 "step", (long long)R->step, (long long)R->epoch, (long long)R->nbatch,
+                 nm->backward ? "backward" : "forward");
+        rt_numerics_report(err, o->prog, m, nm, where);
+        return 1;
+    }
+    if (nm->found)
+        fprintf(out, "Epoch[%lld] Batch [%lld]\tNumerics: gradient overflow at step %lld, first "
+                "in the output of node '%s' (loss scale %g)\n", (long long)R->epoch,
+                (long long)R->nbatch, (long long)R->step, nm->name,
+                (double)rt_trainer_step_scale(t));
+    if (R->nsim == 1)
+        later_rows(lt);
+    prof_phase(pf, t, PH_OTHER, &ph); /* the metrics */
+    /* dynamic: every gradient checked before anything changes, and the
+     * device skips the BatchNorm statistics and the update on its own flag;
+     * else the check is fused into the update (which cannot be skipped) */
+    if (R->ls.mode == RT_LS_DYNAMIC)
+        rt_dev_check_grads(t->dev);
+    prof_phase(pf, t, PH_CHECK, &ph);
+    rt_dev_moving_update(t->dev, m->moving_update, &t->ctx);
+    prof_phase(pf, t, PH_MOVING, &ph);
+    rt_dev_train_update(t->dev, t->state, t->state2, &R->oc);
+    rt_dev_ls_update(t->dev);
+    prof_phase(pf, t, PH_OPTIM, &ph);
+    lt->steps++;
+    if ((R->eager || lt->steps >= lt->cap_steps) && (rc = flush(lt, nm, R->eager)) != 0)
+        return rc;
+    R->step++;
+    R->run_steps++;
+    if ((rc = run_speedometer(R, &logs)) != 0)
+        return rc;
+    prof_phase(pf, t, PH_OTHER, &ph);
+    /* a step that logs nothing (a flush of full slots in it counts) */
+    uint64_t n = t->dev->syncs - syncs0 - (pf ? pf->own_syncs - own0 : 0);
+    if (!logs) {
+        R->r.quiet_syncs += (int64_t)n;
+        R->r.quiet_steps++;
+        R->r.steady_syncs += R->after_quiet ? (int64_t)n : 0;
+        R->r.steady_steps += R->after_quiet;
+    }
+    R->after_quiet = !logs;
+    if (pf && pf->on) {
+        pf->step_sec += ph - ph0;
+        pf->steps++;
+        pf->syncs += n;
+        if (!logs) {
+            pf->quiet_syncs += n;
+            pf->quiet_steps++;
         }
     }
-final:
-    if (!validated) {
-        if (!validate(m, t, ds, run.idx, &nm, pf, &val, out, err, o->prog, "of the parameters")) {
-            rc = 1;
-            goto done;
+    if (rt_jl_failed(&R->jl, o, err))
+        return 1;
+    return RUN_GO;
+}
+
+/* The end of an epoch: the last lines, the epoch's metrics, its checkpoint
+ * (the device's scale state, as the last flush read it) and the validation
+ * pass.  RUN_GO, or an exit status. */
+static int run_epoch_end(Run *R, int64_t skipped0, int64_t nonfinite0)
+{
+    const RtModel *m = R->m;
+    const RtTrainOptions *o = R->o;
+    FILE *out = R->out, *err = R->err;
+    RtTrainer *t = &R->t;
+    Later *lt = &R->later;
+    int64_t epoch = R->epoch, nbatch = R->nbatch;
+    int rc;
+    if ((rc = flush(lt, &R->nm, R->eager)) != 0)
+        return rc;
+    /* the batches after the last Speedometer line get theirs too (MXNet's
+     * Speedometer drops them) */
+    if (o->log_interval > 0 && nbatch - 1 > R->logged) {
+        double dt = dev_now(t) - R->tic > 0 ? dev_now(t) - R->tic : 1e-9;
+        int n = (int)(nbatch - 1 - R->logged);
+        rt_log_speedometer(out, &R->jl, m, epoch, nbatch - 1, n, R->step,
+                           (double)n * (double)R->gb / dt, &R->local, R->r.lr, R->ls.s.scale);
+    }
+    RtEpochLog el = {.epoch = epoch, .batches = nbatch - (epoch == R->epoch0 ? R->nb0 : 0),
+                     .step = R->step, .num_update = R->num_update, .train = &R->global,
+                     .val = &R->val, .cost = dev_now(t) - R->t0, .amp_on = R->amp_on,
+                     .skipped = R->ls.skipped - skipped0,
+                     .nonfinite = R->ls.nonfinite - nonfinite0};
+    R->r.train_accuracy = rt_metric_acc(&R->global);
+    el.loss_scale = R->ls.s.scale;
+    rt_log_epoch_train(out, m, &el);
+    if (o->save_dir) {
+        /* the device's scale state, as the flush above read it */
+        RtRunState rs = {.seed = R->seed, .batch_size = R->gb, .epoch = epoch,
+                         .batch_in_epoch = nbatch, .step = R->step,
+                         .num_update = lt->dev.num_update,
+                         .optimizer = (uint32_t)o->optimizer, .momentum = o->momentum,
+                         .ls = R->ls};
+        rs.ls.s = lt->dev.s;
+        rs.ls.skipped = lt->skipped0 + lt->dev.skipped;
+        rs.ls.nonfinite = lt->nonfinite0 + lt->dev.nonfinite;
+        if (!rt_checkpoint_save_epoch(o->save_dir, t, rs, R->steps_per_epoch, &R->path, R->msg,
+                                      sizeof R->msg)) {
+            fprintf(err, "%s: %s\n", o->prog, R->msg);
+            return 1;
         }
-        if (val.samples)
-            rt_metric_print_lines(out, m, &val, "Validation-");
+        el.checkpoint = R->path;
+        rt_log_checkpoint(out, &R->jl, &el);
+    }
+    char when[64];
+    snprintf(when, sizeof when, "after epoch %lld", (long long)epoch);
+    if (!validate(m, t, &R->ds, R->idx, &R->nm, R->pf, &R->val, out, err, o->prog, when))
+        return 1;
+    R->validated = true;
+    el.lr = R->r.lr;
+    rt_log_epoch_end(out, &R->jl, m, &el);
+    if (rt_jl_failed(&R->jl, o, err))
+        return 1;
+    return RUN_GO;
+}
+
+/* One epoch, R->epoch, from its first batch (a resumed epoch: from where the
+ * checkpoint stopped) to --max-steps or its end.  RUN_GO, or an exit status. */
+static int run_epoch(Run *R)
+{
+    const RtTrainOptions *o = R->o;
+    RtTrainer *t = &R->t;
+    RtDataset *ds = &R->ds;
+    Later *lt = &R->later;
+    int64_t epoch = R->epoch;
+    R->r.epochs = (int)epoch + 1;
+    rt_shuffle(R->perm, ds->ntrain, R->seed, epoch);
+    R->global = (Metric){0};
+    R->local = (Metric){0};
+    lt->epoch = epoch;
+    lt->ep_step = R->step;
+    R->t0 = dev_now(t);
+    R->tic = R->t0;
+    int64_t skipped0 = R->ls.skipped, nonfinite0 = R->ls.nonfinite;
+    R->nbatch = epoch == R->epoch0 ? R->nb0 : 0;
+    lt->ep_batch = R->nbatch;
+    if (ds->plan) /* a source that decodes ahead learns the epoch's order: this rank's */
+        ds->plan(ds, epoch,
+                 rank_order(R, R->nbatch, R->steps_per_epoch, R->gb, R->rank, R->b, R->world),
+                 (R->steps_per_epoch - R->nbatch) * R->b * R->nsim);
+    R->first = true;
+    R->after_quiet = false;
+    R->logged = R->nbatch; /* the Speedometer's clock starts at the epoch's first batch */
+    for (; R->nbatch < R->steps_per_epoch; R->nbatch++) {
+        if (o->max_steps >= 0 && R->step >= o->max_steps)
+            break;
+        int rc = run_step(R);
+        if (rc != RUN_GO)
+            return rc;
+    }
+    return run_epoch_end(R, skipped0, nonfinite0);
+}
+
+/* After the last epoch (or --eval-only at once): a validation when no epoch
+ * ran one, --save-params, the last lines and the profile.  An exit status. */
+static int run_end(Run *R)
+{
+    const RtModel *m = R->m;
+    const RtTrainOptions *o = R->o;
+    FILE *out = R->out, *err = R->err;
+    RtTrainer *t = &R->t;
+    if (!R->validated) {
+        if (!validate(m, t, &R->ds, R->idx, &R->nm, R->pf, &R->val, out, err, o->prog,
+                      "of the parameters"))
+            return 1;
+        if (R->val.samples)
+            rt_metric_print_lines(out, m, &R->val, "Validation-");
     }
     if (o->save_params) {
-        if (!rt_params_save(t, o->save_params, o->save_params_16bit, msg, sizeof msg)) {
-            fprintf(err, "%s: %s\n", o->prog, msg);
-            rc = 1;
-            goto done;
+        if (!rt_params_save(t, o->save_params, o->save_params_16bit, R->msg, sizeof R->msg)) {
+            fprintf(err, "%s: %s\n", o->prog, R->msg);
+            return 1;
         }
         fprintf(out, "Saved parameters to %s\n", o->save_params);
     }
-    rt_log_end(out, &jl, m, &ls, step, num_update, &val);
+    rt_log_end(out, &R->jl, m, &R->ls, R->step, R->num_update, &R->val);
     if (m->workspace_bytes && t->ctx.ws_bytes > t->ws_start)
         fprintf(err, "%s: warning: the workspace grew from %zu to %zu bytes after start-up (the "
                 "program's workspace_bytes asked for too little)\n", o->prog, t->ws_start,
                 t->ctx.ws_bytes);
-    if (pf)
-        rt_prof_report(pf, m, out, &jl);
-    if (rt_jl_failed(&jl, o, err))
-        rc = 1;
-done:
-    r.steps = step;
-    r.num_update = num_update;
-    r.skipped = ls.skipped;
-    r.loss_scale = ls.s.scale;
-    r.val_accuracy = rt_metric_acc(&val);
-    r.val_cross_entropy = rt_metric_ce(&val);
-    r.val_top_k = rt_metric_topk(&val);
+    if (R->pf)
+        rt_prof_report(R->pf, m, out, &R->jl);
+    return rt_jl_failed(&R->jl, o, err) ? 1 : 0;
+}
+
+/* What a run that trained ends with: its result, and a text log that was
+ * written (a run whose log was lost is not a success).  The exit status. */
+static int run_done(Run *R, int rc, RtTrainResult *res)
+{
+    RtTrainResult *r = &R->r;
+    r->steps = R->step;
+    r->num_update = R->num_update;
+    r->skipped = R->ls.skipped;
+    r->loss_scale = R->ls.s.scale;
+    r->val_accuracy = rt_metric_acc(&R->val);
+    r->val_cross_entropy = rt_metric_ce(&R->val);
+    r->val_top_k = rt_metric_topk(&R->val);
     if (res)
-        *res = r;
-    /* the text log is checked too: a run whose log was lost is not a success */
+        *res = *r;
     errno = 0;
-    if ((fflush(out) != 0 || ferror(out)) && rc == 0) {
-        fprintf(err, "%s: cannot write the log to standard output%s%s\n", o->prog,
+    if ((fflush(R->out) != 0 || ferror(R->out)) && rc == 0) {
+        fprintf(R->err, "%s: cannot write the log to standard output%s%s\n", R->o->prog,
                 errno ? ": " : "", errno ? strerror(errno) : "");
         rc = 1;
     }
+    return rc;
+}
+
+int rt_train_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err,
+                 RtTrainResult *res)
+{
+    Run run;
+    memset(&run, 0, sizeof run);
+    int rc = run_open(&run, m, o, out, err);
+    if (rc != RUN_GO) {
+        run_free(&run);
+        return rc;
+    }
+    o = run.o; /* under MPI: this rank's */
+    if (!o->eval_only)
+        for (run.epoch = run.epoch0; rc == RUN_GO && run.epoch < o->epochs; run.epoch++) {
+            if (o->max_steps >= 0 && run.step >= o->max_steps)
+                break;
+            rc = run_epoch(&run);
+        }
+    if (rc == RUN_GO)
+        rc = run_end(&run);
+    if (!run.exit_now)
+        rc = run_done(&run, rc, res);
     run_free(&run);
     return rc;
 }

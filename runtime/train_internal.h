@@ -11,7 +11,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "checkpoint.h"
 #include "data/data_ext.h"
+#include "hooks.h"
+#include "init.h"
+#include "lossscale.h"
+#include "lr.h"
 #include "settings.h"
 #include "train.h"
 
@@ -22,8 +27,8 @@
 /* (rt_trainer_init, rt_trainer_free, rt_trainer_init_params, rt_buffer_elems:
  * train.h; rt_ctx_ws: program.h) */
 
-/* ---- lr.c: the learning-rate schedules -------------------------------------- */
-/* (rt_lr_at: train.h) */
+/* ---- lr.c: the learning-rate schedules: lr.h --------------------------------- */
+/* ---- hooks.c: --check-numerics, --inject-nan, --profile: hooks.h -------------- */
 
 /* ---- metrics.c: accuracy, top-k accuracy, cross-entropy --------------------- */
 
@@ -67,7 +72,7 @@ void rt_metric_print_lines(FILE *out, const RtModel *m, const Metric *mt, const 
 
 /* --json-log: one JSON object per event, per line (JSON Lines); with f NULL
  * every call does nothing. */
-typedef struct {
+typedef struct JLog {
     FILE *f;
     double t0;
     bool comma; /* a member precedes: the next needs a comma */
@@ -152,98 +157,6 @@ int rt_jl_open(JLog *jl, const RtTrainOptions *o, FILE *err);
  * program cannot take.  False with a message naming flag when one holds it. */
 bool rt_own_exclusively(const char *path, const char *flag, int *fd, char *err, size_t errlen);
 
-/* ---- hooks.c: --check-numerics, --inject-nan, --profile (the after_node hook) */
-
-typedef struct {
-    bool check;            /* --check-numerics */
-    bool train;            /* in the train step (else the inference step) */
-    bool past_head;        /* the loss head has run: later nodes are the backward pass */
-    const char *nan_node;  /* --inject-nan */
-    int64_t nan_step;
-    bool found;            /* a node's output held inf/NaN in this step */
-    bool backward;         /* ... in the backward pass */
-    char name[128];
-    int buffer;
-} Numerics;
-/* Whether a node (its output buffer) is called name: --inject-nan's check. */
-bool rt_has_node(const RtModel *m, const char *name);
-/* "--check-numerics: WHERE: the output of node ... holds inf or NaN" to err */
-void rt_numerics_report(FILE *err, const char *prog, const RtModel *m, const Numerics *nm,
-                        const char *where);
-
-/* --profile: time per node (the after_node hook) and per phase */
-enum { PH_DATA, PH_FORWARD, PH_BACKWARD, PH_CHECK, PH_MOVING, PH_OPTIM, PH_OTHER, PH_N };
-
-typedef struct {
-    const char *name, *op;
-    int dtype;        /* RtDType of its output */
-    double sec;
-    int64_t calls;
-    int order;        /* when it first ran in its step (1, 2, ...; 0: never) */
-    bool backward;
-} ProfNode;
-
-/* a node of the current train step timed by a device mark */
-typedef struct {
-    int node, buffer;
-    const char *name, *op;
-    bool backward;
-    bool marked;      /* t holds a mark (false: the device had no slot left) */
-    RtDevTime t;
-} ProfMark;
-
-struct Prof {
-    bool on;          /* collecting (the first step of a run is not counted) */
-    bool past_head;   /* the loss head has run in this train step */
-    int step_fn;      /* 0 the train step, 1 the inference step */
-    double last;      /* the end of the previous node (or the start of the step) */
-    ProfNode *node[2];
-    int cap[2];
-    double phase[PH_N];
-    double step_sec;  /* the train steps, whole */
-    int64_t steps;
-    double infer_sec; /* inference steps (validation) */
-    int64_t infer_steps;
-    double infer_t0;
-    bool was_on;
-    /* device->host waits (RtDevice.syncs) in the counted train steps, the
-     * profile's own (its timing waits) left out; "quiet" steps log nothing */
-    uint64_t own_syncs;   /* the profile's waits so far */
-    uint64_t syncs;       /* in the counted steps */
-    uint64_t quiet_syncs; /* in the counted steps that did not log */
-    int64_t quiet_steps;
-    /* per-call times from the device's timing marks (rt_dev_has_timing:
-     * CUDA events, the CPU's clock) instead of a wait after every node */
-    bool timed;       /* this step's nodes are marked */
-    bool any_timed;   /* some step was: the report says whose times these are */
-    RtDevTime start;  /* the train step's first mark */
-    ProfMark *mark;
-    int nmark, capmark;
-    int norder[2];
-};
-typedef struct Prof Prof;
-/* an inference step (validation) begins (true) or ends (false) */
-void rt_prof_infer(Prof *pf, bool begin);
-/* the profile to out, and as a "profile" event to jl; m gives the calls'
- * dtypes */
-void rt_prof_report(const Prof *pf, const RtModel *m, FILE *out, JLog *jl);
-/* A counted train step's nodes begin (after its batch): on a device with
- * timing marks, the nodes are marked from here and read at the end. */
-void rt_prof_step_begin(Prof *pf, RtDevice *d);
-/* The train step's nodes end: their marks read (one wait, the profile's
- * own), each node's device time added to it and to the forward or backward
- * phase.  False when the step was not marked (the nodes were timed one by
- * one with a wait each). */
-bool rt_prof_step_nodes(Prof *pf, RtDevice *d, const RtModel *m);
-
-/* What t->hook points to when either hook is on. */
-typedef struct {
-    Numerics *nm; /* NULL when neither --check-numerics nor --inject-nan */
-    Prof *pf;     /* NULL without --profile */
-} Hooks;
-/* RtCtx.after_node: both hooks after each node. */
-void rt_after_node(RtCtx *ctx, int node, const char *name, const char *op, int buffer);
-
 /* ---- predict.c: --load-params, --save-params, --predict (docs/mxnet.md) -------- */
 
 /* The options together: 0, or 2 with a message (--predict without --output,
@@ -262,6 +175,7 @@ bool rt_params_save(const RtTrainer *t, const char *path, bool sixteen, char *er
 /* --predict: the inference step over the .npy's rows (after --resume or
  * --load-params), the outputs [rows, classes] to --output; no data set, no
  * training.  Returns the exit status (0, 1). */
-int rt_predict_run(const RtModel *m, const RtTrainOptions *o, FILE *out, FILE *err);
+int rt_predict_run(const RtModel *m, const RtTrainOptions *o, const RtDeviceConfig *dc, FILE *out,
+                   FILE *err);
 
 #endif

@@ -10,33 +10,9 @@
 #include <string.h>
 
 #include "kernels/half.h"
-#include "mpi_rt.h"
+#include "dist/mpi_rt.h"
+#include "init.h"
 #include "train.h"
-
-/* ---- the workspace ---------------------------------------------------------- */
-
-void *rt_ctx_ws(RtCtx *ctx, size_t bytes)
-{
-    if (bytes <= ctx->ws_bytes && ctx->ws)
-        return ctx->ws;
-    if (ctx->ws_device) { /* a device's, sized once from the program's workspace_bytes */
-        fprintf(stderr, "error: a kernel asks for a workspace of %zu bytes, more than the %zu "
-                        "bytes of device memory allocated at start-up (the program's "
-                        "workspace_bytes); a device's workspace cannot grow during a step\n",
-                bytes, ctx->ws_bytes);
-        exit(1);
-    }
-    size_t size = (bytes + RT_WS_ALIGN - 1) / RT_WS_ALIGN * RT_WS_ALIGN;
-    void *p = aligned_alloc(RT_WS_ALIGN, size ? size : RT_WS_ALIGN);
-    if (!p) {
-        fprintf(stderr, "error: out of memory for a workspace of %zu bytes\n", bytes);
-        exit(1);
-    }
-    free(ctx->ws);
-    ctx->ws = p;
-    ctx->ws_bytes = size;
-    return p;
-}
 
 /* ---- buffers ------------------------------------------------------------------- */
 
@@ -150,12 +126,13 @@ static bool alloc_arena(RtTrainer *t, const RtModel *m, int64_t batch, char *err
     return true;
 }
 
-/* A device's workspace: workspace_bytes(batch) (its sizers ask the device's
- * libraries, which open_device initialised), one block of device memory. */
+/* A device's workspace: workspace_bytes(ctx, batch) (its sizers ask the
+ * device's libraries, ctx.cuda, which open_device initialised), one block of
+ * device memory. */
 static bool alloc_device_ws(RtTrainer *t, const RtModel *m, int64_t batch, char *err,
                             size_t errlen)
 {
-    size_t bytes = m->workspace_bytes ? m->workspace_bytes(batch) : 0;
+    size_t bytes = m->workspace_bytes ? m->workspace_bytes(&t->ctx, batch) : 0;
     char derr[256];
     if (bytes > SIZE_MAX - RT_WS_ALIGN ||
         !(t->ctx.ws = rt_dev_alloc(t->dev, bytes, "the workspace", derr, sizeof derr))) {
@@ -167,57 +144,16 @@ static bool alloc_device_ws(RtTrainer *t, const RtModel *m, int64_t batch, char 
     return true;
 }
 
-/* ---- the device's options ---------------------------------------------------------- */
-
-static RtDeviceConfig device_config = {.cudnn_autotune = true,
-                                       .cudnn_workspace_mb = RT_CUDNN_WORKSPACE_MB_DEFAULT};
-
-const RtDeviceConfig *rt_device_config(void) { return &device_config; }
-
-bool rt_device_configure(const RtModel *m, const RtDeviceFlags *f, char *err, size_t errlen)
-{
-    const char *given = f->autotune >= 0       ? "cudnn-autotune"
-                        : f->workspace_mb >= 0 ? "cudnn-workspace-mb"
-                        : f->fp32 >= 0         ? "cudnn-fp32"
-                        : f->nondeterministic >= 0 ? "cudnn-nondeterministic"
-                                                   : NULL;
-    if (!m->open_device && given) {
-        snprintf(err, errlen, "--%s applies to a program built for a GPU (ampc --target=cuda); "
-                 "model %s was built for the CPU", given, m->name);
-        return false;
-    }
-    if (f->autotune >= 0)
-        device_config.cudnn_autotune = f->autotune != 0;
-    if (f->workspace_mb >= 0)
-        device_config.cudnn_workspace_mb = f->workspace_mb;
-    if (f->fp32 >= 0)
-        device_config.cudnn_fp32 = f->fp32;
-    if (f->nondeterministic >= 0)
-        device_config.cudnn_nondeterministic = f->nondeterministic != 0;
-    return true;
-}
-
-int rt_device_check(const RtModel *m, int64_t batch, FILE *out, FILE *err)
-{
-    if (!m->check_device) {
-        fprintf(err, "--cudnn-check applies to a program built for a GPU (ampc --target=cuda); "
-                "model %s was built for the CPU\n", m->name);
-        return 2;
-    }
-    return m->check_device(m, batch, out, err);
-}
-
 /* ---- the trainer ------------------------------------------------------------------- */
 
-bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, char *err,
-                     size_t errlen)
+bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate,
+                     const RtDeviceOpen *how, char *err, size_t errlen)
 {
     bool with_state = nstate >= 1;
     memset(t, 0, sizeof *t);
     t->m = m;
     t->batch = batch;
     t->ctx.batch = batch;
-    t->ctx.loss_scale = 1.0f;
     int64_t sample = 1;
     for (int i = 0; i < m->data_rank; i++)
         sample *= m->data_shape[i];
@@ -257,14 +193,37 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, 
     /* the model's own device (a CUDA program's), else the CPU's: under MPI (a
      * program built with ampc --mpi, once rt_mpi_start ran) wrapped with the
      * collectives of runtime/dist/mpi.c */
-    if (m->open_device) {
-        if (!(t->dev = m->open_device(m, err, errlen)))
-            return false;
-        t->ctx.ws_device = true;
-    } else if (!(t->dev = rt_device_cpu_open(err, errlen)) ||
-               !(t->dev = rt_mpi_wrap(t->dev, err, errlen))) {
+    RtDeviceConfig dc = how && how->config ? *how->config : rt_device_config_default();
+    bool lagging = how && how->lagging;
+    if (m->open_device && lagging) {
+        snprintf(err, errlen, "model %s: the lagging mode is the CPU device's, and this program "
+                 "opens its own device", m->name);
         return false;
     }
+    if (m->open_device) {
+        if (!(t->dev = m->open_device(m, &dc, err, errlen)))
+            return false;
+        t->ctx.ws_device = true;
+    } else if (!(t->dev = rt_device_cpu_open(err, errlen))) {
+        return false;
+    } else {
+        rt_device_cpu_lagging(t->dev, lagging);
+        if (!(t->dev = rt_mpi_wrap(t->dev, err, errlen)))
+            return false;
+    }
+    /* --sim-ranks: its ranks computed in turn around either (dist/sim.c) */
+    if (how && how->sim_ranks > 1) {
+        RtDevice *one = t->dev;
+        if (!(t->dev = rt_sim_wrap(one, how->sim_ranks, err, errlen))) {
+            rt_device_close(one);
+            return false;
+        }
+    }
+    /* what the emitted steps read of the device: its step state (the loss
+     * head's scale, the flag BatchNorm's moving update skips on) and the
+     * context its kernels' calls take */
+    t->ctx.step_state = rt_dev_step_state(t->dev);
+    t->ctx.cuda = rt_dev_kernel_ctx(t->dev);
     t->ctx.buf = calloc((size_t)m->nbuffers + 1, sizeof *t->ctx.buf);
     t->ctx.master = calloc((size_t)m->nparams + 1, sizeof *t->ctx.master);
     t->state = calloc((size_t)m->nparams + 1, sizeof *t->state);
@@ -284,7 +243,7 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate, 
         return false;
     }
     if (ok && !t->ctx.ws_device && m->workspace_bytes)
-        rt_ctx_ws(&t->ctx, m->workspace_bytes(batch));
+        rt_ctx_ws(&t->ctx, m->workspace_bytes(&t->ctx, batch));
     t->ws_start = t->ctx.ws_bytes;
     RtDevice *d = t->dev;
     char derr[256]; /* the device's message; the trainer's says which batch size */
@@ -447,9 +406,7 @@ bool rt_trainer_broadcast_params(RtTrainer *t, char *err, size_t errlen)
 
 float rt_trainer_step_scale(const RtTrainer *t)
 {
-    float s = t->ctx.loss_scale;
-    const float *dev = rt_dev_loss_scale_dev(t->dev);
-    if (dev)
-        rt_dev_to_host(t->dev, &s, dev, sizeof s);
+    float s = 1.0f;
+    rt_dev_to_host(t->dev, &s, &t->ctx.step_state->scale, sizeof s);
     return s;
 }

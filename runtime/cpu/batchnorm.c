@@ -299,8 +299,10 @@ void rt_batchnorm_forward_train(const RtBnDims *d, RtDType dt, const void *x,
 
 void rt_batchnorm_update_moving(int64_t c, int64_t count, const float *save_mean,
                                 const float *save_invstd, float eps, float momentum,
-                                float *moving_mean, float *moving_var)
+                                float *moving_mean, float *moving_var, const RtStepState *step)
 {
+    if (step && step->dynamic && step->flag)
+        return; /* a skipped step */
     for (int64_t i = 0; i < c; i++) {
         double is = save_invstd[i];
         double var = 1.0 / (is * is) - (double)eps;

@@ -53,29 +53,6 @@ static void geom(const RtConvDims *d, Geom *g)
     g->kg = d->k / d->groups;
 }
 
-bool rt_conv_dims_init(RtConvDims *d)
-{
-    if (d->nsp < 1 || d->nsp > RT_MAX_SPATIAL || d->n < 1 || d->c < 1 || d->k < 1 ||
-        d->groups < 1 || d->c % d->groups || d->k % d->groups)
-        return false;
-    for (int a = 0; a < RT_MAX_SPATIAL; a++) {
-        if (a >= d->nsp) {
-            d->in[a] = d->kernel[a] = d->stride[a] = d->dilate[a] = d->out[a] = 1;
-            d->pad[a] = 0;
-            continue;
-        }
-        if (d->in[a] < 1 || d->kernel[a] < 1 || d->stride[a] < 1 || d->pad[a] < 0 ||
-            d->dilate[a] < 1)
-            return false;
-        long span = (long)d->dilate[a] * (d->kernel[a] - 1) + 1;
-        long room = (long)d->in[a] + 2L * d->pad[a];
-        if (room < span)
-            return false;
-        d->out[a] = (int)((room - span) / d->stride[a] + 1);
-    }
-    return true;
-}
-
 /* ceil(a / b) for b > 0 and any a */
 static inline long ceil_div(long a, long b) { return a <= 0 ? -((-a) / b) : (a + b - 1) / b; }
 

@@ -13,7 +13,9 @@
 #include <assert.h>
 #include <string.h>
 
+#include "device.h" /* RtOptConfig, for optim.c */
 #include "kernels/half.h"
+#include "kernels/optim.h" /* AmpcOptParam, for optim_simd.c */
 #include "rt.h"
 
 #define RT_CHUNK 512
@@ -304,5 +306,46 @@ static inline const float *rt__brow_vals(const void *src, size_t off, size_t m, 
  * rows of rt_softmax_forward, whose x is widened on reading as it is in
  * every dtype (SoftmaxOutput reading 16-bit logits, loss.c). */
 void rt__softmax_rows(int64_t n, int64_t k, RtDType xdt, const void *x, RtDType dt, void *y);
+
+/* ---- optim.c: the fused optimizer over all parameters (the CPU device's
+ * optim_step and train_update; device.h's RtOptConfig) ---- */
+
+/* The parameter's wd_mult as the table gives it (the compiler emits the
+ * effective value: MXNet's 0 for names not ending in _weight or _gamma). */
+float rt_optim_wd_mult(const RtParam *p);
+/* rt_multi_all_finite over every parameter gradient: one read of each. */
+bool rt_optim_grads_finite(const RtModel *m, const RtCtx *ctx);
+/* The first parameter whose gradient holds inf/NaN, or -1. */
+int rt_optim_first_nonfinite(const RtModel *m, const RtCtx *ctx);
+/* One update of every parameter with a gradient (grad >= 0), in one pass
+ * over each tensor: the gradient read once (and checked for inf/NaN in the
+ * same pass), the fp32 master (or fp32 weight) and the momentum state[i]
+ * updated, the 16-bit shadow written (optim.h's ampc_mp_*).  lr and wd are
+ * multiplied by each parameter's lr_mult and wd_mult.  Returns whether every
+ * gradient was finite (the update is applied either way). */
+bool rt_optim_step(const RtModel *m, RtCtx *ctx, float *const *state, const RtOptConfig *c);
+/* The same with the second state (Adam's var, state2[i]); rt_optim_step is
+ * this with state2 NULL (sgd and nag).  Adam skips parameters without both
+ * states. */
+bool rt_optim_step2(const RtModel *m, const RtCtx *ctx, float *const *state,
+                    float *const *state2, const RtOptConfig *c);
+/* Bytes moved per parameter element by one update; separate_check adds the
+ * read of the gradient by a finite check before the update (dynamic loss
+ * scaling; docs/training.md). */
+int rt_optim_bytes_per_param(const RtParam *p, RtDType grad_dt, const RtOptConfig *c,
+                             bool separate_check);
+
+/* ---- optim_simd.c: the AVX2 + F16C body of optim.c's multi-precision and
+ * fp32 loops, bit-identical to them, chosen at run time (CPUID;
+ * AMPC_NO_SIMD=1 in the environment turns it off, read once).  It updates
+ * the first n - n % 8 elements of a tensor (0 where it is off), optim.c's
+ * loops the rest. ---- */
+enum { RT_SIMD_SGD, RT_SIMD_SGD_MOM, RT_SIMD_NAG, RT_SIMD_ADAM };
+bool rt_optim_simd_active(void);
+void rt_optim_simd_reread(void);
+size_t rt_optim_simd_mp(int op, bool bf16, const uint16_t *g, float *w, float *m, float *v,
+                        uint16_t *s, size_t n, const AmpcOptParam *q, unsigned *bad);
+size_t rt_optim_simd_f32(int op, const float *g, float *w, float *m, float *v, size_t n,
+                         const AmpcOptParam *q, unsigned *bad);
 
 #endif /* AMPC_RT_CPU_H */

@@ -3,19 +3,27 @@
  * a run has one device, so the collectives are the identity.  The finite
  * flag and the optimizer are the CPU kernels (rt_multi_all_finite,
  * optim.c's rt_optim_step2) over the buffers setup recorded.  The loss
- * scale, the update count, the flags of the steps since the last ls_read
+ * scale, the update count, the records of the steps since the last ls_read
  * and the learning rates ahead are this device's memory too (the CUDA
  * device's twin: the loss-scale kernel), so the loop reads them only
  * through ls_read.  This is the only file of the training driver that reads
  * or writes the memory the steps run on.
+ *
+ * The lagging mode (rt_device_cpu_lagging, a test mode) makes the waits a
+ * GPU would make visible on the CPU: the device counts as running one step
+ * behind the host, so an event recorded during the host's step k completes
+ * only when the host has ended step k + 1 (ls_update) or waited for it
+ * (event_wait, synchronize, or a call that reads the device back).  The
+ * work itself still runs at once: only event_done, and so the waits that
+ * RtDevice.syncs counts, change.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "cpu/cpu.h" /* the optimizer (optim.c) */
 #include "device.h"
-#include "train.h"
 
 typedef struct {
     RtDevice base;        /* first: an RtDevice * is a CpuDevice * */
@@ -25,16 +33,20 @@ typedef struct {
     float **master0;
     RtTensorRef *grads;   /* the gradient bucket of the finite check */
     int ngrads;
-    bool flag;            /* the finite flag */
     uint64_t seq;         /* events recorded */
+    bool lagging;         /* the test mode above */
+    uint64_t done;        /* lagging: the events up to this one are complete */
+    uint64_t step_end;    /* lagging: the last event recorded when the last step ended */
+    /* the step's state (rt.h; RtCtx.step_state points here): the scale of
+     * the step in progress, the finite flag, the update count, whether the
+     * scale is dynamic */
+    RtStepState step;
     /* the step without the host (device.h, ls_init) */
-    bool dynamic;
     AmpcLossScale ls;     /* the scale the next step uses */
     AmpcLossScaleRule rule;
     double batch;
-    float step_scale;     /* the scale of the step in progress */
-    RtDevLsState st;      /* counters (st.s unused: ls is the state) */
-    uint8_t ring[RT_DEV_LS_RING]; /* finite flag of step k at k % RT_DEV_LS_RING */
+    RtDevLsState st; /* counters (st.s unused: ls is the state; st.num_update: step's) */
+    AmpcLossScaleStep ring[RT_DEV_LS_RING]; /* step k at k % RT_DEV_LS_RING */
     float lr[RT_DEV_LS_RING + 1]; /* the learning rate of update lr_first + 1 + i */
     int64_t lr_first;
     int lr_n;
@@ -42,6 +54,13 @@ typedef struct {
 } CpuDevice;
 
 static CpuDevice *cpu(RtDevice *d) { return (CpuDevice *)d; }
+
+/* the finite flag of the step's state: 0 while every value checked was finite */
+static bool flag_finite(const CpuDevice *c) { return c->step.flag == 0; }
+static void set_finite(CpuDevice *c, bool ok) { c->step.flag = ok ? 0 : 1; }
+
+/* The host waited for every event recorded so far (lagging mode's count). */
+static void waited_all(CpuDevice *c) { c->done = c->seq; }
 
 /* ---- memory ------------------------------------------------------------------------ */
 
@@ -74,6 +93,13 @@ static void cpu_copy(RtDevice *d, void *dst, const void *src, size_t bytes)
     (void)d;
     if (bytes && dst != src)
         memmove(dst, src, bytes);
+}
+
+/* a read-back waits for the work before it */
+static void cpu_to_host(RtDevice *d, void *dst, const void *src, size_t bytes)
+{
+    waited_all(cpu(d));
+    cpu_copy(d, dst, src, bytes);
 }
 
 static void cpu_fill(RtDevice *d, void *dst, RtDType dt, size_t n, float value)
@@ -135,7 +161,7 @@ static bool cpu_setup(RtDevice *d, const RtModel *m, const RtCtx *ctx, char *err
     }
     c->m = m;
     c->ctx = ctx;
-    c->flag = true;
+    set_finite(c, true);
     return true;
 }
 
@@ -151,19 +177,24 @@ static void cpu_check_grads(RtDevice *d)
     bool ok = true;
     for (int i = 0; i < c->ngrads; i += CHUNK)
         ok &= rt_multi_all_finite(c->grads + i, c->ngrads - i < CHUNK ? c->ngrads - i : CHUNK);
-    c->flag = ok;
+    set_finite(c, ok);
 }
 
 static void cpu_check_finite(RtDevice *d, const void *p, size_t n, RtDType dt)
 {
-    cpu(d)->flag = n == 0 || rt_all_finite(p, n, dt);
+    set_finite(cpu(d), n == 0 || rt_all_finite(p, n, dt));
 }
 
-static bool cpu_read_flag(RtDevice *d) { return cpu(d)->flag; }
+static bool cpu_read_flag(RtDevice *d)
+{
+    waited_all(cpu(d));
+    return flag_finite(cpu(d));
+}
 
 static int cpu_first_nonfinite(RtDevice *d)
 {
     CpuDevice *c = cpu(d);
+    waited_all(c);
     return c->m ? rt_optim_first_nonfinite(c->m, c->ctx) : -1;
 }
 
@@ -173,7 +204,7 @@ static void cpu_optim_step(RtDevice *d, float *const *state, float *const *state
     CpuDevice *c = cpu(d);
     if (!c->m)
         return;
-    c->flag = rt_optim_step2(c->m, c->ctx, state, state2, oc);
+    set_finite(c, rt_optim_step2(c->m, c->ctx, state, state2, oc));
 }
 
 /* ---- the step without the host ---------------------------------------------------- */
@@ -186,25 +217,31 @@ static bool cpu_ls_init(RtDevice *d, const RtDevLsInit *in, char *err, size_t er
                  (long long)in->num_update);
         return false;
     }
-    c->dynamic = in->dynamic;
+    c->step.dynamic = in->dynamic;
     c->ls = in->s;
     c->rule = in->rule;
     c->batch = in->batch;
-    c->step_scale = in->s.scale;
+    c->step.scale = in->s.scale;
+    c->step.num_update = in->num_update;
     memset(&c->st, 0, sizeof c->st);
-    c->st.num_update = in->num_update;
     c->lr_n = 0;
     return true;
 }
 
-static void cpu_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
+static void cpu_step_begin(RtDevice *d, bool inject_inf)
 {
     CpuDevice *c = cpu(d);
-    c->step_scale = inject_inf ? INFINITY : c->ls.scale;
-    ctx->loss_scale = c->step_scale; /* the loss head's backward runs on the host */
+    c->step.scale = inject_inf ? INFINITY : c->ls.scale;
 }
 
-static const float *cpu_loss_scale_dev(RtDevice *d) { return &cpu(d)->step_scale; }
+static const RtStepState *cpu_step_state(RtDevice *d) { return &cpu(d)->step; }
+
+/* the CPU's kernels take no context */
+static struct RtCudaCtx *cpu_kernel_ctx(RtDevice *d)
+{
+    (void)d;
+    return NULL;
+}
 
 static void cpu_lr_ahead(RtDevice *d, const RtOptConfig *oc, const float *lr, int64_t first,
                          int n)
@@ -217,10 +254,11 @@ static void cpu_lr_ahead(RtDevice *d, const RtOptConfig *oc, const float *lr, in
     c->oc = *oc;
 }
 
+/* the kernels read the step's state: a skipped step's statistics stay */
 static void cpu_moving_update(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx)
 {
-    CpuDevice *c = cpu(d);
-    if (fn && (c->flag || !c->dynamic))
+    (void)d;
+    if (fn)
         fn(ctx);
 }
 
@@ -228,53 +266,67 @@ static void cpu_train_update(RtDevice *d, float *const *state, float *const *sta
                              const RtOptConfig *oc)
 {
     CpuDevice *c = cpu(d);
-    if (!c->m || (c->dynamic && !c->flag))
+    if (!c->m || (c->step.dynamic && !flag_finite(c)))
         return;
     RtOptConfig u = *oc;
-    int64_t i = c->st.num_update - c->lr_first;
+    int64_t i = c->step.num_update - c->lr_first;
     /* a schedule not written ahead this far is the loop's bug: NaN shows it */
     u.lr = i >= 0 && i < c->lr_n ? c->lr[i] : NAN;
-    u.t = c->st.num_update + 1;
-    u.rescale_grad = (float)(1.0 / (c->batch * (double)c->step_scale));
-    c->flag = rt_optim_step2(c->m, c->ctx, state, state2, &u);
-    c->st.num_update++;
+    u.t = c->step.num_update + 1;
+    u.rescale_grad = (float)(1.0 / (c->batch * (double)c->step.scale));
+    set_finite(c, rt_optim_step2(c->m, c->ctx, state, state2, &u));
+    c->step.num_update++;
 }
 
 static void cpu_ls_update(RtDevice *d)
 {
     CpuDevice *c = cpu(d);
-    c->ring[c->st.steps % RT_DEV_LS_RING] = c->flag ? 1 : 0;
-    c->st.steps++;
-    if (!c->dynamic) {
-        c->st.nonfinite += !c->flag;
-        return;
+    /* the step's end: lagging, the device has now finished the step before */
+    c->done = c->step_end > c->done ? c->step_end : c->done;
+    c->step_end = c->seq;
+    bool ok = flag_finite(c);
+    if (!c->step.dynamic) {
+        c->st.nonfinite += !ok;
+    } else {
+        c->st.skipped += !ok;
+        c->ls = ampc_loss_scale_update(c->ls, !ok, c->rule);
     }
-    c->st.skipped += !c->flag;
-    c->ls = ampc_loss_scale_update(c->ls, !c->flag, c->rule);
+    c->ring[c->st.steps % RT_DEV_LS_RING] =
+        (AmpcLossScaleStep){.s = c->ls, .num_update = c->step.num_update, .finite = ok};
+    c->st.steps++;
 }
 
-static void cpu_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+static void cpu_ls_read(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps, int64_t from)
 {
     CpuDevice *c = cpu(d);
+    waited_all(c);
     *st = c->st;
     st->s = c->ls;
+    st->num_update = c->step.num_update;
     /* steps older than the ring are gone (the loop reads before it wraps) */
     int64_t lo = from > st->steps - RT_DEV_LS_RING ? from : st->steps - RT_DEV_LS_RING;
-    for (int64_t k = lo < 0 ? 0 : lo; finite && k < st->steps; k++)
-        finite[k - from] = c->ring[k % RT_DEV_LS_RING];
+    for (int64_t k = lo < 0 ? 0 : lo; steps && k < st->steps; k++)
+        steps[k - from] = c->ring[k % RT_DEV_LS_RING];
 }
 
-static void cpu_set_flag(RtDevice *d, bool finite) { cpu(d)->flag = finite; }
+static void cpu_set_flag(RtDevice *d, bool ok) { set_finite(cpu(d), ok); }
 
 /* ---- ordering: every call above has finished when it returns ---------------------- */
 
 static void cpu_event_record(RtDevice *d, RtDevEvent *e) { e->seq = ++cpu(d)->seq; }
-static void cpu_event_wait(RtDevice *d, const RtDevEvent *e) { (void)d, (void)e; }
+/* in order, as a stream: waiting for e completes every event before it */
+static void cpu_event_wait(RtDevice *d, const RtDevEvent *e)
+{
+    CpuDevice *c = cpu(d);
+    c->done = e->seq > c->done ? e->seq : c->done;
+}
+/* the lagging mode's only effect (above); else every recorded event is done */
 static bool cpu_event_done(RtDevice *d, const RtDevEvent *e)
 {
-    return e->seq <= cpu(d)->seq;
+    const CpuDevice *c = cpu(d);
+    return e->seq <= (c->lagging ? c->done : c->seq);
 }
-static void cpu_synchronize(RtDevice *d) { (void)d; }
+static void cpu_synchronize(RtDevice *d) { waited_all(cpu(d)); }
 
 /* the CPU runs each call before returning: a mark is the host clock */
 static void cpu_time_reset(RtDevice *d) { (void)d; }
@@ -289,7 +341,7 @@ static bool cpu_time_mark(RtDevice *d, RtDevTime *t)
 }
 static double cpu_time_elapsed(RtDevice *d, const RtDevTime *a, const RtDevTime *b)
 {
-    (void)d;
+    waited_all(cpu(d));
     return b->host_s - a->host_s;
 }
 
@@ -361,7 +413,7 @@ static const RtDeviceOps cpu_ops = {
     .host_alloc = cpu_alloc,
     .host_free = cpu_free,
     .to_device = cpu_copy,
-    .to_host = cpu_copy,
+    .to_host = cpu_to_host,
     .to_host_async = cpu_copy,
     .fill = cpu_fill,
     .setup = cpu_setup,
@@ -372,7 +424,8 @@ static const RtDeviceOps cpu_ops = {
     .optim_step = cpu_optim_step,
     .ls_init = cpu_ls_init,
     .step_begin = cpu_step_begin,
-    .loss_scale_dev = cpu_loss_scale_dev,
+    .step_state = cpu_step_state,
+    .kernel_ctx = cpu_kernel_ctx,
     .lr_ahead = cpu_lr_ahead,
     .moving_update = cpu_moving_update,
     .train_update = cpu_train_update,
@@ -401,9 +454,15 @@ RtDevice *rt_device_cpu_open(char *err, size_t errlen)
         return NULL;
     }
     c->base.ops = &cpu_ops;
-    c->flag = true;
-    c->ls.scale = c->step_scale = 1.0f; /* no loss scale until ls_init */
+    c->ls.scale = c->step.scale = 1.0f; /* no loss scale until ls_init */
     c->rule = ampc_loss_scale_rule_default();
     c->batch = 1.0;
     return &c->base;
+}
+
+void rt_device_cpu_lagging(RtDevice *d, bool on)
+{
+    CpuDevice *c = cpu(d);
+    c->lagging = on;
+    c->done = c->step_end = c->seq;
 }

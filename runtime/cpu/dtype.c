@@ -163,18 +163,6 @@ void rt__f2b(uint16_t *d, const float *s, size_t n)
     ampc_float_to_bf16_n(d, s, n);
 }
 
-size_t rt_dtype_size(RtDType dt) { return dt == RT_F32 ? 4 : 2; }
-
-const char *rt_dtype_name(RtDType dt)
-{
-    switch (dt) {
-    case RT_F32: return "float32";
-    case RT_F16: return "float16";
-    case RT_BF16: return "bfloat16";
-    }
-    return "?";
-}
-
 void rt_to_f32(float *dst, const void *src, size_t n, RtDType dt)
 {
     switch (dt) {

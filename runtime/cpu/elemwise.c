@@ -11,7 +11,6 @@
 #include "cpu.h"
 #include "kernels/act.h"
 
-
 static inline float bin(RtBinOp op, float a, float b)
 {
     switch (op) {
@@ -134,26 +133,6 @@ void rt_elemwise_backward(RtBinOp op, size_t n, RtDType dt, const void *dy, cons
 }
 
 /* ---- broadcasting ------------------------------------------------------------ */
-
-bool rt_broadcast_dims_init(RtBcastDims *d, int ra, const int64_t *a, int rb, const int64_t *b)
-{
-    if (ra < 0 || rb < 0 || ra > RT_MAX_RANK || rb > RT_MAX_RANK)
-        return false;
-    int r = ra > rb ? ra : rb;
-    if (r == 0)
-        r = 1; /* scalars: one element */
-    d->rank = r;
-    for (int i = 0; i < r; i++) {
-        int ia = i - (r - ra), ib = i - (r - rb);
-        int64_t x = ia >= 0 ? a[ia] : 1, y = ib >= 0 ? b[ib] : 1;
-        if (x < 0 || y < 0 || (x != y && x != 1 && y != 1))
-            return false;
-        d->a[i] = x;
-        d->b[i] = y;
-        d->out[i] = x == 1 ? y : x;
-    }
-    return true;
-}
 
 size_t rt_broadcast_workspace_bytes(const RtBcastDims *d, RtDType dt, RtPass pass)
 {

@@ -26,9 +26,10 @@ void rt_softmax_output_forward(int64_t n, int64_t k, RtDType xdt, const void *x,
  * rounded once on the store (rt__commit), by the conversion a cast from
  * fp32 uses (rt_cast_forward). */
 void rt_softmax_output_backward(int64_t n, int64_t k, RtDType dt, const void *prob,
-                                const float *label, const RtSmoParams *p, float loss_scale,
+                                const float *label, const RtSmoParams *p, const RtStepState *step,
                                 RtDType dxdt, void *dx, bool accumulate)
 {
+    float loss_scale = step ? step->scale : 1.0f;
     double valid = 1.0;
     if (p->normalization == RT_SMO_NORM_BATCH) {
         valid = (double)n;

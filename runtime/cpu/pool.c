@@ -35,34 +35,6 @@ static void pgeom(const RtPoolDims *d, PGeom *g)
     }
 }
 
-bool rt_pool_dims_init(RtPoolDims *d)
-{
-    if (d->nsp < 1 || d->nsp > RT_MAX_SPATIAL || d->n < 1 || d->c < 1)
-        return false;
-    for (int a = 0; a < RT_MAX_SPATIAL; a++) {
-        if (a >= d->nsp) {
-            d->in[a] = d->kernel[a] = d->stride[a] = d->out[a] = 1;
-            d->pad[a] = 0;
-            continue;
-        }
-        if (d->in[a] < 1)
-            return false;
-        if (d->global) {
-            d->kernel[a] = d->in[a];
-            d->stride[a] = 1;
-            d->pad[a] = 0;
-        }
-        if (d->kernel[a] < 1 || d->stride[a] < 1 || d->pad[a] < 0)
-            return false;
-        long span = (long)d->in[a] + 2L * d->pad[a] - d->kernel[a];
-        if (span < 0)
-            return false;
-        d->out[a] = (int)((d->full_convention ? (span + d->stride[a] - 1) / d->stride[a]
-                                              : span / d->stride[a]) + 1);
-    }
-    return true;
-}
-
 /* ---- threads ----
  * The (n, c) planes are independent (a window never leaves its plane), so
  * the threads take pieces of consecutive planes as they come free and each

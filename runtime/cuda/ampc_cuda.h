@@ -28,7 +28,9 @@
  * dtypes are RtDType's values (0 fp32, 1 fp16, 2 bf16); n counts elements.
  * Each function returns 0 or the launch's cudaError_t.  The stream is
  * cudaStream_t (a struct CUstream_st *; NULL is the default stream).
- * C and C++; host code only (the kernels themselves are in kernels.cuh).
+ * C and C++; host code only (the kernels themselves are in the family headers:
+ * dtype.cuh, elemwise.cuh, act.cuh, optim.cuh, step.cuh, layout.cuh, pool.cuh,
+ * batchnorm.cuh).
  */
 #ifndef AMPC_CUDA_H
 #define AMPC_CUDA_H
@@ -37,6 +39,7 @@
 #include <stdint.h>
 
 #include "kernels/lossscale.h"
+#include "rt.h" /* RtStepState */
 
 #ifdef __cplusplus
 extern "C" {
@@ -89,7 +92,7 @@ int64_t ampc_mt_fill_blocks(const AmpcMtTensor *t, int nt, int64_t chunk, AmpcMt
 
 /* What one optimizer step needs besides the table: optim.c's AmpcOptParam
  * before the per-tensor multipliers.  rescale_grad is used as it is when
- * the launch gets no loss scale; with one (a device AmpcLossScale) each
+ * the launch gets no loss scale; with one (a float in device memory) each
  * block forms (float)(1 / (batch * scale)) in double, as train.c does, so
  * the scale never has to come back to the host. */
 typedef struct AmpcMtStep {
@@ -108,11 +111,13 @@ typedef struct AmpcLossScaleStats {
  * device memory (device.cu; device.h, "the step without the host"). */
 typedef struct AmpcDevLs {
     AmpcLossScale ls;         /* the scale the next step uses */
-    AmpcLossScale step;       /* the step in progress: .scale is what the loss head multiplies */
+    RtStepState st;           /* the step in progress (RtCtx.step_state): the scale the loss
+                               * head multiplies by, the finite flag, the update count, whether
+                               * the scale is dynamic */
     AmpcLossScaleStats stats; /* ampc_cu_loss_scale's counters (dynamic) */
-    int64_t steps, nonfinite, num_update;
+    int64_t steps, nonfinite;
     int64_t lr_first; /* lr[i] is update lr_first + 1 + i */
-    int32_t lr_n, dynamic;
+    int32_t lr_n;
 } AmpcDevLs;
 
 int ampc_cu_set_flag(AmpcStream s, int32_t *flag, int32_t value);
@@ -144,24 +149,26 @@ int ampc_cu_mt_finite(AmpcStream s, const AmpcMtTensor *tensors, const AmpcMtBlo
  * before touching memory (the dynamic loss scale's skipped step).  found
  * (may be NULL; must not be skip): ORed with "some gradient read was inf
  * or NaN" (the check fused into the update when the step cannot be
- * skipped).  scale (may be NULL): see AmpcMtStep. */
+ * skipped).  scale (may be NULL): the step's loss scale in device memory,
+ * see AmpcMtStep. */
 int ampc_cu_mt_optim(AmpcStream s, const AmpcMtTensor *tensors, const AmpcMtBlock *blocks,
                      int64_t nblocks, int64_t chunk, const AmpcMtStep *step,
                      const AmpcMtStep *step_dev, const int32_t *skip, int32_t *found,
-                     const AmpcLossScale *scale);
+                     const float *scale);
 /* One thread: state = ampc_loss_scale_update(state, *found != 0, rule);
  * stats (may be NULL) counted. */
 int ampc_cu_loss_scale(AmpcStream s, AmpcLossScale *state, const int32_t *found,
                        AmpcLossScaleRule rule, AmpcLossScaleStats *stats);
 
-/* The step without the host (step.cuh), one thread each: ls->step = ls->ls
- * (scale inf when inject); *cur = table[num_update - lr_first] (a NaN lr
- * past the schedule written); num_update++ unless dynamic and *flag;
- * ring[steps++ % ring_len] = *flag == 0, nonfinite counted unless dynamic. */
+/* The step without the host (step.cuh), one thread each: ls->st.scale =
+ * ls->ls.scale (inf when inject); *cur = table[st.num_update - lr_first] (a
+ * NaN lr past the schedule written); st.num_update++ unless st.dynamic and
+ * *flag; ring[steps++ % ring_len] = {ls, st.num_update, *flag == 0} (the
+ * step's record, after the rule), nonfinite counted unless dynamic. */
 int ampc_cu_step_begin(AmpcStream s, AmpcDevLs *ls, int inject);
 int ampc_cu_step_pick(AmpcStream s, const AmpcDevLs *ls, const AmpcMtStep *table, AmpcMtStep *cur);
 int ampc_cu_step_count(AmpcStream s, AmpcDevLs *ls, const int32_t *flag);
-int ampc_cu_step_ring(AmpcStream s, AmpcDevLs *ls, const int32_t *flag, uint8_t *ring,
+int ampc_cu_step_ring(AmpcStream s, AmpcDevLs *ls, const int32_t *flag, AmpcLossScaleStep *ring,
                       int64_t ring_len);
 
 #ifdef __cplusplus

@@ -26,7 +26,6 @@
 #include "cuda/device_cuda.h"
 #include "cuda/mt_table.h"
 #include "cuda/rt_cuda.h"
-#include "train.h"
 
 /* ---- the checking macro ------------------------------------------------------------ */
 
@@ -57,6 +56,7 @@ static bool cu_check(cudaError_t e, const char *call, const char *file, int line
 /* ---- the device ---------------------------------------------------------------------- */
 
 enum { NEVENTS = 64 }; /* events in the ring (RtDevEvent.seq % NEVENTS) */
+#define RING_BYTES (RT_DEV_LS_RING * sizeof(AmpcLossScaleStep)) /* the steps' records */
 
 typedef struct {
     const AmpcMtTensor *tensors; /* device memory */
@@ -72,7 +72,8 @@ typedef struct {
     RtDevice base; /* first: an RtDevice * is a CudaDevice * */
     int ordinal;
     cudaStream_t stream;
-    int32_t *flag;       /* device: 0 = every value checked was finite */
+    RtCudaCtx *kernels;  /* the run state of the kernels' libraries (rt_device_cuda_adopt) */
+    int32_t *flag;       /* device, &ls->st.flag: 0 = every value checked was finite */
     int32_t *flag_host;  /* pinned: read_flag's copy */
     /* setup's model and buffers */
     const RtModel *m;
@@ -86,16 +87,15 @@ typedef struct {
     /* events */
     cudaEvent_t ev[NEVENTS];
     uint64_t seq;
-    /* the step without the host */
+    /* the step without the host; ls->st is the step's state (RtCtx.step_state) */
     DevLs *ls;                 /* device */
     DevLs *ls_host;            /* pinned: ls_init's and ls_read's copy */
-    uint8_t *ring, *ring_host; /* device, pinned: RT_DEV_LS_RING flags (1: finite) */
+    AmpcLossScaleStep *ring, *ring_host; /* device, pinned: RT_DEV_LS_RING steps' records */
     AmpcMtStep *lr, *lr_host;  /* device, pinned: RT_DEV_LS_RING + 1 steps */
     AmpcMtStep *cur;           /* device: the step_dev of this update */
     AmpcLossScaleRule rule;
     double batch;              /* rescale_grad = 1 / (batch x the step's scale) */
     bool dynamic;
-    bool step_bound;           /* ls_init gave the step's scale and flag to the kernels */
     cudaEvent_t lr_copied;     /* lr_host may be rewritten once it completes */
     /* --profile's timing points: events with timing, grown as marked, reused
      * after each time_reset */
@@ -283,9 +283,6 @@ static bool cu_setup(RtDevice *d, const RtModel *m, const RtCtx *ctx, char *err,
         return false;
     c->m = m;
     c->ctx = ctx;
-    /* until ls_init binds the step's state: loss scale 1, never skipped */
-    if (!c->step_bound)
-        rt_cuda_bind_step(NULL, NULL);
     return true;
 }
 
@@ -335,19 +332,6 @@ static int cu_first_nonfinite(RtDevice *d)
 static bool cu_ls_init(RtDevice *d, const RtDevLsInit *in, char *err, size_t errlen)
 {
     CudaDevice *c = cu(d);
-    if (!c->ls &&
-        (!CU_TRY(cudaMalloc((void **)&c->ls, sizeof *c->ls), err, errlen) ||
-         !CU_TRY(cudaHostAlloc((void **)&c->ls_host, sizeof *c->ls_host, cudaHostAllocDefault),
-                 err, errlen) ||
-         !CU_TRY(cudaMalloc((void **)&c->ring, RT_DEV_LS_RING), err, errlen) ||
-         !CU_TRY(cudaHostAlloc((void **)&c->ring_host, RT_DEV_LS_RING, cudaHostAllocDefault), err,
-                 errlen) ||
-         !CU_TRY(cudaMalloc((void **)&c->lr, (RT_DEV_LS_RING + 1) * sizeof *c->lr), err, errlen) ||
-         !CU_TRY(cudaHostAlloc((void **)&c->lr_host, (RT_DEV_LS_RING + 1) * sizeof *c->lr_host,
-                               cudaHostAllocDefault), err, errlen) ||
-         !CU_TRY(cudaMalloc((void **)&c->cur, sizeof *c->cur), err, errlen) ||
-         !CU_TRY(cudaEventCreateWithFlags(&c->lr_copied, cudaEventDisableTiming), err, errlen)))
-        return false;
     if (!(in->batch > 0) || in->num_update < 0) {
         snprintf(err, errlen, "cuda: loss scale: batch %g, %lld updates before", in->batch,
                  (long long)in->num_update);
@@ -358,35 +342,28 @@ static bool cu_ls_init(RtDevice *d, const RtDevLsInit *in, char *err, size_t err
         return false;
     memset(c->ls_host, 0, sizeof *c->ls_host);
     c->ls_host->ls = in->s;
-    c->ls_host->step = in->s;
-    c->ls_host->num_update = in->num_update;
-    c->ls_host->dynamic = in->dynamic;
+    c->ls_host->st.scale = in->s.scale;
+    c->ls_host->st.num_update = in->num_update;
+    c->ls_host->st.dynamic = in->dynamic;
     c->rule = in->rule;
     c->batch = in->batch;
     c->dynamic = in->dynamic;
-    /* the loss head's backward reads the step's scale, the BatchNorm commit
-     * the flag (a skipped step only with a dynamic scale), on the device */
-    rt_cuda_bind_step(&c->ls->step.scale, in->dynamic ? c->flag : NULL);
-    c->step_bound = true;
     return CU_TRY(cudaMemcpyAsync(c->ls, c->ls_host, sizeof *c->ls, cudaMemcpyHostToDevice,
                                   c->stream), err, errlen) &&
-           CU_TRY(cudaMemsetAsync(c->ring, 0, RT_DEV_LS_RING, c->stream), err, errlen) &&
+           CU_TRY(cudaMemsetAsync(c->ring, 0, RING_BYTES, c->stream), err, errlen) &&
            CU_TRY(cudaStreamSynchronize(c->stream), err, errlen);
 }
 
-/* The loss head's kernels read c->ls->step.scale on the device; the host
- * float in ctx is not theirs, so it is left alone. */
-static void cu_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
+/* The loss head's kernel reads c->ls->st.scale on the device. */
+static void cu_step_begin(RtDevice *d, bool inject_inf)
 {
     CudaDevice *c = cu(d);
-    (void)ctx;
     CU_MUST(ampc_cu_step_begin(c->stream, c->ls, inject_inf ? 1 : 0));
 }
 
-static const float *cu_loss_scale_dev(RtDevice *d)
-{
-    return cu(d)->ls ? &cu(d)->ls->step.scale : NULL;
-}
+static const RtStepState *cu_step_state(RtDevice *d) { return &cu(d)->ls->st; }
+
+static RtCudaCtx *cu_kernel_ctx(RtDevice *d) { return cu(d)->kernels; }
 
 /* The steps are built on the host (Adam's correction by the host's pow, as
  * the CPU's) into pinned memory and copied without waiting; the pinned
@@ -417,21 +394,14 @@ static void cu_lr_ahead(RtDevice *d, const RtOptConfig *oc, const float *lr, int
     CU_MUST(cudaEventRecord(c->lr_copied, c->stream));
 }
 
-/* Without the host once ls_init has bound the flag: the BatchNorm commit's
- * kernels (rt_cuda_batchnorm_update_moving) read it and do nothing on a
- * skipped step.  Before that, a dynamic scale reads the flag here: one
- * counted wait. */
+/* Without the host: the BatchNorm commit's kernels
+ * (rt_cuda_batchnorm_update_moving) read the step's state and do nothing on
+ * a step it skips. */
 static void cu_moving_update(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx)
 {
-    CudaDevice *c = cu(d);
-    if (!fn)
-        return;
-    if (c->dynamic && !c->step_bound) {
-        d->syncs++;
-        if (!cu_read_flag(d))
-            return;
-    }
-    fn(ctx);
+    (void)d;
+    if (fn)
+        fn(ctx);
 }
 
 static void cu_optim_table(CudaDevice *c, float *const *state, float *const *state2,
@@ -450,7 +420,7 @@ static void cu_train_update(RtDevice *d, float *const *state, float *const *stat
         CU_MUST(ampc_cu_set_flag(c->stream, c->flag, 0));
     CU_MUST(ampc_cu_mt_optim(c->stream, c->opt.tensors, c->opt.blocks, c->opt.nblocks,
                              AMPC_MT_CHUNK, NULL, c->cur, c->dynamic ? c->flag : NULL,
-                             c->dynamic ? NULL : c->flag, &c->ls->step));
+                             c->dynamic ? NULL : c->flag, &c->ls->st.scale));
     CU_MUST(ampc_cu_step_count(c->stream, c->ls, c->flag));
 }
 
@@ -462,11 +432,11 @@ static void cu_ls_update(RtDevice *d)
     CU_MUST(ampc_cu_step_ring(c->stream, c->ls, c->flag, c->ring, RT_DEV_LS_RING));
 }
 
-static void cu_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+static void cu_ls_read(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps, int64_t from)
 {
     CudaDevice *c = cu(d);
     CU_MUST(cudaMemcpyAsync(c->ls_host, c->ls, sizeof *c->ls, cudaMemcpyDeviceToHost, c->stream));
-    CU_MUST(cudaMemcpyAsync(c->ring_host, c->ring, RT_DEV_LS_RING, cudaMemcpyDeviceToHost,
+    CU_MUST(cudaMemcpyAsync(c->ring_host, c->ring, RING_BYTES, cudaMemcpyDeviceToHost,
                             c->stream));
     CU_MUST(cudaStreamSynchronize(c->stream));
     const DevLs *h = c->ls_host;
@@ -474,10 +444,10 @@ static void cu_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t f
     st->steps = h->steps;
     st->skipped = h->stats.skipped;
     st->nonfinite = h->nonfinite;
-    st->num_update = h->num_update;
+    st->num_update = h->st.num_update;
     int64_t lo = from > st->steps - RT_DEV_LS_RING ? from : st->steps - RT_DEV_LS_RING;
-    for (int64_t k = lo < 0 ? 0 : lo; finite && k < st->steps; k++)
-        finite[k - from] = c->ring_host[k % RT_DEV_LS_RING];
+    for (int64_t k = lo < 0 ? 0 : lo; steps && k < st->steps; k++)
+        steps[k - from] = c->ring_host[k % RT_DEV_LS_RING];
 }
 
 static void cu_set_flag(RtDevice *d, bool finite)
@@ -658,30 +628,27 @@ static bool cu_broadcast(RtDevice *d, const RtDevTensor *bucket, int n, int root
 
 /* ---- open and close --------------------------------------------------------------------- */
 
+static void step_free_into(CudaDevice *c, char *more, size_t morelen);
+
 static void cu_close(RtDevice *d)
 {
     CudaDevice *c = cu(d);
     if (c->stream)
-        CU_MUST(cudaStreamSynchronize(c->stream));
+        CU_MUST(cudaStreamSynchronize(c->stream)); /* nothing queued may still use a plan */
+    rt_cuda_close(c->kernels); /* before the stream and the device they were made on */
     table_free(&c->grads);
     table_free(&c->opt);
     for (int i = 0; i < NEVENTS; i++)
         if (c->ev[i])
             CU_MUST(cudaEventDestroy(c->ev[i]));
-    if (c->flag)
-        CU_MUST(cudaFree(c->flag));
+    char more[300] = "";
+    step_free_into(c, more, sizeof more);
+    if (more[0]) {
+        fprintf(stderr, "cuda: %s\n", more);
+        exit(1);
+    }
     if (c->flag_host)
         CU_MUST(cudaFreeHost(c->flag_host));
-    if (c->ls) {
-        CU_MUST(cudaFree(c->ls));
-        CU_MUST(cudaFreeHost(c->ls_host));
-        CU_MUST(cudaFree(c->ring));
-        CU_MUST(cudaFreeHost(c->ring_host));
-        CU_MUST(cudaFree(c->lr));
-        CU_MUST(cudaFreeHost(c->lr_host));
-        CU_MUST(cudaFree(c->cur));
-        CU_MUST(cudaEventDestroy(c->lr_copied));
-    }
     for (int64_t i = 0; i < c->ntiming; i++)
         CU_MUST(cudaEventDestroy(c->timing[i]));
     free(c->timing);
@@ -692,10 +659,10 @@ static void cu_close(RtDevice *d)
     free(c);
 }
 
-static RtDeviceOps make_ops(void)
+/* A constant expression (no constructor at load: the table is read-only data) */
+static constexpr RtDeviceOps make_ops(void)
 {
-    RtDeviceOps o;
-    memset(&o, 0, sizeof o);
+    RtDeviceOps o{};
     o.name = "cuda";
     o.alloc = cu_alloc;
     o.free = cu_free;
@@ -712,7 +679,8 @@ static RtDeviceOps make_ops(void)
     o.optim_step = cu_optim_step;
     o.ls_init = cu_ls_init;
     o.step_begin = cu_step_begin;
-    o.loss_scale_dev = cu_loss_scale_dev;
+    o.step_state = cu_step_state;
+    o.kernel_ctx = cu_kernel_ctx;
     o.lr_ahead = cu_lr_ahead;
     o.moving_update = cu_moving_update;
     o.train_update = cu_train_update;
@@ -735,7 +703,58 @@ static RtDeviceOps make_ops(void)
     return o;
 }
 
-static const RtDeviceOps cuda_ops = make_ops();
+static constexpr RtDeviceOps cuda_ops = make_ops();
+
+/* The step's state and what the step without the host keeps (device.h),
+ * made with the device so that RtCtx.step_state is valid from the start:
+ * scale 1, flag clear, no update yet until ls_init. */
+static bool step_alloc(CudaDevice *c, char *err, size_t errlen)
+{
+    bool ok =
+        CU_TRY(cudaMalloc((void **)&c->ls, sizeof *c->ls), err, errlen) &&
+        CU_TRY(cudaHostAlloc((void **)&c->ls_host, sizeof *c->ls_host, cudaHostAllocDefault), err,
+               errlen) &&
+        CU_TRY(cudaMalloc((void **)&c->ring, RING_BYTES), err, errlen) &&
+        CU_TRY(cudaHostAlloc((void **)&c->ring_host, RING_BYTES, cudaHostAllocDefault), err,
+               errlen) &&
+        CU_TRY(cudaMalloc((void **)&c->lr, (RT_DEV_LS_RING + 1) * sizeof *c->lr), err, errlen) &&
+        CU_TRY(cudaHostAlloc((void **)&c->lr_host, (RT_DEV_LS_RING + 1) * sizeof *c->lr_host,
+                             cudaHostAllocDefault), err, errlen) &&
+        CU_TRY(cudaMalloc((void **)&c->cur, sizeof *c->cur), err, errlen) &&
+        CU_TRY(cudaEventCreateWithFlags(&c->lr_copied, cudaEventDisableTiming), err, errlen);
+    if (!ok)
+        return false;
+    c->flag = &c->ls->st.flag;
+    memset(c->ls_host, 0, sizeof *c->ls_host);
+    c->ls_host->ls.scale = 1.0f;
+    c->ls_host->st.scale = 1.0f;
+    return CU_TRY(cudaMemcpyAsync(c->ls, c->ls_host, sizeof *c->ls, cudaMemcpyHostToDevice,
+                                  c->stream), err, errlen) &&
+           CU_TRY(cudaMemsetAsync(c->ring, 0, RING_BYTES, c->stream), err, errlen) &&
+           CU_TRY(cudaStreamSynchronize(c->stream), err, errlen);
+}
+
+/* what step_alloc made (some of it, after a failure); errors to more */
+static void step_free_into(CudaDevice *c, char *more, size_t morelen)
+{
+    if (c->ls)
+        CU_TRY(cudaFree(c->ls), more, morelen);
+    if (c->ls_host)
+        CU_TRY(cudaFreeHost(c->ls_host), more, morelen);
+    if (c->ring)
+        CU_TRY(cudaFree(c->ring), more, morelen);
+    if (c->ring_host)
+        CU_TRY(cudaFreeHost(c->ring_host), more, morelen);
+    if (c->lr)
+        CU_TRY(cudaFree(c->lr), more, morelen);
+    if (c->lr_host)
+        CU_TRY(cudaFreeHost(c->lr_host), more, morelen);
+    if (c->cur)
+        CU_TRY(cudaFree(c->cur), more, morelen);
+    if (c->lr_copied)
+        CU_TRY(cudaEventDestroy(c->lr_copied), more, morelen);
+    c->ls = NULL, c->ls_host = NULL, c->flag = NULL;
+}
 
 extern "C" RtDevice *rt_device_cuda_open(int ordinal, char *err, size_t errlen)
 {
@@ -748,10 +767,9 @@ extern "C" RtDevice *rt_device_cuda_open(int ordinal, char *err, size_t errlen)
     c->ordinal = ordinal;
     bool ok = CU_TRY(cudaSetDevice(ordinal), err, errlen) &&
               CU_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), err, errlen) &&
-              CU_TRY(cudaMalloc((void **)&c->flag, sizeof *c->flag), err, errlen) &&
               CU_TRY(cudaHostAlloc((void **)&c->flag_host, sizeof *c->flag_host,
                                    cudaHostAllocDefault), err, errlen) &&
-              CU_TRY(cudaMemsetAsync(c->flag, 0, sizeof *c->flag, c->stream), err, errlen);
+              step_alloc(c, err, errlen);
     for (int i = 0; ok && i < NEVENTS; i++)
         ok = CU_TRY(cudaEventCreateWithFlags(&c->ev[i], cudaEventDisableTiming), err, errlen);
     if (!ok) {
@@ -761,8 +779,7 @@ extern "C" RtDevice *rt_device_cuda_open(int ordinal, char *err, size_t errlen)
         for (int i = 0; i < NEVENTS; i++)
             if (c->ev[i])
                 CU_TRY(cudaEventDestroy(c->ev[i]), more, sizeof more);
-        if (c->flag)
-            CU_TRY(cudaFree(c->flag), more, sizeof more);
+        step_free_into(c, more, sizeof more);
         if (c->flag_host)
             CU_TRY(cudaFreeHost(c->flag_host), more, sizeof more);
         if (c->stream)
@@ -774,5 +791,12 @@ extern "C" RtDevice *rt_device_cuda_open(int ordinal, char *err, size_t errlen)
 }
 
 /* the stream every call of the device runs on, for the kernels' libraries
- * (rt_cuda_init): runtime/cuda/program.c */
+ * (rt_cuda_open): runtime/cuda/program.c */
 extern "C" AmpcStream rt_device_cuda_stream(RtDevice *d) { return cu(d)->stream; }
+
+extern "C" void rt_device_cuda_adopt(RtDevice *d, RtCudaCtx *kernels)
+{
+    CudaDevice *c = cu(d);
+    rt_cuda_close(c->kernels);
+    c->kernels = kernels;
+}

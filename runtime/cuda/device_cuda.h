@@ -16,8 +16,12 @@ extern "C" {
  * CUDA call and its error string when there is no usable GPU or driver. */
 RtDevice *rt_device_cuda_open(int ordinal, char *err, size_t errlen);
 /* The one stream the device's work goes on (a cudaStream_t): the kernels'
- * libraries run on it too (rt_cuda_init). */
+ * libraries run on it too (rt_cuda_open). */
 struct CUstream_st *rt_device_cuda_stream(RtDevice *d);
+/* The device owns kernels (rt_cuda.h's context, made on its stream) from
+ * now on: its kernel_ctx (RtCtx.cuda), closed before the stream at close. */
+struct RtCudaCtx;
+void rt_device_cuda_adopt(RtDevice *d, struct RtCudaCtx *kernels);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,10 @@
 /*
  * layout.cuh - the small kernels around the cuDNN and cuBLASLt calls
- * (runtime/cuda/dnn.c, blas.c), in one CUDA C++17 source for nvcc
+ * (runtime/cuda/conv.c, fc.c), in one CUDA C++17 source for nvcc
  * (layout.cu) and for the emulator (the same layout.cu in libampcemu.a;
- * tests/runtime/test_cuda_layout_emu.c):
+ * tests/runtime/test_cuda_layout_emu.c), and the element helpers that
+ * pool.cuh and batchnorm.cuh share (pool.cu and batchnorm.cu take only
+ * those):
  *
  *   ampc_cu_pad_channels    [rows, c] -> [rows, cp], zero filled (the RGB
  *                           input of a 16-bit NHWC convolution padded to 4 or 8)
@@ -22,10 +24,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "cuda/kernel_api.cuh"
 
 #include "cuda/ampc_cuda.h"
+#include "cuda/rt_cuda.h"
 #include "kernels/half.h"
 
 #define AMPC_LAY_API AMPC_API
@@ -79,6 +84,11 @@ static inline unsigned ampc_lay_grid(size_t n)
 #define AMPC_LAY_FOR(i, n)                                                                   \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
          i += (size_t)gridDim.x * blockDim.x)
+
+/* A translation unit that needs only the helpers above (pool.cu, batchnorm.cu)
+ * defines AMPC_LAY_HELPERS_ONLY: the kernels and launchers below are
+ * layout.cu's alone. */
+#ifndef AMPC_LAY_HELPERS_ONLY
 
 __global__ void ampc_k_pad_channels(size_t rows, int c, int cp, int dt, ampc_dptr<const void> src,
                                     ampc_dptr<void> dst)
@@ -173,5 +183,42 @@ AMPC_LAY_API int ampc_cu_bias_grad(AmpcStream s, size_t outer, int c, size_t inn
                 dt, dy, dbias, acc);
     return AMPC_LAUNCH_ERROR();
 }
+
+/* ---- the layout conversion (rt_layout_convert, runtime/cpu/layout.c) -------------------- */
+
+/* to NHWC: dst [n][hw][c] from src [n][c][hw]; to NCHW the inverse (rt_layout_convert) */
+__global__ void ampc_k_layout(size_t n, size_t c, size_t hw, int dt, ampc_dptr<const void> src,
+                              ampc_dptr<void> dst, int to_nhwc)
+{
+    size_t total = n * c * hw;
+    AMPC_LAY_FOR(e, total)
+    {
+        size_t img = e / (c * hw), r = e % (c * hw);
+        size_t ch = r / hw, p = r % hw; /* e is [img][ch][p] in NCHW */
+        size_t t = (img * hw + p) * c + ch;
+        if (to_nhwc)
+            ampc_lay_copy(dst, t, src, e, dt);
+        else
+            ampc_lay_copy(dst, e, src, t, dt);
+    }
+}
+
+AMPC_LAY_API void rt_cuda_layout_convert(RtCudaCtx *cx, int64_t n, int64_t c, int64_t hw, RtDType dt,
+                                        const void *src, void *dst, RtLayout to)
+{
+    if (n < 0 || c < 0 || hw < 0) {
+        fprintf(stderr, "ampc: rt_cuda_layout_convert: negative dims (%lld, %lld, %lld)\n",
+                (long long)n, (long long)c, (long long)hw);
+        exit(1);
+    }
+    size_t total = (size_t)n * (size_t)c * (size_t)hw;
+    if (total == 0)
+        return;
+    AMPC_LAUNCH(ampc_k_layout, ampc_lay_grid(total), AMPC_LAY_THREADS, cx->stream, (size_t)n,
+                (size_t)c, (size_t)hw, (int)dt, src, dst, to == RT_LAYOUT_NHWC);
+    AMPC_CHECK(AMPC_API_CUDA, AMPC_LAUNCH_ERROR());
+}
+
+#endif /* AMPC_LAY_HELPERS_ONLY */
 
 #endif /* AMPC_CUDA_LAYOUT_CUH */

@@ -1,7 +1,7 @@
 /*
  * mt_table.h - the multi-tensor tables of the CUDA finite check and fused
  * optimizer, made from the model as the CPU makes its loops
- * (runtime/optim.c), so that both update the same tensors the same way.
+ * (runtime/cpu/optim.c), so that both update the same tensors the same way.
  * Host code, C and C++ (runtime/cuda/device.cu and the emulation test).
  */
 #ifndef AMPC_CUDA_MT_TABLE_H
@@ -11,7 +11,7 @@
 
 #include "cuda/ampc_cuda.h"
 #include "kernels/optim.h"
-#include "train.h"
+#include "device.h" /* RtOptConfig */
 
 /* Every parameter with a gradient, as rt_optim_grads_finite checks them;
  * t has room for m->nparams entries; returns the count. */

@@ -245,13 +245,13 @@ bool ampc_cache_put(AmpcPlanCache *c, const AmpcPlanKey *k, void *value)
     return true;
 }
 
-void ampc_cache_free(AmpcPlanCache *c, void (*drop)(void *))
+void ampc_cache_free(AmpcPlanCache *c, void (*drop)(void *ctx, void *value), void *ctx)
 {
     for (size_t i = 0; i < c->nbucket; i++)
         for (AmpcPlanEntry *e = c->bucket[i], *next; e; e = next) {
             next = e->next;
             if (drop)
-                drop(e->value);
+                drop(ctx, e->value);
             free(e);
         }
     free(c->bucket);

@@ -1,6 +1,6 @@
 /*
  * plan.h - the host-side logic of the cuDNN and cuBLASLt calls
- * (runtime/cuda/dnn.c, blas.c), kept free of every CUDA header so that it
+ * (runtime/cuda/conv.c, fc.c, pool.c), kept free of every CUDA header so that it
  * compiles with any C compiler and is unit-tested everywhere
  * (tests/runtime/test_cuda_plan.c), GPU or not:
  *
@@ -101,8 +101,8 @@ typedef struct {
 void *ampc_cache_get(const AmpcPlanCache *c, const AmpcPlanKey *k);
 /* false on allocation failure; the key must not be in the cache yet */
 bool ampc_cache_put(AmpcPlanCache *c, const AmpcPlanKey *k, void *value);
-/* calls drop(value) for each entry (drop may be NULL), frees the table */
-void ampc_cache_free(AmpcPlanCache *c, void (*drop)(void *));
+/* calls drop(ctx, value) for each entry (drop may be NULL), frees the table */
+void ampc_cache_free(AmpcPlanCache *c, void (*drop)(void *ctx, void *value), void *ctx);
 
 /* ---- FullyConnected as one column-major GEMM: D[m,n] = op(A) op(B) ------ */
 
@@ -141,7 +141,7 @@ bool ampc_pool_geom(const RtPoolDims *d, AmpcLayout lay, AmpcPoolGeom *g, char *
  * MXNET_CUDA_ALLOW_TENSOR_CORE_CONVERSION); fast allows all three. */
 typedef enum { AMPC_FP32_EXACT, AMPC_FP32_TF32, AMPC_FP32_FAST } AmpcFp32Mode;
 
-/* cuDNN's numerical notes of an engine, as bits (dnn.c maps
+/* cuDNN's numerical notes of an engine, as bits (conv.c maps
  * cudnnBackendNumericalNote_t onto them; the Winograd tile notes are
  * AMPC_NOTE_WINOGRAD) */
 enum {

@@ -1,9 +1,9 @@
 /*
  * pool.cuh - Pooling (max, avg, sum; 1-D to 3-D; valid/full conventions;
  * count_include_pad; global) on the GPU, the twin of runtime/cpu/pool.c
- * bit for bit, in one CUDA C++17 source for nvcc (layout.cu builds it with
- * layout.cuh, whose helpers it uses) and the emulator (the same layout.cu in
- * libampcemu.a; tests/runtime/test_cuda_layout_emu.c).
+ * bit for bit, in one CUDA C++17 source for nvcc (pool.cu builds it after
+ * layout.cuh's helpers) and the emulator (the same pool.cu in libampcemu.a;
+ * tests/runtime/test_cuda_layout_emu.c).
  *
  * Forward: one thread per output, the window and its arithmetic exactly
  * pool.c's (the first maximum, an empty window 0; sums in double divided

@@ -3,12 +3,12 @@
  *
  * The trainer (runtime/trainer.c) calls it once, before allocating anything:
  * it opens the CUDA device (device.cu) on GPU $AMPC_CUDA_DEVICE (0 when
- * unset), initialises cuDNN and cuBLASLt (rt_cuda_init: found at run time by
+ * unset), opens cuDNN and cuBLASLt (rt_cuda_open: found at run time by
  * libs.c) on that device's one stream, so kernels, copies and the optimizer
- * are ordered without a wait, and reserves the BatchNorm kernels' scratch
- * for the model's widest BatchNorm (their contract has no workspace, and a
- * first-use allocation would stall a step).  Closing the device shuts the
- * libraries down first.  Each failure names what failed;
+ * are ordered without a wait, into a context the device owns (RtCtx.cuda),
+ * and reserves the BatchNorm kernels' scratch there for the model's widest
+ * BatchNorm (their contract has no workspace, and a first-use allocation
+ * would stall a step).  Closing the device closes the context first.  Each failure names what failed;
  * no GPU or no driver says so and that the program was built for one.
  */
 #include <errno.h>
@@ -66,19 +66,6 @@ static int64_t widest_batchnorm(const RtModel *m)
     return c;
 }
 
-/* The device's own table with close preceded by the libraries' shutdown:
- * their handles, plan caches and the BatchNorm scratch go before the stream
- * and the device they were made on. */
-static RtDeviceOps ops_with_libraries;
-static void (*device_close)(RtDevice *d);
-
-static void close_with_libraries(RtDevice *d)
-{
-    d->ops->synchronize(d); /* nothing queued may still use a plan or the scratch */
-    rt_cuda_shutdown();
-    device_close(d);
-}
-
 /* rt_kv_open's view of the device's one stream (the NCCL engine orders its
  * reductions after the compute stream's work) */
 static void *compute_stream(RtDevice *d) { return rt_device_cuda_stream(d); }
@@ -88,9 +75,8 @@ static void *compute_stream(RtDevice *d) { return rt_device_cuda_stream(d); }
 #define KV_BUCKET_MB 4.0
 
 /* the libraries' configuration from the program's --cudnn-* flags */
-static RtCudaConfig cuda_config(AmpcStream stream)
+static RtCudaConfig cuda_config(const RtDeviceConfig *dc, AmpcStream stream)
 {
-    const RtDeviceConfig *dc = rt_device_config();
     return (RtCudaConfig){.stream = stream,
                           .workspace_limit = (size_t)dc->cudnn_workspace_mb << 20,
                           .autotune = dc->cudnn_autotune,
@@ -98,30 +84,35 @@ static RtCudaConfig cuda_config(AmpcStream stream)
                           .nondeterministic = dc->cudnn_nondeterministic};
 }
 
-int rt_cuda_check_model(const RtModel *m, int64_t batch, FILE *out, FILE *err)
+int rt_cuda_check_model(const RtModel *m, const RtDeviceConfig *dc, int64_t batch, FILE *out,
+                        FILE *err)
 {
     char why[512];
-    RtCudaConfig cfg = cuda_config(NULL);
+    RtCudaConfig cfg = cuda_config(dc, NULL);
     if (!m->workspace_bytes) {
         fprintf(err, "--cudnn-check: model %s has no workspace sizer to walk\n", m->name);
         return 2;
     }
-    if (!rt_cuda_check_open(&cfg, why, sizeof why)) {
+    RtCudaCtx *cx = rt_cuda_check_open(&cfg, why, sizeof why);
+    if (!cx) {
         fprintf(err, "--cudnn-check: model %s: %s\n", m->name, why);
         return 1;
     }
     /* the sizers see every convolution and GEMM of both steps at this batch */
-    (void)m->workspace_bytes(batch);
-    int bad = rt_cuda_check_report(out, err);
-    fprintf(out, "cudnn-check: model %s at batch %lld: %zu distinct convolutions (cuDNN %zu), %zu "
-            "distinct GEMMs: %s\n", m->name, (long long)batch, rt_cuda_dnn_check_count(),
-            rt_cuda_dnn_version(), rt_cuda_blas_check_count(),
+    RtCtx ctx = {.batch = batch, .cuda = cx};
+    (void)m->workspace_bytes(&ctx, batch);
+    int bad = rt_cuda_check_report(cx, out, err);
+    fprintf(out,
+            "cudnn-check: model %s at batch %lld: %zu distinct convolutions (cuDNN %zu), %zu "
+            "distinct GEMMs: %s\n",
+            m->name, (long long)batch, rt_cuda_dnn_check_count(cx), rt_cuda_dnn_version(cx),
+            rt_cuda_blas_check_count(cx),
             bad ? "FAILED" : "every descriptor built, every convolution has candidates");
-    rt_cuda_check_close();
+    rt_cuda_close(cx);
     return bad ? 1 : 0;
 }
 
-RtDevice *rt_cuda_open_device(const RtModel *m, char *err, size_t errlen)
+RtDevice *rt_cuda_open_device(const RtModel *m, const RtDeviceConfig *dc, char *err, size_t errlen)
 {
     int ordinal;
     if (!device_ordinal(m, &ordinal, err, errlen))
@@ -133,24 +124,23 @@ RtDevice *rt_cuda_open_device(const RtModel *m, char *err, size_t errlen)
                  "with --target=cuda; build it with --target=cpu to train on the CPU)", ordinal, why);
         return NULL;
     }
-    RtCudaConfig cfg = cuda_config(rt_device_cuda_stream(d));
+    RtCudaConfig cfg = cuda_config(dc, rt_device_cuda_stream(d));
     int64_t c = widest_batchnorm(m);
-    if (!rt_cuda_init(&cfg, why, sizeof why)) {
+    RtCudaCtx *cx = rt_cuda_open(&cfg, why, sizeof why);
+    if (!cx) {
         snprintf(err, errlen, "model %s on GPU %d: %s", m->name, ordinal, why);
         rt_device_close(d);
         return NULL;
     }
-    if (c > 0 && !rt_cuda_bn_reserve(c, why, sizeof why)) {
+    /* the device owns the libraries' run state from here: closing it
+     * closes them first */
+    rt_device_cuda_adopt(d, cx);
+    if (c > 0 && !rt_cuda_bn_reserve(cx, c, why, sizeof why)) {
         snprintf(err, errlen, "model %s on GPU %d: the BatchNorm scratch for %lld channels: %s",
                  m->name, ordinal, (long long)c, why);
-        rt_cuda_shutdown();
         rt_device_close(d);
         return NULL;
     }
-    ops_with_libraries = *d->ops;
-    device_close = d->ops->close;
-    ops_with_libraries.close = close_with_libraries;
-    d->ops = &ops_with_libraries;
     /* the gradient placement (docs/kvstore.md): local wraps the device with
      * the host's update, nccl and dist_sync with the NCCL engine in a job of
      * several ranks; device and an unplaced program run as they are */

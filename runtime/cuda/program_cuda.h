@@ -12,14 +12,17 @@
 extern "C" {
 #endif
 
-/* Opens GPU $AMPC_CUDA_DEVICE (default 0) with runtime/cuda/device.cu,
- * initialises cuDNN and cuBLASLt on its stream with the device options
- * (rt_device_config: --cudnn-autotune, --cudnn-workspace-mb) and reserves
- * the BatchNorm scratch for m's widest BatchNorm.  NULL with a message
- * ("no CUDA device: ...", or naming the library or call that failed). */
-struct RtDevice *rt_cuda_open_device(const RtModel *m, char *err, size_t errlen);
+/* Opens GPU $AMPC_CUDA_DEVICE (default 0) with runtime/cuda/device.cu, opens
+ * cuDNN and cuBLASLt on its stream with the device options dc
+ * (--cudnn-autotune, --cudnn-workspace-mb, ...) into the context the device
+ * owns, and reserves the BatchNorm scratch for m's widest BatchNorm there.
+ * NULL with a message ("no CUDA device: ...", or naming the library or call
+ * that failed). */
+struct RtDevice *rt_cuda_open_device(const RtModel *m, const RtDeviceConfig *dc, char *err,
+                                     size_t errlen);
 /* --cudnn-check, no GPU needed: the emitted RtModel's check_device (program.h) */
-int rt_cuda_check_model(const RtModel *m, int64_t batch, FILE *out, FILE *err);
+int rt_cuda_check_model(const RtModel *m, const RtDeviceConfig *dc, int64_t batch, FILE *out,
+                        FILE *err);
 
 #ifdef __cplusplus
 }

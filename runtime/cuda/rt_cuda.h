@@ -1,23 +1,26 @@
 /*
  * rt_cuda.h - the CUDA twins of rt.h's Convolution and FullyConnected
- * kernels (cuDNN's graph API, runtime/cuda/dnn.c; cuBLASLt, blas.c), the
+ * kernels (cuDNN's graph API, runtime/cuda/conv.c; cuBLASLt, fc.c), the
  * checking macro every CUDA, cuDNN and cuBLAS(Lt) call goes through
  * (check.c), and the kernels around them (layout.cuh).
  *
  * Same shapes as the CPU contract (rt.h): the same dims structs, dtypes and
  * accumulate flags, workspace sizers, NULL bias / dbias.  Pointers are
- * device memory; everything runs on the stream given to rt_cuda_init,
+ * device memory; every call takes the device's context first (RtCudaCtx,
+ * below: RtCtx.cuda in an emitted program) and runs on its stream,
  * asynchronously.  Layouts: convolutions and pooling follow their dims'
  * layout field (RtConvDims.layout, RtPoolDims.layout): NCHW with OIHW
  * filters, or NHWC (x, y) with KRSC filters (plan.h), whatever the dtype.
  * FullyConnected is row-major [n, in] as on the CPU.  The other kernels
- * (ops.cuh, ops_math.cuh) take rt.h's arguments unchanged.
+ * (one header per family beside runtime/cpu/'s: dtype.cuh, elemwise.cuh,
+ * act.cuh, reduce.cuh, loss.cuh, layout.cuh, batchnorm.cuh; math.cuh: those
+ * that call libm) take rt.h's arguments unchanged after the context.
  *
  * A failing call prints "ampc: FILE:LINE: CALL: ERROR" and exits with
  * status 1 (the contract's functions return nothing); set-up errors
- * (rt_cuda_init) return false with the message.  One host thread calls
- * these (the emitted program's), as with the CPU kernels: the plan caches
- * are not locked.
+ * (rt_cuda_open) return NULL or false with the message.  One host thread
+ * calls these with a context (the emitted program's), as with the CPU
+ * kernels: its plan caches are not locked.
  */
 #ifndef AMPC_RT_CUDA_H
 #define AMPC_RT_CUDA_H
@@ -50,7 +53,7 @@ const char *ampc_api_last_error(void);
     ((void)ampc_api_check((api), (long)(call), #call, __FILE__, __LINE__, true))
 #define AMPC_TRY(api, call) ampc_api_check((api), (long)(call), #call, __FILE__, __LINE__, false)
 
-/* ---- set-up ------------------------------------------------------------------------ */
+/* ---- the run state: a context per device -------------------------------------------- */
 
 typedef struct {
     AmpcStream stream;       /* every call runs on it */
@@ -61,31 +64,63 @@ typedef struct {
     bool nondeterministic;   /* engines noted nondeterministic allowed */
 } RtCudaConfig;
 
-/* opens cuDNN and cuBLASLt (libs.h), creates their handles; false and a
- * message naming the library or call on failure.  Plans are chosen per
- * shape on first use (or by the workspace sizer, at set-up) and cached. */
-bool rt_cuda_init(const RtCudaConfig *cfg, char *err, size_t errlen);
-void rt_cuda_shutdown(void);
-/* each library alone (a model without convolutions needs no cuDNN) */
-bool rt_cuda_dnn_init(const RtCudaConfig *cfg, char *err, size_t errlen);
-void rt_cuda_dnn_shutdown(void);
-bool rt_cuda_blas_init(const RtCudaConfig *cfg, char *err, size_t errlen);
-void rt_cuda_blas_shutdown(void);
+struct RtCudaDnn;  /* conv.c's: cuDNN's functions, handle, plan cache, offline checks */
+struct RtCudaBlas; /* fc.c's: cuBLASLt's */
+
+/* Everything the library keeps between calls, for one device: the stream,
+ * the options, each library's handle and plans (or, opened for the offline
+ * check, its table of checked descriptors) and BatchNorm's scratch.  The
+ * device that runs the program owns it (runtime/cuda/device.cu; RtCtx.cuda
+ * passes it to the emitted calls), so two devices in a process, or a CUDA
+ * graph capture, share no state; nothing in runtime/cuda/ keeps any of its
+ * own (tests/runtime/cuda_state_check.sh).  Not locked: one host thread
+ * calls with a context. */
+typedef struct RtCudaCtx {
+    AmpcStream stream; /* cfg.stream */
+    RtCudaConfig cfg;
+    bool offline;            /* opened by rt_cuda_check_open: no GPU, no handle */
+    struct RtCudaDnn *dnn;   /* NULL: cuDNN not open */
+    struct RtCudaBlas *blas; /* NULL: cuBLASLt not open */
+    float *bn_ws;            /* batchnorm.c's per-channel constants: 3*bn_ws_c floats, device */
+    int64_t bn_ws_c;
+} RtCudaCtx;
+
+/* A context on cfg's stream with cuDNN and cuBLASLt open (libs.h) and their
+ * handles made; NULL and a message naming the library or call on failure.
+ * Plans are chosen per shape on first use (or by the workspace sizer, at
+ * set-up) and cached in it. */
+RtCudaCtx *rt_cuda_open(const RtCudaConfig *cfg, char *err, size_t errlen);
+/* Frees what the context holds (plans, handles, the BatchNorm scratch) and
+ * the context; NULL: nothing. */
+void rt_cuda_close(RtCudaCtx *cx);
+/* A context without a library (cx->dnn, cx->blas NULL): the kernels of
+ * this header that need none (every one but the convolutions and the
+ * GEMMs) run with it, as the emulator's tests do; NULL when out of memory. */
+RtCudaCtx *rt_cuda_ctx_new(const RtCudaConfig *cfg);
+/* each library alone, into cx (a model without convolutions needs no cuDNN) */
+bool rt_cuda_dnn_init(RtCudaCtx *cx, char *err, size_t errlen);
+void rt_cuda_dnn_shutdown(RtCudaCtx *cx);
+bool rt_cuda_blas_init(RtCudaCtx *cx, char *err, size_t errlen);
+void rt_cuda_blas_shutdown(RtCudaCtx *cx);
+/* before a call that needs cx's libraries: exits with a message naming fn
+ * when they are not open, or open for the offline check only */
+void rt_cuda_need_init(const RtCudaCtx *cx, const char *fn);
 
 /* ---- Convolution (cuDNN graph API) ----------------------------------------------- */
 
-size_t rt_cuda_conv_workspace_bytes(const RtConvDims *d, RtDType dt, RtPass pass);
-void rt_cuda_conv_forward(const RtConvDims *d, RtDType dt, const void *x, const void *w,
-                          const void *bias, void *y, void *ws);
-void rt_cuda_conv_backward_data(const RtConvDims *d, RtDType dt, const void *w, const void *dy,
-                                void *dx, bool accumulate, void *ws);
-void rt_cuda_conv_backward_weight(const RtConvDims *d, RtDType dt, const void *x,
-                                  const void *dy, void *dw, void *dbias, bool accumulate,
-                                  void *ws);
+size_t rt_cuda_conv_workspace_bytes(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, RtPass pass);
+void rt_cuda_conv_forward(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const void *x,
+                          const void *w, const void *bias, void *y, void *ws);
+void rt_cuda_conv_backward_data(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const void *w,
+                                const void *dy, void *dx, bool accumulate, void *ws);
+void rt_cuda_conv_backward_weight(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const void *x,
+                                  const void *dy, void *dw, void *dbias, bool accumulate, void *ws);
 /* which engine the cached plan of a shape uses (-1 when none yet), for logs */
-long rt_cuda_conv_engine(const RtConvDims *d, RtDType dt, RtPass pass, bool accumulate);
+long rt_cuda_conv_engine(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, RtPass pass,
+                         bool accumulate);
 /* that engine's numerical notes (plan.h's AMPC_NOTE_* bits; -1 when no plan yet) */
-long rt_cuda_conv_notes(const RtConvDims *d, RtDType dt, RtPass pass, bool accumulate);
+long rt_cuda_conv_notes(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, RtPass pass,
+                        bool accumulate);
 
 /* ---- the offline check (--cudnn-check; no GPU) ----------------------------------- */
 
@@ -94,177 +129,190 @@ struct AmpcGemm;
 
 /* cuDNN and cuBLASLt opened without a device: no handle is made (cudnnCreate
  * and cublasLtCreate need a GPU), but descriptors, cuDNN's operation graphs
- * and its heuristic query need none.  Until rt_cuda_check_close the
- * workspace sizers check each distinct convolution and GEMM (the first node
- * asking names it) instead of choosing a plan, and return 0; the kernels
- * must not be called.  False with a message when a library is missing. */
-bool rt_cuda_check_open(const RtCudaConfig *cfg, char *err, size_t errlen);
+ * and its heuristic query need none.  With a context so opened the workspace
+ * sizers check each distinct convolution and GEMM (the first node asking
+ * names it) instead of choosing a plan, and return 0; the kernels must not
+ * be called.  NULL with a message when a library is missing; rt_cuda_close
+ * closes it. */
+RtCudaCtx *rt_cuda_check_open(const RtCudaConfig *cfg, char *err, size_t errlen);
 /* one line per distinct descriptor to out, each failure (naming its node) to
  * err; the number of failures */
-int rt_cuda_check_report(FILE *out, FILE *err);
-void rt_cuda_check_close(void);
+int rt_cuda_check_report(RtCudaCtx *cx, FILE *out, FILE *err);
 /* each library's half (rt_cuda_check_* call them) */
-bool rt_cuda_dnn_check_open(const RtCudaConfig *cfg, char *err, size_t errlen);
-int rt_cuda_dnn_check_report(FILE *out, FILE *err);
-size_t rt_cuda_dnn_check_count(void);
-bool rt_cuda_blas_check_open(const RtCudaConfig *cfg, char *err, size_t errlen);
-int rt_cuda_blas_check_report(FILE *out, FILE *err);
-size_t rt_cuda_blas_check_count(void);
+bool rt_cuda_dnn_check_open(RtCudaCtx *cx, char *err, size_t errlen);
+int rt_cuda_dnn_check_report(RtCudaCtx *cx, FILE *out, FILE *err);
+size_t rt_cuda_dnn_check_count(RtCudaCtx *cx);
+bool rt_cuda_blas_check_open(RtCudaCtx *cx, char *err, size_t errlen);
+int rt_cuda_blas_check_report(RtCudaCtx *cx, FILE *out, FILE *err);
+size_t rt_cuda_blas_check_count(RtCudaCtx *cx);
 /* One convolution of geometry g (plan.h) checked as the sizer checks it: its
  * operation graph built and finalized, the heuristics' proposals counted into
  * candidates[0] (mode A) and [1] (fallback; -1 where a query failed).  False
  * with a message naming node when cuDNN refuses a descriptor or neither
  * heuristic proposes an engine.  Tests plant broken geometries here. */
-bool rt_cuda_dnn_check_geom(const char *node, const struct AmpcConvGeom *g, RtDType dt,
-                            RtPass pass, bool acc, int64_t candidates[2], char *err,
+bool rt_cuda_dnn_check_geom(RtCudaCtx *cx, const char *node, const struct AmpcConvGeom *g,
+                            RtDType dt, RtPass pass, bool acc, int64_t candidates[2], char *err,
                             size_t errlen);
 /* One GEMM (plan.h's AmpcGemm) checked: its shape against itself
  * (ampc_gemm_check) and cuBLASLt's matmul and matrix layout descriptors
  * created and set.  False with a message naming node. */
-bool rt_cuda_blas_check_gemm(const char *node, const struct AmpcGemm *g, RtDType dt, bool bias,
-                             char *err, size_t errlen);
+bool rt_cuda_blas_check_gemm(RtCudaCtx *cx, const char *node, const struct AmpcGemm *g, RtDType dt,
+                             bool bias, char *err, size_t errlen);
 /* the loaded cuDNN's version (cudnnGetVersion), 0 before it is opened */
-size_t rt_cuda_dnn_version(void);
+size_t rt_cuda_dnn_version(RtCudaCtx *cx);
 
 /* ---- FullyConnected (cuBLASLt) ---------------------------------------------------- */
 
-size_t rt_cuda_fc_workspace_bytes(const RtFcDims *d, RtDType dt, RtPass pass);
-void rt_cuda_fc_forward(const RtFcDims *d, RtDType dt, const void *x, const void *w,
+size_t rt_cuda_fc_workspace_bytes(RtCudaCtx *cx, const RtFcDims *d, RtDType dt, RtPass pass);
+void rt_cuda_fc_forward(RtCudaCtx *cx, const RtFcDims *d, RtDType dt, const void *x, const void *w,
                         const void *bias, void *y, void *ws);
-void rt_cuda_fc_backward_data(const RtFcDims *d, RtDType dt, const void *w, const void *dy,
-                              void *dx, bool accumulate, void *ws);
-void rt_cuda_fc_backward_weight(const RtFcDims *d, RtDType dt, const void *x, const void *dy,
-                                void *dw, void *dbias, bool accumulate, void *ws);
+void rt_cuda_fc_backward_data(RtCudaCtx *cx, const RtFcDims *d, RtDType dt, const void *w,
+                              const void *dy, void *dx, bool accumulate, void *ws);
+void rt_cuda_fc_backward_weight(RtCudaCtx *cx, const RtFcDims *d, RtDType dt, const void *x,
+                                const void *dy, void *dw, void *dbias, bool accumulate, void *ws);
 
-/* ---- Pooling (custom kernels, pool.cuh; needs rt_cuda_dnn_init's stream) ---------- */
+/* ---- Pooling (custom kernels, pool.cuh) -------------------------------------------- */
 
 /* in d->layout (NCHW or NHWC); no workspace */
-size_t rt_cuda_pool_workspace_bytes(const RtPoolDims *d, RtDType dt, RtPass pass);
-void rt_cuda_pool_forward(const RtPoolDims *d, RtDType dt, const void *x, void *y, void *ws);
-void rt_cuda_pool_backward(const RtPoolDims *d, RtDType dt, const void *x, const void *dy,
-                           void *dx, bool accumulate, void *ws);
+size_t rt_cuda_pool_workspace_bytes(RtCudaCtx *cx, const RtPoolDims *d, RtDType dt, RtPass pass);
+void rt_cuda_pool_forward(RtCudaCtx *cx, const RtPoolDims *d, RtDType dt, const void *x, void *y,
+                          void *ws);
+void rt_cuda_pool_backward(RtCudaCtx *cx, const RtPoolDims *d, RtDType dt, const void *x,
+                           const void *dy, void *dx, bool accumulate, void *ws);
 
-/* ---- BatchNorm (custom kernels, bn.cuh; needs rt_cuda_dnn_init's stream) ----------- */
+/* ---- BatchNorm (custom kernels, batchnorm.cuh) ------------------------------------- */
 
 /* rt.h's contract, bit for bit runtime/cpu/batchnorm.c; x as [outer, c, inner]
  * (NHWC: outer = N*H*W, inner = 1).  gamma, beta, the statistics: fp32 device
- * arrays.  The per-channel constants go to a device scratch of 3*c floats,
- * grown on first use; rt_cuda_bn_reserve(max_c) allocates it at set-up. */
-bool rt_cuda_bn_reserve(int64_t max_c, char *err, size_t errlen);
-void rt_cuda_batchnorm_forward_train(const RtBnDims *d, RtDType dt, const void *x,
+ * arrays.  The per-channel constants go to the context's device scratch of
+ * 3*c floats, grown on first use; rt_cuda_bn_reserve(cx, max_c) allocates it
+ * at set-up (a first-use allocation would stall a step). */
+bool rt_cuda_bn_reserve(RtCudaCtx *cx, int64_t max_c, char *err, size_t errlen);
+/* the scratch freed (rt_cuda_close) */
+void rt_cuda_bn_release(RtCudaCtx *cx);
+void rt_cuda_batchnorm_forward_train(RtCudaCtx *cx, const RtBnDims *d, RtDType dt, const void *x,
                                      const float *gamma, const float *beta, float eps,
-                                     bool fix_gamma, void *y, float *save_mean,
-                                     float *save_invstd);
-void rt_cuda_batchnorm_forward_inference(const RtBnDims *d, RtDType dt, const void *x,
-                                         const float *gamma, const float *beta,
+                                     bool fix_gamma, void *y, float *save_mean, float *save_invstd);
+void rt_cuda_batchnorm_forward_inference(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
+                                         const void *x, const float *gamma, const float *beta,
                                          const float *moving_mean, const float *moving_var,
                                          float eps, bool fix_gamma, void *y, float *save_mean,
                                          float *save_invstd);
-void rt_cuda_batchnorm_backward(const RtBnDims *d, RtDType dt, const void *x, const void *dy,
-                                const float *gamma, const float *save_mean,
+void rt_cuda_batchnorm_backward(RtCudaCtx *cx, const RtBnDims *d, RtDType dt, const void *x,
+                                const void *dy, const float *gamma, const float *save_mean,
                                 const float *save_invstd, bool fix_gamma, bool use_global_stats,
-                                void *dx, float *dgamma, float *dbeta, bool acc_dx,
-                                bool acc_param);
+                                void *dx, float *dgamma, float *dbeta, bool acc_dx, bool acc_param);
 
 /* BatchNorm + relu (the fuse pass's): BatchNorm's value stored in dt, then the
  * relu over it in place; the backward masks dy by y > 0 as it reads it.  Bit
  * for bit rt_batchnorm_relu_* (the CPU rounds at the same places). */
-void rt_cuda_batchnorm_relu_forward_train(const RtBnDims *d, RtDType dt, const void *x,
-                                          const float *gamma, const float *beta, float eps,
-                                          bool fix_gamma, void *y, float *save_mean,
+void rt_cuda_batchnorm_relu_forward_train(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
+                                          const void *x, const float *gamma, const float *beta,
+                                          float eps, bool fix_gamma, void *y, float *save_mean,
                                           float *save_invstd);
-void rt_cuda_batchnorm_relu_forward_inference(const RtBnDims *d, RtDType dt, const void *x,
-                                              const float *gamma, const float *beta,
+void rt_cuda_batchnorm_relu_forward_inference(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
+                                              const void *x, const float *gamma, const float *beta,
                                               const float *moving_mean, const float *moving_var,
-                                              float eps, bool fix_gamma, void *y,
-                                              float *save_mean, float *save_invstd);
-void rt_cuda_batchnorm_relu_backward(const RtBnDims *d, RtDType dt, const void *x, const void *y,
-                                     const void *dy, const float *gamma, const float *save_mean,
-                                     const float *save_invstd, bool fix_gamma,
-                                     bool use_global_stats, void *dx, float *dgamma,
+                                              float eps, bool fix_gamma, void *y, float *save_mean,
+                                              float *save_invstd);
+void rt_cuda_batchnorm_relu_backward(RtCudaCtx *cx, const RtBnDims *d, RtDType dt, const void *x,
+                                     const void *y, const void *dy, const float *gamma,
+                                     const float *save_mean, const float *save_invstd,
+                                     bool fix_gamma, bool use_global_stats, void *dx, float *dgamma,
                                      float *dbeta, bool acc_dx, bool acc_param);
 
-/* ---- the other kernels (ops.cuh, built by kernels.cu) -------------------------------- */
+/* ---- the other kernels (the family headers built by kernels.cu, math.cu,
+ * layout.cu and batchnorm.cu) ---------------------------------------------------------- */
 
-/* the stream rt_cuda_init was given (dnn.c) */
-AmpcStream rt_cuda_stream(void);
-/* The step's state on the device (device.cu binds it at set-up and ls_init):
- * the loss scale rt_cuda_softmax_output_backward multiplies by (instead of
- * its loss_scale argument) and the flag on which
- * rt_cuda_batchnorm_update_moving does nothing (nonzero: a skipped step).
- * NULL: scale 1, never skip. */
-void rt_cuda_bind_step(const float *loss_scale_dev, const int32_t *skip_dev);
-
-void rt_cuda_copy(size_t n, RtDType dt, const void *x, void *y);
-void rt_cuda_reshape_forward(size_t n, RtDType dt, const void *x, void *y);
-void rt_cuda_reshape_backward(size_t n, RtDType dt, const void *dy, void *dx, bool accumulate);
-void rt_cuda_cast_forward(size_t n, RtDType from, const void *x, RtDType to, void *y);
-void rt_cuda_cast_backward(size_t n, RtDType ydt, const void *dy, RtDType xdt, void *dx,
-                           bool accumulate);
-void rt_cuda_layout_convert(int64_t n, int64_t c, int64_t hw, RtDType dt, const void *src,
-                            void *dst, RtLayout to);
-void rt_cuda_activation_forward(RtAct act, size_t n, RtDType dt, const void *x, void *y);
-void rt_cuda_activation_backward(RtAct act, size_t n, RtDType dt, const void *x, const void *y,
-                                 const void *dy, void *dx, bool accumulate);
-void rt_cuda_leaky_relu_forward(RtLeaky t, int64_t outer, int64_t c, int64_t inner, RtDType dt,
-                                const void *x, const void *gamma, float slope, void *y);
-void rt_cuda_leaky_relu_backward(RtLeaky t, int64_t outer, int64_t c, int64_t inner, RtDType dt,
-                                 const void *x, const void *gamma, float slope, const void *dy,
-                                 void *dx, void *dgamma, bool acc_dx, bool acc_dgamma);
-void rt_cuda_dropout_forward(size_t n, RtDType dt, const void *x, float p, uint64_t seed,
-                             uint64_t step, uint32_t stream, void *y);
-void rt_cuda_dropout_backward(size_t n, RtDType dt, const void *dy, float p, uint64_t seed,
-                              uint64_t step, uint32_t stream, void *dx, bool accumulate);
-void rt_cuda_elemwise_forward(RtBinOp op, size_t n, RtDType dt, const void *a, const void *b,
+void rt_cuda_copy(RtCudaCtx *cx, size_t n, RtDType dt, const void *x, void *y);
+void rt_cuda_reshape_forward(RtCudaCtx *cx, size_t n, RtDType dt, const void *x, void *y);
+void rt_cuda_reshape_backward(RtCudaCtx *cx, size_t n, RtDType dt, const void *dy, void *dx,
+                              bool accumulate);
+void rt_cuda_cast_forward(RtCudaCtx *cx, size_t n, RtDType from, const void *x, RtDType to,
+                          void *y);
+void rt_cuda_cast_backward(RtCudaCtx *cx, size_t n, RtDType ydt, const void *dy, RtDType xdt,
+                           void *dx, bool accumulate);
+void rt_cuda_layout_convert(RtCudaCtx *cx, int64_t n, int64_t c, int64_t hw, RtDType dt,
+                            const void *src, void *dst, RtLayout to);
+void rt_cuda_activation_forward(RtCudaCtx *cx, RtAct act, size_t n, RtDType dt, const void *x,
+                                void *y);
+void rt_cuda_activation_backward(RtCudaCtx *cx, RtAct act, size_t n, RtDType dt, const void *x,
+                                 const void *y, const void *dy, void *dx, bool accumulate);
+void rt_cuda_leaky_relu_forward(RtCudaCtx *cx, RtLeaky t, int64_t outer, int64_t c, int64_t inner,
+                                RtDType dt, const void *x, const void *gamma, float slope, void *y);
+void rt_cuda_leaky_relu_backward(RtCudaCtx *cx, RtLeaky t, int64_t outer, int64_t c, int64_t inner,
+                                 RtDType dt, const void *x, const void *gamma, float slope,
+                                 const void *dy, void *dx, void *dgamma, bool acc_dx,
+                                 bool acc_dgamma);
+void rt_cuda_dropout_forward(RtCudaCtx *cx, size_t n, RtDType dt, const void *x, float p,
+                             uint64_t seed, uint64_t step, uint32_t stream, void *y);
+void rt_cuda_dropout_backward(RtCudaCtx *cx, size_t n, RtDType dt, const void *dy, float p,
+                              uint64_t seed, uint64_t step, uint32_t stream, void *dx,
+                              bool accumulate);
+void rt_cuda_elemwise_forward(RtCudaCtx *cx, RtBinOp op, size_t n, RtDType dt, const void *a,
+                              const void *b, void *y);
+void rt_cuda_add_relu_forward(RtCudaCtx *cx, size_t n, RtDType dt, const void *a, const void *b,
                               void *y);
-void rt_cuda_add_relu_forward(size_t n, RtDType dt, const void *a, const void *b, void *y);
-void rt_cuda_elemwise_backward(RtBinOp op, size_t n, RtDType dt, const void *dy, const void *a,
-                               const void *b, void *da, void *db, bool acc_a, bool acc_b);
-size_t rt_cuda_broadcast_workspace_bytes(const RtBcastDims *d, RtDType dt, RtPass pass);
-void rt_cuda_broadcast_forward(RtBinOp op, const RtBcastDims *d, RtDType dt, const void *a,
-                               const void *b, void *y);
-void rt_cuda_broadcast_backward(RtBinOp op, const RtBcastDims *d, RtDType dt, const void *dy,
-                                const void *a, const void *b, void *da, void *db, bool acc_a,
-                                bool acc_b, void *ws);
-void rt_cuda_scalar_forward(RtScalarOp op, size_t n, RtDType dt, const void *x, float s, void *y);
-void rt_cuda_scalar_backward(RtScalarOp op, size_t n, RtDType dt, const void *x, float s,
-                             const void *dy, void *dx, bool accumulate);
-void rt_cuda_clip_forward(size_t n, RtDType dt, const void *x, float lo, float hi, void *y);
-void rt_cuda_clip_backward(size_t n, RtDType dt, const void *x, float lo, float hi,
+void rt_cuda_elemwise_backward(RtCudaCtx *cx, RtBinOp op, size_t n, RtDType dt, const void *dy,
+                               const void *a, const void *b, void *da, void *db, bool acc_a,
+                               bool acc_b);
+size_t rt_cuda_broadcast_workspace_bytes(RtCudaCtx *cx, const RtBcastDims *d, RtDType dt,
+                                         RtPass pass);
+void rt_cuda_broadcast_forward(RtCudaCtx *cx, RtBinOp op, const RtBcastDims *d, RtDType dt,
+                               const void *a, const void *b, void *y);
+void rt_cuda_broadcast_backward(RtCudaCtx *cx, RtBinOp op, const RtBcastDims *d, RtDType dt,
+                                const void *dy, const void *a, const void *b, void *da, void *db,
+                                bool acc_a, bool acc_b, void *ws);
+void rt_cuda_scalar_forward(RtCudaCtx *cx, RtScalarOp op, size_t n, RtDType dt, const void *x,
+                            float s, void *y);
+void rt_cuda_scalar_backward(RtCudaCtx *cx, RtScalarOp op, size_t n, RtDType dt, const void *x,
+                             float s, const void *dy, void *dx, bool accumulate);
+void rt_cuda_clip_forward(RtCudaCtx *cx, size_t n, RtDType dt, const void *x, float lo, float hi,
+                          void *y);
+void rt_cuda_clip_backward(RtCudaCtx *cx, size_t n, RtDType dt, const void *x, float lo, float hi,
                            const void *dy, void *dx, bool accumulate);
-void rt_cuda_unary_forward(RtUnaryOp op, size_t n, RtDType dt, const void *x, void *y);
-void rt_cuda_unary_backward(RtUnaryOp op, size_t n, RtDType dt, const void *x, const void *y,
-                            const void *dy, void *dx, bool accumulate);
+void rt_cuda_unary_forward(RtCudaCtx *cx, RtUnaryOp op, size_t n, RtDType dt, const void *x,
+                           void *y);
+void rt_cuda_unary_backward(RtCudaCtx *cx, RtUnaryOp op, size_t n, RtDType dt, const void *x,
+                            const void *y, const void *dy, void *dx, bool accumulate);
 /* x and dx: host arrays of device pointers */
-void rt_cuda_concat_forward(int nin, const void *const *x, const int64_t *len, int64_t outer,
-                            int64_t inner, RtDType dt, void *y);
-void rt_cuda_concat_backward(int nin, const void *dy, const int64_t *len, int64_t outer,
-                             int64_t inner, RtDType dt, void *const *dx, const bool *accumulate);
-void rt_cuda_softmax_forward(int64_t outer, int64_t len, int64_t inner, RtDType dt, const void *x,
-                             void *y);
-void rt_cuda_softmax_backward(int64_t outer, int64_t len, int64_t inner, RtDType dt,
+void rt_cuda_concat_forward(RtCudaCtx *cx, int nin, const void *const *x, const int64_t *len,
+                            int64_t outer, int64_t inner, RtDType dt, void *y);
+void rt_cuda_concat_backward(RtCudaCtx *cx, int nin, const void *dy, const int64_t *len,
+                             int64_t outer, int64_t inner, RtDType dt, void *const *dx,
+                             const bool *accumulate);
+void rt_cuda_softmax_forward(RtCudaCtx *cx, int64_t outer, int64_t len, int64_t inner, RtDType dt,
+                             const void *x, void *y);
+void rt_cuda_softmax_backward(RtCudaCtx *cx, int64_t outer, int64_t len, int64_t inner, RtDType dt,
                               const void *y, const void *dy, void *dx, bool accumulate);
-void rt_cuda_log_softmax_forward(int64_t outer, int64_t len, int64_t inner, RtDType dt,
-                                 const void *x, void *y);
-void rt_cuda_log_softmax_backward(int64_t outer, int64_t len, int64_t inner, RtDType dt,
-                                  const void *y, const void *dy, void *dx, bool accumulate);
-size_t rt_cuda_reduce_workspace_bytes(const RtReduceDims *d, RtDType dt, RtPass pass);
-void rt_cuda_sum_forward(const RtReduceDims *d, RtDType dt, const void *x, void *y, void *ws);
-void rt_cuda_sum_backward(const RtReduceDims *d, RtDType dt, const void *dy, void *dx,
-                          bool accumulate);
-void rt_cuda_mean_forward(const RtReduceDims *d, RtDType dt, const void *x, void *y, void *ws);
-void rt_cuda_mean_backward(const RtReduceDims *d, RtDType dt, const void *dy, void *dx,
-                           bool accumulate);
-void rt_cuda_softmax_output_forward(int64_t n, int64_t k, RtDType xdt, const void *x, RtDType dt,
-                                    void *prob);
-/* label: device fp32; loss_scale is ignored: the bound device scale is used */
-void rt_cuda_softmax_output_backward(int64_t n, int64_t k, RtDType dt, const void *prob,
-                                     const float *label, const RtSmoParams *p, float loss_scale,
-                                     RtDType dxdt, void *dx, bool accumulate);
-/* does nothing on a step whose bound skip flag is set */
-void rt_cuda_batchnorm_update_moving(int64_t c, int64_t count, const float *save_mean,
-                                     const float *save_invstd, float eps, float momentum,
-                                     float *moving_mean, float *moving_var);
+void rt_cuda_log_softmax_forward(RtCudaCtx *cx, int64_t outer, int64_t len, int64_t inner,
+                                 RtDType dt, const void *x, void *y);
+void rt_cuda_log_softmax_backward(RtCudaCtx *cx, int64_t outer, int64_t len, int64_t inner,
+                                  RtDType dt, const void *y, const void *dy, void *dx,
+                                  bool accumulate);
+size_t rt_cuda_reduce_workspace_bytes(RtCudaCtx *cx, const RtReduceDims *d, RtDType dt,
+                                      RtPass pass);
+void rt_cuda_sum_forward(RtCudaCtx *cx, const RtReduceDims *d, RtDType dt, const void *x, void *y,
+                         void *ws);
+void rt_cuda_sum_backward(RtCudaCtx *cx, const RtReduceDims *d, RtDType dt, const void *dy,
+                          void *dx, bool accumulate);
+void rt_cuda_mean_forward(RtCudaCtx *cx, const RtReduceDims *d, RtDType dt, const void *x, void *y,
+                          void *ws);
+void rt_cuda_mean_backward(RtCudaCtx *cx, const RtReduceDims *d, RtDType dt, const void *dy,
+                           void *dx, bool accumulate);
+void rt_cuda_softmax_output_forward(RtCudaCtx *cx, int64_t n, int64_t k, RtDType xdt, const void *x,
+                                    RtDType dt, void *prob);
+/* label: device fp32; step: the step's state in device memory (its scale,
+ * read by the kernel; NULL: 1) */
+void rt_cuda_softmax_output_backward(RtCudaCtx *cx, int64_t n, int64_t k, RtDType dt,
+                                     const void *prob, const float *label, const RtSmoParams *p,
+                                     const RtStepState *step, RtDType dxdt, void *dx,
+                                     bool accumulate);
+/* writes nothing on a step step's flag skips (rt.h; read on the device) */
+void rt_cuda_batchnorm_update_moving(RtCudaCtx *cx, int64_t c, int64_t count,
+                                     const float *save_mean, const float *save_invstd, float eps,
+                                     float momentum, float *moving_mean, float *moving_var,
+                                     const RtStepState *step);
 
 /* ---- the kernels of layout.cuh ------------------------------------------------------- */
 
@@ -280,7 +328,7 @@ int ampc_cu_bias_grad(AmpcStream s, size_t outer, int c, size_t inner, int dt, c
 int ampc_cu_pool_forward(AmpcStream s, const AmpcPoolGeom *g, int dt, const void *x, void *y);
 int ampc_cu_pool_backward(AmpcStream s, const AmpcPoolGeom *g, int dt, const void *x,
                           const void *dy, void *dx, int acc);
-/* bn.cuh: rt_batchnorm_* bit for bit; ws: 3*c floats of device memory */
+/* batchnorm.cuh: rt_batchnorm_* bit for bit; ws: 3*c floats of device memory */
 int ampc_cu_bn_forward_train(AmpcStream s, size_t outer, int c, size_t inner, int dt,
                              const void *x, const float *gamma, const float *beta, float eps,
                              int fix_gamma, void *y, float *save_mean, float *save_invstd,

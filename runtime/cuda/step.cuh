@@ -4,7 +4,8 @@
  * without the host"), in one source for nvcc (kernels.cu builds it after
  * kernels.cuh) and the emulator (the same kernels.cu in libampcemu.a;
  * tests/runtime/test_cuda_emu.c runs them against the CPU device's rules).
- * The loss scale's own rule is kernels.cuh's ampc_k_loss_scale.
+ * The loss scale's own rule (kernels/lossscale.h) on the device:
+ * ampc_k_loss_scale.
  */
 #ifndef AMPC_CUDA_STEP_CUH
 #define AMPC_CUDA_STEP_CUH
@@ -13,17 +14,34 @@
 #error "include cuda/kernels.cuh before cuda/step.cuh"
 #endif
 
-#ifndef AMPC_CU_HELPERS_ONLY
+/* One thread: the rule of kernels/lossscale.h on the device flag, so the
+ * scale the next step uses never passes through the host. */
+__global__ void ampc_k_loss_scale(ampc_dptr<AmpcLossScale> state, ampc_dptr<const int32_t> found,
+                                  AmpcLossScaleRule rule, ampc_dptr<AmpcLossScaleStats> stats)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0)
+        return;
+    AmpcLossScale old = *state;
+    int inf = *found != 0;
+    AmpcLossScale now = ampc_loss_scale_update(old, inf, rule);
+    *state = now;
+    if (stats) {
+        AmpcLossScaleStats c = *stats;
+        c.steps++;
+        c.skipped += inf;
+        c.grown += now.scale > old.scale;
+        c.backed_off += now.scale < old.scale;
+        *stats = c;
+    }
+}
 
 /* The step's scale: the device's, or inf (--inject-inf-at-step). */
 __global__ void ampc_k_step_begin(ampc_dptr<AmpcDevLs> s, int inject)
 {
     if (blockIdx.x != 0 || threadIdx.x != 0)
         return;
-    AmpcLossScale step = *AMPC_FIELD(s, ls);
-    if (inject)
-        step.scale = __int_as_float(0x7f800000);
-    *AMPC_FIELD(s, step) = step;
+    AmpcLossScale ls = *AMPC_FIELD(s, ls);
+    *AMPC_FIELD(s, st.scale) = inject ? __int_as_float(0x7f800000) : ls.scale;
 }
 
 /* This update's scalars: the schedule's entry for the device's update
@@ -33,7 +51,7 @@ __global__ void ampc_k_step_pick(ampc_dptr<const AmpcDevLs> s, ampc_dptr<const A
 {
     if (blockIdx.x != 0 || threadIdx.x != 0)
         return;
-    int64_t i = *AMPC_FIELD(s, num_update) - *AMPC_FIELD(s, lr_first);
+    int64_t i = *AMPC_FIELD(s, st.num_update) - *AMPC_FIELD(s, lr_first);
     if (i >= 0 && i < *AMPC_FIELD(s, lr_n)) {
         *cur = table[i];
     } else {
@@ -46,23 +64,35 @@ __global__ void ampc_k_step_pick(ampc_dptr<const AmpcDevLs> s, ampc_dptr<const A
 /* After the update: counted when it was applied (always, unless dynamic). */
 __global__ void ampc_k_step_count(ampc_dptr<AmpcDevLs> s, ampc_dptr<const int32_t> flag)
 {
-    if (blockIdx.x == 0 && threadIdx.x == 0 && (!*AMPC_FIELD(s, dynamic) || *flag == 0))
-        *AMPC_FIELD(s, num_update) += 1;
+    if (blockIdx.x == 0 && threadIdx.x == 0 && (!*AMPC_FIELD(s, st.dynamic) || *flag == 0))
+        *AMPC_FIELD(s, st.num_update) += 1;
 }
 
-/* The step's flag into the ring (1: finite); a non-finite step counted
- * when not dynamic (ampc_k_loss_scale counts the dynamic skips). */
+/* The step's record into the ring (after the rule: the flag, 1 when
+ * finite, the scale and tracker the next step uses, the update count); a
+ * non-finite step counted when not dynamic (ampc_k_loss_scale counts the
+ * dynamic skips). */
 __global__ void ampc_k_step_ring(ampc_dptr<AmpcDevLs> s, ampc_dptr<const int32_t> flag,
-                                 ampc_dptr<uint8_t> ring, int64_t ring_len)
+                                 ampc_dptr<AmpcLossScaleStep> ring, int64_t ring_len)
 {
     if (blockIdx.x != 0 || threadIdx.x != 0)
         return;
     int64_t steps = *AMPC_FIELD(s, steps);
     int32_t f = *flag;
-    ring[steps % ring_len] = f == 0;
+    ampc_dptr<AmpcLossScaleStep> r = ring + steps % ring_len;
+    *AMPC_FIELD(r, s) = *AMPC_FIELD(s, ls);
+    *AMPC_FIELD(r, num_update) = *AMPC_FIELD(s, st.num_update);
+    *AMPC_FIELD(r, finite) = f == 0;
     *AMPC_FIELD(s, steps) = steps + 1;
-    if (!*AMPC_FIELD(s, dynamic))
+    if (!*AMPC_FIELD(s, st.dynamic))
         *AMPC_FIELD(s, nonfinite) += f != 0;
+}
+
+AMPC_CU_API int ampc_cu_loss_scale(AmpcStream s, AmpcLossScale *state, const int32_t *found,
+                                   AmpcLossScaleRule rule, AmpcLossScaleStats *stats)
+{
+    AMPC_LAUNCH(ampc_k_loss_scale, 1, 1, s, state, found, rule, stats);
+    return AMPC_LAUNCH_ERROR();
 }
 
 AMPC_API int ampc_cu_step_begin(AmpcStream s, AmpcDevLs *ls, int inject)
@@ -84,13 +114,11 @@ AMPC_API int ampc_cu_step_count(AmpcStream s, AmpcDevLs *ls, const int32_t *flag
     return AMPC_LAUNCH_ERROR();
 }
 
-AMPC_API int ampc_cu_step_ring(AmpcStream s, AmpcDevLs *ls, const int32_t *flag, uint8_t *ring,
-                               int64_t ring_len)
+AMPC_API int ampc_cu_step_ring(AmpcStream s, AmpcDevLs *ls, const int32_t *flag,
+                               AmpcLossScaleStep *ring, int64_t ring_len)
 {
     AMPC_LAUNCH(ampc_k_step_ring, 1, 1, s, ls, flag, ring, ring_len);
     return AMPC_LAUNCH_ERROR();
 }
-
-#endif /* AMPC_CU_HELPERS_ONLY */
 
 #endif /* AMPC_CUDA_STEP_CUH */

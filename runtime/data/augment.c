@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "data_ext.h"
+#include "rand.h"
 
 RtAugment rt_augment_draw(int pad, bool mirror, uint64_t seed, uint64_t epoch, int64_t index)
 {

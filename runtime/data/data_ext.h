@@ -1,6 +1,6 @@
 /* data_ext.h - the IDX (MNIST format), Fashion-MNIST and CIFAR-10 data
  * sources and the training-time augmentation (data/idx.c, data/cifar10.c,
- * data/augment.c).  To be merged into train.h's data section.
+ * data/augment.c), beside data.h's data set and its simplest sources.
  *
  * Storage.  Both readers keep the pixels as bytes, as the files have them
  * (Fashion-MNIST: 55 MB instead of 220 MB of floats; CIFAR-10: 184 MB
@@ -8,9 +8,9 @@
  * yet, so the byte block hangs off ds->x (a malloc'd block, only ever read
  * through rt_data_bytes); ds->y holds the labels as floats.  Rows are
  * [ntrain + nval, sample_size]: the training set, then the validation set,
- * each in file order.  rt_data_free frees both.  (When train.h grows a
- * `uint8_t *bytes` field, rt_data_bytes is the one place to change, plus
- * rt_data_free.)
+ * each in file order.  rt_data_free frees both.  (When data.h's RtDataset
+ * grows a `uint8_t *bytes` field, rt_data_bytes is the one place to change,
+ * plus rt_data_free.)
  */
 #ifndef AMPC_DATA_EXT_H
 #define AMPC_DATA_EXT_H
@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "train.h"
+#include "data.h"
 
 static inline const uint8_t *rt_data_bytes(const RtDataset *ds)
 {

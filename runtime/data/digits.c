@@ -22,7 +22,7 @@
 #include <zlib.h>
 
 #include "fileio.h"
-#include "train.h"
+#include "data.h"
 
 /* The most decompressed bytes a digits file may hold: the real one is
  * 0.5 MB, so 64 MiB is no digits file (and bounds a gzip bomb). */

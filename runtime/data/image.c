@@ -31,6 +31,7 @@
 #include <turbojpeg.h>
 
 #include "image.h"
+#include "rand.h"
 
 /* ---- the libraries --------------------------------------------------------- */
 

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "train.h"
+#include "data.h"
 
 #define RT_REC_MAGIC 0xced7230au
 #define RT_REC_IRHEADER 24

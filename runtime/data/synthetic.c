@@ -9,7 +9,8 @@
  */
 #include <string.h>
 
-#include "train.h"
+#include "data.h"
+#include "rand.h"
 
 static uint64_t stream_of(RtSplit split, bool label)
 {

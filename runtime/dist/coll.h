@@ -7,18 +7,19 @@
  * ncclBroadcast, ncclCommDestroy, ncclGetErrorString) and the three stream
  * operations that order them against the device's compute stream (CUDA
  * streams and events).  Two implementations:
- *   - the real one (runtime/cuda/nccl.c, in libampccuda.a): NCCL resolved
+ *   - the real one (runtime/cuda/nccl_transport.c, in libampccuda.a): NCCL resolved
  *     with dlsym from the handle runtime/cuda/libs.c opens (no link-time
  *     NCCL), cudart's streams and events;
- *   - an in-process fake (runtime/dist/nccl_fake.c): threads as ranks, a
- *     "stream" is the calling thread (every call synchronous), sums in rank
- *     order, a log of every call for the tests, errors on request.
+ *   - an in-process fake for the tests (tests/runtime/nccl_fake.c, never in
+ *     libampcrt.a): threads as ranks, a "stream" is the calling thread
+ *     (every call synchronous), sums in rank order, a log of every call,
+ *     errors on request.
  * RtCollBoot is how the ranks of one-GPU-per-process runs share NCCL's
  * unique id: rank 0's broadcast over MPI (rt_coll_boot_device: the
  * broadcast of the MPI-wrapped CPU device, runtime/dist/mpi.c, with its
  * hang guard), or the fake's bcast in the tests.
  *
- * The engine (runtime/dist/nccl.c) is written against device.h and these
+ * The engine (runtime/dist/nccl_engine.c) is written against device.h and these
  * tables only, so it runs around the CPU device in make unit.
  */
 #ifndef AMPC_DIST_COLL_H
@@ -103,42 +104,13 @@ typedef struct {
  * device whose pointers are host pointers (the CPU device, wrapped). */
 RtCollBoot rt_coll_boot_device(RtDevice *host);
 
-/* ---- the real transport (runtime/cuda/nccl.c, in libampccuda.a) -------------------- */
+/* ---- the real transport (runtime/cuda/nccl_transport.c, in libampccuda.a) -------------------- */
 
 /* NCCL opened through libs.c and every function resolved; NULL with a
  * message naming the library or the missing symbol. */
 const RtCollOps *rt_coll_nccl(char *err, size_t errlen);
 
-/* ---- the fake (runtime/dist/nccl_fake.c) ------------------------------------------- */
-
-typedef struct RtCollFake RtCollFake;
-/* A world of nranks ranks (threads); NULL when out of memory. */
-RtCollFake *rt_coll_fake_new(int nranks);
-void rt_coll_fake_free(RtCollFake *f);
-const RtCollOps *rt_coll_fake_ops(RtCollFake *f);
-/* The bootstrap of rank r, on rank r's thread: bcast through the fake (every rank's call meets
- * the others', as MPI_Bcast). */
-RtCollBoot rt_coll_fake_boot(RtCollFake *f, int rank);
-/* The next call named `call` ("ncclAllReduce", "ncclCommInitRank", ...) by
- * rank `rank` (-1: any) returns rc instead of running. */
-void rt_coll_fake_fail(RtCollFake *f, const char *call, int rank, int rc);
-/* Appends a line to the world's log (the fake writes one per call it runs:
- * "r0 ncclAllReduce n=37 f16 sum", "r1 ncclCommInitRank 1/2 id=..."). */
-void rt_coll_fake_log(RtCollFake *f, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-/* The log so far, lines joined by '\n' (owned by the fake; valid until
- * the next call that logs). */
-const char *rt_coll_fake_log_text(RtCollFake *f);
-/* From now on rank `rank`'s all-reduces and broadcasts never complete (a
- * peer stalled: they return at once, no rendezvous, and its streams stay
- * RT_COLL_PENDING), as a rank whose peer was SIGSTOPped sees. */
-void rt_coll_fake_stall(RtCollFake *f, int rank);
-/* comm_async_error of rank `rank`'s comm reports rc from now on. */
-void rt_coll_fake_async_error(RtCollFake *f, int rank, int rc);
-/* How many times bcast ran, and the unique ids it handed out. */
-int rt_coll_fake_ids_made(const RtCollFake *f);
-
-/* ---- the NCCL engine (runtime/dist/nccl.c) ---------------------------------------- */
+/* ---- the NCCL engine (runtime/dist/nccl_engine.c) ---------------------------------------- */
 
 /* How the engine reaches the inner device's compute stream (CUDA: its
  * cudaStream_t; the fake: NULL, the calling thread) and its GPU. */
@@ -226,7 +198,7 @@ RtDevice *rt_kv_wrap(RtDevice *inner, int place, char *err, size_t errlen);
 int rt_nccl_local_device(void);
 
 /* The one call a program on a GPU makes after opening its device (the
- * trainer's hook; runtime/dist/nccl.c): `local`, `device` and an unplaced
+ * trainer's hook; runtime/dist/nccl_engine.c): `local`, `device` and an unplaced
  * program as rt_kv_wrap; `nccl` and `dist_sync` in a process of an mpirun
  * job of more than one rank: the transport (coll_fn: rt_coll_nccl in a CUDA
  * program), the bootstrap over MPI (rt_coll_boot_device of the MPI-wrapped

@@ -1,5 +1,5 @@
 /* fwd.h - a device that forwards to an inner device (device.h), the base of
- * the placements' wrappers (nccl.c, kvplace.c).  A wrapper's struct begins
+ * the placements' wrappers (nccl_engine.c, kvplace.c).  A wrapper's struct begins
  * with RtFwd; rt_fwd_ops fills a table with forwarders, and the wrapper
  * replaces the calls it changes.  Static: each file gets its own copy. */
 #ifndef AMPC_DIST_FWD_H
@@ -49,13 +49,17 @@ static bool fwd_ls_init(RtDevice *d, const RtDevLsInit *c, char *err, size_t err
 {
     return fwd_in(d)->ops->ls_init(fwd_in(d), c, err, errlen);
 }
-static void fwd_step_begin(RtDevice *d, RtCtx *ctx, bool inject)
+static void fwd_step_begin(RtDevice *d, bool inject)
 {
-    fwd_in(d)->ops->step_begin(fwd_in(d), ctx, inject);
+    fwd_in(d)->ops->step_begin(fwd_in(d), inject);
 }
-static const float *fwd_loss_scale_dev(RtDevice *d)
+static const RtStepState *fwd_step_state(RtDevice *d)
 {
-    return fwd_in(d)->ops->loss_scale_dev(fwd_in(d));
+    return fwd_in(d)->ops->step_state(fwd_in(d));
+}
+static struct RtCudaCtx *fwd_kernel_ctx(RtDevice *d)
+{
+    return fwd_in(d)->ops->kernel_ctx(fwd_in(d));
 }
 static void fwd_lr_ahead(RtDevice *d, const struct RtOptConfig *oc, const float *lr,
                          int64_t first, int n)
@@ -72,9 +76,9 @@ static void fwd_train_update(RtDevice *d, float *const *state, float *const *sta
     fwd_in(d)->ops->train_update(fwd_in(d), state, state2, oc);
 }
 static void fwd_ls_update(RtDevice *d) { fwd_in(d)->ops->ls_update(fwd_in(d)); }
-static void fwd_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+static void fwd_ls_read(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps, int64_t from)
 {
-    fwd_in(d)->ops->ls_read(fwd_in(d), st, finite, from);
+    fwd_in(d)->ops->ls_read(fwd_in(d), st, steps, from);
 }
 static void fwd_set_flag(RtDevice *d, bool finite)
 {
@@ -138,21 +142,43 @@ static bool fwd_broadcast(RtDevice *d, const RtDevTensor *b, int n, int root, ch
 static inline RtDeviceOps rt_fwd_ops(const char *name, void (*close)(RtDevice *))
 {
     RtDeviceOps o = {
-        .name = name, .alloc = fwd_alloc, .free = fwd_free, .host_alloc = fwd_host_alloc,
-        .host_free = fwd_host_free, .to_device = fwd_to_device, .to_host = fwd_to_host,
-        .to_host_async = fwd_to_host_async, .fill = fwd_fill, .setup = fwd_setup,
-        .ls_init = fwd_ls_init, .step_begin = fwd_step_begin,
-        .loss_scale_dev = fwd_loss_scale_dev, .lr_ahead = fwd_lr_ahead,
-        .moving_update = fwd_moving_update, .train_update = fwd_train_update,
-        .ls_update = fwd_ls_update, .ls_read = fwd_ls_read, .set_flag = fwd_set_flag,
-        .check_grads = fwd_check_grads, .check_finite = fwd_check_finite,
-        .read_flag = fwd_read_flag, .first_nonfinite = fwd_first_nonfinite,
-        .optim_step = fwd_optim_step, .event_record = fwd_event_record,
-        .event_wait = fwd_event_wait, .event_done = fwd_event_done,
-        .synchronize = fwd_synchronize, .world_size = fwd_world_size, .rank = fwd_rank,
-        .time_reset = fwd_time_reset, .time_mark = fwd_time_mark,
+        .name = name,
+        .alloc = fwd_alloc,
+        .free = fwd_free,
+        .host_alloc = fwd_host_alloc,
+        .host_free = fwd_host_free,
+        .to_device = fwd_to_device,
+        .to_host = fwd_to_host,
+        .to_host_async = fwd_to_host_async,
+        .fill = fwd_fill,
+        .setup = fwd_setup,
+        .ls_init = fwd_ls_init,
+        .step_begin = fwd_step_begin,
+        .step_state = fwd_step_state,
+        .kernel_ctx = fwd_kernel_ctx,
+        .lr_ahead = fwd_lr_ahead,
+        .moving_update = fwd_moving_update,
+        .train_update = fwd_train_update,
+        .ls_update = fwd_ls_update,
+        .ls_read = fwd_ls_read,
+        .set_flag = fwd_set_flag,
+        .check_grads = fwd_check_grads,
+        .check_finite = fwd_check_finite,
+        .read_flag = fwd_read_flag,
+        .first_nonfinite = fwd_first_nonfinite,
+        .optim_step = fwd_optim_step,
+        .event_record = fwd_event_record,
+        .event_wait = fwd_event_wait,
+        .event_done = fwd_event_done,
+        .synchronize = fwd_synchronize,
+        .world_size = fwd_world_size,
+        .rank = fwd_rank,
+        .time_reset = fwd_time_reset,
+        .time_mark = fwd_time_mark,
         .time_elapsed = fwd_time_elapsed,
-        .allreduce = fwd_allreduce, .broadcast = fwd_broadcast, .close = close,
+        .allreduce = fwd_allreduce,
+        .broadcast = fwd_broadcast,
+        .close = close,
     };
     return o;
 }

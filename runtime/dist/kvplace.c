@@ -14,7 +14,7 @@
  * resume) goes to both.  The update's scalars are the inner device's
  * (device.h "the step without the host"): the learning rate lr_ahead wrote
  * for the update count, t = that count + 1, rescale_grad = 1 / (batch x
- * the step's scale) with the scale read from loss_scale_dev; a dynamic
+ * the step's scale) with the scale read from the step's state; a dynamic
  * scale's skipped step is skipped; so around the CPU device it trains to
  * the same bits as the CPU device alone (tests/runtime/test_kv_local.c).
  * Each step waits for the device once (the gradients and the scale) and
@@ -32,7 +32,7 @@
 
 #include "coll.h"
 #include "fwd.h"
-#include "train.h"
+#include "cpu/cpu.h" /* the host update: the CPU's fused optimizer */
 
 /* A block of device memory and its host copy. */
 typedef struct {
@@ -58,6 +58,8 @@ typedef struct {
     double batch;
     bool dynamic;
     int64_t num_update;
+    int64_t steps;                        /* ls_update calls since ls_init */
+    int64_t ring_updates[RT_DEV_LS_RING]; /* step k's num_update, at k % RT_DEV_LS_RING */
     float lr[RT_DEV_LS_RING + 1];
     int64_t lr_first;
     int lr_n;
@@ -193,7 +195,7 @@ static void l_train_update(RtDevice *d, float *const *state, float *const *state
         in->ops->to_host_async(in, l->hbuf[p->grad], l->ctx->buf[p->grad], bytes);
         l->stats.d2h_bytes += bytes;
     }
-    in->ops->to_host_async(in, l->scale_host, in->ops->loss_scale_dev(in), sizeof(float));
+    in->ops->to_host_async(in, l->scale_host, &in->ops->step_state(in)->scale, sizeof(float));
     l->stats.d2h_bytes += sizeof(float);
     in->ops->synchronize(in);
     d->syncs++;
@@ -233,8 +235,17 @@ static bool l_ls_init(RtDevice *d, const RtDevLsInit *c, char *err, size_t errle
     l->dynamic = c->dynamic;
     l->batch = c->batch;
     l->num_update = c->num_update;
+    l->steps = 0;
     l->lr_n = 0;
     return true;
+}
+
+/* the step's update count, which the host ran, for the inner ring's record */
+static void l_ls_update(RtDevice *d)
+{
+    LocalDev *l = ld(d);
+    fwd_ls_update(d);
+    l->ring_updates[l->steps++ % RT_DEV_LS_RING] = l->num_update;
 }
 
 static void l_lr_ahead(RtDevice *d, const RtOptConfig *oc, const float *lr, int64_t first, int n)
@@ -247,11 +258,16 @@ static void l_lr_ahead(RtDevice *d, const RtOptConfig *oc, const float *lr, int6
     l->lr_n = n;
 }
 
-/* the device counts no update (it ran none): the host's count */
-static void l_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+/* the device counts no update (it ran none): the host's count, in the
+ * state and in each step's record */
+static void l_ls_read(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps, int64_t from)
 {
-    fwd_ls_read(d, st, finite, from);
-    st->num_update = ld(d)->num_update;
+    LocalDev *l = ld(d);
+    fwd_ls_read(d, st, steps, from);
+    st->num_update = l->num_update;
+    int64_t lo = from > st->steps - RT_DEV_LS_RING ? from : st->steps - RT_DEV_LS_RING;
+    for (int64_t k = lo < 0 ? 0 : lo; steps && k < st->steps; k++)
+        steps[k - from].num_update = l->ring_updates[k % RT_DEV_LS_RING];
 }
 
 /* ---- reads and writes of the host-owned tensors --------------------------------------- */
@@ -336,6 +352,7 @@ RtDevice *rt_kv_local_wrap(RtDevice *inner, char *err, size_t errlen)
     l->ops.setup = l_setup;
     l->ops.train_update = l_train_update;
     l->ops.ls_init = l_ls_init;
+    l->ops.ls_update = l_ls_update;
     l->ops.lr_ahead = l_lr_ahead;
     l->ops.ls_read = l_ls_read;
     l->ops.to_host = l_to_host;

@@ -1,7 +1,7 @@
 /* mpi.c - the engine for several processes on the CPU (mpi_rt.h; docs/kvstore.md,
  * "Running on several processes").  Compiled with mpicc into ampcmpi.o and
  * linked only into a program built with `ampc --mpi`; its definitions replace
- * the weak ones of runtime/mpi_none.c.
+ * the weak ones of runtime/dist/mpi_none.c.
  *
  * One process per rank, launched by mpirun.  The device of a rank is the CPU
  * device wrapped: every call is forwarded, except
@@ -38,8 +38,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "../mpi_rt.h"
-#include "../rt.h"
+#include "mpi_rt.h"
+#include "rt.h"
 
 enum { TAG_ARRIVE = 7001, TAG_PING, TAG_PONG, TAG_CHECK };
 
@@ -796,11 +796,12 @@ static bool m_ls_init(RtDevice *d, const RtDevLsInit *c, char *err, size_t errle
 {
     return in(d)->ops->ls_init(in(d), c, err, errlen);
 }
-static void m_step_begin(RtDevice *d, RtCtx *ctx, bool inject_inf)
+static void m_step_begin(RtDevice *d, bool inject_inf)
 {
-    in(d)->ops->step_begin(in(d), ctx, inject_inf);
+    in(d)->ops->step_begin(in(d), inject_inf);
 }
-static const float *m_loss_scale_dev(RtDevice *d) { return in(d)->ops->loss_scale_dev(in(d)); }
+static const RtStepState *m_step_state(RtDevice *d) { return in(d)->ops->step_state(in(d)); }
+static struct RtCudaCtx *m_kernel_ctx(RtDevice *d) { return in(d)->ops->kernel_ctx(in(d)); }
 static void m_lr_ahead(RtDevice *d, const struct RtOptConfig *oc, const float *lr, int64_t first,
                        int n)
 {
@@ -817,9 +818,9 @@ static void m_train_update(RtDevice *d, float *const *state, float *const *state
     in(d)->ops->train_update(in(d), state, state2, c);
 }
 static void m_ls_update(RtDevice *d) { in(d)->ops->ls_update(in(d)); }
-static void m_ls_read(RtDevice *d, RtDevLsState *st, uint8_t *finite, int64_t from)
+static void m_ls_read(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps, int64_t from)
 {
-    in(d)->ops->ls_read(in(d), st, finite, from);
+    in(d)->ops->ls_read(in(d), st, steps, from);
 }
 static void m_set_flag(RtDevice *d, bool finite)
 {
@@ -928,7 +929,8 @@ static const RtDeviceOps mpi_ops = {
     .optim_step = m_optim_step,
     .ls_init = m_ls_init,
     .step_begin = m_step_begin,
-    .loss_scale_dev = m_loss_scale_dev,
+    .step_state = m_step_state,
+    .kernel_ctx = m_kernel_ctx,
     .lr_ahead = m_lr_ahead,
     .moving_update = m_moving_update,
     .train_update = m_train_update,

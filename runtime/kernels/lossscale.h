@@ -72,6 +72,16 @@ static inline AMPC_HD AmpcLossScale ampc_loss_scale_update(AmpcLossScale s, int 
     return n;
 }
 
+/* One step as a device records it in its ring (device.h's ls_read): what the
+ * device decided, from which the host formats its log lines and
+ * checkpoints without applying the rule itself. */
+typedef struct AmpcLossScaleStep {
+    AmpcLossScale s;    /* after the step's rule: the scale the next step uses */
+    int64_t num_update; /* updates applied once the step is done */
+    int32_t finite;     /* 1: every gradient was finite */
+    int32_t unused;     /* (padding, zero) */
+} AmpcLossScaleStep;
+
 /* 1/scale as PyTorch's unscale_ forms it: float(1 / double(scale)) */
 static inline AMPC_HD float ampc_inv_scale(float scale) { return (float)(1.0 / (double)scale); }
 

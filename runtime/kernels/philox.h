@@ -1,6 +1,6 @@
 /*
  * philox.h - Dropout's random numbers, shared by the CPU (runtime/cpu/act.c)
- * and CUDA (runtime/cuda/ops.cuh) kernels so that both drop the same
+ * and CUDA (runtime/cuda/act.cuh) kernels so that both drop the same
  * elements: Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy
  * as 1, 2, 3", SC 2011; the multipliers and Weyl constants of the paper),
  * four 32-bit outputs per call.  Integer-only: the same bits under gcc,

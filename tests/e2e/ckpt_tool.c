@@ -16,6 +16,7 @@
 #include <zlib.h>
 
 #include "train.h"
+#include "checkpoint.h"
 
 static unsigned long crc_floats(const float *v, int64_t n)
 {

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "train.h"
+#include "checkpoint.h"
 
 /* the error of p against q: max |a - b| / max |a|; 0 when bit-identical */
 static double param_error(const RtCkptParam *p, const RtCkptParam *q, int *same_bits)

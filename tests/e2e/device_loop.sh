@@ -8,6 +8,11 @@
 # optimizer state bit for bit.  digits_cnn and mlp, fp32 and AMP (fp16,
 # bf16), SGD momentum, NAG and Adam, a dynamic loss scale with a skipped
 # overflow step and a static one with a non-finite step.
+# Then the waits a GPU would make, on the CPU device's lagging mode
+# (tests/e2e/lagcount.c): the CUDA plan (--target=cuda --kernels=cpu) waits
+# once per steady step (one that logs nothing after one that logged
+# nothing), for the single staging buffer of
+# runtime/trainer.c (the host path's issue brings it to 0: change WAITS).
 # usage: device_loop.sh AMPC DATA_DIR
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -51,5 +56,26 @@ check digits_cnn float16 6 --loss-scale=dynamic --inject-inf-at-step 2
 check digits_cnn bfloat16 5 --optimizer='nag(momentum=0.9)'
 check mlp off 6 --loss-scale=1e30
 check mlp float16 5 --optimizer=adam
+# model amp waits flags...: the lagging device's waits per steady step
+lag() {
+    local model=$1 amp=$2 waits=$3; shift 3
+    local c=$tmp/lag-$model-$amp.c
+    local what="lagging device: $model --target=cuda --kernels=cpu --amp=$amp waits $waits per steady step $*"
+    rm -f "$tmp/log"
+    if ! "$ampc" "examples/$model.sym" --target=cuda --kernels=cpu --amp="$amp" -S -o "$c" \
+            >"$tmp/log" 2>&1 ||
+       ! cc -O2 -std=c11 -I runtime "$c" tests/e2e/lagcount.c "$lib" -lopenblas -lz -lm \
+            -o "$tmp/lag" >>"$tmp/log" 2>&1; then
+        bad "$what (build)"; return
+    fi
+    if "$tmp/lag" "$waits" --data digits --log-interval 5 "$@" >"$tmp/log" 2>&1; then
+        ok "$what: $(grep -o '[0-9]* waits .*' "$tmp/log")"
+    else
+        bad "$what"
+    fi
+}
+
+lag digits_cnn float16 1 --max-steps 12 --batch-size 32
+lag mlp float16 1 --max-steps 12 --loss-scale=dynamic --inject-inf-at-step 7
 echo "device_loop: $pass passed, $fail failed"
 [ "$fail" = 0 ]

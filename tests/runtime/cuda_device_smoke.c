@@ -17,7 +17,7 @@
  * counters, update count and flag ring against the host's loss scaler, the
  * weights, masters and states against rt_optim_step2 with the schedule's
  * learning rate, the BatchNorm commit (moving_update calling
- * rt_cuda_batchnorm_update_moving, which reads the flag ls_init bound)
+ * rt_cuda_batchnorm_update_moving, which reads the device's step state)
  * against rt_batchnorm_update_moving on the finite steps only, and no wait
  * counted in RtDevice.syncs in those steps; then
  * a NaN gradient must clear the flag and first_nonfinite must name its
@@ -33,6 +33,8 @@
 #include "cuda/rt_cuda.h"
 #include "kernels/half.h"
 #include "train.h"
+#include "lossscale.h"
+#include "cpu/cpu.h"
 
 enum { NP = 3, N = 70001 };
 
@@ -81,9 +83,8 @@ enum { BNC = 67 };
 static float *bn_dev[4];
 static void bn_commit(RtCtx *ctx)
 {
-    (void)ctx;
-    rt_cuda_batchnorm_update_moving(BNC, 50, bn_dev[0], bn_dev[1], 1e-5f, 0.9f, bn_dev[2],
-                                    bn_dev[3]);
+    rt_cuda_batchnorm_update_moving(ctx->cuda, BNC, 50, bn_dev[0], bn_dev[1], 1e-5f, 0.9f,
+                                    bn_dev[2], bn_dev[3], ctx->step_state);
 }
 
 static int finite_at(int k) { return !(k == 3 || k == 11 || (k >= 20 && k < 24) || k == 31); }
@@ -132,13 +133,13 @@ static int no_host_steps(RtDevice *d, RtCtx *hctx, RtCtx *dctx, float **hmom, fl
         rt_dev_to_device(d, (uint16_t *)dctx->buf[NP + 1] + (N - 1), finite_at(k) ? g : &nan16,
                          sizeof nan16);
         float used = ls.s.scale;
-        rt_dev_step_begin(d, dctx, false);
+        rt_dev_step_begin(d, false);
         rt_dev_check_grads(d);
         rt_dev_moving_update(d, bn_commit, dctx);
         rt_dev_train_update(d, dmom, NULL, &c);
         rt_dev_ls_update(d);
         if (finite_at(k))
-            rt_batchnorm_update_moving(BNC, 50, bn[0], bn[1], 1e-5f, 0.9f, bn[2], bn[3]);
+            rt_batchnorm_update_moving(BNC, 50, bn[0], bn[1], 1e-5f, 0.9f, bn[2], bn[3], NULL);
         if (finite_at(k)) {
             RtOptConfig h = c;
             h.lr = lr[nu], h.t = nu + 1, h.rescale_grad = (float)(1.0 / (64.0 * (double)used));
@@ -154,10 +155,12 @@ static int no_host_steps(RtDevice *d, RtCtx *hctx, RtCtx *dctx, float **hmom, fl
         ok = 0;
     }
     RtDevLsState st;
-    static uint8_t ring[RT_DEV_LS_RING];
+    static AmpcLossScaleStep ring[RT_DEV_LS_RING];
     rt_dev_ls_read(d, &st, ring, 0);
     for (int k = 0; k < 40; k++)
-        ok &= ring[k] == (finite_at(k) ? 1 : 0);
+        ok &= ring[k].finite == (finite_at(k) ? 1 : 0);
+    /* the last record is the state the device decided */
+    ok &= memcmp(&ring[39].s, &st.s, sizeof st.s) == 0 && ring[39].num_update == st.num_update;
     if (memcmp(&st.s.scale, &ls.s.scale, sizeof(float)) || st.s.tracker != ls.s.tracker ||
         st.steps != 40 || st.skipped != ls.skipped || st.num_update != nu || !ok) {
         fprintf(stderr, "cuda_device_smoke: device loss scale %g (tracker %d, %lld steps, %lld "
@@ -196,6 +199,15 @@ int main(void)
         printf("cuda_device_smoke: no usable GPU: %s\n", err);
         return 3;
     }
+    /* the kernels' context on the device's stream (no library: the BatchNorm
+     * commit needs none), which the device owns */
+    RtCudaConfig kc = {.stream = rt_device_cuda_stream(d)};
+    RtCudaCtx *kx = rt_cuda_ctx_new(&kc);
+    if (!kx) {
+        fprintf(stderr, "cuda_device_smoke: out of memory\n");
+        return 1;
+    }
+    rt_device_cuda_adopt(d, kx);
     static void *hbuf[2 * NP], *dbuf[2 * NP];
     static float *hmaster[NP], *dmaster[NP], *hmom[NP], *dmom[NP], *hvar[NP], *dvar[NP];
     uint64_t s = 88172645463325252ull;
@@ -242,6 +254,7 @@ int main(void)
     memset(&dctx, 0, sizeof dctx);
     hctx.buf = hbuf, hctx.master = hmaster;
     dctx.buf = dbuf, dctx.master = dmaster;
+    dctx.step_state = rt_dev_step_state(d), dctx.cuda = rt_dev_kernel_ctx(d);
     if (!rt_dev_setup(d, &model, &dctx, err, sizeof err)) {
         fprintf(stderr, "cuda_device_smoke: setup: %s\n", err);
         return 1;

@@ -11,7 +11,7 @@
  * output, 2^-10 and 2^-7 relative, can fall either way, plus the
  * accumulate's second rounding).  16-bit convolutions run NHWC/KRSC
  * (the test converts), with the RGB-like 3- and 5-channel inputs padded.
- * Pooling and BatchNorm (custom kernels, pool.cuh and bn.cuh) must equal
+ * Pooling and BatchNorm (custom kernels, pool.cuh and batchnorm.cuh) must equal
  * rt_pool_* and rt_batchnorm_* bit for bit (tolerance 0).  Prints one line per op and dtype; exits 1 on a failure, 3 without a GPU.
  * AMPC_CUDNN_AUTOTUNE=1 times the candidate plans; AMPC_CUDNN_FP32=exact|tf32|fast
  * sets the fp32 engine rule (default exact, as the programs'), and every
@@ -30,6 +30,7 @@
 #include "cuda/rt_cuda.h"
 
 static cudaStream_t stream;
+static RtCudaCtx *cx; /* the libraries on stream */
 static int failures;
 static AmpcFp32Mode fp32_mode = AMPC_FP32_EXACT;
 
@@ -37,7 +38,8 @@ static AmpcFp32Mode fp32_mode = AMPC_FP32_EXACT;
  * tensor core for fp32 */
 static void engine_line(const char *shape, const RtConvDims *d, RtDType dt, RtPass pass, bool acc)
 {
-    long engine = rt_cuda_conv_engine(d, dt, pass, acc), notes = rt_cuda_conv_notes(d, dt, pass, acc);
+    long engine = rt_cuda_conv_engine(cx, d, dt, pass, acc),
+         notes = rt_cuda_conv_notes(cx, d, dt, pass, acc);
     if (engine < 0)
         return; /* not planned: a padded shape plans no accumulating variant */
     char names[128];
@@ -153,7 +155,7 @@ static void conv_case(RtConvDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
     up(X, xl, xn * es), up(W, wl, wn * es), up(Y, dyl, yn * es), up(B, b, d.k * es);
     size_t gws = 0;
     for (int p = 0; p < 3; p++) {
-        size_t s = rt_cuda_conv_workspace_bytes(&dl, dt, (RtPass)p);
+        size_t s = rt_cuda_conv_workspace_bytes(cx, &dl, dt, (RtPass)p);
         gws = s > gws ? s : gws;
     }
     size_t cws = 0;
@@ -169,7 +171,7 @@ static void conv_case(RtConvDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
 
     /* forward with bias */
     rt_conv_forward(&d, dt, x, w, b, cpu, C);
-    rt_cuda_conv_forward(&dl, dt, X, W, B, OUT, G);
+    rt_cuda_conv_forward(cx, &dl, dt, X, W, B, OUT, G);
     down(out, OUT, yn * es);
     void *o = last ? permute(out, d.n, O, d.k, es, true) : out; /* [n, O, k] -> [n, k, O] */
     note(fwd, err_of(o, cpu, yn, dt));
@@ -180,7 +182,7 @@ static void conv_case(RtConvDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
         memcpy(cpu, x, xn * es);
         up(OUT, xl, xn * es);
         rt_conv_backward_data(&d, dt, w, dy, cpu, acc, C);
-        rt_cuda_conv_backward_data(&dl, dt, W, Y, OUT, acc, G);
+        rt_cuda_conv_backward_data(cx, &dl, dt, W, Y, OUT, acc, G);
         down(out, OUT, xn * es);
         o = last ? permute(out, d.n, S, d.c, es, true) : out;
         note(bwd, err_of(o, cpu, xn, dt));
@@ -190,7 +192,7 @@ static void conv_case(RtConvDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
         memcpy(cpu, w, wn * es), memcpy(cdb, b, d.k * es);
         up(OUT, wl, wn * es), up(DB, b, d.k * es);
         rt_conv_backward_weight(&d, dt, x, dy, cpu, cdb, acc, C);
-        rt_cuda_conv_backward_weight(&dl, dt, X, Y, OUT, DB, acc, G);
+        rt_cuda_conv_backward_weight(cx, &dl, dt, X, Y, OUT, DB, acc, G);
         down(out, OUT, wn * es), down(gdb, DB, d.k * es);
         o = last ? permute(out, d.k, R, cg, es, true) : out;
         note(wgt, fmax(err_of(o, cpu, wn, dt), err_of(gdb, cdb, d.k, dt)));
@@ -218,27 +220,28 @@ static void fc_case(RtFcDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
     up(X, x, xn * es), up(W, w, wn * es), up(Y, dy, yn * es), up(B, b, d.hidden * es);
     size_t gws = 0, cws = 0;
     for (int p = 0; p < 3; p++) {
-        size_t s = rt_cuda_fc_workspace_bytes(&d, dt, (RtPass)p), t = rt_fc_workspace_bytes(&d, dt, (RtPass)p);
+        size_t s = rt_cuda_fc_workspace_bytes(cx, &d, dt, (RtPass)p),
+               t = rt_fc_workspace_bytes(&d, dt, (RtPass)p);
         gws = s > gws ? s : gws, cws = t > cws ? t : cws;
     }
     void *G = dev(gws), *C = ws_host(cws), *OUT = dev(big * es), *DB = dev(d.hidden * es);
     void *out = malloc(big * es), *cpu = malloc(big * es), *cdb = malloc(d.hidden * es),
          *gdb = malloc(d.hidden * es);
     rt_fc_forward(&d, dt, x, w, b, cpu, C);
-    rt_cuda_fc_forward(&d, dt, X, W, B, OUT, G);
+    rt_cuda_fc_forward(cx, &d, dt, X, W, B, OUT, G);
     down(out, OUT, yn * es);
     note(fwd, err_of(out, cpu, yn, dt));
     for (int acc = 0; acc < 2; acc++) {
         memcpy(cpu, x, xn * es);
         up(OUT, x, xn * es);
         rt_fc_backward_data(&d, dt, w, dy, cpu, acc, C);
-        rt_cuda_fc_backward_data(&d, dt, W, Y, OUT, acc, G);
+        rt_cuda_fc_backward_data(cx, &d, dt, W, Y, OUT, acc, G);
         down(out, OUT, xn * es);
         note(bwd, err_of(out, cpu, xn, dt));
         memcpy(cpu, w, wn * es), memcpy(cdb, b, d.hidden * es);
         up(OUT, w, wn * es), up(DB, b, d.hidden * es);
         rt_fc_backward_weight(&d, dt, x, dy, cpu, cdb, acc, C);
-        rt_cuda_fc_backward_weight(&d, dt, X, Y, OUT, DB, acc, G);
+        rt_cuda_fc_backward_weight(cx, &d, dt, X, Y, OUT, DB, acc, G);
         down(out, OUT, wn * es), down(gdb, DB, d.hidden * es);
         note(wgt, fmax(err_of(out, cpu, wn, dt), err_of(gdb, cdb, d.hidden, dt)));
     }
@@ -264,7 +267,7 @@ static void pool_case(RtPoolDims d, RtDType dt, Row *fwd, Row *bwd)
     void *cpu = malloc(xn * es + yn * es), *out = malloc(xn * es + yn * es);
     up(X, xl, xn * es), up(DY, dyl, yn * es);
     rt_pool_forward(&d, dt, x, cpu, C);
-    rt_cuda_pool_forward(&dl, dt, X, OUT, NULL);
+    rt_cuda_pool_forward(cx, &dl, dt, X, OUT, NULL);
     down(out, OUT, yn * es);
     void *o = last ? permute(out, d.n, O, d.c, es, true) : out;
     note(fwd, err_of(o, cpu, yn, dt));
@@ -274,7 +277,7 @@ static void pool_case(RtPoolDims d, RtDType dt, Row *fwd, Row *bwd)
         memcpy(cpu, dx, xn * es);
         up(OUT, dxl, xn * es);
         rt_pool_backward(&d, dt, x, dy, cpu, acc, C);
-        rt_cuda_pool_backward(&dl, dt, X, DY, OUT, acc, NULL);
+        rt_cuda_pool_backward(cx, &dl, dt, X, DY, OUT, acc, NULL);
         down(out, OUT, xn * es);
         o = last ? permute(out, d.n, S, d.c, es, true) : out;
         note(bwd, err_of(o, cpu, xn, dt));
@@ -306,11 +309,11 @@ static void bn_case(RtBnDims d, RtDType dt, Row *fwd, Row *bwd)
         if (inf) {
             rt_batchnorm_forward_inference(&d, dt, x, gamma, beta, mm, mv, 1e-5f, false, cpu, cs,
                                            cs + C);
-            rt_cuda_batchnorm_forward_inference(&d, dt, X, P, P + C, P + 2 * C, P + 3 * C, 1e-5f,
-                                                false, OUT, P + 4 * C, P + 5 * C);
+            rt_cuda_batchnorm_forward_inference(cx, &d, dt, X, P, P + C, P + 2 * C, P + 3 * C,
+                                                1e-5f, false, OUT, P + 4 * C, P + 5 * C);
         } else {
             rt_batchnorm_forward_train(&d, dt, x, gamma, beta, 1e-5f, false, cpu, cs, cs + C);
-            rt_cuda_batchnorm_forward_train(&d, dt, X, P, P + C, 1e-5f, false, OUT, P + 4 * C,
+            rt_cuda_batchnorm_forward_train(cx, &d, dt, X, P, P + C, 1e-5f, false, OUT, P + 4 * C,
                                             P + 5 * C);
         }
         down(out, OUT, n * es), down(gs, P + 4 * C, C * 8);
@@ -322,7 +325,7 @@ static void bn_case(RtBnDims d, RtDType dt, Row *fwd, Row *bwd)
             up(OUT, dx, n * es), up(P + 6 * C, dg, C * 4), up(P + 7 * C, dg, C * 4);
             rt_batchnorm_backward(&d, dt, x, dy, gamma, cs, cs + C, false, glob, cpu, cs + 2 * C,
                                   cs + 3 * C, acc, acc);
-            rt_cuda_batchnorm_backward(&d, dt, X, DY, P, P + 4 * C, P + 5 * C, false, glob, OUT,
+            rt_cuda_batchnorm_backward(cx, &d, dt, X, DY, P, P + 4 * C, P + 5 * C, false, glob, OUT,
                                        P + 6 * C, P + 7 * C, acc, acc);
             down(out, OUT, n * es), down(gs + 2 * C, P + 6 * C, C * 8);
             note(bwd, fmax(err_of(out, cpu, n, dt), err_of(gs + 2 * C, cs + 2 * C, 2 * C, RT_F32)));
@@ -366,7 +369,8 @@ int main(void)
     RtCudaConfig cfg = {.stream = stream, .workspace_limit = (size_t)256 << 20,
                         .autotune = at && at[0] == '1', .fp32 = fp32_mode};
     char err[4096];
-    if (!rt_cuda_init(&cfg, err, sizeof err)) {
+    cx = rt_cuda_open(&cfg, err, sizeof err);
+    if (!cx) {
         fprintf(stderr, "cuda_dnn_gpu: %s\n", err);
         return 1;
     }
@@ -425,7 +429,7 @@ int main(void)
         bn_case((RtBnDims){3, 5, 1037}, dts[t], &bf, &bb);
         report_tol(&bf, dts[t], 0), report_tol(&bb, dts[t], 0);
     }
-    rt_cuda_shutdown();
+    rt_cuda_close(cx);
     printf("cuda_dnn_gpu: %s\n", failures ? "FAILED" : "all within tolerance");
     return failures ? 1 : 0;
 }

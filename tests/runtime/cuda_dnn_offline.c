@@ -18,6 +18,7 @@
 #include "cuda/rt_cuda.h"
 
 static int fails;
+static RtCudaCtx *cx; /* opened for the offline check */
 
 static void expect(bool ok, const char *what, const char *got)
 {
@@ -41,7 +42,7 @@ static void refused(const char *what, const AmpcConvGeom *g, RtDType dt, RtPass 
 {
     char err[1024] = "";
     int64_t cand[2];
-    bool ok = rt_cuda_dnn_check_geom("planted_conv", g, dt, pass, false, cand, err, sizeof err);
+    bool ok = rt_cuda_dnn_check_geom(cx, "planted_conv", g, dt, pass, false, cand, err, sizeof err);
     char label[160];
     snprintf(label, sizeof label, "%s is refused", what);
     expect(!ok, label, err);
@@ -61,7 +62,7 @@ static void convolutions(void)
             AmpcConvGeom g;
             expect(ampc_conv_geom(&d, dts[t], (RtPass)p, &g, err, sizeof err), "geometry", err);
             int64_t cand[2] = {0, 0};
-            bool ok = rt_cuda_dnn_check_geom(d.node, &g, dts[t], (RtPass)p, p > 0, cand, err,
+            bool ok = rt_cuda_dnn_check_geom(cx, d.node, &g, dts[t], (RtPass)p, p > 0, cand, err,
                                              sizeof err);
             expect(ok, "a valid convolution passes", err);
             expect(cand[0] >= 1 || cand[1] >= 1, "a valid convolution has candidates", err);
@@ -89,19 +90,19 @@ static void gemms(void)
     for (int p = 0; p < 3; p++) {
         AmpcGemm g;
         expect(ampc_fc_gemm(&d, (RtPass)p, &g, err, sizeof err), "gemm", err);
-        expect(rt_cuda_blas_check_gemm("fc1", &g, RT_F16, p == 0, err, sizeof err),
+        expect(rt_cuda_blas_check_gemm(cx, "fc1", &g, RT_F16, p == 0, err, sizeof err),
                "a valid GEMM passes", err);
     }
     AmpcGemm g;
     expect(ampc_fc_gemm(&d, RT_PASS_FORWARD, &g, err, sizeof err), "gemm", err);
     AmpcGemm bad = g;
     bad.lda = bad.rowsa / 2;
-    expect(!rt_cuda_blas_check_gemm("planted_fc", &bad, RT_F16, true, err, sizeof err),
+    expect(!rt_cuda_blas_check_gemm(cx, "planted_fc", &bad, RT_F16, true, err, sizeof err),
            "a short leading dimension is refused", err);
     expect(strstr(err, "node 'planted_fc'") && strstr(err, "leading dimension"),
            "... naming the node and the leading dimension", err);
     bad = g, bad.transb = !bad.transb;
-    expect(!rt_cuda_blas_check_gemm("planted_fc", &bad, RT_F16, false, err, sizeof err),
+    expect(!rt_cuda_blas_check_gemm(cx, "planted_fc", &bad, RT_F16, false, err, sizeof err),
            "a flipped transpose is refused", err);
 }
 
@@ -111,22 +112,22 @@ static void sizers(void)
     RtConvDims d = conv3x3(RT_LAYOUT_NHWC);
     RtFcDims f = {.n = 32, .in = 64, .hidden = 10, .node = "fc1"};
     for (int p = 0; p < 3; p++) {
-        expect(rt_cuda_conv_workspace_bytes(&d, RT_F16, (RtPass)p) == 0, "no workspace offline",
+        expect(rt_cuda_conv_workspace_bytes(cx, &d, RT_F16, (RtPass)p) == 0, "no workspace offline",
                "");
-        expect(rt_cuda_conv_workspace_bytes(&d, RT_F16, (RtPass)p) == 0, "asked twice", "");
-        expect(rt_cuda_fc_workspace_bytes(&f, RT_F16, (RtPass)p) == 0, "no workspace offline",
+        expect(rt_cuda_conv_workspace_bytes(cx, &d, RT_F16, (RtPass)p) == 0, "asked twice", "");
+        expect(rt_cuda_fc_workspace_bytes(cx, &f, RT_F16, (RtPass)p) == 0, "no workspace offline",
                "");
     }
     /* 3 passes, the two backward ones also accumulating; asked twice, counted once */
-    expect(rt_cuda_dnn_check_count() == 5, "five distinct convolutions", "");
-    expect(rt_cuda_blas_check_count() == 6, "six distinct GEMMs", "");
+    expect(rt_cuda_dnn_check_count(cx) == 5, "five distinct convolutions", "");
+    expect(rt_cuda_blas_check_count(cx) == 6, "six distinct GEMMs", "");
     RtConvDims bad = d;
     bad.node = "bad_dims", bad.groups = 3; /* 16 channels in 3 groups */
-    (void)rt_cuda_conv_workspace_bytes(&bad, RT_F16, RT_PASS_FORWARD);
+    (void)rt_cuda_conv_workspace_bytes(cx, &bad, RT_F16, RT_PASS_FORWARD);
     char *text = NULL, *etext = NULL;
     size_t len = 0, elen = 0;
     FILE *out = open_memstream(&text, &len), *err = open_memstream(&etext, &elen);
-    int failed = rt_cuda_check_report(out, err);
+    int failed = rt_cuda_check_report(cx, out, err);
     fclose(out), fclose(err);
     expect(failed == 1, "one failure reported", etext);
     expect(strstr(etext, "bad_dims") != NULL, "the failure names its node", etext);
@@ -140,14 +141,15 @@ int main(void)
 {
     char err[4096];
     RtCudaConfig cfg = {.workspace_limit = 1 << 30};
-    if (!rt_cuda_check_open(&cfg, err, sizeof err)) {
+    cx = rt_cuda_check_open(&cfg, err, sizeof err);
+    if (!cx) {
         fprintf(stderr, "cuda_dnn_offline: FAIL: the libraries: %s\n", err);
         return 1;
     }
     convolutions();
     gemms();
     sizers();
-    rt_cuda_check_close();
+    rt_cuda_close(cx);
     if (fails)
         return 1;
     printf("cuda_dnn_offline: every expectation held\n");

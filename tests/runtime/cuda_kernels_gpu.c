@@ -8,7 +8,7 @@
  * canonical NaN where the host keeps a payload).  Prints one table row per
  * kernel: cases run, elements compared, mismatches.
  *
- * Then the other rt.h twins (runtime/cuda/ops.cuh, ops_math.cuh and the
+ * Then the other rt.h twins (runtime/cuda/'s family headers, math.cuh and the
  * fused BatchNorm + relu), through their rt_cuda_* entry points, against
  * rt_* on the same inputs in fp32, fp16 and bf16: bit for bit (tolerance
  * 0) where the kernel calls no libm, else within a stated tolerance on the
@@ -36,6 +36,10 @@
 #include "kernels/half.h"
 #include "rt.h"
 #include "train.h"
+#include "lossscale.h"
+
+/* the context every rt_cuda_* call takes: the default stream, no library */
+static RtCudaCtx cx;
 
 #define CHECK(call)                                                                           \
     do {                                                                                      \
@@ -306,7 +310,7 @@ int main(void)
     return bad ? 1 : 0;
 }
 
-/* ---- the other rt.h twins (ops.cuh, ops_math.cuh, BatchNorm + relu) ---------------------- */
+/* ---- the other rt.h twins (the family headers, math.cuh, BatchNorm + relu) --------------- */
 
 static double libm_tol(int dt) { return dt == RT_F32 ? 1e-5 : dt == RT_F16 ? 2e-3 : 1.6e-2; }
 
@@ -342,37 +346,37 @@ static void other_elementwise(size_t n, int dt)
                                   "act softrelu bwd", "act softsign bwd"};
     for (int a = 0; a < 5; a++) {
         rt_activation_forward((RtAct)a, n, t, x, y);
-        rt_cuda_activation_forward((RtAct)a, n, t, X, O);
+        rt_cuda_activation_forward(&cx, (RtAct)a, n, t, X, O);
         compare_tol(act[a], O, y, n, dt, a == 0 || a == 4 ? 0.0 : libm_tol(dt));
         CHECK(cudaMemcpy(Y, y, b, cudaMemcpyHostToDevice));
         CHECK(cudaMemcpy(O, o, b, cudaMemcpyHostToDevice));
         void *w = hdup(o, b);
         rt_activation_backward((RtAct)a, n, t, x, y, dy, w, true);
-        rt_cuda_activation_backward((RtAct)a, n, t, X, Y, DY, O, true);
+        rt_cuda_activation_backward(&cx, (RtAct)a, n, t, X, Y, DY, O, true);
         compare_tol(actb[a], O, w, n, dt, a == 3 ? libm_tol(dt) : 0.0);
         free(w);
     }
     static const char *un[3] = {"exp", "log", "sqrt"}, *unb[3] = {"exp bwd", "log bwd", "sqrt bwd"};
     for (int u = 0; u < 3; u++) {
         rt_unary_forward((RtUnaryOp)u, n, t, x, y);
-        rt_cuda_unary_forward((RtUnaryOp)u, n, t, X, O);
+        rt_cuda_unary_forward(&cx, (RtUnaryOp)u, n, t, X, O);
         compare_tol(un[u], O, y, n, dt, u == 2 ? 0.0 : libm_tol(dt));
         CHECK(cudaMemcpy(Y, y, b, cudaMemcpyHostToDevice));
         rt_unary_backward((RtUnaryOp)u, n, t, x, y, dy, o, false);
-        rt_cuda_unary_backward((RtUnaryOp)u, n, t, X, Y, DY, O, false);
+        rt_cuda_unary_backward(&cx, (RtUnaryOp)u, n, t, X, Y, DY, O, false);
         compare_tol(unb[u], O, o, n, dt, 0.0);
     }
     rt_clip_forward(n, t, x, -2.5f, 3.0f, y);
-    rt_cuda_clip_forward(n, t, X, -2.5f, 3.0f, O);
+    rt_cuda_clip_forward(&cx, n, t, X, -2.5f, 3.0f, O);
     compare_tol("clip", O, y, n, dt, 0.0);
     rt_clip_backward(n, t, x, -2.5f, 3.0f, dy, y, false);
-    rt_cuda_clip_backward(n, t, X, -2.5f, 3.0f, DY, O, false);
+    rt_cuda_clip_backward(&cx, n, t, X, -2.5f, 3.0f, DY, O, false);
     compare_tol("clip bwd", O, y, n, dt, 0.0);
     rt_dropout_forward(n, t, x, 0.3f, 42, 7, 11, y);
-    rt_cuda_dropout_forward(n, t, X, 0.3f, 42, 7, 11, O);
+    rt_cuda_dropout_forward(&cx, n, t, X, 0.3f, 42, 7, 11, O);
     compare_tol("dropout", O, y, n, dt, 0.0);
     rt_dropout_backward(n, t, dy, 0.3f, 42, 7, 11, y, false);
-    rt_cuda_dropout_backward(n, t, DY, 0.3f, 42, 7, 11, O, false);
+    rt_cuda_dropout_backward(&cx, n, t, DY, 0.3f, 42, 7, 11, O, false);
     compare_tol("dropout bwd", O, y, n, dt, 0.0);
     /* LeakyReLU over [n/7 (at least 1), 7, ...]: outer x 7 channels x 1 */
     int64_t c = 7, outer = (int64_t)n / 7;
@@ -385,11 +389,11 @@ static void other_elementwise(size_t n, int dt)
         for (int k = 0; k < 4; k++) {
             double tol = k == 1 || k == 2 ? libm_tol(dt) : 0.0;
             rt_leaky_relu_forward((RtLeaky)k, outer, c, 1, t, x, gam, 0.25f, y);
-            rt_cuda_leaky_relu_forward((RtLeaky)k, outer, c, 1, t, X, GAM, 0.25f, O);
+            rt_cuda_leaky_relu_forward(&cx, (RtLeaky)k, outer, c, 1, t, X, GAM, 0.25f, O);
             compare_tol(lr[k], O, y, m, dt, tol);
             rt_leaky_relu_backward((RtLeaky)k, outer, c, 1, t, x, gam, 0.25f, dy, y, dg, false,
                                    false);
-            rt_cuda_leaky_relu_backward((RtLeaky)k, outer, c, 1, t, X, GAM, 0.25f, DY, O, DG,
+            rt_cuda_leaky_relu_backward(&cx, (RtLeaky)k, outer, c, 1, t, X, GAM, 0.25f, DY, O, DG,
                                         false, false);
             compare_tol(lrb[k], O, y, m, dt, tol);
             if (k == 3)
@@ -417,31 +421,31 @@ static void other_shaped(int dt)
     void *ws = malloc(rt_broadcast_workspace_bytes(&d, t, RT_PASS_BACKWARD) + 64);
     for (int op = 0; op < 3; op++) {
         rt_broadcast_forward((RtBinOp)op, &d, t, a, bb, y);
-        rt_cuda_broadcast_forward((RtBinOp)op, &d, t, A, B, O);
+        rt_cuda_broadcast_forward(&cx, (RtBinOp)op, &d, t, A, B, O);
         compare_tol("broadcast", O, y, no, dt, 0.0);
         rt_broadcast_backward((RtBinOp)op, &d, t, dy, a, bb, da, db, false, false, ws);
-        rt_cuda_broadcast_backward((RtBinOp)op, &d, t, DY, A, B, DA, DB, false, false, NULL);
+        rt_cuda_broadcast_backward(&cx, (RtBinOp)op, &d, t, DY, A, B, DA, DB, false, false, NULL);
         compare_tol("broadcast bwd", DA, da, na, dt, 0.0);
         compare_tol("broadcast bwd", DB, db, nb, dt, 0.0);
     }
     RtReduceDims r = {3, {64, 33, 300}, {true, false, true}};
     void *rws = malloc(rt_reduce_workspace_bytes(&r, t, RT_PASS_FORWARD) + 64);
     rt_mean_forward(&r, t, dy, db, rws);
-    rt_cuda_mean_forward(&r, t, DY, DB, NULL);
+    rt_cuda_mean_forward(&cx, &r, t, DY, DB, NULL);
     compare_tol("mean", DB, db, 33, dt, 0.0);
     rt_sum_backward(&r, t, db, y, false);
-    rt_cuda_sum_backward(&r, t, DB, O, false);
+    rt_cuda_sum_backward(&cx, &r, t, DB, O, false);
     compare_tol("sum bwd", O, y, no, dt, 0.0);
     /* softmax over the middle axis of [64, 33, 300] and rows of 1000 */
     for (int lg = 0; lg < 2; lg++) {
         (lg ? rt_log_softmax_forward : rt_softmax_forward)(64, 33, 300, t, dy, y);
-        (lg ? rt_cuda_log_softmax_forward : rt_cuda_softmax_forward)(64, 33, 300, t, DY, O);
+        (lg ? rt_cuda_log_softmax_forward : rt_cuda_softmax_forward)(&cx, 64, 33, 300, t, DY, O);
         compare_tol(lg ? "log_softmax" : "softmax", O, y, no, dt, libm_tol(dt));
         CHECK(cudaMemcpy(O, y, no * es(dt), cudaMemcpyHostToDevice));
         void *dx = hrand(no, dt, false), *DX = dev(NULL, no * es(dt));
         (lg ? rt_log_softmax_backward : rt_softmax_backward)(64, 33, 300, t, y, dy, dx, false);
-        (lg ? rt_cuda_log_softmax_backward : rt_cuda_softmax_backward)(64, 33, 300, t, O, DY, DX,
-                                                                      false);
+        (lg ? rt_cuda_log_softmax_backward : rt_cuda_softmax_backward)(&cx, 64, 33, 300, t, O, DY,
+                                                                       DX, false);
         compare_tol(lg ? "log_softmax bwd" : "softmax bwd", DX, dx, no, dt,
                     lg ? libm_tol(dt) : 0.0);
         CHECK(cudaFree(DX));
@@ -453,21 +457,24 @@ static void other_shaped(int dt)
     float *lab = malloc((size_t)n * 4), scale = 4096.0f;
     for (int64_t i = 0; i < n; i++)
         lab[i] = i % 9 == 0 ? -1.0f : (float)(next() % 1000);
-    float *LAB = dev(lab, (size_t)n * 4), *SCALE = dev(&scale, 4);
+    RtStepState st = {.scale = scale};
+    float *LAB = dev(lab, (size_t)n * 4);
+    RtStepState *STEP = dev(&st, sizeof st);
     void *xl = hrand(nk, dt, false), *XL = dev(xl, nk * es(dt));
     void *prob = hrand(nk, dt, false), *PROB = dev(NULL, nk * es(dt));
     rt_softmax_output_forward(n, k, t, xl, t, prob);
-    rt_cuda_softmax_output_forward(n, k, t, XL, t, PROB);
+    rt_cuda_softmax_output_forward(&cx, n, k, t, XL, t, PROB);
     compare_tol("softmax_output", PROB, prob, nk, dt, libm_tol(dt));
     CHECK(cudaMemcpy(PROB, prob, nk * es(dt), cudaMemcpyHostToDevice));
     RtSmoParams p = {1.0f, 0.1f, true, -1.0f, RT_SMO_NORM_VALID};
     void *g = hrand(nk, dt, false), *G = dev(NULL, nk * es(dt));
-    rt_cuda_bind_step(SCALE, NULL);
-    rt_softmax_output_backward(n, k, t, prob, lab, &p, scale, t, g, false);
-    rt_cuda_softmax_output_backward(n, k, t, PROB, LAB, &p, 1.0f, t, G, false);
+    rt_softmax_output_backward(n, k, t, prob, lab, &p, &st, t, g, false);
+    rt_cuda_softmax_output_backward(&cx, n, k, t, PROB, LAB, &p, STEP, t, G, false);
     compare_tol("softmax_output bwd", G, g, nk, dt, 0.0);
-    rt_cuda_bind_step(NULL, NULL);
-    CHECK(cudaFree(LAB)); CHECK(cudaFree(SCALE)); CHECK(cudaFree(XL)); CHECK(cudaFree(PROB));
+    CHECK(cudaFree(LAB));
+    CHECK(cudaFree(STEP));
+    CHECK(cudaFree(XL));
+    CHECK(cudaFree(PROB));
     CHECK(cudaFree(G));
     free(lab), free(xl), free(prob), free(g);
     CHECK(cudaFree(A)); CHECK(cudaFree(B)); CHECK(cudaFree(DY)); CHECK(cudaFree(O));
@@ -486,16 +493,16 @@ static void other_layout_bn(int dt)
     void *X0 = dev(x0, n0 * e), *X1 = dev(x1, n1 * e), *Y = dev(NULL, n * e);
     const void *xs[2] = {x0, x1}, *XS[2] = {X0, X1};
     rt_concat_forward(2, xs, len, outer, inner, t, y);
-    rt_cuda_concat_forward(2, XS, len, outer, inner, t, Y);
+    rt_cuda_concat_forward(&cx, 2, XS, len, outer, inner, t, Y);
     compare_tol("concat", Y, y, n, dt, 0.0);
     void *ds = hrand(n1, dt, false), *DS = dev(NULL, n1 * e);
     void *parts[2] = {NULL, ds}, *PARTS[2] = {NULL, DS};
     rt_concat_backward(2, y, len, outer, inner, t, parts, NULL);
-    rt_cuda_concat_backward(2, Y, len, outer, inner, t, PARTS, NULL);
+    rt_cuda_concat_backward(&cx, 2, Y, len, outer, inner, t, PARTS, NULL);
     compare_tol("slice", DS, ds, n1, dt, 0.0);
     void *nhwc = hrand(n, dt, false), *NHWC = dev(NULL, n * e);
     rt_layout_convert(outer, 8, inner, t, y, nhwc, RT_LAYOUT_NHWC);
-    rt_cuda_layout_convert(outer, 8, inner, t, Y, NHWC, RT_LAYOUT_NHWC);
+    rt_cuda_layout_convert(&cx, outer, 8, inner, t, Y, NHWC, RT_LAYOUT_NHWC);
     compare_tol("layout_convert", NHWC, nhwc, n, dt, 0.0);
     /* BatchNorm + relu on [32, 8, 49]: the forward then the relu; the masked backward */
     RtBnDims bd = {outer, 8, inner};
@@ -528,13 +535,15 @@ static void other_layout_bn(int dt)
     compare_tol("batchnorm_relu bwd", DX, dx, n, dt, 0.0);
     compare_tol("batchnorm_relu bwd", P + 48, dgam, 8, RT_F32, 0.0);
     compare_tol("batchnorm_relu bwd", P + 56, dbet, 8, RT_F32, 0.0);
-    /* the moving statistics: applied, then skipped by the bound flag */
-    int32_t one = 1, *FLAG = dev(&one, 4);
-    rt_batchnorm_update_moving(8, outer * inner, sm, si, 1e-5f, 0.9f, mm, mv);
-    rt_cuda_batchnorm_update_moving(8, outer * inner, P + 16, P + 24, 1e-5f, 0.9f, P + 32, P + 40);
-    rt_cuda_bind_step(NULL, FLAG);
-    rt_cuda_batchnorm_update_moving(8, outer * inner, P + 16, P + 24, 1e-5f, 0.9f, P + 32, P + 40);
-    rt_cuda_bind_step(NULL, NULL);
+    /* the moving statistics: applied, then skipped by the step state (its
+     * flag under a dynamic scale) */
+    RtStepState skip = {.scale = 1.0f, .flag = 1, .dynamic = 1};
+    RtStepState *FLAG = dev(&skip, sizeof skip);
+    rt_batchnorm_update_moving(8, outer * inner, sm, si, 1e-5f, 0.9f, mm, mv, NULL);
+    rt_cuda_batchnorm_update_moving(&cx, 8, outer * inner, P + 16, P + 24, 1e-5f, 0.9f, P + 32,
+                                    P + 40, NULL);
+    rt_cuda_batchnorm_update_moving(&cx, 8, outer * inner, P + 16, P + 24, 1e-5f, 0.9f, P + 32,
+                                    P + 40, FLAG);
     compare_tol("bn_update_moving", P + 32, mm, 8, RT_F32, 0.0);
     compare_tol("bn_update_moving", P + 40, mv, 8, RT_F32, 0.0);
     CHECK(cudaFree(X0)); CHECK(cudaFree(X1)); CHECK(cudaFree(Y)); CHECK(cudaFree(DS));

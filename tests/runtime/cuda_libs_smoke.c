@@ -2,7 +2,7 @@
  * toolkit (no GPU needed): cuDNN, cuBLASLt, cuBLAS and NCCL are found at
  * run time (runtime/cuda/libs.h) and report their versions; the checking
  * macro's message names FILE:LINE, the call and each library's own error
- * string; and rt_cuda_init either works (a GPU) or fails with a message
+ * string; and rt_cuda_open either works (a GPU) or fails with a message
  * naming the call.  Exit 0 when all hold, 1 with the first failure.
  *
  * --env (the first-run kit's first row, tests/gpu/first_run.sh): prints the
@@ -121,11 +121,12 @@ int main(int argc, char **argv)
     expect(AMPC_TRY(AMPC_API_CUDNN, CUDNN_STATUS_SUCCESS), "success passes", "");
 
     RtCudaConfig cfg = {.workspace_limit = 64 << 20};
-    if (rt_cuda_init(&cfg, err, sizeof err)) {
-        printf("cuda_libs_smoke: rt_cuda_init works (a GPU is here)\n");
-        rt_cuda_shutdown();
+    RtCudaCtx *cx = rt_cuda_open(&cfg, err, sizeof err);
+    if (cx) {
+        printf("cuda_libs_smoke: rt_cuda_open works (a GPU is here)\n");
+        rt_cuda_close(cx);
     } else {
-        expect(strstr(err, "Create(") != NULL, "rt_cuda_init fails naming the handle call", err);
+        expect(strstr(err, "Create(") != NULL, "rt_cuda_open fails naming the handle call", err);
         printf("SKIPPED: cuDNN/cuBLASLt handles (no GPU): %s\n", err);
     }
     if (fails)

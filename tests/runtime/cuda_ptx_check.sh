@@ -11,8 +11,8 @@
 #    contain fma.
 # 2. Registers: ptxas -v (the build's log) reports no spill stores or loads
 #    for any kernel, and the optimizer, finite-check and loss-scale kernels
-#    (and some of ops.cuh's) are there for both architectures.
-# 3. math.cu (ops_math.cuh, the twins that call CUDA's libm: its fma and
+#    (and some of the other families') are there for both architectures.
+# 3. math.cu (math.cuh, the twins that call CUDA's libm: its fma and
 #    ex2.approx are the library's, so 1 does not apply) has no spills either.  The parser is first run on a
 #    made-up log with a spill, which it must reject.
 set -eu
@@ -71,10 +71,10 @@ if ! out=$(spills "$log"); then
     echo "$out"
     fail=1
 fi
-# the optimizer, finite-check and loss-scale kernels, and ops.cuh's (the
+# the optimizer, finite-check and loss-scale kernels, and other families' (the
 # rt.h twins without libm, which kernels.cu builds so the checks above cover them)
 for k in ampc_k_mt_optim ampc_k_mt_finite ampc_k_finite ampc_k_loss_scale ampc_k_dropout \
-         ampc_k_bcast_reduce ampc_k_smo_bwd ampc_k_bn_moving ampc_k_concat; do
+         ampc_k_bcast_reduce ampc_k_smo_bwd ampc_k_concat; do
     for arch in sm_80 sm_90; do
         if ! grep "Compiling entry function" "$log" | grep "$k" | grep -q "'$arch'"; then
             echo "cuda_ptx_check: FAIL: ptxas reported nothing for $k on $arch"
@@ -83,7 +83,7 @@ for k in ampc_k_mt_optim ampc_k_mt_finite ampc_k_finite ampc_k_loss_scale ampc_k
     done
 done
 
-# math.cu (ops_math.cuh: the twins that call CUDA's libm, whose fma and
+# math.cu (math.cuh: the twins that call CUDA's libm, whose fma and
 # ex2.approx are its own and not checked above) must not spill either
 mlog=$DIR/math.ptxas.log
 [ -s "$mlog" ] || { echo "cuda_ptx_check: $mlog missing (build libampccuda.a first)"; exit 1; }

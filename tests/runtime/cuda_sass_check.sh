@@ -5,7 +5,7 @@
 # the PyPI wheels, as the toolkit here ships neither); LISTER prints
 # ir/kernels.def's vectorized column (tests/runtime/sass/kernel_vectorized.c).
 #
-# 1. kernels.o, layout.o, device.o and math.o hold SASS for sm_80 and sm_90;
+# 1. kernels.o, layout.o, pool.o, batchnorm.o, device.o and math.o hold SASS for sm_80 and sm_90;
 #    no kernel touches local memory without a stack frame in ptxas's report;
 #    no fused multiply-add outside the correctly rounded division, reciprocal
 #    and square-root sequences (math.o exempt: CUDA libm's own fma); every
@@ -30,10 +30,13 @@ trap 'rm -rf "$tmp"' EXIT
 vec=""
 for k in $("$LISTER"); do vec="$vec --vectorized $k"; done
 logs=""
-for o in kernels layout device math; do logs="$logs --ptxas-log $DIR/$o.ptxas.log"; done
+objs=""
+for o in kernels layout pool batchnorm device math; do
+    logs="$logs --ptxas-log $DIR/$o.ptxas.log"
+    objs="$objs $DIR/$o.o"
+done
 # shellcheck disable=SC2086 # lists of words
-if ! $check --fma-exempt "$DIR/math.o" $logs $vec "$DIR/kernels.o" "$DIR/layout.o" \
-    "$DIR/device.o" "$DIR/math.o" >"$tmp/real" 2>&1; then
+if ! $check --fma-exempt "$DIR/math.o" $logs $vec $objs >"$tmp/real" 2>&1; then
     cat "$tmp/real"
     fail=1
 else

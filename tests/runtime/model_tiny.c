@@ -102,8 +102,8 @@ static void train_step(RtCtx *ctx, RtDType dt)
                        .ignore_label = -1, .normalization = RT_SMO_NORM_NULL};
     forward(ctx, dt, B_PROB);
     void *w = ws(ctx, dt);
-    rt_softmax_output_backward(n, OUT, RT_F32, b[B_PROB], b[B_LABEL], &smo, ctx->loss_scale,
-                               RT_F32, b[B_DLOGITS32], false);
+    rt_softmax_output_backward(n, OUT, RT_F32, b[B_PROB], b[B_LABEL], &smo, ctx->step_state, RT_F32,
+                               b[B_DLOGITS32], false);
     AFTER(6, B_DLOGITS32, "fc2_cast_grad");
     rt_cast_backward((size_t)(n * OUT), RT_F32, b[B_DLOGITS32], dt, b[B_DLOGITS], false);
     AFTER(7, B_DLOGITS, "fc2_grad");

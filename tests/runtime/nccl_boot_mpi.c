@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "dist/coll.h"
-#include "mpi_rt.h"
+#include "dist/mpi_rt.h"
 
 static RtCollId got;
 static int got_rank = -1, got_world, made;

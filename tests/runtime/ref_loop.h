@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu.h" /* the optimizer, on host pointers */
 #include "train.h"
 #include "train_internal.h"
 
@@ -41,7 +42,7 @@ static int ref_loop_run(const RtModel *m, const RtTrainOptions *o, int64_t steps
         snprintf(msg, msglen, "cannot open the data");
         return 1;
     }
-    if (!rt_trainer_init(&t, m, b, rt_optim_nstate(&oc), msg, msglen)) {
+    if (!rt_trainer_init(&t, m, b, rt_optim_nstate(&oc), NULL, msg, msglen)) {
         rt_data_free(&ds);
         return 1;
     }
@@ -53,20 +54,22 @@ static int ref_loop_run(const RtModel *m, const RtTrainOptions *o, int64_t steps
         goto out;
     RtLossScaler ls;
     rt_loss_scaler_init(&ls, &o->loss_scale, m->amp);
+    RtStepState st = {.scale = 1}; /* the reference's own, on the host */
+    t.ctx.step_state = &st;
     int64_t spe = ds.ntrain / b, total = spe * o->epochs, nu = 0;
     rt_shuffle(perm, ds.ntrain, o->seed, 0);
     for (int64_t step = 0; step < steps && step < spe; step++) {
         ds.fill(&ds, RT_SPLIT_TRAIN, perm + step * b, b, t.ctx.buf[m->data], t.ctx.buf[m->label]);
         t.ctx.batch = b;
         t.ctx.step = (uint64_t)step;
-        t.ctx.loss_scale = step == o->inject_inf_step ? INFINITY : ls.s.scale;
+        st.scale = step == o->inject_inf_step ? INFINITY : ls.s.scale;
         m->train_step(&t.ctx);
         bool finite = ls.mode != RT_LS_DYNAMIC || rt_optim_grads_finite(m, &t.ctx);
         if (finite || ls.mode != RT_LS_DYNAMIC) {
             if (m->moving_update)
                 m->moving_update(&t.ctx);
             oc.lr = rt_lr_at(&o->sched, o->lr, nu + 1, spe, total);
-            oc.rescale_grad = (float)(1.0 / ((double)b * (double)t.ctx.loss_scale));
+            oc.rescale_grad = (float)(1.0 / ((double)b * (double)st.scale));
             oc.t = nu + 1;
             bool f = rt_optim_step2(m, &t.ctx, t.state, t.state2, &oc);
             if (ls.mode != RT_LS_DYNAMIC)

@@ -265,11 +265,11 @@ static void test_softmax_output_bwd_cast(void **state)
                 for (int64_t i = 0; i < n; i++)
                     label[i] = (float)(i % (k + 1)); /* k itself: out of range */
                 void *d32 = buf(nk, RT_F32), *dx1 = buf(nk, dxdt), *dx2 = buf(nk, dxdt);
-                rt_softmax_output_backward(n, k, RT_F32, prob, label, &p, sc[1], RT_F32, d32,
-                                           false);
+                RtStepState st = {.scale = sc[1]};
+                rt_softmax_output_backward(n, k, RT_F32, prob, label, &p, &st, RT_F32, d32, false);
                 rt_cast_forward(nk, RT_F32, d32, dxdt, dx1);
                 memset(dx2, 0x55, nk * rt_dtype_size(dxdt));
-                rt_softmax_output_backward(n, k, RT_F32, prob, label, &p, sc[1], dxdt, dx2, false);
+                rt_softmax_output_backward(n, k, RT_F32, prob, label, &p, &st, dxdt, dx2, false);
                 if (k > 1 && v < 6 && sc[0] == 1)
                     some_finite("SoftmaxOutput backward to 16 bits", dx1, nk, dxdt);
                 same_bits("SoftmaxOutput backward writing 16 bits", dtype_names[d], dx1, dx2,

@@ -174,7 +174,7 @@ static size_t bn_run(RtBnDims d, RtDType dt, bool fix_gamma, bool global, bool f
             ev[i] = mv[i] * momentum + bvar[i] * m / (m - 1) * (1 - momentum);
         }
         rt_batchnorm_update_moving(d.c, d.outer * d.inner, smean, sinv, (float)c.eps, momentum,
-                                   mm32, mv32);
+                                   mm32, mv32, NULL);
         bad += check_f("bn moving_mean", mm32, em, C, tu_tol(RT_F32, 1));
         bad += check_f("bn moving_var", mv32, ev, C, tu_tol(RT_F32, 1));
         free(em), free(ev);
@@ -266,13 +266,18 @@ static void test_bn_bf16(void **state)
     assert_int_equal(bn_run(bn_shapes[0], RT_BF16, false, false, false), 0);
 }
 
-/* A skipped step leaves the statistics alone simply by not calling the
- * update; a count of 1 uses the biased variance instead of dividing by 0. */
+/* A count of 1 uses the biased variance instead of dividing by 0; a step
+ * the step's state skips (its flag set under a dynamic scale) leaves the
+ * statistics alone, a flag without a dynamic scale does not. */
 static void test_bn_moving_count1(void **state)
 {
     (void)state;
     float mean = 2.0f, invstd = 1.0f / sqrtf(4.0f + 1e-5f), mm = 0.0f, mv = 1.0f;
-    rt_batchnorm_update_moving(1, 1, &mean, &invstd, 1e-5f, 0.9f, &mm, &mv);
+    RtStepState skip = {.scale = 1, .flag = 1, .dynamic = 1};
+    rt_batchnorm_update_moving(1, 1, &mean, &invstd, 1e-5f, 0.9f, &mm, &mv, &skip);
+    assert_true(mm == 0.0f && mv == 1.0f);
+    RtStepState fixed = {.scale = 1, .flag = 1, .dynamic = 0};
+    rt_batchnorm_update_moving(1, 1, &mean, &invstd, 1e-5f, 0.9f, &mm, &mv, &fixed);
     assert_float_equal(mm, 0.2f, 1e-6);
     assert_float_equal(mv, 0.9f + 0.4f, 1e-5);
 }

@@ -287,10 +287,11 @@ static size_t smo_run(int64_t n, int64_t k, RtSmoParams p, float loss_scale, RtD
     rt_softmax_output_forward(n, k, dt, xs, dt, ps);
     bad += tu_check("SoftmaxOutput prob", ps, dt, prob, nk, tu_tol(dt, 1));
     memset(dxs, 0x55, nk * rt_dtype_size(dt));
-    rt_softmax_output_backward(n, k, dt, ps, label, &p, loss_scale, dt, dxs, false);
+    RtStepState st = {.scale = loss_scale};
+    rt_softmax_output_backward(n, k, dt, ps, label, &p, &st, dt, dxs, false);
     bad += tu_check("SoftmaxOutput dx", dxs, dt, dx, nk, tu_tol(dt, tu_maxabs(dx, nk)));
     float *dx32 = tu_unpack(dxs, nk, dt);
-    rt_softmax_output_backward(n, k, dt, ps, label, &p, loss_scale, dt, dxs, true);
+    rt_softmax_output_backward(n, k, dt, ps, label, &p, &st, dt, dxs, true);
     for (size_t i = 0; i < nk; i++)
         dx[i] *= 2;
     bad += tu_check("SoftmaxOutput dx accumulate", dxs, dt, dx, nk, tu_tol(dt, tu_maxabs(dx, nk)));
@@ -339,7 +340,7 @@ static void test_softmax_output_values(void **state)
     float dx[8];
     RtSmoParams p = {.grad_scale = 1, .smooth_alpha = 0.3f, .ignore_label = -1,
                      .normalization = RT_SMO_NORM_NULL};
-    rt_softmax_output_backward(2, 4, RT_F32, prob, label, &p, 1.0f, RT_F32, dx, false);
+    rt_softmax_output_backward(2, 4, RT_F32, prob, label, &p, NULL, RT_F32, dx, false);
     float want[8] = {0.1f - 0.1f, 0.2f - 0.7f, 0.3f - 0.1f, 0.4f - 0.1f,
                      0.25f - 0.1f, 0.25f - 0.1f, 0.25f - 0.1f, 0.25f - 0.7f};
     for (int i = 0; i < 8; i++)
@@ -347,21 +348,22 @@ static void test_softmax_output_values(void **state)
     /* batch normalization, grad_scale and the loss scale multiply */
     p.normalization = RT_SMO_NORM_BATCH;
     p.grad_scale = 3;
-    rt_softmax_output_backward(2, 4, RT_F32, prob, label, &p, 65536.0f, RT_F32, dx, false);
+    RtStepState big = {.scale = 65536.0f};
+    rt_softmax_output_backward(2, 4, RT_F32, prob, label, &p, &big, RT_F32, dx, false);
     for (int i = 0; i < 8; i++)
         assert_float_equal(dx[i], want[i] * 3 / 2 * 65536, 1e-6 * 65536 * 2);
     /* valid with every row ignored divides by 1, and the rows are zero */
     float ign[2] = {5, 5};
     p = (RtSmoParams){.grad_scale = 1, .use_ignore = true, .ignore_label = 5,
                       .normalization = RT_SMO_NORM_VALID};
-    rt_softmax_output_backward(2, 4, RT_F32, prob, ign, &p, 1.0f, RT_F32, dx, false);
+    rt_softmax_output_backward(2, 4, RT_F32, prob, ign, &p, NULL, RT_F32, dx, false);
     for (int i = 0; i < 8; i++)
         assert_true(dx[i] == 0.0f);
     /* without use_ignore an out-of-range label has no true class: p - a/(K-1) */
     float out[2] = {-1, 9};
     p = (RtSmoParams){.grad_scale = 1, .smooth_alpha = 0.3f, .ignore_label = -1,
                       .normalization = RT_SMO_NORM_NULL};
-    rt_softmax_output_backward(2, 4, RT_F32, prob, out, &p, 1.0f, RT_F32, dx, false);
+    rt_softmax_output_backward(2, 4, RT_F32, prob, out, &p, NULL, RT_F32, dx, false);
     for (int i = 0; i < 8; i++)
         assert_float_equal(dx[i], prob[i] - 0.1f, 1e-6);
 }

@@ -44,6 +44,8 @@
 #include "emu_test.h"
 #include "kernels/half.h"
 #include "train.h"
+#include "lossscale.h"
+#include "cpu/cpu.h"
 
 /* ---- data ------------------------------------------------------------------ */
 
@@ -569,7 +571,7 @@ static int32_t emu_step(Opt *o, const RtOptConfig *c, int64_t chunk, const AmpcL
     AmpcMtTensor *td = to_dev(t, (size_t)nt * sizeof *t, "tensors");
     AmpcMtBlock *bd = to_dev(blocks, (size_t)nb * sizeof *blocks, "blocks");
     AmpcMtStep *sd = to_dev(&step, sizeof step, "step");
-    AmpcLossScale *scd = scale ? to_dev(scale, sizeof *scale, "scale") : NULL;
+    float *scd = scale ? to_dev(&scale->scale, sizeof scale->scale, "scale") : NULL;
     int32_t *skd = skip ? to_dev(skip, sizeof *skip, "skip") : NULL;
     int32_t zero = 0, *flag = to_dev(&zero, sizeof zero, "flag");
     long before = ampc_emu_launches();
@@ -756,14 +758,14 @@ static void test_step_kernels(void **st)
     (void)st;
     AmpcDevLs *ls = dev(sizeof *ls, "ls");
     AmpcMtStep *table = dev(3 * sizeof *table, "lr table"), *cur = dev(sizeof *cur, "cur");
-    uint8_t *ring = dev(RT_DEV_LS_RING, "ring");
-    int32_t *flag = dev(sizeof *flag, "flag");
+    AmpcLossScaleStep *ring = dev(RT_DEV_LS_RING * sizeof *ring, "ring");
+    int32_t *flag = &ls->st.flag; /* the step state's, as device.cu's */
     for (int dynamic = 0; dynamic < 2; dynamic++) {
         memset(ls, 0, sizeof *ls);
         ls->ls.scale = 1024.0f;
         ls->ls.tracker = 3;
-        ls->dynamic = dynamic;
-        ls->num_update = 5;
+        ls->st.dynamic = dynamic;
+        ls->st.num_update = 5;
         ls->lr_first = 5;
         ls->lr_n = 3; /* updates 6, 7, 8 are written */
         for (int i = 0; i < 3; i++) {
@@ -778,9 +780,8 @@ static void test_step_kernels(void **st)
             ampc_emu_pass(step % 3);
             int inject = step == 4;
             assert_int_equal(ampc_cu_step_begin(NULL, ls, inject), 0);
-            assert_int_equal(ampc_f32_bits(ls->step.scale),
+            assert_int_equal(ampc_f32_bits(ls->st.scale),
                              inject ? 0x7f800000u : ampc_f32_bits(ls->ls.scale));
-            assert_int_equal(ls->step.tracker, ls->ls.tracker);
             assert_int_equal(ampc_cu_step_pick(NULL, ls, table, cur), 0);
             int64_t i = num_update - 5;
             if (i >= 0 && i < 3) {
@@ -792,9 +793,13 @@ static void test_step_kernels(void **st)
             *flag = step % 3 == 1; /* a non-finite step */
             assert_int_equal(ampc_cu_step_count(NULL, ls, flag), 0);
             num_update += !dynamic || !*flag;
-            assert_int_equal(ls->num_update, num_update);
+            assert_int_equal(ls->st.num_update, num_update);
             assert_int_equal(ampc_cu_step_ring(NULL, ls, flag, ring, RT_DEV_LS_RING), 0);
-            assert_int_equal(ring[steps % RT_DEV_LS_RING], !*flag);
+            const AmpcLossScaleStep *r = &ring[steps % RT_DEV_LS_RING];
+            assert_int_equal(r->finite, !*flag); /* the step's record, after the rule */
+            assert_int_equal(ampc_f32_bits(r->s.scale), ampc_f32_bits(ls->ls.scale));
+            assert_int_equal(r->s.tracker, ls->ls.tracker);
+            assert_int_equal(r->num_update, num_update);
             steps++;
             nonfinite += !dynamic && *flag;
             assert_int_equal(ls->steps, steps);
@@ -802,7 +807,6 @@ static void test_step_kernels(void **st)
         }
     }
     ampc_emu_free(ls), ampc_emu_free(table), ampc_emu_free(cur), ampc_emu_free(ring);
-    ampc_emu_free(flag);
 }
 
 int main(void)

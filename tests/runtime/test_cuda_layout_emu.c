@@ -9,7 +9,7 @@
  * and pooling (pool.cuh) against rt_pool_forward / rt_pool_backward, NCHW
  * and NHWC, over max/avg/sum, 1-D to 3-D, both conventions, with and
  * without count_include_pad, global, and empty windows; and BatchNorm
- * (bn.cuh) against rt_batchnorm_* (training, inference, backward with batch
+ * (batchnorm.cuh) against rt_batchnorm_* (training, inference, backward with batch
  * and global statistics, fix_gamma, every accumulate flag). */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,6 +1,8 @@
 /*
  * test_cuda_ops_emu.c - the CUDA twins of rt.h's other kernels
- * (runtime/cuda/ops.cuh, ops_math.cuh; the fused BatchNorm + relu of bn.cuh)
+ * (runtime/cuda/'s family headers: dtype.cuh, elemwise.cuh, act.cuh,
+ * reduce.cuh, loss.cuh, layout.cuh, math.cuh, batchnorm.cuh's moving update
+ * and fused BatchNorm + relu)
  * under the emulator (libampcemu.a; runtime/emu/), through their rt_cuda_*
  * entry points, against the CPU twins (runtime/cpu/) bit for bit:
  *
@@ -20,7 +22,7 @@
  * blocks), fp32/fp16/bf16, inf, NaN, -0 and subnormals, in device buffers
  * of exactly their size.  Every case runs under two scheduler seeds and the
  * reversed order, with every access checked.  NaN compares as NaN.
- * The libm kernels (ops_math.cuh) are bit for bit here because the
+ * The libm kernels (math.cuh) are bit for bit here because the
  * emulation calls the same glibc as the CPU; on a GPU they are compared
  * with a tolerance (tests/runtime/cuda_kernels_gpu.c).
  */
@@ -39,6 +41,10 @@
 #include "emu_test.h"
 #include "kernels/half.h"
 #include "rt.h"
+
+/* the context every rt_cuda_* call takes: the emulator's default stream,
+ * no library (the kernels here need none) */
+static RtCudaCtx cx;
 
 /* every buffer of this test is device memory (the CPU twins use it too) */
 static void *dmem(size_t bytes) { return dev(bytes, "buffer"); }
@@ -159,19 +165,19 @@ static void test_activation(void **st)
         size_t n = sizes[s];
         void *x = buf(n, dt, true), *dy = buf(n, dt, true), *acc0 = buf(n, dt, true);
         void *yg = buf(n, dt, false), *yc = buf(n, dt, false);
-        rt_cuda_activation_forward((RtAct)a, n, dt, x, yg);
+        rt_cuda_activation_forward(&cx, (RtAct)a, n, dt, x, yg);
         rt_activation_forward((RtAct)a, n, dt, x, yc);
         same(yg, yc, n, dt, "activation forward");
         for (int acc = 0; acc < 2; acc++) {
             void *dg = dup(acc0, n, dt), *dc = dup(acc0, n, dt);
-            rt_cuda_activation_backward((RtAct)a, n, dt, x, yc, dy, dg, acc);
+            rt_cuda_activation_backward(&cx, (RtAct)a, n, dt, x, yc, dy, dg, acc);
             rt_activation_backward((RtAct)a, n, dt, x, yc, dy, dc, acc);
             same(dg, dc, n, dt, "activation backward");
             dfree(dg), dfree(dc);
         }
         /* dx over dy */
         void *dg = dup(dy, n, dt), *dc = buf(n, dt, false);
-        rt_cuda_activation_backward((RtAct)a, n, dt, x, yc, dg, dg, false);
+        rt_cuda_activation_backward(&cx, (RtAct)a, n, dt, x, yc, dg, dg, false);
         rt_activation_backward((RtAct)a, n, dt, x, yc, dy, dc, false);
         same(dg, dc, n, dt, "activation backward in place");
         dfree(x), dfree(dy), dfree(acc0), dfree(yg), dfree(yc), dfree(dg), dfree(dc);
@@ -191,14 +197,14 @@ static void test_leaky_relu(void **st)
         size_t n = (size_t)(o * c * in);
         void *x = buf(n, dt, true), *dy = buf(n, dt, true), *gamma = range_buf((size_t)c, dt, 0, 1);
         void *yg = buf(n, dt, false), *yc = buf(n, dt, false);
-        rt_cuda_leaky_relu_forward((RtLeaky)k, o, c, in, dt, x, gamma, 0.25f, yg);
+        rt_cuda_leaky_relu_forward(&cx, (RtLeaky)k, o, c, in, dt, x, gamma, 0.25f, yg);
         rt_leaky_relu_forward((RtLeaky)k, o, c, in, dt, x, gamma, 0.25f, yc);
         same(yg, yc, n, dt, "leaky_relu forward");
         for (int acc = 0; acc < 2; acc++) {
             void *dg = buf(n, dt, false), *dc = dup(dg, n, dt);
             void *gg = range_buf((size_t)c, dt, -1, 1), *gc = dup(gg, (size_t)c, dt);
-            rt_cuda_leaky_relu_backward((RtLeaky)k, o, c, in, dt, x, gamma, 0.25f, dy, dg, gg, acc,
-                                        !acc);
+            rt_cuda_leaky_relu_backward(&cx, (RtLeaky)k, o, c, in, dt, x, gamma, 0.25f, dy, dg, gg,
+                                        acc, !acc);
             rt_leaky_relu_backward((RtLeaky)k, o, c, in, dt, x, gamma, 0.25f, dy, dc, gc, acc,
                                    !acc);
             same(dg, dc, n, dt, "leaky_relu backward dx");
@@ -221,12 +227,12 @@ static void test_dropout(void **st)
         size_t n = sizes[s];
         uint64_t seed = 0x123456789abcull + (uint64_t)s, step = (uint64_t)7 << 33 | 5;
         void *x = buf(n, dt, true), *yg = buf(n, dt, false), *yc = buf(n, dt, false);
-        rt_cuda_dropout_forward(n, dt, x, 0.3f, seed, step, 0xdeadbeefu, yg);
+        rt_cuda_dropout_forward(&cx, n, dt, x, 0.3f, seed, step, 0xdeadbeefu, yg);
         rt_dropout_forward(n, dt, x, 0.3f, seed, step, 0xdeadbeefu, yc);
         same(yg, yc, n, dt, "dropout forward");
         for (int acc = 0; acc < 2; acc++) {
             void *dg = buf(n, dt, true), *dc = dup(dg, n, dt);
-            rt_cuda_dropout_backward(n, dt, x, 0.5f, seed, step + 1, 3, dg, acc);
+            rt_cuda_dropout_backward(&cx, n, dt, x, 0.5f, seed, step + 1, 3, dg, acc);
             rt_dropout_backward(n, dt, x, 0.5f, seed, step + 1, 3, dc, acc);
             same(dg, dc, n, dt, "dropout backward");
             dfree(dg), dfree(dc);
@@ -247,12 +253,12 @@ static void test_unary_clip(void **st)
         void *x = buf(n, dt, true), *dy = buf(n, dt, true);
         for (int op = 0; op < 3; op++) {
             void *yg = buf(n, dt, false), *yc = buf(n, dt, false);
-            rt_cuda_unary_forward((RtUnaryOp)op, n, dt, x, yg);
+            rt_cuda_unary_forward(&cx, (RtUnaryOp)op, n, dt, x, yg);
             rt_unary_forward((RtUnaryOp)op, n, dt, x, yc);
             same(yg, yc, n, dt, "unary forward");
             for (int acc = 0; acc < 2; acc++) {
                 void *dg = buf(n, dt, false), *dc = dup(dg, n, dt);
-                rt_cuda_unary_backward((RtUnaryOp)op, n, dt, x, yc, dy, dg, acc);
+                rt_cuda_unary_backward(&cx, (RtUnaryOp)op, n, dt, x, yc, dy, dg, acc);
                 rt_unary_backward((RtUnaryOp)op, n, dt, x, yc, dy, dc, acc);
                 same(dg, dc, n, dt, "unary backward");
                 dfree(dg), dfree(dc);
@@ -260,12 +266,12 @@ static void test_unary_clip(void **st)
             dfree(yg), dfree(yc);
         }
         void *yg = buf(n, dt, false), *yc = buf(n, dt, false);
-        rt_cuda_clip_forward(n, dt, x, -2.5f, 3.0f, yg);
+        rt_cuda_clip_forward(&cx, n, dt, x, -2.5f, 3.0f, yg);
         rt_clip_forward(n, dt, x, -2.5f, 3.0f, yc);
         same(yg, yc, n, dt, "clip forward");
         for (int acc = 0; acc < 2; acc++) {
             void *dg = buf(n, dt, false), *dc = dup(dg, n, dt);
-            rt_cuda_clip_backward(n, dt, x, -2.5f, 3.0f, dy, dg, acc);
+            rt_cuda_clip_backward(&cx, n, dt, x, -2.5f, 3.0f, dy, dg, acc);
             rt_clip_backward(n, dt, x, -2.5f, 3.0f, dy, dc, acc);
             same(dg, dc, n, dt, "clip backward");
             dfree(dg), dfree(dc);
@@ -288,37 +294,37 @@ static void test_wrappers(void **st)
         void *a = buf(n, dt, true), *b = buf(n, dt, true), *yg = buf(n, dt, false);
         void *yc = buf(n, dt, false);
         for (int op = 0; op < 3; op++) {
-            rt_cuda_elemwise_forward((RtBinOp)op, n, dt, a, b, yg);
+            rt_cuda_elemwise_forward(&cx, (RtBinOp)op, n, dt, a, b, yg);
             rt_elemwise_forward((RtBinOp)op, n, dt, a, b, yc);
             same(yg, yc, n, dt, "elemwise forward");
         }
-        rt_cuda_add_relu_forward(n, dt, a, b, yg);
+        rt_cuda_add_relu_forward(&cx, n, dt, a, b, yg);
         rt_add_relu_forward(n, dt, a, b, yc);
         same(yg, yc, n, dt, "add_relu");
         for (int op = 0; op < 6; op++) {
-            rt_cuda_scalar_forward((RtScalarOp)op, n, dt, a, 1.5f, yg);
+            rt_cuda_scalar_forward(&cx, (RtScalarOp)op, n, dt, a, 1.5f, yg);
             rt_scalar_forward((RtScalarOp)op, n, dt, a, 1.5f, yc);
             same(yg, yc, n, dt, "scalar forward");
             memcpy(yg, b, n * rt_dtype_size(dt)), memcpy(yc, b, n * rt_dtype_size(dt));
-            rt_cuda_scalar_backward((RtScalarOp)op, n, dt, a, 1.5f, b, yg, true);
+            rt_cuda_scalar_backward(&cx, (RtScalarOp)op, n, dt, a, 1.5f, b, yg, true);
             rt_scalar_backward((RtScalarOp)op, n, dt, a, 1.5f, b, yc, true);
             same(yg, yc, n, dt, "scalar backward");
         }
-        rt_cuda_reshape_forward(n, dt, a, yg);
+        rt_cuda_reshape_forward(&cx, n, dt, a, yg);
         rt_reshape_forward(n, dt, a, yc);
         same(yg, yc, n, dt, "reshape forward");
-        rt_cuda_reshape_backward(n, dt, b, yg, true);
+        rt_cuda_reshape_backward(&cx, n, dt, b, yg, true);
         rt_reshape_backward(n, dt, b, yc, true);
         same(yg, yc, n, dt, "reshape backward");
-        rt_cuda_copy(n, dt, b, yg);
+        rt_cuda_copy(&cx, n, dt, b, yg);
         rt_copy(n, dt, b, yc);
         same(yg, yc, n, dt, "copy");
         for (int u = 0; u < 3; u++) {
             void *cg = buf(n, dts[u], false), *cc = dup(cg, n, dts[u]);
-            rt_cuda_cast_forward(n, dt, a, dts[u], cg);
+            rt_cuda_cast_forward(&cx, n, dt, a, dts[u], cg);
             rt_cast_forward(n, dt, a, dts[u], cc);
             same(cg, cc, n, dts[u], "cast forward");
-            rt_cuda_cast_backward(n, dt, b, dts[u], cg, true);
+            rt_cuda_cast_backward(&cx, n, dt, b, dts[u], cg, true);
             rt_cast_backward(n, dt, b, dts[u], cc, true);
             same(cg, cc, n, dts[u], "cast backward");
             dfree(cg), dfree(cc);
@@ -344,7 +350,7 @@ static void test_concat_layout(void **st)
         for (int i = 0; i < 3; i++)
             x[i] = buf((size_t)(outer * len[i] * inner), dt, true);
         void *yg = buf(n, dt, false), *yc = buf(n, dt, false);
-        rt_cuda_concat_forward(3, (const void *const *)x, len, outer, inner, dt, yg);
+        rt_cuda_concat_forward(&cx, 3, (const void *const *)x, len, outer, inner, dt, yg);
         rt_concat_forward(3, (const void *const *)x, len, outer, inner, dt, yc);
         same(yg, yc, n, dt, "concat forward");
         bool acc[3] = {false, true, false};
@@ -353,9 +359,9 @@ static void test_concat_layout(void **st)
             dg[i] = buf(m, dt, true), dc[i] = dup(dg[i], m, dt);
         }
         void *skip_g[3] = {dg[0], NULL, dg[2]}, *skip_c[3] = {dc[0], NULL, dc[2]};
-        rt_cuda_concat_backward(3, yc, len, outer, inner, dt, skip_g, acc);
+        rt_cuda_concat_backward(&cx, 3, yc, len, outer, inner, dt, skip_g, acc);
         rt_concat_backward(3, yc, len, outer, inner, dt, skip_c, acc);
-        rt_cuda_concat_backward(3, yc, len, outer, inner, dt, dg, acc);
+        rt_cuda_concat_backward(&cx, 3, yc, len, outer, inner, dt, dg, acc);
         rt_concat_backward(3, yc, len, outer, inner, dt, dc, acc);
         for (int i = 0; i < 3; i++)
             same(dg[i], dc[i], (size_t)(outer * len[i] * inner), dt, "concat backward");
@@ -369,9 +375,9 @@ static void test_concat_layout(void **st)
                     memcpy((char *)want + (size_t)((i * HW + p) * C + c) * es,
                            (char *)src + (size_t)((i * C + c) * HW + p) * es, es);
         size_t nl = (size_t)(N * C * HW);
-        rt_cuda_layout_convert(N, C, HW, dt, src, nhwc, RT_LAYOUT_NHWC);
+        rt_cuda_layout_convert(&cx, N, C, HW, dt, src, nhwc, RT_LAYOUT_NHWC);
         assert_memory_equal(nhwc, want, nl * es); /* bit copies: NaN payloads too */
-        rt_cuda_layout_convert(N, C, HW, dt, nhwc, back, RT_LAYOUT_NCHW);
+        rt_cuda_layout_convert(&cx, N, C, HW, dt, nhwc, back, RT_LAYOUT_NCHW);
         assert_memory_equal(back, src, nl * es);
         compared += 2;
         for (int i = 0; i < 3; i++)
@@ -394,15 +400,16 @@ static void bcast_case(int ra, const int64_t *sa, int rb, const int64_t *sb, RtD
     void *yg = buf(no, dt, false), *yc = buf(no, dt, false);
     plant(dy, no, dt, (size_t)d.out[d.rank - 1]);
     void *ws = dmem(rt_broadcast_workspace_bytes(&d, dt, RT_PASS_BACKWARD) + 64);
-    assert_int_equal(rt_cuda_broadcast_workspace_bytes(&d, dt, RT_PASS_BACKWARD), 0);
+    assert_int_equal(rt_cuda_broadcast_workspace_bytes(&cx, &d, dt, RT_PASS_BACKWARD), 0);
     for (int op = 0; op < 3; op++) {
-        rt_cuda_broadcast_forward((RtBinOp)op, &d, dt, a, b, yg);
+        rt_cuda_broadcast_forward(&cx, (RtBinOp)op, &d, dt, a, b, yg);
         rt_broadcast_forward((RtBinOp)op, &d, dt, a, b, yc);
         same(yg, yc, no, dt, "broadcast forward");
         for (int acc = 0; acc < 2; acc++) {
             void *dag = buf(na, dt, false), *dac = dup(dag, na, dt);
             void *dbg = buf(nb, dt, false), *dbc = dup(dbg, nb, dt);
-            rt_cuda_broadcast_backward((RtBinOp)op, &d, dt, dy, a, b, dag, dbg, acc, !acc, NULL);
+            rt_cuda_broadcast_backward(&cx, (RtBinOp)op, &d, dt, dy, a, b, dag, dbg, acc, !acc,
+                                       NULL);
             rt_broadcast_backward((RtBinOp)op, &d, dt, dy, a, b, dac, dbc, acc, !acc, ws);
             same(dag, dac, na, dt, "broadcast backward da");
             same(dbg, dbc, nb, dt, "broadcast backward db");
@@ -451,11 +458,11 @@ static void reduce_case(int rank, const int64_t *in, const bool *red, RtDType dt
     void *ws = dmem(rt_reduce_workspace_bytes(&d, dt, RT_PASS_FORWARD) + 64);
     for (int mean = 0; mean < 2; mean++) {
         void *yg = buf(ny, dt, false), *yc = buf(ny, dt, false);
-        (mean ? rt_cuda_mean_forward : rt_cuda_sum_forward)(&d, dt, x, yg, NULL);
+        (mean ? rt_cuda_mean_forward : rt_cuda_sum_forward)(&cx, &d, dt, x, yg, NULL);
         (mean ? rt_mean_forward : rt_sum_forward)(&d, dt, x, yc, ws);
         same(yg, yc, ny, dt, mean ? "mean forward" : "sum forward");
         void *dg = buf(nx, dt, true), *dc = dup(dg, nx, dt);
-        (mean ? rt_cuda_mean_backward : rt_cuda_sum_backward)(&d, dt, dy, dg, true);
+        (mean ? rt_cuda_mean_backward : rt_cuda_sum_backward)(&cx, &d, dt, dy, dg, true);
         (mean ? rt_mean_backward : rt_sum_backward)(&d, dt, dy, dc, true);
         same(dg, dc, nx, dt, mean ? "mean backward" : "sum backward");
         dfree(yg), dfree(yc), dfree(dg), dfree(dc);
@@ -496,12 +503,12 @@ static void test_softmax(void **st)
         size_t n = (size_t)(o * l * in);
         void *x = buf(n, dt, s == 0), *dy = buf(n, dt, s == 0);
         void *yg = buf(n, dt, false), *yc = buf(n, dt, false);
-        (lg ? rt_cuda_log_softmax_forward : rt_cuda_softmax_forward)(o, l, in, dt, x, yg);
+        (lg ? rt_cuda_log_softmax_forward : rt_cuda_softmax_forward)(&cx, o, l, in, dt, x, yg);
         (lg ? rt_log_softmax_forward : rt_softmax_forward)(o, l, in, dt, x, yc);
         same(yg, yc, n, dt, "softmax forward");
         void *dg = buf(n, dt, false), *dc = dup(dg, n, dt);
-        (lg ? rt_cuda_log_softmax_backward : rt_cuda_softmax_backward)(o, l, in, dt, yc, dy, dg,
-                                                                       s & 1);
+        (lg ? rt_cuda_log_softmax_backward : rt_cuda_softmax_backward)(&cx, o, l, in, dt, yc, dy,
+                                                                       dg, s & 1);
         (lg ? rt_log_softmax_backward : rt_softmax_backward)(o, l, in, dt, yc, dy, dc, s & 1);
         same(dg, dc, n, dt, "softmax backward");
         dfree(x), dfree(dy), dfree(yg), dfree(yc), dfree(dg), dfree(dc);
@@ -518,14 +525,15 @@ static void test_softmax_output(void **st)
     for (int64_t i = 0; i < n; i++)
         label[i] = i % 5 == 0 ? -1.0f : (float)(next() % (unsigned)k);
     label[3] = (float)k; /* out of range: no class is the label */
-    float *scale = dmem(sizeof *scale);
-    *scale = 1024.0f;
+    RtStepState *step = dmem(sizeof *step);
+    memset(step, 0, sizeof *step);
+    step->scale = 1024.0f;
     compared = 0;
     BOTH_ORDERS for (int xt = 0; xt < 3; xt++) for (int t = 0; t < 3; t++)
     {
         RtDType xdt = dts[xt], dt = dts[t];
         void *x = buf(nk, xdt, xt == 0), *pg = buf(nk, dt, false), *pc = buf(nk, dt, false);
-        rt_cuda_softmax_output_forward(n, k, xdt, x, dt, pg);
+        rt_cuda_softmax_output_forward(&cx, n, k, xdt, x, dt, pg);
         rt_softmax_output_forward(n, k, xdt, x, dt, pc);
         same(pg, pc, nk, dt, "softmax_output forward");
         for (int norm = 0; norm < 3; norm++)
@@ -534,18 +542,16 @@ static void test_softmax_output(void **st)
                 RtDType dxdt = dts[(t + norm) % 3];
                 int acc = ign;
                 void *dg = buf(nk, dxdt, false), *dc = dup(dg, nk, dxdt);
-                rt_cuda_bind_step(norm == 1 ? NULL : scale, NULL);
-                /* the argument is ignored: the bound scale (1 when none) is used */
-                rt_cuda_softmax_output_backward(n, k, dt, pc, label, &p, 7.0f, dxdt, dg, acc);
-                rt_softmax_output_backward(n, k, dt, pc, label, &p, norm == 1 ? 1.0f : *scale,
-                                           dxdt, dc, acc);
+                /* the step state's scale, read on the device (1 without one) */
+                const RtStepState *sst = norm == 1 ? NULL : step;
+                rt_cuda_softmax_output_backward(&cx, n, k, dt, pc, label, &p, sst, dxdt, dg, acc);
+                rt_softmax_output_backward(n, k, dt, pc, label, &p, sst, dxdt, dc, acc);
                 same(dg, dc, nk, dxdt, "softmax_output backward");
                 dfree(dg), dfree(dc);
             }
         dfree(x), dfree(pg), dfree(pc);
     }
-    rt_cuda_bind_step(NULL, NULL);
-    dfree(label), dfree(scale);
+    dfree(label), dfree(step);
     assert_int_equal(compared, 3 * 9 * 7);
 }
 
@@ -562,30 +568,37 @@ static void test_bn_moving(void **st)
         mm[i] = value(false), mv[i] = unit() * 3.0f;
     }
     invstd[5] = 1.0e4f; /* the variance below eps: clamped to 0 */
-    int32_t *flag = dmem(sizeof *flag);
-    *flag = 0;
+    RtStepState *step = dmem(sizeof *step);
+    memset(step, 0, sizeof *step);
     BOTH_ORDERS for (int count = 1; count < 3; count++)
     {
-        for (int bound = 0; bound < 2; bound++) {
+        /* no state, a static scale with its flag set, a dynamic one with it clear */
+        for (int v = 0; v < 3; v++) {
+            step->dynamic = v == 2, step->flag = v == 1;
+            const RtStepState *sst = v ? step : NULL;
             memcpy(gm, mm, sizeof mm), memcpy(gv, mv, sizeof mv);
             float cm[C], cv[C];
             memcpy(cm, mm, sizeof mm), memcpy(cv, mv, sizeof mv);
-            rt_cuda_bind_step(NULL, bound ? flag : NULL);
-            rt_cuda_batchnorm_update_moving(C, count * 50 - 49, mean, invstd, 1e-5f, 0.9f, gm, gv);
-            rt_batchnorm_update_moving(C, count * 50 - 49, mean, invstd, 1e-5f, 0.9f, cm, cv);
+            rt_cuda_batchnorm_update_moving(&cx, C, count * 50 - 49, mean, invstd, 1e-5f, 0.9f, gm,
+                                            gv, sst);
+            rt_batchnorm_update_moving(C, count * 50 - 49, mean, invstd, 1e-5f, 0.9f, cm, cv, sst);
             assert_memory_equal(gm, cm, sizeof cm);
             assert_memory_equal(gv, cv, sizeof cv);
+            assert_memory_not_equal(gm, mm, sizeof mm);
         }
-        /* a skipped step: nothing written */
-        *flag = 1;
+        /* a skipped step: nothing written, on either */
+        step->dynamic = 1, step->flag = 1;
         memcpy(gm, mm, sizeof mm), memcpy(gv, mv, sizeof mv);
-        rt_cuda_batchnorm_update_moving(C, 100, mean, invstd, 1e-5f, 0.9f, gm, gv);
+        rt_cuda_batchnorm_update_moving(&cx, C, 100, mean, invstd, 1e-5f, 0.9f, gm, gv, step);
         assert_memory_equal(gm, mm, sizeof mm);
         assert_memory_equal(gv, mv, sizeof mv);
-        *flag = 0;
+        float cm[C], cv[C];
+        memcpy(cm, mm, sizeof mm), memcpy(cv, mv, sizeof mv);
+        rt_batchnorm_update_moving(C, 100, mean, invstd, 1e-5f, 0.9f, cm, cv, step);
+        assert_memory_equal(cm, mm, sizeof mm);
+        step->flag = 0;
     }
-    rt_cuda_bind_step(NULL, NULL);
-    dfree(mean), dfree(invstd), dfree(gm), dfree(gv), dfree(flag);
+    dfree(mean), dfree(invstd), dfree(gm), dfree(gv), dfree(step);
 }
 
 static void bn_relu_case(int64_t outer, int64_t c, int64_t inner, RtDType dt, int *cases)
@@ -611,7 +624,7 @@ static void bn_relu_case(int64_t outer, int64_t c, int64_t inner, RtDType dt, in
                                      gamma, beta, 1e-3f, 0, yg, sm_g, si_g, ws);
             rt_batchnorm_relu_forward_train(&d, dt, x, gamma, beta, 1e-3f, false, yc, sm_c, si_c);
         }
-        /* dnn.c's rt_cuda_batchnorm_relu_forward_*: the forward, then the relu in place */
+        /* batchnorm.c's rt_cuda_batchnorm_relu_forward_*: the forward, then the relu in place */
         ampc_cu_relu(NULL, n, (int)dt, yg, yg);
         same(yg, yc, n, dt, "batchnorm_relu forward");
         assert_memory_equal(sm_g, sm_c, cs);

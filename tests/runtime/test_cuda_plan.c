@@ -245,7 +245,12 @@ static void test_keys(void **state)
 }
 
 static int dropped;
-static void drop(void *v) { dropped += (int)(intptr_t)v != 0; }
+/* ctx: the count of drops seen with the cache's context */
+static void drop(void *ctx, void *v)
+{
+    dropped += (int)(intptr_t)v != 0;
+    *(int *)ctx += 1;
+}
 
 static void test_cache(void **state)
 {
@@ -267,8 +272,10 @@ static void test_cache(void **state)
         assert_null(ampc_cache_get(&c, &k));
     }
     assert_int_equal(c.count, 1000);
-    ampc_cache_free(&c, drop);
+    int seen = 0;
+    ampc_cache_free(&c, drop, &seen);
     assert_int_equal(dropped, 1000);
+    assert_int_equal(seen, 1000);
     assert_null(ampc_cache_get(&c, &k));
 }
 
@@ -345,7 +352,7 @@ static void test_fc_gemms(void **state)
     assert_non_null(strstr(err, "invalid dims"));
 }
 
-/* The engine rule of dnn.c on lists of cuDNN's numerical notes (no GPU
+/* The engine rule of conv.c on lists of cuDNN's numerical notes (no GPU
  * returns engines here, so the rule is checked on the notes themselves). */
 static void test_engine_policy(void **state)
 {

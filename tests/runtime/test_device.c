@@ -3,8 +3,9 @@
  * (runtime/cpu/device.c): every call's contract (alloc alignment, zeroing
  * and its failure message, copies both ways, fill, the finite flag over
  * fp32/fp16/bf16 gradients with an inf or NaN planted anywhere, the fused
- * optimizer step against optim.c's, events, all-reduce and broadcast on one
- * device, setup's idempotence), the trainer's staging path, and the loop
+ * optimizer step against optim.c's, events (and the lagging mode's),
+ * all-reduce and broadcast on one device, setup's idempotence, --sim-ranks'
+ * device around it), the trainer's staging path, and the loop
  * built on the interface (train.c) against a reference loop that calls the
  * kernels directly (ref_loop.h): the trained parameters bit for bit, fp32,
  * fp16 and bf16, SGD momentum and Adam, with a skipped overflow step.
@@ -27,6 +28,8 @@
 #include "model_tiny.c"
 #include "ref_loop.h"
 #include "train.h"
+#include "cpu/cpu.h"
+#include "dist/mpi_rt.h"
 
 static RtDevice *open_cpu(void)
 {
@@ -193,7 +196,7 @@ static const RtModel mix = {
 static void mix_trainer(RtTrainer *t, int nstate)
 {
     char err[256];
-    if (!rt_trainer_init(t, &mix, 2, nstate, err, sizeof err) ||
+    if (!rt_trainer_init(t, &mix, 2, nstate, NULL, err, sizeof err) ||
         !rt_trainer_init_params(t, "uniform(scale=0.5)", 7, err, sizeof err) ||
         !rt_trainer_setup(t, err, sizeof err))
         fail_msg("%s", err);
@@ -326,6 +329,102 @@ static void test_events(void **state)
     assert_true(rt_dev_event_done(d, &e2));
     rt_dev_synchronize(d);
     rt_device_close(d);
+}
+
+/* The lagging mode (a device a step behind the host): an event completes
+ * once the host has ended the step after its own, or waited for it; each
+ * wait for an incomplete event is counted, none for a complete one. */
+static void test_events_lagging(void **state)
+{
+    (void)state;
+    RtDevice *d = open_cpu();
+    char err[256];
+    RtDevLsInit in = {.s = {.scale = 1.0f}, .rule = ampc_loss_scale_rule_default(), .batch = 1};
+    assert_true(rt_dev_ls_init(d, &in, err, sizeof err));
+    rt_device_cpu_lagging(d, true);
+    RtDevEvent never = {0}, e1 = {0}, e2 = {0}, e3 = {0};
+    assert_true(rt_dev_event_done(d, &never));
+    rt_dev_event_record(d, &e1); /* step 0 */
+    assert_false(rt_dev_event_done(d, &e1));
+    rt_dev_ls_update(d); /* step 0 ends: the device is still in it */
+    assert_false(rt_dev_event_done(d, &e1));
+    rt_dev_event_record(d, &e2); /* step 1 */
+    rt_dev_ls_update(d);         /* step 1 ends: step 0's work is done */
+    assert_true(rt_dev_event_done(d, &e1));
+    assert_false(rt_dev_event_done(d, &e2));
+    uint64_t syncs = d->syncs;
+    rt_dev_event_wait(d, &e1); /* complete: no wait */
+    assert_int_equal(d->syncs, syncs);
+    rt_dev_event_record(d, &e3);
+    rt_dev_event_wait(d, &e2); /* a real wait, counted; e3 after it stays */
+    assert_int_equal(d->syncs, syncs + 1);
+    assert_true(rt_dev_event_done(d, &e2));
+    assert_false(rt_dev_event_done(d, &e3));
+    RtDevLsState st;
+    rt_dev_ls_read(d, &st, NULL, 0); /* a read-back waits for everything */
+    assert_true(rt_dev_event_done(d, &e3));
+    rt_dev_event_record(d, &e3);
+    rt_dev_synchronize(d);
+    assert_true(rt_dev_event_done(d, &e3));
+    rt_device_cpu_lagging(d, false); /* synchronous again: every event done */
+    rt_dev_event_record(d, &e3);
+    assert_true(rt_dev_event_done(d, &e3));
+    rt_device_close(d);
+}
+
+/* --sim-ranks' device (dist/sim.c): its world is the K ranks and its rank
+ * the one computing now, advanced by each all-reduce; after the last rank's
+ * the gradients hold the fp32 sum of every rank's in rank order, rounded to
+ * their dtype once. */
+static void test_sim_ranks(void **state)
+{
+    (void)state;
+    char err[256];
+    RtDevice *d = rt_sim_wrap(open_cpu(), 3, err, sizeof err);
+    assert_non_null(d);
+    assert_int_equal(rt_dev_world_size(d), 3);
+    enum { N = 5000 }; /* more than one chunk of the wrapper's copies */
+    uint16_t *g = rt_dev_alloc(d, N * sizeof *g, "fp16 gradient", err, sizeof err);
+    float *f = rt_dev_alloc(d, N * sizeof *f, "fp32 gradient", err, sizeof err);
+    assert_non_null(g);
+    assert_non_null(f);
+    RtDevTensor bucket[2] = {{g, N, RT_F16}, {f, N, RT_F32}};
+    const float v[3] = {1.0f, 0.0004f, 0.0004f}; /* each rank's value */
+    for (int step = 0; step < 2; step++)
+        for (int r = 0; r < 3; r++) {
+            assert_int_equal(rt_dev_rank(d), r);
+            for (int i = 0; i < N; i++) {
+                g[i] = ampc_float_to_half(v[r] * (float)(1 + i % 3));
+                f[i] = v[r] * (float)(1 + i % 7);
+            }
+            assert_true(rt_dev_allreduce(d, bucket, 2, RT_REDUCE_SUM, err, sizeof err));
+        }
+    assert_int_equal(rt_dev_rank(d), 0); /* the next step starts at rank 0 */
+    for (int i = 0; i < N; i++) {
+        float h[3], s = 0.0f;
+        for (int r = 0; r < 3; r++) {
+            h[r] = ampc_half_to_float(ampc_float_to_half(v[r] * (float)(1 + i % 3)));
+            s = r == 0 ? h[r] : s + h[r];
+        }
+        /* ranks 1 and 2 hold the rank's value in the buffer: the sum is
+         * rank 0's + rank 1's + rank 2's, though the buffer was overwritten */
+        assert_int_equal(g[i], ampc_float_to_half(s));
+        float w = v[0] * (float)(1 + i % 7);
+        w += v[1] * (float)(1 + i % 7);
+        w += v[2] * (float)(1 + i % 7);
+        assert_memory_equal(&f[i], &w, sizeof w);
+    }
+    RtDevTensor none = {NULL, 1, RT_F32};
+    assert_false(rt_dev_allreduce(d, &none, -1, RT_REDUCE_SUM, err, sizeof err));
+    assert_false(rt_dev_allreduce(d, bucket, 2, RT_REDUCE_MEAN, err, sizeof err));
+    assert_non_null(strstr(err, "sum"));
+    rt_dev_free(d, g);
+    rt_dev_free(d, f);
+    rt_device_close(d); /* closes the CPU device too (ASan: nothing leaks) */
+    assert_null(rt_sim_wrap(NULL, 2, err, sizeof err));
+    RtDevice *one = open_cpu();
+    assert_null(rt_sim_wrap(one, 1, err, sizeof err));
+    rt_device_close(one);
 }
 
 /* One device: the sum and the mean over it are the tensor itself, bit for
@@ -495,6 +594,8 @@ int main(void)
         cmocka_unit_test(test_optim_step),
         cmocka_unit_test(test_setup_idempotent),
         cmocka_unit_test(test_events),
+        cmocka_unit_test(test_events_lagging),
+        cmocka_unit_test(test_sim_ranks),
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_staging),
         cmocka_unit_test(test_loop_matches_reference),

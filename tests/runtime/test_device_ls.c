@@ -5,10 +5,11 @@
  * logs.
  *   - the device's scale, tracker and counters equal the host's state
  *     machine (rt_loss_scaler_update) step by step over forced overflow
- *     patterns, dynamic and static, and the flag ring gives the steps back;
+ *     patterns, dynamic and static, and the ring gives each step's record back
+ *     (its flag, the scale after the rule, the update count);
  *   - a skipped step changes no weight, master, optimizer state or
- *     BatchNorm-style statistic (the moving_update commit is not run) and
- *     no update count; the next finite step updates with the learning rate
+ *     BatchNorm statistic (the moving update's kernel reads the step's
+ *     state and writes nothing) and no update count; the next finite step updates with the learning rate
  *     of the next update (lr_ahead), as rt_optim_step2 does;
  *   - the loop makes 0 device->host waits (RtDevice.syncs, counted in
  *     device.h's wrappers) in a step that does not log, with a dynamic
@@ -30,6 +31,8 @@
 #include "device.h"
 #include "model_tiny.c"
 #include "train.h"
+#include "lossscale.h"
+#include "cpu/cpu.h"
 
 static RtDevice *open_cpu(void)
 {
@@ -76,19 +79,25 @@ static void check_sequence(RtLossScaleMode mode, int pattern)
     char err[256];
     assert_true(rt_dev_ls_init(d, &in, err, sizeof err));
     enum { STEPS = 400 };
-    uint8_t ring[RT_DEV_LS_RING];
+    AmpcLossScaleStep ring[RT_DEV_LS_RING];
+    AmpcLossScale want[STEPS]; /* the oracle's scale after each step */
     int64_t from = 0;
     for (int k = 0; k < STEPS; k++) {
         bool f = finite_at(k, pattern);
         rt_dev_set_flag(d, f);
         rt_dev_ls_update(d);
         rt_loss_scaler_update(&ls, f, NULL, NULL);
+        want[k] = ls.s;
         if (k % 50 == 49 || k == STEPS - 1) { /* read now and then, as the loop does */
             RtDevLsState st;
             rt_dev_ls_read(d, &st, ring, from);
             assert_int_equal(st.steps, k + 1);
-            for (int64_t j = from; j <= k; j++)
-                assert_int_equal(ring[j - from], finite_at((int)j, pattern) ? 1 : 0);
+            for (int64_t j = from; j <= k; j++) { /* each step's record: what the device decided */
+                assert_int_equal(ring[j - from].finite, finite_at((int)j, pattern) ? 1 : 0);
+                assert_int_equal(bits(ring[j - from].s.scale), bits(want[j].scale));
+                assert_int_equal(ring[j - from].s.tracker, want[j].tracker);
+                assert_int_equal(ring[j - from].num_update, 5);
+            }
             from = st.steps;
             assert_int_equal(bits(st.s.scale), bits(ls.s.scale));
             assert_int_equal(st.s.tracker, ls.s.tracker);
@@ -121,13 +130,17 @@ static void test_scale_sequence_static(void **state)
 
 /* ---- a skipped step changes nothing -------------------------------------------------- */
 
-static int commits; /* the stand-in BatchNorm commit: counts and writes a statistic */
+/* the stand-in BatchNorm commit: the CPU kernel on a one-channel statistic
+ * (stat_buf: moving mean, moving var), reading the step's state as the
+ * emitted moving_update does; counts its calls */
+static int commits;
 static float *stat_buf;
 static void commit(RtCtx *ctx)
 {
-    (void)ctx;
+    static const float mean = 2.0f, invstd = 0.5f;
     commits++;
-    stat_buf[0] += 1.0f;
+    rt_batchnorm_update_moving(1, 4, &mean, &invstd, 1e-5f, 0.9f, &stat_buf[0], &stat_buf[1],
+                               ctx->step_state);
 }
 
 typedef struct {
@@ -167,11 +180,11 @@ static void test_skipped_step_changes_nothing(void **state)
     char err[256];
     RtOptConfig oc = {.kind = RT_OPT_ADAM, .lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f,
                       .epsilon = 1e-8f, .clip_gradient = -1.0f, .wd = 1e-4f};
-    assert_true(rt_trainer_init(&t, m, 16, rt_optim_nstate(&oc), err, sizeof err));
+    assert_true(rt_trainer_init(&t, m, 16, rt_optim_nstate(&oc), NULL, err, sizeof err));
     assert_true(rt_trainer_init_params(&t, "xavier()", 7, err, sizeof err));
     assert_true(rt_trainer_setup(&t, err, sizeof err));
-    float stat = 0.0f;
-    stat_buf = &stat;
+    float stat[2] = {0.0f, 1.0f};
+    stat_buf = stat;
     commits = 0;
     RtDevLsInit in = {.dynamic = true, .s = {.scale = 256.0f}, .batch = 16};
     in.rule = ampc_loss_scale_rule_default();
@@ -189,12 +202,13 @@ static void test_skipped_step_changes_nothing(void **state)
     const RtParam *p0 = &m->params[0];
     rt_dev_fill(t.dev, t.ctx.buf[p0->grad], m->buffers[p0->grad].dtype, 1, NAN);
     Snap before = snapshot(&t);
-    rt_dev_step_begin(t.dev, &t.ctx, false);
-    assert_true(t.ctx.loss_scale == 256.0f); /* the CPU's loss head reads it here */
-    assert_true(*rt_dev_loss_scale_dev(t.dev) == 256.0f); /* a device loss head, there */
-    rt_dev_step_begin(t.dev, &t.ctx, true);                /* --inject-inf-at-step */
-    assert_true(isinf(t.ctx.loss_scale) && isinf(*rt_dev_loss_scale_dev(t.dev)));
-    rt_dev_step_begin(t.dev, &t.ctx, false);
+    rt_dev_step_begin(t.dev, false);
+    /* the step's state the loss head reads (the CPU device's memory is the host's) */
+    assert_true(t.ctx.step_state == rt_dev_step_state(t.dev));
+    assert_true(t.ctx.step_state->scale == 256.0f && t.ctx.step_state->dynamic);
+    rt_dev_step_begin(t.dev, true); /* --inject-inf-at-step */
+    assert_true(isinf(t.ctx.step_state->scale));
+    rt_dev_step_begin(t.dev, false);
     rt_dev_check_grads(t.dev);
     rt_dev_moving_update(t.dev, commit, &t.ctx);
     rt_dev_train_update(t.dev, t.state, t.state2, &oc);
@@ -202,8 +216,8 @@ static void test_skipped_step_changes_nothing(void **state)
     Snap after = snapshot(&t);
     assert_int_equal(before.n, after.n);
     assert_memory_equal(before.p, after.p, before.n); /* no weight, master or state bit */
-    assert_int_equal(commits, 0);                     /* no statistic committed */
-    assert_true(stat == 0.0f);
+    assert_int_equal(commits, 1);                     /* the commit ran, and wrote nothing: */
+    assert_true(stat[0] == 0.0f && stat[1] == 1.0f && t.ctx.step_state->flag);
     RtDevLsState st;
     rt_dev_ls_read(t.dev, &st, NULL, 0);
     assert_int_equal(st.num_update, 0);
@@ -213,11 +227,11 @@ static void test_skipped_step_changes_nothing(void **state)
     /* the next step is finite: the update is rt_optim_step2's with update 1's
      * learning rate, t = 1 and rescale_grad from the halved scale */
     rt_dev_fill(t.dev, t.ctx.buf[p0->grad], m->buffers[p0->grad].dtype, 1, 0.5f);
-    rt_dev_step_begin(t.dev, &t.ctx, false);
-    assert_true(t.ctx.loss_scale == 128.0f);
+    rt_dev_step_begin(t.dev, false);
+    assert_true(t.ctx.step_state->scale == 128.0f);
     /* the reference first, on copies of the state */
     RtTrainer r;
-    assert_true(rt_trainer_init(&r, m, 16, rt_optim_nstate(&oc), err, sizeof err));
+    assert_true(rt_trainer_init(&r, m, 16, rt_optim_nstate(&oc), NULL, err, sizeof err));
     for (int i = 0; i < m->nbuffers; i++) {
         int64_t n = rt_buffer_elems(m, i, 16);
         memcpy(r.ctx.buf[i], t.ctx.buf[i], (size_t)n * rt_dtype_size(m->buffers[i].dtype));
@@ -238,7 +252,8 @@ static void test_skipped_step_changes_nothing(void **state)
     rt_dev_moving_update(t.dev, commit, &t.ctx);
     rt_dev_train_update(t.dev, t.state, t.state2, &oc);
     rt_dev_ls_update(t.dev);
-    assert_int_equal(commits, 1);
+    assert_int_equal(commits, 2);
+    assert_true(stat[0] != 0.0f && stat[1] != 1.0f); /* a finite step commits */
     Snap got = snapshot(&t), want = snapshot(&r);
     assert_int_equal(got.n, want.n);
     assert_memory_equal(got.p, want.p, got.n);

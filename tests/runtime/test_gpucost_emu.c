@@ -37,6 +37,10 @@
 #include "kernels/half.h"
 #include "rt.h"
 
+/* the context every rt_cuda_* call takes: the emulator's default stream,
+ * no library (the kernels here need none) */
+static RtCudaCtx cx;
+
 /* ---- the two sizes ------------------------------------------------------------------ */
 
 typedef struct {
@@ -257,22 +261,22 @@ static void test_activation(void **st)
             d.mode = a;
             d.acc = 0;
             start(z);
-            rt_cuda_activation_forward((RtAct)a, n, s->dt, b[0], b[3]);
+            rt_cuda_activation_forward(&cx, (RtAct)a, n, s->dt, b[0], b[3]);
             expect_op("Activation", OP_Activation, GE_MAIN, &d);
             d.acc = s->acc;
             start(z);
-            rt_cuda_activation_backward((RtAct)a, n, s->dt, b[0], b[1], b[2], b[3], s->acc);
+            rt_cuda_activation_backward(&cx, (RtAct)a, n, s->dt, b[0], b[1], b[2], b[3], s->acc);
             expect_op("_backward_Activation", OP__backward_Activation, GE_MAIN, &d);
         }
         GkDims d = ew((double)n, s);
         d.acc = 0;
         start(z);
-        rt_cuda_add_relu_forward(n, s->dt, b[0], b[2], b[3]);
+        rt_cuda_add_relu_forward(&cx, n, s->dt, b[0], b[2], b[3]);
         expect_op("_fused_add_relu", OP__fused_add_relu, GE_MAIN, &d);
         d.acc = s->acc;
         d.mode = ACT_RELU;
         start(z);
-        rt_cuda_activation_backward(RT_ACT_RELU, n, s->dt, NULL, b[1], b[2], b[3], s->acc);
+        rt_cuda_activation_backward(&cx, RT_ACT_RELU, n, s->dt, NULL, b[1], b[2], b[3], s->acc);
         expect_op("_backward_fused_add_relu", OP__backward_fused_add_relu, GE_MAIN, &d);
         release(b, 4);
     }
@@ -295,14 +299,15 @@ static void test_leaky_relu(void **st)
             d.c = (double)c, d.outer = (double)(outer * inner), d.inner = 1;
             d.acc = 0;
             start(z);
-            rt_cuda_leaky_relu_forward((RtLeaky)t, outer, c, inner, s->dt, b[0], b[1], 0.25f, b[3]);
+            rt_cuda_leaky_relu_forward(&cx, (RtLeaky)t, outer, c, inner, s->dt, b[0], b[1], 0.25f,
+                                       b[3]);
             expect_op("LeakyReLU", OP_LeakyReLU, GE_MAIN, &d);
             d.acc = s->acc;
             d.dx = 1;
             d.dgamma = t == RT_LRELU_PRELU;
             start(z);
-            rt_cuda_leaky_relu_backward((RtLeaky)t, outer, c, inner, s->dt, b[0], b[1], 0.25f, b[2],
-                                        b[3], d.dgamma ? b[4] : NULL, s->acc, s->acc);
+            rt_cuda_leaky_relu_backward(&cx, (RtLeaky)t, outer, c, inner, s->dt, b[0], b[1], 0.25f,
+                                        b[2], b[3], d.dgamma ? b[4] : NULL, s->acc, s->acc);
             expect_op("_backward_LeakyReLU", OP__backward_LeakyReLU, GE_MAIN, &d);
         }
         release(b, 5);
@@ -321,11 +326,11 @@ static void test_dropout(void **st)
         GkDims d = ew((double)n, s);
         d.acc = 0;
         start(z);
-        rt_cuda_dropout_forward(n, s->dt, b[0], 0.0f, 7, 3, 1, b[1]);
+        rt_cuda_dropout_forward(&cx, n, s->dt, b[0], 0.0f, 7, 3, 1, b[1]);
         expect_op("Dropout", OP_Dropout, GE_MAIN, &d);
         d.acc = s->acc;
         start(z);
-        rt_cuda_dropout_backward(n, s->dt, b[0], 0.0f, 7, 3, 1, b[1], s->acc);
+        rt_cuda_dropout_backward(&cx, n, s->dt, b[0], 0.0f, 7, 3, 1, b[1], s->acc);
         expect_op("_backward_Dropout", OP__backward_Dropout, GE_MAIN, &d);
         release(b, 2);
     }
@@ -350,38 +355,38 @@ static void test_elementwise(void **st)
         d.acc = 0;
         for (int o = 0; o < 3; o++) {
             start(z);
-            rt_cuda_elemwise_forward((RtBinOp)o, n, s->dt, b[0], b[1], b[3]);
+            rt_cuda_elemwise_forward(&cx, (RtBinOp)o, n, s->dt, b[0], b[1], b[3]);
             expect_op("elemwise", bin[o], GE_MAIN, &d);
         }
         for (int o = RT_SCALAR_PLUS; o <= RT_SCALAR_RDIV; o++) {
             start(z);
-            rt_cuda_scalar_forward((RtScalarOp)o, n, s->dt, b[0], 1.5f, b[3]);
+            rt_cuda_scalar_forward(&cx, (RtScalarOp)o, n, s->dt, b[0], 1.5f, b[3]);
             expect_op("scalar", scalar_ops[o], GE_MAIN, &d);
         }
         start(z);
-        rt_cuda_scalar_backward(RT_SCALAR_RDIV, n, s->dt, b[0], 1.5f, b[2], b[3], s->acc);
+        rt_cuda_scalar_backward(&cx, RT_SCALAR_RDIV, n, s->dt, b[0], 1.5f, b[2], b[3], s->acc);
         expect_op("_backward_rdiv_scalar", OP__backward_rdiv_scalar, GE_MAIN, &da);
         for (int o = RT_UNARY_EXP; o <= RT_UNARY_SQRT; o++) {
             start(z);
-            rt_cuda_unary_forward((RtUnaryOp)o, n, s->dt, b[0], b[3]);
+            rt_cuda_unary_forward(&cx, (RtUnaryOp)o, n, s->dt, b[0], b[3]);
             expect_op("unary", un[o], GE_MAIN, &d);
         }
         start(z);
-        rt_cuda_unary_backward(RT_UNARY_LOG, n, s->dt, b[0], NULL, b[2], b[3], s->acc);
+        rt_cuda_unary_backward(&cx, RT_UNARY_LOG, n, s->dt, b[0], NULL, b[2], b[3], s->acc);
         expect_op("_backward_log", OP__backward_log, GE_MAIN, &da);
         start(z);
-        rt_cuda_unary_backward(RT_UNARY_SQRT, n, s->dt, NULL, b[1], b[2], b[3], s->acc);
+        rt_cuda_unary_backward(&cx, RT_UNARY_SQRT, n, s->dt, NULL, b[1], b[2], b[3], s->acc);
         expect_op("_backward_sqrt", OP__backward_sqrt, GE_MAIN, &da);
         /* clip: every x inside [lo, hi] */
         start(z);
-        rt_cuda_clip_forward(n, s->dt, b[2], -1.5f, 1.5f, b[3]);
+        rt_cuda_clip_forward(&cx, n, s->dt, b[2], -1.5f, 1.5f, b[3]);
         expect_op("clip", OP_clip, GE_MAIN, &d);
         start(z);
-        rt_cuda_clip_backward(n, s->dt, b[2], -1.5f, 1.5f, b[0], b[3], s->acc);
+        rt_cuda_clip_backward(&cx, n, s->dt, b[2], -1.5f, 1.5f, b[0], b[3], s->acc);
         expect_op("_backward_clip", OP__backward_clip, GE_MAIN, &da);
         /* copies (the reshape family) and sum's and mean's backward */
         start(z);
-        rt_cuda_reshape_forward(n, s->dt, b[0], b[3]);
+        rt_cuda_reshape_forward(&cx, n, s->dt, b[0], b[3]);
         expect_op("Reshape", OP_Reshape, GE_MAIN, &d);
         expect_op("Flatten", OP_Flatten, GE_MAIN, &d);
         release(b, 4);
@@ -402,13 +407,13 @@ static void test_cast(void **st)
         d.s2 = esz(other), d.h2 = other == RT_F16;
         d.acc = 0;
         start(z);
-        rt_cuda_cast_forward(n, s->dt, b[0], other, b[1]);
+        rt_cuda_cast_forward(&cx, n, s->dt, b[0], other, b[1]);
         expect_op("Cast", OP_Cast, GE_MAIN, &d);
         /* the backward: the gradient from `other` back into s->dt */
         GkDims back = ew((double)n, s);
         back.s = esz(other), back.h = other == RT_F16;
         start(z);
-        rt_cuda_cast_backward(n, other, b[1], s->dt, b[0], s->acc);
+        rt_cuda_cast_backward(&cx, n, other, b[1], s->dt, b[0], s->acc);
         expect_op("amp_cast", OP_amp_cast, GE_MAIN, &back);
         release(b, 2);
     }
@@ -431,16 +436,16 @@ static void test_softmax(void **st)
         d.acc = 0;
         for (int lg = 0; lg < 2; lg++) {
             start(z);
-            (lg ? rt_cuda_log_softmax_forward : rt_cuda_softmax_forward)(outer, len, inner, s->dt,
-                                                                         b[0], b[3]);
+            (lg ? rt_cuda_log_softmax_forward : rt_cuda_softmax_forward)(&cx, outer, len, inner,
+                                                                         s->dt, b[0], b[3]);
             expect_op("softmax", lg ? OP_log_softmax : OP_softmax, GE_MAIN, &d);
         }
         GkDims da = d;
         da.acc = s->acc;
         for (int lg = 0; lg < 2; lg++) {
             start(z);
-            (lg ? rt_cuda_log_softmax_backward
-                : rt_cuda_softmax_backward)(outer, len, inner, s->dt, b[1], b[2], b[3], s->acc);
+            (lg ? rt_cuda_log_softmax_backward : rt_cuda_softmax_backward)(
+                &cx, outer, len, inner, s->dt, b[1], b[2], b[3], s->acc);
             expect_op("softmax backward", lg ? OP__backward_log_softmax : OP__backward_softmax,
                       GE_MAIN, &da);
         }
@@ -451,8 +456,8 @@ static void test_softmax(void **st)
 
 /* SoftmaxOutput: 16-bit logits into fp32 probabilities and the fp32
  * probabilities' gradient into 16 bits (the folded casts: the plain and the
- * fused ops' rows) at the second size; the backward with the bound device
- * scale, each normalization */
+ * fused ops' rows) at the second size; the backward with the step state's
+ * device scale, each normalization */
 static void test_softmax_output(void **st)
 {
     (void)st;
@@ -462,31 +467,32 @@ static void test_softmax_output(void **st)
         size_t n = (size_t)(rows * k);
         RtDType pdt = RT_F32;
         void *x = data(n, s->dt, -3, 3), *prob = data(n, pdt, 0, 1), *dx = data(n, s->dt, -1, 1);
-        float *label = dev((size_t)rows * sizeof *label, "label"), *scale = dev(4, "scale");
+        float *label = dev((size_t)rows * sizeof *label, "label");
+        RtStepState *step = dev(sizeof *step, "step state");
         for (int64_t i = 0; i < rows; i++)
             label[i] = (float)(i % k);
-        *scale = 1024.0f;
+        memset(step, 0, sizeof *step);
+        step->scale = 1024.0f;
         GkDims d = ew((double)n, s);
         d.c = (double)rows, d.len = (double)k;
         d.s = esz(pdt), d.h = 0; /* y / prob */
         d.acc = 0;
         start(z);
-        rt_cuda_softmax_output_forward(rows, k, s->dt, x, pdt, prob);
+        rt_cuda_softmax_output_forward(&cx, rows, k, s->dt, x, pdt, prob);
         expect_op("SoftmaxOutput", OP_SoftmaxOutput, GE_MAIN, &d);
         expect_op("_fused_cast_SoftmaxOutput", OP__fused_cast_SoftmaxOutput, GE_MAIN, &d);
-        rt_cuda_bind_step(scale, NULL);
         for (int norm = RT_SMO_NORM_NULL; norm <= RT_SMO_NORM_VALID; norm++) {
             RtSmoParams p = {1.0f, 0.0f, false, -1.0f, (RtSmoNorm)norm};
             d.acc = s->acc;
             d.mode = norm;
             start(z);
-            rt_cuda_softmax_output_backward(rows, k, pdt, prob, label, &p, 1.0f, s->dt, dx, s->acc);
+            rt_cuda_softmax_output_backward(&cx, rows, k, pdt, prob, label, &p, step, s->dt, dx,
+                                            s->acc);
             expect_op("_backward_SoftmaxOutput", OP__backward_SoftmaxOutput, GE_MAIN, &d);
             expect_op("_backward_fused_SoftmaxOutput_cast", OP__backward_fused_SoftmaxOutput_cast,
                       GE_MAIN, &d);
         }
-        rt_cuda_bind_step(NULL, NULL);
-        void *b[5] = {x, prob, dx, label, scale};
+        void *b[5] = {x, prob, dx, label, step};
         release(b, 5);
     }
     done();
@@ -508,17 +514,19 @@ static void test_reduce(void **st)
             d.m = (double)m;
             d.chunks = ax ? (double)a0 * ceil((double)a1 / 512) : 0;
             d.acc = 0;
-            void *ws = dev(rt_cuda_reduce_workspace_bytes(&rd, s->dt, RT_PASS_FORWARD) + 1, "ws");
+            void *ws =
+                dev(rt_cuda_reduce_workspace_bytes(&cx, &rd, s->dt, RT_PASS_FORWARD) + 1, "ws");
             for (int mean = 0; mean < 2; mean++) {
                 start(z);
-                (mean ? rt_cuda_mean_forward : rt_cuda_sum_forward)(&rd, s->dt, x, y, ws);
+                (mean ? rt_cuda_mean_forward : rt_cuda_sum_forward)(&cx, &rd, s->dt, x, y, ws);
                 expect_op("sum", mean ? OP_mean : OP_sum, GE_MAIN, &d);
             }
             GkDims db = ew((double)n, s);
             db.m = (double)m;
             for (int mean = 0; mean < 2; mean++) {
                 start(z);
-                (mean ? rt_cuda_mean_backward : rt_cuda_sum_backward)(&rd, s->dt, y, dx, s->acc);
+                (mean ? rt_cuda_mean_backward : rt_cuda_sum_backward)(&cx, &rd, s->dt, y, dx,
+                                                                      s->acc);
                 expect_op("sum backward", mean ? OP__backward_mean : OP__backward_sum, GE_MAIN,
                           &db);
             }
@@ -545,21 +553,22 @@ static void test_broadcast(void **st)
         size_t n = (size_t)(N * C * HW), m = (size_t)C;
         void *a = data(n, s->dt, -2, 2), *b = data(m, s->dt, -2, 2), *y = data(n, s->dt, -1, 1),
              *da = data(n, s->dt, -1, 1), *db = data(m, s->dt, -1, 1);
-        void *ws = dev(rt_cuda_broadcast_workspace_bytes(&bd, s->dt, RT_PASS_BACKWARD) + 1, "ws");
+        void *ws =
+            dev(rt_cuda_broadcast_workspace_bytes(&cx, &bd, s->dt, RT_PASS_BACKWARD) + 1, "ws");
         for (int mul = 0; mul < 2; mul++) {
             RtBinOp op = mul ? RT_BIN_MUL : RT_BIN_ADD;
             GkDims d = ew((double)n, s);
             d.m = (double)n, d.len = (double)m;
             d.acc = 0;
             start(z);
-            rt_cuda_broadcast_forward(op, &bd, s->dt, a, b, y);
+            rt_cuda_broadcast_forward(&cx, op, &bd, s->dt, a, b, y);
             expect_op("broadcast", fwd[mul], GE_MAIN, &d);
             d.acc = s->acc;
             d.mode = mul ? BCAST_MUL : BCAST_ADD;
             d.da = d.db = 1;
             d.chunks2 = (double)(N * C) * ceil((double)HW / 512); /* b is 1 along HW */
             start(z);
-            rt_cuda_broadcast_backward(op, &bd, s->dt, y, a, b, da, db, s->acc, s->acc, ws);
+            rt_cuda_broadcast_backward(&cx, op, &bd, s->dt, y, a, b, da, db, s->acc, s->acc, ws);
             expect_op("_backward_broadcast", OP__backward_broadcast, GE_MAIN, &d);
         }
         void *f[6] = {a, b, y, da, db, ws};
@@ -582,14 +591,14 @@ static void test_concat(void **st)
         d.m = 3;
         d.acc = 0;
         start(z);
-        rt_cuda_concat_forward(3, (const void *const *)x, len, outer, inner, s->dt, y);
+        rt_cuda_concat_forward(&cx, 3, (const void *const *)x, len, outer, inner, s->dt, y);
         expect_op("Concat", OP_Concat, GE_MAIN, &d);
         /* a slice: one input's gradient from the concatenation's */
         void *dx[3] = {x[0], NULL, NULL};
         GkDims sd = ew((double)part, s);
         sd.acc = 0;
         start(z);
-        rt_cuda_concat_backward(3, y, len, outer, inner, s->dt, dx, NULL);
+        rt_cuda_concat_backward(&cx, 3, y, len, outer, inner, s->dt, dx, NULL);
         expect_op("_slice_axis", OP__slice_axis, GE_MAIN, &sd);
         release(x, 3);
         ampc_emu_free(y);
@@ -609,7 +618,7 @@ static void test_layout(void **st)
         d.acc = 0;
         for (int to = 0; to < 2; to++) {
             start(z);
-            rt_cuda_layout_convert(N, C, HW, s->dt, b[to], b[1 - to], (RtLayout)(1 - to));
+            rt_cuda_layout_convert(&cx, N, C, HW, s->dt, b[to], b[1 - to], (RtLayout)(1 - to));
             expect_op("_layout", OP__layout, GE_MAIN, &d);
         }
         release(b, 2);
@@ -632,7 +641,7 @@ static GkDims bn_dims(const BnSize *b, const Size *s)
 
 /* training and inference forward (plain, and with the fused relu), the
  * backward (batch and global statistics, fix_gamma, fused relu), the moving
- * update with and without a bound skip flag */
+ * update under a static and a dynamic scale (the step state's flag read too) */
 static void test_batchnorm(void **st)
 {
     (void)st;
@@ -647,8 +656,9 @@ static void test_batchnorm(void **st)
         float *gamma = fdata(C, 0.5f, 2), *beta = fdata(C, -1, 1), *mm = fdata(C, -1, 1),
               *mv = fdata(C, 0.1f, 2), *sm = fdata(C, -1, 1), *si = fdata(C, 0.5f, 2),
               *dg = fdata(C, -1, 1), *dbeta = fdata(C, -1, 1), *ws = fdata(3 * C, 0, 1);
-        int32_t *flag = dev(sizeof *flag, "flag");
-        *flag = 0;
+        RtStepState *step = dev(sizeof *step, "step state");
+        memset(step, 0, sizeof *step);
+        step->scale = 1.0f;
         for (int fix = 0; fix < 2; fix++)
             for (int relu = 0; relu < 2; relu++) {
                 GkDims d = bn_dims(b, s);
@@ -687,14 +697,13 @@ static void test_batchnorm(void **st)
         for (int skip = 0; skip < 2; skip++) {
             GkDims d = bn_dims(b, s);
             d.skip = skip;
-            rt_cuda_bind_step(NULL, skip ? flag : NULL);
+            step->dynamic = skip;
             start(z);
-            rt_cuda_batchnorm_update_moving((int64_t)C, (int64_t)(n / C), sm, si, 1e-5f, 0.9f, mm,
-                                            mv);
+            rt_cuda_batchnorm_update_moving(&cx, (int64_t)C, (int64_t)(n / C), sm, si, 1e-5f, 0.9f,
+                                            mm, mv, step);
             expect_op("bn_moving_update", OP_bn_moving_update, GE_MAIN, &d);
         }
-        rt_cuda_bind_step(NULL, NULL);
-        void *f[14] = {x, y, dy, dx, gamma, beta, mm, mv, sm, si, dg, dbeta, ws, flag};
+        void *f[14] = {x, y, dy, dx, gamma, beta, mm, mv, sm, si, dg, dbeta, ws, step};
         release(f, 14);
     }
     done();
@@ -702,7 +711,7 @@ static void test_batchnorm(void **st)
 
 /* The custom launches around a convolution's cuDNN call (the stem's channel
  * padding and its undoing, the bias and its gradient) and a dense layer's
- * bias gradient, as dnn.c and blas.c make them */
+ * bias gradient, as conv.c and fc.c make them */
 static void test_conv_kernels(void **st)
 {
     (void)st;
@@ -913,12 +922,12 @@ static void test_step(void **st)
                 AmpcDevLs ls0;
                 memset(&ls0, 0, sizeof ls0);
                 ls0.ls.scale = 1024.0f;
-                ls0.lr_n = 1, ls0.dynamic = dyn;
+                ls0.lr_n = 1, ls0.st.dynamic = dyn;
                 AmpcDevLs *ls = to_dev(&ls0, sizeof ls0, "ls");
                 AmpcMtStep *table = to_dev(&step, sizeof step, "lr table"),
                            *cur = to_dev(&step, sizeof step, "cur");
-                int32_t *flag = dev(sizeof *flag, "flag");
-                uint8_t *ring = dev(RT_DEV_LS_RING, "ring");
+                int32_t *flag = &ls->st.flag; /* the step state's, as device.cu's */
+                AmpcLossScaleStep *ring = dev(RT_DEV_LS_RING * sizeof *ring, "ring");
                 AmpcLossScaleRule rule = {2.0f, 0.5f, 2000, 1.0f, 65536.0f * 65536.0f};
                 start(z);
                 ampc_cu_step_begin(NULL, ls, 0);
@@ -930,7 +939,7 @@ static void test_step(void **st)
                 if (!dyn)
                     ampc_cu_set_flag(NULL, flag, 0);
                 ampc_cu_mt_optim(NULL, tb.td, tb.bd, tb.nb, tb.chunk, NULL, cur, dyn ? flag : NULL,
-                                 dyn ? NULL : flag, &ls->step);
+                                 dyn ? NULL : flag, &ls->st.scale);
                 ampc_cu_step_count(NULL, ls, flag);
                 if (dyn)
                     ampc_cu_loss_scale(NULL, &ls->ls, flag, rule, &ls->stats);
@@ -939,8 +948,8 @@ static void test_step(void **st)
                 const char *names[GK_MAX_STEP];
                 int nr = gk_describe_step(&tb.sd, rows, names);
                 expect("the step", rows, nr);
-                void *b[5] = {ls, table, cur, flag, ring};
-                release(b, 5);
+                void *b[4] = {ls, table, cur, ring};
+                release(b, 4);
                 table_free(&tb);
             }
     done();

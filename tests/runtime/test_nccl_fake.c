@@ -1,5 +1,5 @@
 /*
- * test_nccl_fake.c - the NCCL engine's host logic (runtime/dist/nccl.c)
+ * test_nccl_fake.c - the NCCL engine's host logic (runtime/dist/nccl_engine.c)
  * against the in-process fake transport (runtime/dist/nccl_fake.c: threads
  * as ranks, sums in rank order), around the CPU device:
  *   - bootstrap: only rank 0 makes the unique id, the fake MPI bcast hands
@@ -49,6 +49,7 @@
 #include "device.h"
 #include "dist/coll.h"
 #include "dist/fwd.h"
+#include "nccl_fake.h"
 #include "rankcheck.h"
 #include "rt.h"
 #include "train.h"
@@ -268,7 +269,7 @@ static void *rank_main(void *arg)
     for (int i = 0; i < NP; i++)
         grads[i] = (RtDevTensor){k->buf[NP + i], (size_t)sizes[i], gdt(i)};
     for (int s = 0; s < k->steps; s++) {
-        rt_dev_step_begin(d, &k->ctx, false);
+        rt_dev_step_begin(d, false);
         /* backward: each gradient written, then announced */
         for (int j = 0; j < NP; j++) {
             int p = k->announce[j];
@@ -409,7 +410,7 @@ static void test_bootstrap(void **state)
     for (int i = 0; i < W; i++)
         assert_false(r[i].ok);
     assert_non_null(strstr(r[0].err, "ncclGetUniqueId failed at "));
-    assert_non_null(strstr(r[0].err, "nccl.c:"));
+    assert_non_null(strstr(r[0].err, "nccl_engine.c:"));
     assert_non_null(strstr(r[0].err, "unhandled system error"));
     assert_non_null(strstr(r[1].err, "rank 0 could not make NCCL's unique id"));
     assert_null(strstr(rt_coll_fake_log_text(f), "ncclCommInitRank"));
@@ -592,7 +593,7 @@ static void test_equals_sequential_sum(void **state)
     assert_true(rt_dev_setup(d, &model, &ref.ctx, err, sizeof err));
     assert_true(loop_init(d, &ref));
     for (int s = 0; s < S; s++) {
-        rt_dev_step_begin(d, &ref.ctx, false);
+        rt_dev_step_begin(d, false);
         for (int p = 0; p < NP; p++) {
             float sum[128];
             char tmp[512];
@@ -724,7 +725,7 @@ static void test_error_names_call(void **state)
     run_ranks(r, 1);
     assert_false(r[0].ok);
     if (!strstr(r[0].err, "nccl: rank 0 of 1: ncclAllReduce failed at ") ||
-        !strstr(r[0].err, "runtime/dist/nccl.c:") ||
+        !strstr(r[0].err, "runtime/dist/nccl_engine.c:") ||
         !strstr(r[0].err, "internal error - please report this issue to the NCCL developers") ||
         !strstr(r[0].err, "(error 3)"))
         fail_msg("message: %s", r[0].err);

@@ -58,7 +58,7 @@ static const char *file(const char *name)
 static void trainer(RtTrainer *t, const RtModel *m, uint64_t seed)
 {
     char err[256];
-    assert_true(rt_trainer_init(t, m, 4, 0, err, sizeof err));
+    assert_true(rt_trainer_init(t, m, 4, 0, NULL, err, sizeof err));
     assert_true(rt_trainer_init_params(t, "xavier()", seed, err, sizeof err));
 }
 
@@ -302,7 +302,7 @@ static void test_predict(void **state)
         assert_int_equal(access(o.output, F_OK), -1);
         /* the weights: the run's own initial ones (its init and seed), saved */
         RtTrainer w;
-        assert_true(rt_trainer_init(&w, models[k], 4, 0, err, sizeof err));
+        assert_true(rt_trainer_init(&w, models[k], 4, 0, NULL, err, sizeof err));
         assert_true(rt_trainer_init_params(&w, o.init, o.seed, err, sizeof err));
         rt_inputs_reset();
         assert_true(rt_params_save(&w, file("w.params"), false, err, sizeof err));

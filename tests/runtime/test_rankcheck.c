@@ -17,6 +17,8 @@
 
 #include "dist/coll.h"
 #include "rankcheck.h"
+#include "checkpoint.h"
+#include "data/data.h"
 
 static const RtParam params[] = {
     {.name = "fc_weight",

@@ -28,6 +28,8 @@
 #include <zlib.h>
 
 #include "train.h"
+#include "checkpoint.h"
+#include "rand.h"
 
 static char dir[256];
 
@@ -60,7 +62,7 @@ static int teardown(void **state)
 static void trainer(RtTrainer *t, const RtModel *m, uint64_t seed)
 {
     char err[256];
-    assert_true(rt_trainer_init(t, m, 8, true, err, sizeof err));
+    assert_true(rt_trainer_init(t, m, 8, true, NULL, err, sizeof err));
     assert_true(rt_trainer_init_params(t, "xavier()", seed, err, sizeof err));
     for (int i = 0; i < m->nparams; i++)
         for (int64_t e = 0; e < m->params[i].numel; e++)
@@ -285,7 +287,7 @@ static void test_table_mismatch(void **state)
     /* momentum in the checkpoint, none in this run: loaded without it, said */
     m = ampc_model;
     char ebuf[512];
-    assert_true(rt_trainer_init(&b, &m, 8, false, ebuf, sizeof ebuf));
+    assert_true(rt_trainer_init(&b, &m, 8, false, NULL, ebuf, sizeof ebuf));
     FILE *warn = tmpfile();
     assert_true(rt_checkpoint_apply(&ck, &b, path, warn, err, sizeof err));
     rewind(warn);
@@ -362,9 +364,9 @@ static void test_adam_state(void **state)
     const RtModel *m = &tiny_model_f16;
     char err[512], path[400], path2[400];
     RtTrainer a, b;
-    assert_true(rt_trainer_init(&a, m, 8, 2, err, sizeof err));
+    assert_true(rt_trainer_init(&a, m, 8, 2, NULL, err, sizeof err));
     assert_true(rt_trainer_init_params(&a, "xavier()", 5, err, sizeof err));
-    assert_true(rt_trainer_init(&b, m, 8, 2, err, sizeof err));
+    assert_true(rt_trainer_init(&b, m, 8, 2, NULL, err, sizeof err));
     for (int i = 0; i < m->nparams; i++) {
         if (!a.state[i])
             continue;
@@ -402,7 +404,7 @@ static void test_adam_state(void **state)
     }
     /* an Adam checkpoint into a momentum run: its mean is not a momentum */
     RtTrainer c;
-    assert_true(rt_trainer_init(&c, m, 8, 1, err, sizeof err));
+    assert_true(rt_trainer_init(&c, m, 8, 1, NULL, err, sizeof err));
     FILE *w = tmpfile();
     assert_true(rt_checkpoint_apply(&ck, &c, path, w, err, sizeof err));
     char text[1024] = "";

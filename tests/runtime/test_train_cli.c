@@ -16,6 +16,7 @@
 
 #include "settings.h"
 #include "train.h"
+#include "lr.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 

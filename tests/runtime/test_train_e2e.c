@@ -28,6 +28,7 @@
 #include "model_tiny.c"
 #include "npy.h"
 #include "train.h"
+#include "checkpoint.h"
 
 static char out_text[1 << 17], err_text[1 << 14];
 

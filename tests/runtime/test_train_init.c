@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include "train.h"
+#include "rand.h"
+#include "init.h"
 
 /* mean and variance of n floats, in double */
 static void moments(const float *w, int64_t n, double *mean, double *var)

@@ -27,6 +27,7 @@
 
 #include "train.h"
 #include "train_internal.h"
+#include "rand.h"
 
 enum { NP = 5, NG = 4 };
 
@@ -130,10 +131,9 @@ static void same_trainers(const RtTrainer *a, const RtTrainer *b)
 static void trainer(RtTrainer *t, const RtModel *m, uint64_t seed)
 {
     char err[256];
-    if (!rt_trainer_init(t, m, 2, 2, err, sizeof err) ||
+    if (!rt_trainer_init(t, m, 2, 2, NULL, err, sizeof err) ||
         !rt_trainer_init_params(t, "xavier(rnd_type=gaussian)", seed, err, sizeof err))
         fail_msg("%s", err);
-    t->ctx.loss_scale = 1;
 }
 
 /* optimizer state and gradients with values that tell every element apart */

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "train.h"
+#include "lossscale.h"
 
 static char log_text[8192], warn_text[8192];
 
@@ -47,7 +48,7 @@ static void steps(RtLossScaler *ls, const char *seq, float *used, int32_t *track
 {
     FILE *log = tmpfile(), *warn = tmpfile();
     for (int i = 0; seq[i]; i++) {
-        used[i] = ls->s.scale; /* ctx.loss_scale of step i */
+        used[i] = ls->s.scale; /* the step state's scale in step i */
         skip[i] = rt_loss_scaler_update(ls, seq[i] == 'f', log, warn);
         tracker[i] = ls->s.tracker;
     }

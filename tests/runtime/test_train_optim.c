@@ -1,5 +1,5 @@
 /*
- * test_train_optim.c - the optimizer over all parameters (runtime/optim.c)
+ * test_train_optim.c - the optimizer over all parameters (runtime/cpu/optim.c)
  * against a naive reference, several steps: fp32 weights, fp16 and bf16
  * weights with fp32 masters (the 16-bit shadow must equal the rounded master
  * bit for bit, and the old shadow must not be read), 16-bit weights without
@@ -10,7 +10,7 @@
  * separate one; the bytes moved; and the buffers rt_trainer_init allocates.
  * Adam (fp32 and multi-precision, with clipping) against the same kind of
  * reference, and bit for bit against optim.h's ampc_mp_adam_update.
- * The AVX2 + F16C path (runtime/optim_simd.c) and the per-element loops
+ * The AVX2 + F16C path (runtime/cpu/optim_simd.c) and the per-element loops
  * (forced with AMPC_NO_SIMD=1) bit for bit against optim.h's ampc_mp_*
  * over every optimizer, fp16 and bf16, odd lengths, inf/NaN gradients and
  * masters beyond the fp16 range, clipping on and off.
@@ -28,6 +28,8 @@
 #include "kernels/half.h"
 #include "kernels/optim.h"
 #include "train.h"
+#include "cpu/cpu.h"
+#include "rand.h"
 
 enum { NP = 8 };
 #define N 37
@@ -88,7 +90,7 @@ static void run_clip(RtOptKind kind, float momentum, int steps, float clip)
     RtTrainer t;
     char err[256];
     bool with_state = momentum != 0;
-    assert_true(rt_trainer_init(&t, &model, 4, with_state, err, sizeof err));
+    assert_true(rt_trainer_init(&t, &model, 4, with_state, NULL, err, sizeof err));
     RtOptConfig c = {.kind = kind, .lr = 0.1f, .momentum = momentum, .wd = 0.01f,
                      .rescale_grad = 1.0f / 8, .clip_gradient = clip};
     Ref ref;
@@ -220,7 +222,7 @@ static void test_mp_matches_shared_kernel(void **state)
     (void)state;
     RtTrainer t;
     char err[256];
-    assert_true(rt_trainer_init(&t, &model, 4, true, err, sizeof err));
+    assert_true(rt_trainer_init(&t, &model, 4, true, NULL, err, sizeof err));
     RtOptConfig c = {.kind = RT_OPT_SGD, .lr = 0.05f, .momentum = 0.9f, .wd = 1e-4f,
                      .rescale_grad = 1.0f / 32, .clip_gradient = -1};
     float w32[N], mom[N];
@@ -256,7 +258,7 @@ static void run_adam(float clip, int steps)
 {
     RtTrainer t;
     char err[256];
-    assert_true(rt_trainer_init(&t, &model, 4, 2, err, sizeof err));
+    assert_true(rt_trainer_init(&t, &model, 4, 2, NULL, err, sizeof err));
     assert_non_null(t.state2);
     RtOptConfig c = {.kind = RT_OPT_ADAM, .lr = 0.01f, .wd = 0.01f, .rescale_grad = 1.0f / 8,
                      .clip_gradient = clip, .beta1 = 0.9f, .beta2 = 0.999f, .epsilon = 1e-8f};
@@ -349,7 +351,7 @@ static void test_adam_mp_matches_shared_kernel(void **state)
     (void)state;
     RtTrainer t;
     char err[256];
-    assert_true(rt_trainer_init(&t, &model, 4, 2, err, sizeof err));
+    assert_true(rt_trainer_init(&t, &model, 4, 2, NULL, err, sizeof err));
     RtOptConfig c = {.kind = RT_OPT_ADAM, .lr = 0.002f, .wd = 1e-4f, .rescale_grad = 1.0f / 32,
                      .clip_gradient = -1, .beta1 = 0.8f, .beta2 = 0.99f, .epsilon = 1e-6f};
     float w32[N], mean[N], var[N];
@@ -410,7 +412,7 @@ static void test_finite_check(void **state)
     (void)state;
     RtTrainer t;
     char err[256];
-    assert_true(rt_trainer_init(&t, &model, 4, true, err, sizeof err));
+    assert_true(rt_trainer_init(&t, &model, 4, true, NULL, err, sizeof err));
     RtOptConfig c = {.kind = RT_OPT_SGD, .lr = 0.1f, .momentum = 0.9f, .wd = 0,
                      .rescale_grad = 1, .clip_gradient = -1};
     assert_true(rt_optim_grads_finite(&model, &t.ctx));
@@ -442,7 +444,7 @@ static void test_trainer_buffers(void **state)
     (void)state;
     RtTrainer t;
     char err[256];
-    assert_true(rt_trainer_init(&t, &model, 5, true, err, sizeof err));
+    assert_true(rt_trainer_init(&t, &model, 5, true, NULL, err, sizeof err));
     for (int b = 0; b < model.nbuffers; b++) {
         assert_int_equal((uintptr_t)t.ctx.buf[b] % 64, 0);
         size_t n = (size_t)(buffers[b].fixed + buffers[b].per_sample * 5) * rt_dtype_size(buffers[b].dtype);
@@ -454,7 +456,7 @@ static void test_trainer_buffers(void **state)
         assert_true((t.state[i] != NULL) == (params[i].grad >= 0));
     }
     assert_int_equal(t.ctx.batch, 5);
-    assert_float_equal(t.ctx.loss_scale, 1, 0);
+    assert_float_equal(t.ctx.step_state->scale, 1, 0); /* the CPU device's, host memory */
     /* parameters: masters in fp32, shadows rounded from them */
     assert_true(rt_trainer_init_params(&t, "xavier(rnd_type=\"gaussian\")", 3, err, sizeof err));
     for (int e = 0; e < N; e++) {
@@ -478,23 +480,20 @@ static void test_trainer_buffers(void **state)
     RtModel m = model;
     m.nparams = 1;
     m.params = bad;
-    assert_false(rt_trainer_init(&t, &m, 4, true, err, sizeof err));
+    assert_false(rt_trainer_init(&t, &m, 4, true, NULL, err, sizeof err));
     assert_non_null(strstr(err, "parameter fc_weight (buffer 0) holds 37 elements, needs 1000"));
     bad[0] = params[2];
     bad[0].dtype = RT_BF16;
-    assert_false(rt_trainer_init(&t, &m, 4, true, err, sizeof err));
+    assert_false(rt_trainer_init(&t, &m, 4, true, NULL, err, sizeof err));
     assert_non_null(strstr(err, "is float16, expected bfloat16"));
     m = model;
     m.data = 99;
-    assert_false(rt_trainer_init(&t, &m, 4, true, err, sizeof err));
+    assert_false(rt_trainer_init(&t, &m, 4, true, NULL, err, sizeof err));
     assert_non_null(strstr(err, "the data input is buffer 99"));
 }
 
-/* ---- the AVX2 + F16C path (runtime/optim_simd.c) against the per-element
- * functions --------------------------------------------------------------
- * optim.c and optim_simd.c declare these (no header of their own). */
-bool rt_optim_simd_active(void);
-void rt_optim_simd_reread(void);
+/* ---- the AVX2 + F16C path (runtime/cpu/optim_simd.c) against the per-element
+ * functions (cpu/cpu.h declares them) ------------------------------------ */
 
 /* Odd lengths, so the 8-wide body and the per-element remainder both run
  * (3: remainder only; 8: body only); per-tensor lr_mult and wd_mult. */
@@ -581,7 +580,7 @@ static void run_simd_case(RtOptKind kind, float momentum, float clip, bool speci
     RtTrainer t;
     char err[256];
     int nstate = kind == RT_OPT_ADAM ? 2 : momentum != 0;
-    assert_true(rt_trainer_init(&t, &smodel, 4, nstate, err, sizeof err));
+    assert_true(rt_trainer_init(&t, &smodel, 4, nstate, NULL, err, sizeof err));
     RtOptConfig c = {.kind = kind, .lr = 0.05f, .momentum = momentum, .wd = 1e-3f,
                      .rescale_grad = 1.0f / 96, .clip_gradient = clip, .beta1 = 0.9f,
                      .beta2 = 0.999f, .epsilon = 1e-8f};

@@ -30,26 +30,33 @@ static const RtBuffer buffers[] = {
 };
 
 static void step(RtCtx *ctx) { (void)ctx; }
-static size_t ws_bytes(int64_t n) { return (size_t)(1000 + 8 * n); }
+static const RtCtx *sized; /* the ctx the sizer was given */
+static size_t ws_bytes(const RtCtx *ctx, int64_t n)
+{
+    sized = ctx;
+    return (size_t)(1000 + 8 * n);
+}
 
-static int opened;           /* open_device calls */
-static const RtModel *seen;  /* the model it was given */
-static RtDevice *fake_open(const RtModel *m, char *err, size_t errlen)
+static int opened;              /* open_device calls */
+static const RtModel *seen;     /* the model it was given */
+static RtDeviceConfig seen_cfg; /* and the options */
+static RtDevice *fake_open(const RtModel *m, const RtDeviceConfig *dc, char *err, size_t errlen)
 {
     opened++;
     seen = m;
+    seen_cfg = *dc;
     return rt_device_cpu_open(err, errlen); /* a device: its blocks are rt_dev_alloc's */
 }
 
-static RtDevice *failing_open(const RtModel *m, char *err, size_t errlen)
+static RtDevice *failing_open(const RtModel *m, const RtDeviceConfig *dc, char *err, size_t errlen)
 {
-    (void)m;
+    (void)m, (void)dc;
     opened++;
     snprintf(err, errlen, "no CUDA device: (a test)");
     return NULL;
 }
 
-static RtModel model(RtDevice *(*open)(const RtModel *, char *, size_t))
+static RtModel model(RtDevice *(*open)(const RtModel *, const RtDeviceConfig *, char *, size_t))
 {
     return (RtModel){.name = "dev", .nbuffers = 3, .buffers = buffers, .data = 0, .label = 1,
                      .prob_train = 2, .prob_infer = 2, .data_rank = 1, .data_shape = {4},
@@ -64,9 +71,16 @@ static void test_open_device_and_workspace(void **state)
     RtTrainer t;
     char err[256];
     opened = 0;
-    assert_true(rt_trainer_init(&t, &m, 3, 0, err, sizeof err));
+    RtDeviceConfig dc = rt_device_config_default();
+    dc.cudnn_workspace_mb = 7;
+    RtDeviceOpen how = {.config = &dc};
+    assert_true(rt_trainer_init(&t, &m, 3, 0, &how, err, sizeof err));
     assert_int_equal(opened, 1);
     assert_ptr_equal(seen, &m);
+    assert_int_equal(seen_cfg.cudnn_workspace_mb, 7); /* the options reach open_device */
+    assert_ptr_equal(sized, &t.ctx);                  /* the sizers ask the opened device's ctx */
+    assert_ptr_equal(t.ctx.step_state, rt_dev_step_state(t.dev));
+    assert_null(t.ctx.cuda); /* the CPU device's kernels take no context */
     assert_true(t.ctx.ws_device);
     assert_int_equal(t.ctx.ws_bytes, 1024);
     assert_non_null(t.ctx.ws);
@@ -107,7 +121,7 @@ static void test_open_device_fails(void **state)
     RtTrainer t;
     char err[256] = "";
     opened = 0;
-    assert_false(rt_trainer_init(&t, &m, 3, 0, err, sizeof err));
+    assert_false(rt_trainer_init(&t, &m, 3, 0, NULL, err, sizeof err));
     assert_int_equal(opened, 1);
     assert_string_equal(err, "no CUDA device: (a test)");
 }
@@ -118,7 +132,7 @@ static void test_cpu_workspace_grows(void **state)
     RtModel m = model(NULL);
     RtTrainer t;
     char err[256];
-    assert_true(rt_trainer_init(&t, &m, 3, 0, err, sizeof err));
+    assert_true(rt_trainer_init(&t, &m, 3, 0, NULL, err, sizeof err));
     assert_false(t.ctx.ws_device);
     assert_true(t.ctx.ws_bytes >= 1024);
     void *p = rt_ctx_ws(&t.ctx, 1 << 20); /* the host's grows */
@@ -132,40 +146,39 @@ static void test_device_flags(void **state)
     (void)state;
     RtModel cpu = model(NULL), gpu = model(fake_open);
     char err[256] = "";
-    /* not given: fine anywhere, the defaults stay */
-    assert_true(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, -1, -1}, err, sizeof err));
-    assert_true(rt_device_config()->cudnn_autotune);
-    assert_int_equal(rt_device_config()->cudnn_workspace_mb, RT_CUDNN_WORKSPACE_MB_DEFAULT);
+    RtDeviceConfig dc;
+    /* not given: fine anywhere, the defaults */
+    assert_true(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, -1, -1}, &dc, err, sizeof err));
+    assert_true(dc.cudnn_autotune);
+    assert_int_equal(dc.cudnn_workspace_mb, RT_CUDNN_WORKSPACE_MB_DEFAULT);
     /* a CPU program refuses either, naming it */
-    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){0, -1, -1, -1}, err, sizeof err));
+    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){0, -1, -1, -1}, &dc, err, sizeof err));
     assert_non_null(strstr(err, "--cudnn-autotune"));
     assert_non_null(strstr(err, "--target=cuda"));
-    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, 64, -1, -1}, err, sizeof err));
+    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, 64, -1, -1}, &dc, err, sizeof err));
     assert_non_null(strstr(err, "--cudnn-workspace-mb"));
-    assert_true(rt_device_config()->cudnn_autotune); /* unchanged by a refusal */
-    /* a GPU program takes them */
-    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){0, 64, -1, -1}, err, sizeof err));
-    assert_false(rt_device_config()->cudnn_autotune);
-    assert_int_equal(rt_device_config()->cudnn_workspace_mb, 64);
-    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){1, -1, -1, -1}, err, sizeof err));
-    assert_true(rt_device_config()->cudnn_autotune);
-    assert_int_equal(rt_device_config()->cudnn_workspace_mb, 64);
+    /* a GPU program takes them, each call from the defaults (no state between runs) */
+    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){0, 64, -1, -1}, &dc, err, sizeof err));
+    assert_false(dc.cudnn_autotune);
+    assert_int_equal(dc.cudnn_workspace_mb, 64);
+    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){1, -1, -1, -1}, &dc, err, sizeof err));
+    assert_true(dc.cudnn_autotune);
+    assert_int_equal(dc.cudnn_workspace_mb, RT_CUDNN_WORKSPACE_MB_DEFAULT);
     /* the fp32 engine rule and the nondeterministic engines: exact and
      * refused by default, refused by a CPU program, taken by a GPU one */
-    assert_int_equal(rt_device_config()->cudnn_fp32, 0);
-    assert_false(rt_device_config()->cudnn_nondeterministic);
-    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, 1, -1}, err, sizeof err));
+    assert_int_equal(dc.cudnn_fp32, 0);
+    assert_false(dc.cudnn_nondeterministic);
+    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, 1, -1}, &dc, err, sizeof err));
     assert_non_null(strstr(err, "--cudnn-fp32"));
-    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, -1, 1}, err, sizeof err));
+    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, -1, 1}, &dc, err, sizeof err));
     assert_non_null(strstr(err, "--cudnn-nondeterministic"));
-    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){-1, -1, 2, 1}, err, sizeof err));
-    assert_int_equal(rt_device_config()->cudnn_fp32, 2);
-    assert_true(rt_device_config()->cudnn_nondeterministic);
-    assert_int_equal(rt_device_config()->cudnn_workspace_mb, 64);
+    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){-1, -1, 2, 1}, &dc, err, sizeof err));
+    assert_int_equal(dc.cudnn_fp32, 2);
+    assert_true(dc.cudnn_nondeterministic);
     /* --cudnn-check: a CPU program refuses it */
     FILE *sink = tmpfile();
     assert_non_null(sink);
-    assert_int_equal(rt_device_check(&cpu, 4, sink, sink), 2);
+    assert_int_equal(rt_device_check(&cpu, &dc, 4, sink, sink), 2);
     rewind(sink);
     char line[256] = "";
     assert_non_null(fgets(line, sizeof line, sink));

@@ -207,8 +207,10 @@ static void test_real_link(void **state)
     fputs("#include <stdio.h>\n#include \"cuda/program_cuda.h\"\n"
           "const RtModel ampc_model = {.name = \"t\"};\n"
           "int main(void)\n{\n    char err[1024];\n"
-          "    struct RtDevice *d = rt_cuda_open_device(&ampc_model, err, sizeof err);\n"
-          "    if (!d)\n        printf(\"%s\\n\", err);\n    return d ? 0 : 3;\n}\n", f);
+          "    RtDeviceConfig dc = rt_device_config_default();\n"
+          "    struct RtDevice *d = rt_cuda_open_device(&ampc_model, &dc, err, sizeof err);\n"
+          "    if (!d)\n        printf(\"%s\\n\", err);\n    return d ? 0 : 3;\n}\n",
+          f);
     fclose(f);
     cg_build_set_cuda(true);
     bool ok = build();

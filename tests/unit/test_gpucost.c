@@ -114,7 +114,7 @@ static void test_conv_backward(void **state)
 }
 
 /* BatchNorm's training forward, NHWC (outer = N*H*W = 100, c = 4, inner 1),
- * f16, fix_gamma off.  bn.cuh: ampc_k_bn_train_stats, one thread per
+ * f16, fix_gamma off.  batchnorm.cuh: ampc_k_bn_train_stats, one thread per
  * channel: the shift k = x[ch] (1 load), the 100 elements one by one (100
  * loads), gamma and beta (2): 103 loads; bytes (400 + 4) x 2 + 2 x 4 x 4;
  * writes save_mean, save_invstd and 2 scratch floats per channel: 64.
@@ -182,7 +182,7 @@ static void test_batchnorm(void **state)
     near(sums->serial, 2 * 2006 + 2 + 1);
 }
 
-/* The fused update (kernels.cuh's ampc_k_mt_optim) for NAG with one state
+/* The fused update (optim.cuh's ampc_k_mt_optim) for NAG with one state
  * tensor: a 16-bit parameter reads its gradient (2), fp32 master (4) and
  * momentum (4) and writes master, momentum and the 16-bit weight (4 + 4 +
  * 2): 20 bytes; an fp32 one reads gradient, weight and momentum (12) and

@@ -1,4 +1,4 @@
-/* nccl.c - the real transport of the NCCL engine (runtime/dist/coll.h): NCCL's
+/* nccl_transport.c - the real transport of the NCCL engine (runtime/dist/coll.h): NCCL's
  * functions resolved with dlsym from the handle libs.c opens (no link-time
  * NCCL: a program runs without NCCL until it needs it), and cudart's
  * streams and events (the program links the static cudart).  In

@@ -1,8 +1,8 @@
 /*
- * bn.cuh - BatchNorm (training forward, inference forward, backward) on the
- * GPU, bit for bit runtime/cpu/batchnorm.c, in one CUDA C++17 source for
- * nvcc (layout.cu builds it after layout.cuh) and the emulator
- * (tests/runtime/test_cuda_layout_emu.c).
+ * batchnorm.cuh - BatchNorm (training forward, inference forward, backward)
+ * on the GPU, bit for bit runtime/cpu/batchnorm.c, in one CUDA C++17 source
+ * for nvcc (batchnorm.cu builds it after layout.cuh's helpers) and the
+ * emulator (tests/runtime/test_cuda_layout_emu.c).
  *
  * x is viewed as [outer, c, inner] as RtBnDims says (NCHW: N, C, H*W; NHWC:
  * N*H*W, C, 1).  Each op is two launches:
@@ -27,18 +27,21 @@
  * No shared memory, barriers or warp intrinsics; the two launches
  * communicate through global memory only.
  * The fused BatchNorm + relu's backward is the backward with dy masked by
- * the relu's output as it is read (ry); its forward (dnn.c) is the forward
- * then ampc_cu_relu in place.  The moving-statistics update is ops.cuh's.
+ * the relu's output as it is read (ry); its forward (batchnorm.c) is the
+ * forward then ampc_cu_relu in place.  The moving statistics' update is
+ * one thread per channel, writing nothing on a step the step state's flag
+ * skips.
  */
-#ifndef AMPC_CUDA_BN_CUH
-#define AMPC_CUDA_BN_CUH
+#ifndef AMPC_CUDA_BATCHNORM_CUH
+#define AMPC_CUDA_BATCHNORM_CUH
 
 #include <math.h>
 
+#include "cuda/rt_cuda.h"
 #include "kernels/act.h"
 
 #ifndef AMPC_CUDA_LAYOUT_CUH
-#error "include cuda/layout.cuh before cuda/bn.cuh"
+#error "include cuda/layout.cuh before cuda/batchnorm.cuh"
 #endif
 
 #define AMPC_BN_CHUNK 512 /* runtime/cpu/cpu.h's RT_CHUNK: the segments' length */
@@ -302,4 +305,40 @@ AMPC_LAY_API int ampc_cu_bn_backward(AmpcStream s, size_t outer, int c, size_t i
                                     acc_dx, acc_param, ws);
 }
 
-#endif /* AMPC_CUDA_BN_CUH */
+/* ---- the moving statistics (rt_batchnorm_update_moving), skipped on the device ---------- */
+
+__global__ void ampc_k_bn_moving(size_t c, int64_t count, ampc_dptr<const float> save_mean,
+                                 ampc_dptr<const float> save_invstd, float eps, float momentum,
+                                 ampc_dptr<float> moving_mean, ampc_dptr<float> moving_var,
+                                 ampc_dptr<const RtStepState> step)
+{
+    /* a step a dynamic loss scale skips (its flag set) changes nothing */
+    if (step && *AMPC_FIELD(step, dynamic) && *AMPC_FIELD(step, flag))
+        return;
+    AMPC_LAY_FOR(i, c)
+    {
+        double is = save_invstd[i];
+        double var = 1.0 / (is * is) - (double)eps;
+        if (var < 0.0)
+            var = 0.0;
+        if (count > 1)
+            var *= (double)count / (double)(count - 1);
+        moving_mean[i] = moving_mean[i] * momentum + save_mean[i] * (1.0f - momentum);
+        moving_var[i] = moving_var[i] * momentum + (float)var * (1.0f - momentum);
+    }
+}
+
+/* nothing on a step the step's state skips (read on the device) */
+AMPC_LAY_API void rt_cuda_batchnorm_update_moving(RtCudaCtx *cx, int64_t c, int64_t count,
+                                                 const float *save_mean, const float *save_invstd,
+                                                 float eps, float momentum, float *moving_mean,
+                                                 float *moving_var, const RtStepState *step)
+{
+    if (c <= 0)
+        return;
+    AMPC_LAUNCH(ampc_k_bn_moving, ampc_lay_grid((size_t)c), AMPC_LAY_THREADS, cx->stream, (size_t)c,
+                count, save_mean, save_invstd, eps, momentum, moving_mean, moving_var, step);
+    AMPC_CHECK(AMPC_API_CUDA, AMPC_LAUNCH_ERROR());
+}
+
+#endif /* AMPC_CUDA_BATCHNORM_CUH */

@@ -1,5 +1,5 @@
 /*
- * dnn.c - Convolution forward, backward-data and backward-filter through
+ * conv.c - Convolution forward, backward-data and backward-filter through
  * cuDNN's graph (backend) API: tensor, convolution and operation
  * descriptors, an operation graph, engine heuristics, execution plans and
  * a variant pack per call.  No legacy (deprecated) cuDNN call is used.
@@ -17,7 +17,9 @@
  *
  * cuDNN is opened with dlopen (libs.h), so its functions are pointers.
  * Layouts, descriptors and padding come from plan.c (unit-tested); the
- * padding and bias kernels from layout.cuh (emulation-tested).
+ * padding and bias kernels from layout.cuh (emulation-tested).  The twin
+ * of runtime/cpu/conv.c (cuda/<family> beside cpu/<family>.c:
+ * docs/backend-cuda.md, "Files").
  */
 #include <cuda_runtime.h>
 #include <cudnn_graph.h>
@@ -31,7 +33,7 @@
 #include "cuda/plan.h"
 #include "cuda/rt_cuda.h"
 
-static struct {
+typedef struct {
     __typeof__(cudnnGetVersion) *GetVersion;
     __typeof__(cudnnCreate) *Create;
     __typeof__(cudnnDestroy) *Destroy;
@@ -42,14 +44,22 @@ static struct {
     __typeof__(cudnnBackendGetAttribute) *GetAttribute;
     __typeof__(cudnnBackendFinalize) *Finalize;
     __typeof__(cudnnBackendExecute) *Execute;
-} F;
+} DnnFns;
 
 typedef cudnnBackendDescriptor_t Desc;
 
-static cudnnHandle_t handle; /* NULL in the offline check (no GPU, no handle) */
-static RtCudaConfig cfg;
-static AmpcPlanCache cache;
-static bool ready, offline;
+typedef struct ConvCheck ConvCheck;
+
+/* cuDNN's part of a context (RtCudaCtx.dnn): its functions, found by name,
+ * the handle, the plans chosen per shape, the offline check's table. */
+typedef struct RtCudaDnn {
+    DnnFns F;
+    cudnnHandle_t handle; /* NULL in the offline check (no GPU, no handle) */
+    RtCudaCtx *cx;        /* the context it is part of: its stream and options */
+    AmpcPlanCache cache;  /* ConvPlan (or, offline, ConvCheck) by shape */
+    ConvCheck **checks;   /* the offline check's distinct convolutions, in order */
+    size_t nchecks, checks_cap;
+} Dnn;
 
 /* The handle attributes of the graph and the plan are marked deprecated
  * in cuDNN 9.19's header (the handle now also comes with the execution);
@@ -74,13 +84,14 @@ static const char *pass_name(RtPass pass)
  * Nothing here needs a handle or a GPU. */
 typedef struct {
     bool ok;
+    const DnnFns *F;
 } Build;
 
 static void set_(Build *b, Desc d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t,
                  int64_t n, const void *v, const char *call, int line)
 {
     if (b->ok && d)
-        b->ok = ampc_api_check(AMPC_API_CUDNN, (long)F.SetAttribute(d, a, t, n, v), call,
+        b->ok = ampc_api_check(AMPC_API_CUDNN, (long)b->F->SetAttribute(d, a, t, n, v), call,
                                __FILE__, line, false);
 }
 #define SET(b, d, a, t, n, v) \
@@ -90,20 +101,20 @@ static Desc make(Build *b, cudnnBackendDescriptorType_t t)
 {
     Desc d = NULL;
     if (b->ok)
-        b->ok = AMPC_TRY(AMPC_API_CUDNN, F.CreateDescriptor(t, &d));
+        b->ok = AMPC_TRY(AMPC_API_CUDNN, b->F->CreateDescriptor(t, &d));
     return b->ok ? d : NULL;
 }
 
 static void finalize(Build *b, Desc d)
 {
     if (b->ok && d)
-        b->ok = AMPC_TRY(AMPC_API_CUDNN, F.Finalize(d));
+        b->ok = AMPC_TRY(AMPC_API_CUDNN, b->F->Finalize(d));
 }
 
-static void drop(Desc d)
+static void drop(Dnn *dn, Desc d)
 {
     if (d)
-        AMPC_CHECK(AMPC_API_CUDNN, F.DestroyDescriptor(d));
+        AMPC_CHECK(AMPC_API_CUDNN, dn->F.DestroyDescriptor(d));
 }
 
 static cudnnDataType_t dnn_type(RtDType dt)
@@ -187,44 +198,46 @@ typedef struct {
     Desc x, w, y, conv, op, graph;
 } ConvGraph;
 
-static void conv_graph_drop(ConvGraph *cg)
+static void conv_graph_drop(Dnn *dn, ConvGraph *cg)
 {
-    drop(cg->graph), drop(cg->op), drop(cg->conv), drop(cg->x), drop(cg->w), drop(cg->y);
+    drop(dn, cg->graph), drop(dn, cg->op), drop(dn, cg->conv), drop(dn, cg->x), drop(dn, cg->w),
+        drop(dn, cg->y);
     memset(cg, 0, sizeof *cg);
 }
 
 /* false (nothing left allocated) with the library's message in
  * ampc_api_last_error() */
-static bool conv_graph(const AmpcConvGeom *g, RtDType dt, RtPass pass, bool acc, ConvGraph *cg)
+static bool conv_graph(Dnn *dn, const AmpcConvGeom *g, RtDType dt, RtPass pass, bool acc,
+                       ConvGraph *cg)
 {
-    Build b = {true};
+    Build b = {true, &dn->F};
     memset(cg, 0, sizeof *cg);
     cg->x = tensor(&b, &g->x, UID_X, dt), cg->w = tensor(&b, &g->w, UID_W, dt);
     cg->y = tensor(&b, &g->y, UID_Y, dt), cg->conv = conv_desc(&b, g);
     /* the operation's x/w/y are the pass's: dx for backward-data, dw for backward-filter */
     cg->op = operation(&b, pass, cg->x, cg->w, cg->y, cg->conv, acc);
     cg->graph = make(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    if (handle)
-        SET(&b, cg->graph, ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+    if (dn->handle)
+        SET(&b, cg->graph, ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &dn->handle);
     SET(&b, cg->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cg->op);
     finalize(&b, cg->graph);
     if (!b.ok)
-        conv_graph_drop(cg);
+        conv_graph_drop(dn, cg);
     return b.ok;
 }
 
 /* A heuristic of one mode over the graph, finalized (NULL when cuDNN has
  * none for it). */
-static Desc heuristic(Desc graph, cudnnBackendHeurMode_t mode)
+static Desc heuristic(Dnn *dn, Desc graph, cudnnBackendHeurMode_t mode)
 {
-    Build b = {true};
+    Build b = {true, &dn->F};
     Desc heur = make(&b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     SET(&b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
         &graph);
     SET(&b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
     finalize(&b, heur);
     if (!b.ok) {
-        drop(heur);
+        drop(dn, heur);
         return NULL;
     }
     return heur;
@@ -233,15 +246,15 @@ static Desc heuristic(Desc graph, cudnnBackendHeurMode_t mode)
 /* How many engine configurations the heuristic of this mode proposes, before
  * cuDNN's own check of each against the device (which, without a GPU,
  * leaves none): -1 when the query fails. */
-static int64_t heuristic_count(Desc graph, cudnnBackendHeurMode_t mode)
+static int64_t heuristic_count(Dnn *dn, Desc graph, cudnnBackendHeurMode_t mode)
 {
-    Desc heur = heuristic(graph, mode);
+    Desc heur = heuristic(dn, graph, mode);
     int64_t n = -1;
-    if (heur && !AMPC_TRY(AMPC_API_CUDNN, F.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n,
-                                                         NULL)))
+    if (heur &&
+        !AMPC_TRY(AMPC_API_CUDNN, dn->F.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, NULL)))
         n = -1;
-    drop(heur);
+    drop(dn, heur);
     return n;
 }
 
@@ -256,11 +269,17 @@ typedef struct {
     unsigned notes;    /* the engine's numerical notes (plan.h's AMPC_NOTE_*) */
 } ConvPlan;
 
-static void plan_free(void *p)
+static void plan_free(void *dnn, void *p)
 {
     ConvPlan *c = p;
-    drop(c->plan);
+    drop(dnn, c->plan);
     free(c);
+}
+
+static void check_free(void *dnn, void *p)
+{
+    (void)dnn;
+    free(p);
 }
 
 static unsigned note_bit(cudnnBackendNumericalNote_t n)
@@ -282,44 +301,46 @@ static unsigned note_bit(cudnnBackendNumericalNote_t n)
 
 /* The engine of an engine configuration: its global index and numerical
  * notes.  false when it cannot describe itself (skipped, not fatal). */
-static bool engine_notes(Desc ecfg, int64_t *index, unsigned *bits)
+static bool engine_notes(Dnn *dn, Desc ecfg, int64_t *index, unsigned *bits)
 {
-    Build b = {true};
+    Build b = {true, &dn->F};
     Desc eng = make(&b, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
     int64_t n = 0;
     cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-    bool ok = b.ok &&
-              AMPC_TRY(AMPC_API_CUDNN, F.GetAttribute(ecfg, CUDNN_ATTR_ENGINECFG_ENGINE,
-                                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng)) &&
-              AMPC_TRY(AMPC_API_CUDNN, F.GetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
-                                                      CUDNN_TYPE_INT64, 1, &n, index));
+    bool ok =
+        b.ok &&
+        AMPC_TRY(AMPC_API_CUDNN, dn->F.GetAttribute(ecfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng)) &&
+        AMPC_TRY(AMPC_API_CUDNN, dn->F.GetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+                                                    CUDNN_TYPE_INT64, 1, &n, index));
     n = 0;
-    ok = ok && AMPC_TRY(AMPC_API_CUDNN, F.GetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-                                                       CUDNN_TYPE_NUMERICAL_NOTE,
-                                                       CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes));
+    ok = ok &&
+         AMPC_TRY(AMPC_API_CUDNN, dn->F.GetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                                     CUDNN_TYPE_NUMERICAL_NOTE,
+                                                     CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes));
     *bits = 0;
     for (int64_t i = 0; ok && i < n; i++)
         *bits |= note_bit(notes[i]);
-    drop(eng);
+    drop(dn, eng);
     return ok;
 }
 
 /* x, w, y in the operation's roles (dx or dw is an output: const only here) */
 /* runs the plan; a failure is fatal unless `tried` (autotune's timing runs:
  * a plan can finalize and still fail to run), where false is returned */
-static bool run_plan(Desc plan, const void *x, const void *w, const void *y, void *ws,
+static bool run_plan(Dnn *dn, Desc plan, const void *x, const void *w, const void *y, void *ws,
                      bool tried)
 {
     int64_t uids[3] = {UID_X, UID_W, UID_Y};
     void *ptrs[3] = {(void *)x, (void *)w, (void *)y};
-    Build b = {true};
+    Build b = {true, &dn->F};
     Desc vp = make(&b, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
     SET(&b, vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
     SET(&b, vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
     SET(&b, vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
     finalize(&b, vp);
-    bool ok = b.ok && AMPC_TRY(AMPC_API_CUDNN, F.Execute(handle, plan, vp));
-    drop(vp);
+    bool ok = b.ok && AMPC_TRY(AMPC_API_CUDNN, dn->F.Execute(dn->handle, plan, vp));
+    drop(dn, vp);
     if (!ok && !tried) {
         fprintf(stderr, "ampc: %s\n", ampc_api_last_error());
         exit(1);
@@ -329,9 +350,9 @@ static bool run_plan(Desc plan, const void *x, const void *w, const void *y, voi
     return ok;
 }
 
-static void execute(Desc plan, const void *x, const void *w, const void *y, void *ws)
+static void execute(Dnn *dn, Desc plan, const void *x, const void *w, const void *y, void *ws)
 {
-    run_plan(plan, x, w, y, ws, false);
+    run_plan(dn, plan, x, w, y, ws, false);
 }
 
 /* scratch buffers for timing: x, w, y (in the pass's roles) and a workspace */
@@ -348,18 +369,18 @@ static size_t desc_bytes(const AmpcTensorDesc *t, RtDType dt)
 }
 
 /* the mean time of TIMED_RUNS runs, in ms (inf when a run fails) */
-static float time_plan(Desc plan, const Scratch *s)
+static float time_plan(Dnn *dn, Desc plan, const Scratch *s)
 {
-    if (!run_plan(plan, s->x, s->w, s->y, s->ws, true)) /* warm-up */
+    if (!run_plan(dn, plan, s->x, s->w, s->y, s->ws, true)) /* warm-up */
         return INFINITY;
     cudaEvent_t a, b;
     AMPC_CHECK(AMPC_API_CUDA, cudaEventCreate(&a));
     AMPC_CHECK(AMPC_API_CUDA, cudaEventCreate(&b));
-    AMPC_CHECK(AMPC_API_CUDA, cudaEventRecord(a, cfg.stream));
+    AMPC_CHECK(AMPC_API_CUDA, cudaEventRecord(a, dn->cx->stream));
     bool ok = true;
     for (int i = 0; ok && i < TIMED_RUNS; i++)
-        ok = run_plan(plan, s->x, s->w, s->y, s->ws, true);
-    AMPC_CHECK(AMPC_API_CUDA, cudaEventRecord(b, cfg.stream));
+        ok = run_plan(dn, plan, s->x, s->w, s->y, s->ws, true);
+    AMPC_CHECK(AMPC_API_CUDA, cudaEventRecord(b, dn->cx->stream));
     AMPC_CHECK(AMPC_API_CUDA, cudaEventSynchronize(b));
     float ms = 0;
     AMPC_CHECK(AMPC_API_CUDA, cudaEventElapsedTime(&ms, a, b));
@@ -380,30 +401,32 @@ typedef struct {
 
 /* the candidates of one heuristic mode: the best usable plan (p->plan NULL
  * when none) */
-static void pick(Desc graph, cudnnBackendHeurMode_t mode, RtDType dt, const Scratch *s, Pick *p)
+static void pick(Dnn *dn, Desc graph, cudnnBackendHeurMode_t mode, RtDType dt, const Scratch *s,
+                 Pick *p)
 {
-    Desc heur = heuristic(graph, mode);
+    Desc heur = heuristic(dn, graph, mode);
     if (!heur)
         return;
     int64_t n = 0;
-    AMPC_CHECK(AMPC_API_CUDNN, F.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, NULL));
+    AMPC_CHECK(AMPC_API_CUDNN, dn->F.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, NULL));
     if (n > MAX_CANDIDATES)
         n = MAX_CANDIDATES;
     Desc cfgs[MAX_CANDIDATES];
-    Build b = {true};
+    Build b = {true, &dn->F};
     for (int64_t i = 0; i < n; i++)
         cfgs[i] = make(&b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
     int64_t got = 0;
     if (n > 0 && b.ok)
-        AMPC_CHECK(AMPC_API_CUDNN, F.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfgs));
-    const AmpcEnginePolicy policy = {(AmpcFp32Mode)cfg.fp32, cfg.nondeterministic};
+        AMPC_CHECK(AMPC_API_CUDNN,
+                   dn->F.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfgs));
+    const AmpcEnginePolicy policy = {(AmpcFp32Mode)dn->cx->cfg.fp32, dn->cx->cfg.nondeterministic};
     float best_ms = 0;
     for (int64_t i = 0; i < got; i++) {
         int64_t index = -1, bytes = 0;
         unsigned notes = 0;
-        if (!engine_notes(cfgs[i], &index, &notes))
+        if (!engine_notes(dn, cfgs[i], &index, &notes))
             continue;
         p->proposed++;
         unsigned refusal = ampc_engine_refusal(notes, dt, &policy);
@@ -411,83 +434,85 @@ static void pick(Desc graph, cudnnBackendHeurMode_t mode, RtDType dt, const Scra
             p->refused++, p->refused_notes |= refusal;
             continue;
         }
-        Build pb = {true};
+        Build pb = {true, &dn->F};
         Desc plan = make(&pb, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        SET(&pb, plan, ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+        SET(&pb, plan, ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &dn->handle);
         SET(&pb, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
             &cfgs[i]);
         finalize(&pb, plan);
         int64_t one = 0;
         if (!pb.ok ||
             !AMPC_TRY(AMPC_API_CUDNN,
-                      F.GetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                     CUDNN_TYPE_INT64, 1, &one, &bytes)) ||
-            bytes < 0 || (uint64_t)bytes > cfg.workspace_limit) {
-            drop(plan);
+                      dn->F.GetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                         CUDNN_TYPE_INT64, 1, &one, &bytes)) ||
+            bytes < 0 || (uint64_t)bytes > dn->cx->cfg.workspace_limit) {
+            drop(dn, plan);
             continue;
         }
-        float ms = s ? time_plan(plan, s) : 0;
+        float ms = s ? time_plan(dn, plan, s) : 0;
         if (!isfinite(ms)) { /* it would not run: the next candidate */
-            drop(plan);
+            drop(dn, plan);
             continue;
         }
         if (!p->plan || ms < best_ms) {
-            drop(p->plan);
+            drop(dn, p->plan);
             p->plan = plan, best_ms = ms, p->ws = (size_t)bytes, p->engine = index;
             p->notes = notes;
             if (!s)
                 break; /* no autotune: the heuristic's first usable one */
         } else {
-            drop(plan);
+            drop(dn, plan);
         }
     }
     for (int64_t i = 0; i < n; i++)
-        drop(cfgs[i]);
-    drop(heur);
+        drop(dn, cfgs[i]);
+    drop(dn, heur);
     /* a candidate refused above may have left a CUDA error behind: not
      * for the next custom kernel's launch check to report as its own */
     (void)cudaGetLastError();
 }
 
-static void scratch_alloc(Scratch *s, const AmpcConvGeom *g, RtDType dt)
+static void scratch_alloc(Dnn *dn, Scratch *s, const AmpcConvGeom *g, RtDType dt)
 {
     AMPC_CHECK(AMPC_API_CUDA, cudaMalloc(&s->x, desc_bytes(&g->x, dt)));
     AMPC_CHECK(AMPC_API_CUDA, cudaMalloc(&s->w, desc_bytes(&g->w, dt)));
     AMPC_CHECK(AMPC_API_CUDA, cudaMalloc(&s->y, desc_bytes(&g->y, dt)));
-    AMPC_CHECK(AMPC_API_CUDA, cudaMemsetAsync(s->x, 0, desc_bytes(&g->x, dt), cfg.stream));
-    AMPC_CHECK(AMPC_API_CUDA, cudaMemsetAsync(s->w, 0, desc_bytes(&g->w, dt), cfg.stream));
-    AMPC_CHECK(AMPC_API_CUDA, cudaMemsetAsync(s->y, 0, desc_bytes(&g->y, dt), cfg.stream));
-    AMPC_CHECK(AMPC_API_CUDA, cudaMalloc(&s->ws, cfg.workspace_limit ? cfg.workspace_limit : 1));
+    AMPC_CHECK(AMPC_API_CUDA, cudaMemsetAsync(s->x, 0, desc_bytes(&g->x, dt), dn->cx->stream));
+    AMPC_CHECK(AMPC_API_CUDA, cudaMemsetAsync(s->w, 0, desc_bytes(&g->w, dt), dn->cx->stream));
+    AMPC_CHECK(AMPC_API_CUDA, cudaMemsetAsync(s->y, 0, desc_bytes(&g->y, dt), dn->cx->stream));
+    AMPC_CHECK(AMPC_API_CUDA,
+               cudaMalloc(&s->ws, dn->cx->cfg.workspace_limit ? dn->cx->cfg.workspace_limit : 1));
 }
 
-static void scratch_free(Scratch *s)
+static void scratch_free(Dnn *dn, Scratch *s)
 {
-    AMPC_CHECK(AMPC_API_CUDA, cudaStreamSynchronize(cfg.stream));
+    AMPC_CHECK(AMPC_API_CUDA, cudaStreamSynchronize(dn->cx->stream));
     AMPC_CHECK(AMPC_API_CUDA, cudaFree(s->x));
     AMPC_CHECK(AMPC_API_CUDA, cudaFree(s->w));
     AMPC_CHECK(AMPC_API_CUDA, cudaFree(s->y));
     AMPC_CHECK(AMPC_API_CUDA, cudaFree(s->ws));
 }
 
-static void need_init(const char *fn)
+/* cx's cuDNN, for a call that runs a plan */
+static Dnn *dnn_of(RtCudaCtx *cx)
 {
-    if (!ready || offline) {
-        fprintf(stderr, "ampc: %s: called %s\n", fn,
-                ready ? "in the offline check (no GPU)" : "before rt_cuda_init");
+    rt_cuda_need_init(cx, "cuDNN convolution");
+    if (!cx->dnn) {
+        fprintf(stderr, "ampc: cuDNN convolution: the context has no cuDNN (rt_cuda_open)\n");
         exit(1);
     }
+    return cx->dnn;
 }
 
 static const char *node_name(const char *node) { return node ? node : "(unnamed)"; }
 
 /* the cached plan of a shape, chosen now when it is new */
-static ConvPlan *conv_plan(const RtConvDims *d, RtDType dt, RtPass pass, bool acc)
+static ConvPlan *conv_plan(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass, bool acc)
 {
-    need_init("cuDNN convolution");
     AmpcPlanKey key;
     ampc_conv_key(d, dt, pass, &key);
     key.v[AMPC_KEY_LEN - 1] = acc; /* a slot ampc_conv_key leaves 0 */
-    ConvPlan *p = ampc_cache_get(&cache, &key);
+    ConvPlan *p = ampc_cache_get(&dn->cache, &key);
     if (p)
         return p;
     p = calloc(1, sizeof *p);
@@ -504,21 +529,21 @@ static ConvPlan *conv_plan(const RtConvDims *d, RtDType dt, RtPass pass, bool ac
     p->xbytes = p->g.pad_bytes ? ampc_padded_bytes(p->xrows, p->g.c, dt) : 0;
 
     ConvGraph cg;
-    if (!conv_graph(&p->g, dt, pass, acc, &cg)) {
+    if (!conv_graph(dn, &p->g, dt, pass, acc, &cg)) {
         fprintf(stderr, "ampc: node '%s': the %s convolution's cuDNN graph: %s\n",
                 node_name(d->node), pass_name(pass), ampc_api_last_error());
         exit(1);
     }
     Scratch s = {0};
-    if (cfg.autotune)
-        scratch_alloc(&s, &p->g, dt);
+    if (dn->cx->cfg.autotune)
+        scratch_alloc(dn, &s, &p->g, dt);
     Pick a = {0}, fb = {0};
-    pick(cg.graph, CUDNN_HEUR_MODE_A, dt, cfg.autotune ? &s : NULL, &a);
+    pick(dn, cg.graph, CUDNN_HEUR_MODE_A, dt, dn->cx->cfg.autotune ? &s : NULL, &a);
     if (!a.plan) /* none left: the fallback list, then a stop naming the node */
-        pick(cg.graph, CUDNN_HEUR_MODE_FALLBACK, dt, cfg.autotune ? &s : NULL, &fb);
-    if (cfg.autotune)
-        scratch_free(&s);
-    conv_graph_drop(&cg);
+        pick(dn, cg.graph, CUDNN_HEUR_MODE_FALLBACK, dt, dn->cx->cfg.autotune ? &s : NULL, &fb);
+    if (dn->cx->cfg.autotune)
+        scratch_free(dn, &s);
+    conv_graph_drop(dn, &cg);
     Pick *got = a.plan ? &a : &fb;
     if (!got->plan) {
         char notes[160];
@@ -527,16 +552,16 @@ static ConvPlan *conv_plan(const RtConvDims *d, RtDType dt, RtPass pass, bool ac
                 "groups %d, %d-D, %s) within the workspace limit of %zu bytes: %d candidates "
                 "proposed, %d refused by the engine rule (%s; --cudnn-fp32=%s%s)%s%s\n",
                 node_name(d->node), pass_name(pass), d->n, d->c, d->k, d->groups, d->nsp,
-                rt_dtype_name(dt), cfg.workspace_limit, a.proposed + fb.proposed,
+                rt_dtype_name(dt), dn->cx->cfg.workspace_limit, a.proposed + fb.proposed,
                 a.refused + fb.refused,
                 ampc_note_names(a.refused_notes | fb.refused_notes, notes, sizeof notes),
-                ampc_fp32_mode_name((AmpcFp32Mode)cfg.fp32),
-                cfg.nondeterministic ? ", --cudnn-nondeterministic" : "",
+                ampc_fp32_mode_name((AmpcFp32Mode)dn->cx->cfg.fp32),
+                dn->cx->cfg.nondeterministic ? ", --cudnn-nondeterministic" : "",
                 ampc_api_last_error()[0] ? "; last error: " : "", ampc_api_last_error());
         exit(1);
     }
     p->plan = got->plan, p->ws = got->ws, p->engine = got->engine, p->notes = got->notes;
-    if (!ampc_cache_put(&cache, &key, p)) {
+    if (!ampc_cache_put(&dn->cache, &key, p)) {
         fprintf(stderr, "ampc: out of memory caching a cuDNN plan\n");
         exit(1);
     }
@@ -546,15 +571,12 @@ static ConvPlan *conv_plan(const RtConvDims *d, RtDType dt, RtPass pass, bool ac
 /* ---- the offline check (--cudnn-check: no GPU, no handle) -------------------------- */
 
 /* One distinct convolution checked: the first node that asked for it. */
-typedef struct {
+struct ConvCheck {
     char node[96], what[224];
     int64_t cand_a, cand_fallback; /* the heuristics' proposals, -1: the query failed */
     bool ok;
     char err[384];
-} ConvCheck;
-
-static ConvCheck **checks;
-static size_t nchecks, checks_cap;
+};
 
 static void check_describe(const AmpcConvGeom *g, RtDType dt, RtPass pass, bool acc, char *out,
                            size_t len)
@@ -575,11 +597,12 @@ static void check_describe(const AmpcConvGeom *g, RtDType dt, RtPass pass, bool 
                        (long long)g->stride[i], (long long)g->pad[i], (long long)g->dilate[i]);
 }
 
-bool rt_cuda_dnn_check_geom(const char *node, const AmpcConvGeom *g, RtDType dt, RtPass pass,
-                            bool acc, int64_t candidates[2], char *err, size_t errlen)
+bool rt_cuda_dnn_check_geom(RtCudaCtx *cx, const char *node, const AmpcConvGeom *g, RtDType dt,
+                            RtPass pass, bool acc, int64_t candidates[2], char *err, size_t errlen)
 {
     candidates[0] = candidates[1] = -1;
-    if (!ready) {
+    Dnn *dn = cx ? cx->dnn : NULL;
+    if (!dn) {
         snprintf(err, errlen, "node '%s': cuDNN is not open", node_name(node));
         return false;
     }
@@ -592,14 +615,14 @@ bool rt_cuda_dnn_check_geom(const char *node, const AmpcConvGeom *g, RtDType dt,
             return false;
         }
     ConvGraph cg;
-    if (!conv_graph(g, dt, pass, acc, &cg)) {
+    if (!conv_graph(dn, g, dt, pass, acc, &cg)) {
         snprintf(err, errlen, "node '%s': the %s convolution's cuDNN graph is refused: %s",
                  node_name(node), pass_name(pass), ampc_api_last_error());
         return false;
     }
-    candidates[0] = heuristic_count(cg.graph, CUDNN_HEUR_MODE_A);
-    candidates[1] = heuristic_count(cg.graph, CUDNN_HEUR_MODE_FALLBACK);
-    conv_graph_drop(&cg);
+    candidates[0] = heuristic_count(dn, cg.graph, CUDNN_HEUR_MODE_A);
+    candidates[1] = heuristic_count(dn, cg.graph, CUDNN_HEUR_MODE_FALLBACK);
+    conv_graph_drop(dn, &cg);
     if (candidates[0] < 1 && candidates[1] < 1) {
         snprintf(err, errlen, "node '%s': cuDNN's heuristics propose no engine for the %s "
                  "convolution%s%s", node_name(node), pass_name(pass),
@@ -610,21 +633,21 @@ bool rt_cuda_dnn_check_geom(const char *node, const AmpcConvGeom *g, RtDType dt,
 }
 
 /* the sizer's job in the offline check: each distinct convolution once */
-static void check_conv(const RtConvDims *d, RtDType dt, RtPass pass, bool acc)
+static void check_conv(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass, bool acc)
 {
     AmpcPlanKey key;
     ampc_conv_key(d, dt, pass, &key);
     key.v[AMPC_KEY_LEN - 1] = acc;
-    if (ampc_cache_get(&cache, &key))
+    if (ampc_cache_get(&dn->cache, &key))
         return;
     ConvCheck *c = calloc(1, sizeof *c);
-    if (nchecks == checks_cap) {
-        size_t cap = checks_cap ? 2 * checks_cap : 64;
-        ConvCheck **grown = realloc(checks, cap * sizeof *grown);
+    if (dn->nchecks == dn->checks_cap) {
+        size_t cap = dn->checks_cap ? 2 * dn->checks_cap : 64;
+        ConvCheck **grown = realloc(dn->checks, cap * sizeof *grown);
         if (grown)
-            checks = grown, checks_cap = cap;
+            dn->checks = grown, dn->checks_cap = cap;
     }
-    if (!c || nchecks == checks_cap) {
+    if (!c || dn->nchecks == dn->checks_cap) {
         fprintf(stderr, "ampc: out of memory in the cuDNN check\n");
         exit(1);
     }
@@ -635,24 +658,26 @@ static void check_conv(const RtConvDims *d, RtDType dt, RtPass pass, bool acc)
     c->ok = ampc_conv_geom(d, dt, pass, &g, why, sizeof why);
     if (c->ok) {
         check_describe(&g, dt, pass, acc, c->what, sizeof c->what);
-        c->ok = rt_cuda_dnn_check_geom(d->node, &g, dt, pass, acc, cand, c->err, sizeof c->err);
+        c->ok =
+            rt_cuda_dnn_check_geom(dn->cx, d->node, &g, dt, pass, acc, cand, c->err, sizeof c->err);
     } else {
         snprintf(c->what, sizeof c->what, "%s %s", pass_name(pass), rt_dtype_name(dt));
         snprintf(c->err, sizeof c->err, "node '%s': %s", c->node, why);
     }
     c->cand_a = cand[0], c->cand_fallback = cand[1];
-    checks[nchecks++] = c;
-    if (!ampc_cache_put(&cache, &key, c)) {
+    dn->checks[dn->nchecks++] = c;
+    if (!ampc_cache_put(&dn->cache, &key, c)) {
         fprintf(stderr, "ampc: out of memory in the cuDNN check\n");
         exit(1);
     }
 }
 
-int rt_cuda_dnn_check_report(FILE *out, FILE *err)
+int rt_cuda_dnn_check_report(RtCudaCtx *cx, FILE *out, FILE *err)
 {
+    const Dnn *dn = cx->dnn;
     int bad = 0;
-    for (size_t i = 0; i < nchecks; i++) {
-        const ConvCheck *c = checks[i];
+    for (size_t i = 0; dn && i < dn->nchecks; i++) {
+        const ConvCheck *c = dn->checks[i];
         if (!c->ok) {
             fprintf(err, "cudnn-check: FAIL: %s\n", c->err);
             bad++;
@@ -665,49 +690,53 @@ int rt_cuda_dnn_check_report(FILE *out, FILE *err)
     return bad;
 }
 
-size_t rt_cuda_dnn_check_count(void) { return nchecks; }
+size_t rt_cuda_dnn_check_count(RtCudaCtx *cx) { return cx->dnn ? cx->dnn->nchecks : 0; }
 
 /* ---- the contract ------------------------------------------------------------------------ */
 
-size_t rt_cuda_conv_workspace_bytes(const RtConvDims *d, RtDType dt, RtPass pass)
+size_t rt_cuda_conv_workspace_bytes(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, RtPass pass)
 {
-    if (offline) {
-        check_conv(d, dt, pass, false);
+    Dnn *dn = cx->dnn;
+    if (cx->offline && dn) {
+        check_conv(dn, d, dt, pass, false);
         RtConvDims n = *d;
         AmpcConvGeom g;
         char e[64];
         /* the sizer plans the accumulating variant where no padding intervenes */
         if (pass != RT_PASS_FORWARD && rt_conv_dims_init(&n) &&
             ampc_conv_geom(&n, dt, pass, &g, e, sizeof e) && !g.pad_bytes)
-            check_conv(d, dt, pass, true);
+            check_conv(dn, d, dt, pass, true);
         return 0;
     }
-    ConvPlan *a = conv_plan(d, dt, pass, false);
+    dn = dnn_of(cx);
+    ConvPlan *a = conv_plan(dn, d, dt, pass, false);
     size_t ws = a->ws;
     if (pass != RT_PASS_FORWARD && !a->g.pad_bytes) {
-        ConvPlan *b = conv_plan(d, dt, pass, true); /* the accumulating variant */
+        ConvPlan *b = conv_plan(dn, d, dt, pass, true); /* the accumulating variant */
         ws = b->ws > ws ? b->ws : ws;
     }
     return a->g.pad_bytes + ws;
 }
 
-static ConvPlan *cached_plan(const RtConvDims *d, RtDType dt, RtPass pass, bool accumulate)
+static ConvPlan *cached_plan(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass, bool accumulate)
 {
     AmpcPlanKey key;
     ampc_conv_key(d, dt, pass, &key);
     key.v[AMPC_KEY_LEN - 1] = accumulate;
-    return ready && !offline ? ampc_cache_get(&cache, &key) : NULL;
+    return dn && !dn->cx->offline ? ampc_cache_get(&dn->cache, &key) : NULL;
 }
 
-long rt_cuda_conv_engine(const RtConvDims *d, RtDType dt, RtPass pass, bool accumulate)
+long rt_cuda_conv_engine(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, RtPass pass,
+                         bool accumulate)
 {
-    ConvPlan *p = cached_plan(d, dt, pass, accumulate);
+    ConvPlan *p = cached_plan(cx->dnn, d, dt, pass, accumulate);
     return p ? (long)p->engine : -1;
 }
 
-long rt_cuda_conv_notes(const RtConvDims *d, RtDType dt, RtPass pass, bool accumulate)
+long rt_cuda_conv_notes(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, RtPass pass,
+                        bool accumulate)
 {
-    ConvPlan *p = cached_plan(d, dt, pass, accumulate);
+    ConvPlan *p = cached_plan(cx->dnn, d, dt, pass, accumulate);
     return p ? (long)p->notes : -1;
 }
 
@@ -721,264 +750,96 @@ static void bias_shape(const ConvPlan *p, const RtConvDims *d, size_t *outer, si
     *inner = last ? 1 : (size_t)p->yinner;
 }
 
-void rt_cuda_conv_forward(const RtConvDims *d, RtDType dt, const void *x, const void *w,
-                          const void *bias, void *y, void *ws)
+void rt_cuda_conv_forward(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const void *x,
+                          const void *w, const void *bias, void *y, void *ws)
 {
-    ConvPlan *p = conv_plan(d, dt, RT_PASS_FORWARD, false);
+    Dnn *dn = dnn_of(cx);
+    ConvPlan *p = conv_plan(dn, d, dt, RT_PASS_FORWARD, false);
     char *pad = ws;
     if (p->g.pad_bytes) {
-        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cfg.stream, (size_t)p->xrows, d->c,
-                                                       p->g.c, idt(dt), x, pad));
-        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cfg.stream, (size_t)p->wrows, d->c,
-                                                       p->g.c, idt(dt), w, pad + p->xbytes));
+        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cx->stream, (size_t)p->xrows, d->c, p->g.c,
+                                                       idt(dt), x, pad));
+        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cx->stream, (size_t)p->wrows, d->c, p->g.c,
+                                                       idt(dt), w, pad + p->xbytes));
         x = pad, w = pad + p->xbytes;
     }
-    execute(p->plan, x, w, y, pad + p->g.pad_bytes);
+    execute(dn, p->plan, x, w, y, pad + p->g.pad_bytes);
     if (bias) {
         size_t outer, inner;
         bias_shape(p, d, &outer, &inner);
         AMPC_CHECK(AMPC_API_CUDA,
-                   ampc_cu_bias_add(cfg.stream, outer, d->k, inner, idt(dt), y, bias));
+                   ampc_cu_bias_add(cx->stream, outer, d->k, inner, idt(dt), y, bias));
     }
 }
 
-void rt_cuda_conv_backward_data(const RtConvDims *d, RtDType dt, const void *w, const void *dy,
-                                void *dx, bool accumulate, void *ws)
+void rt_cuda_conv_backward_data(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const void *w,
+                                const void *dy, void *dx, bool accumulate, void *ws)
 {
-    ConvPlan *p = conv_plan(d, dt, RT_PASS_BACKWARD, false);
+    Dnn *dn = dnn_of(cx);
+    ConvPlan *p = conv_plan(dn, d, dt, RT_PASS_BACKWARD, false);
     char *pad = ws;
     if (!p->g.pad_bytes) {
         if (accumulate)
-            p = conv_plan(d, dt, RT_PASS_BACKWARD, true);
-        execute(p->plan, dx, w, dy, pad);
+            p = conv_plan(dn, d, dt, RT_PASS_BACKWARD, true);
+        execute(dn, p->plan, dx, w, dy, pad);
         return;
     }
     /* padded: dx of cp channels into the x region, then its first c channels */
-    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cfg.stream, (size_t)p->wrows, d->c, p->g.c,
+    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cx->stream, (size_t)p->wrows, d->c, p->g.c,
                                                    idt(dt), w, pad + p->xbytes));
-    execute(p->plan, pad, pad + p->xbytes, dy, pad + p->g.pad_bytes);
-    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_unpad_channels(cfg.stream, (size_t)p->xrows, d->c, p->g.c,
+    execute(dn, p->plan, pad, pad + p->xbytes, dy, pad + p->g.pad_bytes);
+    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_unpad_channels(cx->stream, (size_t)p->xrows, d->c, p->g.c,
                                                      idt(dt), pad, dx, accumulate));
 }
 
-void rt_cuda_conv_backward_weight(const RtConvDims *d, RtDType dt, const void *x,
-                                  const void *dy, void *dw, void *dbias, bool accumulate,
-                                  void *ws)
+void rt_cuda_conv_backward_weight(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const void *x,
+                                  const void *dy, void *dw, void *dbias, bool accumulate, void *ws)
 {
-    ConvPlan *p = conv_plan(d, dt, RT_PASS_BACKWARD_WEIGHT, false);
+    Dnn *dn = dnn_of(cx);
+    ConvPlan *p = conv_plan(dn, d, dt, RT_PASS_BACKWARD_WEIGHT, false);
     char *pad = ws;
     if (!p->g.pad_bytes) {
         if (accumulate)
-            p = conv_plan(d, dt, RT_PASS_BACKWARD_WEIGHT, true);
-        execute(p->plan, x, dw, dy, pad);
+            p = conv_plan(dn, d, dt, RT_PASS_BACKWARD_WEIGHT, true);
+        execute(dn, p->plan, x, dw, dy, pad);
     } else {
-        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cfg.stream, (size_t)p->xrows, d->c,
-                                                       p->g.c, idt(dt), x, pad));
-        execute(p->plan, pad, pad + p->xbytes, dy, pad + p->g.pad_bytes);
-        AMPC_CHECK(AMPC_API_CUDA,
-                   ampc_cu_unpad_channels(cfg.stream, (size_t)p->wrows, d->c, p->g.c, idt(dt),
-                                          pad + p->xbytes, dw, accumulate));
+        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cx->stream, (size_t)p->xrows, d->c, p->g.c,
+                                                       idt(dt), x, pad));
+        execute(dn, p->plan, pad, pad + p->xbytes, dy, pad + p->g.pad_bytes);
+        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_unpad_channels(cx->stream, (size_t)p->wrows, d->c, p->g.c,
+                                                         idt(dt), pad + p->xbytes, dw, accumulate));
     }
     if (dbias) {
         size_t outer, inner;
         bias_shape(p, d, &outer, &inner);
-        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_bias_grad(cfg.stream, outer, d->k, inner, idt(dt), dy,
+        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_bias_grad(cx->stream, outer, d->k, inner, idt(dt), dy,
                                                     dbias, accumulate));
     }
 }
 
-/* ---- Pooling: custom kernels (pool.cuh), bit for bit pool.c --------------------------- */
-
-static void pool_geom(const RtPoolDims *d, RtDType dt, AmpcPoolGeom *g)
-{
-    char err[256];
-    need_init("pooling");
-    (void)dt;
-    if (!ampc_pool_geom(d, ampc_dims_layout(d->layout), g, err, sizeof err)) {
-        fprintf(stderr, "ampc: %s\n", err);
-        exit(1);
-    }
-}
-
-size_t rt_cuda_pool_workspace_bytes(const RtPoolDims *d, RtDType dt, RtPass pass)
-{
-    (void)d, (void)dt, (void)pass;
-    return 0;
-}
-
-void rt_cuda_pool_forward(const RtPoolDims *d, RtDType dt, const void *x, void *y, void *ws)
-{
-    AmpcPoolGeom g;
-    (void)ws;
-    pool_geom(d, dt, &g);
-    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pool_forward(cfg.stream, &g, idt(dt), x, y));
-}
-
-void rt_cuda_pool_backward(const RtPoolDims *d, RtDType dt, const void *x, const void *dy,
-                           void *dx, bool accumulate, void *ws)
-{
-    AmpcPoolGeom g;
-    (void)ws;
-    pool_geom(d, dt, &g);
-    AMPC_CHECK(AMPC_API_CUDA,
-               ampc_cu_pool_backward(cfg.stream, &g, idt(dt), x, dy, dx, accumulate));
-}
-
-/* ---- BatchNorm: custom kernels (bn.cuh), bit for bit batchnorm.c ------------------------ */
-
-static float *bn_ws;
-static int64_t bn_ws_c;
-
-bool rt_cuda_bn_reserve(int64_t max_c, char *err, size_t errlen)
-{
-    need_init("BatchNorm");
-    if (max_c <= bn_ws_c)
-        return true;
-    if (max_c > INT64_MAX / 12) {
-        snprintf(err, errlen, "BatchNorm: %lld channels", (long long)max_c);
-        return false;
-    }
-    if (bn_ws) {
-        AMPC_CHECK(AMPC_API_CUDA, cudaStreamSynchronize(cfg.stream));
-        AMPC_CHECK(AMPC_API_CUDA, cudaFree(bn_ws));
-        bn_ws = NULL, bn_ws_c = 0;
-    }
-    if (!AMPC_TRY(AMPC_API_CUDA, cudaMalloc((void **)&bn_ws, (size_t)max_c * 3 * sizeof(float)))) {
-        snprintf(err, errlen, "BatchNorm's scratch of %lld bytes: %s", (long long)max_c * 12,
-                 ampc_api_last_error());
-        return false;
-    }
-    bn_ws_c = max_c;
-    return true;
-}
-
-static float *bn_scratch(int64_t c)
-{
-    char err[512];
-    if (!rt_cuda_bn_reserve(c, err, sizeof err)) {
-        fprintf(stderr, "ampc: %s\n", err);
-        exit(1);
-    }
-    return bn_ws;
-}
-
-static void bn_dims_ok(const RtBnDims *d)
-{
-    if (d->outer < 1 || d->c < 1 || d->inner < 1 || d->c > INT32_MAX) {
-        fprintf(stderr, "ampc: BatchNorm: invalid dims (outer %lld, c %lld, inner %lld)\n",
-                (long long)d->outer, (long long)d->c, (long long)d->inner);
-        exit(1);
-    }
-}
-
-void rt_cuda_batchnorm_forward_train(const RtBnDims *d, RtDType dt, const void *x,
-                                     const float *gamma, const float *beta, float eps,
-                                     bool fix_gamma, void *y, float *save_mean,
-                                     float *save_invstd)
-{
-    bn_dims_ok(d);
-    AMPC_CHECK(AMPC_API_CUDA,
-               ampc_cu_bn_forward_train(cfg.stream, (size_t)d->outer, (int)d->c,
-                                        (size_t)d->inner, idt(dt), x, gamma, beta, eps,
-                                        fix_gamma, y, save_mean, save_invstd, bn_scratch(d->c)));
-}
-
-void rt_cuda_batchnorm_forward_inference(const RtBnDims *d, RtDType dt, const void *x,
-                                         const float *gamma, const float *beta,
-                                         const float *moving_mean, const float *moving_var,
-                                         float eps, bool fix_gamma, void *y, float *save_mean,
-                                         float *save_invstd)
-{
-    bn_dims_ok(d);
-    AMPC_CHECK(AMPC_API_CUDA,
-               ampc_cu_bn_forward_inference(cfg.stream, (size_t)d->outer, (int)d->c,
-                                            (size_t)d->inner, idt(dt), x, gamma, beta,
-                                            moving_mean, moving_var, eps, fix_gamma, y,
-                                            save_mean, save_invstd, bn_scratch(d->c)));
-}
-
-void rt_cuda_batchnorm_backward(const RtBnDims *d, RtDType dt, const void *x, const void *dy,
-                                const float *gamma, const float *save_mean,
-                                const float *save_invstd, bool fix_gamma, bool use_global_stats,
-                                void *dx, float *dgamma, float *dbeta, bool acc_dx,
-                                bool acc_param)
-{
-    bn_dims_ok(d);
-    AMPC_CHECK(AMPC_API_CUDA,
-               ampc_cu_bn_backward(cfg.stream, (size_t)d->outer, (int)d->c, (size_t)d->inner,
-                                   idt(dt), x, dy, gamma, save_mean, save_invstd, fix_gamma,
-                                   use_global_stats, dx, dgamma, dbeta, acc_dx, acc_param,
-                                   bn_scratch(d->c)));
-}
-
-/* BatchNorm + relu: the plain forward, then the relu over its stored value in
- * place (batchnorm.c rounds to dt before the relu at the same place) */
-static void bn_relu_after(const RtBnDims *d, RtDType dt, void *y)
-{
-    size_t n = (size_t)d->outer * (size_t)d->c * (size_t)d->inner;
-    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_relu(cfg.stream, n, idt(dt), y, y));
-}
-
-void rt_cuda_batchnorm_relu_forward_train(const RtBnDims *d, RtDType dt, const void *x,
-                                          const float *gamma, const float *beta, float eps,
-                                          bool fix_gamma, void *y, float *save_mean,
-                                          float *save_invstd)
-{
-    rt_cuda_batchnorm_forward_train(d, dt, x, gamma, beta, eps, fix_gamma, y, save_mean,
-                                    save_invstd);
-    bn_relu_after(d, dt, y);
-}
-
-void rt_cuda_batchnorm_relu_forward_inference(const RtBnDims *d, RtDType dt, const void *x,
-                                              const float *gamma, const float *beta,
-                                              const float *moving_mean, const float *moving_var,
-                                              float eps, bool fix_gamma, void *y,
-                                              float *save_mean, float *save_invstd)
-{
-    rt_cuda_batchnorm_forward_inference(d, dt, x, gamma, beta, moving_mean, moving_var, eps,
-                                        fix_gamma, y, save_mean, save_invstd);
-    bn_relu_after(d, dt, y);
-}
-
-void rt_cuda_batchnorm_relu_backward(const RtBnDims *d, RtDType dt, const void *x, const void *y,
-                                     const void *dy, const float *gamma, const float *save_mean,
-                                     const float *save_invstd, bool fix_gamma,
-                                     bool use_global_stats, void *dx, float *dgamma,
-                                     float *dbeta, bool acc_dx, bool acc_param)
-{
-    bn_dims_ok(d);
-    AMPC_CHECK(AMPC_API_CUDA,
-               ampc_cu_bn_relu_backward(cfg.stream, (size_t)d->outer, (int)d->c,
-                                        (size_t)d->inner, idt(dt), x, y, dy, gamma, save_mean,
-                                        save_invstd, fix_gamma, use_global_stats, dx, dgamma,
-                                        dbeta, acc_dx, acc_param, bn_scratch(d->c)));
-}
-
 /* ---- set-up ---------------------------------------------------------------------------- */
 
-AmpcStream rt_cuda_stream(void) { return cfg.stream; }
-
-#define LOAD(f)                                                                               \
-    do {                                                                                      \
-        *(void **)&F.f = dlsym(h, "cudnn" #f);                                                \
-        if (!F.f) {                                                                           \
-            snprintf(err, errlen, "%s (%s) has no cudnn" #f, ampc_lib_soname(AMPC_LIB_CUDNN), \
-                     ampc_lib_where(AMPC_LIB_CUDNN));                                         \
-            return false;                                                                     \
-        }                                                                                     \
+#define LOAD(f)                                                                                    \
+    do {                                                                                           \
+        *(void **)&dn->F.f = dlsym(h, "cudnn" #f);                                                 \
+        if (!dn->F.f) {                                                                            \
+            snprintf(err, errlen, "%s (%s) has no cudnn" #f, ampc_lib_soname(AMPC_LIB_CUDNN),      \
+                     ampc_lib_where(AMPC_LIB_CUDNN));                                              \
+            return false;                                                                          \
+        }                                                                                          \
     } while (0)
-#define LOADB(f)                                                                              \
-    do {                                                                                      \
-        *(void **)&F.f = dlsym(h, "cudnnBackend" #f);                                         \
-        if (!F.f) {                                                                           \
-            snprintf(err, errlen, "%s (%s) has no cudnnBackend" #f,                           \
-                     ampc_lib_soname(AMPC_LIB_CUDNN), ampc_lib_where(AMPC_LIB_CUDNN));        \
-            return false;                                                                     \
-        }                                                                                     \
+#define LOADB(f)                                                                                   \
+    do {                                                                                           \
+        *(void **)&dn->F.f = dlsym(h, "cudnnBackend" #f);                                          \
+        if (!dn->F.f) {                                                                            \
+            snprintf(err, errlen, "%s (%s) has no cudnnBackend" #f,                                \
+                     ampc_lib_soname(AMPC_LIB_CUDNN), ampc_lib_where(AMPC_LIB_CUDNN));             \
+            return false;                                                                          \
+        }                                                                                          \
     } while (0)
 
 /* cuDNN's functions, found by name in the library libs.c opens */
-static bool load(char *err, size_t errlen)
+static bool load(Dnn *dn, char *err, size_t errlen)
 {
     void *h = ampc_lib_open(AMPC_LIB_CUDNN, err, errlen);
     if (!h)
@@ -993,57 +854,65 @@ static bool load(char *err, size_t errlen)
     LOADB(GetAttribute);
     LOADB(Finalize);
     LOADB(Execute);
-    if (F.GetVersion() < 90000) {
+    if (dn->F.GetVersion() < 90000) {
         snprintf(err, errlen, "%s (%s) is cuDNN %zu; the graph API here needs 9.0 or later",
                  ampc_lib_soname(AMPC_LIB_CUDNN), ampc_lib_where(AMPC_LIB_CUDNN),
-                 F.GetVersion());
+                 dn->F.GetVersion());
         return false;
     }
     return true;
 }
 
-bool rt_cuda_dnn_init(const RtCudaConfig *c, char *err, size_t errlen)
+/* cuDNN's part of cx (its functions, and a handle on cx's stream unless
+ * offline); false with a message */
+static bool dnn_open(RtCudaCtx *cx, bool offline, char *err, size_t errlen)
 {
-    if (!load(err, errlen))
+    Dnn *dn = calloc(1, sizeof *dn);
+    if (!dn) {
+        snprintf(err, errlen, "cuDNN: out of host memory");
         return false;
-    cfg = *c;
-    if (!AMPC_TRY(AMPC_API_CUDNN, F.Create(&handle)) ||
-        !AMPC_TRY(AMPC_API_CUDNN, F.SetStream(handle, cfg.stream))) {
+    }
+    dn->cx = cx;
+    if (!load(dn, err, errlen)) {
+        free(dn);
+        return false;
+    }
+    if (!offline && (!AMPC_TRY(AMPC_API_CUDNN, dn->F.Create(&dn->handle)) ||
+                     !AMPC_TRY(AMPC_API_CUDNN, dn->F.SetStream(dn->handle, cx->stream)))) {
         snprintf(err, errlen, "%s", ampc_api_last_error());
+        if (dn->handle)
+            AMPC_CHECK(AMPC_API_CUDNN, dn->F.Destroy(dn->handle));
+        free(dn);
         return false;
     }
-    ready = true, offline = false;
+    cx->dnn = dn;
     return true;
 }
 
-bool rt_cuda_dnn_check_open(const RtCudaConfig *c, char *err, size_t errlen)
+bool rt_cuda_dnn_init(RtCudaCtx *cx, char *err, size_t errlen)
 {
-    if (!load(err, errlen))
-        return false;
-    cfg = *c;
-    handle = NULL;
-    ready = offline = true;
-    return true;
+    return dnn_open(cx, false, err, errlen);
 }
 
-size_t rt_cuda_dnn_version(void) { return F.GetVersion ? F.GetVersion() : 0; }
-
-void rt_cuda_dnn_shutdown(void)
+bool rt_cuda_dnn_check_open(RtCudaCtx *cx, char *err, size_t errlen)
 {
-    if (!ready)
+    return dnn_open(cx, true, err, errlen);
+}
+
+size_t rt_cuda_dnn_version(RtCudaCtx *cx)
+{
+    return cx->dnn && cx->dnn->F.GetVersion ? cx->dnn->F.GetVersion() : 0;
+}
+
+void rt_cuda_dnn_shutdown(RtCudaCtx *cx)
+{
+    Dnn *dn = cx->dnn;
+    if (!dn)
         return;
-    if (offline) {
-        ampc_cache_free(&cache, free);
-        free(checks);
-        checks = NULL, nchecks = checks_cap = 0;
-        ready = offline = false;
-        return;
-    }
-    ampc_cache_free(&cache, plan_free);
-    if (bn_ws)
-        AMPC_CHECK(AMPC_API_CUDA, cudaFree(bn_ws));
-    bn_ws = NULL, bn_ws_c = 0;
-    AMPC_CHECK(AMPC_API_CUDNN, F.Destroy(handle));
-    handle = NULL;
-    ready = false;
+    ampc_cache_free(&dn->cache, cx->offline ? check_free : plan_free, dn);
+    free(dn->checks);
+    if (dn->handle)
+        AMPC_CHECK(AMPC_API_CUDNN, dn->F.Destroy(dn->handle));
+    free(dn);
+    cx->dnn = NULL;
 }

@@ -3,7 +3,7 @@
  *
  * A program built with `ampc --mpi` links runtime/dist/mpi.c (compiled with
  * mpicc into ampcmpi.o beside libampcrt.a) and Open MPI; every other program
- * links the defaults of runtime/mpi_none.c, which are weak: world size 1,
+ * links the defaults of runtime/dist/mpi_none.c, which are weak: world size 1,
  * rank 0, no MPI call, no MPI library.  Chosen at link time, so a program
  * that is not built for MPI neither links nor initialises it.
  */
@@ -62,13 +62,14 @@ int rt_launcher_size(char *which, size_t cap);
  * unchanged), a mix of both elsewhere, so that ranks draw different masks. */
 uint64_t rt_rank_seed(uint64_t seed, int r);
 
-/* --sim-ranks K (runtime/mpi_sim.c): one process computes the K ranks'
- * micro-batches in turn, with their own BatchNorm statistics, and sums
- * their gradients as the MPI engine does (fp32, rank 0's + rank 1's + ...,
+/* --sim-ranks K (runtime/dist/sim.c): a device around inner whose world is
+ * K simulated ranks, computed in turn by one process (its rank: the one
+ * whose micro-batch the loop runs now), each with its own BatchNorm
+ * statistics; the all-reduce after each rank's train step sums their
+ * gradients as the MPI engine does (fp32, rank 0's + rank 1's + ...,
  * rounded to the gradient's dtype once), the reference tests/e2e/mpi.sh
- * compares mpirun with.  Called after micro-batch r's train step; after the
- * last (r = K - 1) the n gradients hold the sums.  False with a message. */
-bool rt_sim_accumulate(RtDevice *d, const RtDevTensor *grads, int n, int r, int nsim, char *err,
-                       size_t errlen);
+ * compares mpirun with.  It owns inner (closing it closes inner); NULL with
+ * a message. */
+RtDevice *rt_sim_wrap(RtDevice *inner, int nsim, char *err, size_t errlen);
 
 #endif

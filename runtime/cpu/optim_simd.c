@@ -1,5 +1,5 @@
 /* optim_simd.c - the AVX2 + F16C body of the fused optimizer
- * (runtime/optim.c) for multi-precision and for fp32 parameters, picked at
+ * (runtime/cpu/optim.c) for multi-precision and for fp32 parameters, picked at
  * run time.
  *
  * 8 elements a step: the 16-bit gradient widened (vcvtph2ps for fp16, a
@@ -33,16 +33,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "cpu/cpu.h" /* its functions, declared for optim.c */
 #include "kernels/optim.h"
-
-/* Shared with optim.c (which declares them too; no header of their own). */
-enum { RT_SIMD_SGD, RT_SIMD_SGD_MOM, RT_SIMD_NAG, RT_SIMD_ADAM };
-bool rt_optim_simd_active(void);
-void rt_optim_simd_reread(void);
-size_t rt_optim_simd_mp(int op, bool bf16, const uint16_t *g, float *w, float *m, float *v,
-                        uint16_t *s, size_t n, const AmpcOptParam *q, unsigned *bad);
-size_t rt_optim_simd_f32(int op, const float *g, float *w, float *m, float *v, size_t n,
-                         const AmpcOptParam *q, unsigned *bad);
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>

@@ -1,36 +1,26 @@
 /*
- * ops_math.cuh - the rt.h twins whose per-element math calls libm (expf,
- * logf, tanhf, log1pf, expm1f, double log): Activation (relu goes to
- * kernels.cuh's ampc_cu_relu), LeakyReLU (elu, selu), exp/log/sqrt, softmax
- * and log_softmax, SoftmaxOutput's forward.  ops.cuh's rules and order of
- * operations; built by math.cu, apart from kernels.cu, because CUDA's libm
+ * math.cuh - the rt.h twins whose per-element math calls libm (expf, logf,
+ * tanhf, log1pf, expm1f, double log), of four families, one section each:
+ * Activation and LeakyReLU (act.c: relu goes to act.cuh's ampc_cu_relu;
+ * elu, selu), exp/log/sqrt (elemwise.c), softmax and log_softmax (reduce.c),
+ * SoftmaxOutput's forward (loss.c).  The other family headers' rules and
+ * order of operations; one file, built by math.cu apart from kernels.cu, because CUDA's libm
  * is itself written with fma and ex2.approx (its documented ulp error
  * bounds), which kernels.cu's PTX check forbids: these are bit for bit the
  * CPU in the emulation (the same glibc), and within a stated tolerance on
  * the GPU (docs/backend-cuda.md, "The other kernels").  Their own fp32
  * arithmetic is still built with -fmad=false.
  */
-#ifndef AMPC_CUDA_OPS_MATH_CUH
-#define AMPC_CUDA_OPS_MATH_CUH
+#ifndef AMPC_CUDA_MATH_CUH
+#define AMPC_CUDA_MATH_CUH
 
 #ifndef AMPC_CUDA_KERNELS_CUH
-#error "include cuda/kernels.cuh before cuda/ops_math.cuh"
+#error "include cuda/kernels.cuh before cuda/math.cuh"
 #endif
 
 #include <math.h>
 
 #include "cuda/rt_cuda.h"
-
-#ifndef AMPC_OPS_GO
-#define AMPC_OPS_GO(k, n, ...)                                                                \
-    do {                                                                                      \
-        if ((n) > 0) {                                                                        \
-            AMPC_LAUNCH(k, ampc_cu_grid(n), AMPC_CU_THREADS, rt_cuda_stream(), __VA_ARGS__);  \
-            AMPC_CHECK(AMPC_API_CUDA, AMPC_LAUNCH_ERROR());                                   \
-        }                                                                                     \
-    } while (0)
-#define AMPC_OPS_RUN(call) AMPC_CHECK(AMPC_API_CUDA, (call))
-#endif
 
 /* ---- the activations (act.c) ------------------------------------------------------ */
 
@@ -70,7 +60,7 @@ __global__ void ampc_k_act_bwd(int act, size_t n, int dt, ampc_dptr<const void> 
 
 /* ---- LeakyReLU (act.c) -------------------------------------------------------------- */
 
-static inline __device__ float ampc_ops_lrelu(int t, float x, float a, int grad)
+static inline __device__ float ampc_cu_lrelu(int t, float x, float a, int grad)
 {
     switch (t) {
     case RT_LRELU_LEAKY: return grad ? ampc_leaky_grad(x, a) : ampc_leaky(x, a);
@@ -87,7 +77,7 @@ __global__ void ampc_k_lrelu(int t, int grad, size_t n, size_t c, size_t inner, 
 {
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
         float a = t == RT_LRELU_PRELU ? ampc_cu_load(gamma, i / inner % c, dt) : slope;
-        float v = ampc_ops_lrelu(t, ampc_cu_load(x, i, dt), a, grad);
+        float v = ampc_cu_lrelu(t, ampc_cu_load(x, i, dt), a, grad);
         if (grad)
             ampc_cu_store_acc(out, i, dt, ampc_cu_load(dy, i, dt) * v, acc);
         else
@@ -187,99 +177,99 @@ __global__ void ampc_k_softmax_bwd(size_t outer, size_t len, size_t inner, int d
 
 /* ---- the rt_cuda_* functions ---------------------------------------------------------- */
 
-/* relu: kernels.cuh's (no libm, in the fma-checked PTX) */
-AMPC_CU_API void rt_cuda_activation_forward(RtAct act, size_t n, RtDType dt, const void *x,
+/* relu: act.cuh's (no libm, in the fma-checked PTX) */
+AMPC_CU_API void rt_cuda_activation_forward(RtCudaCtx *cx, RtAct act, size_t n, RtDType dt, const void *x,
                                             void *y)
 {
     if (act == RT_ACT_RELU) {
-        AMPC_OPS_RUN(ampc_cu_relu(rt_cuda_stream(), n, (int)dt, x, y));
+        AMPC_CU_RUN(ampc_cu_relu(cx->stream, n, (int)dt, x, y));
         return;
     }
-    AMPC_OPS_GO(ampc_k_act_fwd, n, (int)act, n, (int)dt, x, y);
+    AMPC_CU_GO(ampc_k_act_fwd, n, (int)act, n, (int)dt, x, y);
 }
 
-AMPC_CU_API void rt_cuda_activation_backward(RtAct act, size_t n, RtDType dt, const void *x,
+AMPC_CU_API void rt_cuda_activation_backward(RtCudaCtx *cx, RtAct act, size_t n, RtDType dt, const void *x,
                                              const void *y, const void *dy, void *dx,
                                              bool accumulate)
 {
     if (act == RT_ACT_RELU) {
-        AMPC_OPS_RUN(ampc_cu_relu_backward(rt_cuda_stream(), n, (int)dt, y, dy, dx, accumulate));
+        AMPC_CU_RUN(ampc_cu_relu_backward(cx->stream, n, (int)dt, y, dy, dx, accumulate));
         return;
     }
-    AMPC_OPS_GO(ampc_k_act_bwd, n, (int)act, n, (int)dt, x, y, dy, dx, (int)accumulate);
+    AMPC_CU_GO(ampc_k_act_bwd, n, (int)act, n, (int)dt, x, y, dy, dx, (int)accumulate);
 }
 
-AMPC_CU_API void rt_cuda_leaky_relu_forward(RtLeaky t, int64_t outer, int64_t c, int64_t inner,
+AMPC_CU_API void rt_cuda_leaky_relu_forward(RtCudaCtx *cx, RtLeaky t, int64_t outer, int64_t c, int64_t inner,
                                             RtDType dt, const void *x, const void *gamma,
                                             float slope, void *y)
 {
     size_t n = (size_t)outer * (size_t)c * (size_t)inner;
-    AMPC_OPS_GO(ampc_k_lrelu, n, (int)t, 0, n, (size_t)c, (size_t)inner, (int)dt, x, gamma, slope,
+    AMPC_CU_GO(ampc_k_lrelu, n, (int)t, 0, n, (size_t)c, (size_t)inner, (int)dt, x, gamma, slope,
                 (const void *)NULL, y, 0);
 }
 
 /* dgamma first: dx may be written over dy */
-AMPC_CU_API void rt_cuda_leaky_relu_backward(RtLeaky t, int64_t outer, int64_t c, int64_t inner,
+AMPC_CU_API void rt_cuda_leaky_relu_backward(RtCudaCtx *cx, RtLeaky t, int64_t outer, int64_t c, int64_t inner,
                                              RtDType dt, const void *x, const void *gamma,
                                              float slope, const void *dy, void *dx, void *dgamma,
                                              bool acc_dx, bool acc_dgamma)
 {
     size_t n = (size_t)outer * (size_t)c * (size_t)inner;
     if (t == RT_LRELU_PRELU && dgamma)
-        AMPC_OPS_GO(ampc_k_prelu_dgamma, (size_t)c, (size_t)outer, (size_t)c, (size_t)inner,
+        AMPC_CU_GO(ampc_k_prelu_dgamma, (size_t)c, (size_t)outer, (size_t)c, (size_t)inner,
                     (int)dt, x, dy, dgamma, (int)acc_dgamma);
     if (dx)
-        AMPC_OPS_GO(ampc_k_lrelu, n, (int)t, 1, n, (size_t)c, (size_t)inner, (int)dt, x, gamma,
+        AMPC_CU_GO(ampc_k_lrelu, n, (int)t, 1, n, (size_t)c, (size_t)inner, (int)dt, x, gamma,
                     slope, dy, dx, (int)acc_dx);
 }
 
-AMPC_CU_API void rt_cuda_unary_forward(RtUnaryOp op, size_t n, RtDType dt, const void *x,
+AMPC_CU_API void rt_cuda_unary_forward(RtCudaCtx *cx, RtUnaryOp op, size_t n, RtDType dt, const void *x,
                                        void *y)
 {
-    AMPC_OPS_GO(ampc_k_unary, n, (int)op, n, (int)dt, x, y);
+    AMPC_CU_GO(ampc_k_unary, n, (int)op, n, (int)dt, x, y);
 }
 
-AMPC_CU_API void rt_cuda_unary_backward(RtUnaryOp op, size_t n, RtDType dt, const void *x,
+AMPC_CU_API void rt_cuda_unary_backward(RtCudaCtx *cx, RtUnaryOp op, size_t n, RtDType dt, const void *x,
                                         const void *y, const void *dy, void *dx, bool accumulate)
 {
-    AMPC_OPS_GO(ampc_k_unary_bwd, n, (int)op, n, (int)dt, x, y, dy, dx, (int)accumulate);
+    AMPC_CU_GO(ampc_k_unary_bwd, n, (int)op, n, (int)dt, x, y, dy, dx, (int)accumulate);
 }
 
-AMPC_CU_API void rt_cuda_softmax_forward(int64_t outer, int64_t len, int64_t inner, RtDType dt,
+AMPC_CU_API void rt_cuda_softmax_forward(RtCudaCtx *cx, int64_t outer, int64_t len, int64_t inner, RtDType dt,
                                          const void *x, void *y)
 {
-    AMPC_OPS_GO(ampc_k_softmax, (size_t)outer * (size_t)inner, (size_t)outer, (size_t)len,
+    AMPC_CU_GO(ampc_k_softmax, (size_t)outer * (size_t)inner, (size_t)outer, (size_t)len,
                 (size_t)inner, (int)dt, x, (int)dt, y, 0);
 }
 
-AMPC_CU_API void rt_cuda_log_softmax_forward(int64_t outer, int64_t len, int64_t inner,
+AMPC_CU_API void rt_cuda_log_softmax_forward(RtCudaCtx *cx, int64_t outer, int64_t len, int64_t inner,
                                              RtDType dt, const void *x, void *y)
 {
-    AMPC_OPS_GO(ampc_k_softmax, (size_t)outer * (size_t)inner, (size_t)outer, (size_t)len,
+    AMPC_CU_GO(ampc_k_softmax, (size_t)outer * (size_t)inner, (size_t)outer, (size_t)len,
                 (size_t)inner, (int)dt, x, (int)dt, y, 1);
 }
 
-AMPC_CU_API void rt_cuda_softmax_backward(int64_t outer, int64_t len, int64_t inner, RtDType dt,
+AMPC_CU_API void rt_cuda_softmax_backward(RtCudaCtx *cx, int64_t outer, int64_t len, int64_t inner, RtDType dt,
                                           const void *y, const void *dy, void *dx,
                                           bool accumulate)
 {
-    AMPC_OPS_GO(ampc_k_softmax_bwd, (size_t)outer * (size_t)inner, (size_t)outer, (size_t)len,
+    AMPC_CU_GO(ampc_k_softmax_bwd, (size_t)outer * (size_t)inner, (size_t)outer, (size_t)len,
                 (size_t)inner, (int)dt, y, dy, dx, 0, (int)accumulate);
 }
 
-AMPC_CU_API void rt_cuda_log_softmax_backward(int64_t outer, int64_t len, int64_t inner,
+AMPC_CU_API void rt_cuda_log_softmax_backward(RtCudaCtx *cx, int64_t outer, int64_t len, int64_t inner,
                                               RtDType dt, const void *y, const void *dy,
                                               void *dx, bool accumulate)
 {
-    AMPC_OPS_GO(ampc_k_softmax_bwd, (size_t)outer * (size_t)inner, (size_t)outer, (size_t)len,
+    AMPC_CU_GO(ampc_k_softmax_bwd, (size_t)outer * (size_t)inner, (size_t)outer, (size_t)len,
                 (size_t)inner, (int)dt, y, dy, dx, 1, (int)accumulate);
 }
 
-AMPC_CU_API void rt_cuda_softmax_output_forward(int64_t n, int64_t k, RtDType xdt, const void *x,
+AMPC_CU_API void rt_cuda_softmax_output_forward(RtCudaCtx *cx, int64_t n, int64_t k, RtDType xdt, const void *x,
                                                 RtDType dt, void *prob)
 {
-    AMPC_OPS_GO(ampc_k_softmax, (size_t)n, (size_t)n, (size_t)k, (size_t)1, (int)xdt, x, (int)dt,
+    AMPC_CU_GO(ampc_k_softmax, (size_t)n, (size_t)n, (size_t)k, (size_t)1, (int)xdt, x, (int)dt,
                 prob, 0);
 }
 
-#endif /* AMPC_CUDA_OPS_MATH_CUH */
+#endif /* AMPC_CUDA_MATH_CUH */

@@ -50,33 +50,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cpu/cpu.h"
+#include "cpu/cpu.h" /* the declarations of this file and of optim_simd.c */
 #include "kernels/optim.h"
-#include "train.h"
-
-/* optim_simd.c: the AVX2 + F16C body of the multi-precision loops below,
- * bit-identical to them, chosen at run time (CPUID; AMPC_NO_SIMD=1 in the
- * environment turns it off, read once).  It updates the first n - n % 8
- * elements of a tensor (0 where it is off), the loops here the rest. */
-enum { RT_SIMD_SGD, RT_SIMD_SGD_MOM, RT_SIMD_NAG, RT_SIMD_ADAM };
-bool rt_optim_simd_active(void);
-void rt_optim_simd_reread(void);
-size_t rt_optim_simd_mp(int op, bool bf16, const uint16_t *g, float *w, float *m, float *v,
-                        uint16_t *s, size_t n, const AmpcOptParam *q, unsigned *bad);
-size_t rt_optim_simd_f32(int op, const float *g, float *w, float *m, float *v, size_t n,
-                         const AmpcOptParam *q, unsigned *bad);
 
 float rt_optim_wd_mult(const RtParam *p) { return p->wd_mult; }
-
-bool rt_optim_has_state(const RtOptConfig *c)
-{
-    return c->kind == RT_OPT_ADAM || c->momentum != 0.0f;
-}
-
-int rt_optim_nstate(const RtOptConfig *c)
-{
-    return c->kind == RT_OPT_ADAM ? 2 : c->momentum != 0.0f ? 1 : 0;
-}
 
 int rt_optim_bytes_per_param(const RtParam *p, RtDType grad_dt, const RtOptConfig *c,
                              bool separate_check)

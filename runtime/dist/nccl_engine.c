@@ -1,6 +1,6 @@
-/* nccl.c - the NCCL engine's host logic (coll.h; docs/kvstore.md, "The NCCL
+/* nccl_engine.c - the NCCL engine's host logic (coll.h; docs/kvstore.md, "The NCCL
  * engine").  Written against device.h and the transport table only: in a
- * CUDA program the transport is NCCL (runtime/cuda/nccl.c), in make unit
+ * CUDA program the transport is NCCL (runtime/cuda/nccl_transport.c), in make unit
  * the fake (nccl_fake.c, threads as ranks) around the CPU device.
  *
  * The device of a rank forwards to its inner device (the GPU's), except:
