@@ -384,6 +384,11 @@ emu-nvcc-check:
 	    echo "emu-nvcc-check: the emulator's fixtures (cuda/kernel_api.cuh) compile with nvcc"; \
 	else echo "SKIPPED: emu-nvcc-check (the emulator's fixtures under nvcc): no nvcc"; fi
 cuda-check: emu-nvcc-check
+# The checks whose recipes run a make of their own link programs against the
+# runtime library: this make builds it first, so that under -j a sub-make never
+# archives it again while this one links against it (after a commit, version.h
+# changes and build_info.o with it).
+cuda-check nccl-check nccl-mpi-check gpu-check-build: $(BUILD)/libampcrt.a
 -include $(wildcard $(BUILD)/emu/*.d)
 
 golden: $(BUILD)/ampc
