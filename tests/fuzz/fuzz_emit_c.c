@@ -6,7 +6,8 @@
  * accepts it, the C text must be well-formed whatever the names hold:
  *
  *   - outside string literals and comments, only printable ASCII, blanks and
- *     newlines, and no preprocessor line but the two the backend writes;
+ *     newlines, and no preprocessor line but those the backend writes
+ *     (directives[], each whole);
  *   - every string literal closes on its line and holds only printable ASCII,
  *     with a backslash only before a known escape, and no "??" (a trigraph
  *     under -std=c11);
@@ -26,6 +27,7 @@
 #include "fuzz_common.h"
 #include "../../codegen/codegen.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +40,26 @@ static const ElabOptions fuzz_limits = {
     .max_work = 1000000,
     .max_memory = 256 << 20,
 };
+
+/* the preprocessor lines the backend writes, whole: the runtime's header,
+ * the buffer macro, and AMPC_BUILT_WITH's default (ampc -o defines it) */
+static const char *const directives[] = {
+    "#include \"program.h\"\n",
+    "#define B(i) (ctx->buf[i])\n",
+    "#ifndef AMPC_BUILT_WITH\n",
+    "#define AMPC_BUILT_WITH \"(compiled by hand from ampc -S)\"\n",
+    "#endif\n",
+};
+
+static bool known_directive(const char *t, size_t n)
+{
+    for (size_t k = 0; k < sizeof directives / sizeof directives[0]; k++) {
+        size_t len = strlen(directives[k]);
+        if (len <= n && memcmp(t, directives[k], len) == 0)
+            return true;
+    }
+    return false;
+}
 
 static void bug(const char *what, const char *text, size_t len, size_t at)
 {
@@ -138,8 +160,7 @@ static void check_c(const char *t, size_t n, Literals *l)
                 bug("a control or non-ASCII byte in code", t, n, i);
             if (c == '?' && i + 1 < n && t[i + 1] == '?')
                 bug("two question marks in code", t, n, i);
-            if (c == '#' && (!line_start || (strncmp(t + i, "#include \"program.h\"\n", 21) != 0 &&
-                                              strncmp(t + i, "#define B(i) (ctx->buf[i])\n", 27) != 0)))
+            if (c == '#' && (!line_start || !known_directive(t + i, n - i)))
                 bug("a preprocessor line the backend does not write", t, n, i);
             if (c == '\\')
                 bug("a backslash outside a string literal", t, n, i);
