@@ -106,7 +106,7 @@ fi
 # not where it is off.
 cast_rules="cast_softmax_output softmax_output_bwd_cast"
 mixed_fwd='rt_softmax_output_forward\([^,]+, [^,]+, RT_B?F16,'
-mixed_bwd='loss_scale, RT_B?F16, '
+mixed_bwd='step_state, RT_B?F16, '
 
 # one_step NAME: the one-step state of program NAME at batch 2
 one_step() {
