@@ -353,25 +353,37 @@ static void emit_fc_backward(Cg *c, const Node *n, const KernelRow *k)
     dense_backward(c, n, k);
 }
 
-/* BatchNorm's forward, plain or with its relu fused: on the moving
- * statistics (<stem>_forward_inference), or on the batch's
- * (<stem>_forward_train), saving them in the node's parts. */
-static void emit_bn_forward(Cg *c, const Node *n, const KernelRow *k)
+/* BatchNorm's forward, plain or with its relu fused, or with the residual
+ * add of a shortcut (sc: its input 5) and the relu: on the moving statistics
+ * (<stem>_forward_inference), or on the batch's (<stem>_forward_train),
+ * saving them in the node's parts. */
+static void bn_forward_call(Cg *c, const Node *n, const KernelRow *k, bool sc)
 {
     FILE *f = c->f;
     bn_dims(c, n, INODE(0), I);
     const char *m = part_of(c, n, 1), *s = part_of(c, n, 2);
+    const char *x = sc ? arena_printf(&c->a, "%s, %s", IN(0), IN(5)) : IN(0);
     bool fix = node_bool(n, BN_FIX_GAMMA);
     if (node_bool(n, BN_USE_GLOBAL_STATS))
         fprintf(
             f,
             "%s%s_forward_inference(%s&d, %s, %s, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n",
-            I, k->cpu, CX, DT, IN(0), IN(1), IN(2), IN(3), IN(4), node_float(n, BN_EPS),
+            I, k->cpu, CX, DT, x, IN(1), IN(2), IN(3), IN(4), node_float(n, BN_EPS),
             fix ? "true" : "false", OUT, or_null(m), or_null(s));
     else
         fprintf(f, "%s%s_forward_train(%s&d, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n", I,
-                k->cpu, CX, DT, IN(0), IN(1), IN(2), node_float(n, BN_EPS), fix ? "true" : "false",
+                k->cpu, CX, DT, x, IN(1), IN(2), node_float(n, BN_EPS), fix ? "true" : "false",
                 OUT, or_null(m), or_null(s));
+}
+
+static void emit_bn_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    bn_forward_call(c, n, k, false);
+}
+
+static void emit_bn_add_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    bn_forward_call(c, n, k, true);
 }
 
 /* nothing written on a step the device skips: the kernel reads the step's state */
@@ -410,6 +422,18 @@ static void emit_bn_relu_backward(Cg *c, const Node *n, const KernelRow *k)
     fprintf(c->f, "%s%s(%s&d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, false);\n", I,
             k->cpu, CX, DT, IN(2), IN(1), IN(0), IN(3), IN(4), IN(5), fix, global,
             c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 1)), or_null(part_of(c, n, 2)));
+}
+
+/* dy, y, x, gamma, save_mean, save_invstd: the relu's gradient (the node's
+ * value, the shortcut's), BatchNorm's dx (part 3), dgamma and dbeta */
+static void emit_bn_add_relu_backward(Cg *c, const Node *n, const KernelRow *k)
+{
+    const char *global, *fix = bools(n, BN_FIX_GAMMA, BN_USE_GLOBAL_STATS, &global);
+    bn_dims(c, n, INODE(2), I);
+    fprintf(c->f, "%s%s(%s&d, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, false, false);\n",
+            I, k->cpu, CX, DT, IN(2), IN(1), IN(0), IN(3), IN(4), IN(5), fix, global,
+            c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 3)), or_null(part_of(c, n, 1)),
+            or_null(part_of(c, n, 2)));
 }
 
 static void emit_act_forward(Cg *c, const Node *n, const KernelRow *k)

@@ -219,6 +219,7 @@ static void empty_steps(Program *p)
 void lower(const Graph *train, const CgPlans *plans, Program *out)
 {
     memset(out, 0, sizeof *out);
+    out->align = PLAN_ALIGN;
     arena_init(&out->a);
     out->model = arena_strdup(&out->a, train->model);
     Lw w = {.p = out, .predict = train->info.predict_only};

@@ -191,16 +191,19 @@ static void graph_facts(Side *s)
         const char *rule, *op;
     } fused[] = {{"bn_relu", "_fused_BatchNorm_relu"},
                  {"add_relu", "_fused_add_relu"},
+                 {"bn_add_relu", "_fused_BatchNorm_add_relu"},
                  {"cast_softmax_output", "_fused_cast_SoftmaxOutput"},
                  {"softmax_output_bwd_cast", "_backward_fused_SoftmaxOutput_cast"}};
-    int64_t casts = 0, trainable = 0, aux = 0, bytes = 0, nf[4] = {0}, fusions = 0;
+    int64_t casts = 0, trainable = 0, aux = 0, bytes = 0, nf[8] = {0}, fusions = 0;
+    enum { NF = sizeof fused / sizeof fused[0] };
+    _Static_assert(NF <= 8, "nf holds every fusion");
     for (int i = 0; i < s->n; i++) {
         const DNode *d = &s->nodes[i];
         casts += strcmp(d->op, "Cast") == 0 || strcmp(d->op, "amp_cast") == 0;
         fusions += op_made_by_fuse(op_lookup(d->op));
         if (strcmp(d->op, "Param") == 0)
             param_facts(d, &trainable, &aux, &bytes);
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < NF; k++)
             nf[k] += strcmp(d->op, fused[k].op) == 0;
     }
     add_fact_num(s, "nodes", s->n - casts - fusions); /* the other classes count theirs */
@@ -209,7 +212,7 @@ static void graph_facts(Side *s)
     add_fact_num(s, "params.aux", aux);
     add_fact_num(s, "params.bytes", bytes);
     char key[64];
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < NF; k++) {
         snprintf(key, sizeof key, "fusions.%s", fused[k].rule);
         add_fact_num(s, key, nf[k]);
     }

@@ -118,6 +118,7 @@ static void usage(FILE *f)
           "                          -S or --dump=fuse) list the fusions made\n"
           "  --no-fuse=NAME,...|all  turn fusions off (repeatable): bn_relu (BatchNorm +\n"
           "                          relu), add_relu (elemwise_add + relu),\n"
+          "                          bn_add_relu (BatchNorm + add + relu; needs add_relu),\n"
           "                          cast_softmax_output (AMP's cast of the logits into the\n"
           "                          loss head), softmax_output_bwd_cast (the cast of its\n"
           "                          gradient into its backward); docs/codegen.md\n"

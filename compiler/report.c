@@ -328,6 +328,7 @@ static void json_fusions(JsonW *w, const Graph *t)
     } rules[] = {
         {"bn_relu", OP__fused_BatchNorm_relu},
         {"add_relu", OP__fused_add_relu},
+        {"bn_add_relu", OP__fused_BatchNorm_add_relu},
         {"cast_softmax_output", OP__fused_cast_SoftmaxOutput},
         {"softmax_output_bwd_cast", OP__backward_fused_SoftmaxOutput_cast},
     };

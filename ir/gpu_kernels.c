@@ -5,6 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "../runtime/kernels/bn_tree.h" /* the GPU BatchNorm's tiles */
+
 const char *const gk_flop_names[GK_NFLOP] = {
     "f32_add", "f32_mul", "f32_div",  "f32_sqrt", "f32_func", "f32_cmp", "f64_add",
     "f64_mul", "f64_div", "f64_sqrt", "f64_func", "f64_cmp",  "cvt",     "tensor",
@@ -32,12 +34,17 @@ static double grid(double x)
 /* a grid-stride loop over x: thread 0 takes elements 0, T, 2T, ... */
 static double ept(double x) { return cdiv(x, grid(x) * GK_THREADS); }
 
-/* BatchNorm's segments (batchnorm.cuh): image by image, chunks of GK_BN_CHUNK along
- * inner; of a channel's elements, those the 8-wide loops take */
-static double bn_main(double outer, double inner)
+static double mn(double a, double b) { return a < b ? a : b; }
+
+/* BatchNorm's tiles (batchnorm.cuh; kernels/bn_tree.h): how many, and
+ * the elements of a channel the longest takes */
+static double bn_ntiles(double r, double c)
 {
-    double full = floor(inner / GK_BN_CHUNK), rest = inner - full * GK_BN_CHUNK;
-    return outer * (full * GK_BN_CHUNK + 8 * floor(rest / 8));
+    return r > 0 && c > 0 ? (double)ampc_bn_tiles((int64_t)r, (int64_t)c) : 0;
+}
+static double bn_tile1(double r, double c)
+{
+    return r > 0 && c > 0 ? mn((double)ampc_bn_tile((int64_t)r, (int64_t)c), r) : 0;
 }
 
 static void add(GkLaunch *out, int *k, const GkLaunch *l)
@@ -58,14 +65,25 @@ int gk_describe(OpKind op, GkEntry e, const GkDims *d, GkLaunch *out)
     const int mode = (int)d->mode;
     const double N = d->N, C = d->C, K = d->K, G = d->G > 0 ? d->G : 1, cp = d->cp, HW = d->HW,
                  PQ = d->PQ, RS = d->RS, stride = d->stride;
-    const double R = outer * inner, segs = outer * cdiv(inner, GK_BN_CHUNK);
-    const double bmain = bn_main(outer, inner), btail = R - bmain;
+    const double R = outer * inner;
+    /* the tiled BatchNorm: tiles T, the longest's te1 elements; a tile's
+     * channels 8 a load (bv 8) when a row's are adjacent and 8 divide c;
+     * step 3 8 elements a thread (av) when they share constants (nq
+     * vectors, nt left over) */
+    const double T = bn_ntiles(R, c), te1 = bn_tile1(R, c);
+    const double bv = inner == 1 && fmod(c, 8) == 0 ? 8 : 1;
+    const double av = (inner == 1 && fmod(c, 8) == 0) || fmod(inner, 8) == 0;
+    const double nq = av ? floor(n / 8) : 0, nt = n - 8 * nq;
+    const double dsc = d->dsc;
+    /* the vectorized element-wise kernels: 8-element vectors, the rest */
+    const double eq = n >= 8 ? floor(n / 8) : 0, et = n - 8 * eq;
     (void)n, (void)m, (void)c, (void)len, (void)win, (void)wmax, (void)cover, (void)s, (void)s2;
     (void)h, (void)h2, (void)acc, (void)fix, (void)glob, (void)dx, (void)dgamma, (void)dbeta;
     (void)saves, (void)bias, (void)pad, (void)skip, (void)prob, (void)da, (void)db, (void)mode;
     (void)N, (void)C, (void)K, (void)G, (void)cp, (void)HW, (void)PQ, (void)RS, (void)stride;
-    (void)segs, (void)bmain, (void)btail, (void)chunks, (void)chunks2;
-    (void)win2, (void)cmax;
+    (void)chunks, (void)chunks2;
+    (void)win2, (void)cmax, (void)T, (void)te1, (void)bv, (void)av, (void)nq, (void)nt, (void)dsc;
+    (void)eq, (void)et;
     int k = 0;
 #define GPUK(id, entry, kname, ...)                                                                \
     if (op == OP_##id && e == entry) {                                                             \

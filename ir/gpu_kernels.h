@@ -109,6 +109,7 @@ typedef struct {
     double acc;               /* the call adds into its output */
     double fix, glob, dx, ry; /* BatchNorm: fix_gamma, use_global_stats, dx written, a fused relu */
     double dgamma, dbeta, saves; /* BatchNorm: the parameter gradients, saved statistics written */
+    double dsc;                  /* BatchNorm + add + relu's backward writes the relu's gradient */
     double bias, pad;            /* a bias; a convolution's channels padded (cp > C) */
     double skip;                 /* the step state's loss scale is dynamic: BatchNorm's
                                   * moving update reads its flag too */
@@ -164,12 +165,12 @@ int gk_describe_step(const GkStepDims *d, GkLaunch *out, const char **names);
 /* The launch geometry of the runtime's kernels (runtime/cuda/kernels.cuh and
  * layout.cuh; the emulator cross-check pins them): threads per block and
  * the most blocks of a grid-stride launch; the multi-tensor kernels' block
- * and chunk; BatchNorm's segment. */
+ * and chunk (BatchNorm's tiles: runtime/kernels/bn_tree.h, read by
+ * gpu_kernels.c). */
 #define GK_THREADS 256
 #define GK_GRID_CAP 4096
 #define GK_MT_THREADS 512
 #define GK_MT_CHUNK 65536
-#define GK_BN_CHUNK 512
 
 /* The emulator cross-check's: the rows' grids capped at cap blocks (the
  * emulation build's ampc_emu_grid_cap, so its loops wrap at small sizes);

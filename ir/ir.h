@@ -316,6 +316,9 @@ enum { BN_EPS, BN_MOMENTUM, BN_FIX_GAMMA, BN_USE_GLOBAL_STATS, BN_AXIS, BN_NATTR
  * the node the fused one absorbed */
 enum { FUSED_BN_ABSORBED = BN_NATTRS, FUSED_BN_NATTRS };
 enum { FUSED_ADD_ABSORBED, FUSED_ADD_NATTRS };
+/* BatchNorm + residual add + relu: BatchNorm's attributes, the add's name,
+ * then the BatchNorm's (the fused node is named after the relu) */
+enum { FUSED_BNADD_ADD = BN_NATTRS, FUSED_BNADD_ABSORBED, FUSED_BNADD_NATTRS };
 enum { ACT_TYPE, ACT_NATTRS };
 enum { ACT_RELU, ACT_SIGMOID, ACT_TANH, ACT_SOFTRELU, ACT_SOFTSIGN };
 enum { LRELU_TYPE, LRELU_SLOPE, LRELU_NATTRS };

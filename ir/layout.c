@@ -12,7 +12,8 @@
  *   follow     computes per element or per channel, so it runs in whatever
  *              layout its data arrives in: the slots `slots` names and its
  *              value share one layout (elementwise ops, activations, casts,
- *              scalar ops, clip, the fused add+relu, BatchNorm on axis 1,
+ *              scalar ops, clip, the fused add+relu, BatchNorm on axis 1
+ *              (and fused with relu, or with the residual add and relu),
  *              Pooling over 2 spatial dims, and their backwards)
  *   anchor     follows as above, and is where NHWC starts: a 2-D
  *              convolution (and its backward) on 16-bit data, whose weight
@@ -40,6 +41,8 @@ static const LayoutRule rules[OP_COUNT] = {
     [OP__fused_BatchNorm_relu] = FOLLOW(S(0)),
     [OP__backward_BatchNorm] = FOLLOW(S(0) | S(1)),                   /* dy, x */
     [OP__backward_fused_BatchNorm_relu] = FOLLOW(S(0) | S(1) | S(2)), /* dy, y, x */
+    [OP__fused_BatchNorm_add_relu] = FOLLOW(S(0) | S(5)),             /* x, the shortcut */
+    [OP__backward_fused_BatchNorm_add_relu] = FOLLOW(S(0) | S(1) | S(2)),
     [OP_Pooling] = FOLLOW(S(0)),
     [OP__backward_Pooling] = FOLLOW(S(0) | S(1)),
     [OP_Activation] = FOLLOW(S(0)),
@@ -100,6 +103,8 @@ bool layout_op_allows(const Graph *g, const Node *n)
     case OP__fused_BatchNorm_relu:
     case OP__backward_BatchNorm:
     case OP__backward_fused_BatchNorm_relu:
+    case OP__fused_BatchNorm_add_relu:
+    case OP__backward_fused_BatchNorm_add_relu:
         return node_int(n, BN_AXIS) == 1 || node_int(n, BN_AXIS) == -3;
     default: return true;
     }

@@ -26,6 +26,17 @@ bool plan_may_overwrite(const Node *n, int slot)
            plan_reads(n, slot);
 }
 
+bool plan_value_may_overwrite(const Graph *g, const Node *v, int slot, const Node **writer)
+{
+    if (v->op != OP_part) {
+        *writer = v;
+        return plan_may_overwrite(v, slot);
+    }
+    const Node *n = *writer = g->nodes[v->in[0]];
+    return node_int(v, PART_INDEX) == 3 && slot >= 0 && slot < 8 && slot < n->nin &&
+           (kernel_row(n->op)->overwrites >> (8 + slot) & 1) && plan_reads(n, slot);
+}
+
 bool plan_reads(const Node *n, int slot)
 {
     /* dx = dy * f'(y) for every activation but softsign, whose derivative
@@ -327,8 +338,10 @@ static void check_inplace(const Graph *g, const BufferPlan *p, int *t1, bool *ok
         int x = w->overwrites >= 0 && w->overwrites < p->nsteps ? vi[w->overwrites] : -1;
         const PlanValue *xv = x >= 0 ? &p->v[x] : NULL;
         bool slot_ok = !g;
-        for (int k = 0; g && xv && k < g->nodes[w->node]->nin; k++)
-            slot_ok |= g->nodes[w->node]->in[k] == xv->node && plan_may_overwrite(g->nodes[w->node], k);
+        const Node *wn = g ? g->nodes[w->node] : NULL, *by = wn;
+        for (int k = 0; g && xv && k < 8; k++)
+            slot_ok |=
+                plan_value_may_overwrite(g, wn, k, &by) && k < by->nin && by->in[k] == xv->node;
         if (!xv || xv->kind != PV_ARENA || w->kind != PV_ARENA || handed[x] ||
             xv->first >= xv->last || xv->last != w->first || xv->offset.fixed != w->offset.fixed ||
             xv->offset.per_sample != w->offset.per_sample || xv->size.fixed != w->size.fixed ||

@@ -11,6 +11,12 @@
 #include "ir.h"
 
 #define PLAN_ALIGN 64 /* bytes: both parts of every offset are multiples of it */
+/* The promise the vectorized kernels rely on (docs/codegen.md, "Memory
+ * plan"): every buffer of a program starts at a multiple of 16 bytes, the
+ * arena's by their offsets, the others because the runtime allocates each
+ * at a multiple of RT_DEV_ALIGN (64); the program text says so (`align`). */
+#define PLAN_VEC_ALIGN 16
+_Static_assert(PLAN_ALIGN % PLAN_VEC_ALIGN == 0, "arena offsets keep the 16-byte promise");
 
 typedef struct {
     int64_t fixed, per_sample; /* fixed + per_sample * N */
@@ -55,7 +61,8 @@ typedef struct {
 typedef struct {
     bool has;
     const char *cpu, *ws, *mode, *cuda;
-    unsigned char overwrites, unread; /* bit k: input slot k */
+    unsigned short overwrites;        /* bit k: input slot k; bit 8 + k: the node's part 3 */
+    unsigned char unread;             /* bit k: input slot k */
     const char *vectorized;           /* the CUDA kernels held to 16-byte loads, or NULL */
 } KernelRow;
 const KernelRow *kernel_row(OpKind k);
@@ -66,6 +73,10 @@ const KernelRow *kernel_row(OpKind k);
  * read is passed as NULL and not kept alive for it. */
 bool plan_may_overwrite(const Node *n, int slot);
 bool plan_reads(const Node *n, int slot);
+/* The same for a value that may be a part: part 3 of a node (the
+ * BatchNorm + add backward's data gradient) by its node's row (bits 8 + k),
+ * any other part never; *writer gets the node whose call writes v. */
+bool plan_value_may_overwrite(const Graph *g, const Node *v, int slot, const Node **writer);
 
 /* Whether node n owns a buffer in the training step (codegen/lower.c gives
  * these, and only these, a buffer of their own). */
@@ -203,6 +214,7 @@ typedef struct {
     int nbuf;
     ProgStep step[STEP_COUNT];
     LinExpr arena;     /* bytes */
+    int align;         /* bytes every buffer starts at a multiple of (PLAN_ALIGN) */
     KvPlan kv;         /* the gradient placement, when kv.set */
 } Program;
 

@@ -4,7 +4,7 @@
  *
  *   # ampc program 1
  *   model "mlp"
- *   arena 68928+1664N
+ *   arena 68928+1664N align 64
  *   buffer 0 input f32 0+64N "data"
  *   buffer 4 value f32 0+128N @68928+0N "dense1_fc1"
  *   step train
@@ -12,6 +12,9 @@
  *   results (13,16,17)
  *   end
  *
+ * `align`: every buffer starts at a multiple of it, at least 16 (the vector
+ * kernels' promise): arena offsets are multiples, and the runtime places
+ * the others so (RT_DEV_ALIGN).
  * Buffer sizes are elements (fixed+per_sampleN), offsets bytes; `-` is an
  * argument the kernel leaves alone, `mK` the fp32 master of parameter K.
  * When the kvstore pass ran (passes/kvstore.c, docs/kvstore.md), the
@@ -114,7 +117,8 @@ void program_print_with(FILE *f, const Program *p, const char *header)
         fputs(header, f);
     fputs("model ", f);
     program_put_name(f, p->model ? p->model : "");
-    fprintf(f, "\narena %lld+%lldN\n", (long long)p->arena.fixed, (long long)p->arena.per_sample);
+    fprintf(f, "\narena %lld+%lldN align %d\n", (long long)p->arena.fixed,
+            (long long)p->arena.per_sample, p->align);
     for (int i = 0; i < p->nbuf; i++) {
         const ProgBuffer *b = &p->buf[i];
         fprintf(f, "buffer %d %s %s %lld+%lldN ", i, kind_names[b->kind], dtype_short(b->dtype),
@@ -464,10 +468,13 @@ bool program_read(Diag *d, int file, Program *out)
             r.p++;
         head = eol(&r);
     }
+    int64_t align = 0;
     if (head && expect(&r, "model ") && string(&r, &out->model) && eol(&r) &&
-        expect(&r, "arena ") && lin_expr(&r, &out->arena) && eol(&r))
+        expect(&r, "arena ") && lin_expr(&r, &out->arena) && expect(&r, " align ") &&
+        ranged(&r, 1, 1 << 20, &align) && eol(&r))
         while (r.ok && lit(&r, "buffer "))
             read_buffer(&r, &bufs);
+    out->align = (int)align;
     out->nbuf = bufs.len;
     out->buf = arena_alloc(&out->a, sizeof(ProgBuffer) * (size_t)(bufs.len + 1));
     if (bufs.len)
@@ -668,10 +675,17 @@ static bool verify_conversion(const Program *p, StepKind k, const ProgCall *c, F
 bool program_verify(const Program *p, FILE *err)
 {
     bool ok = verify_kv(p, err);
+    int al = p->align;
+    if (al < PLAN_VEC_ALIGN || (al & (al - 1)) || al > PLAN_ALIGN)
+        ERR("program: align %d: buffers start at a multiple of a power of two from %d to %d\n", al,
+            PLAN_VEC_ALIGN, PLAN_ALIGN);
     for (int i = 0; i < p->nbuf; i++) {
         const ProgBuffer *b = &p->buf[i];
         if (b->kind != PB_VALUE && b->in_arena)
             ERR("program: buffer %d (a %s) lies in the arena\n", i, kind_names[b->kind]);
+        if (b->in_arena && al > 0 && (b->offset.fixed % al || b->offset.per_sample % al))
+            ERR("program: buffer %d at %lld+%lldN does not start at a multiple of %d bytes\n", i,
+                (long long)b->offset.fixed, (long long)b->offset.per_sample, al);
         if (b->dtype <= DT_UNKNOWN || dtype_size(b->dtype) <= 0)
             ERR("program: buffer %d has no dtype\n", i);
     }

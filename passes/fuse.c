@@ -14,13 +14,21 @@
  *     or rewrites to read r alone).
  * So after a fusion no node reads p's value: it is never stored.
  *
- * Two kinds of pair:
+ * Three kinds of pair:
  *   - relu rules (bn_relu, add_relu) and a cast folded into the op whose
  *     value it reads (softmax_output_bwd_cast): the fused node takes p's
  *     place in storage order (its inputs are p's) and r's name and dtype;
  *   - a cast folded into its reader (cast_softmax_output): the fused node
  *     takes r's place and name, and reads the cast's input where r read
- *     the cast (r may read values stored after p, like the label).
+ *     the cast (r may read values stored after p, like the label);
+ *   - a BatchNorm merged into the _fused_add_relu that reads it as its
+ *     first input (bn_add_relu, a second round after add_relu): the fused
+ *     node takes r's place and name and reads p's five inputs and r's
+ *     shortcut; p's parts (stored after r) become its parts.  In the
+ *     backward, the relu's gradient q and the BatchNorm backward b reading
+ *     it become one node at q's place: its value is q's (the shortcut's
+ *     gradient), its parts 1 and 2 are b's, and b itself becomes its part
+ *     3 (BatchNorm's data gradient), keeping its name and readers.
  * The fused node's `absorbed` attribute names the other node, so that
  * fuse_check can expand a dump back into the unfused graph, derive it again
  * with autodiff, and fuse it again.
@@ -48,7 +56,7 @@ typedef struct {
 } Explain;
 
 /* where the fused node stands (above) */
-typedef enum { FUSE_AT_FIRST, FUSE_AT_SECOND } FusePlace;
+typedef enum { FUSE_AT_FIRST, FUSE_AT_SECOND, FUSE_MERGE } FusePlace;
 
 typedef struct FuseRule FuseRule;
 struct FuseRule {
@@ -57,6 +65,7 @@ struct FuseRule {
     OpKind fused;         /* the pair */
     OpKind fused_bwd;     /* their backward nodes (OP_COUNT: the rule rewrites none) */
     FusePlace place;
+    int round; /* 0, or 1: matched after round 0's fusions (on their nodes) */
     /* the attributes the fused ops keep of the node whose place they take
      * (then, with cast_dtype, r's target dtype; then `absorbed`) */
     int kept_attrs;
@@ -84,6 +93,7 @@ static void bn_bwd_rewrite(Graph *g, const Readers *rd, const FuseRule *rule, No
                            const Explain *ex);
 static void add_bwd_rewrite(Graph *g, const Readers *rd, const FuseRule *rule, Node *q, int r,
                             const Explain *ex);
+static bool bn_add_pair_ok(const Graph *g, const Node *p, const Node *r);
 
 static const FuseRule rules[] = {
     {.name = "bn_relu", .first = OP_BatchNorm, .second = OP_Activation,
@@ -94,6 +104,11 @@ static const FuseRule rules[] = {
      .fused = OP__fused_add_relu, .fused_bwd = OP__backward_fused_add_relu,
      .place = FUSE_AT_FIRST, .pair_ok = add_relu_pair_ok, .other_ok = relu_bwd_ok,
      .bwd_rewrite = add_bwd_rewrite},
+    /* a residual block's last BatchNorm, its add and relu: on add_relu's node */
+    {.name = "bn_add_relu", .first = OP_BatchNorm, .second = OP__fused_add_relu,
+     .fused = OP__fused_BatchNorm_add_relu, .fused_bwd = OP__backward_fused_BatchNorm_add_relu,
+     .place = FUSE_MERGE, .round = 1, .kept_attrs = BN_NATTRS, .parts = true,
+     .pair_ok = bn_add_pair_ok},
     /* the logits widened to fp32 for the loss head: its kernel widens on reading */
     {.name = "cast_softmax_output", .first = OP_amp_cast, .second = OP_SoftmaxOutput,
      .fused = OP__fused_cast_SoftmaxOutput, .fused_bwd = OP_COUNT, .place = FUSE_AT_SECOND,
@@ -175,6 +190,12 @@ static bool add_relu_pair_ok(const Graph *g, const Node *p, const Node *r)
     return relu_pair_ok(g, p, r);
 }
 
+/* r adds BatchNorm's value (its first input) to a shortcut of the same dtype */
+static bool bn_add_pair_ok(const Graph *g, const Node *p, const Node *r)
+{
+    return r->nin == 2 && r->dtype == p->dtype && g->nodes[r->in[1]]->dtype == p->dtype;
+}
+
 /* p widens 16-bit logits to the fp32 that r (SoftmaxOutput) computes in:
  * exact, so the kernel can do it on reading */
 static bool widening_cast_ok(const Graph *g, const Node *p, const Node *r)
@@ -216,6 +237,19 @@ static void node_become(Graph *g, Node *n, OpKind op, const int *in, int nin, in
     n->in = nin_arr;
     n->nin = nin;
     n->attrs = attrs;
+}
+
+/* n becomes op reading in, with from's first `keep` attributes, then the
+ * op's others from `extra` (nextra of them; its last is `absorbed`) */
+static void node_become_like(Graph *g, Node *n, OpKind op, const int *in, int nin, const Node *from,
+                             int keep, const char *const *extra, int nextra)
+{
+    const AttrVal *src = from->attrs;
+    node_become(g, n, op, in, nin, 0, NULL);
+    for (int a = 0; a < keep; a++)
+        n->attrs[a] = src[a];
+    for (int k = 0; k < nextra; k++)
+        n->attrs[keep + k] = (AttrVal){.type = AT_STR, .s = arena_strdup(&g->arena, extra[k])};
 }
 
 /* "fuse bn_relu: bn1 + relu1 -> _fused_BatchNorm_relu relu1", with
@@ -272,6 +306,52 @@ static void add_bwd_rewrite(Graph *g, const Readers *rd, const FuseRule *rule, N
     explain_line(ex, rule, q->name, NULL, q);
 }
 
+/* bn_add_relu: b, BatchNorm p's backward reading the relu's gradient q as
+ * its dy (x, gamma and p's saved statistics its other inputs), or NULL.  q
+ * and b become one node at q's place, so everything it reads must be
+ * stored before q. */
+static const Node *bn_add_bwd_of(const Graph *g, const Readers *rd, const Node *q, const Node *p)
+{
+    if ((q->flags & NF_OUTPUT) || q->nin != 2)
+        return NULL;
+    for (int k = rd->start[q->id]; k < rd->start[q->id + 1]; k++) {
+        const Node *b = g->nodes[rd->user[k]];
+        if (b->op != OP__backward_BatchNorm || b->nin != 5 || b->in[0] != q->id ||
+            (b->flags & NF_OUTPUT) || b->in[1] != p->in[0] || b->in[2] != p->in[1] ||
+            !is_part(g, b->in[3], p->id, 1) || !is_part(g, b->in[4], p->id, 2) ||
+            b->dtype != q->dtype)
+            continue;
+        bool before = q->in[0] < q->id;
+        for (int j = 1; j < 5; j++)
+            before = before && b->in[j] < q->id;
+        if (before)
+            return b;
+    }
+    return NULL;
+}
+
+/* q (the relu's gradient, reading r) and BatchNorm p's backward b become
+ * one node at q's place; b becomes its part 3 and b's parts its parts 1
+ * and 2. */
+static void bn_add_bwd_rewrite(Graph *g, const Readers *rd, const FuseRule *rule, Node *q,
+                               const Node *p, int r, const Explain *ex)
+{
+    Node *b = (Node *)bn_add_bwd_of(g, rd, q, p);
+    if (q->op != OP__backward_fused_add_relu || q->in[1] != r || !b)
+        return; /* the relu's gradient and BatchNorm's backward stay apart */
+    const char *bname = b->name;
+    int in[6] = {q->in[0], r, b->in[1], b->in[2], b->in[3], b->in[4]};
+    node_become_like(g, q, rule->fused_bwd, in, 6, b, BN_NATTRS, &bname, 1);
+    for (int k = rd->start[b->id]; k < rd->start[b->id + 1]; k++) {
+        Node *u = g->nodes[rd->user[k]];
+        if (u->op == OP_part && u->in[0] == b->id)
+            u->in[0] = q->id;
+    }
+    node_become(g, b, OP_part, &q->id, 1, 0, NULL);
+    b->attrs[PART_INDEX] = (AttrVal){.type = AT_INT, .i = 3};
+    explain_line(ex, rule, q->name, bname, q);
+}
+
 /* Whether the rule applies to r reading p (the conditions above). */
 static bool applies(const Graph *g, const Readers *rd, const FuseRule *rule, const Node *p,
                     const Node *r)
@@ -283,7 +363,9 @@ static bool applies(const Graph *g, const Readers *rd, const FuseRule *rule, con
             return false;
     for (int k = rd->start[p->id]; k < rd->start[p->id + 1]; k++) {
         const Node *q = g->nodes[rd->user[k]];
-        if (q == r || (q->op == OP_part && rule->parts))
+        /* merged at r's place, p's parts must be stored after r */
+        if (q == r ||
+            (q->op == OP_part && rule->parts && (rule->place != FUSE_MERGE || q->id > r->id)))
             continue;
         if (!rule->other_ok || !rule->other_ok(g, rd, p, q, r))
             return false;
@@ -291,9 +373,31 @@ static bool applies(const Graph *g, const Readers *rd, const FuseRule *rule, con
     return true;
 }
 
+/* bn_add_relu: r (a _fused_add_relu reading BatchNorm p first) becomes the
+ * fused node, reading p's inputs and r's shortcut; p's parts read it; the
+ * relu's gradient and BatchNorm's backward fuse (bn_add_bwd_rewrite). */
+static void apply_merge(Graph *g, const Readers *rd, const FuseRule *rule, Node *p, Node *r,
+                        int *repl, const Explain *ex)
+{
+    const char *names[2] = {r->attrs[FUSED_ADD_ABSORBED].s, p->name};
+    int in[6] = {p->in[0], p->in[1], p->in[2], p->in[3], p->in[4], r->in[1]};
+    node_become_like(g, r, rule->fused, in, 6, p, rule->kept_attrs, names, 2);
+    repl[p->id] = r->id;
+    explain_line(ex, rule, p->name, r->name, r);
+    for (int k = rd->start[r->id]; k < rd->start[r->id + 1]; k++) {
+        Node *q = g->nodes[rd->user[k]];
+        if (q->op == OP__backward_fused_add_relu)
+            bn_add_bwd_rewrite(g, rd, rule, q, p, r->id, ex);
+    }
+}
+
 static void apply(Graph *g, const Readers *rd, const FuseRule *rule, Node *p, Node *r, int *repl,
                   const Explain *ex)
 {
+    if (rule->place == FUSE_MERGE) {
+        apply_merge(g, rd, rule, p, r, repl, ex);
+        return;
+    }
     if (rule->place == FUSE_AT_SECOND) {
         /* r reads p's input where it read p; nothing reads p after this */
         node_become(g, r, rule->fused, r->in, r->nin, rule->kept_attrs, p->name);
@@ -320,23 +424,23 @@ static void apply(Graph *g, const Readers *rd, const FuseRule *rule, Node *p, No
 }
 
 /* The enabled rule that fuses r with the node it reads first, or NULL. */
-static const FuseRule *rule_for(const Graph *g, const Readers *rd, const Node *r,
-                                unsigned disabled)
+static const FuseRule *rule_for(const Graph *g, const Readers *rd, const Node *r, unsigned disabled,
+                                int round)
 {
     if (r->nin < 1)
         return NULL;
     const Node *p = g->nodes[r->in[0]];
     for (int k = 0; k < NRULES; k++)
-        if (rules[k].second == r->op && rules[k].first == p->op && !(disabled & (1u << k)) &&
-            applies(g, rd, &rules[k], p, r))
+        if (rules[k].round == round && rules[k].second == r->op && rules[k].first == p->op &&
+            !(disabled & (1u << k)) && applies(g, rd, &rules[k], p, r))
             return &rules[k];
     return NULL;
 }
 
-/* One graph: matches on the graph as it came (a node in two matches stays
- * in the first only), rewrites, redirects r's readers to the fused node,
- * drops the dead. */
-static Graph *fuse_graph(Graph *g, unsigned disabled, const Explain *ex)
+/* One round over one graph: matches on the graph as it came (a node in two
+ * matches stays in the first only), rewrites, redirects r's readers to the
+ * fused node, drops the dead. */
+static Graph *fuse_round(Graph *g, unsigned disabled, const Explain *ex, int round)
 {
     Readers rd = readers_of(g);
     int n = g->nnodes;
@@ -353,7 +457,7 @@ static Graph *fuse_graph(Graph *g, unsigned disabled, const Explain *ex)
     int nmatch = 0;
     for (int k = 0; k < n; k++) {
         const Node *r = g->nodes[order[k]];
-        const FuseRule *rule = rule_for(g, &rd, r, disabled);
+        const FuseRule *rule = rule_for(g, &rd, r, disabled, round);
         if (rule && !taken[r->id] && !taken[r->in[0]]) {
             taken[r->id] = taken[r->in[0]] = 1;
             mrule[nmatch] = rule;
@@ -381,6 +485,12 @@ static Graph *fuse_graph(Graph *g, unsigned disabled, const Explain *ex)
     free(rd.start);
     free(rd.user);
     return nmatch ? graph_compact(g) : g;
+}
+
+/* The rounds: the pairs, then the merges into their fused nodes. */
+static Graph *fuse_graph(Graph *g, unsigned disabled, const Explain *ex)
+{
+    return fuse_round(fuse_round(g, disabled, ex, 0), disabled, ex, 1);
 }
 
 /* The rules target has no kernels for: for TARGET_CUDA, those whose fused
@@ -443,11 +553,12 @@ const char *fuse_rule_name(int k) { return k >= 0 && k < NRULES ? rules[k].name 
 /* ---- a dump after fuse, checked --------------------------------------------- */
 
 /* Expansion: per old node, its value in the unfused graph and, for a fused
- * forward node, the node it absorbed (-1 for the others). */
+ * node, the node whose parts are its parts (-1 for the others), and the
+ * residual add a relu fusion holds (-1: none). */
 typedef struct {
     const Graph *g;
     Graph *u;
-    int *val, *first;
+    int *val, *first, *add;
     bool ok;
 } Expand;
 
@@ -502,7 +613,11 @@ static bool expand_fused(Expand *e, const Node *o)
     for (int j = 0; j < o->nin && j < 6; j++)
         in[j] = e->val[o->in[j]];
     const char *absorbed = op_info(o->op)->nattrs ? o->attrs[op_info(o->op)->nattrs - 1].s : "";
-    if (op_made_by_fuse(o->op) && op_info(o->op)->nattrs && graph_find(e->g, absorbed)) {
+    const Node *same =
+        op_made_by_fuse(o->op) && op_info(o->op)->nattrs ? graph_find(e->g, absorbed) : NULL;
+    /* the BatchNorm backward a bn_add_relu backward absorbed lives on as its part 3 */
+    if (same &&
+        !(o->op == OP__backward_fused_BatchNorm_add_relu && is_part(e->g, same->id, o->id, 3))) {
         node_error(e->g, o, "'%s': the node it absorbed, '%s', has the name of another node",
                    o->name, absorbed);
         return !(e->ok = false);
@@ -516,7 +631,29 @@ static bool expand_fused(Expand *e, const Node *o)
         b = add_relu_node(e, o, OP_Activation, &a->id, 1, o->name);
         b->flags = o->flags & ~(uint32_t)NF_OUTPUT;
         e->first[o->id] = a->id;
+        e->add[o->id] = o->op == OP__fused_add_relu ? a->id : -1;
         e->val[o->id] = b->id;
+        return true;
+    case OP__fused_BatchNorm_add_relu: /* BatchNorm, the add of its shortcut, relu */
+        a = add_copy(e, o, OP_BatchNorm, in, 5, absorbed, BN_NATTRS);
+        int sum[2] = {a->id, in[5]};
+        b = add_copy(e, o, OP_elemwise_add, sum, 2, o->attrs[FUSED_BNADD_ADD].s, 0);
+        e->add[o->id] = b->id;
+        b = add_relu_node(e, o, OP_Activation, &b->id, 1, o->name);
+        b->flags = o->flags & ~(uint32_t)NF_OUTPUT;
+        e->first[o->id] = a->id;
+        e->val[o->id] = b->id;
+        return true;
+    case OP__backward_fused_BatchNorm_add_relu: /* the relu's gradient, BatchNorm's backward */
+        if (pairs_with(e, o, OP__fused_BatchNorm_add_relu)) {
+            int act[3] = {in[0], e->add[o->in[1]], in[1]};
+            a = add_relu_node(e, o, OP__backward_Activation, act, 3, o->name);
+            in[1] = a->id;
+            b = add_copy(e, o, OP__backward_BatchNorm, in + 1, 5, absorbed, BN_NATTRS);
+            b->shape = e->u->nodes[in[2]]->shape;
+            e->first[o->id] = b->id;
+            e->val[o->id] = a->id;
+        }
         return true;
     case OP__backward_fused_BatchNorm_relu:
         if (pairs_with(e, o, OP__fused_BatchNorm_relu)) {
@@ -530,7 +667,7 @@ static bool expand_fused(Expand *e, const Node *o)
     case OP__backward_fused_add_relu:
         if (pairs_with(e, o, OP__fused_add_relu)) {
             in[2] = e->val[o->in[1]];
-            in[1] = e->first[o->in[1]];
+            in[1] = e->add[o->in[1]];
             e->val[o->id] = add_relu_node(e, o, OP__backward_Activation, in, 3, o->name)->id;
         }
         return true;
@@ -560,16 +697,22 @@ static Graph *unfuse_graph(const Graph *g)
 {
     int n = g->nnodes ? g->nnodes : 1;
     Expand e = {g, graph_new(g->diag, g->model), malloc(sizeof(int) * (size_t)n),
-                malloc(sizeof(int) * (size_t)n), true};
-    if (!e.val || !e.first)
+                malloc(sizeof(int) * (size_t)n), malloc(sizeof(int) * (size_t)n), true};
+    if (!e.val || !e.first || !e.add)
         DIE("out of memory");
     graph_set_train(e.u, g->train, g->ntrain);
     e.u->info = g->info;
     for (int i = 0; i < g->nnodes && e.ok; i++) {
         const Node *o = g->nodes[i];
-        e.first[i] = -1;
+        e.first[i] = e.add[i] = -1;
         if (expand_fused(&e, o))
             continue;
+        /* a bn_add_relu backward's part 3 is the BatchNorm backward's value */
+        if (o->op == OP_part && g->nodes[o->in[0]]->op == OP__backward_fused_BatchNorm_add_relu &&
+            node_int(o, PART_INDEX) == 3 && e.first[o->in[0]] >= 0) {
+            e.val[i] = e.first[o->in[0]];
+            continue;
+        }
         /* inputs renumbered in place (a Concat may have millions); a part of
          * a fused BatchNorm is a part of the BatchNorm it absorbed */
         Node *c = graph_add(e.u, o->op, o->in, o->nin, o->loc, o->frame);
@@ -584,6 +727,7 @@ static Graph *unfuse_graph(const Graph *g)
         graph_add_output(e.u, e.val[g->outputs[i]]);
     free(e.val);
     free(e.first);
+    free(e.add);
     if (!e.ok) {
         graph_free(e.u);
         return NULL;
@@ -621,13 +765,18 @@ static bool same_as(const Graph *have, const Graph *want, const char *what)
     return same;
 }
 
-/* The rules a graph shows: those of the fused ops it holds. */
+/* The rules a graph shows: those of the fused ops it holds, and those a
+ * second round's rule fuses on (bn_add_relu's add_relu). */
 static unsigned rules_absent(const Graph *g, unsigned absent)
 {
     for (int i = 0; g && i < g->nnodes; i++)
         for (int k = 0; k < NRULES; k++)
-            if (g->nodes[i]->op == rules[k].fused || g->nodes[i]->op == rules[k].fused_bwd)
+            if (g->nodes[i]->op == rules[k].fused || g->nodes[i]->op == rules[k].fused_bwd) {
                 absent &= ~(1u << k);
+                for (int j = 0; rules[k].round > 0 && j < NRULES; j++)
+                    if (rules[j].fused == rules[k].second)
+                        absent &= ~(1u << j);
+            }
     return absent;
 }
 

@@ -286,8 +286,14 @@ static void call_dims(const Gc *c, const Node *n, const ProgCall *call, GkDims *
         d->K = (double)node_int(n, FC_NUM_HIDDEN);
         d->bias = is_family(n, "fc_forward") ? n->nin > 2 : writes(call, 2);
     } else if (is_family(n, "bn_forward") || is_family(n, "bn_backward") ||
-               is_family(n, "bn_relu_backward")) {
-        int xi = is_family(n, "bn_forward") ? 0 : is_family(n, "bn_backward") ? 1 : 2;
+               is_family(n, "bn_relu_backward") || is_family(n, "bn_add_forward") ||
+               is_family(n, "bn_add_relu_backward")) {
+        bool fwd = is_family(n, "bn_forward") || is_family(n, "bn_add_forward");
+        int xi = fwd ? 0 : is_family(n, "bn_backward") ? 1 : 2;
+        if (is_family(n, "bn_add_relu_backward")) { /* its value is the shortcut's gradient */
+            d->dsc = d->dx;
+            d->dx = writes(call, 3);
+        }
         const Node *x = in_node(c, n, xi);
         bn_view(n, x, N, d);
         dtype_dims(x->dtype, &d->s, &d->h);
@@ -373,7 +379,7 @@ static int call_entries(const Node *n, const ProgCall *call, GkEntry *e)
             e[k++] = GE_WEIGHT;
         return k;
     }
-    if (is_family(n, "bn_forward")) {
+    if (is_family(n, "bn_forward") || is_family(n, "bn_add_forward")) {
         e[0] = node_bool(n, BN_USE_GLOBAL_STATS) ? GE_INFER : GE_TRAIN;
         return 1;
     }
@@ -390,9 +396,10 @@ static GcFamily family_of(const Node *n, GkEntry e)
         return GF_CONV_FWD;
     if (strcmp(f, "conv_backward") == 0)
         return e == GE_DATA ? GF_CONV_DGRAD : GF_CONV_WGRAD;
-    if (strcmp(f, "bn_forward") == 0)
+    if (strcmp(f, "bn_forward") == 0 || strcmp(f, "bn_add_forward") == 0)
         return GF_BN_FWD;
-    if (strcmp(f, "bn_backward") == 0 || strcmp(f, "bn_relu_backward") == 0)
+    if (strcmp(f, "bn_backward") == 0 || strcmp(f, "bn_relu_backward") == 0 ||
+        strcmp(f, "bn_add_relu_backward") == 0)
         return GF_BN_BWD;
     if (strcmp(f, "pool_forward") == 0 || strcmp(f, "pool_backward") == 0)
         return GF_POOL;

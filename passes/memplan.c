@@ -111,12 +111,12 @@ static void alloc_give(Alloc *a, int64_t off, int64_t size)
 static int inplace_source(const Graph *g, const BufferPlan *p, const int *vi, const bool *handed,
                           const PlanValue *v)
 {
-    const Node *n = g->nodes[v->node];
-    if (n->op == OP_part)
-        return -1;
-    for (int k = 0; k < n->nin; k++) {
-        int x = vi[n->in[k]];
-        if (x < 0 || handed[x] || !plan_may_overwrite(n, k))
+    const Node *n = g->nodes[v->node], *by = n;
+    for (int k = 0; k < 8; k++) {
+        if (!plan_value_may_overwrite(g, n, k, &by) || k >= by->nin)
+            continue;
+        int x = vi[by->in[k]];
+        if (x < 0 || handed[x])
             continue;
         const PlanValue *xv = &p->v[x];
         if (xv->kind == PV_ARENA && xv->last == v->first && xv->size.fixed == v->size.fixed &&

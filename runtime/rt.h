@@ -59,6 +59,10 @@ typedef struct RtStepState {
 typedef enum { RT_F32, RT_F16, RT_BF16 } RtDType;
 
 #define RT_WS_ALIGN 64 /* workspace pointers: aligned to this many bytes */
+/* every buffer a program gives a kernel starts at a multiple of this (the
+ * memory plan's promise: docs/codegen.md, "Memory plan"); a kernel reading
+ * 16 bytes at a time may rely on it, and checks other callers' pointers */
+#define RT_VEC_ALIGN 16
 
 /* Which phase a workspace query is for. */
 typedef enum {
@@ -180,9 +184,16 @@ void rt_fc_backward_weight(const RtFcDims *d, RtDType dt, const void *x, const v
 /* ---- batchnorm.c: BatchNorm ------------------------------------------------ */
 
 /* x viewed as [outer, c, inner]: for NCHW and axis 1, outer = N, inner = H*W.
- * gamma, beta, save_mean, save_invstd, moving_mean, moving_var: fp32 [c]. */
+ * gamma, beta, save_mean, save_invstd, moving_mean, moving_var: fp32 [c].
+ * order: how a channel's sums are ordered (the results differ by rounding):
+ * RT_BN_ORDER_CPU (0, what a program asks for) the CPU's own, channel
+ * groups walked segment by segment; RT_BN_ORDER_TILED the GPU's two-level
+ * tree (runtime/kernels/bn_tree.h), the CPU twin of runtime/cuda's
+ * BatchNorm bit for bit (the CUDA functions always sum so). */
+typedef enum { RT_BN_ORDER_CPU = 0, RT_BN_ORDER_TILED = 1 } RtBnOrder;
 typedef struct {
     int64_t outer, c, inner;
+    RtBnOrder order;
 } RtBnDims;
 
 /* Training: batch statistics over outer and inner per channel; writes
@@ -234,6 +245,26 @@ void rt_batchnorm_relu_backward(const RtBnDims *d, RtDType dt, const void *x, co
                                 const float *save_invstd, bool fix_gamma, bool use_global_stats,
                                 void *dx, float *dgamma, float *dbeta, bool acc_dx,
                                 bool acc_param);
+/* The fuse pass's BatchNorm + residual add + relu: y = relu(BatchNorm(x) +
+ * sc), BatchNorm's value and the sum each rounded to dt where the unfused
+ * ops store them (sc has x's dims and dtype; y may be sc). */
+void rt_batchnorm_add_relu_forward_train(const RtBnDims *d, RtDType dt, const void *x,
+                                         const void *sc, const float *gamma, const float *beta,
+                                         float eps, bool fix_gamma, void *y, float *save_mean,
+                                         float *save_invstd);
+void rt_batchnorm_add_relu_forward_inference(const RtBnDims *d, RtDType dt, const void *x,
+                                             const void *sc, const float *gamma, const float *beta,
+                                             const float *moving_mean, const float *moving_var,
+                                             float eps, bool fix_gamma, void *y, float *save_mean,
+                                             float *save_invstd);
+/* Their backward: dsc = dy * (y > 0) rounded to dt (the relu's gradient,
+ * which the shortcut receives; overwritten, may be dy itself; NULL: not
+ * kept), then rt_batchnorm_backward of it, as rt_batchnorm_relu_backward. */
+void rt_batchnorm_add_relu_backward(const RtBnDims *d, RtDType dt, const void *x, const void *y,
+                                    const void *dy, const float *gamma, const float *save_mean,
+                                    const float *save_invstd, bool fix_gamma, bool use_global_stats,
+                                    void *dsc, void *dx, float *dgamma, float *dbeta, bool acc_dx,
+                                    bool acc_param);
 
 /* ---- act.c: Activation, LeakyReLU, Dropout -------------------------------- */
 

@@ -126,6 +126,29 @@ static bool alloc_arena(RtTrainer *t, const RtModel *m, int64_t batch, char *err
     return true;
 }
 
+/* The memory plan's promise (docs/codegen.md, "Memory plan"): every buffer a
+ * kernel gets starts at a multiple of RT_VEC_ALIGN bytes, which the kernels
+ * that read 16 bytes at a time rely on; a device whose allocations broke it
+ * is refused here, naming the buffer. */
+_Static_assert(RT_DEV_ALIGN % RT_VEC_ALIGN == 0, "device blocks keep the 16-byte promise");
+static bool buffers_aligned(const RtTrainer *t, const RtModel *m, char *err, size_t errlen)
+{
+    for (int i = 0; i < m->nbuffers; i++)
+        if ((uintptr_t)t->ctx.buf[i] % RT_VEC_ALIGN) {
+            snprintf(err, errlen, "model %s: buffer %d (%s) does not start at a multiple of %d bytes",
+                     m->name, i, m->buffers[i].name, RT_VEC_ALIGN);
+            return false;
+        }
+    for (int i = 0; i < m->nparams; i++)
+        if ((uintptr_t)t->ctx.master[i] % RT_VEC_ALIGN || (uintptr_t)t->state[i] % RT_VEC_ALIGN ||
+            (t->state2 && (uintptr_t)t->state2[i] % RT_VEC_ALIGN)) {
+            snprintf(err, errlen, "model %s: the master or state of %s does not start at a multiple "
+                     "of %d bytes", m->name, m->params[i].name, RT_VEC_ALIGN);
+            return false;
+        }
+    return true;
+}
+
 /* A device's workspace: workspace_bytes(ctx, batch) (its sizers ask the
  * device's libraries, ctx.cuda, which open_device initialised), one block of
  * device memory. */
@@ -270,6 +293,10 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate,
         if (ok && p->grad >= 0)
             t->grads[t->ngrads++] = (RtDevTensor){t->ctx.buf[p->grad], (size_t)p->numel,
                                                   m->buffers[p->grad].dtype};
+    }
+    if (ok && !buffers_aligned(t, m, err, errlen)) {
+        rt_trainer_free(t);
+        return false;
     }
     size_t prob = (size_t)m->classes * (size_t)batch * sizeof(float);
     ok = ok &&

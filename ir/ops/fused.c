@@ -19,6 +19,20 @@ const AttrSpec fused_add_attrs[] = {
     ABSORBED_SPEC,
     ATTR_END,
 };
+/* BatchNorm + add + relu, named after the relu: the add's name (which the
+ * _fused_add_relu it grew from absorbed), then the BatchNorm's */
+const AttrSpec fused_bnadd_attrs[] = {
+    BN_ATTR_SPECS,
+    {"absorbed_add", AT_STR, true, NULL, 0, 0, NULL},
+    ABSORBED_SPEC,
+    ATTR_END,
+};
+/* BatchNorm's five, then the residual add's other input */
+const SlotSpec bnadd_slots[] = {
+    BN_SLOT_SPECS,
+    {"shortcut", SLOT_DATA, NULL, false},
+    SLOT_END,
+};
 
 /* SoftmaxOutput reading 16-bit logits: the widening cast's name absorbed */
 const AttrSpec fused_smo_attrs[] = {
@@ -47,6 +61,8 @@ const SlotSpec frelubwd_slots[] = {
     {"dy", SLOT_DATA, NULL, false}, {"y", SLOT_DATA, NULL, false}, SLOT_END};
 
 _Static_assert(FUSED_BN_ABSORBED == 5 && FUSED_BN_NATTRS == 6, "fused_bn_attrs and ir.h agree");
+_Static_assert(FUSED_BNADD_ADD == 5 && FUSED_BNADD_ABSORBED == 6 && FUSED_BNADD_NATTRS == 7,
+               "fused_bnadd_attrs and ir.h agree");
 _Static_assert(FUSED_SMO_ABSORBED == 5 && FUSED_SMO_NATTRS == 6 && FUSED_SMO_BWD_DTYPE == 5 &&
                    FUSED_SMO_BWD_NATTRS == 7,
                "fused_smo_attrs, fused_smo_bwd_attrs and ir.h agree");
@@ -87,6 +103,23 @@ bool fused_smo_bwd_shape(Graph *g, Node *n)
     return true;
 }
 
+/* BatchNorm's shape; the shortcut has it and the dtype too (the add's rule,
+ * which refuses broadcasting) */
+bool fused_bnadd_shape(Graph *g, Node *n)
+{
+    if (!bn_shape(g, n))
+        return false;
+    const Node *x = in_node(g, n, 0), *sc = in_node(g, n, 5);
+    if (!shape_equal(&sc->shape, &x->shape) || sc->dtype != x->dtype) {
+        node_error(g, n,
+                   "'%s': %s adds '%s' to BatchNorm's value of '%s', which has another "
+                   "shape or dtype",
+                   n->name, op_info(n->op)->name, sc->name, x->name);
+        return false;
+    }
+    return true;
+}
+
 bool like_in2_shape(Graph *g, Node *n)
 {
     const Node *x = in_node(g, n, 2);
@@ -99,3 +132,9 @@ bool like_in2_shape(Graph *g, Node *n)
 double fused_bn_flops(const Graph *g, const Node *n) { return bn_flops(g, n) + act_flops(g, n); }
 
 double fused_add_flops(const Graph *g, const Node *n) { return 2 * elem_flops(g, n); }
+
+/* BatchNorm's four per element, the add's and the relu's one each */
+double fused_bnadd_flops(const Graph *g, const Node *n)
+{
+    return bn_flops(g, n) + elem_flops(g, n) + act_flops(g, n);
+}

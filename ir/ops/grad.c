@@ -87,6 +87,7 @@ bool part_shape(Graph *g, Node *n)
     switch (p->op) {
     case OP_BatchNorm: /* save_mean, save_invstd: fp32 [C] */
     case OP__fused_BatchNorm_relu:
+    case OP__fused_BatchNorm_add_relu:
         if (k <= 2) {
             n->shape = in_node(g, p, 1)->shape;
             n->dtype = DT_F32;
@@ -98,6 +99,14 @@ bool part_shape(Graph *g, Node *n)
         if (k <= 2) {
             n->shape = in_node(g, p, p->op == OP__backward_BatchNorm ? 2 : 3)->shape;
             n->dtype = DT_F32;
+            return true;
+        }
+        break;
+    case OP__backward_fused_BatchNorm_add_relu: /* dgamma, dbeta; BatchNorm's dx */
+        if (k <= 3) {
+            like = in_node(g, p, k <= 2 ? 3 : 2);
+            n->shape = like->shape;
+            n->dtype = k <= 2 ? DT_F32 : like->dtype;
             return true;
         }
         break;

@@ -6,11 +6,7 @@
 #include "ops_impl.h"
 
 const SlotSpec bn_slots[] = {
-    {"data", SLOT_DATA, NULL, false},
-    {"gamma", SLOT_PARAM, "gamma", true},
-    {"beta", SLOT_PARAM, "beta", true},
-    {"moving_mean", SLOT_AUX, "moving_mean", true},
-    {"moving_var", SLOT_AUX, "moving_var", true},
+    BN_SLOT_SPECS,
     SLOT_END,
 };
 const AttrSpec bn_attrs[] = {

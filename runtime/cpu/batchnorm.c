@@ -11,11 +11,18 @@
  *   dbeta = sum dy,  dgamma = sum dy*xhat,
  *   dx = gamma*invstd * (dy - dbeta/m - xhat*dgamma/m)
  * and with global statistics (constants) dx = gamma*invstd*dy.
+ *
+ * The sums' order: the CPU's own below (channel groups, segments, four
+ * lanes), or with RtBnDims.order = RT_BN_ORDER_TILED the GPU's two-level
+ * tree (kernels/bn_tree.h), element by element: the CPU twin of
+ * runtime/cuda's BatchNorm, bit for bit, which the tests compare it with.
+ * Everything but the sums is the same in both orders.
  */
 #include <math.h>
 
 #include "cpu.h"
 #include "kernels/act.h"
+#include "kernels/bn_tree.h"
 
 /* The kernels walk groups of channels (RT_BN_GROUP at most; the threads
  * take groups as they come free), and each group image by image, so memory
@@ -171,6 +178,8 @@ typedef struct {
     bool fix_gamma, use_global_stats, acc_dx, acc_param;
     bool relu;        /* the fused BatchNorm + relu: y = relu(bn(x)) */
     const void *ry;   /* its backward: the relu's output, dy is masked by ry > 0 */
+    const void *sc;   /* BatchNorm + add + relu: y = relu(bn(x) + sc) */
+    void *dsc;        /* its backward: the masked dy, which the shortcut receives */
     void *y;
     float *save_mean, *save_invstd, *dgamma, *dbeta;
     int64_t gs; /* channels a group */
@@ -214,19 +223,116 @@ static const float *relu_masked(const BnJob *j, const float *g, size_t off, size
     return mb;
 }
 
-/* y = x*scale[c] + shift[c] over channels [c0, c1) */
+/* r[0, m) += sc[off, off+m): the residual add, on BatchNorm's value rounded
+ * to dt where the unfused BatchNorm stores it (the sum is rounded by the
+ * relu after, where the unfused add stores it) */
+static void add_rounded(float *r, const BnJob *j, size_t off, size_t m, float *buf)
+{
+    rt__round_through(r, m, j->dt);
+    const float *s = rt__view(j->sc, off, m, j->dt, buf);
+    size_t i = 0;
+    for (; i + 4 <= m; i += 4)
+        rt__st4(r + i, rt__ld4(r + i) + rt__ld4(s + i));
+    for (; i < m; i++)
+        r[i] += s[i];
+}
+
+/* y = x*scale[c] + shift[c] over channels [c0, c1) (then the relu, or the
+ * add and the relu) */
 static void group_affine(const BnJob *j, int64_t c0, const float *scale, const float *shift,
                          int64_t c1)
 {
-    float in[RT_CHUNK], out[RT_CHUNK];
+    float in[RT_CHUNK], out[RT_CHUNK], sb[RT_CHUNK];
     FOR_GROUP_CHUNKS(j->d, c0, c1, j->x, j->dt, in, c, v, m, off, {
-        float *r = rt__out(j->y, off, j->dt, false, out);
+        /* with the add, y may be sc itself: computed apart, stored last */
+        float *r = j->sc ? out : rt__out(j->y, off, j->dt, false, out);
         j->f->affine(r, v, m, scale[c - c0], shift[c - c0]);
+        if (j->sc)
+            add_rounded(r, j, off, m, sb);
         if (j->relu)
             relu_rounded(r, m, j->dt);
         if (r == out)
             rt__commit(j->y, off, out, m, j->dt, false);
     })
+}
+
+/* ---- the GPU's order (kernels/bn_tree.h), element by element ---------------- */
+
+/* row r += row r + h for h = 16, ..., 1: a warp's shuffle-down tree */
+static double tree_fold(double *a)
+{
+    for (int h = AMPC_BN_ROWS / 2; h >= 1; h /= 2)
+        for (int r = 0; r < h; r++)
+            a[r] += a[r + h];
+    return a[0];
+}
+
+static size_t elem_at(const RtBnDims *d, int64_t ch, int64_t e)
+{
+    int64_t o = e / d->inner, i = e - o * d->inner;
+    return ((size_t)o * (size_t)d->c + (size_t)ch) * (size_t)d->inner + (size_t)i;
+}
+
+static float round_to(float v, RtDType dt)
+{
+    rt__round_through(&v, 1, dt);
+    return v;
+}
+
+/* The tree's two sums of channel ch: f(e) gives element e's two terms. */
+typedef void TreeTerms(const BnJob *j, int64_t ch, int64_t e, double *t1, double *t2);
+
+static void tree_sums(const BnJob *j, int64_t ch, TreeTerms *f, double *s1, double *s2)
+{
+    const RtBnDims *d = j->d;
+    int64_t r = d->outer * d->inner, te = ampc_bn_tile(r, d->c), nt = ampc_bn_tiles(r, d->c);
+    double l1[AMPC_BN_LANES] = {0}, l2[AMPC_BN_LANES] = {0};
+    for (int64_t t = 0; t < nt; t++) {
+        double a1[AMPC_BN_ROWS], a2[AMPC_BN_ROWS];
+        int64_t end = (t + 1) * te < r ? (t + 1) * te : r;
+        for (int row = 0; row < AMPC_BN_ROWS; row++) {
+            a1[row] = a2[row] = 0.0;
+            for (int64_t e = t * te + row; e < end; e += AMPC_BN_ROWS) {
+                double t1, t2;
+                f(j, ch, e, &t1, &t2);
+                a1[row] += t1;
+                a2[row] += t2;
+            }
+        }
+        l1[t % AMPC_BN_LANES] += tree_fold(a1);
+        l2[t % AMPC_BN_LANES] += tree_fold(a2);
+    }
+    *s1 = tree_fold(l1);
+    *s2 = tree_fold(l2);
+}
+
+/* the statistics' terms: v - k and its square, k the channel's first element */
+static void moment_terms(const BnJob *j, int64_t ch, int64_t e, double *t1, double *t2)
+{
+    double k = rt__get(j->x, elem_at(j->d, ch, 0), j->dt);
+    double v = (double)rt__get(j->x, elem_at(j->d, ch, e), j->dt) - k;
+    *t1 = v;
+    *t2 = v * v;
+}
+
+/* the backward's dy (the relu's gradient where fused: dsc once written, else
+ * dy masked by ry and rounded, as relu_masked) */
+static float bwd_dy(const BnJob *j, size_t at)
+{
+    if (j->dsc)
+        return rt__get(j->dsc, at, j->dt);
+    float g = rt__get(j->dy, at, j->dt);
+    return j->ry ? round_to(g * ampc_relu_grad_y(rt__get(j->ry, at, j->dt)), j->dt) : g;
+}
+
+/* the backward's terms: g and g * xhat, xhat = (x - mean)*invstd in fp32 */
+static void bwd_terms(const BnJob *j, int64_t ch, int64_t e, double *t1, double *t2)
+{
+    size_t at = elem_at(j->d, ch, e);
+    float g = bwd_dy(j, at);
+    float xh = (rt__get(j->x, at, j->dt) - j->save_mean_in[ch]) * j->save_invstd_in[ch];
+    *t1 = g;
+    *t2 = (double)g * (double)xh;
 }
 
 /* Training statistics in one pass: per channel, the moments of x - k with
@@ -245,10 +351,15 @@ static void bn_train_range(void *p, size_t g0, size_t g1)
             s1[c - c0] = s2[c - c0] = 0.0;
             kk[c - c0] = rt__get(j->x, (size_t)c * (size_t)d->inner, j->dt);
         }
-        FOR_GROUP_CHUNKS(d, c0, c1, j->x, j->dt, buf, c, v, m, off, {
-            (void)off;
-            j->f->moments(v, m, kk[c - c0], &s1[c - c0], &s2[c - c0]);
-        })
+        if (d->order == RT_BN_ORDER_TILED) {
+            for (int64_t c = c0; c < c1; c++)
+                tree_sums(j, c, moment_terms, &s1[c - c0], &s2[c - c0]);
+        } else {
+            FOR_GROUP_CHUNKS(d, c0, c1, j->x, j->dt, buf, c, v, m, off, {
+                (void)off;
+                j->f->moments(v, m, kk[c - c0], &s1[c - c0], &s2[c - c0]);
+            })
+        }
         for (int64_t c = c0; c < c1; c++) {
             double m1 = s1[c - c0] / cnt, var = s2[c - c0] / cnt - m1 * m1;
             double mean = kk[c - c0] + m1;
@@ -356,16 +467,24 @@ static void bn_bwd_range(void *p, size_t g0, size_t g1)
     float xb[RT_CHUNK], dyb[RT_CHUNK], out[RT_CHUNK], mb[RT_CHUNK], yb[RT_CHUNK];
     double sdy[RT_BN_GROUP], sdyx[RT_BN_GROUP];
     float k[RT_BN_GROUP], mdy[RT_BN_GROUP], mdyx[RT_BN_GROUP];
+    bool tree = d->order == RT_BN_ORDER_TILED;
     for (size_t gi = g0; gi < g1; gi++) {
         int64_t c0 = (int64_t)gi * j->gs, c1 = c0 + j->gs < d->c ? c0 + j->gs : d->c;
         for (int64_t c = c0; c < c1; c++)
             sdy[c - c0] = sdyx[c - c0] = 0.0;
-        FOR_GROUP_CHUNKS(d, c0, c1, j->dy, dt, dyb, c, g, m, off, {
-            const float *v = rt__view(j->x, off, m, dt, xb);
-            g = relu_masked(j, g, off, m, mb, yb);
-            j->f->bwd_sums(g, v, m, j->save_mean_in[c], j->save_invstd_in[c], &sdy[c - c0],
-                         &sdyx[c - c0]);
-        })
+        /* the masked dy into dsc (the add's fusion: the shortcut's gradient),
+         * and the sums in the CPU's order */
+        if (!tree || j->dsc)
+            FOR_GROUP_CHUNKS(d, c0, c1, j->dy, dt, dyb, c, g, m, off, {
+                g = relu_masked(j, g, off, m, mb, yb);
+                if (j->dsc)
+                    rt__commit(j->dsc, off, g, m, dt, false);
+                if (!tree)
+                    j->f->bwd_sums(g, rt__view(j->x, off, m, dt, xb), m, j->save_mean_in[c],
+                                   j->save_invstd_in[c], &sdy[c - c0], &sdyx[c - c0]);
+            })
+        for (int64_t c = c0; tree && c < c1; c++)
+            tree_sums(j, c, bwd_terms, &sdy[c - c0], &sdyx[c - c0]);
         for (int64_t c = c0; c < c1; c++) {
             if (j->dbeta)
                 j->dbeta[c] = (acc_param ? j->dbeta[c] : 0.0f) + (float)sdy[c - c0];
@@ -378,9 +497,11 @@ static void bn_bwd_range(void *p, size_t g0, size_t g1)
         }
         if (!j->y)
             continue;
-        FOR_GROUP_CHUNKS(d, c0, c1, j->dy, dt, dyb, c, g, m, off, {
+        /* dx from dsc, the masked dy, when it was written (no mask again) */
+        FOR_GROUP_CHUNKS(d, c0, c1, j->dsc ? j->dsc : j->dy, dt, dyb, c, g, m, off, {
             float *r = rt__out(j->y, off, dt, acc_dx, out);
-            g = relu_masked(j, g, off, m, mb, yb);
+            if (!j->dsc)
+                g = relu_masked(j, g, off, m, mb, yb);
             if (j->use_global_stats) {
                 seg_scale(r, g, m, k[c - c0]);
             } else {
@@ -442,4 +563,42 @@ void rt_batchnorm_relu_backward(const RtBnDims *d, RtDType dt, const void *x, co
                .use_global_stats = use_global_stats, .acc_dx = acc_dx, .acc_param = acc_param,
                .y = dx, .dgamma = dgamma, .dbeta = dbeta, .ry = y};
     bn_run(d, &j, 2, bn_bwd_range);
+}
+
+/* ---- BatchNorm + residual add + relu (the fuse pass's) ----------------------- */
+
+void rt_batchnorm_add_relu_forward_train(const RtBnDims *d, RtDType dt, const void *x,
+                                         const void *sc, const float *gamma, const float *beta,
+                                         float eps, bool fix_gamma, void *y, float *save_mean,
+                                         float *save_invstd)
+{
+    BnJob j = {.d = d, .dt = dt, .x = x, .gamma = gamma, .beta = beta, .eps = eps,
+               .fix_gamma = fix_gamma, .y = y, .save_mean = save_mean,
+               .save_invstd = save_invstd, .relu = true, .sc = sc};
+    bn_run(d, &j, 2, bn_train_range);
+}
+
+void rt_batchnorm_add_relu_forward_inference(const RtBnDims *d, RtDType dt, const void *x,
+                                             const void *sc, const float *gamma,
+                                             const float *beta, const float *moving_mean,
+                                             const float *moving_var, float eps, bool fix_gamma,
+                                             void *y, float *save_mean, float *save_invstd)
+{
+    BnJob j = {.d = d, .dt = dt, .x = x, .gamma = gamma, .beta = beta, .mean_in = moving_mean,
+               .var_in = moving_var, .eps = eps, .fix_gamma = fix_gamma, .y = y,
+               .save_mean = save_mean, .save_invstd = save_invstd, .relu = true, .sc = sc};
+    bn_run(d, &j, 1, bn_infer_range);
+}
+
+void rt_batchnorm_add_relu_backward(const RtBnDims *d, RtDType dt, const void *x, const void *y,
+                                    const void *dy, const float *gamma, const float *save_mean,
+                                    const float *save_invstd, bool fix_gamma,
+                                    bool use_global_stats, void *dsc, void *dx, float *dgamma,
+                                    float *dbeta, bool acc_dx, bool acc_param)
+{
+    BnJob j = {.d = d, .dt = dt, .x = x, .dy = dy, .gamma = gamma, .save_mean_in = save_mean,
+               .save_invstd_in = save_invstd, .fix_gamma = fix_gamma,
+               .use_global_stats = use_global_stats, .acc_dx = acc_dx, .acc_param = acc_param,
+               .y = dx, .dgamma = dgamma, .dbeta = dbeta, .ry = y, .dsc = dsc};
+    bn_run(d, &j, 3, bn_bwd_range);
 }

@@ -12,17 +12,37 @@
 
 #include "kernels/philox.h"
 
-__global__ void ampc_k_relu(size_t n, int dt, ampc_dptr<const void> x, ampc_dptr<void> y)
+__global__ void ampc_k_relu(size_t n, int dt, ampc_dptr<const void> x, ampc_dptr<void> y, int vec)
 {
-    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride())
+    for (size_t q = ampc_cu_first(); q < AMPC_CU_VECS(n, vec); q += ampc_cu_stride()) {
+        float v[AMPC_V8];
+        ampc_v8_load(x, q, dt, v);
+        for (int j = 0; j < AMPC_V8; j++)
+            v[j] = ampc_relu(v[j]);
+        ampc_v8_store(y, q, dt, v);
+    }
+    for (size_t i = AMPC_CU_TAIL(n, vec); i < n; i += ampc_cu_stride())
         ampc_cu_store(y, i, dt, ampc_relu(ampc_cu_load(x, i, dt)));
 }
 
 /* dx = dy * relu'(y) (MXNet differentiates relu through its output) */
 __global__ void ampc_k_relu_backward(size_t n, int dt, ampc_dptr<const void> y,
-                                     ampc_dptr<const void> dy, ampc_dptr<void> dx, int acc)
+                                     ampc_dptr<const void> dy, ampc_dptr<void> dx, int acc, int vec)
 {
-    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
+    for (size_t q = ampc_cu_first(); q < AMPC_CU_VECS(n, vec); q += ampc_cu_stride()) {
+        float g[AMPC_V8], v[AMPC_V8], old[AMPC_V8];
+        ampc_v8_load(dy, q, dt, g);
+        ampc_v8_load(y, q, dt, v);
+        if (acc)
+            ampc_v8_load(dx, q, dt, old);
+        for (int j = 0; j < AMPC_V8; j++) {
+            g[j] = g[j] * ampc_relu_grad_y(v[j]);
+            if (acc)
+                g[j] = old[j] + g[j];
+        }
+        ampc_v8_store(dx, q, dt, g);
+    }
+    for (size_t i = AMPC_CU_TAIL(n, vec); i < n; i += ampc_cu_stride()) {
         float g = ampc_cu_load(dy, i, dt) * ampc_relu_grad_y(ampc_cu_load(y, i, dt));
         ampc_cu_store_acc(dx, i, dt, g, acc);
     }
@@ -32,7 +52,8 @@ AMPC_CU_API int ampc_cu_relu(AmpcStream s, size_t n, int dt, const void *x, void
 {
     if (n == 0)
         return 0;
-    AMPC_LAUNCH(ampc_k_relu, ampc_cu_grid(n), AMPC_CU_THREADS, s, n, dt, x, y);
+    int v = ampc_cu_vec(n, x, y, NULL);
+    AMPC_LAUNCH(ampc_k_relu, ampc_cu_vgrid(n, v), AMPC_CU_THREADS, s, n, dt, x, y, v);
     return AMPC_LAUNCH_ERROR();
 }
 
@@ -41,8 +62,9 @@ AMPC_CU_API int ampc_cu_relu_backward(AmpcStream s, size_t n, int dt, const void
 {
     if (n == 0)
         return 0;
-    AMPC_LAUNCH(ampc_k_relu_backward, ampc_cu_grid(n), AMPC_CU_THREADS, s, n, dt, y, dy, dx,
-                acc);
+    int v = ampc_cu_vec(n, y, dy, dx);
+    AMPC_LAUNCH(ampc_k_relu_backward, ampc_cu_vgrid(n, v), AMPC_CU_THREADS, s, n, dt, y, dy, dx,
+                acc, v);
     return AMPC_LAUNCH_ERROR();
 }
 

@@ -1,9 +1,9 @@
 /*
  * batchnorm.c - BatchNorm's contract functions (rt_cuda.h): the launches of
- * the custom kernels of batchnorm.cuh, bit for bit runtime/cpu/batchnorm.c,
- * with the per-channel constants in a device scratch of 3*c floats (the
- * contract has no workspace), reserved at set-up for the model's widest
- * BatchNorm.
+ * the custom kernels of batchnorm.cuh, bit for bit
+ * runtime/cpu/batchnorm.c in its tiled order, with the per-channel
+ * constants and the partial sums in a device scratch (the contract has no
+ * workspace), reserved at set-up for the model's widest BatchNorm.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -13,33 +13,33 @@
 
 static int idt(RtDType dt) { return (int)dt; }
 
-/* ---- BatchNorm: custom kernels (batchnorm.cuh), bit for bit batchnorm.c ------------------------ */
+/* ---- BatchNorm: custom kernels (batchnorm.cuh), batchnorm.c's tiled order ---------------- */
 
+/* the scratch for every BatchNorm of up to max_c channels, whatever its size */
 bool rt_cuda_bn_reserve(RtCudaCtx *cx, int64_t max_c, char *err, size_t errlen)
 {
     rt_cuda_need_init(cx, "BatchNorm");
-    if (max_c <= cx->bn_ws_c)
-        return true;
-    if (max_c > INT64_MAX / 12) {
+    if (max_c < 1 || max_c > INT32_MAX) {
         snprintf(err, errlen, "BatchNorm: %lld channels", (long long)max_c);
         return false;
     }
+    size_t bytes = ampc_batchnorm_ws_max((int)max_c);
+    if (bytes <= cx->bn_ws_bytes)
+        return true;
     if (cx->bn_ws) {
         AMPC_CHECK(AMPC_API_CUDA, cudaStreamSynchronize(cx->stream));
         AMPC_CHECK(AMPC_API_CUDA, cudaFree(cx->bn_ws));
-        cx->bn_ws = NULL, cx->bn_ws_c = 0;
+        cx->bn_ws = NULL, cx->bn_ws_bytes = 0;
     }
-    if (!AMPC_TRY(AMPC_API_CUDA,
-                  cudaMalloc((void **)&cx->bn_ws, (size_t)max_c * 3 * sizeof(float)))) {
-        snprintf(err, errlen, "BatchNorm's scratch of %lld bytes: %s", (long long)max_c * 12,
-                 ampc_api_last_error());
+    if (!AMPC_TRY(AMPC_API_CUDA, cudaMalloc(&cx->bn_ws, bytes))) {
+        snprintf(err, errlen, "BatchNorm's scratch of %zu bytes: %s", bytes, ampc_api_last_error());
         return false;
     }
-    cx->bn_ws_c = max_c;
+    cx->bn_ws_bytes = bytes;
     return true;
 }
 
-static float *bn_scratch(RtCudaCtx *cx, int64_t c)
+static void *bn_scratch(RtCudaCtx *cx, int64_t c)
 {
     char err[512];
     if (!rt_cuda_bn_reserve(cx, c, err, sizeof err)) {
@@ -58,15 +58,49 @@ static void bn_dims_ok(const RtBnDims *d)
     }
 }
 
+/* the training forward: sc the residual add's other input (or NULL), relu */
+static void bn_train(RtCudaCtx *cx, const RtBnDims *d, RtDType dt, const void *x, const void *sc,
+                     bool relu, const float *gamma, const float *beta, float eps, bool fix_gamma,
+                     void *y, float *save_mean, float *save_invstd)
+{
+    bn_dims_ok(d);
+    AMPC_CHECK(AMPC_API_CUDA,
+               ampc_cu_batchnorm_forward_train(
+                   cx->stream, (size_t)d->outer, (int)d->c, (size_t)d->inner, idt(dt), x, sc, relu,
+                   gamma, beta, eps, fix_gamma, y, save_mean, save_invstd, bn_scratch(cx, d->c)));
+}
+
+static void bn_infer(RtCudaCtx *cx, const RtBnDims *d, RtDType dt, const void *x, const void *sc,
+                     bool relu, const float *gamma, const float *beta, const float *moving_mean,
+                     const float *moving_var, float eps, bool fix_gamma, void *y, float *save_mean,
+                     float *save_invstd)
+{
+    bn_dims_ok(d);
+    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_batchnorm_forward_inference(
+                                  cx->stream, (size_t)d->outer, (int)d->c, (size_t)d->inner,
+                                  idt(dt), x, sc, relu, gamma, beta, moving_mean, moving_var, eps,
+                                  fix_gamma, y, save_mean, save_invstd, bn_scratch(cx, d->c)));
+}
+
+/* the backward: ry the fused relu's y, dsc its gradient written too */
+static void bn_grad(RtCudaCtx *cx, const RtBnDims *d, RtDType dt, const void *x, const void *ry,
+                    const void *dy, void *dsc, const float *gamma, const float *save_mean,
+                    const float *save_invstd, bool fix_gamma, bool use_global_stats, void *dx,
+                    float *dgamma, float *dbeta, bool acc_dx, bool acc_param)
+{
+    bn_dims_ok(d);
+    AMPC_CHECK(AMPC_API_CUDA,
+               ampc_cu_batchnorm_backward(cx->stream, (size_t)d->outer, (int)d->c, (size_t)d->inner,
+                                          idt(dt), x, ry, dy, dsc, gamma, save_mean, save_invstd,
+                                          fix_gamma, use_global_stats, dx, dgamma, dbeta, acc_dx,
+                                          acc_param, bn_scratch(cx, d->c)));
+}
+
 void rt_cuda_batchnorm_forward_train(RtCudaCtx *cx, const RtBnDims *d, RtDType dt, const void *x,
                                      const float *gamma, const float *beta, float eps,
                                      bool fix_gamma, void *y, float *save_mean, float *save_invstd)
 {
-    bn_dims_ok(d);
-    AMPC_CHECK(AMPC_API_CUDA,
-               ampc_cu_bn_forward_train(cx->stream, (size_t)d->outer, (int)d->c, (size_t)d->inner,
-                                        idt(dt), x, gamma, beta, eps, fix_gamma, y, save_mean,
-                                        save_invstd, bn_scratch(cx, d->c)));
+    bn_train(cx, d, dt, x, NULL, false, gamma, beta, eps, fix_gamma, y, save_mean, save_invstd);
 }
 
 void rt_cuda_batchnorm_forward_inference(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
@@ -75,11 +109,8 @@ void rt_cuda_batchnorm_forward_inference(RtCudaCtx *cx, const RtBnDims *d, RtDTy
                                          float eps, bool fix_gamma, void *y, float *save_mean,
                                          float *save_invstd)
 {
-    bn_dims_ok(d);
-    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_bn_forward_inference(
-                                  cx->stream, (size_t)d->outer, (int)d->c, (size_t)d->inner,
-                                  idt(dt), x, gamma, beta, moving_mean, moving_var, eps, fix_gamma,
-                                  y, save_mean, save_invstd, bn_scratch(cx, d->c)));
+    bn_infer(cx, d, dt, x, NULL, false, gamma, beta, moving_mean, moving_var, eps, fix_gamma, y,
+             save_mean, save_invstd);
 }
 
 void rt_cuda_batchnorm_backward(RtCudaCtx *cx, const RtBnDims *d, RtDType dt, const void *x,
@@ -87,20 +118,8 @@ void rt_cuda_batchnorm_backward(RtCudaCtx *cx, const RtBnDims *d, RtDType dt, co
                                 const float *save_invstd, bool fix_gamma, bool use_global_stats,
                                 void *dx, float *dgamma, float *dbeta, bool acc_dx, bool acc_param)
 {
-    bn_dims_ok(d);
-    AMPC_CHECK(AMPC_API_CUDA,
-               ampc_cu_bn_backward(cx->stream, (size_t)d->outer, (int)d->c, (size_t)d->inner,
-                                   idt(dt), x, dy, gamma, save_mean, save_invstd, fix_gamma,
-                                   use_global_stats, dx, dgamma, dbeta, acc_dx, acc_param,
-                                   bn_scratch(cx, d->c)));
-}
-
-/* BatchNorm + relu: the plain forward, then the relu over its stored value in
- * place (batchnorm.c rounds to dt before the relu at the same place) */
-static void bn_relu_after(RtCudaCtx *cx, const RtBnDims *d, RtDType dt, void *y)
-{
-    size_t n = (size_t)d->outer * (size_t)d->c * (size_t)d->inner;
-    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_relu(cx->stream, n, idt(dt), y, y));
+    bn_grad(cx, d, dt, x, NULL, dy, NULL, gamma, save_mean, save_invstd, fix_gamma,
+            use_global_stats, dx, dgamma, dbeta, acc_dx, acc_param);
 }
 
 void rt_cuda_batchnorm_relu_forward_train(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
@@ -108,9 +127,7 @@ void rt_cuda_batchnorm_relu_forward_train(RtCudaCtx *cx, const RtBnDims *d, RtDT
                                           float eps, bool fix_gamma, void *y, float *save_mean,
                                           float *save_invstd)
 {
-    rt_cuda_batchnorm_forward_train(cx, d, dt, x, gamma, beta, eps, fix_gamma, y, save_mean,
-                                    save_invstd);
-    bn_relu_after(cx, d, dt, y);
+    bn_train(cx, d, dt, x, NULL, true, gamma, beta, eps, fix_gamma, y, save_mean, save_invstd);
 }
 
 void rt_cuda_batchnorm_relu_forward_inference(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
@@ -119,9 +136,8 @@ void rt_cuda_batchnorm_relu_forward_inference(RtCudaCtx *cx, const RtBnDims *d, 
                                               float eps, bool fix_gamma, void *y, float *save_mean,
                                               float *save_invstd)
 {
-    rt_cuda_batchnorm_forward_inference(cx, d, dt, x, gamma, beta, moving_mean, moving_var, eps,
-                                        fix_gamma, y, save_mean, save_invstd);
-    bn_relu_after(cx, d, dt, y);
+    bn_infer(cx, d, dt, x, NULL, true, gamma, beta, moving_mean, moving_var, eps, fix_gamma, y,
+             save_mean, save_invstd);
 }
 
 void rt_cuda_batchnorm_relu_backward(RtCudaCtx *cx, const RtBnDims *d, RtDType dt, const void *x,
@@ -130,12 +146,38 @@ void rt_cuda_batchnorm_relu_backward(RtCudaCtx *cx, const RtBnDims *d, RtDType d
                                      bool fix_gamma, bool use_global_stats, void *dx, float *dgamma,
                                      float *dbeta, bool acc_dx, bool acc_param)
 {
-    bn_dims_ok(d);
-    AMPC_CHECK(AMPC_API_CUDA,
-               ampc_cu_bn_relu_backward(cx->stream, (size_t)d->outer, (int)d->c, (size_t)d->inner,
-                                        idt(dt), x, y, dy, gamma, save_mean, save_invstd, fix_gamma,
-                                        use_global_stats, dx, dgamma, dbeta, acc_dx, acc_param,
-                                        bn_scratch(cx, d->c)));
+    bn_grad(cx, d, dt, x, y, dy, NULL, gamma, save_mean, save_invstd, fix_gamma, use_global_stats,
+            dx, dgamma, dbeta, acc_dx, acc_param);
+}
+
+void rt_cuda_batchnorm_add_relu_forward_train(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
+                                              const void *x, const void *sc, const float *gamma,
+                                              const float *beta, float eps, bool fix_gamma, void *y,
+                                              float *save_mean, float *save_invstd)
+{
+    bn_train(cx, d, dt, x, sc, true, gamma, beta, eps, fix_gamma, y, save_mean, save_invstd);
+}
+
+void rt_cuda_batchnorm_add_relu_forward_inference(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
+                                                  const void *x, const void *sc, const float *gamma,
+                                                  const float *beta, const float *moving_mean,
+                                                  const float *moving_var, float eps,
+                                                  bool fix_gamma, void *y, float *save_mean,
+                                                  float *save_invstd)
+{
+    bn_infer(cx, d, dt, x, sc, true, gamma, beta, moving_mean, moving_var, eps, fix_gamma, y,
+             save_mean, save_invstd);
+}
+
+void rt_cuda_batchnorm_add_relu_backward(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
+                                         const void *x, const void *y, const void *dy,
+                                         const float *gamma, const float *save_mean,
+                                         const float *save_invstd, bool fix_gamma,
+                                         bool use_global_stats, void *dsc, void *dx, float *dgamma,
+                                         float *dbeta, bool acc_dx, bool acc_param)
+{
+    bn_grad(cx, d, dt, x, y, dy, dsc, gamma, save_mean, save_invstd, fix_gamma, use_global_stats,
+            dx, dgamma, dbeta, acc_dx, acc_param);
 }
 
 /* rt_cuda_close's: the scratch freed */
@@ -143,5 +185,5 @@ void rt_cuda_bn_release(RtCudaCtx *cx)
 {
     if (cx->bn_ws)
         AMPC_CHECK(AMPC_API_CUDA, cudaFree(cx->bn_ws));
-    cx->bn_ws = NULL, cx->bn_ws_c = 0;
+    cx->bn_ws = NULL, cx->bn_ws_bytes = 0;
 }

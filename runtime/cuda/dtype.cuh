@@ -19,10 +19,26 @@ __global__ void ampc_k_set_flag(ampc_dptr<int32_t> flag, int32_t value)
 
 /* from == to without acc is a copy of the bits (rt_copy: a NaN's payload
  * and a signalling NaN survive); anything else goes through fp32. */
-__global__ void ampc_k_cast(size_t n, int from, ampc_dptr<const void> x, int to,
-                            ampc_dptr<void> y, int acc)
+__global__ void ampc_k_cast(size_t n, int from, ampc_dptr<const void> x, int to, ampc_dptr<void> y,
+                            int acc, int vec)
 {
-    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
+    for (size_t q = ampc_cu_first(); q < AMPC_CU_VECS(n, vec); q += ampc_cu_stride()) {
+        if (from == to && !acc) { /* the bits: one or two 16-byte copies */
+            for (size_t k = 0; k < (to == AMPC_DT_F32 ? 2u : 1u); k++)
+                ampc_dcast<uint4>(y)[q * (to == AMPC_DT_F32 ? 2 : 1) + k] =
+                    ampc_dcast<const uint4>(x)[q * (to == AMPC_DT_F32 ? 2 : 1) + k];
+            continue;
+        }
+        float v[AMPC_V8], old[AMPC_V8];
+        ampc_v8_load(x, q, from, v);
+        if (acc) {
+            ampc_v8_load(y, q, to, old);
+            for (int j = 0; j < AMPC_V8; j++)
+                v[j] = old[j] + v[j];
+        }
+        ampc_v8_store(y, q, to, v);
+    }
+    for (size_t i = AMPC_CU_TAIL(n, vec); i < n; i += ampc_cu_stride()) {
         if (from == to && !acc) {
             if (to == AMPC_DT_F32)
                 ampc_dcast<uint32_t>(y)[i] = ampc_dcast<const uint32_t>(x)[i];
@@ -79,7 +95,8 @@ AMPC_CU_API int ampc_cu_cast(AmpcStream s, size_t n, int from, const void *x, in
 {
     if (n == 0 || (from == to && !acc && x == y))
         return 0;
-    AMPC_LAUNCH(ampc_k_cast, ampc_cu_grid(n), AMPC_CU_THREADS, s, n, from, x, to, y, acc);
+    int v = ampc_cu_vec(n, x, y, NULL);
+    AMPC_LAUNCH(ampc_k_cast, ampc_cu_vgrid(n, v), AMPC_CU_THREADS, s, n, from, x, to, y, acc, v);
     return AMPC_LAUNCH_ERROR();
 }
 

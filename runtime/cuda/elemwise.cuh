@@ -12,14 +12,24 @@
 #error "include cuda/kernels.cuh before cuda/elemwise.cuh"
 #endif
 
-__global__ void ampc_k_binary(int op, size_t n, int dt, ampc_dptr<const void> a,
-                              ampc_dptr<const void> b, ampc_dptr<void> y)
+static inline __device__ float ampc_cu_bin_op(int op, float va, float vb)
 {
-    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
-        float va = ampc_cu_load(a, i, dt), vb = ampc_cu_load(b, i, dt);
-        float r = op == AMPC_BIN_ADD ? va + vb : op == AMPC_BIN_SUB ? va - vb : va * vb;
-        ampc_cu_store(y, i, dt, r);
+    return op == AMPC_BIN_ADD ? va + vb : op == AMPC_BIN_SUB ? va - vb : va * vb;
+}
+
+__global__ void ampc_k_binary(int op, size_t n, int dt, ampc_dptr<const void> a,
+                              ampc_dptr<const void> b, ampc_dptr<void> y, int vec)
+{
+    for (size_t q = ampc_cu_first(); q < AMPC_CU_VECS(n, vec); q += ampc_cu_stride()) {
+        float va[AMPC_V8], vb[AMPC_V8];
+        ampc_v8_load(a, q, dt, va);
+        ampc_v8_load(b, q, dt, vb);
+        for (int j = 0; j < AMPC_V8; j++)
+            va[j] = ampc_cu_bin_op(op, va[j], vb[j]);
+        ampc_v8_store(y, q, dt, va);
     }
+    for (size_t i = AMPC_CU_TAIL(n, vec); i < n; i += ampc_cu_stride())
+        ampc_cu_store(y, i, dt, ampc_cu_bin_op(op, ampc_cu_load(a, i, dt), ampc_cu_load(b, i, dt)));
 }
 
 /* dA = dy (add, sub) or dy*b (mul); dB = dy, -dy or dy*a; dA stored before
@@ -84,17 +94,21 @@ __global__ void ampc_k_scalar_backward(int op, size_t n, int dt, ampc_dptr<const
 
 /* relu(a + b) with the sum rounded to dt first, where the unfused add
  * stores it (rt_add_relu_forward) */
-__global__ void ampc_k_add_relu(size_t n, int dt, ampc_dptr<const void> a,
-                                ampc_dptr<const void> b, ampc_dptr<void> y)
+__global__ void ampc_k_add_relu(size_t n, int dt, ampc_dptr<const void> a, ampc_dptr<const void> b,
+                                ampc_dptr<void> y, int vec)
 {
-    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
-        float s = ampc_cu_load(a, i, dt) + ampc_cu_load(b, i, dt);
-        if (dt == AMPC_DT_F16)
-            s = ampc_half_to_float(ampc_float_to_half(s));
-        else if (dt == AMPC_DT_BF16)
-            s = ampc_bf16_to_float(ampc_float_to_bf16(s));
-        ampc_cu_store(y, i, dt, ampc_relu(s));
+    for (size_t q = ampc_cu_first(); q < AMPC_CU_VECS(n, vec); q += ampc_cu_stride()) {
+        float va[AMPC_V8], vb[AMPC_V8];
+        ampc_v8_load(a, q, dt, va);
+        ampc_v8_load(b, q, dt, vb);
+        for (int j = 0; j < AMPC_V8; j++)
+            va[j] = ampc_relu(ampc_v8_round(va[j] + vb[j], dt));
+        ampc_v8_store(y, q, dt, va);
     }
+    for (size_t i = AMPC_CU_TAIL(n, vec); i < n; i += ampc_cu_stride())
+        ampc_cu_store(
+            y, i, dt,
+            ampc_relu(ampc_v8_round(ampc_cu_load(a, i, dt) + ampc_cu_load(b, i, dt), dt)));
 }
 
 AMPC_CU_API int ampc_cu_binary(AmpcStream s, int op, size_t n, int dt, const void *a,
@@ -102,7 +116,8 @@ AMPC_CU_API int ampc_cu_binary(AmpcStream s, int op, size_t n, int dt, const voi
 {
     if (n == 0)
         return 0;
-    AMPC_LAUNCH(ampc_k_binary, ampc_cu_grid(n), AMPC_CU_THREADS, s, op, n, dt, a, b, y);
+    int v = ampc_cu_vec(n, a, b, y);
+    AMPC_LAUNCH(ampc_k_binary, ampc_cu_vgrid(n, v), AMPC_CU_THREADS, s, op, n, dt, a, b, y, v);
     return AMPC_LAUNCH_ERROR();
 }
 
@@ -141,7 +156,8 @@ AMPC_CU_API int ampc_cu_add_relu(AmpcStream s, size_t n, int dt, const void *a, 
 {
     if (n == 0)
         return 0;
-    AMPC_LAUNCH(ampc_k_add_relu, ampc_cu_grid(n), AMPC_CU_THREADS, s, n, dt, a, b, y);
+    int v = ampc_cu_vec(n, a, b, y);
+    AMPC_LAUNCH(ampc_k_add_relu, ampc_cu_vgrid(n, v), AMPC_CU_THREADS, s, n, dt, a, b, y, v);
     return AMPC_LAUNCH_ERROR();
 }
 

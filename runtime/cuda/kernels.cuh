@@ -13,7 +13,11 @@
  * test_cuda_ops_emu.c), under the emulator's scheduler and memory checks.
  *
  * Kernels use cuda/kernel_api.cuh's spelling: device memory only through
- * ampc_dptr<T>.  None of these uses shared memory, a barrier or a warp
+ * ampc_dptr<T>.  The element-wise kernels the memory plan feeds (cast,
+ * binary, add+relu, relu and its backward) take 8 elements a thread through
+ * 16-byte loads and stores when their launcher finds every pointer 16-byte
+ * aligned (vec), then the last n % 8 one at a time; else one at a time
+ * (cuda/vec.cuh).  None of these uses shared memory, a barrier or a warp
  * primitive; no thread reads what another thread of its launch writes
  * (the emulator would report the race).  The one store several threads
  * may make to the same word is the flag's 1 (the same value whoever wins,
@@ -37,6 +41,7 @@
 
 #include "cuda/ampc_cuda.h"
 #include "cuda/rt_cuda.h"
+#include "cuda/vec.cuh"
 #include "kernels/act.h"
 #include "kernels/half.h"
 #include "kernels/lossscale.h"
@@ -107,6 +112,21 @@ static inline unsigned ampc_cu_grid(size_t n)
     size_t b = (n + AMPC_CU_THREADS - 1) / AMPC_CU_THREADS;
     return b < AMPC_CU_GRID_CAP ? (unsigned)b : (unsigned)AMPC_CU_GRID_CAP;
 }
+
+/* An element-wise kernel's 8-element vectors (vec) and the grid over them:
+ * the 16-byte path when every pointer allows it and there is a vector */
+static inline int ampc_cu_vec(size_t n, const void *a, const void *b, const void *c)
+{
+    return n >= AMPC_V8 && ampc_v8_aligned(a) && ampc_v8_aligned(b) && ampc_v8_aligned(c);
+}
+static inline unsigned ampc_cu_vgrid(size_t n, int vec)
+{
+    return ampc_cu_grid(vec ? n / AMPC_V8 : n);
+}
+
+/* the vectors of a vec launch, and where its per-element loop starts */
+#define AMPC_CU_VECS(n, vec) ((vec) ? (n) / AMPC_V8 : 0)
+#define AMPC_CU_TAIL(n, vec) (AMPC_CU_VECS(n, vec) * AMPC_V8 + ampc_cu_first())
 
 /* ---- shared by the families ---------------------------------------------------- */
 

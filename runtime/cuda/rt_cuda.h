@@ -81,8 +81,8 @@ typedef struct RtCudaCtx {
     bool offline;            /* opened by rt_cuda_check_open: no GPU, no handle */
     struct RtCudaDnn *dnn;   /* NULL: cuDNN not open */
     struct RtCudaBlas *blas; /* NULL: cuBLASLt not open */
-    float *bn_ws;            /* batchnorm.c's per-channel constants: 3*bn_ws_c floats, device */
-    int64_t bn_ws_c;
+    void *bn_ws;             /* batchnorm.c's constants and partial sums, device */
+    size_t bn_ws_bytes;
 } RtCudaCtx;
 
 /* A context on cfg's stream with cuDNN and cuBLASLt open (libs.h) and their
@@ -182,11 +182,14 @@ void rt_cuda_pool_backward(RtCudaCtx *cx, const RtPoolDims *d, RtDType dt, const
 
 /* ---- BatchNorm (custom kernels, batchnorm.cuh) ------------------------------------- */
 
-/* rt.h's contract, bit for bit runtime/cpu/batchnorm.c; x as [outer, c, inner]
- * (NHWC: outer = N*H*W, inner = 1).  gamma, beta, the statistics: fp32 device
- * arrays.  The per-channel constants go to the context's device scratch of
- * 3*c floats, grown on first use; rt_cuda_bn_reserve(cx, max_c) allocates it
- * at set-up (a first-use allocation would stall a step). */
+/* rt.h's contract, bit for bit runtime/cpu/batchnorm.c with d->order =
+ * RT_BN_ORDER_TILED (whatever d->order says: the GPU sums in its tree); x as
+ * [outer, c, inner] (NHWC: outer = N*H*W, inner = 1).  gamma, beta, the
+ * statistics: fp32 device arrays.  The per-channel constants and the
+ * partial sums go to the context's device scratch (ampc_batchnorm_ws_max of
+ * the widest BatchNorm, at most a few MiB), grown on first use;
+ * rt_cuda_bn_reserve(cx, max_c) allocates it at set-up (a first-use
+ * allocation would stall a step). */
 bool rt_cuda_bn_reserve(RtCudaCtx *cx, int64_t max_c, char *err, size_t errlen);
 /* the scratch freed (rt_cuda_close) */
 void rt_cuda_bn_release(RtCudaCtx *cx);
@@ -203,9 +206,9 @@ void rt_cuda_batchnorm_backward(RtCudaCtx *cx, const RtBnDims *d, RtDType dt, co
                                 const float *save_invstd, bool fix_gamma, bool use_global_stats,
                                 void *dx, float *dgamma, float *dbeta, bool acc_dx, bool acc_param);
 
-/* BatchNorm + relu (the fuse pass's): BatchNorm's value stored in dt, then the
- * relu over it in place; the backward masks dy by y > 0 as it reads it.  Bit
- * for bit rt_batchnorm_relu_* (the CPU rounds at the same places). */
+/* BatchNorm + relu (the fuse pass's): the relu applied as y is written,
+ * after BatchNorm's value is rounded to dt; the backward masks dy by y > 0 as
+ * it reads it.  Bit for bit rt_batchnorm_relu_* in the tiled order. */
 void rt_cuda_batchnorm_relu_forward_train(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
                                           const void *x, const float *gamma, const float *beta,
                                           float eps, bool fix_gamma, void *y, float *save_mean,
@@ -220,6 +223,23 @@ void rt_cuda_batchnorm_relu_backward(RtCudaCtx *cx, const RtBnDims *d, RtDType d
                                      const float *save_mean, const float *save_invstd,
                                      bool fix_gamma, bool use_global_stats, void *dx, float *dgamma,
                                      float *dbeta, bool acc_dx, bool acc_param);
+/* BatchNorm + residual add + relu (the fuse pass's): one kernel writes y, and
+ * in the backward the one that sums dy writes the relu's gradient dsc. */
+void rt_cuda_batchnorm_add_relu_forward_train(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
+                                              const void *x, const void *sc, const float *gamma,
+                                              const float *beta, float eps, bool fix_gamma, void *y,
+                                              float *save_mean, float *save_invstd);
+void rt_cuda_batchnorm_add_relu_forward_inference(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
+                                                  const void *x, const void *sc, const float *gamma,
+                                                  const float *beta, const float *moving_mean,
+                                                  const float *moving_var, float eps,
+                                                  bool fix_gamma, void *y, float *save_mean,
+                                                  float *save_invstd);
+void rt_cuda_batchnorm_add_relu_backward(RtCudaCtx *cx, const RtBnDims *d, RtDType dt, const void *x,
+                                         const void *y, const void *dy, const float *gamma,
+                                         const float *save_mean, const float *save_invstd,
+                                         bool fix_gamma, bool use_global_stats, void *dsc, void *dx,
+                                         float *dgamma, float *dbeta, bool acc_dx, bool acc_param);
 
 /* ---- the other kernels (the family headers built by kernels.cu, math.cu,
  * layout.cu and batchnorm.cu) ---------------------------------------------------------- */
@@ -328,26 +348,27 @@ int ampc_cu_bias_grad(AmpcStream s, size_t outer, int c, size_t inner, int dt, c
 int ampc_cu_pool_forward(AmpcStream s, const AmpcPoolGeom *g, int dt, const void *x, void *y);
 int ampc_cu_pool_backward(AmpcStream s, const AmpcPoolGeom *g, int dt, const void *x,
                           const void *dy, void *dx, int acc);
-/* batchnorm.cuh: rt_batchnorm_* bit for bit; ws: 3*c floats of device memory */
-int ampc_cu_bn_forward_train(AmpcStream s, size_t outer, int c, size_t inner, int dt,
-                             const void *x, const float *gamma, const float *beta, float eps,
-                             int fix_gamma, void *y, float *save_mean, float *save_invstd,
-                             float *ws);
-int ampc_cu_bn_forward_inference(AmpcStream s, size_t outer, int c, size_t inner, int dt,
-                                 const void *x, const float *gamma, const float *beta,
-                                 const float *moving_mean, const float *moving_var, float eps,
-                                 int fix_gamma, void *y, float *save_mean, float *save_invstd,
-                                 float *ws);
-/* the fused backward: dy masked by ry > 0 as read (rt_batchnorm_relu_backward) */
-int ampc_cu_bn_relu_backward(AmpcStream s, size_t outer, int c, size_t inner, int dt,
-                             const void *x, const void *ry, const void *dy, const float *gamma,
-                             const float *save_mean, const float *save_invstd, int fix_gamma,
-                             int use_global_stats, void *dx, float *dgamma, float *dbeta,
-                             int acc_dx, int acc_param, float *ws);
-int ampc_cu_bn_backward(AmpcStream s, size_t outer, int c, size_t inner, int dt, const void *x,
-                        const void *dy, const float *gamma, const float *save_mean,
-                        const float *save_invstd, int fix_gamma, int use_global_stats, void *dx,
-                        float *dgamma, float *dbeta, int acc_dx, int acc_param, float *ws);
+/* batchnorm.cuh: rt_batchnorm_* with RtBnDims.order = RT_BN_ORDER_TILED, bit
+ * for bit: the training forward (sc: the residual add, relu: then the relu),
+ * the inference forward, the backward (ry: the fused relu's y, dy masked by
+ * it; dsc: the masked dy written too).  ws: ampc_batchnorm_ws_bytes of
+ * device memory; ampc_batchnorm_ws_max(c) covers every size of c channels. */
+size_t ampc_batchnorm_ws_bytes(size_t outer, int c, size_t inner);
+size_t ampc_batchnorm_ws_max(int c);
+int ampc_cu_batchnorm_forward_train(AmpcStream s, size_t outer, int c, size_t inner, int dt,
+                                    const void *x, const void *sc, int relu, const float *gamma,
+                                    const float *beta, float eps, int fix_gamma, void *y,
+                                    float *save_mean, float *save_invstd, void *ws);
+int ampc_cu_batchnorm_forward_inference(AmpcStream s, size_t outer, int c, size_t inner, int dt,
+                                        const void *x, const void *sc, int relu, const float *gamma,
+                                        const float *beta, const float *moving_mean,
+                                        const float *moving_var, float eps, int fix_gamma, void *y,
+                                        float *save_mean, float *save_invstd, void *ws);
+int ampc_cu_batchnorm_backward(AmpcStream s, size_t outer, int c, size_t inner, int dt,
+                               const void *x, const void *ry, const void *dy, void *dsc,
+                               const float *gamma, const float *save_mean, const float *save_invstd,
+                               int fix_gamma, int use_global_stats, void *dx, float *dgamma,
+                               float *dbeta, int acc_dx, int acc_param, void *ws);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fusions change no bit (docs/codegen.md, "Fusions"), end to end: for
 # digits_cnn (conv-bn-relu) and resnet20_cifar (conv-bn-relu and residual
-# add-relu), in fp32 and with --amp=float16 and --amp=bfloat16, the program
+# bn-add-relu), in fp32 and with --amp=float16 and --amp=bfloat16, the program
 # compiled with every fusion and the one compiled with --no-fuse=all (and,
 # in fp32, with each fusion off alone) train 3 steps at batch 4 on synthetic
 # data: their checkpoints (parameters, optimizer state, BatchNorm moving
@@ -14,7 +14,7 @@
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 . "$(dirname "$0")/lib.sh"
-fused_calls='rt_batchnorm_relu_forward_train|rt_batchnorm_relu_backward|rt_add_relu_forward'
+fused_calls='rt_batchnorm_relu_forward_train|rt_batchnorm_relu_backward|rt_batchnorm_add_relu_forward_train|rt_batchnorm_add_relu_backward'
 
 # build NAME MODEL FLAGS...: $tmp/NAME (the program) and $tmp/NAME.c
 build() {
@@ -75,7 +75,7 @@ for model in digits_cnn resnet20_cifar; do
         else
             bad "$model --amp=$amp: training on 2 threads"
         fi
-        for rule in bn_relu add_relu; do
+        for rule in bn_relu add_relu bn_add_relu; do
             if build "$base.no_$rule" "$model" --amp=$amp --no-fuse=$rule && train "$base.no_$rule"
             then
                 same "$base" "$base.no_$rule" "$model --amp=$amp fused vs --no-fuse=$rule"
@@ -85,14 +85,21 @@ for model in digits_cnn resnet20_cifar; do
         done
     done
 done
-# resnet20 has both fusions: each flag removes its own kernels only
-if grep -q rt_add_relu_forward "$tmp/resnet20_cifar_off.no_bn_relu.c" &&
-    ! grep -q rt_batchnorm_relu "$tmp/resnet20_cifar_off.no_bn_relu.c" &&
-    grep -q rt_batchnorm_relu_backward "$tmp/resnet20_cifar_off.no_add_relu.c" &&
-    ! grep -q rt_add_relu_forward "$tmp/resnet20_cifar_off.no_add_relu.c"; then
-    ok "resnet20_cifar: --no-fuse=bn_relu and --no-fuse=add_relu each turn off their own fusion"
+# resnet20 has the three: each flag removes its own kernels only (every
+# residual add of resnet20 reads a BatchNorm first, so with every fusion on
+# no add_relu is left; bn_add_relu builds on add_relu's nodes)
+r20=$tmp/resnet20_cifar_off
+if grep -q rt_batchnorm_add_relu_forward "$r20.no_bn_relu.c" &&
+    ! grep -q rt_batchnorm_relu "$r20.no_bn_relu.c" &&
+    grep -q rt_batchnorm_relu_backward "$r20.no_add_relu.c" &&
+    ! grep -Eq "rt_add_relu_forward|rt_batchnorm_add_relu" "$r20.no_add_relu.c" &&
+    grep -q rt_add_relu_forward "$r20.no_bn_add_relu.c" &&
+    grep -q rt_batchnorm_relu_backward "$r20.no_bn_add_relu.c" &&
+    ! grep -q rt_batchnorm_add_relu "$r20.no_bn_add_relu.c" &&
+    ! grep -q rt_add_relu_forward "$r20.c"; then
+    ok "resnet20_cifar: --no-fuse=bn_relu, add_relu and bn_add_relu each turn off their own fusion"
 else
-    bad "resnet20_cifar: --no-fuse=bn_relu / add_relu do not turn off exactly their fusion"
+    bad "resnet20_cifar: --no-fuse=bn_relu / add_relu / bn_add_relu do not turn off exactly their fusion"
 fi
 
 # The cast fusions fold AMP's casts around the loss head into its kernels,

@@ -290,8 +290,10 @@ static void pool_case(RtPoolDims d, RtDType dt, Row *fwd, Row *bwd)
         free(xl), free(dyl), free(dxl);
 }
 
-/* BatchNorm: custom kernels, bit for bit batchnorm.c (tolerance 0) */
-static void bn_case(RtBnDims d, RtDType dt, Row *fwd, Row *bwd)
+/* BatchNorm: custom kernels, bit for bit batchnorm.c in their order of
+ * summation (RT_BN_ORDER_TILED; tolerance 0), and within the dtype's
+ * tolerance of the CPU program's own order (rows `order`) */
+static void bn_case(RtBnDims d, RtDType dt, Row *fwd, Row *bwd, Row *order)
 {
     size_t n = (size_t)(d.outer * d.c * d.inner), es = rt_dtype_size(dt), C = (size_t)d.c;
     void *x = rnd(n, dt), *dy = rnd(n, dt), *dx = rnd(n, dt);
@@ -303,8 +305,11 @@ static void bn_case(RtBnDims d, RtDType dt, Row *fwd, Row *bwd)
     float *P = dev(C * 4 * 8); /* gamma, beta, mm, mv, save_mean, save_invstd, dgamma, dbeta */
     up(X, x, n * es), up(DY, dy, n * es);
     up(P, gamma, C * 4), up(P + C, beta, C * 4), up(P + 2 * C, mm, C * 4), up(P + 3 * C, mv, C * 4);
-    void *cpu = malloc(n * es), *out = malloc(n * es);
+    void *cpu = malloc(n * es), *out = malloc(n * es), *own = malloc(n * es);
     float *cs = malloc(C * 4 * 4), *gs = malloc(C * 4 * 4);
+    RtBnDims dcpu = d;
+    d.order = RT_BN_ORDER_TILED;
+    rt_batchnorm_forward_train(&dcpu, dt, x, gamma, beta, 1e-5f, false, own, cs, cs + C);
     for (int inf = 0; inf < 2; inf++) {
         if (inf) {
             rt_batchnorm_forward_inference(&d, dt, x, gamma, beta, mm, mv, 1e-5f, false, cpu, cs,
@@ -318,6 +323,8 @@ static void bn_case(RtBnDims d, RtDType dt, Row *fwd, Row *bwd)
         }
         down(out, OUT, n * es), down(gs, P + 4 * C, C * 8);
         note(fwd, fmax(err_of(out, cpu, n, dt), err_of(gs, cs, 2 * C, RT_F32)));
+        if (!inf)
+            note(order, err_of(out, own, n, dt));
     }
     for (int glob = 0; glob < 2; glob++)
         for (int acc = 0; acc < 2; acc++) {
@@ -330,6 +337,7 @@ static void bn_case(RtBnDims d, RtDType dt, Row *fwd, Row *bwd)
             down(out, OUT, n * es), down(gs + 2 * C, P + 6 * C, C * 8);
             note(bwd, fmax(err_of(out, cpu, n, dt), err_of(gs + 2 * C, cs + 2 * C, 2 * C, RT_F32)));
         }
+    free(own);
     cudaFree(X), cudaFree(DY), cudaFree(OUT), cudaFree(P);
     free(x), free(dy), free(dx), free(gamma), free(beta), free(mm), free(mv), free(dg);
     free(cpu), free(out), free(cs), free(gs);
@@ -423,11 +431,14 @@ int main(void)
             pool_case(full, dts[t], &pf, &pb);
         }
         report_tol(&pf, dts[t], 0), report_tol(&pb, dts[t], 0);
-        Row bf = {"batchnorm forward", 0, 0}, bb = {"batchnorm backward", 0, 0};
-        bn_case((RtBnDims){8, 64, 56 * 56}, dts[t], &bf, &bb); /* NCHW */
-        bn_case((RtBnDims){8 * 49, 256, 1}, dts[t], &bf, &bb); /* NHWC's view */
-        bn_case((RtBnDims){3, 5, 1037}, dts[t], &bf, &bb);
-        report_tol(&bf, dts[t], 0), report_tol(&bb, dts[t], 0);
+        Row bf = {"batchnorm forward", 0, 0}, bb = {"batchnorm backward", 0, 0},
+            bo = {"batchnorm vs CPU order", 0, 0};
+        bn_case((RtBnDims){.outer = 8, .c = 64, .inner = 56 * 56}, dts[t], &bf, &bb,
+                &bo); /* NCHW */
+        bn_case((RtBnDims){.outer = 8 * 49, .c = 256, .inner = 1}, dts[t], &bf, &bb,
+                &bo); /* NHWC */
+        bn_case((RtBnDims){.outer = 3, .c = 5, .inner = 1037}, dts[t], &bf, &bb, &bo);
+        report_tol(&bf, dts[t], 0), report_tol(&bb, dts[t], 0), report(&bo, dts[t]);
     }
     rt_cuda_close(cx);
     printf("cuda_dnn_gpu: %s\n", failures ? "FAILED" : "all within tolerance");

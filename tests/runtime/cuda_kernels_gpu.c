@@ -482,7 +482,7 @@ static void other_shaped(int dt)
     free(a), free(bb), free(dy), free(y), free(da), free(db), free(ws), free(rws);
 }
 
-/* Concat, the layout conversion, BatchNorm + relu and its moving statistics */
+/* Concat, the layout conversion, BatchNorm + relu and + add + relu, the moving statistics */
 static void other_layout_bn(int dt)
 {
     RtDType t = (RtDType)dt;
@@ -504,37 +504,58 @@ static void other_layout_bn(int dt)
     rt_layout_convert(outer, 8, inner, t, y, nhwc, RT_LAYOUT_NHWC);
     rt_cuda_layout_convert(&cx, outer, 8, inner, t, Y, NHWC, RT_LAYOUT_NHWC);
     compare_tol("layout_convert", NHWC, nhwc, n, dt, 0.0);
-    /* BatchNorm + relu on [32, 8, 49]: the forward then the relu; the masked backward */
-    RtBnDims bd = {outer, 8, inner};
+    /* BatchNorm + relu, and + add + relu, on [32, 8, 49] and NHWC's [1568, 8, 1]
+     * (8 channels a 16-byte load): the two-level sums against the CPU twin
+     * in their order (RT_BN_ORDER_TILED), bit for bit; the masked backward,
+     * and the add's with the relu's gradient written */
     size_t cb = 8 * sizeof(float);
     float gam[8], bet[8], sm[8], si[8], dgam[8], dbet[8], mm[8], mv[8];
     for (int i = 0; i < 8; i++)
         gam[i] = 0.5f + (float)i / 8, bet[i] = (float)i / 4 - 1, mm[i] = 0.1f * (float)i,
         mv[i] = 1.0f + (float)i;
-    float *P = dev(NULL, 12 * cb), *WS = dev(NULL, 3 * cb);
+    float *P = dev(NULL, 12 * cb);
+    void *WS = dev(NULL, ampc_batchnorm_ws_max(8));
     CHECK(cudaMemcpy(P, gam, cb, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(P + 8, bet, cb, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(P + 32, mm, cb, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(P + 40, mv, cb, cudaMemcpyHostToDevice));
-    rt_batchnorm_relu_forward_train(&bd, t, y, gam, bet, 1e-5f, false, nhwc, sm, si);
-    RUN(ampc_cu_bn_forward_train(NULL, (size_t)outer, 8, (size_t)inner, dt, Y, P, P + 8, 1e-5f, 0,
-                                 NHWC, P + 16, P + 24, WS));
-    RUN(ampc_cu_relu(NULL, n, dt, NHWC, NHWC));
-    compare_tol("batchnorm_relu", NHWC, nhwc, n, dt, 0.0);
-    compare_tol("batchnorm_relu", P + 16, sm, 8, RT_F32, 0.0);
-    compare_tol("batchnorm_relu", P + 24, si, 8, RT_F32, 0.0);
     void *dy = hrand(n, dt, false), *DY = dev(dy, n * e), *dx = hrand(n, dt, false);
-    void *DX = dev(NULL, n * e);
-    CHECK(cudaMemcpy(NHWC, nhwc, n * e, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(P + 16, sm, cb, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(P + 24, si, cb, cudaMemcpyHostToDevice));
-    rt_batchnorm_relu_backward(&bd, t, y, nhwc, dy, gam, sm, si, false, false, dx, dgam, dbet,
-                               false, false);
-    RUN(ampc_cu_bn_relu_backward(NULL, (size_t)outer, 8, (size_t)inner, dt, Y, NHWC, DY, P,
-                                 P + 16, P + 24, 0, 0, DX, P + 48, P + 56, 0, 0, WS));
-    compare_tol("batchnorm_relu bwd", DX, dx, n, dt, 0.0);
-    compare_tol("batchnorm_relu bwd", P + 48, dgam, 8, RT_F32, 0.0);
-    compare_tol("batchnorm_relu bwd", P + 56, dbet, 8, RT_F32, 0.0);
+    void *dsc = hrand(n, dt, false), *DX = dev(NULL, n * e), *DSC = dev(NULL, n * e);
+    for (int k = 0; k < 4; k++) {
+        int add = k & 1, nhwc_view = k >> 1;
+        RtBnDims bd = {.outer = nhwc_view ? outer * inner : outer,
+                       .c = 8,
+                       .inner = nhwc_view ? 1 : inner,
+                       .order = RT_BN_ORDER_TILED};
+        const char *what = add ? "batchnorm_add_relu" : "batchnorm_relu";
+        if (add)
+            rt_batchnorm_add_relu_forward_train(&bd, t, y, y, gam, bet, 1e-5f, false, nhwc, sm, si);
+        else
+            rt_batchnorm_relu_forward_train(&bd, t, y, gam, bet, 1e-5f, false, nhwc, sm, si);
+        RUN(ampc_cu_batchnorm_forward_train(NULL, (size_t)bd.outer, 8, (size_t)bd.inner, dt, Y,
+                                            add ? Y : NULL, 1, P, P + 8, 1e-5f, 0, NHWC, P + 16,
+                                            P + 24, WS));
+        compare_tol(what, NHWC, nhwc, n, dt, 0.0);
+        compare_tol(what, P + 16, sm, 8, RT_F32, 0.0);
+        compare_tol(what, P + 24, si, 8, RT_F32, 0.0);
+        CHECK(cudaMemcpy(NHWC, nhwc, n * e, cudaMemcpyHostToDevice));
+        CHECK(cudaMemcpy(P + 16, sm, cb, cudaMemcpyHostToDevice));
+        CHECK(cudaMemcpy(P + 24, si, cb, cudaMemcpyHostToDevice));
+        if (add)
+            rt_batchnorm_add_relu_backward(&bd, t, y, nhwc, dy, gam, sm, si, false, false, dsc, dx,
+                                           dgam, dbet, false, false);
+        else
+            rt_batchnorm_relu_backward(&bd, t, y, nhwc, dy, gam, sm, si, false, false, dx, dgam,
+                                       dbet, false, false);
+        RUN(ampc_cu_batchnorm_backward(NULL, (size_t)bd.outer, 8, (size_t)bd.inner, dt, Y, NHWC, DY,
+                                       add ? DSC : NULL, P, P + 16, P + 24, 0, 0, DX, P + 48,
+                                       P + 56, 0, 0, WS));
+        compare_tol(what, DX, dx, n, dt, 0.0);
+        compare_tol(what, P + 48, dgam, 8, RT_F32, 0.0);
+        compare_tol(what, P + 56, dbet, 8, RT_F32, 0.0);
+        if (add)
+            compare_tol(what, DSC, dsc, n, dt, 0.0);
+    }
     /* the moving statistics: applied, then skipped by the step state (its
      * flag under a dynamic scale) */
     RtStepState skip = {.scale = 1.0f, .flag = 1, .dynamic = 1};
@@ -548,8 +569,8 @@ static void other_layout_bn(int dt)
     compare_tol("bn_update_moving", P + 40, mv, 8, RT_F32, 0.0);
     CHECK(cudaFree(X0)); CHECK(cudaFree(X1)); CHECK(cudaFree(Y)); CHECK(cudaFree(DS));
     CHECK(cudaFree(NHWC)); CHECK(cudaFree(P)); CHECK(cudaFree(WS)); CHECK(cudaFree(DY));
-    CHECK(cudaFree(DX)); CHECK(cudaFree(FLAG));
-    free(x0), free(x1), free(y), free(ds), free(nhwc), free(dy), free(dx);
+    CHECK(cudaFree(DX)); CHECK(cudaFree(DSC)); CHECK(cudaFree(FLAG));
+    free(x0), free(x1), free(y), free(ds), free(nhwc), free(dy), free(dx), free(dsc);
 }
 
 static void other_ops(void)

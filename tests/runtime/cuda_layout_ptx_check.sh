@@ -1,8 +1,8 @@
 #!/bin/sh
 # cuda_layout_ptx_check.sh CUDA_BUILD_DIR - the PTX of layout.cu, pool.cu and
 # batchnorm.cu (the layout, pooling and BatchNorm kernels: layout.cuh,
-# pool.cuh, batchnorm.cuh, each its own nvcc object) holds no fma, .ftz or .approx, and ptxas reports
-# no spills, as cuda_ptx_check.sh checks for kernels.cu: their CPU twins
+# pool.cuh, batchnorm.cuh, each its own nvcc object) holds no fma, .ftz or
+# .approx, and ptxas reports no spills, as cuda_ptx_check.sh checks for kernels.cu: their CPU twins
 # round each operation, so these must too (make cuda-check;
 # docs/backend-cuda.md).
 set -eu
@@ -11,7 +11,7 @@ fail=0
 total=0
 # TU: the kernels its ptxas log must report
 for unit in "layout ampc_k_bias_grad ampc_k_pad_channels ampc_k_layout" "pool ampc_k_pool_backward" \
-            "batchnorm ampc_k_bn_train_stats ampc_k_bn_bwd_sums ampc_k_bn_moving"; do
+            "batchnorm ampc_k_bn_tiles ampc_k_bn_grad_tiles ampc_k_bn_moving"; do
     set -- $unit
     tu=$1
     shift

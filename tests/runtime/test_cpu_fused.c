@@ -1,7 +1,8 @@
 /* test_cpu_fused.c - the fuse pass's kernels against the unfused pairs they
  * replace, bit for bit, in fp32, fp16 and bf16 (docs/codegen.md,
  * "Fusions"): BatchNorm + relu (training and inference forward; backward
- * with batch and global statistics, fix_gamma, accumulation) and
+ * with batch and global statistics, fix_gamma, accumulation), BatchNorm +
+ * residual add + relu (the same, and written in place) and
  * elemwise_add + relu (forward, in place too; backward from y alone);
  * SoftmaxOutput reading 16-bit logits against the cast to fp32 and the fp32
  * kernel, and its backward writing a 16-bit gradient against the fp32
@@ -21,7 +22,9 @@ static const char *const dtype_names[] = {"f32", "f16", "bf16"};
 
 /* dims: small; more than a chunk (512) per channel; more channels than a
  * group (64) */
-static const RtBnDims shapes[] = {{2, 3, 5}, {3, 2, 700}, {2, 70, 9}};
+static const RtBnDims shapes[] = {{.outer = 2, .c = 3, .inner = 5},
+                                  {.outer = 3, .c = 2, .inner = 700},
+                                  {.outer = 2, .c = 70, .inner = 9}};
 
 /* n values in [-3, 3], with zeros, tiny values (which may round to -0 in
  * 16 bits) and, when `special`, a NaN and infinities */
@@ -79,6 +82,37 @@ static void mixed(const char *what, const void *y, size_t n, RtDType dt)
                  zero);
 }
 
+/* a backward's outputs twice, unfused (1) and fused (2), from the same
+ * garbage (dx) and the same parameters' gradients to accumulate into */
+typedef struct {
+    void *dx1, *dx2;
+    float *dg1, *db1, *dg2, *db2;
+} BwdOut;
+
+static BwdOut bwd_out(size_t n, RtDType dt, int64_t c)
+{
+    size_t es = rt_dtype_size(dt), cb = (size_t)c * sizeof(float);
+    BwdOut o = {special_pack(n, dt, false), malloc(n * es), params(c, -1, 1), params(c, -1, 1),
+                tu_falloc((size_t)c), tu_falloc((size_t)c)};
+    memcpy(o.dx2, o.dx1, n * es);
+    memcpy(o.dg2, o.dg1, cb);
+    memcpy(o.db2, o.db1, cb);
+    return o;
+}
+
+/* the two sides the same, then freed */
+static void bwd_same(const char *what, const char *dn, BwdOut *o, size_t n, RtDType dt, int64_t c)
+{
+    char w[128];
+    snprintf(w, sizeof w, "%s backward dx", what);
+    same_bits(w, dn, o->dx1, o->dx2, n * rt_dtype_size(dt));
+    snprintf(w, sizeof w, "%s backward dgamma", what);
+    same_bits(w, dn, o->dg1, o->dg2, (size_t)c * sizeof(float));
+    snprintf(w, sizeof w, "%s backward dbeta", what);
+    same_bits(w, dn, o->db1, o->db2, (size_t)c * sizeof(float));
+    free(o->dx1), free(o->dx2), free(o->dg1), free(o->db1), free(o->dg2), free(o->db2);
+}
+
 static void check_bn(RtDType dt, const char *dn, const RtBnDims *d, bool fix_gamma, bool global)
 {
     size_t n = (size_t)(d->outer * d->c * d->inner), es = rt_dtype_size(dt), c = (size_t)d->c;
@@ -103,24 +137,90 @@ static void check_bn(RtDType dt, const char *dn, const RtBnDims *d, bool fix_gam
     same_bits("BatchNorm + relu saved 1/std", dn, s1, s2, c * sizeof(float));
     /* backward, overwriting and accumulating into dx and the parameters */
     for (int acc = 0; acc < 2; acc++) {
-        void *dr = buf(n, dt), *dx1 = special_pack(n, dt, false), *dx2 = malloc(n * es);
-        float *dg1 = params(d->c, -1, 1), *db1 = params(d->c, -1, 1);
-        float *dg2 = tu_falloc(c), *db2 = tu_falloc(c);
-        memcpy(dx2, dx1, n * es);
-        memcpy(dg2, dg1, c * sizeof(float));
-        memcpy(db2, db1, c * sizeof(float));
+        void *dr = buf(n, dt);
+        BwdOut o = bwd_out(n, dt, d->c);
         rt_activation_backward(RT_ACT_RELU, n, dt, t, y1, dy, dr, false);
-        rt_batchnorm_backward(d, dt, x, dr, gamma, m1, s1, fix_gamma, global, dx1, dg1, db1, acc,
-                              acc);
-        rt_batchnorm_relu_backward(d, dt, x, y1, dy, gamma, m1, s1, fix_gamma, global, dx2, dg2,
-                                   db2, acc, acc);
-        same_bits("BatchNorm + relu backward dx", dn, dx1, dx2, n * es);
-        same_bits("BatchNorm + relu backward dgamma", dn, dg1, dg2, c * sizeof(float));
-        same_bits("BatchNorm + relu backward dbeta", dn, db1, db2, c * sizeof(float));
-        free(dr), free(dx1), free(dx2), free(dg1), free(db1), free(dg2), free(db2);
+        rt_batchnorm_backward(d, dt, x, dr, gamma, m1, s1, fix_gamma, global, o.dx1, o.dg1, o.db1,
+                              acc, acc);
+        rt_batchnorm_relu_backward(d, dt, x, y1, dy, gamma, m1, s1, fix_gamma, global, o.dx2,
+                                   o.dg2, o.db2, acc, acc);
+        bwd_same("BatchNorm + relu", dn, &o, n, dt, d->c);
+        free(dr);
     }
     free(x), free(dy), free(gamma), free(beta), free(mm), free(mv), free(t), free(y1), free(y2);
     free(m1), free(s1), free(m2), free(s2);
+}
+
+/* BatchNorm + residual add + relu against BatchNorm, elemwise_add and relu
+ * (and their backwards), and written in place as the memory plan may: y
+ * over the shortcut; the relu's gradient over dy, dx over y or x. */
+static void check_bn_add(RtDType dt, const char *dn, const RtBnDims *d, bool fix_gamma, bool global)
+{
+    size_t n = (size_t)(d->outer * d->c * d->inner), es = rt_dtype_size(dt), c = (size_t)d->c;
+    void *x = special_pack(n, dt, false), *sc = special_pack(n, dt, true),
+         *dy = special_pack(n, dt, true);
+    float *gamma = params(d->c, 0.5, 2), *beta = params(d->c, -1, 1);
+    float *mm = params(d->c, -0.5, 0.5), *mv = params(d->c, 0.5, 2);
+    void *t = buf(n, dt), *s = buf(n, dt), *y1 = buf(n, dt), *y2 = buf(n, dt), *y3 = malloc(n * es);
+    float *m1 = tu_falloc(c), *s1 = tu_falloc(c), *m2 = tu_falloc(c), *s2 = tu_falloc(c);
+    memcpy(y3, sc, n * es);
+    if (global) {
+        rt_batchnorm_forward_inference(d, dt, x, gamma, beta, mm, mv, 1e-5f, fix_gamma, t, m1, s1);
+        rt_batchnorm_add_relu_forward_inference(d, dt, x, sc, gamma, beta, mm, mv, 1e-5f, fix_gamma,
+                                                y2, m2, s2);
+        rt_batchnorm_add_relu_forward_inference(d, dt, x, y3, gamma, beta, mm, mv, 1e-5f, fix_gamma,
+                                                y3, m2, s2);
+    } else {
+        rt_batchnorm_forward_train(d, dt, x, gamma, beta, 1e-5f, fix_gamma, t, m1, s1);
+        rt_batchnorm_add_relu_forward_train(d, dt, x, sc, gamma, beta, 1e-5f, fix_gamma, y2, m2,
+                                            s2);
+        rt_batchnorm_add_relu_forward_train(d, dt, x, y3, gamma, beta, 1e-5f, fix_gamma, y3, m2,
+                                            s2);
+    }
+    rt_elemwise_forward(RT_BIN_ADD, n, dt, t, sc, s);
+    rt_activation_forward(RT_ACT_RELU, n, dt, s, y1);
+    mixed("BatchNorm + add + relu forward", y1, n, dt);
+    same_bits("BatchNorm + add + relu forward", dn, y1, y2, n * es);
+    same_bits("BatchNorm + add + relu forward over the shortcut", dn, y1, y3, n * es);
+    same_bits("BatchNorm + add + relu saved mean", dn, m1, m2, c * sizeof(float));
+    same_bits("BatchNorm + add + relu saved 1/std", dn, s1, s2, c * sizeof(float));
+    for (int acc = 0; acc < 2; acc++) {
+        void *dr = buf(n, dt), *ds = buf(n, dt);
+        BwdOut o = bwd_out(n, dt, d->c);
+        rt_activation_backward(RT_ACT_RELU, n, dt, s, y1, dy, dr, false);
+        rt_batchnorm_backward(d, dt, x, dr, gamma, m1, s1, fix_gamma, global, o.dx1, o.dg1, o.db1,
+                              acc, acc);
+        rt_batchnorm_add_relu_backward(d, dt, x, y1, dy, gamma, m1, s1, fix_gamma, global, ds,
+                                       o.dx2, o.dg2, o.db2, acc, acc);
+        same_bits("BatchNorm + add + relu backward: the relu's gradient", dn, dr, ds, n * es);
+        if (!acc) /* in place: the relu's gradient over dy, dx over y, then over x */
+            for (int over_x = 0; over_x < 2; over_x++) {
+                void *ip = malloc(n * es), *iy = malloc(n * es), *ix = malloc(n * es);
+                memcpy(ip, dy, n * es), memcpy(iy, y1, n * es), memcpy(ix, x, n * es);
+                rt_batchnorm_add_relu_backward(d, dt, ix, iy, ip, gamma, m1, s1, fix_gamma, global,
+                                               ip, over_x ? ix : iy, o.dg2, o.db2, false, false);
+                same_bits("in place: the relu's gradient over dy", dn, dr, ip, n * es);
+                same_bits("in place: dx over y or x", dn, o.dx1, over_x ? ix : iy, n * es);
+                free(ip), free(iy), free(ix);
+            }
+        bwd_same("BatchNorm + add + relu", dn, &o, n, dt, d->c);
+        free(dr), free(ds);
+    }
+    free(x), free(sc), free(dy), free(gamma), free(beta), free(mm), free(mv), free(t), free(s);
+    free(y1), free(y2), free(y3), free(m1), free(s1), free(m2), free(s2);
+}
+
+static void test_bn_add_relu(void **state)
+{
+    (void)state;
+    tu_seed(14);
+    for (int k = 0; k < 3; k++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int v = 0; v < 4; v++) {
+                RtBnDims d = shapes[s];
+                d.order = s == 0 ? RT_BN_ORDER_TILED : RT_BN_ORDER_CPU; /* both orders */
+                check_bn_add(dtypes[k], dtype_names[k], &d, v & 1, v & 2);
+            }
 }
 
 static void test_bn_relu(void **state)
@@ -283,6 +383,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bn_relu),
+        cmocka_unit_test(test_bn_add_relu),
         cmocka_unit_test(test_add_relu),
         cmocka_unit_test(test_cast_softmax_output),
         cmocka_unit_test(test_softmax_output_bwd_cast),

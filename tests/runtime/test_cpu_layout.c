@@ -386,7 +386,8 @@ static size_t near(const char *what, const void *got, const void *want, size_t n
 static size_t bn_case(int N, int C, int HW, RtDType dt, bool relu)
 {
     size_t n = (size_t)N * (size_t)C * (size_t)HW, esz = rt_dtype_size(dt);
-    RtBnDims dc = {N, C, HW}, dh = {(int64_t)N * HW, C, 1};
+    RtBnDims dc = {.outer = N, .c = C, .inner = HW},
+             dh = {.outer = (int64_t)N * HW, .c = C, .inner = 1};
     /* an offset mean, so the shifted moments matter */
     double *xd = tu_dalloc(n);
     for (size_t i = 0; i < n; i++)

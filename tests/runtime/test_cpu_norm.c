@@ -1,7 +1,8 @@
 /* test_cpu_norm.c - BatchNorm: training forward (batch statistics), the
  * moving-statistics update (unbiased variance), inference forward, and the
- * backward with batch and with global statistics, fix_gamma, accumulation;
- * against a naive double reference and central differences. */
+ * backward with batch and with global statistics, fix_gamma, accumulation,
+ * in the CPU's order and in the GPU's (RtBnDims.order); against a naive
+ * double reference and central differences. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -266,6 +267,29 @@ static void test_bn_bf16(void **state)
     assert_int_equal(bn_run(bn_shapes[0], RT_BF16, false, false, false), 0);
 }
 
+/* The GPU's order (RT_BN_ORDER_TILED, kernels/bn_tree.h), which the CUDA
+ * kernels follow bit for bit, is the same BatchNorm: against the double
+ * reference and central differences, and with more tiles than 32 (the
+ * second level's lanes wrap) and a short last tile. */
+static void test_bn_tiled(void **state)
+{
+    (void)state;
+    tu_seed(13);
+    size_t bad = 0;
+    for (int s = 0; s < 3; s++) {
+        RtBnDims d = bn_shapes[s];
+        d.order = RT_BN_ORDER_TILED;
+        bad += bn_run(d, RT_F32, false, false, true);
+        bad += bn_run(d, RT_F32, true, false, false);
+        bad += bn_run(d, RT_F32, false, true, false);
+        bad += bn_run(d, RT_F16, false, false, false);
+    }
+    RtBnDims many = {.outer = 9001, .c = 3, .inner = 1, .order = RT_BN_ORDER_TILED};
+    bad += bn_run(many, RT_F32, false, false, false);
+    bad += bn_run(many, RT_BF16, false, false, false);
+    assert_int_equal(bad, 0);
+}
+
 /* A count of 1 uses the biased variance instead of dividing by 0; a step
  * the step's state skips (its flag set under a dynamic scale) leaves the
  * statistics alone, a flag without a dynamic scale does not. */
@@ -285,9 +309,8 @@ static void test_bn_moving_count1(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bn_f32),
-        cmocka_unit_test(test_bn_f16),
-        cmocka_unit_test(test_bn_bf16),
+        cmocka_unit_test(test_bn_f32),           cmocka_unit_test(test_bn_f16),
+        cmocka_unit_test(test_bn_bf16),          cmocka_unit_test(test_bn_tiled),
         cmocka_unit_test(test_bn_moving_count1),
     };
     return cmocka_run_group_tests_name("cpu_norm", tests, NULL, NULL);

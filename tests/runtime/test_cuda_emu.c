@@ -136,8 +136,11 @@ static void test_cast(void **st)
     EMU_PASSES for (int from = 0; from < 3; from++) for (int to = 0; to < 3; to++)
         for (int acc = 0; acc < 2; acc++) for (int k = 0; k < NSIZES; k++)
     {
-        size_t n = sizes[k];
-        void *x = dev(n * esize(from), "x"), *y1 = dev(n * esize(to), "y");
+        /* 16-byte aligned (8 elements a thread, then the tail), and for
+         * every third size x, for the next y, one element off (one at a time) */
+        size_t n = sizes[k], xo = k % 3 == 2, yo = k % 3 == 1;
+        char *xb = dev((n + xo) * esize(from), "x"), *yb = dev((n + yo) * esize(to), "y");
+        void *x = xb + xo * esize(from), *y1 = yb + yo * esize(to);
         fill(x, from, n, &s, 1);
         fill(y0, to, n, &s, 1);
         memcpy(y1, y0, n * esize(to));
@@ -150,7 +153,7 @@ static void test_cast(void **st)
             assert_memory_equal(y1, y0, n * esize(to)); /* a copy: bits */
         else
             check_same("cast", y1, y0, n, to);
-        ampc_emu_free(x), ampc_emu_free(y1);
+        ampc_emu_free(xb), ampc_emu_free(yb);
     }
 }
 
@@ -161,8 +164,10 @@ static void test_binary_and_relu(void **st)
     static float y0[MAXN];
     EMU_PASSES for (int dt = 0; dt < 3; dt++) for (int k = 0; k < NSIZES; k++)
     {
-        size_t n = sizes[k], bytes = n * esize(dt);
-        void *a = dev(bytes, "a"), *b = dev(bytes, "b"), *y1 = dev(bytes, "y");
+        /* 16-byte aligned, and every third size one element off */
+        size_t n = sizes[k], bytes = n * esize(dt), off = (k % 3 == 2) * esize(dt);
+        char *ab = dev(bytes + off, "a"), *bb = dev(bytes + off, "b"), *yb = dev(bytes + off, "y");
+        void *a = ab + off, *b = bb + off, *y1 = yb + off;
         fill(a, dt, n, &s, 1);
         fill(b, dt, n, &s, 1);
         for (int op = 0; op < 3; op++) {
@@ -187,7 +192,7 @@ static void test_binary_and_relu(void **st)
             ampc_cu_relu_backward(NULL, n, dt, a, b, y1, acc);
             check_same("relu backward", y1, y0, n, dt);
         }
-        ampc_emu_free(a), ampc_emu_free(b), ampc_emu_free(y1);
+        ampc_emu_free(ab), ampc_emu_free(bb), ampc_emu_free(yb);
     }
 }
 

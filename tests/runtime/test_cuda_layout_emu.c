@@ -9,8 +9,10 @@
  * and pooling (pool.cuh) against rt_pool_forward / rt_pool_backward, NCHW
  * and NHWC, over max/avg/sum, 1-D to 3-D, both conventions, with and
  * without count_include_pad, global, and empty windows; and BatchNorm
- * (batchnorm.cuh) against rt_batchnorm_* (training, inference, backward with batch
- * and global statistics, fix_gamma, every accumulate flag). */
+ * (batchnorm.cuh) against rt_batchnorm_* in its tiled order
+ * (training, inference, backward with batch and global statistics,
+ * fix_gamma, every accumulate flag; plain, with its relu, with the
+ * residual add and relu; in place; 16 bytes at a time and per element). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -300,66 +302,200 @@ static void *widebuf(size_t n, RtDType dt)
     return out;
 }
 
-static void bn_case(int64_t outer, int64_t c, int64_t inner, RtDType dt, int *cases)
+/* the fusions a BatchNorm case runs: plain, with its relu, with the add and relu */
+enum { BN_PLAIN, BN_RELU, BN_ADD, BN_FUSIONS };
+
+/* The CPU twin of the case's forward, in the GPU's order (d->order). */
+static void bn_cpu_forward(const RtBnDims *d, RtDType dt, int fuse, bool infer, const void *x,
+                           const void *sc, const float *gamma, const float *beta, const float *mm,
+                           const float *mv, bool fix, void *y, float *sm, float *si)
 {
-    RtBnDims d = {outer, c, inner};
-    size_t n = (size_t)(outer * c * inner), es = rt_dtype_size(dt), C = (size_t)c;
-    void *x = widebuf(n, dt), *dy = widebuf(n, dt);
-    float *gamma = fbuf(C, 0.5f, 2.0f), *beta = fbuf(C, -1, 1), *mm = fbuf(C, -1, 1),
-          *mv = fbuf(C, 0.1f, 3.0f), *ws = dmem(3 * C * 4);
-    void *y0 = dmem(n * es), *y1 = dmem(n * es);
-    float *sm0 = dmem(C * 4), *si0 = dmem(C * 4), *sm1 = dmem(C * 4), *si1 = dmem(C * 4);
-    assert_true(c <= 64);
-    for (int fix = 0; fix < 2; fix++) {
-        rt_batchnorm_forward_train(&d, dt, x, gamma, beta, 1e-5f, fix, y0, sm0, si0);
-        assert_int_equal(ampc_cu_bn_forward_train(NULL, (size_t)outer, (int)c, (size_t)inner,
-                                                  (int)dt, x, gamma, beta, 1e-5f, fix, y1, sm1,
-                                                  si1, ws), 0);
-        same_f(sm1, sm0, C, "save_mean"), same_f(si1, si0, C, "save_invstd");
-        same(y1, y0, n, dt, true, "batchnorm forward train");
-        rt_batchnorm_forward_inference(&d, dt, x, gamma, beta, mm, mv, 1e-3f, fix, y0, sm0, si0);
-        assert_int_equal(ampc_cu_bn_forward_inference(NULL, (size_t)outer, (int)c, (size_t)inner,
-                                                      (int)dt, x, gamma, beta, mm, mv, 1e-3f,
-                                                      fix, y1, sm1, si1, ws), 0);
-        same_f(sm1, sm0, C, "inference save_mean"), same_f(si1, si0, C, "inference invstd");
-        same(y1, y0, n, dt, true, "batchnorm forward inference");
-        for (int glob = 0; glob < 2; glob++)
-            for (int accx = 0; accx < 2; accx++)
-                for (int accp = 0; accp < 2; accp++) {
-                    float dg0[64], db0[64], *dg1 = dmem(C * 4), *db1 = dmem(C * 4);
-                    float *start = fbuf(C, -1, 1);
-                    memcpy(dg0, start, C * 4), memcpy(dg1, start, C * 4);
-                    memcpy(db0, gamma, C * 4), memcpy(db1, gamma, C * 4);
-                    void *dx0 = randbuf(n, dt, false), *dx1 = dmem(n * es);
-                    memcpy(dx1, dx0, n * es);
-                    rt_batchnorm_backward(&d, dt, x, dy, gamma, si0 /* any stats */, sm0, fix,
-                                          glob, dx0, dg0, db0, accx, accp);
-                    assert_int_equal(ampc_cu_bn_backward(NULL, (size_t)outer, (int)c,
-                                                         (size_t)inner, (int)dt, x, dy, gamma,
-                                                         si0, sm0, fix, glob, dx1, dg1, db1,
-                                                         accx, accp, ws), 0);
-                    same(dx1, dx0, n, dt, true, "batchnorm backward dx");
-                    same_f(dg1, dg0, C, "dgamma"), same_f(db1, db0, C, "dbeta");
-                    dfree(start), dfree(dx0), dfree(dx1), dfree(dg1), dfree(db1);
-                    ++*cases;
-                }
+    if (infer && fuse == BN_ADD)
+        rt_batchnorm_add_relu_forward_inference(d, dt, x, sc, gamma, beta, mm, mv, 1e-3f, fix, y,
+                                                sm, si);
+    else if (infer)
+        (fuse == BN_RELU ? rt_batchnorm_relu_forward_inference : rt_batchnorm_forward_inference)(
+            d, dt, x, gamma, beta, mm, mv, 1e-3f, fix, y, sm, si);
+    else if (fuse == BN_ADD)
+        rt_batchnorm_add_relu_forward_train(d, dt, x, sc, gamma, beta, 1e-5f, fix, y, sm, si);
+    else
+        (fuse == BN_RELU ? rt_batchnorm_relu_forward_train : rt_batchnorm_forward_train)(
+            d, dt, x, gamma, beta, 1e-5f, fix, y, sm, si);
+}
+
+static void bn_gpu_forward(const RtBnDims *d, RtDType dt, int fuse, bool infer, const void *x,
+                           const void *sc, const float *gamma, const float *beta, const float *mm,
+                           const float *mv, bool fix, void *y, float *sm, float *si, void *ws)
+{
+    size_t o = (size_t)d->outer, in = (size_t)d->inner;
+    const void *s = fuse == BN_ADD ? sc : NULL;
+    int relu = fuse != BN_PLAIN, e;
+    if (infer)
+        e = ampc_cu_batchnorm_forward_inference(NULL, o, (int)d->c, in, (int)dt, x, s, relu, gamma,
+                                                beta, mm, mv, 1e-3f, fix, y, sm, si, ws);
+    else
+        e = ampc_cu_batchnorm_forward_train(NULL, o, (int)d->c, in, (int)dt, x, s, relu, gamma,
+                                            beta, 1e-5f, fix, y, sm, si, ws);
+    assert_int_equal(e, 0);
+}
+
+/* The backward's twins: ry the forward's y (the fused relu's), dsc the add's */
+static void bn_cpu_backward(const RtBnDims *d, RtDType dt, int fuse, const void *x, const void *ry,
+                            const void *dy, const float *gamma, const float *sm, const float *si,
+                            bool fix, bool glob, void *dsc, void *dx, float *dg, float *db,
+                            bool accx, bool accp)
+{
+    if (fuse == BN_ADD)
+        rt_batchnorm_add_relu_backward(d, dt, x, ry, dy, gamma, sm, si, fix, glob, dsc, dx, dg, db,
+                                       accx, accp);
+    else if (fuse == BN_RELU)
+        rt_batchnorm_relu_backward(d, dt, x, ry, dy, gamma, sm, si, fix, glob, dx, dg, db, accx,
+                                   accp);
+    else
+        rt_batchnorm_backward(d, dt, x, dy, gamma, sm, si, fix, glob, dx, dg, db, accx, accp);
+}
+
+static void bn_gpu_backward(const RtBnDims *d, RtDType dt, int fuse, const void *x, const void *ry,
+                            const void *dy, const float *gamma, const float *sm, const float *si,
+                            bool fix, bool glob, void *dsc, void *dx, float *dg, float *db,
+                            bool accx, bool accp, void *ws)
+{
+    assert_int_equal(ampc_cu_batchnorm_backward(NULL, (size_t)d->outer, (int)d->c, (size_t)d->inner,
+                                                (int)dt, x, fuse == BN_PLAIN ? NULL : ry, dy,
+                                                fuse == BN_ADD ? dsc : NULL, gamma, sm, si, fix,
+                                                glob, dx, dg, db, accx, accp, ws),
+                     0);
+}
+
+static void *dcopy(const void *p, size_t bytes)
+{
+    void *q = dmem(bytes);
+    memcpy(q, p, bytes);
+    return q;
+}
+
+/* The backward against the CPU twin, with batch statistics overwriting dx,
+ * dgamma and dbeta, and with global ones adding to them (the forward's y as the
+ * fused relu's; saved statistics from the forward, or, with glob, any);
+ * with the add, also written in place as the memory plan may (the relu's
+ * gradient over dy, dx over y), which must give the same bits. */
+static void bn_backward_cases(const RtBnDims *d, RtDType dt, int fuse, const void *x, const void *y,
+                              const void *dy, const float *gamma, const float *sm, const float *si,
+                              bool fix, void *ws, int *cases)
+{
+    size_t n = (size_t)(d->outer * d->c * d->inner), es = rt_dtype_size(dt), C = (size_t)d->c;
+    for (int glob = 0; glob < 2; glob++) {
+        bool accx = glob, accp = glob;
+        float *dg0 = fbuf(C, -1, 1), *dg1 = dcopy(dg0, C * 4), *db0 = fbuf(C, -1, 1),
+              *db1 = dcopy(db0, C * 4);
+        void *dx0 = randbuf(n, dt, false), *dx1 = dcopy(dx0, n * es);
+        void *ds0 = dmem(n * es), *ds1 = dmem(n * es);
+        bn_cpu_backward(d, dt, fuse, x, y, dy, gamma, sm, si, fix, glob, ds0, dx0, dg0, db0, accx,
+                        accp);
+        bn_gpu_backward(d, dt, fuse, x, y, dy, gamma, sm, si, fix, glob, ds1, dx1, dg1, db1, accx,
+                        accp, ws);
+        same(dx1, dx0, n, dt, true, "batchnorm backward dx");
+        same_f(dg1, dg0, C, "dgamma"), same_f(db1, db0, C, "dbeta");
+        if (fuse == BN_ADD)
+            same(ds1, ds0, n, dt, true, "batchnorm + add backward: the relu's gradient");
+        if (fuse == BN_ADD && !accx && !glob) {
+            /* in place: dsc over dy, dx over y, on both sides */
+            void *ip0 = dcopy(dy, n * es), *ip1 = dcopy(dy, n * es);
+            void *iy0 = dcopy(y, n * es), *iy1 = dcopy(y, n * es);
+            bn_cpu_backward(d, dt, fuse, x, iy0, ip0, gamma, sm, si, fix, false, ip0, iy0, dg0, db0,
+                            false, accp);
+            bn_gpu_backward(d, dt, fuse, x, iy1, ip1, gamma, sm, si, fix, false, ip1, iy1, dg1, db1,
+                            false, accp, ws);
+            same(ip1, ds0, n, dt, true, "in place: the relu's gradient over dy");
+            same(ip0, ds0, n, dt, true, "in place on the CPU: the relu's gradient");
+            same(iy1, dx0, n, dt, true, "in place: dx over y");
+            same(iy0, dx0, n, dt, true, "in place on the CPU: dx over y");
+            dfree(ip0), dfree(ip1), dfree(iy0), dfree(iy1);
+        }
+        dfree(dg0), dfree(dg1), dfree(db0), dfree(db1), dfree(dx0), dfree(dx1);
+        dfree(ds0), dfree(ds1);
+        ++*cases;
     }
-    dfree(x), dfree(dy), dfree(gamma), dfree(beta), dfree(mm), dfree(mv), dfree(y0), dfree(y1);
-    dfree(ws), dfree(sm0), dfree(si0), dfree(sm1), dfree(si1);
+}
+
+/* BatchNorm (batchnorm.cuh) against rt_batchnorm_* in the
+ * GPU's order (RtBnDims.order = RT_BN_ORDER_TILED), bit for bit: training
+ * and inference forward (y also over the shortcut, in place), the backward;
+ * misaligned: x and everything after one element past a 16-byte boundary
+ * (the kernels' scalar path). */
+static void bn_case(int64_t outer, int64_t c, int64_t inner, RtDType dt, int fuse, bool misaligned,
+                    int *cases)
+{
+    RtBnDims d = {.outer = outer, .c = c, .inner = inner, .order = RT_BN_ORDER_TILED};
+    size_t n = (size_t)(outer * c * inner), es = rt_dtype_size(dt), C = (size_t)c, off = misaligned;
+    char *xb = widebuf(n + off, dt), *dyb = widebuf(n + off, dt), *scb = randbuf(n + off, dt, true);
+    void *x = xb + off * es, *dy = dyb + off * es, *sc = scb + off * es;
+    float *gamma = fbuf(C, 0.5f, 2.0f), *beta = fbuf(C, -1, 1), *mm = fbuf(C, -1, 1),
+          *mv = fbuf(C, 0.1f, 3.0f);
+    void *ws = dmem(ampc_batchnorm_ws_bytes((size_t)outer, (int)c, (size_t)inner));
+    char *yb0 = dmem((n + off) * es), *yb1 = dmem((n + off) * es);
+    void *y0 = yb0 + off * es, *y1 = yb1 + off * es;
+    float *sm0 = dmem(C * 4), *si0 = dmem(C * 4), *sm1 = dmem(C * 4), *si1 = dmem(C * 4);
+    for (int fix = 0; fix < 2; fix++) {
+        if (fix && fuse != BN_PLAIN)
+            continue; /* fix_gamma is the same code whatever the fusion */
+        for (int infer = 1; infer >= 0; infer--) {
+            bn_cpu_forward(&d, dt, fuse, infer, x, sc, gamma, beta, mm, mv, fix, y0, sm0, si0);
+            bn_gpu_forward(&d, dt, fuse, infer, x, sc, gamma, beta, mm, mv, fix, y1, sm1, si1, ws);
+            same_f(sm1, sm0, C, infer ? "inference save_mean" : "save_mean");
+            same_f(si1, si0, C, infer ? "inference save_invstd" : "save_invstd");
+            same(y1, y0, n, dt, true, infer ? "batchnorm forward inference" : "batchnorm forward");
+        }
+        if (fuse == BN_ADD) { /* y over the shortcut, in place */
+            void *s1 = dcopy(sc, n * es);
+            bn_gpu_forward(&d, dt, fuse, false, x, s1, gamma, beta, mm, mv, fix, s1, sm1, si1, ws);
+            same(s1, y0, n, dt, true, "batchnorm + add forward in place over the shortcut");
+            dfree(s1);
+        }
+        bn_backward_cases(&d, dt, fuse, x, y0, dy, gamma, sm0, si0, fix, ws, cases);
+    }
+    dfree(xb), dfree(dyb), dfree(scb), dfree(gamma), dfree(beta), dfree(mm), dfree(mv);
+    dfree(yb0), dfree(yb1), dfree(ws), dfree(sm0), dfree(si0), dfree(sm1), dfree(si1);
 }
 
 static void test_batchnorm(void **state)
 {
     (void)state;
+    int cases = 0, k = 0;
+    /* [outer, c, inner]: NCHW with tiles and a short one; tiny (rows of a tile
+     * empty); NHWC's view with 3, 4 and 5 channels (not a multiple of 8:
+     * per element); NCHW with inner a multiple of 8; NHWC with 64 and 24
+     * channels (16-byte rows), outer not a multiple of the tile */
+    static const int64_t shapes[][3] = {{3, 5, 1037}, {2, 3, 7},   {700, 4, 1},  {300, 3, 1},
+                                        {97, 5, 1},   {4, 64, 24}, {517, 64, 1}, {300, 24, 1}};
+    enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
+    EMU_PASSES
+    {
+        wide_pattern = emu_pass_ % 2;
+        for (int t = 0; t < 3; t++)
+            for (int s = 0; s < NSHAPES; s++, k++)
+                bn_case(shapes[s][0], shapes[s][1], shapes[s][2], dts[t], k % BN_FUSIONS,
+                        s == NSHAPES - 1 && t == 1, &cases);
+    }
+    assert_true(cases >= 3 * 3 * NSHAPES * 2);
+}
+
+/* More tiles than the second level's 32 lanes (36 and 33: the lanes wrap),
+ * fp16 and bf16, a fusion each, per element (3 channels) and 16 bytes at a
+ * time (8), one size per schedule (they take the longest). */
+static void test_batchnorm_many_tiles(void **state)
+{
+    (void)state;
     int cases = 0;
-    EMU_PASSES for (wide_pattern = 0; wide_pattern < 2; wide_pattern++)
-        for (int t = 0; t < 3; t++) {
-            bn_case(3, 5, 1037, dts[t], &cases); /* two full chunks of 512, a tail of 13 */
-            bn_case(2, 3, 7, dts[t], &cases);    /* the tail only */
-            bn_case(700, 4, 1, dts[t], &cases);  /* NHWC's view: inner 1 */
-            bn_case(4, 64, 24, dts[t], &cases);  /* lanes of 8 and a tail; 64 channels */
-        }
-    assert_int_equal(cases, 3 * 2 * 3 * 4 * 2 * 8);
+    EMU_PASSES
+    {
+        wide_pattern = emu_pass_ % 2;
+        if (emu_pass_ == 1)
+            bn_case(9001, 3, 1, RT_BF16, BN_RELU, false, &cases);
+        else
+            bn_case(8250, 8, 1, RT_F16, emu_pass_ ? BN_PLAIN : BN_ADD, false, &cases);
+    }
+    assert_true(cases >= 4);
 }
 
 int main(void)
@@ -376,6 +512,9 @@ int main(void)
         cmocka_unit_test(test_bias_grad_is_fc_dbias),
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_batchnorm),
+        cmocka_unit_test(test_batchnorm_many_tiles),
     };
+    if (getenv("EMU_TEST_FILTER")) /* one test, by name pattern */
+        cmocka_set_test_filter(getenv("EMU_TEST_FILTER"));
     return cmocka_run_group_tests(tests, emu_test_setup, emu_test_teardown);
 }

@@ -639,73 +639,79 @@ static GkDims bn_dims(const BnSize *b, const Size *s)
     return d;
 }
 
-/* training and inference forward (plain, and with the fused relu), the
- * backward (batch and global statistics, fix_gamma, fused relu), the moving
- * update under a static and a dynamic scale (the step state's flag read too) */
+/* training and inference forward (plain, with the fused relu, with the
+ * fused add and relu), the backward (batch and global statistics,
+ * fix_gamma, the fusions; the add's with and without its shortcut gradient
+ * kept), the moving update under a static and a dynamic scale (the step
+ * state's flag read too) */
+static void bn_size(int z, const BnSize *b)
+{
+    const Size *s = &sizes[z];
+    size_t n = (size_t)(b->outer * b->c * b->inner), C = (size_t)b->c;
+    void *x = data(n, s->dt, -2, 2), *y = data(n, s->dt, -1, 1), *dy = data(n, s->dt, -1, 1),
+         *dx = data(n, s->dt, -1, 1), *sc = data(n, s->dt, -1, 1), *dsc = data(n, s->dt, -1, 1);
+    float *gamma = fdata(C, 0.5f, 2), *beta = fdata(C, -1, 1), *mm = fdata(C, -1, 1),
+          *mv = fdata(C, 0.1f, 2), *sm = fdata(C, -1, 1), *si = fdata(C, 0.5f, 2),
+          *dg = fdata(C, -1, 1), *dbeta = fdata(C, -1, 1);
+    void *ws = dev(ampc_batchnorm_ws_bytes((size_t)b->outer, (int)C, (size_t)b->inner), "ws");
+    RtStepState *step = dev(sizeof *step, "step state");
+    memset(step, 0, sizeof *step);
+    step->scale = 1.0f;
+    static const OpKind fwd[3] = {OP_BatchNorm, OP__fused_BatchNorm_relu,
+                                  OP__fused_BatchNorm_add_relu};
+    static const OpKind bwd[3] = {OP__backward_BatchNorm, OP__backward_fused_BatchNorm_relu,
+                                  OP__backward_fused_BatchNorm_add_relu};
+    for (int fix = 0; fix < 2; fix++)
+        for (int f = 0; f < 3; f++) {
+            GkDims d = bn_dims(b, s);
+            d.acc = 0, d.fix = fix, d.saves = 1;
+            const void *add = f == 2 ? sc : NULL;
+            start(z);
+            ampc_cu_batchnorm_forward_train(NULL, (size_t)b->outer, (int)C, (size_t)b->inner,
+                                            (int)s->dt, x, add, f > 0, gamma, beta, 1e-5f, fix, y,
+                                            sm, si, ws);
+            expect_op("BatchNorm training", fwd[f], GE_TRAIN, &d);
+            start(z);
+            ampc_cu_batchnorm_forward_inference(NULL, (size_t)b->outer, (int)C, (size_t)b->inner,
+                                                (int)s->dt, x, add, f > 0, gamma, beta, mm, mv,
+                                                1e-3f, fix, y, sm, si, ws);
+            expect_op("BatchNorm inference", fwd[f], GE_INFER, &d);
+            for (int glob = 0; glob < 2; glob++)
+                for (int keep = 0; keep < 1 + (f == 2); keep++) {
+                    GkDims g = bn_dims(b, s);
+                    g.fix = fix, g.glob = glob, g.dx = 1, g.dgamma = 1, g.dbeta = 1;
+                    g.dsc = f == 2 && !keep;
+                    start(z);
+                    ampc_cu_batchnorm_backward(NULL, (size_t)b->outer, (int)C, (size_t)b->inner,
+                                               (int)s->dt, x, f ? y : NULL, dy, g.dsc ? dsc : NULL,
+                                               gamma, sm, si, fix, glob, dx, dg, dbeta, s->acc,
+                                               s->acc, ws);
+                    expect_op("BatchNorm backward", bwd[f], GE_MAIN, &g);
+                }
+        }
+    for (int skip = 0; skip < 2; skip++) {
+        GkDims d = bn_dims(b, s);
+        d.skip = skip;
+        step->dynamic = skip;
+        start(z);
+        rt_cuda_batchnorm_update_moving(&cx, (int64_t)C, (int64_t)(n / C), sm, si, 1e-5f, 0.9f, mm,
+                                        mv, step);
+        expect_op("bn_moving_update", OP_bn_moving_update, GE_MAIN, &d);
+    }
+    void *fr[16] = {x, y, dy, dx, sc, dsc, gamma, beta, mm, mv, sm, si, dg, dbeta, ws, step};
+    release(fr, 16);
+}
+
 static void test_batchnorm(void **st)
 {
     (void)st;
-    /* inner past a 512-wide chunk and an 8-wide tail; NHWC's inner of 1 */
-    static const BnSize bs[2] = {{3, 5, 700}, {40, 9, 1}};
-    for (int z = 0; z < 2; z++) {
-        const Size *s = &sizes[z];
-        const BnSize *b = &bs[z];
-        size_t n = (size_t)(b->outer * b->c * b->inner), C = (size_t)b->c;
-        void *x = data(n, s->dt, -2, 2), *y = data(n, s->dt, -1, 1), *dy = data(n, s->dt, -1, 1),
-             *dx = data(n, s->dt, -1, 1);
-        float *gamma = fdata(C, 0.5f, 2), *beta = fdata(C, -1, 1), *mm = fdata(C, -1, 1),
-              *mv = fdata(C, 0.1f, 2), *sm = fdata(C, -1, 1), *si = fdata(C, 0.5f, 2),
-              *dg = fdata(C, -1, 1), *dbeta = fdata(C, -1, 1), *ws = fdata(3 * C, 0, 1);
-        RtStepState *step = dev(sizeof *step, "step state");
-        memset(step, 0, sizeof *step);
-        step->scale = 1.0f;
-        for (int fix = 0; fix < 2; fix++)
-            for (int relu = 0; relu < 2; relu++) {
-                GkDims d = bn_dims(b, s);
-                d.acc = 0, d.fix = fix, d.saves = 1;
-                OpKind op = relu ? OP__fused_BatchNorm_relu : OP_BatchNorm;
-                start(z);
-                ampc_cu_bn_forward_train(NULL, (size_t)b->outer, (int)C, (size_t)b->inner,
-                                         (int)s->dt, x, gamma, beta, 1e-5f, fix, y, sm, si, ws);
-                if (relu)
-                    ampc_cu_relu(NULL, n, (int)s->dt, y, y);
-                expect_op("BatchNorm training", op, GE_TRAIN, &d);
-                start(z);
-                ampc_cu_bn_forward_inference(NULL, (size_t)b->outer, (int)C, (size_t)b->inner,
-                                             (int)s->dt, x, gamma, beta, mm, mv, 1e-3f, fix, y, sm,
-                                             si, ws);
-                if (relu)
-                    ampc_cu_relu(NULL, n, (int)s->dt, y, y);
-                expect_op("BatchNorm inference", op, GE_INFER, &d);
-                for (int glob = 0; glob < 2; glob++) {
-                    GkDims g = bn_dims(b, s);
-                    g.fix = fix, g.glob = glob, g.dx = 1, g.dgamma = 1, g.dbeta = 1;
-                    start(z);
-                    if (relu)
-                        ampc_cu_bn_relu_backward(NULL, (size_t)b->outer, (int)C, (size_t)b->inner,
-                                                 (int)s->dt, x, y, dy, gamma, sm, si, fix, glob, dx,
-                                                 dg, dbeta, s->acc, s->acc, ws);
-                    else
-                        ampc_cu_bn_backward(NULL, (size_t)b->outer, (int)C, (size_t)b->inner,
-                                            (int)s->dt, x, dy, gamma, sm, si, fix, glob, dx, dg,
-                                            dbeta, s->acc, s->acc, ws);
-                    expect_op("BatchNorm backward",
-                              relu ? OP__backward_fused_BatchNorm_relu : OP__backward_BatchNorm,
-                              GE_MAIN, &g);
-                }
-            }
-        for (int skip = 0; skip < 2; skip++) {
-            GkDims d = bn_dims(b, s);
-            d.skip = skip;
-            step->dynamic = skip;
-            start(z);
-            rt_cuda_batchnorm_update_moving(&cx, (int64_t)C, (int64_t)(n / C), sm, si, 1e-5f, 0.9f,
-                                            mm, mv, step);
-            expect_op("bn_moving_update", OP_bn_moving_update, GE_MAIN, &d);
-        }
-        void *f[14] = {x, y, dy, dx, gamma, beta, mm, mv, sm, si, dg, dbeta, ws, step};
-        release(f, 14);
-    }
+    /* NCHW with inner not a multiple of 8 (per element) and a multiple (8
+     * elements a thread); NHWC's inner of 1 with 9 channels (per element)
+     * and 16 (8 channels a load); several tiles at the first size */
+    static const BnSize bs[2][2] = {{{3, 5, 700}, {130, 16, 1}}, {{40, 9, 1}, {5, 8, 24}}};
+    for (int z = 0; z < 2; z++)
+        for (int k = 0; k < 2; k++)
+            bn_size(z, &bs[z][k]);
     done();
 }
 

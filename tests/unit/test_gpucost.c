@@ -114,44 +114,48 @@ static void test_conv_backward(void **state)
 }
 
 /* BatchNorm's training forward, NHWC (outer = N*H*W = 100, c = 4, inner 1),
- * f16, fix_gamma off.  batchnorm.cuh: ampc_k_bn_train_stats, one thread per
- * channel: the shift k = x[ch] (1 load), the 100 elements one by one (100
- * loads), gamma and beta (2): 103 loads; bytes (400 + 4) x 2 + 2 x 4 x 4;
- * writes save_mean, save_invstd and 2 scratch floats per channel: 64.
- * FLOPs: each element (double)x - k, a += e, q += e*e: 3 f64 adds, 1 f64
- * mul, 1 conversion, plus the f16 decode's conversion and f32 multiply
- * (kernels/half.h); each segment (here an element: inner is 1) combines the
- * 4+4 lanes: 16 f64 adds; each channel: count (2 conversions, 1 mul), the
- * moments (2 divs, 1 mul, 1 add), the mean (1 add), var > 0 (1 cmp), +eps
- * (1 conversion, 1 add), sqrt, 1/ (1 div), two conversions to float, the
- * shift's decode, scale and shift (2 f32 muls, 1 f32 add).
- * ampc_k_bn_affine: one thread per element loads x and the channel's 2
- * floats (bytes 400 x (2 + 8), 800 + 32 distinct), one multiply-add. */
+ * f16, fix_gamma off (batchnorm.cuh).  The tile (kernels/bn_tree.h):
+ * one group of 64 channels aims at 2048 tiles, but a tile takes 256
+ * elements at least: one tile of the 100.  ampc_k_bn_tiles: one block of
+ * 256 threads (32 rows x 8 channel slots, 4 of them used: 4 channels are
+ * not a multiple of 8, one a load); each row thread loads its channel's
+ * first element (the shift k), then elements row, row + 32, ...: row 0 4 of
+ * them, so 5 loads; bytes 2 x (400 + 32 rows x 4 channels); writes the
+ * tile's 2 double partials a channel.  FLOPs: each element (double)x - k,
+ * a += e, q += e*e: 3 f64 adds, 1 f64 mul, 1 conversion; each k 1
+ * conversion; the fp16 decode a conversion and a multiply per load; the
+ * rows' tree 31 pairs of adds a channel.  ampc_k_bn_final: a warp per
+ * channel (128 threads) reads the tile's 2 partials, then x[ch], gamma,
+ * beta: 5 loads; 32 lanes x 5 levels x 2 shuffle adds.
+ * ampc_k_bn_apply: 4 channels cannot be read 8 at a time: per element
+ * (x and the channel's 2 floats: bytes 400 x (2 + 8)), one multiply-add. */
 static void test_batchnorm(void **state)
 {
     (void)state;
     GkDims d = {.outer = 100, .c = 4, .inner = 1, .n = 400, .s = 2, .h = 1, .dtype = DT_F16};
     GkLaunch l[GK_MAX_LAUNCHES];
     int n = gk_describe(OP_BatchNorm, GE_TRAIN, &d, l);
-    assert_int_equal(n, 2);
-    const GkLaunch *st = find(l, n, "ampc_k_bn_train_stats", 0);
+    assert_int_equal(n, 3);
+    const GkLaunch *st = find(l, n, "ampc_k_bn_tiles", 0);
     near(st->blocks * st->block, 256);
-    near(st->serial, 103);
-    near(st->rd, 404 * 2 + 2 * 4 * 4);
-    near(st->wr, 4 * 4 * 4);
-    near(st->flops[GK_F64_ADD], 3 * 400 + 16 * 4 * 100 + 3 * 4);
-    near(st->flops[GK_F64_MUL], 400 + 2 * 4);
-    near(st->flops[GK_F64_DIV], 3 * 4);
-    near(st->flops[GK_F64_SQRT], 4);
-    near(st->flops[GK_F64_CMP], 4);
-    near(st->flops[GK_F32_MUL], 400 + 4 + 2 * 4);
-    near(st->flops[GK_F32_ADD], 4);
-    /* a conversion to double per element (and the fp16 decode's), 7 per
-     * channel; the 16 accumulators zeroed per segment (an image here) are
-     * conversions the emulator counts but nvcc folds: never priced */
-    near(st->flops[GK_CVT], 2 * 400 + 7 * 4);
-    near(st->cvt_const, 16 * 4 * 100);
-    const GkLaunch *af = find(l, n, "ampc_k_bn_affine", 0);
+    near(st->serial, 5);
+    near(st->rd, 2 * (400 + 32 * 4));
+    near(st->wr, 16 * 4);
+    near(st->flops[GK_F64_ADD], 3 * 400 + 62 * 4);
+    near(st->flops[GK_F64_MUL], 400);
+    near(st->flops[GK_F32_MUL], 400 + 128);
+    near(st->flops[GK_CVT], 2 * (400 + 128));
+    const GkLaunch *fi = find(l, n, "ampc_k_bn_final", 0);
+    near(fi->blocks * fi->block, 128);
+    near(fi->serial, 5);
+    near(fi->rd, 16 * 4 + (2 + 8) * 4);
+    near(fi->flops[GK_F64_ADD], (2 + 320 + 3) * 4);
+    near(fi->flops[GK_F64_DIV], 3 * 4);
+    near(fi->flops[GK_F64_SQRT], 4);
+    near(fi->flops[GK_F64_CMP], 4);
+    /* count (2), the shift's decode and double (2), +eps, two to float */
+    near(fi->flops[GK_CVT], 7 * 4);
+    const GkLaunch *af = find(l, n, "ampc_k_bn_apply", 0);
     near(af->rd, 400 * 10);
     near(af->ru, 800 + 32);
     near(af->wr, 800);
@@ -159,11 +163,24 @@ static void test_batchnorm(void **state)
     near(af->serial, 3);
     near(af->flops[GK_F32_ADD], 400);
     near(af->flops[GK_F32_MUL], 800);
-    /* the backward's sums in NCHW, f32: 2 images of 1003 elements a channel:
-     * a 512 chunk and a 491 one, whose 8-wide loops take 512 + 488: 2000
-     * elements at 2 conversions each, the 6 left in the tail at 3; per
-     * channel count (2), dbeta, dgamma and the two means (4); per segment
-     * the 16 accumulators zeroed (cvt_const) */
+    /* 64 channels NHWC, 1000 pixels: a 16-byte load is 8 channels (8 slots
+     * of 8: one group), apply 8 elements a thread: 64000 / 8 = 8000 vectors
+     * over 32 blocks, each x (1 load) and scale and shift (2 float4s each):
+     * 5 loads */
+    GkDims v = {.outer = 1000, .c = 64, .inner = 1, .n = 64000, .s = 2, .h = 1, .dtype = DT_F16};
+    n = gk_describe(OP_BatchNorm, GE_TRAIN, &v, l);
+    st = find(l, n, "ampc_k_bn_tiles", 0);
+    near(st->blocks, 4);     /* 1000 elements: 4 tiles of 256 */
+    near(st->serial, 1 + 8); /* k, then 256 / 32 rows */
+    af = find(l, n, "ampc_k_bn_apply", 0);
+    near(af->blocks, 32);
+    near(af->serial, 5);
+    near(af->access, GK_VEC16);
+    near(af->rd, 64000 * 2 + 8000 * 64);
+    /* the backward's sums in NCHW, f32: 2 images of 1003 elements a channel,
+     * 8 tiles of 256: each row thread loads mean and invstd, then dy and x
+     * of 8 elements; per element 3 conversions (g, and g and xhat to double),
+     * 2 f64 adds and the tree's 31 pairs a tile and channel */
     GkDims b = {.outer = 2,
                 .c = 4,
                 .inner = 1003,
@@ -174,12 +191,14 @@ static void test_batchnorm(void **state)
                 .dbeta = 1,
                 .dtype = DT_F32};
     n = gk_describe(OP__backward_BatchNorm, GE_MAIN, &b, l);
-    assert_int_equal(n, 2);
-    const GkLaunch *sums = find(l, n, "ampc_k_bn_bwd_sums", 0);
-    near(sums->flops[GK_CVT], 2 * 2000 * 4 + 3 * 6 * 4 + 6 * 4);
-    near(sums->cvt_const, 16 * 4 * 4);
-    near(sums->flops[GK_F64_ADD], 2 * 8024 + 16 * 4 * 4); /* 4 segments a channel */
-    near(sums->serial, 2 * 2006 + 2 + 1);
+    assert_int_equal(n, 3);
+    const GkLaunch *sums = find(l, n, "ampc_k_bn_grad_tiles", 0);
+    near(sums->blocks, 8);
+    near(sums->flops[GK_CVT], 3 * 8024);
+    near(sums->flops[GK_F64_ADD], 2 * 8024 + 62 * 8 * 4);
+    near(sums->serial, 2 + 8 * 2);
+    const GkLaunch *gf = find(l, n, "ampc_k_bn_grad_final", 0);
+    near(gf->serial, 2 * 1 + 2 + 1); /* 8 tiles: one each for 8 lanes; invstd, gamma, mean */
 }
 
 /* The fused update (optim.cuh's ampc_k_mt_optim) for NAG with one state
@@ -219,8 +238,12 @@ static void test_optimizer(void **state)
     assert_string_equal(names[0], "batch to device");
 }
 
-/* elemwise_add of 1000 f16 elements: two 2-byte loads and a store each, one
- * f32 add, two decodes (a conversion and a multiply each) */
+/* elemwise_add of 1000 f16 elements (kernels.cuh's ampc_k_binary, 16 bytes
+ * at a time): 125 vectors of 8, one thread each (one block), two 16-byte
+ * loads and a store a vector; per element one f32 add, two decodes (a
+ * conversion and a multiply each).  1003 elements: the 3 left over one at a
+ * time by the first threads, 2 loads more for the busiest.  In fp32 a vector
+ * is two 16-byte loads an operand. */
 static void test_elementwise(void **state)
 {
     (void)state;
@@ -232,8 +255,19 @@ static void test_elementwise(void **state)
     near(l[0].flops[GK_F32_ADD], 1000);
     near(l[0].flops[GK_F32_MUL], 2000);
     near(l[0].flops[GK_CVT], 2000);
-    near(l[0].blocks, 4);
+    near(l[0].blocks, 1);
     near(l[0].serial, 2);
+    near(l[0].access, GK_VEC16);
+    d.n = 1003;
+    gk_describe(OP_elemwise_add, GE_MAIN, &d, l);
+    near(l[0].serial, 2 + 2);
+    GkDims f = {.n = 1000, .s = 4, .dtype = DT_F32};
+    gk_describe(OP_elemwise_add, GE_MAIN, &f, l);
+    near(l[0].serial, 4);
+    f.n = 5; /* no vector: one element a thread */
+    gk_describe(OP_elemwise_add, GE_MAIN, &f, l);
+    near(l[0].serial, 2);
+    near(l[0].access, GK_SCALAR);
 }
 
 static void machine(const char *name, KvMachine *m)
@@ -246,7 +280,7 @@ static void machine(const char *name, KvMachine *m)
 
 /* The formulas on h100 (132 SMs, 3350 GB/s, 66.9 fp32 TFLOP/s, 1.98 GHz,
  * L2 100 ns, DRAM 300 ns, launch 2 us) at the constants' fast end
- * (docs/gpucost.md: bw_scalar 0.8, latency x0.8, dep_cycles 4, cvt_slots 4,
+ * (docs/gpucost.md: bw_vec 0.9, latency x0.8, dep_cycles 4, cvt_slots 4,
  * launch x1). */
 static void test_times(void **state)
 {
@@ -256,19 +290,20 @@ static void test_times(void **state)
     GkLaunch l[GK_MAX_LAUNCHES];
     GcRange t;
     GcBound b;
-    /* 1e8 f16 adds: 4096 blocks fill the GPU; 6e8 bytes at 0.8 x 3350 GB/s */
+    /* 1e8 f16 adds, 16 bytes at a time: 4096 blocks fill the GPU; 6e8 bytes
+     * at 0.9 x 3350 GB/s */
     GkDims big = {.n = 1e8, .s = 2, .h = 1, .dtype = DT_F16};
     gk_describe(OP_elemwise_add, GE_MAIN, &big, l);
     gpucost_price_launch(&m, &l[0], DT_F16, &t, &b);
-    near(t.fast, 6e8 / (3350e9 * 0.8) + 2e-6);
+    near(t.fast, 6e8 / (3350e9 * 0.9) + 2e-6);
     assert_int_equal(b, GB_MEMORY);
-    /* 1000 of them: 4 blocks of 132 SMs, 6000 bytes in 0.074 us; one thread
+    /* 1000 of them: 1 block of 132 SMs, 6000 bytes in 0.26 us; one thread
      * waits 80 ns for its two loads (L2: the bytes fit); the launch is the time */
     GkDims small = {.n = 1000, .s = 2, .h = 1, .dtype = DT_F16};
     gk_describe(OP_elemwise_add, GE_MAIN, &small, l);
     gpucost_price_launch(&m, &l[0], DT_F16, &t, &b);
-    double share = 4.0 / 132, mem = 6000 / (3350e9 * 0.8 * share);
-    double chain = 5000.0 / 1024 * 4 / 1.98e9, serial = 1 * 100e-9 * 0.8 + chain;
+    double share = 1.0 / 132, mem = 6000 / (3350e9 * 0.9 * share);
+    double chain = 5000.0 / 256 * 4 / 1.98e9, serial = 1 * 100e-9 * 0.8 + chain;
     near(t.fast, fmax(mem, serial) + 2e-6);
     assert_int_equal(b, GB_LAUNCH);
     /* a 3x3 convolution, 256 -> 256 channels on 256 images of 14x14, f16:

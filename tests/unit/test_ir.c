@@ -1345,12 +1345,13 @@ static void test_fuse_disable(void **state)
 {
     Fx *fx = *state;
     unsigned m = 0;
-    assert_int_equal(fuse_rule_count(), 4);
+    assert_int_equal(fuse_rule_count(), 5);
     assert_string_equal(fuse_rule_name(0), "bn_relu");
     assert_string_equal(fuse_rule_name(1), "add_relu");
-    assert_string_equal(fuse_rule_name(2), "cast_softmax_output");
-    assert_string_equal(fuse_rule_name(3), "softmax_output_bwd_cast");
-    assert_null(fuse_rule_name(4));
+    assert_string_equal(fuse_rule_name(2), "bn_add_relu");
+    assert_string_equal(fuse_rule_name(3), "cast_softmax_output");
+    assert_string_equal(fuse_rule_name(4), "softmax_output_bwd_cast");
+    assert_null(fuse_rule_name(5));
     assert_true(fuse_disable(&fx->d, "add_relu", &m));
     assert_int_equal(m, 2u);
     m = 0;
@@ -1362,11 +1363,11 @@ static void test_fuse_disable(void **state)
     fx->off = strlen(diag_text(fx));
     assert_false(fuse_disable(&fx->d, "bn_relu,bn_rel", &m));
     assert_contains(last_diag(fx), "--no-fuse: unknown fusion 'bn_rel' (the fusions are "
-                                   "bn_relu, add_relu, cast_softmax_output, "
+                                   "bn_relu, add_relu, bn_add_relu, cast_softmax_output, "
                                    "softmax_output_bwd_cast, or all)");
     m = 0;
     assert_true(fuse_disable(&fx->d, "softmax_output_bwd_cast,cast_softmax_output", &m));
-    assert_int_equal(m, 12u);
+    assert_int_equal(m, 24u);
     assert_false(fuse_disable(&fx->d, "", &m));
 }
 

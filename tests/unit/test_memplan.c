@@ -13,6 +13,7 @@
 #include "fixture.h"
 #include "../ir/plan.h"
 #include "../codegen/codegen.h"
+#include "../runtime/rt.h" /* RT_VEC_ALIGN: the kernels' side of the promise */
 
 static char *read_file(const char *path, size_t *len)
 {
@@ -372,6 +373,83 @@ static void test_program_round_trip(void **state)
     }
 }
 
+/* The memory plan's promise (docs/codegen.md, "Memory plan"), for every
+ * buffer of every example, in fp32, fp16 and bf16, for the CPU and the CUDA
+ * target (its NHWC layouts and fusions): the program says `align 64`, every
+ * arena buffer's offset is a multiple of 16 bytes for every batch (both
+ * parts of it), and the rest are the runtime's own allocations (params,
+ * inputs, masters: 64-aligned, RT_DEV_ALIGN, which the trainer checks at
+ * set-up).  A program text that breaks it is refused. */
+static void test_buffers_aligned(void **state)
+{
+    Fx *fx = *state;
+    static const char *const ex[] = {"examples/mlp.sym",
+                                     "examples/digits_cnn.sym",
+                                     "examples/digits_bf16_adam.sym",
+                                     "examples/fashion_cnn.sym",
+                                     "examples/resnet20_cifar.sym",
+                                     "examples/resnext_mini.sym",
+                                     "examples/resnet50_v1d.sym",
+                                     "examples/resnet50_v1d_manual_fp16.sym"};
+    static const char *const amps[] = {"off", "float16", "bfloat16"};
+    int arena_bufs = 0;
+    for (size_t e = 0; e < sizeof ex / sizeof *ex; e++) {
+        size_t len;
+        char *text = read_file(ex[e], &len);
+        for (int a = 0; a < 3; a++)
+            for (int t = 0; t < 2; t++) {
+                PassOptions po = {.amp = amps[a], .target = t ? TARGET_CUDA : TARGET_CPU};
+                fx->off = strlen(diag_text(fx));
+                Graph *g = frontend_compile(&fx->d, ex[e], text, len, &po);
+                if (!g)
+                    fail_msg("%s: %s", ex[e], last_diag(fx));
+                BufferPlan tp, ip;
+                memplan(g, true, &tp);
+                memplan(g->infer, true, &ip);
+                CgPlans plans = {&tp, &ip, NULL, po.target};
+                Program p;
+                lower(g, &plans, &p);
+                assert_int_equal(p.align, PLAN_ALIGN);
+                assert_true(PLAN_ALIGN % PLAN_VEC_ALIGN == 0 && PLAN_VEC_ALIGN == RT_VEC_ALIGN);
+                for (int i = 0; i < p.nbuf; i++) {
+                    const ProgBuffer *b = &p.buf[i];
+                    if (!b->in_arena)
+                        continue;
+                    arena_bufs++;
+                    if (b->offset.fixed % PLAN_VEC_ALIGN || b->offset.per_sample % PLAN_VEC_ALIGN)
+                        fail_msg("%s --amp=%s (%s): buffer %d (%s) at %lld+%lldN", ex[e], amps[a],
+                                 t ? "cuda" : "cpu", i, b->name, (long long)b->offset.fixed,
+                                 (long long)b->offset.per_sample);
+                }
+                assert_true(program_verify(&p, stderr));
+                program_free(&p);
+                plan_free(&tp);
+                plan_free(&ip);
+                graph_free(g);
+            }
+        free(text);
+    }
+    assert_true(arena_bufs > 1000);
+    /* a program whose arena buffer breaks the promise, and one that claims less */
+    static const char *const bad[] = {"# ampc program 1\nmodel \"m\"\narena 128+0N align 64\n"
+                                      "buffer 0 value f32 8+0N @8+0N \"v\"\nend\n",
+                                      "# ampc program 1\nmodel \"m\"\narena 128+0N align 8\n"
+                                      "buffer 0 value f32 8+0N @0+0N \"v\"\nend\n"};
+    for (int k = 0; k < 2; k++) {
+        int file = diag_add_buffer(&fx->d, "bad.prog", bad[k], strlen(bad[k]));
+        Program q;
+        char *msg = NULL;
+        size_t mlen = 0;
+        FILE *err = open_memstream(&msg, &mlen);
+        bool read = program_read(&fx->d, file, &q), ok = read && program_verify(&q, err);
+        fclose(err);
+        assert_false(ok);
+        assert_true(!read || strstr(msg, k ? "align 8" : "does not start at a multiple of 64"));
+        free(msg);
+        program_free(&q);
+    }
+}
+
 /* name (a function, or the stem of those a family derives) is declared in
  * the header text h */
 static bool declared_in(const char *h, const char *name)
@@ -455,13 +533,10 @@ int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(test_verifier_refuses),
-        T(test_verifier_refuses_spoiled_plan),
-        T(test_inplace),
-        T(test_program_round_trip),
-        T(test_random_dags),
-        T(test_examples),
-        T(test_kernel_table),
+        T(test_verifier_refuses), T(test_verifier_refuses_spoiled_plan),
+        T(test_inplace),          T(test_program_round_trip),
+        T(test_random_dags),      T(test_examples),
+        T(test_buffers_aligned),  T(test_kernel_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
