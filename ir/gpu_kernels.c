@@ -56,7 +56,7 @@ static void add(GkLaunch *out, int *k, const GkLaunch *l)
 int gk_describe(OpKind op, GkEntry e, const GkDims *d, GkLaunch *out)
 {
     const double n = d->n, m = d->m, c = d->c, outer = d->outer, inner = d->inner, len = d->len;
-    const double win = d->win, wmax = d->wmax, cover = d->cover, win2 = d->win2, cmax = d->cmax,
+    const double win = d->win, wmax = d->wmax, cover = d->cover, cmax = d->cmax,
                  s = d->s, s2 = d->s2, h = d->h, h2 = d->h2, acc = d->acc, fix = d->fix,
                  glob = d->glob, dx = d->dx;
     const double dgamma = d->dgamma, dbeta = d->dbeta, saves = d->saves, bias = d->bias,
@@ -82,7 +82,7 @@ int gk_describe(OpKind op, GkEntry e, const GkDims *d, GkLaunch *out)
     (void)saves, (void)bias, (void)pad, (void)skip, (void)prob, (void)da, (void)db, (void)mode;
     (void)N, (void)C, (void)K, (void)G, (void)cp, (void)HW, (void)PQ, (void)RS, (void)stride;
     (void)chunks, (void)chunks2;
-    (void)win2, (void)cmax, (void)T, (void)te1, (void)bv, (void)av, (void)nq, (void)nt, (void)dsc;
+    (void)cmax, (void)T, (void)te1, (void)bv, (void)av, (void)nq, (void)nt, (void)dsc;
     (void)eq, (void)et;
     int k = 0;
 #define GPUK(id, entry, kname, ...)                                                                \

@@ -102,8 +102,7 @@ typedef struct {
     double win, wmax, cover;  /* pooling: mean window taps after clipping at the border,
                                * a full window's taps, the outputs whose window holds an input
                                * (mean over the inputs) */
-    double win2, cmax;        /* pooling: the mean of a clipped window's taps squared, the
-                               * most outputs whose window holds one input */
+    double cmax;              /* pooling: the most outputs whose window holds one input */
     double s, s2;             /* bytes of an element of the main dtype and of a second one */
     double h, h2;             /* 1 when that dtype is fp16 (a load decodes it: kernels/half.h) */
     double acc;               /* the call adds into its output */

@@ -11,6 +11,8 @@
  * Deterministic, no clock; a few milliseconds for ResNet-50. */
 #include "gpucost.h"
 
+#include "../runtime/kernels/bn_tree.h" /* BatchNorm's scratch */
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,19 +206,18 @@ static void pool_view(const Node *n, const Node *x, const Node *y, int64_t N, Gk
     bool global = node_bool(n, POOL_GLOBAL_POOL);
     const AttrVal *kt = node_tuple(n, POOL_KERNEL), *st = node_tuple(n, POOL_STRIDE),
                   *pt = node_tuple(n, POOL_PAD);
-    d->win = d->win2 = d->wmax = d->cover = d->cmax = 1;
+    d->win = d->wmax = d->cover = d->cmax = 1;
     for (int a = 2; a < x->shape.rank; a++) {
         int i = a - 2;
         double is = dimv(x->shape.d[a], N), os = dimv(y->shape.d[a], N);
         double k = global ? is : i < kt->t.n ? (double)kt->t.v[i] : 1;
         double s = global ? 1 : i < st->t.n ? (double)st->t.v[i] : 1;
         double p = global ? 0 : i < pt->t.n ? (double)pt->t.v[i] : 0;
-        double taps = 0, taps2 = 0, cov = 0, most = 0;
+        double taps = 0, cov = 0, most = 0;
         for (double o = 0; o < os; o++) {
             double lo = o * s - p, hi = fmin(lo + k, is + p);
             double t = fmax(0, fmin(hi, is) - fmax(lo, 0));
             taps += t;
-            taps2 += t * t;
         }
         for (double e = 0; e < is; e++) { /* outputs o with o*s - p <= e < o*s - p + k */
             double first = ceil(fmax(0, e + p - k + 1) / s),
@@ -225,7 +226,6 @@ static void pool_view(const Node *n, const Node *x, const Node *y, int64_t N, Gk
             most = fmax(most, last - first + 1);
         }
         d->win *= os > 0 ? taps / os : 0;
-        d->win2 *= os > 0 ? taps2 / os : 0;
         d->wmax *= k;
         d->cover *= is > 0 ? cov / is : 0;
         d->cmax *= most;
@@ -732,9 +732,10 @@ static double lin_bytes(LinExpr e, int64_t N)
 }
 
 /* Peak device memory: the arena (the larger step's plan), the workspace
- * (the channel pads exactly; cuDNN's own between nothing and its limit),
- * the parameters, fp32 masters and optimizer state, the inputs, BatchNorm's
- * scratch (12 bytes a channel) and the context. */
+ * (the channel pads and max pooling's argmax exactly; cuDNN's own between
+ * nothing and its limit), the parameters, fp32 masters and optimizer state,
+ * the inputs, BatchNorm's scratch (5 floats a channel and the tiles' partials:
+ * batchnorm_reduce.cuh's ampc_batchnorm_ws_max) and the context. */
 static void memory(const Gc *gc, GcResult *r, double pad_max, double max_c)
 {
     const Program *p = gc->p;
@@ -756,7 +757,9 @@ static void memory(const Gc *gc, GcResult *r, double pad_max, double max_c)
             r->masters += 4 * e;
         r->state += 4.0 * gc->o->nstate * e;
     }
-    r->scratch = 12 * max_c;
+    r->scratch = max_c > 0 ? ceil(20 * max_c / 256) * 256 +
+                                 16 * fmax((double)AMPC_BN_BLOCKS * AMPC_BN_GROUP, max_c)
+                           : 0;
     double limit = (gc->o->workspace_mb > 0 ? gc->o->workspace_mb : 1024) * 1048576.0;
     r->workspace = (GcRange){pad_max, pad_max + limit};
     r->context = (GcRange){kv(K_CONTEXT_MB, 0) * 1048576.0, kv(K_CONTEXT_MB, 1) * 1048576.0};
@@ -802,8 +805,9 @@ static void startup(const Gc *gc, GcResult *r)
     }
 }
 
-/* the largest channel pads of a convolution (its workspace's exact part) and
- * the most BatchNorm channels (its scratch) */
+/* the workspace's exact part (the largest channel pads of a convolution, or
+ * max pooling's argmax, 4 bytes an output) and the most BatchNorm channels
+ * (its scratch) */
 static void pads_and_channels(const Gc *gc, double *pad_max, double *max_c)
 {
     *pad_max = *max_c = 0;
@@ -816,6 +820,8 @@ static void pads_and_channels(const Gc *gc, double *pad_max, double *max_c)
             *pad_max = fmax(
                 *pad_max,
                 (ceil(d.N * d.HW * d.cp * d.s / 256) + ceil(d.K * d.RS * d.cp * d.s / 256)) * 256);
+        if (is_family(n, "pool_backward") && d.mode == POOL_MAX)
+            *pad_max = fmax(*pad_max, 4 * d.n);
         if (kfamily[n->op] && strncmp(kfamily[n->op], "bn_", 3) == 0)
             *max_c = fmax(*max_c, d.c);
     }

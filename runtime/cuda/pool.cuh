@@ -14,12 +14,17 @@
  * output by output into an fp32 plane, so every input element receives
  * the same fp32 additions in the same order: the same bits, with no
  * atomics and no thread reading what another writes.
- * The max backward recomputes each candidate window's argmax, K^d reads
- * per window, which is fine for the usual 3x3 stride 2.
+ * Max's backward evaluates each window once: a first launch writes every
+ * window's argmax (the first maximum's in-plane index, -1 when empty) to the
+ * workspace (rt_cuda_pool_workspace_bytes: 4 bytes an output), which the
+ * gather then compares (before, each of the up to 4 windows of a 3x3
+ * stride-2 pooling that hold an element was searched again for it).
  *
  * Layout: NCHW (element (n, c, s) at (n*C + c)*S + s) or NHWC
  * ((n*S + s)*C + c); the contract functions (rt_cuda_pool_*) take the
- * convolutions' layout for the dtype (plan.h).
+ * convolutions' layout for the dtype (plan.h).  Threads take elements in
+ * the layout's own order (in NHWC the channel innermost), so a warp's
+ * loads and stores are adjacent.
  */
 #ifndef AMPC_CUDA_POOL_CUH
 #define AMPC_CUDA_POOL_CUH
@@ -35,6 +40,20 @@ static inline AMPC_HD size_t ampc_pool_at(const AmpcPoolGeom *g, size_t n, size_
                                           size_t plane)
 {
     return g->nhwc ? (n * plane + s) * (size_t)g->c + c : (n * (size_t)g->c + c) * plane + s;
+}
+
+/* thread t's (n, c, s) in a plane of `plane` positions: t runs in the
+ * layout's order (NHWC: the channel innermost), so adjacent threads touch
+ * adjacent bytes */
+static inline AMPC_HD void ampc_pool_split(const AmpcPoolGeom *g, size_t t, size_t plane, size_t *n,
+                                           size_t *c, size_t *s)
+{
+    size_t C = (size_t)g->c;
+    if (g->nhwc) {
+        *c = t % C, *s = t / C % plane, *n = t / C / plane;
+    } else {
+        *s = t % plane, *c = t / plane % C, *n = t / plane / C;
+    }
 }
 
 /* pool.c's window(): clipped bounds per axis and the avg divisor */
@@ -88,8 +107,8 @@ __global__ void ampc_k_pool_forward(AmpcPoolGeom g, int dt, ampc_dptr<const void
     size_t oplane = (size_t)g.O[0] * g.O[1] * g.O[2], iplane = (size_t)g.IS[0] * g.IS[1] * g.IS[2];
     AMPC_LAY_FOR(t, (size_t)g.n * g.c * oplane)
     {
-        /* t counts (n, c, o) in NCHW order; the address follows the layout */
-        size_t os = t % oplane, c = t / oplane % (size_t)g.c, n = t / oplane / (size_t)g.c;
+        size_t n, c, os;
+        ampc_pool_split(&g, t, oplane, &n, &c, &os);
         int o[3] = {(int)(os / ((size_t)g.O[1] * g.O[2])), (int)(os / g.O[2] % g.O[1]),
                     (int)(os % g.O[2])};
         int lo[3], hi[3];
@@ -126,13 +145,35 @@ static inline AMPC_HD void ampc_pool_range(const AmpcPoolGeom *g, int a, int i, 
     *last = (int)l;
 }
 
-__global__ void ampc_k_pool_backward(AmpcPoolGeom g, int dt, ampc_dptr<const void> x,
+/* max's backward, first: every window's argmax (its first maximum's flat
+ * in-plane index, -1 when empty), one thread per output */
+__global__ void ampc_k_pool_argmax(AmpcPoolGeom g, int dt, ampc_dptr<const void> x,
+                                   ampc_dptr<int32_t> arg)
+{
+    size_t oplane = (size_t)g.O[0] * g.O[1] * g.O[2];
+    AMPC_LAY_FOR(t, (size_t)g.n * g.c * oplane)
+    {
+        size_t n, c, os;
+        ampc_pool_split(&g, t, oplane, &n, &c, &os);
+        int o[3] = {(int)(os / ((size_t)g.O[1] * g.O[2])), (int)(os / g.O[2] % g.O[1]),
+                    (int)(os % g.O[2])};
+        int lo[3], hi[3];
+        float div, m;
+        ampc_pool_window(&g, o, lo, hi, &div);
+        arg[ampc_pool_at(&g, n, c, os, oplane)] = (int32_t)ampc_pool_argmax(&g, x, n, c, lo, hi, dt, &m);
+    }
+}
+
+/* the gather: dy of each window that holds this element, max's where the
+ * window's argmax (arg) is this element */
+__global__ void ampc_k_pool_backward(AmpcPoolGeom g, int dt, ampc_dptr<const int32_t> arg,
                                      ampc_dptr<const void> dy, ampc_dptr<void> dx, int acc)
 {
     size_t oplane = (size_t)g.O[0] * g.O[1] * g.O[2], iplane = (size_t)g.IS[0] * g.IS[1] * g.IS[2];
     AMPC_LAY_FOR(t, (size_t)g.n * g.c * iplane)
     {
-        size_t is = t % iplane, c = t / iplane % (size_t)g.c, n = t / iplane / (size_t)g.c;
+        size_t n, c, is;
+        ampc_pool_split(&g, t, iplane, &n, &c, &is);
         int in[3] = {(int)(is / ((size_t)g.IS[1] * g.IS[2])), (int)(is / g.IS[2] % g.IS[1]),
                      (int)(is % g.IS[2])};
         size_t at = ampc_pool_at(&g, n, c, is, iplane);
@@ -151,17 +192,23 @@ __global__ void ampc_k_pool_backward(AmpcPoolGeom g, int dt, ampc_dptr<const voi
                         in[2] < lo[2] || in[2] >= hi[2])
                         continue;
                     size_t os = ((size_t)o0 * g.O[1] + o1) * g.O[2] + o2;
-                    float d = ampc_lay_load(dy, ampc_pool_at(&g, n, c, os, oplane), dt);
-                    if (g.type == AMPC_POOL_MAX) {
-                        float m;
-                        if (ampc_pool_argmax(&g, x, n, c, lo, hi, dt, &m) == (long)is)
-                            v += d;
-                    } else {
+                    size_t ot = ampc_pool_at(&g, n, c, os, oplane);
+                    float d = ampc_lay_load(dy, ot, dt);
+                    if (g.type != AMPC_POOL_MAX)
                         v += d / div;
-                    }
+                    else if (arg[ot] == (int32_t)is)
+                        v += d;
                 }
         ampc_lay_store(dx, at, dt, v, 0);
     }
+}
+
+/* the workspace of the backward: max's argmax, 4 bytes an output */
+AMPC_LAY_API size_t ampc_pool_ws_bytes(const AmpcPoolGeom *g, int backward)
+{
+    if (!backward || g->type != AMPC_POOL_MAX)
+        return 0;
+    return (size_t)g->n * g->c * g->O[0] * g->O[1] * g->O[2] * sizeof(int32_t);
 }
 
 AMPC_LAY_API int ampc_cu_pool_forward(AmpcStream s, const AmpcPoolGeom *g, int dt, const void *x,
@@ -174,14 +221,23 @@ AMPC_LAY_API int ampc_cu_pool_forward(AmpcStream s, const AmpcPoolGeom *g, int d
     return AMPC_LAUNCH_ERROR();
 }
 
+/* ws: ampc_pool_ws_bytes(g, 1) of device memory (max's argmax) */
 AMPC_LAY_API int ampc_cu_pool_backward(AmpcStream s, const AmpcPoolGeom *g, int dt, const void *x,
-                                       const void *dy, void *dx, int acc)
+                                       const void *dy, void *dx, int acc, void *ws)
 {
     size_t n = (size_t)g->n * g->c * g->IS[0] * g->IS[1] * g->IS[2];
+    size_t no = (size_t)g->n * g->c * g->O[0] * g->O[1] * g->O[2];
     if (n == 0)
         return 0;
-    AMPC_LAUNCH(ampc_k_pool_backward, ampc_lay_grid(n), AMPC_LAY_THREADS, s, *g, dt, x, dy, dx,
-                acc);
+    if (g->type == AMPC_POOL_MAX && no > 0) {
+        AMPC_LAUNCH(ampc_k_pool_argmax, ampc_lay_grid(no), AMPC_LAY_THREADS, s, *g, dt, x,
+                    (int32_t *)ws);
+        int e = AMPC_LAUNCH_ERROR();
+        if (e)
+            return e;
+    }
+    AMPC_LAUNCH(ampc_k_pool_backward, ampc_lay_grid(n), AMPC_LAY_THREADS, s, *g, dt,
+                (const int32_t *)ws, dy, dx, acc);
     return AMPC_LAUNCH_ERROR();
 }
 

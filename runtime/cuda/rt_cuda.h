@@ -173,7 +173,8 @@ void rt_cuda_fc_backward_weight(RtCudaCtx *cx, const RtFcDims *d, RtDType dt, co
 
 /* ---- Pooling (custom kernels, pool.cuh) -------------------------------------------- */
 
-/* in d->layout (NCHW or NHWC); no workspace */
+/* in d->layout (NCHW or NHWC); the backward of max pooling takes a workspace
+ * of 4 bytes an output (each window's argmax, evaluated once) */
 size_t rt_cuda_pool_workspace_bytes(RtCudaCtx *cx, const RtPoolDims *d, RtDType dt, RtPass pass);
 void rt_cuda_pool_forward(RtCudaCtx *cx, const RtPoolDims *d, RtDType dt, const void *x, void *y,
                           void *ws);
@@ -344,10 +345,12 @@ int ampc_cu_bias_add(AmpcStream s, size_t outer, int c, size_t inner, int dt, vo
                      const void *bias);
 int ampc_cu_bias_grad(AmpcStream s, size_t outer, int c, size_t inner, int dt, const void *dy,
                       void *dbias, int acc);
-/* pool.cuh: rt_pool_forward / rt_pool_backward bit for bit, in g's layout */
+/* pool.cuh: rt_pool_forward / rt_pool_backward bit for bit, in g's layout;
+ * the backward's ws: ampc_pool_ws_bytes(g, 1) bytes (max's argmax) */
 int ampc_cu_pool_forward(AmpcStream s, const AmpcPoolGeom *g, int dt, const void *x, void *y);
+size_t ampc_pool_ws_bytes(const AmpcPoolGeom *g, int backward);
 int ampc_cu_pool_backward(AmpcStream s, const AmpcPoolGeom *g, int dt, const void *x,
-                          const void *dy, void *dx, int acc);
+                          const void *dy, void *dx, int acc, void *ws);
 /* batchnorm.cuh: rt_batchnorm_* with RtBnDims.order = RT_BN_ORDER_TILED, bit
  * for bit: the training forward (sc: the residual add, relu: then the relu),
  * the inference forward, the backward (ry: the fused relu's y, dy masked by

@@ -264,6 +264,7 @@ static void pool_case(RtPoolDims d, RtDType dt, Row *fwd, Row *bwd)
     void *dxl = last ? permute(dx, d.n, d.c, S, es, true) : dx;
     void *X = dev(xn * es), *DY = dev(yn * es), *OUT = dev(xn * es + yn * es);
     void *C = ws_host(rt_pool_workspace_bytes(&d, dt, RT_PASS_BACKWARD));
+    void *WS = dev(rt_cuda_pool_workspace_bytes(cx, &dl, dt, RT_PASS_BACKWARD) + 1); /* max's argmax */
     void *cpu = malloc(xn * es + yn * es), *out = malloc(xn * es + yn * es);
     up(X, xl, xn * es), up(DY, dyl, yn * es);
     rt_pool_forward(&d, dt, x, cpu, C);
@@ -277,14 +278,14 @@ static void pool_case(RtPoolDims d, RtDType dt, Row *fwd, Row *bwd)
         memcpy(cpu, dx, xn * es);
         up(OUT, dxl, xn * es);
         rt_pool_backward(&d, dt, x, dy, cpu, acc, C);
-        rt_cuda_pool_backward(cx, &dl, dt, X, DY, OUT, acc, NULL);
+        rt_cuda_pool_backward(cx, &dl, dt, X, DY, OUT, acc, WS);
         down(out, OUT, xn * es);
         o = last ? permute(out, d.n, S, d.c, es, true) : out;
         note(bwd, err_of(o, cpu, xn, dt));
         if (last)
             free(o);
     }
-    cudaFree(X), cudaFree(DY), cudaFree(OUT);
+    cudaFree(X), cudaFree(DY), cudaFree(OUT), cudaFree(WS);
     free(x), free(dy), free(dx), free(C), free(cpu), free(out);
     if (last)
         free(xl), free(dyl), free(dxl);

@@ -207,7 +207,10 @@ static void pool_case(RtPoolDims d, int *cases)
                 memcpy(want, dx0, xn * es);
                 rt_pool_backward(&d, dt, x, dy, want, acc, ws);
                 void *dxl = lay ? permute(dx0, (size_t)d.n, (size_t)d.c, S, es) : dx0;
-                assert_int_equal(ampc_cu_pool_backward(NULL, &g, (int)dt, xl, dyl, dxl, acc), 0);
+                void *arg = dmem(ampc_pool_ws_bytes(&g, 1) + 1); /* max's argmax */
+                assert_int_equal(ampc_cu_pool_backward(NULL, &g, (int)dt, xl, dyl, dxl, acc, arg),
+                                 0);
+                dfree(arg);
                 back = lay ? permute(dxl, (size_t)d.n, S, (size_t)d.c, es) : dxl;
                 same(back, want, xn, dt, true, "pool backward");
                 if (lay)
