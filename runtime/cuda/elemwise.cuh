@@ -265,70 +265,146 @@ __global__ void ampc_k_bcast_bwd_full(AmpcBcast g, int side, int dt, ampc_dptr<c
     }
 }
 
-/* A reduced side (a when side is 0, b when 1): one thread per element of
- * it, summing in double in the CPU's order: rows of out (all axes but the
- * last) in order, and within a row the element itself when the side runs
- * along the row, else the row's chunks of 512 each summed first
+/* A reduced side (a when side is 0, b when 1): each of its elements sums
+ * in double, in the CPU's order, the items of its rows: the rows of out
+ * (all axes but the last) where the side has size 1, in order, the last of
+ * those axes fastest; a row's item is its one term where the side runs
+ * along the row, else each 512-wide chunk of the row, summed first from 0
  * (elemwise.c's rt_broadcast_backward; reduce.c's sum with b all 1s).
- * The thread walks only its rows: an odometer over the axes where the side
- * has size 1, its own coordinates fixed on the others.  dst = the sum times
- * scale (1, or mean's count ratio), rounded once; acc adds. */
+ * dst = the sum times scale (1, or mean's count ratio), rounded once; acc
+ * adds.  ampc_k_bcast_reduce: a thread an element, its items in order:
+ * the CPU's bits.  ampc_k_bcast_reduce_block (an element with
+ * AMPC_CU_BLOCK_MIN terms or more): a block an element; thread t adds the
+ * items t, t + 256, ... in order, then ampc_cu_block_sum's fixed tree: an
+ * order of the sizes alone, another than the CPU's (within rounding of it;
+ * test_cuda_ops_emu's twin follows it bit for bit). */
 #define AMPC_CU_CHUNK 512
+#define AMPC_CU_BLOCK_MIN 2048
+
+/* the reduced element idx's coordinates k (0 where it is reduced over) */
+static inline __device__ void ampc_cu_reduced_at(const AmpcBcast *g, int side, size_t idx,
+                                                 int64_t *k)
+{
+    const int64_t *xs = side ? g->b : g->a, *sx = side ? g->sb : g->sa;
+    for (int i = g->rank - 1; i >= 0; i--) {
+        k[i] = (int64_t)(idx % (size_t)xs[i]);
+        idx /= (size_t)xs[i];
+    }
+    for (int i = 0; i < g->rank - 1; i++)
+        if (!sx[i])
+            k[i] = 0;
+}
+
+/* a row's items (1, or its chunks), and an element's rows */
+static inline AMPC_HD size_t ampc_cu_row_items(const AmpcBcast *g, int side)
+{
+    size_t len = (size_t)g->out[g->rank - 1];
+    return (side ? g->sb : g->sa)[g->rank - 1] ? 1 : (len + AMPC_CU_CHUNK - 1) / AMPC_CU_CHUNK;
+}
+static inline AMPC_HD size_t ampc_cu_rows(const AmpcBcast *g, int side)
+{
+    const int64_t *sx = side ? g->sb : g->sa;
+    size_t rows = 1;
+    for (int i = 0; i < g->rank - 1; i++)
+        rows *= sx[i] ? 1 : (size_t)g->out[i];
+    return rows;
+}
+
+/* item `item` of the row at coordinates k (the last one's ignored) */
+static inline __device__ double ampc_cu_item(const AmpcBcast *g, int side, const int64_t *k,
+                                             size_t item, int dt, ampc_dptr<const void> dy,
+                                             ampc_dptr<const void> other, float sign)
+{
+    const int64_t *sx = side ? g->sb : g->sa, *so = side ? g->sa : g->sb;
+    int r = g->rank;
+    size_t len = (size_t)g->out[r - 1], row = 0, oo = 0;
+    for (int i = 0; i < r - 1; i++) {
+        row = row * (size_t)g->out[i] + (size_t)k[i];
+        oo += (size_t)k[i] * (size_t)so[i];
+    }
+    if (sx[r - 1]) {
+        size_t col = (size_t)k[r - 1];
+        return (double)ampc_cu_bgrad(dy, row * len + col, other, oo + col * (size_t)so[r - 1], dt,
+                                     sign);
+    }
+    size_t j = item * AMPC_CU_CHUNK, m = len - j < AMPC_CU_CHUNK ? len - j : AMPC_CU_CHUNK;
+    double cs = 0.0;
+    for (size_t i = 0; i < m; i++)
+        cs += (double)ampc_cu_bgrad(dy, row * len + j + i, other, oo + (j + i) * (size_t)so[r - 1],
+                                    dt, sign);
+    return cs;
+}
+
+/* k's free coordinates (where the side has size 1) of the element's row q */
+static inline __device__ void ampc_cu_row_at(const AmpcBcast *g, int side, size_t q, int64_t *k)
+{
+    const int64_t *sx = side ? g->sb : g->sa;
+    for (int i = g->rank - 2; i >= 0; i--)
+        if (!sx[i]) {
+            k[i] = (int64_t)(q % (size_t)g->out[i]);
+            q /= (size_t)g->out[i];
+        }
+}
 
 __global__ void ampc_k_bcast_reduce(AmpcBcast g, int side, int dt, ampc_dptr<const void> dy,
                                     ampc_dptr<const void> other, float sign, double scale,
                                     ampc_dptr<void> dst, int acc)
 {
-    const int64_t *xs = side ? g.b : g.a, *sx = side ? g.sb : g.sa, *so = side ? g.sa : g.sb;
-    int r = g.rank;
-    size_t nx = ampc_cu_numel(xs, r), len = (size_t)g.out[r - 1];
+    size_t nx = ampc_cu_numel(side ? g.b : g.a, g.rank), per = ampc_cu_row_items(&g, side);
+    size_t rows = ampc_cu_rows(&g, side);
     for (size_t idx = ampc_cu_first(); idx < nx; idx += ampc_cu_stride()) {
         int64_t k[RT_MAX_RANK];
-        size_t rem = idx;
-        for (int i = r - 1; i >= 0; i--) {
-            k[i] = (int64_t)(rem % (size_t)xs[i]);
-            rem /= (size_t)xs[i];
-        }
-        for (int i = 0; i < r - 1; i++)
-            if (!sx[i])
-                k[i] = 0;
+        ampc_cu_reduced_at(&g, side, idx, k);
         double s = 0.0;
-        int done = len == 0;
-        for (int i = 0; i < r - 1; i++)
-            done |= g.out[i] == 0;
-        while (!done) {
-            size_t row = 0, oo = 0;
-            for (int i = 0; i < r - 1; i++) {
-                row = row * (size_t)g.out[i] + (size_t)k[i];
-                oo += (size_t)k[i] * (size_t)so[i];
-            }
-            if (sx[r - 1]) {
-                size_t col = (size_t)k[r - 1];
-                s += (double)ampc_cu_bgrad(dy, row * len + col, other,
-                                            oo + col * (size_t)so[r - 1], dt, sign);
-            } else {
-                for (size_t j = 0; j < len; j += AMPC_CU_CHUNK) {
-                    size_t m = len - j < AMPC_CU_CHUNK ? len - j : AMPC_CU_CHUNK;
-                    double cs = 0.0;
-                    for (size_t i = 0; i < m; i++)
-                        cs += (double)ampc_cu_bgrad(dy, row * len + j + i, other,
-                                                     oo + (j + i) * (size_t)so[r - 1], dt, sign);
-                    s += cs;
-                }
-            }
-            /* the next row of this element: the last free axis first */
-            int i = r - 2;
-            for (; i >= 0; i--) {
-                if (sx[i])
-                    continue;
-                if (++k[i] < g.out[i])
-                    break;
-                k[i] = 0;
-            }
-            done = i < 0;
+        for (size_t q = 0; q < rows; q++) {
+            ampc_cu_row_at(&g, side, q, k);
+            for (size_t c = 0; c < per; c++)
+                s += ampc_cu_item(&g, side, k, c, dt, dy, other, sign);
         }
         ampc_cu_store_acc(dst, idx, dt, (float)(s * scale), acc);
     }
+}
+
+__global__ void ampc_k_bcast_reduce_block(AmpcBcast g, int side, int dt, ampc_dptr<const void> dy,
+                                          ampc_dptr<const void> other, float sign, double scale,
+                                          ampc_dptr<void> dst, int acc)
+{
+    AMPC_SHARED(double, part, AMPC_CU_WARPS);
+    size_t nx = ampc_cu_numel(side ? g.b : g.a, g.rank), per = ampc_cu_row_items(&g, side);
+    size_t items = ampc_cu_rows(&g, side) * per;
+    for (size_t idx = blockIdx.x; idx < nx; idx += gridDim.x) {
+        int64_t k[RT_MAX_RANK];
+        ampc_cu_reduced_at(&g, side, idx, k);
+        double s = 0.0;
+        for (size_t j = threadIdx.x; j < items; j += blockDim.x) {
+            ampc_cu_row_at(&g, side, j / per, k);
+            s += ampc_cu_item(&g, side, k, j % per, dt, dy, other, sign);
+        }
+        s = ampc_cu_block_sum<double>(s, part);
+        if (threadIdx.x == 0)
+            ampc_cu_store_acc(dst, idx, dt, (float)(s * scale), acc);
+    }
+}
+
+/* A reduced side's launch: a block an element where each sums
+ * AMPC_CU_BLOCK_MIN terms or more, else a thread an element */
+static int ampc_cu_bcast_reduce(AmpcStream s, const AmpcBcast *g, int side, int dt, const void *dy,
+                                const void *other, float sign, double scale, void *dst, int acc)
+{
+    size_t nx = ampc_cu_numel(side ? g->b : g->a, g->rank);
+    size_t terms = ampc_cu_rows(g, side) *
+                   ((side ? g->sb : g->sa)[g->rank - 1] ? 1 : (size_t)g->out[g->rank - 1]);
+    if (nx == 0)
+        return 0;
+    if (terms >= AMPC_CU_BLOCK_MIN) {
+        unsigned grid = nx < AMPC_CU_GRID_CAP ? (unsigned)nx : (unsigned)AMPC_CU_GRID_CAP;
+        AMPC_LAUNCH(ampc_k_bcast_reduce_block, grid, AMPC_CU_THREADS, s, *g, side, dt, dy, other,
+                    sign, scale, dst, acc);
+    } else {
+        AMPC_LAUNCH(ampc_k_bcast_reduce, ampc_cu_grid(nx), AMPC_CU_THREADS, s, *g, side, dt, dy,
+                    other, sign, scale, dst, acc);
+    }
+    return AMPC_LAUNCH_ERROR();
 }
 
 AMPC_CU_API void rt_cuda_elemwise_forward(RtCudaCtx *cx, RtBinOp op, size_t n, RtDType dt, const void *a,
@@ -366,7 +442,7 @@ static AmpcBcast ampc_cu_bcast(const RtBcastDims *d)
     return g;
 }
 
-/* no scratch: each reduced element is summed by its own thread */
+/* no scratch: each reduced element is summed by its own thread or block */
 AMPC_CU_API size_t rt_cuda_broadcast_workspace_bytes(RtCudaCtx *cx, const RtBcastDims *d, RtDType dt,
                                                      RtPass pass)
 {
@@ -400,7 +476,8 @@ AMPC_CU_API void rt_cuda_broadcast_backward(RtCudaCtx *cx, RtBinOp op, const RtB
         if (nx == no)
             AMPC_CU_GO(ampc_k_bcast_bwd_full, no, g, side, (int)dt, dy, other, sign, dst, acc);
         else
-            AMPC_CU_GO(ampc_k_bcast_reduce, nx, g, side, (int)dt, dy, other, sign, 1.0, dst, acc);
+            AMPC_CU_RUN(ampc_cu_bcast_reduce(cx->stream, &g, side, (int)dt, dy, other, sign, 1.0,
+                                             dst, acc));
     }
 }
 

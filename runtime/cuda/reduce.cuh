@@ -57,7 +57,7 @@ static void ampc_cu_reduce_fwd(RtCudaCtx *cx, const RtReduceDims *d, RtDType dt,
     size_t nx, ny;
     AmpcBcast g = ampc_cu_reduce_view(d, &nx, &ny);
     double scale = mean && ny ? (double)ny / (double)nx : 1.0;
-    AMPC_CU_GO(ampc_k_bcast_reduce, ny, g, 0, (int)dt, x, (const void *)NULL, 1.0f, scale, y, 0);
+    AMPC_CU_RUN(ampc_cu_bcast_reduce(cx->stream, &g, 0, (int)dt, x, NULL, 1.0f, scale, y, 0));
 }
 
 static void ampc_cu_reduce_bwd(RtCudaCtx *cx, const RtReduceDims *d, RtDType dt, const void *dy, void *dx,

@@ -432,7 +432,10 @@ static void other_shaped(int dt)
     void *rws = malloc(rt_reduce_workspace_bytes(&r, t, RT_PASS_FORWARD) + 64);
     rt_mean_forward(&r, t, dy, db, rws);
     rt_cuda_mean_forward(&cx, &r, t, DY, DB, NULL);
-    compare_tol("mean", DB, db, 33, dt, 0.0);
+    /* 19,200 terms an output: a block each (elemwise.cuh), another order of
+     * the double sums than the CPU's, so within the rounding of the dtype
+     * (test_cuda_ops_emu holds the block order to its twin bit for bit) */
+    compare_tol("mean", DB, db, 33, dt, libm_tol(dt));
     rt_sum_backward(&r, t, db, y, false);
     rt_cuda_sum_backward(&cx, &r, t, DB, O, false);
     compare_tol("sum bwd", O, y, no, dt, 0.0);

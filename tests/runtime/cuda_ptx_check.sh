@@ -74,7 +74,7 @@ fi
 # the optimizer, finite-check and loss-scale kernels, and other families' (the
 # rt.h twins without libm, which kernels.cu builds so the checks above cover them)
 for k in ampc_k_mt_optim ampc_k_mt_finite ampc_k_finite ampc_k_loss_scale ampc_k_dropout \
-         ampc_k_bcast_reduce ampc_k_smo_bwd ampc_k_concat; do
+         ampc_k_bcast_reduce ampc_k_smo_grad ampc_k_concat; do
     for arch in sm_80 sm_90; do
         if ! grep "Compiling entry function" "$log" | grep "$k" | grep -q "'$arch'"; then
             echo "cuda_ptx_check: FAIL: ptxas reported nothing for $k on $arch"

@@ -389,13 +389,22 @@ static void test_concat_layout(void **st)
 
 /* ---- broadcasting, sum, mean ------------------------------------------------------------ */
 
-static void bcast_case(int ra, const int64_t *sa, int rb, const int64_t *sb, RtDType dt)
+/* the dims of a op b, and the elements of out, a and b */
+static RtBcastDims bcast_dims(int ra, const int64_t *sa, int rb, const int64_t *sb, size_t *no,
+                              size_t *na, size_t *nb)
 {
     RtBcastDims d;
     assert_true(rt_broadcast_dims_init(&d, ra, sa, rb, sb));
-    size_t no = 1, na = 1, nb = 1;
+    *no = *na = *nb = 1;
     for (int i = 0; i < d.rank; i++)
-        no *= (size_t)d.out[i], na *= (size_t)d.a[i], nb *= (size_t)d.b[i];
+        *no *= (size_t)d.out[i], *na *= (size_t)d.a[i], *nb *= (size_t)d.b[i];
+    return d;
+}
+
+static void bcast_case(int ra, const int64_t *sa, int rb, const int64_t *sb, RtDType dt)
+{
+    size_t no, na, nb;
+    RtBcastDims d = bcast_dims(ra, sa, rb, sb, &no, &na, &nb);
     void *a = buf(na, dt, true), *b = buf(nb, dt, true), *dy = buf(no, dt, false);
     void *yg = buf(no, dt, false), *yc = buf(no, dt, false);
     plant(dy, no, dt, (size_t)d.out[d.rank - 1]);
@@ -486,6 +495,133 @@ static void test_sum_mean(void **st)
         reduce_case(1, s3, r3, dts[t]);
     }
     assert_int_equal(compared, 3 * 3 * 5 * 4);
+}
+
+/* ---- block reductions: elemwise.cuh's order, in C ------------------------------------- */
+
+/* ampc_cu_block_sum's tree over 256 threads' sums: each warp's lanes
+ * pairwise (lane l += lane l + h, h = 16..1), then the 8 warps' the same */
+static double tree256(double *v)
+{
+    double w8[8];
+    for (int w = 0; w < 8; w++) {
+        double *l = v + 32 * w;
+        for (int h = 16; h >= 1; h /= 2)
+            for (int i = 0; i < h; i++)
+                l[i] = l[i] + l[i + h];
+        w8[w] = l[0];
+    }
+    for (int h = 4; h >= 1; h /= 2)
+        for (int i = 0; i < h; i++)
+            w8[i] = w8[i] + w8[i + h];
+    return w8[0];
+}
+
+static float ld(const void *p, size_t i, RtDType dt)
+{
+    float v;
+    rt_to_f32(&v, (const char *)p + i * rt_dtype_size(dt), 1, dt);
+    return v;
+}
+
+/* ampc_k_bcast_reduce_block's result for element idx of side (a: 0, b: 1):
+ * its items (each term where the side runs along the last axis, else each
+ * row's 512-wide chunks summed first from 0) in out's order, dealt to 256
+ * threads in turn, each thread's sum in order, then tree256; times scale,
+ * rounded once, acc adding what dst holds */
+static void block_twin(const RtBcastDims *d, int side, RtDType dt, const void *dy,
+                       const void *other, float sign, double scale, void *dst, size_t idx, bool acc)
+{
+    const int64_t *xs = side ? d->b : d->a, *os = side ? d->a : d->b;
+    int r = d->rank;
+    size_t no = 1, len = (size_t)d->out[r - 1], item = 0, key = SIZE_MAX;
+    for (int i = 0; i < r; i++)
+        no *= (size_t)d->out[i];
+    double t[256] = {0}, cur = 0.0;
+    bool open = false;
+    for (size_t e = 0; e < no; e++) {
+        size_t rem = e, xo = 0, oo = 0, xst = 1, ost = 1;
+        for (int i = r - 1; i >= 0; i--) {
+            size_t k = rem % (size_t)d->out[i];
+            rem /= (size_t)d->out[i];
+            xo += (xs[i] == 1 ? 0 : k) * xst, oo += (os[i] == 1 ? 0 : k) * ost;
+            xst *= (size_t)xs[i], ost *= (size_t)os[i];
+        }
+        if (xo != idx)
+            continue;
+        float g = ld(dy, e, dt), term = other ? g * ld(other, oo, dt) : sign * g;
+        size_t k = xs[r - 1] != 1 || len == 1 ? e : e / len * len + e % len / 512 * 512;
+        if (open && k != key)
+            t[item++ % 256] += cur, cur = 0.0;
+        key = k, open = true;
+        cur += (double)term;
+    }
+    if (open)
+        t[item % 256] += cur;
+    float v = (float)(tree256(t) * scale);
+    if (acc)
+        v = ld(dst, idx, dt) + v;
+    rt_from_f32((char *)dst + idx * rt_dtype_size(dt), &v, 1, dt);
+}
+
+/* every element of a side whose elements take the block path, against the
+ * twin, bit for bit (planted data: another order of the sums shows) */
+static void block_case(int ra, const int64_t *sa, int rb, const int64_t *sb, RtDType dt)
+{
+    size_t no, na, nb;
+    RtBcastDims d = bcast_dims(ra, sa, rb, sb, &no, &na, &nb);
+    void *a = buf(na, dt, false), *b = buf(nb, dt, false), *dy = buf(no, dt, false);
+    plant(dy, no, dt, (size_t)d.out[d.rank - 1]);
+    for (int op = 0; op < 3; op++)
+        for (int acc = 0; acc < 2; acc++) {
+            void *dag = buf(na, dt, false), *dat = dup(dag, na, dt);
+            void *dbg = buf(nb, dt, false), *dbt = dup(dbg, nb, dt);
+            rt_cuda_broadcast_backward(&cx, (RtBinOp)op, &d, dt, dy, a, b, dag, dbg, acc, acc,
+                                       NULL);
+            for (int side = 0; side < 2; side++) {
+                size_t nx = side ? nb : na;
+                if (nx == no)
+                    continue;
+                const void *other = op == RT_BIN_MUL ? (side ? a : b) : NULL;
+                float sign = side && op == RT_BIN_SUB ? -1.0f : 1.0f;
+                for (size_t i = 0; i < nx; i++)
+                    block_twin(&d, side, dt, dy, other, sign, 1.0, side ? dbt : dat, i, acc);
+                same(side ? dbg : dag, side ? dbt : dat, nx, dt, "block reduction");
+            }
+            dfree(dag), dfree(dat), dfree(dbg), dfree(dbt);
+        }
+    dfree(a), dfree(b), dfree(dy);
+}
+
+/* sum and mean where an element sums 2,048 terms or more: one output of
+ * 2,200 terms (a row's chunks), three of 2,300 rows' terms (the threads'
+ * items wrap), sum over [5, 700] (3,500 terms, chunks, planted) */
+static void test_block_reduce(void **st)
+{
+    (void)st;
+    const int64_t a1[] = {2, 1100}, b1[] = {1};
+    const int64_t a2[] = {2300, 3}, b2[] = {1, 3};
+    compared = 0;
+    BOTH_ORDERS for (int t = 0; t < 3; t++)
+    {
+        block_case(2, a1, 1, b1, dts[t]);
+        block_case(2, a2, 2, b2, dts[t]);
+        RtReduceDims rd = {2, {5, 700}, {true, true}};
+        RtBcastDims bd;
+        const int64_t in[2] = {5, 700}, one[2] = {1, 1};
+        assert_true(rt_broadcast_dims_init(&bd, 2, in, 2, one));
+        void *x = buf(3500, dts[t], false), *yg = buf(1, dts[t], false), *yt = dup(yg, 1, dts[t]);
+        plant(x, 3500, dts[t], 700);
+        for (int mean = 0; mean < 2; mean++) {
+            (mean ? rt_cuda_mean_forward : rt_cuda_sum_forward)(&cx, &rd, dts[t], x, yg, NULL);
+            /* sum's view: b all 1s, the a side reduced (reduce.cuh) */
+            bd.a[0] = bd.a[1] = 1;
+            block_twin(&bd, 0, dts[t], x, NULL, 1.0f, mean ? 1.0 / 3500.0 : 1.0, yt, 0, false);
+            same(yg, yt, 1, dts[t], mean ? "block mean" : "block sum");
+        }
+        dfree(x), dfree(yg), dfree(yt);
+    }
+    assert_int_equal(compared, 3 * 3 * (2 * 3 * 2 + 2));
 }
 
 /* ---- softmax, the loss head ------------------------------------------------------------- */
@@ -604,12 +740,12 @@ static void test_bn_moving(void **st)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_activation), cmocka_unit_test(test_leaky_relu),
-        cmocka_unit_test(test_dropout),    cmocka_unit_test(test_unary_clip),
-        cmocka_unit_test(test_wrappers),   cmocka_unit_test(test_concat_layout),
-        cmocka_unit_test(test_broadcast),  cmocka_unit_test(test_sum_mean),
-        cmocka_unit_test(test_softmax),    cmocka_unit_test(test_softmax_output),
-        cmocka_unit_test(test_bn_moving),
+        cmocka_unit_test(test_activation),     cmocka_unit_test(test_leaky_relu),
+        cmocka_unit_test(test_dropout),        cmocka_unit_test(test_unary_clip),
+        cmocka_unit_test(test_wrappers),       cmocka_unit_test(test_concat_layout),
+        cmocka_unit_test(test_broadcast),      cmocka_unit_test(test_sum_mean),
+        cmocka_unit_test(test_block_reduce),   cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_softmax_output), cmocka_unit_test(test_bn_moving),
     };
     return cmocka_run_group_tests(tests, emu_test_setup, emu_test_teardown);
 }

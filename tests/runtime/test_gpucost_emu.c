@@ -504,7 +504,8 @@ static void test_reduce(void **st)
     (void)st;
     for (int z = 0; z < 2; z++) {
         const Size *s = &sizes[z];
-        int64_t a0 = z ? 7 : 12, a1 = z ? 300 : 250;
+        /* the last axis's sums of 2,300 and 2,100 terms take a block each */
+        int64_t a0 = z ? 3 : 9, a1 = z ? 2100 : 2300;
         size_t n = (size_t)(a0 * a1);
         void *x = data(n, s->dt, -3, 3), *y = data(n, s->dt, -1, 1), *dx = data(n, s->dt, -1, 1);
         for (int ax = 0; ax < 2; ax++) {
@@ -546,7 +547,7 @@ static void test_broadcast(void **st)
     static const OpKind fwd[2] = {OP_broadcast_add, OP_broadcast_mul};
     for (int z = 0; z < 2; z++) {
         const Size *s = &sizes[z];
-        int64_t N = z ? 3 : 4, C = z ? 9 : 5, HW = z ? 70 : 150;
+        int64_t N = z ? 3 : 4, C = z ? 9 : 5, HW = z ? 70 : 600; /* db: 2,400 terms a block */
         int64_t ashape[3] = {N, C, HW}, bshape[3] = {1, C, 1};
         RtBcastDims bd;
         assert_true(rt_broadcast_dims_init(&bd, 3, ashape, 3, bshape));
