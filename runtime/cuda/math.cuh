@@ -150,6 +150,38 @@ __global__ void ampc_k_softmax(size_t outer, size_t len, size_t inner, int xdt,
     }
 }
 
+/* SoftmaxOutput's forward where a row has AMPC_CU_ROW_MIN classes or more:
+ * a block a row (before: a thread a row, 3 x len dependent loads).  The
+ * maximum (exact in any order: the first of equal values may differ only
+ * between -0 and +0, whose expf is the same) and the double sum of the
+ * exponentials: thread t its classes t, t + 256, ... in order, then the
+ * block's tree (ampc_cu_block_reduce), an order of the sizes alone; then
+ * ampc_k_softmax's outputs.  test_cuda_ops_emu's twin follows it bit for
+ * bit; the CPU's sum differs only in the double's last bits. */
+#define AMPC_CU_ROW_MIN 512
+__global__ void ampc_k_softmax_row(size_t rows, size_t len, int xdt, ampc_dptr<const void> x,
+                                   int dt, ampc_dptr<void> y)
+{
+    AMPC_SHARED(float, pm, AMPC_CU_WARPS);
+    AMPC_SHARED(double, ps, AMPC_CU_WARPS);
+    for (size_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        size_t base = r * len;
+        float mx = -INFINITY;
+        for (size_t l = threadIdx.x; l < len; l += blockDim.x) {
+            float v = ampc_cu_load(x, base + l, xdt);
+            mx = v > mx ? v : mx;
+        }
+        mx = ampc_cu_block_reduce<float>(mx, pm, AmpcCuMax());
+        double s = 0.0;
+        for (size_t l = threadIdx.x; l < len; l += blockDim.x)
+            s += (double)expf(ampc_cu_load(x, base + l, xdt) - mx);
+        s = ampc_cu_block_sum<double>(s, ps);
+        float fac = (float)(1.0 / s);
+        for (size_t l = threadIdx.x; l < len; l += blockDim.x)
+            ampc_cu_store(y, base + l, dt, expf(ampc_cu_load(x, base + l, xdt) - mx) * fac);
+    }
+}
+
 /* softmax: dx = y * (dy - sum(dy*y)); log_softmax: dx = dy - exp(y) * sum(dy) */
 __global__ void ampc_k_softmax_bwd(size_t outer, size_t len, size_t inner, int dt,
                                    ampc_dptr<const void> y, ampc_dptr<const void> dy,
@@ -268,8 +300,15 @@ AMPC_CU_API void rt_cuda_log_softmax_backward(RtCudaCtx *cx, int64_t outer, int6
 AMPC_CU_API void rt_cuda_softmax_output_forward(RtCudaCtx *cx, int64_t n, int64_t k, RtDType xdt, const void *x,
                                                 RtDType dt, void *prob)
 {
-    AMPC_CU_GO(ampc_k_softmax, (size_t)n, (size_t)n, (size_t)k, (size_t)1, (int)xdt, x, (int)dt,
-                prob, 0);
+    if ((size_t)k < AMPC_CU_ROW_MIN) {
+        AMPC_CU_GO(ampc_k_softmax, (size_t)n, (size_t)n, (size_t)k, (size_t)1, (int)xdt, x, (int)dt,
+                   prob, 0);
+    } else if (n > 0) {
+        unsigned grid = (size_t)n < AMPC_CU_GRID_CAP ? (unsigned)n : (unsigned)AMPC_CU_GRID_CAP;
+        AMPC_LAUNCH(ampc_k_softmax_row, grid, AMPC_CU_THREADS, cx->stream, (size_t)n, (size_t)k,
+                    (int)xdt, x, (int)dt, prob);
+        AMPC_CHECK(AMPC_API_CUDA, AMPC_LAUNCH_ERROR());
+    }
 }
 
 #endif /* AMPC_CUDA_MATH_CUH */

@@ -499,21 +499,22 @@ static void test_sum_mean(void **st)
 
 /* ---- block reductions: elemwise.cuh's order, in C ------------------------------------- */
 
-/* ampc_cu_block_sum's tree over 256 threads' sums: each warp's lanes
- * pairwise (lane l += lane l + h, h = 16..1), then the 8 warps' the same */
-static double tree256(double *v)
+/* ampc_cu_block_reduce's tree over 256 threads' values: each warp's lanes
+ * pairwise (lane l = op(lane l, lane l + h), h = 16..1), then the 8 warps'
+ * the same; op a + b, or with max the larger (b > a ? b : a) */
+static double tree256(double *v, bool max)
 {
     double w8[8];
     for (int w = 0; w < 8; w++) {
         double *l = v + 32 * w;
         for (int h = 16; h >= 1; h /= 2)
             for (int i = 0; i < h; i++)
-                l[i] = l[i] + l[i + h];
+                l[i] = max ? (l[i + h] > l[i] ? l[i + h] : l[i]) : l[i] + l[i + h];
         w8[w] = l[0];
     }
     for (int h = 4; h >= 1; h /= 2)
         for (int i = 0; i < h; i++)
-            w8[i] = w8[i] + w8[i + h];
+            w8[i] = max ? (w8[i + h] > w8[i] ? w8[i + h] : w8[i]) : w8[i] + w8[i + h];
     return w8[0];
 }
 
@@ -558,7 +559,7 @@ static void block_twin(const RtBcastDims *d, int side, RtDType dt, const void *d
     }
     if (open)
         t[item % 256] += cur;
-    float v = (float)(tree256(t) * scale);
+    float v = (float)(tree256(t, false) * scale);
     if (acc)
         v = ld(dst, idx, dt) + v;
     rt_from_f32((char *)dst + idx * rt_dtype_size(dt), &v, 1, dt);
@@ -691,6 +692,54 @@ static void test_softmax_output(void **st)
     assert_int_equal(compared, 3 * 9 * 7);
 }
 
+/* math.cuh's ampc_k_softmax_row in C: thread t's maximum and double sum
+ * of its classes t, t + 256, ... in order, each combined by tree256 */
+static void softmax_row_twin(size_t rows, size_t len, RtDType xdt, const void *x, RtDType dt,
+                             void *y)
+{
+    for (size_t r = 0; r < rows; r++) {
+        double m[256], t[256] = {0};
+        for (int i = 0; i < 256; i++)
+            m[i] = -INFINITY;
+        for (size_t l = 0; l < len; l++) {
+            float v = ld(x, r * len + l, xdt), mt = (float)m[l % 256];
+            m[l % 256] = v > mt ? v : mt;
+        }
+        float mx = (float)tree256(m, true);
+        for (size_t l = 0; l < len; l++)
+            t[l % 256] += (double)expf(ld(x, r * len + l, xdt) - mx);
+        float fac = (float)(1.0 / tree256(t, false));
+        for (size_t l = 0; l < len; l++) {
+            float v = expf(ld(x, r * len + l, xdt) - mx) * fac;
+            rt_from_f32((char *)y + (r * len + l) * rt_dtype_size(dt), &v, 1, dt);
+        }
+    }
+}
+
+/* the loss head's forward with 1,100 classes: a block a row, 5 rows (the
+ * grid of 3 wraps), against the twin bit for bit, and on this data the
+ * CPU's too */
+static void test_softmax_output_rows(void **st)
+{
+    (void)st;
+    size_t n = 5, k = 1100;
+    compared = 0;
+    BOTH_ORDERS for (int xt = 0; xt < 3; xt++) for (int t = 0; t < 3; t++)
+    {
+        void *x = buf(n * k, dts[xt], xt == 0), *pg = buf(n * k, dts[t], false);
+        void *pt = dup(pg, n * k, dts[t]);
+        rt_cuda_softmax_output_forward(&cx, (int64_t)n, (int64_t)k, dts[xt], x, dts[t], pg);
+        softmax_row_twin(n, k, dts[xt], x, dts[t], pt);
+        same(pg, pt, n * k, dts[t], "softmax_output forward, a block a row");
+        /* the CPU's order too, here: the sum of positive exponentials moves
+         * only in the double's last bits, which these floats do not show */
+        rt_softmax_output_forward((int64_t)n, (int64_t)k, dts[xt], x, dts[t], pt);
+        same(pg, pt, n * k, dts[t], "softmax_output forward, a block a row, the CPU's");
+        dfree(x), dfree(pg), dfree(pt);
+    }
+    assert_int_equal(compared, 3 * 9 * 2);
+}
+
 /* ---- BatchNorm: the moving statistics, BatchNorm + relu ------------------------------------ */
 
 static void test_bn_moving(void **st)
@@ -745,7 +794,8 @@ int main(void)
         cmocka_unit_test(test_wrappers),       cmocka_unit_test(test_concat_layout),
         cmocka_unit_test(test_broadcast),      cmocka_unit_test(test_sum_mean),
         cmocka_unit_test(test_block_reduce),   cmocka_unit_test(test_softmax),
-        cmocka_unit_test(test_softmax_output), cmocka_unit_test(test_bn_moving),
+        cmocka_unit_test(test_softmax_output), cmocka_unit_test(test_softmax_output_rows),
+        cmocka_unit_test(test_bn_moving),
     };
     return cmocka_run_group_tests(tests, emu_test_setup, emu_test_teardown);
 }
