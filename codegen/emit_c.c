@@ -372,8 +372,8 @@ static void bn_forward_call(Cg *c, const Node *n, const KernelRow *k, bool sc)
             fix ? "true" : "false", OUT, or_null(m), or_null(s));
     else
         fprintf(f, "%s%s_forward_train(%s&d, %s, %s, %s, %s, (float)%.9g, %s, %s, %s, %s);\n", I,
-                k->cpu, CX, DT, x, IN(1), IN(2), node_float(n, BN_EPS), fix ? "true" : "false",
-                OUT, or_null(m), or_null(s));
+                k->cpu, CX, DT, x, IN(1), IN(2), node_float(n, BN_EPS), fix ? "true" : "false", OUT,
+                or_null(m), or_null(s));
 }
 
 static void emit_bn_forward(Cg *c, const Node *n, const KernelRow *k)

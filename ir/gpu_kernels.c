@@ -56,9 +56,9 @@ static void add(GkLaunch *out, int *k, const GkLaunch *l)
 int gk_describe(OpKind op, GkEntry e, const GkDims *d, GkLaunch *out)
 {
     const double n = d->n, m = d->m, c = d->c, outer = d->outer, inner = d->inner, len = d->len;
-    const double win = d->win, wmax = d->wmax, cover = d->cover, cmax = d->cmax,
-                 s = d->s, s2 = d->s2, h = d->h, h2 = d->h2, acc = d->acc, fix = d->fix,
-                 glob = d->glob, dx = d->dx;
+    const double win = d->win, wmax = d->wmax, cover = d->cover, cmax = d->cmax, s = d->s,
+                 s2 = d->s2, h = d->h, h2 = d->h2, acc = d->acc, fix = d->fix, glob = d->glob,
+                 dx = d->dx;
     const double dgamma = d->dgamma, dbeta = d->dbeta, saves = d->saves, bias = d->bias,
                  pad = d->pad, skip = d->skip, prob = d->prob, da = d->da, db = d->db;
     const double chunks = d->chunks, chunks2 = d->chunks2;

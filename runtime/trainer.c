@@ -135,15 +135,18 @@ static bool buffers_aligned(const RtTrainer *t, const RtModel *m, char *err, siz
 {
     for (int i = 0; i < m->nbuffers; i++)
         if ((uintptr_t)t->ctx.buf[i] % RT_VEC_ALIGN) {
-            snprintf(err, errlen, "model %s: buffer %d (%s) does not start at a multiple of %d bytes",
-                     m->name, i, m->buffers[i].name, RT_VEC_ALIGN);
+            snprintf(err, errlen,
+                     "model %s: buffer %d (%s) does not start at a multiple of %d bytes", m->name,
+                     i, m->buffers[i].name, RT_VEC_ALIGN);
             return false;
         }
     for (int i = 0; i < m->nparams; i++)
         if ((uintptr_t)t->ctx.master[i] % RT_VEC_ALIGN || (uintptr_t)t->state[i] % RT_VEC_ALIGN ||
             (t->state2 && (uintptr_t)t->state2[i] % RT_VEC_ALIGN)) {
-            snprintf(err, errlen, "model %s: the master or state of %s does not start at a multiple "
-                     "of %d bytes", m->name, m->params[i].name, RT_VEC_ALIGN);
+            snprintf(err, errlen,
+                     "model %s: the master or state of %s does not start at a multiple "
+                     "of %d bytes",
+                     m->name, m->params[i].name, RT_VEC_ALIGN);
             return false;
         }
     return true;

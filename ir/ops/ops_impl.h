@@ -29,11 +29,12 @@
     {"axis", AT_INT, false, "1", -AMPC_MAX_RANK, AMPC_MAX_RANK - 1, NULL}
 
 /* BatchNorm's input slots: also the first ones of the fused ops that run it */
-#define BN_SLOT_SPECS                                                             \
-    {"data", SLOT_DATA, NULL, false}, {"gamma", SLOT_PARAM, "gamma", true},       \
-        {"beta", SLOT_PARAM, "beta", true},                                       \
-        {"moving_mean", SLOT_AUX, "moving_mean", true},                           \
-        {"moving_var", SLOT_AUX, "moving_var", true}
+#define BN_SLOT_SPECS                                                                              \
+    {"data", SLOT_DATA, NULL, false}, {"gamma", SLOT_PARAM, "gamma", true},                        \
+        {"beta", SLOT_PARAM, "beta", true}, {"moving_mean", SLOT_AUX, "moving_mean", true},        \
+    {                                                                                              \
+        "moving_var", SLOT_AUX, "moving_var", true                                                 \
+    }
 
 /* SoftmaxOutput's attributes, in the order of ir.h's SMO_*: also the first
  * ones of the fused ops that run it or its backward (ops/fused.c). */

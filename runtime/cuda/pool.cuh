@@ -160,7 +160,8 @@ __global__ void ampc_k_pool_argmax(AmpcPoolGeom g, int dt, ampc_dptr<const void>
         int lo[3], hi[3];
         float div, m;
         ampc_pool_window(&g, o, lo, hi, &div);
-        arg[ampc_pool_at(&g, n, c, os, oplane)] = (int32_t)ampc_pool_argmax(&g, x, n, c, lo, hi, dt, &m);
+        arg[ampc_pool_at(&g, n, c, os, oplane)] =
+            (int32_t)ampc_pool_argmax(&g, x, n, c, lo, hi, dt, &m);
     }
 }
 

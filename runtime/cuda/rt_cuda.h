@@ -236,11 +236,12 @@ void rt_cuda_batchnorm_add_relu_forward_inference(RtCudaCtx *cx, const RtBnDims 
                                                   const float *moving_var, float eps,
                                                   bool fix_gamma, void *y, float *save_mean,
                                                   float *save_invstd);
-void rt_cuda_batchnorm_add_relu_backward(RtCudaCtx *cx, const RtBnDims *d, RtDType dt, const void *x,
-                                         const void *y, const void *dy, const float *gamma,
-                                         const float *save_mean, const float *save_invstd,
-                                         bool fix_gamma, bool use_global_stats, void *dsc, void *dx,
-                                         float *dgamma, float *dbeta, bool acc_dx, bool acc_param);
+void rt_cuda_batchnorm_add_relu_backward(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
+                                         const void *x, const void *y, const void *dy,
+                                         const float *gamma, const float *save_mean,
+                                         const float *save_invstd, bool fix_gamma,
+                                         bool use_global_stats, void *dsc, void *dx, float *dgamma,
+                                         float *dbeta, bool acc_dx, bool acc_param);
 
 /* ---- the other kernels (the family headers built by kernels.cu, math.cu,
  * layout.cu and batchnorm.cu) ---------------------------------------------------------- */

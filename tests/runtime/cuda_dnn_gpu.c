@@ -264,7 +264,8 @@ static void pool_case(RtPoolDims d, RtDType dt, Row *fwd, Row *bwd)
     void *dxl = last ? permute(dx, d.n, d.c, S, es, true) : dx;
     void *X = dev(xn * es), *DY = dev(yn * es), *OUT = dev(xn * es + yn * es);
     void *C = ws_host(rt_pool_workspace_bytes(&d, dt, RT_PASS_BACKWARD));
-    void *WS = dev(rt_cuda_pool_workspace_bytes(cx, &dl, dt, RT_PASS_BACKWARD) + 1); /* max's argmax */
+    void *WS =
+        dev(rt_cuda_pool_workspace_bytes(cx, &dl, dt, RT_PASS_BACKWARD) + 1); /* max's argmax */
     void *cpu = malloc(xn * es + yn * es), *out = malloc(xn * es + yn * es);
     up(X, xl, xn * es), up(DY, dyl, yn * es);
     rt_pool_forward(&d, dt, x, cpu, C);

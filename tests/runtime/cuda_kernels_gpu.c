@@ -572,7 +572,9 @@ static void other_layout_bn(int dt)
     compare_tol("bn_update_moving", P + 40, mv, 8, RT_F32, 0.0);
     CHECK(cudaFree(X0)); CHECK(cudaFree(X1)); CHECK(cudaFree(Y)); CHECK(cudaFree(DS));
     CHECK(cudaFree(NHWC)); CHECK(cudaFree(P)); CHECK(cudaFree(WS)); CHECK(cudaFree(DY));
-    CHECK(cudaFree(DX)); CHECK(cudaFree(DSC)); CHECK(cudaFree(FLAG));
+    CHECK(cudaFree(DX));
+    CHECK(cudaFree(DSC));
+    CHECK(cudaFree(FLAG));
     free(x0), free(x1), free(y), free(ds), free(nhwc), free(dy), free(dx), free(dsc);
 }
 

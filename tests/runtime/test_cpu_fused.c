@@ -92,8 +92,8 @@ typedef struct {
 static BwdOut bwd_out(size_t n, RtDType dt, int64_t c)
 {
     size_t es = rt_dtype_size(dt), cb = (size_t)c * sizeof(float);
-    BwdOut o = {special_pack(n, dt, false), malloc(n * es), params(c, -1, 1), params(c, -1, 1),
-                tu_falloc((size_t)c), tu_falloc((size_t)c)};
+    BwdOut o = {special_pack(n, dt, false), malloc(n * es),       params(c, -1, 1),
+                params(c, -1, 1),           tu_falloc((size_t)c), tu_falloc((size_t)c)};
     memcpy(o.dx2, o.dx1, n * es);
     memcpy(o.dg2, o.dg1, cb);
     memcpy(o.db2, o.db1, cb);
@@ -142,8 +142,8 @@ static void check_bn(RtDType dt, const char *dn, const RtBnDims *d, bool fix_gam
         rt_activation_backward(RT_ACT_RELU, n, dt, t, y1, dy, dr, false);
         rt_batchnorm_backward(d, dt, x, dr, gamma, m1, s1, fix_gamma, global, o.dx1, o.dg1, o.db1,
                               acc, acc);
-        rt_batchnorm_relu_backward(d, dt, x, y1, dy, gamma, m1, s1, fix_gamma, global, o.dx2,
-                                   o.dg2, o.db2, acc, acc);
+        rt_batchnorm_relu_backward(d, dt, x, y1, dy, gamma, m1, s1, fix_gamma, global, o.dx2, o.dg2,
+                                   o.db2, acc, acc);
         bwd_same("BatchNorm + relu", dn, &o, n, dt, d->c);
         free(dr);
     }
