@@ -5,7 +5,8 @@
  * forward's bias is cuBLASLt's BIAS epilogue, added in fp32 before the one
  * rounding as rt_fc_forward does; the backward's accumulate is beta = 1.
  * The bias gradient is layout.cuh's bias_grad, bit for bit
- * rt_fc_backward_weight's double sum.
+ * rt_fc_backward_weight's double sum below 2,048 rows, a block a column
+ * from there (within its rounding).
  *
  * The column-major views of the row-major tensors come from plan.c's
  * ampc_fc_gemm (unit-tested against rt_fc_*).  The algorithm is the

@@ -40,6 +40,7 @@
 #include "cuda/kernel_api.cuh"
 
 #include "cuda/ampc_cuda.h"
+#include "cuda/block.cuh"
 #include "cuda/rt_cuda.h"
 #include "cuda/vec.cuh"
 #include "kernels/act.h"
@@ -128,53 +129,10 @@ static inline unsigned ampc_cu_vgrid(size_t n, int vec)
 #define AMPC_CU_VECS(n, vec) ((vec) ? (n) / AMPC_V8 : 0)
 #define AMPC_CU_TAIL(n, vec) (AMPC_CU_VECS(n, vec) * AMPC_V8 + ampc_cu_first())
 
-/* ---- block reductions ------------------------------------------------------------ */
+/* ---- block reductions: cuda/block.cuh -------------------------------------------------- */
 
-#define AMPC_CU_WARPS (AMPC_CU_THREADS / 32) /* warps of an AMPC_CU_THREADS block */
-
-/* the block reductions' operations: a + b, and the larger (b > a ? b : a,
- * the CPU's running maximum: a NaN never wins) */
-struct AmpcCuAdd {
-    template <class T> __device__ T operator()(T a, T b) const { return a + b; }
-};
-struct AmpcCuMax {
-    template <class T> __device__ T operator()(T a, T b) const { return b > a ? b : a; }
-};
-
-/* v combined by op over a block of AMPC_CU_THREADS threads, in an order
- * fixed by that size alone (never by timing): each warp's lanes pairwise by
- * __shfl_down_sync (lane l = op(lane l, lane l + h), h = 16, ..., 1), then
- * warp 0's lane w takes warp w's result and the same tree for h =
- * AMPC_CU_WARPS/2, ..., 1.  Every thread gets the result.  part:
- * AMPC_CU_WARPS elements of the kernel's shared memory, free again on
- * return; every thread of the block calls it (it holds barriers). */
-template <class T, class Op>
-static inline __device__ T ampc_cu_block_reduce(T v, ampc_dptr<T> part, Op op)
-{
-    unsigned lane = threadIdx.x % 32u, warp = threadIdx.x / 32u;
-    for (int h = 16; h >= 1; h /= 2)
-        v = op(v, __shfl_down_sync(0xffffffffu, v, h));
-    if (lane == 0)
-        part[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = part[lane % AMPC_CU_WARPS]; /* lanes past the warps: unused below */
-        for (int h = AMPC_CU_WARPS / 2; h >= 1; h /= 2)
-            v = op(v, __shfl_down_sync(0xffffffffu, v, h));
-    }
-    __syncthreads(); /* warp 0 has read every part before lane 0 writes */
-    if (threadIdx.x == 0)
-        part[0] = v;
-    __syncthreads();
-    T total = part[0];
-    __syncthreads(); /* read by all before the caller's next use */
-    return total;
-}
-
-template <class T> static inline __device__ T ampc_cu_block_sum(T v, ampc_dptr<T> part)
-{
-    return ampc_cu_block_reduce<T>(v, part, AmpcCuAdd());
-}
+#define AMPC_CU_WARPS AMPC_BLOCK_WARPS /* warps of an AMPC_CU_THREADS block */
+static_assert(AMPC_CU_THREADS == AMPC_BLOCK_THREADS, "block.cuh's tree is of this block size");
 
 /* ---- shared by the families ---------------------------------------------------- */
 

@@ -11,13 +11,15 @@
  *   ampc_cu_unpad_channels  [rows, cp] -> [rows, c], overwriting or adding
  *   ampc_cu_bias_add        y[o, ch, i] += bias[ch] (a convolution's bias)
  *   ampc_cu_bias_grad       dbias[ch] (+)= sum over o, i of dy[o, ch, i],
- *                           summed in double in rt_fc_backward_weight's order
+ *                           summed in double: a thread a channel in
+ *                           rt_fc_backward_weight's order (its bits), or
+ *                           where a channel sums AMPC_LAY_BLOCK_MIN terms
+ *                           or more a block a channel (block.cuh's tree)
  *
  * Same rules as kernels.cuh: device memory through ampc_dptr
- * (cuda/kernel_api.cuh), no shared memory, no barriers, no warp
- * intrinsics, no thread reads what another writes.  bias_grad runs one thread per channel (a sequential double sum,
- * bit for bit the CPU's); a block reduction would be faster and is the
- * thing to try if gpu-check shows it matters.
+ * (cuda/kernel_api.cuh), no thread reads what another writes; the block
+ * bias gradient alone uses shared memory, barriers and warp shuffles
+ * (ampc_cu_block_sum).
  */
 #ifndef AMPC_CUDA_LAYOUT_CUH
 #define AMPC_CUDA_LAYOUT_CUH
@@ -30,6 +32,7 @@
 #include "cuda/kernel_api.cuh"
 
 #include "cuda/ampc_cuda.h"
+#include "cuda/block.cuh"
 #include "cuda/rt_cuda.h"
 #include "kernels/half.h"
 
@@ -141,6 +144,27 @@ __global__ void ampc_k_bias_grad(size_t outer, int c, size_t inner, int dt,
     }
 }
 
+/* A block a channel (blocks grid-stride over the channels): thread t adds
+ * the channel's terms t, t + 256, ... (o-major: term j is dy[o = j / inner,
+ * ch, i = j % inner]) in order in double, then ampc_cu_block_sum's tree:
+ * an order of the sizes alone, within rounding of the CPU's (the tests'
+ * twin follows it bit for bit). */
+#define AMPC_LAY_BLOCK_MIN 2048
+__global__ void ampc_k_bias_grad_block(size_t outer, int c, size_t inner, int dt,
+                                       ampc_dptr<const void> dy, ampc_dptr<void> dbias, int acc)
+{
+    AMPC_SHARED(double, part, AMPC_BLOCK_WARPS);
+    size_t terms = outer * inner;
+    for (size_t ch = blockIdx.x; ch < (size_t)c; ch += gridDim.x) {
+        double s = 0.0;
+        for (size_t j = threadIdx.x; j < terms; j += blockDim.x)
+            s += ampc_lay_load(dy, (j / inner * (size_t)c + ch) * inner + j % inner, dt);
+        s = ampc_cu_block_sum<double>(s, part);
+        if (threadIdx.x == 0)
+            ampc_lay_store(dbias, ch, dt, (float)s, acc);
+    }
+}
+
 /* ---- launchers: 0 or the launch's cudaError_t ----------------------------------------- */
 
 AMPC_LAY_API int ampc_cu_pad_channels(AmpcStream s, size_t rows, int c, int cp, int dt,
@@ -179,8 +203,14 @@ AMPC_LAY_API int ampc_cu_bias_grad(AmpcStream s, size_t outer, int c, size_t inn
 {
     if (c <= 0)
         return 0;
-    AMPC_LAUNCH(ampc_k_bias_grad, ampc_lay_grid((size_t)c), AMPC_LAY_THREADS, s, outer, c, inner,
-                dt, dy, dbias, acc);
+    if (outer * inner >= AMPC_LAY_BLOCK_MIN) {
+        unsigned grid = (unsigned)c < AMPC_LAY_GRID_CAP ? (unsigned)c : (unsigned)AMPC_LAY_GRID_CAP;
+        AMPC_LAUNCH(ampc_k_bias_grad_block, grid, AMPC_LAY_THREADS, s, outer, c, inner, dt, dy,
+                    dbias, acc);
+    } else {
+        AMPC_LAUNCH(ampc_k_bias_grad, ampc_lay_grid((size_t)c), AMPC_LAY_THREADS, s, outer, c,
+                    inner, dt, dy, dbias, acc);
+    }
     return AMPC_LAUNCH_ERROR();
 }
 

@@ -162,6 +162,68 @@ static void test_bias_grad_is_fc_dbias(void **state)
             }
 }
 
+/* layout.cuh's ampc_k_bias_grad_block in C: channel ch's terms (o-major)
+ * dealt to 256 threads in turn, each thread's double sum in order, then
+ * block.cuh's tree (each warp's lanes pairwise, h = 16..1, then the 8
+ * warps'), rounded once, acc adding */
+static void bias_block_twin(size_t outer, size_t c, size_t inner, RtDType dt, const void *dy,
+                            void *dbias, int acc)
+{
+    size_t es = rt_dtype_size(dt);
+    for (size_t ch = 0; ch < c; ch++) {
+        double t[256] = {0}, w8[8];
+        for (size_t j = 0; j < outer * inner; j++) {
+            float v;
+            rt_to_f32(&v, (const char *)dy + ((j / inner * c + ch) * inner + j % inner) * es, 1,
+                      dt);
+            t[j % 256] += v;
+        }
+        for (int w = 0; w < 8; w++) {
+            for (int h = 16; h >= 1; h /= 2)
+                for (int i = 0; i < h; i++)
+                    t[32 * w + i] = t[32 * w + i] + t[32 * w + i + h];
+            w8[w] = t[32 * w];
+        }
+        for (int h = 4; h >= 1; h /= 2)
+            for (int i = 0; i < h; i++)
+                w8[i] = w8[i] + w8[i + h];
+        float old = 0.0f, r = (float)w8[0];
+        if (acc)
+            rt_to_f32(&old, (const char *)dbias + ch * es, 1, dt), r = old + r;
+        rt_from_f32((char *)dbias + ch * es, &r, 1, dt);
+    }
+}
+
+/* a channel of 2,048 terms or more: a block each, against the twin bit for
+ * bit; FullyConnected's rows (inner 1) and NCHW's planes, with values of
+ * 2^40 and their negatives planted so that another order of the double
+ * sums shows (fp16 cannot hold them) */
+static void test_bias_grad_block(void **state)
+{
+    (void)state;
+    static const size_t shapes[2][3] = {{2100, 5, 1}, {3, 4, 700}};
+    EMU_PASSES for (int t = 0; t < 3; t++) for (int k = 0; k < 4; k++)
+    {
+        RtDType dt = dts[t];
+        int acc = k & 1;
+        const size_t *sh = shapes[k >> 1];
+        size_t outer = sh[0], c = sh[1], inner = sh[2], n = outer * c * inner;
+        size_t es = rt_dtype_size(dt);
+        void *dy = randbuf(n, dt, false);
+        for (size_t i = 0; dt != RT_F16 && i + 600 < n; i += 997) {
+            float big[2] = {0x1p40f, -0x1p40f};
+            rt_from_f32((char *)dy + i * es, &big[0], 1, dt);
+            rt_from_f32((char *)dy + (i + 600) * es, &big[1], 1, dt);
+        }
+        void *got = randbuf(c, dt, false), *want = dmem(c * es);
+        memcpy(want, got, c * es);
+        assert_int_equal(ampc_cu_bias_grad(NULL, outer, (int)c, inner, (int)dt, dy, got, acc), 0);
+        bias_block_twin(outer, c, inner, dt, dy, want, acc);
+        same(got, want, c, dt, false, "bias_grad, a block a channel");
+        dfree(dy), dfree(got), dfree(want);
+    }
+}
+
 /* [a, c, s] -> [a, s, c] of es-byte elements (and back with c and s swapped) */
 static void *permute(const void *src, size_t a, size_t c, size_t s, size_t es)
 {
@@ -513,6 +575,7 @@ int main(void)
         cmocka_unit_test(test_pad_unpad),
         cmocka_unit_test(test_bias_add),
         cmocka_unit_test(test_bias_grad_is_fc_dbias),
+        cmocka_unit_test(test_bias_grad_block),
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_batchnorm_many_tiles),
