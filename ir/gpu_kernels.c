@@ -97,9 +97,10 @@ int gk_describe(OpKind op, GkEntry e, const GkDims *d, GkLaunch *out)
 
 int gk_describe_aux(const char *kernel, const GkDims *d, GkLaunch *out)
 {
-    const double n = d->n, s = d->s, h = d->h, acc = d->acc, da = d->da, db = d->db;
+    const double n = d->n, m = d->m, s = d->s, h = d->h, acc = d->acc, da = d->da, db = d->db;
+    const double N = d->N; /* the synthetic batch's samples */
     const int mode = (int)d->mode;
-    (void)n, (void)s, (void)h, (void)acc, (void)da, (void)db, (void)mode;
+    (void)n, (void)m, (void)s, (void)h, (void)acc, (void)da, (void)db, (void)mode, (void)N;
     int k = 0;
 #define GPU_AUX(kname, ...)                                                                        \
     if (k == 0 && strcmp(kernel, #kname) == 0) {                                                   \

@@ -1,27 +1,21 @@
 /* rand.c - counter-based random numbers (rand.h): splitmix64's finaliser
- * over a mixed counter; normals from Box-Muller (cosine branch) on two
- * uniforms. */
+ * over a mixed counter (kernels/splitmix.h, which the CUDA kernels build
+ * too); normals from Box-Muller (cosine branch) on two uniforms. */
 #include <math.h>
 
+#include "kernels/splitmix.h"
 #include "rand.h"
 
-uint64_t rt_mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+uint64_t rt_mix64(uint64_t z) { return ampc_mix64(z); }
 
 uint64_t rt_rand_u64(uint64_t seed, uint64_t stream, uint64_t i)
 {
-    uint64_t key =
-        rt_mix64(seed + 0x9E3779B97F4A7C15ull) ^ rt_mix64(stream ^ 0xD1B54A32D192ED03ull);
-    return rt_mix64(key + (i + 1) * 0x9E3779B97F4A7C15ull);
+    return ampc_rand_u64(seed, stream, i);
 }
 
 double rt_rand_uniform(uint64_t seed, uint64_t stream, uint64_t i)
 {
-    return (double)(rt_rand_u64(seed, stream, i) >> 11) * (1.0 / 9007199254740992.0);
+    return ampc_rand_unit(ampc_rand_u64(seed, stream, i));
 }
 
 double rt_rand_normal(uint64_t seed, uint64_t stream, uint64_t i)

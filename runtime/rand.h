@@ -9,7 +9,8 @@
 
 #include <stdint.h>
 
-/* splitmix64's finaliser; rt_rand_u64 is a pure function of its arguments. */
+/* splitmix64's finaliser; rt_rand_u64 is a pure function of its arguments
+ * (kernels/splitmix.h holds the arithmetic, shared with the CUDA kernels). */
 uint64_t rt_mix64(uint64_t z);
 uint64_t rt_rand_u64(uint64_t seed, uint64_t stream, uint64_t i);
 double rt_rand_uniform(uint64_t seed, uint64_t stream, uint64_t i); /* [0, 1), 53 bits */

@@ -20,6 +20,9 @@
  *   ampc_cu_mt_optim      rt_optim_step2: SGD, SGD with momentum, NAG, Adam,
  *                         multi-precision, all tensors in one launch
  *   ampc_cu_loss_scale    rt_loss_scaler_update's rule (kernels/lossscale.h)
+ *   ampc_cu_synthetic_batch  the synthetic source's batch (data/synthetic.c,
+ *                         kernels/splitmix.h) cast to the first layer's dtype,
+ *                         in its layout and channel padding
  *
  * The flag: an int32 in device memory, 0 = all finite.  The checks only
  * ever store 1 into it (clear it first with ampc_cu_set_flag), so the
@@ -30,7 +33,7 @@
  * cudaStream_t (a struct CUstream_st *; NULL is the default stream).
  * C and C++; host code only (the kernels themselves are in the family headers:
  * dtype.cuh, elemwise.cuh, act.cuh, optim.cuh, step.cuh, layout.cuh, pool.cuh,
- * batchnorm.cuh).
+ * batchnorm.cuh, synthetic.cuh).
  */
 #ifndef AMPC_CUDA_H
 #define AMPC_CUDA_H
@@ -170,6 +173,19 @@ int ampc_cu_step_pick(AmpcStream s, const AmpcDevLs *ls, const AmpcMtStep *table
 int ampc_cu_step_count(AmpcStream s, AmpcDevLs *ls, const int32_t *flag);
 int ampc_cu_step_ring(AmpcStream s, AmpcDevLs *ls, const int32_t *flag, AmpcLossScaleStep *ring,
                       int64_t ring_len);
+
+/* A synthetic batch (synthetic.cuh): n samples of c channels of inner
+ * elements each, written as dt (AMPC_DT_*) in NCHW ([n][cp][inner]) or NHWC
+ * ([n][inner][cp]), channels c..cp-1 zero; key_x, key_y: the split's
+ * generator keys (rt_synthetic_keys); idx: n sample indices in device
+ * memory; y: n fp32 labels in [0, classes), or NULL. */
+typedef struct {
+    size_t n, c, cp, inner;
+    int nhwc, dt;
+    uint64_t key_x, key_y, classes;
+} AmpcSynthBatch;
+int ampc_cu_synthetic_batch(AmpcStream s, const AmpcSynthBatch *b, const int64_t *idx, void *x,
+                            float *y);
 
 #ifdef __cplusplus
 }

@@ -47,6 +47,13 @@ void rt_data_free(RtDataset *ds);
  * Nothing is stored. */
 #define RT_SYNTHETIC_TRAIN 10240
 #define RT_SYNTHETIC_VAL 1024
+/* the generator's keys (kernels/splitmix.h's ampc_rand_key) of a split's data
+ * and label streams: what a device that makes the batch itself needs
+ * (cuda/synthetic.cuh), so both compute the same values */
+typedef struct {
+    uint64_t x, y;
+} RtSyntheticKeys;
+RtSyntheticKeys rt_synthetic_keys(uint64_t seed, RtSplit split);
 void rt_data_synthetic(RtDataset *ds, int64_t sample_size, int64_t classes, uint64_t seed,
                        int64_t ntrain, int64_t nval);
 

@@ -2,34 +2,38 @@
  * the model's input shape, for throughput runs and tests (DESIGN.md 6).
  *
  * Nothing is stored: element e of sample k of a split is U(-1, 1) drawn
- * from the counter-based generator of init.c at (seed, stream, k*size + e),
- * its label uniform in [0, classes) from a second stream, so any batch of
- * any epoch can be produced in any order, at any batch size, and the same
- * seed gives the same data.  The labels are unrelated to the inputs.
+ * from the runtime's counter-based generator (rand.c) at (seed, stream,
+ * k*size + e), its label uniform in [0, classes) from a second stream, so
+ * any batch of any epoch can be produced in any order, at any batch size,
+ * and the same seed gives the same data.  The labels are unrelated to the
+ * inputs.  The arithmetic is kernels/splitmix.h's, which the CUDA kernel
+ * that makes the batch on the device (cuda/synthetic.cuh) shares.
  */
 #include <string.h>
 
 #include "data.h"
+#include "kernels/splitmix.h"
 #include "rand.h"
 
-static uint64_t stream_of(RtSplit split, bool label)
+RtSyntheticKeys rt_synthetic_keys(uint64_t seed, RtSplit split)
 {
-    if (split == RT_SPLIT_TRAIN)
-        return rt_hash_name(label ? "synthetic/train/label" : "synthetic/train");
-    return rt_hash_name(label ? "synthetic/val/label" : "synthetic/val");
+    bool train = split == RT_SPLIT_TRAIN;
+    uint64_t sx = rt_hash_name(train ? "synthetic/train" : "synthetic/val");
+    uint64_t sy = rt_hash_name(train ? "synthetic/train/label" : "synthetic/val/label");
+    return (RtSyntheticKeys){ampc_rand_key(seed, sx), ampc_rand_key(seed, sy)};
 }
 
 static void synthetic_fill(const RtDataset *ds, RtSplit split, const int64_t *idx, int64_t n,
                            float *x, float *y)
 {
-    uint64_t sx = stream_of(split, false), sy = stream_of(split, true);
+    RtSyntheticKeys key = rt_synthetic_keys(ds->seed, split);
     uint64_t size = (uint64_t)ds->sample_size;
     for (int64_t j = 0; j < n; j++) {
         uint64_t k = (uint64_t)idx[j];
         float *row = x + (size_t)j * size;
         for (uint64_t e = 0; e < size; e++)
-            row[e] = (float)(2.0 * rt_rand_uniform(ds->seed, sx, k * size + e) - 1.0);
-        y[j] = (float)(rt_rand_u64(ds->seed, sy, k) % (uint64_t)ds->classes);
+            row[e] = ampc_synthetic_x(key.x, k * size + e);
+        y[j] = ampc_synthetic_y(key.y, k, (uint64_t)ds->classes);
     }
 }
 

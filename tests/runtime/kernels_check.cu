@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "kernels/elem.h"
+#include "kernels/splitmix.h"
 #include "kernels/tolerance.h"
 
 enum { NX = 64, NOUT = 64 };

@@ -960,7 +960,7 @@ static void test_step(void **st)
     done();
 }
 
-/* the fill, the one-tensor finite check, the binary backward */
+/* the fill, the one-tensor finite check, the binary backward, the synthetic batch */
 static void test_aux(void **st)
 {
     (void)st;
@@ -989,6 +989,21 @@ static void test_aux(void **st)
         }
         release(b, 5);
         ampc_emu_free(flag);
+        /* the synthetic batch: 16-bit NHWC padded 3 -> 4, labels at the first size */
+        int64_t ns = 2 + 6 * z;
+        size_t cp = s->dt == RT_F32 ? 3 : 4, inner = n / ((size_t)ns * cp) + 1;
+        int64_t *idx = dev((size_t)ns * sizeof *idx, "idx");
+        for (int64_t j = 0; j < ns; j++)
+            idx[j] = 17 * j + 3;
+        GkDims g = ew((double)((size_t)ns * cp * inner), s);
+        g.m = (double)((size_t)ns * 3 * inner), g.N = (double)ns, g.da = z == 0;
+        void *x = dev((size_t)g.n * esz(s->dt), "x"), *y = dev((size_t)ns * 4, "y");
+        AmpcSynthBatch sb = {(size_t)ns, 3, cp, inner, 1, (int)s->dt, 5, 6, 10};
+        start(z);
+        ampc_cu_synthetic_batch(NULL, &sb, idx, x, z == 0 ? y : NULL);
+        expect_aux("synthetic batch", "ampc_k_synthetic_batch", &g);
+        void *sbuf[3] = {idx, x, y};
+        release(sbuf, 3);
     }
     done();
 }
