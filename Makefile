@@ -426,6 +426,8 @@ EMIT_FUZZ_RUNS ?= 4000
 MXJSON_FUZZ_RUNS ?= 4000
 # fuzz_rec_options's: one string parse per input (a few seconds)
 REC_OPTIONS_FUZZ_RUNS ?= 100000
+# fuzz_plancache's: one parse, two serializations per input (a few seconds)
+PLANCACHE_FUZZ_RUNS ?= 100000
 # FORCE: the sub-make decides what to rebuild, so fixes in ir/, passes/ and
 # grammar/ reach the fuzzer.  One rule builds the library for both targets,
 # so under -j two sub-makes never write the same objects at once.
@@ -440,12 +442,13 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h fuzzlib
 # count), for each target.
 fuzz-check: $(BUILD)/fuzz/fuzz_frontend $(BUILD)/fuzz/fuzz_emit_c $(BUILD)/ampc \
             $(BUILD)/fuzz/fuzz_mxparams $(BUILD)/fuzz/fuzz_npy $(BUILD)/fuzz/fuzz_mxnet_json \
-            $(BUILD)/fuzz/fuzz_recordio $(BUILD)/fuzz/fuzz_rec_options
+            $(BUILD)/fuzz/fuzz_recordio $(BUILD)/fuzz/fuzz_rec_options $(BUILD)/fuzz/fuzz_plancache
 	AMPC=$(BUILD)/ampc tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_frontend check
 	AMPC=$(BUILD)/ampc FUZZ_RUNS=$(EMIT_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_emit_c check
 	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_mxparams check
 	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_npy check
 	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_recordio check
+	FUZZ_RUNS=$(PLANCACHE_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_plancache check
 	FUZZ_RUNS=$(REC_OPTIONS_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_rec_options check
 	FUZZ_RUNS=$(MXJSON_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_mxnet_json check
 
@@ -461,6 +464,12 @@ $(BUILD)/fuzz/fuzz_npy: tests/fuzz/fuzz_npy.c runtime/npy.c runtime/npy.h runtim
 $(BUILD)/fuzz/fuzz_recordio: tests/fuzz/fuzz_recordio.c runtime/data/recordio.c runtime/data/recordio.h
 	@mkdir -p $(@D)
 	clang $(RT_FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_recordio.c runtime/data/recordio.c
+# the cuDNN plan cache file (--cudnn-plan-cache; runtime/cuda/tune.c, CUDA-free)
+$(BUILD)/fuzz/fuzz_plancache: tests/fuzz/fuzz_plancache.c runtime/cuda/tune.c runtime/cuda/tune.h \
+                              runtime/cuda/plan.c runtime/rt.c runtime/fileio.c
+	@mkdir -p $(@D)
+	clang $(RT_FUZZ_CFLAGS) -o $@ tests/fuzz/fuzz_plancache.c runtime/cuda/tune.c \
+	    runtime/cuda/plan.c runtime/rt.c runtime/fileio.c -lm
 # the recordio(...) option string: the data-source parser and the options' setter
 # (settings.c's defaults name the data directory: build_info.c holds it)
 $(BUILD)/fuzz/fuzz_rec_options: tests/fuzz/fuzz_rec_options.c runtime/settings.c runtime/settings.h \

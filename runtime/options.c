@@ -131,6 +131,12 @@ static void usage(const RtTrainOptions *o, FILE *out)
             "                      cores, FFT or Winograd), tf32 (tensor cores) or fast (all)\n"
             "  --cudnn-nondeterministic  a GPU program: allow cuDNN engines whose results\n"
             "                      may change from run to run (refused by default)\n"
+            "  --cudnn-autotune-max K  a GPU program: time at most K candidate plans per\n"
+            "                      convolution (%d)\n"
+            "  --cudnn-runtime-compiled  a GPU program: let autotune consider cuDNN engines\n"
+            "                      compiled at run time (seconds each; skipped by default)\n"
+            "  --cudnn-plan-cache FILE  a GPU program: keep the plans autotune chose in FILE\n"
+            "                      and take them from it on the next start, untimed\n"
             "  --cudnn-check       a GPU program, no GPU needed: build every convolution's and\n"
             "                      GEMM's cuDNN and cuBLASLt descriptors, query cuDNN's\n"
             "                      heuristic, print one line per distinct one, and exit\n"
@@ -154,7 +160,7 @@ static void usage(const RtTrainOptions *o, FILE *out)
             : o->augment_pad                    ? "crop"
             : o->augment_mirror                 ? "mirror"
                                                 : "off",
-            o->log_interval, RT_CUDNN_WORKSPACE_MB_DEFAULT);
+            o->log_interval, RT_CUDNN_WORKSPACE_MB_DEFAULT, RT_CUDNN_AUTOTUNE_MAX_DEFAULT);
 }
 
 /* The long options of every flag in the table (getopt_long's val: 256 + its

@@ -179,7 +179,11 @@ typedef struct RtDeviceConfig {
     int cudnn_fp32;              /* fp32 convolutions: 0 exact (no tensor cores, FFT or
                                   * Winograd), 1 tf32, 2 fast (runtime/cuda/plan.h) */
     bool cudnn_nondeterministic; /* engines whose results may change run to run allowed */
+    int cudnn_autotune_max;      /* candidates timed per convolution at most */
+    bool cudnn_runtime_compiled; /* runtime-compiled engines allowed */
+    const char *cudnn_plan_cache; /* the plan cache file (runtime/cuda/tune.h), or NULL */
 } RtDeviceConfig;
+#define RT_CUDNN_AUTOTUNE_MAX_DEFAULT 4
 #define RT_CUDNN_WORKSPACE_MB_DEFAULT 1024 /* MXNet's Convolution workspace default */
 /* The defaults: autotune on, RT_CUDNN_WORKSPACE_MB_DEFAULT, exact fp32,
  * deterministic engines. */
@@ -190,6 +194,9 @@ typedef struct {
     int64_t workspace_mb;
     int fp32;
     int nondeterministic;
+    int autotune_max;
+    int runtime_compiled;
+    const char *plan_cache; /* NULL: not given */
 } RtDeviceFlags;
 /* dc: the defaults with the flags given applied, for model m.  False with a
  * message when m runs on the CPU (no open_device) and a flag was given: the

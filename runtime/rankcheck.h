@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "checkpoint.h"
+#include "rt.h"
 #include "data/data.h"
 
 #define RT_RANK_MAGIC 0x4b4e5241u /* "ARNK" */
@@ -32,9 +33,7 @@
 #define RT_RANK_NAME 32
 #define RT_RANK_VALUE 96
 #define RT_RANK_WIRE 8192 /* bytes each rank sends (a record fits; a later one must too) */
-/* The runtime's version, part of the build id (ampc's own, AMPC_VERSION of
- * ir/ir.h, while the two are released together). */
-#define RT_RUNTIME_VERSION "0.1.0"
+/* RT_RUNTIME_VERSION (rt.h), the runtime's version, is part of the build id. */
 
 typedef struct {
     char name[RT_RANK_NAME];   /* "loss scale" */

@@ -131,7 +131,8 @@ void *rt_ctx_ws(RtCtx *ctx, size_t bytes)
 RtDeviceConfig rt_device_config_default(void)
 {
     return (RtDeviceConfig){.cudnn_autotune = true,
-                            .cudnn_workspace_mb = RT_CUDNN_WORKSPACE_MB_DEFAULT};
+                            .cudnn_workspace_mb = RT_CUDNN_WORKSPACE_MB_DEFAULT,
+                            .cudnn_autotune_max = RT_CUDNN_AUTOTUNE_MAX_DEFAULT};
 }
 
 bool rt_device_configure(const RtModel *m, const RtDeviceFlags *f, RtDeviceConfig *dc, char *err,
@@ -141,6 +142,9 @@ bool rt_device_configure(const RtModel *m, const RtDeviceFlags *f, RtDeviceConfi
                         : f->workspace_mb >= 0     ? "cudnn-workspace-mb"
                         : f->fp32 >= 0             ? "cudnn-fp32"
                         : f->nondeterministic >= 0 ? "cudnn-nondeterministic"
+                        : f->autotune_max >= 0     ? "cudnn-autotune-max"
+                        : f->runtime_compiled >= 0 ? "cudnn-runtime-compiled"
+                        : f->plan_cache            ? "cudnn-plan-cache"
                                                    : NULL;
     if (!m->open_device && given) {
         snprintf(err, errlen,
@@ -158,6 +162,11 @@ bool rt_device_configure(const RtModel *m, const RtDeviceFlags *f, RtDeviceConfi
         dc->cudnn_fp32 = f->fp32;
     if (f->nondeterministic >= 0)
         dc->cudnn_nondeterministic = f->nondeterministic != 0;
+    if (f->autotune_max >= 0)
+        dc->cudnn_autotune_max = f->autotune_max;
+    if (f->runtime_compiled >= 0)
+        dc->cudnn_runtime_compiled = f->runtime_compiled != 0;
+    dc->cudnn_plan_cache = f->plan_cache;
     return true;
 }
 

@@ -63,6 +63,10 @@ typedef enum { RT_F32, RT_F16, RT_BF16 } RtDType;
  * memory plan's promise: docs/codegen.md, "Memory plan"); a kernel reading
  * 16 bytes at a time may rely on it, and checks other callers' pointers */
 #define RT_VEC_ALIGN 16
+/* The runtime's version: part of the ranks' build id (rankcheck.h) and of a
+ * cuDNN plan cache entry's key (cuda/tune.h); ampc's own, AMPC_VERSION of
+ * ir/ir.h, while the two are released together. */
+#define RT_RUNTIME_VERSION "0.1.0"
 
 /* Which phase a workspace query is for. */
 typedef enum {

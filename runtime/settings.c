@@ -460,6 +460,8 @@ void rt_train_options_default(RtTrainOptions *o)
     o->cudnn_workspace_mb = -1;
     o->cudnn_fp32 = -1;
     o->cudnn_nondeterministic = -1;
+    o->cudnn_autotune_max = -1;
+    o->cudnn_runtime_compiled = -1;
     o->prog = "train";
 }
 
@@ -971,6 +973,23 @@ SETTING(set_cudnn_nondeterministic)
     o->cudnn_nondeterministic = 1;
     return true;
 }
+SETTING(set_cudnn_autotune_max)
+{
+    UNUSED_ARGS;
+    return int_into(v, 1, 64, &o->cudnn_autotune_max);
+}
+SETTING(set_cudnn_runtime_compiled)
+{
+    UNUSED_ARGS;
+    o->cudnn_runtime_compiled = 1;
+    return true;
+}
+SETTING(set_cudnn_plan_cache)
+{
+    UNUSED_ARGS;
+    o->cudnn_plan_cache = v;
+    return v[0] != 0;
+}
 SETTING(set_cudnn_check)
 {
     UNUSED_ARGS;
@@ -1058,6 +1077,9 @@ const RtSetting rt_settings[] = {
     {NULL, "cudnn-workspace-mb", FLAG, true, "MiB from 0 to 1048576", set_cudnn_workspace_mb},
     {NULL, "cudnn-fp32", FLAG, true, "exact, tf32 or fast", set_cudnn_fp32},
     {NULL, "cudnn-nondeterministic", FLAG, false, "", set_cudnn_nondeterministic},
+    {NULL, "cudnn-autotune-max", FLAG, true, "1 to 64", set_cudnn_autotune_max},
+    {NULL, "cudnn-runtime-compiled", FLAG, false, "", set_cudnn_runtime_compiled},
+    {NULL, "cudnn-plan-cache", FLAG, true, "a file", set_cudnn_plan_cache},
     {NULL, "cudnn-check", FLAG, false, "", set_cudnn_check},
     {NULL, "load-params", FLAG, true, "an MXNet .params file", set_load_params},
     {NULL, "save-params", FLAG, true, "a file name", set_save_params},

@@ -170,6 +170,9 @@ typedef struct {
     int cudnn_fp32;               /* what fp32 convolutions may trade for speed: 0 exact,
                                    * 1 tf32, 2 fast (plan.h's AmpcFp32Mode) */
     int cudnn_nondeterministic;   /* 1: cuDNN engines that are not run-to-run deterministic */
+    int cudnn_autotune_max;       /* candidates autotune times per convolution at most */
+    int cudnn_runtime_compiled;   /* 1: runtime-compiled cuDNN engines may be chosen */
+    const char *cudnn_plan_cache; /* the plan cache file (runtime/cuda/tune.h), or NULL */
     bool cudnn_check;             /* check every convolution and GEMM against cuDNN and
                                    * cuBLASLt's descriptors without a GPU, then exit */
     bool device_lag;        /* testing, no flag: the CPU device's lagging mode (device.h) */

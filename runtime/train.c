@@ -524,7 +524,10 @@ static int run_check(Run *R)
     }
     /* a GPU program's device flags (a CPU program refuses them) */
     RtDeviceFlags df = {.autotune = o->cudnn_autotune, .workspace_mb = o->cudnn_workspace_mb,
-                        .fp32 = o->cudnn_fp32, .nondeterministic = o->cudnn_nondeterministic};
+                        .fp32 = o->cudnn_fp32, .nondeterministic = o->cudnn_nondeterministic,
+                        .autotune_max = o->cudnn_autotune_max,
+                        .runtime_compiled = o->cudnn_runtime_compiled,
+                        .plan_cache = o->cudnn_plan_cache};
     if (!rt_device_configure(m, &df, &R->dc, msg, msgsz)) {
         fprintf(err, "%s: %s\n", o->prog, msg);
         return 2;

@@ -10,10 +10,15 @@
  * of a cuDNN operation).  The candidates are the heuristic's engine
  * configurations (mode A, then the fallback list) whose plans finalize and
  * fit the workspace limit; fp32 refuses engines that down-convert their
- * inputs (TF32), 16-bit takes tensor-op engines.  Without autotune the
- * heuristic's first candidate wins; with it, each is timed (3 runs after
- * a warm-up, on scratch buffers) and the fastest wins, as MXNet's
- * MXNET_CUDNN_AUTOTUNE_DEFAULT=1 and PyTorch's cudnn.benchmark do.
+ * inputs (TF32), 16-bit takes tensor-op engines.  tune.h chooses: without
+ * autotune the heuristic's first candidate wins; with it, at most
+ * --cudnn-autotune-max of them (runtime-compiled engines skipped unless
+ * --cudnn-runtime-compiled) are timed, one warm-up and one timed run each
+ * on the context's one shared scratch, and the fastest wins, as MXNet's
+ * MXNET_CUDNN_AUTOTUNE_DEFAULT=1 and PyTorch's cudnn.benchmark do; with
+ * --cudnn-plan-cache the file's choice is taken untimed and what was
+ * chosen is saved into it when the context closes.  Each plan builds a
+ * call site's variant pack once (its pointers: the arena's buffers).
  *
  * cuDNN is opened with dlopen (libs.h), so its functions are pointers.
  * Layouts, descriptors and padding come from plan.c (unit-tested); the
@@ -32,6 +37,7 @@
 #include "cuda/libs.h"
 #include "cuda/plan.h"
 #include "cuda/rt_cuda.h"
+#include "cuda/tune.h"
 
 typedef struct {
     __typeof__(cudnnGetVersion) *GetVersion;
@@ -59,6 +65,12 @@ typedef struct RtCudaDnn {
     AmpcPlanCache cache;  /* ConvPlan (or, offline, ConvCheck) by shape */
     ConvCheck **checks;   /* the offline check's distinct convolutions, in order */
     size_t nchecks, checks_cap;
+    /* autotune's one shared scratch (x, w, y, workspace), grown to the largest asked */
+    void *scratch[4];
+    size_t scratch_bytes[4];
+    AmpcPlanFile *plans;   /* --cudnn-plan-cache; NULL without */
+    AmpcTuneEnv env;       /* what the file's entries are valid for */
+    long timed, from_file; /* candidates timed; plans the file gave */
 } Dnn;
 
 /* The handle attributes of the graph and the plan are marked deprecated
@@ -68,7 +80,7 @@ typedef struct RtCudaDnn {
 #define ATTR_OPERATIONGRAPH_HANDLE ((cudnnBackendAttributeName_t)800)
 #define ATTR_EXECUTION_PLAN_HANDLE ((cudnnBackendAttributeName_t)400)
 
-enum { UID_X = 1, UID_W = 2, UID_Y = 3, MAX_CANDIDATES = 16, TIMED_RUNS = 3 };
+enum { UID_X = 1, UID_W = 2, UID_Y = 3, MAX_CANDIDATES = 16 };
 
 static const char *pass_name(RtPass pass)
 {
@@ -266,12 +278,16 @@ typedef struct {
     size_t ws;         /* cuDNN's workspace, after the padding regions */
     size_t xbytes;     /* the padded x region (the rest of g.pad_bytes is w's) */
     int64_t xrows, wrows, yinner, engine;
-    unsigned notes;    /* the engine's numerical notes (plan.h's AMPC_NOTE_*) */
+    unsigned notes;      /* the engine's numerical notes (plan.h's AMPC_NOTE_*) */
+    AmpcSiteTable sites; /* a variant pack per call site (its pointers) */
 } ConvPlan;
+
+static void drop_value(void *dnn, void *d) { drop(dnn, d); }
 
 static void plan_free(void *dnn, void *p)
 {
     ConvPlan *c = p;
+    ampc_site_free(&c->sites, drop_value, dnn);
     drop(dnn, c->plan);
     free(c);
 }
@@ -301,7 +317,7 @@ static unsigned note_bit(cudnnBackendNumericalNote_t n)
 
 /* The engine of an engine configuration: its global index and numerical
  * notes.  false when it cannot describe itself (skipped, not fatal). */
-static bool engine_notes(Dnn *dn, Desc ecfg, int64_t *index, unsigned *bits)
+static bool engine_notes(Dnn *dn, Desc ecfg, int64_t *index, unsigned *bits, bool *rtc)
 {
     Build b = {true, &dn->F};
     Desc eng = make(&b, CUDNN_BACKEND_ENGINE_DESCRIPTOR);
@@ -321,15 +337,22 @@ static bool engine_notes(Dnn *dn, Desc ecfg, int64_t *index, unsigned *bits)
     *bits = 0;
     for (int64_t i = 0; ok && i < n; i++)
         *bits |= note_bit(notes[i]);
+    /* the behaviour notes: runtime compilation (seconds per engine) */
+    cudnnBackendBehaviorNote_t beh[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+    n = 0;
+    *rtc = false;
+    if (ok && AMPC_TRY(AMPC_API_CUDNN, dn->F.GetAttribute(eng, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE,
+                                                          CUDNN_TYPE_BEHAVIOR_NOTE,
+                                                          CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &n, beh)))
+        for (int64_t i = 0; i < n; i++)
+            *rtc |= beh[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
     drop(dn, eng);
     return ok;
 }
 
-/* x, w, y in the operation's roles (dx or dw is an output: const only here) */
-/* runs the plan; a failure is fatal unless `tried` (autotune's timing runs:
- * a plan can finalize and still fail to run), where false is returned */
-static bool run_plan(Dnn *dn, Desc plan, const void *x, const void *w, const void *y, void *ws,
-                     bool tried)
+/* A variant pack of x, w, y (in the operation's roles: dx or dw is an
+ * output, const only here) and the workspace; NULL when cuDNN refuses it */
+static Desc variant_pack(Dnn *dn, const void *x, const void *w, const void *y, void *ws)
 {
     int64_t uids[3] = {UID_X, UID_W, UID_Y};
     void *ptrs[3] = {(void *)x, (void *)w, (void *)y};
@@ -339,8 +362,19 @@ static bool run_plan(Dnn *dn, Desc plan, const void *x, const void *w, const voi
     SET(&b, vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
     SET(&b, vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
     finalize(&b, vp);
-    bool ok = b.ok && AMPC_TRY(AMPC_API_CUDNN, dn->F.Execute(dn->handle, plan, vp));
-    drop(dn, vp);
+    if (!b.ok) {
+        drop(dn, vp);
+        return NULL;
+    }
+    return vp;
+}
+
+/* runs the plan with vp; a failure is fatal unless `tried` (autotune's
+ * timing runs: a plan can finalize and still fail to run), where false is
+ * returned */
+static bool run_plan(Dnn *dn, Desc plan, Desc vp, bool tried)
+{
+    bool ok = vp && AMPC_TRY(AMPC_API_CUDNN, dn->F.Execute(dn->handle, plan, vp));
     if (!ok && !tried) {
         fprintf(stderr, "ampc: %s\n", ampc_api_last_error());
         exit(1);
@@ -350,16 +384,6 @@ static bool run_plan(Dnn *dn, Desc plan, const void *x, const void *w, const voi
     return ok;
 }
 
-static void execute(Dnn *dn, Desc plan, const void *x, const void *w, const void *y, void *ws)
-{
-    run_plan(dn, plan, x, w, y, ws, false);
-}
-
-/* scratch buffers for timing: x, w, y (in the pass's roles) and a workspace */
-typedef struct {
-    void *x, *w, *y, *ws;
-} Scratch;
-
 static size_t desc_bytes(const AmpcTensorDesc *t, RtDType dt)
 {
     size_t n = rt_dtype_size(dt);
@@ -368,25 +392,62 @@ static size_t desc_bytes(const AmpcTensorDesc *t, RtDType dt)
     return n;
 }
 
-/* the mean time of TIMED_RUNS runs, in ms (inf when a run fails) */
-static float time_plan(Dnn *dn, Desc plan, const Scratch *s)
+/* the shared scratch buffer i (x, w, y, workspace) of at least bytes,
+ * zeroed when (re)allocated: one allocation per growth, not per plan */
+static void *scratch(Dnn *dn, int i, size_t bytes)
 {
-    if (!run_plan(dn, plan, s->x, s->w, s->y, s->ws, true)) /* warm-up */
+    if (bytes > dn->scratch_bytes[i] || !dn->scratch[i]) {
+        AMPC_CHECK(AMPC_API_CUDA, cudaStreamSynchronize(dn->cx->stream));
+        AMPC_CHECK(AMPC_API_CUDA, cudaFree(dn->scratch[i]));
+        dn->scratch[i] = NULL;
+        AMPC_CHECK(AMPC_API_CUDA, cudaMalloc(&dn->scratch[i], bytes ? bytes : 1));
+        AMPC_CHECK(AMPC_API_CUDA,
+                   cudaMemsetAsync(dn->scratch[i], 0, bytes ? bytes : 1, dn->cx->stream));
+        dn->scratch_bytes[i] = bytes;
+    }
+    return dn->scratch[i];
+}
+
+/* runs plan p at the call site of these pointers: its variant pack made
+ * on the site's first call, then reused (a pack per call costs host time
+ * on every one of a step's calls) */
+static void execute(Dnn *dn, ConvPlan *p, const void *x, const void *w, const void *y, void *ws)
+{
+    const void *site[4] = {x, w, y, ws};
+    Desc vp = ampc_site_get(&p->sites, site);
+    if (!vp) {
+        if (!(vp = variant_pack(dn, x, w, y, ws)) || !ampc_site_put(&p->sites, site, vp)) {
+            fprintf(stderr, "ampc: cuDNN variant pack: %s\n",
+                    vp ? "out of memory" : ampc_api_last_error());
+            exit(1);
+        }
+    }
+    run_plan(dn, p->plan, vp, false);
+}
+
+/* one warm-up run and one timed run on the scratch, in ms (inf when a run fails) */
+static float time_plan(Dnn *dn, Desc plan, const AmpcConvGeom *g, RtDType dt, size_t ws)
+{
+    void *x = scratch(dn, 0, desc_bytes(&g->x, dt)), *w = scratch(dn, 1, desc_bytes(&g->w, dt));
+    void *y = scratch(dn, 2, desc_bytes(&g->y, dt)), *wsp = scratch(dn, 3, ws);
+    Desc vp = variant_pack(dn, x, w, y, wsp);
+    if (!run_plan(dn, plan, vp, true)) { /* warm-up */
+        drop(dn, vp);
         return INFINITY;
+    }
     cudaEvent_t a, b;
     AMPC_CHECK(AMPC_API_CUDA, cudaEventCreate(&a));
     AMPC_CHECK(AMPC_API_CUDA, cudaEventCreate(&b));
     AMPC_CHECK(AMPC_API_CUDA, cudaEventRecord(a, dn->cx->stream));
-    bool ok = true;
-    for (int i = 0; ok && i < TIMED_RUNS; i++)
-        ok = run_plan(dn, plan, s->x, s->w, s->y, s->ws, true);
+    bool ok = run_plan(dn, plan, vp, true);
     AMPC_CHECK(AMPC_API_CUDA, cudaEventRecord(b, dn->cx->stream));
     AMPC_CHECK(AMPC_API_CUDA, cudaEventSynchronize(b));
     float ms = 0;
     AMPC_CHECK(AMPC_API_CUDA, cudaEventElapsedTime(&ms, a, b));
     AMPC_CHECK(AMPC_API_CUDA, cudaEventDestroy(a));
     AMPC_CHECK(AMPC_API_CUDA, cudaEventDestroy(b));
-    return ok ? ms / TIMED_RUNS : INFINITY;
+    drop(dn, vp);
+    return ok ? ms : INFINITY;
 }
 
 /* What pick found: the plan, or why there is none. */
@@ -399,12 +460,60 @@ typedef struct {
     unsigned refused_notes; /* the notes that refused them */
 } Pick;
 
-/* the candidates of one heuristic mode: the best usable plan (p->plan NULL
- * when none) */
-static void pick(Dnn *dn, Desc graph, cudnnBackendHeurMode_t mode, RtDType dt, const Scratch *s,
-                 Pick *p)
+/* tune.h's callbacks over one heuristic list: cfgs[i]'s plan built into plans[i] */
+typedef struct {
+    Dnn *dn;
+    Desc *cfgs, *plans;
+    const AmpcConvGeom *g;
+    RtDType dt;
+} Tuning;
+
+static bool tune_build(void *ctx, int i, size_t *ws)
 {
-    Desc heur = heuristic(dn, graph, mode);
+    Tuning *t = ctx;
+    Dnn *dn = t->dn;
+    Build pb = {true, &dn->F};
+    Desc plan = make(&pb, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    SET(&pb, plan, ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &dn->handle);
+    SET(&pb, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+        &t->cfgs[i]);
+    finalize(&pb, plan);
+    int64_t one = 0, bytes = 0;
+    if (!pb.ok ||
+        !AMPC_TRY(AMPC_API_CUDNN, dn->F.GetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                     CUDNN_TYPE_INT64, 1, &one, &bytes)) ||
+        bytes < 0) {
+        drop(dn, plan);
+        return false;
+    }
+    t->plans[i] = plan, *ws = (size_t)bytes;
+    return true;
+}
+
+static float tune_time(void *ctx, int i)
+{
+    Tuning *t = ctx;
+    int64_t one = 0, bytes = 0;
+    AMPC_CHECK(AMPC_API_CUDNN,
+               t->dn->F.GetAttribute(t->plans[i], CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                     CUDNN_TYPE_INT64, 1, &one, &bytes));
+    return time_plan(t->dn, t->plans[i], t->g, t->dt, (size_t)bytes);
+}
+
+static void tune_drop(void *ctx, int i)
+{
+    Tuning *t = ctx;
+    drop(t->dn, t->plans[i]);
+    t->plans[i] = NULL;
+}
+
+/* The candidates of one heuristic mode (0: A, 1: the fallback list) for the
+ * convolution of key: the chosen plan (p->plan NULL when none), through the
+ * plan cache file when there is one. */
+static void pick(Dnn *dn, Desc graph, int mode, const AmpcConvGeom *g, RtDType dt,
+                 const AmpcPlanKey *key, Pick *p)
+{
+    Desc heur = heuristic(dn, graph, mode ? CUDNN_HEUR_MODE_FALLBACK : CUDNN_HEUR_MODE_A);
     if (!heur)
         return;
     int64_t n = 0;
@@ -412,7 +521,7 @@ static void pick(Dnn *dn, Desc graph, cudnnBackendHeurMode_t mode, RtDType dt, c
                                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, NULL));
     if (n > MAX_CANDIDATES)
         n = MAX_CANDIDATES;
-    Desc cfgs[MAX_CANDIDATES];
+    Desc cfgs[MAX_CANDIDATES], usable[MAX_CANDIDATES], plans[MAX_CANDIDATES] = {0};
     Build b = {true, &dn->F};
     for (int64_t i = 0; i < n; i++)
         cfgs[i] = make(&b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
@@ -421,47 +530,36 @@ static void pick(Dnn *dn, Desc graph, cudnnBackendHeurMode_t mode, RtDType dt, c
         AMPC_CHECK(AMPC_API_CUDNN,
                    dn->F.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfgs));
-    const AmpcEnginePolicy policy = {(AmpcFp32Mode)dn->cx->cfg.fp32, dn->cx->cfg.nondeterministic};
-    float best_ms = 0;
-    for (int64_t i = 0; i < got; i++) {
-        int64_t index = -1, bytes = 0;
-        unsigned notes = 0;
-        if (!engine_notes(dn, cfgs[i], &index, &notes))
-            continue;
-        p->proposed++;
-        unsigned refusal = ampc_engine_refusal(notes, dt, &policy);
-        if (refusal) {
-            p->refused++, p->refused_notes |= refusal;
-            continue;
-        }
-        Build pb = {true, &dn->F};
-        Desc plan = make(&pb, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        SET(&pb, plan, ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &dn->handle);
-        SET(&pb, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-            &cfgs[i]);
-        finalize(&pb, plan);
-        int64_t one = 0;
-        if (!pb.ok ||
-            !AMPC_TRY(AMPC_API_CUDNN,
-                      dn->F.GetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                         CUDNN_TYPE_INT64, 1, &one, &bytes)) ||
-            bytes < 0 || (uint64_t)bytes > dn->cx->cfg.workspace_limit) {
-            drop(dn, plan);
-            continue;
-        }
-        float ms = s ? time_plan(dn, plan, s) : 0;
-        if (!isfinite(ms)) { /* it would not run: the next candidate */
-            drop(dn, plan);
-            continue;
-        }
-        if (!p->plan || ms < best_ms) {
-            drop(dn, p->plan);
-            p->plan = plan, best_ms = ms, p->ws = (size_t)bytes, p->engine = index;
-            p->notes = notes;
-            if (!s)
-                break; /* no autotune: the heuristic's first usable one */
-        } else {
-            drop(dn, plan);
+    /* the configurations that describe their engine, in the heuristic's order */
+    AmpcCandidate cand[MAX_CANDIDATES];
+    int nc = 0;
+    for (int64_t i = 0; i < got; i++)
+        if (engine_notes(dn, cfgs[i], &cand[nc].engine, &cand[nc].notes,
+                         &cand[nc].runtime_compiled))
+            usable[nc++] = cfgs[i];
+    const RtCudaConfig *c = &dn->cx->cfg;
+    const AmpcTunePolicy policy = {{(AmpcFp32Mode)c->fp32, c->nondeterministic},
+                                   c->autotune,
+                                   c->autotune_max > 0 ? c->autotune_max : AMPC_TUNE_MAX_DEFAULT,
+                                   c->runtime_compiled,
+                                   c->workspace_limit};
+    const AmpcTuneEntry *hit = dn->plans ? ampc_planfile_find(dn->plans, key, &dn->env) : NULL;
+    if (hit && hit->mode != mode)
+        hit = NULL;
+    Tuning t = {dn, usable, plans, g, dt};
+    const AmpcTuneOps ops = {tune_build, tune_time, tune_drop};
+    AmpcTuneResult r;
+    ampc_tune_choose(cand, nc, dt, &policy, &ops, &t, hit ? (int)hit->candidate : -1,
+                     hit ? hit->engine : -1, &r);
+    p->proposed += r.proposed, p->refused += r.refused, p->refused_notes |= r.refused_notes;
+    dn->timed += r.timed, dn->from_file += r.cached;
+    if (r.chosen >= 0) {
+        p->plan = plans[r.chosen], p->ws = r.ws, p->engine = cand[r.chosen].engine;
+        p->notes = cand[r.chosen].notes;
+        AmpcTuneEntry e = {*key, dn->env, mode, r.chosen, p->engine};
+        if (dn->plans && !r.cached && c->autotune && !ampc_planfile_add(dn->plans, &e)) {
+            fprintf(stderr, "ampc: out of memory noting a cuDNN plan\n");
+            exit(1);
         }
     }
     for (int64_t i = 0; i < n; i++)
@@ -470,27 +568,6 @@ static void pick(Dnn *dn, Desc graph, cudnnBackendHeurMode_t mode, RtDType dt, c
     /* a candidate refused above may have left a CUDA error behind: not
      * for the next custom kernel's launch check to report as its own */
     (void)cudaGetLastError();
-}
-
-static void scratch_alloc(Dnn *dn, Scratch *s, const AmpcConvGeom *g, RtDType dt)
-{
-    AMPC_CHECK(AMPC_API_CUDA, cudaMalloc(&s->x, desc_bytes(&g->x, dt)));
-    AMPC_CHECK(AMPC_API_CUDA, cudaMalloc(&s->w, desc_bytes(&g->w, dt)));
-    AMPC_CHECK(AMPC_API_CUDA, cudaMalloc(&s->y, desc_bytes(&g->y, dt)));
-    AMPC_CHECK(AMPC_API_CUDA, cudaMemsetAsync(s->x, 0, desc_bytes(&g->x, dt), dn->cx->stream));
-    AMPC_CHECK(AMPC_API_CUDA, cudaMemsetAsync(s->w, 0, desc_bytes(&g->w, dt), dn->cx->stream));
-    AMPC_CHECK(AMPC_API_CUDA, cudaMemsetAsync(s->y, 0, desc_bytes(&g->y, dt), dn->cx->stream));
-    AMPC_CHECK(AMPC_API_CUDA,
-               cudaMalloc(&s->ws, dn->cx->cfg.workspace_limit ? dn->cx->cfg.workspace_limit : 1));
-}
-
-static void scratch_free(Dnn *dn, Scratch *s)
-{
-    AMPC_CHECK(AMPC_API_CUDA, cudaStreamSynchronize(dn->cx->stream));
-    AMPC_CHECK(AMPC_API_CUDA, cudaFree(s->x));
-    AMPC_CHECK(AMPC_API_CUDA, cudaFree(s->w));
-    AMPC_CHECK(AMPC_API_CUDA, cudaFree(s->y));
-    AMPC_CHECK(AMPC_API_CUDA, cudaFree(s->ws));
 }
 
 /* cx's cuDNN, for a call that runs a plan */
@@ -534,15 +611,10 @@ static ConvPlan *conv_plan(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass
                 node_name(d->node), pass_name(pass), ampc_api_last_error());
         exit(1);
     }
-    Scratch s = {0};
-    if (dn->cx->cfg.autotune)
-        scratch_alloc(dn, &s, &p->g, dt);
     Pick a = {0}, fb = {0};
-    pick(dn, cg.graph, CUDNN_HEUR_MODE_A, dt, dn->cx->cfg.autotune ? &s : NULL, &a);
+    pick(dn, cg.graph, 0, &p->g, dt, &key, &a);
     if (!a.plan) /* none left: the fallback list, then a stop naming the node */
-        pick(dn, cg.graph, CUDNN_HEUR_MODE_FALLBACK, dt, dn->cx->cfg.autotune ? &s : NULL, &fb);
-    if (dn->cx->cfg.autotune)
-        scratch_free(dn, &s);
+        pick(dn, cg.graph, 1, &p->g, dt, &key, &fb);
     conv_graph_drop(dn, &cg);
     Pick *got = a.plan ? &a : &fb;
     if (!got->plan) {
@@ -763,7 +835,7 @@ void rt_cuda_conv_forward(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const 
                                                        idt(dt), w, pad + p->xbytes));
         x = pad, w = pad + p->xbytes;
     }
-    execute(dn, p->plan, x, w, y, pad + p->g.pad_bytes);
+    execute(dn, p, x, w, y, pad + p->g.pad_bytes);
     if (bias) {
         size_t outer, inner;
         bias_shape(p, d, &outer, &inner);
@@ -781,13 +853,13 @@ void rt_cuda_conv_backward_data(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, 
     if (!p->g.pad_bytes) {
         if (accumulate)
             p = conv_plan(dn, d, dt, RT_PASS_BACKWARD, true);
-        execute(dn, p->plan, dx, w, dy, pad);
+        execute(dn, p, dx, w, dy, pad);
         return;
     }
     /* padded: dx of cp channels into the x region, then its first c channels */
     AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cx->stream, (size_t)p->wrows, d->c, p->g.c,
                                                    idt(dt), w, pad + p->xbytes));
-    execute(dn, p->plan, pad, pad + p->xbytes, dy, pad + p->g.pad_bytes);
+    execute(dn, p, pad, pad + p->xbytes, dy, pad + p->g.pad_bytes);
     AMPC_CHECK(AMPC_API_CUDA, ampc_cu_unpad_channels(cx->stream, (size_t)p->xrows, d->c, p->g.c,
                                                      idt(dt), pad, dx, accumulate));
 }
@@ -801,11 +873,11 @@ void rt_cuda_conv_backward_weight(RtCudaCtx *cx, const RtConvDims *d, RtDType dt
     if (!p->g.pad_bytes) {
         if (accumulate)
             p = conv_plan(dn, d, dt, RT_PASS_BACKWARD_WEIGHT, true);
-        execute(dn, p->plan, x, dw, dy, pad);
+        execute(dn, p, x, dw, dy, pad);
     } else {
         AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cx->stream, (size_t)p->xrows, d->c, p->g.c,
                                                        idt(dt), x, pad));
-        execute(dn, p->plan, pad, pad + p->xbytes, dy, pad + p->g.pad_bytes);
+        execute(dn, p, pad, pad + p->xbytes, dy, pad + p->g.pad_bytes);
         AMPC_CHECK(AMPC_API_CUDA, ampc_cu_unpad_channels(cx->stream, (size_t)p->wrows, d->c, p->g.c,
                                                          idt(dt), pad + p->xbytes, dw, accumulate));
     }
@@ -863,6 +935,48 @@ static bool load(Dnn *dn, char *err, size_t errlen)
     return true;
 }
 
+/* What a plan chosen here is valid for (tune.h's AmpcTuneEnv), and the
+ * plan cache file when --cudnn-plan-cache names one: a file not of ours is
+ * refused (never overwritten); a damaged one of ours a warning */
+static bool plans_open(Dnn *dn, char *err, size_t errlen)
+{
+    const RtCudaConfig *c = &dn->cx->cfg;
+    int dev = 0, major = 0, minor = 0, sms = 0, rtv = 0;
+    AMPC_CHECK(AMPC_API_CUDA, cudaGetDevice(&dev));
+    AMPC_CHECK(AMPC_API_CUDA,
+               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    AMPC_CHECK(AMPC_API_CUDA,
+               cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    AMPC_CHECK(AMPC_API_CUDA, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    AMPC_CHECK(AMPC_API_CUDA, cudaRuntimeGetVersion(&rtv));
+    dn->env = (AmpcTuneEnv){major,
+                            minor,
+                            sms,
+                            (int64_t)dn->F.GetVersion(),
+                            rtv,
+                            c->fp32,
+                            c->nondeterministic,
+                            c->runtime_compiled,
+                            (int64_t)c->workspace_limit,
+                            RT_WS_ALIGN,
+                            (int64_t)ampc_planfile_hash(
+                                RT_RUNTIME_VERSION, sizeof RT_RUNTIME_VERSION - 1, AMPC_FNV_START)};
+    if (!c->plan_cache)
+        return true;
+    char warn[640];
+    if (!(dn->plans = calloc(1, sizeof *dn->plans)) ||
+        !ampc_planfile_open(dn->plans, c->plan_cache, warn, sizeof warn, err, errlen)) {
+        if (!dn->plans)
+            snprintf(err, errlen, "cuDNN: out of host memory");
+        free(dn->plans);
+        dn->plans = NULL;
+        return false;
+    }
+    if (warn[0])
+        fprintf(stderr, "ampc: warning: %s\n", warn);
+    return true;
+}
+
 /* cuDNN's part of cx (its functions, and a handle on cx's stream unless
  * offline); false with a message */
 static bool dnn_open(RtCudaCtx *cx, bool offline, char *err, size_t errlen)
@@ -885,6 +999,11 @@ static bool dnn_open(RtCudaCtx *cx, bool offline, char *err, size_t errlen)
         free(dn);
         return false;
     }
+    if (!offline && !plans_open(dn, err, errlen)) {
+        AMPC_CHECK(AMPC_API_CUDNN, dn->F.Destroy(dn->handle));
+        free(dn);
+        return false;
+    }
     cx->dnn = dn;
     return true;
 }
@@ -899,6 +1018,12 @@ bool rt_cuda_dnn_check_open(RtCudaCtx *cx, char *err, size_t errlen)
     return dnn_open(cx, true, err, errlen);
 }
 
+void rt_cuda_dnn_tune_counts(RtCudaCtx *cx, long *timed, long *from_file)
+{
+    *timed = cx->dnn ? cx->dnn->timed : 0;
+    *from_file = cx->dnn ? cx->dnn->from_file : 0;
+}
+
 size_t rt_cuda_dnn_version(RtCudaCtx *cx)
 {
     return cx->dnn && cx->dnn->F.GetVersion ? cx->dnn->F.GetVersion() : 0;
@@ -911,6 +1036,18 @@ void rt_cuda_dnn_shutdown(RtCudaCtx *cx)
         return;
     ampc_cache_free(&dn->cache, cx->offline ? check_free : plan_free, dn);
     free(dn->checks);
+    if (dn->plans) { /* what this run chose, for the next start */
+        char err[640];
+        if (!ampc_planfile_save(dn->plans, err, sizeof err))
+            fprintf(stderr, "ampc: warning: %s\n", err);
+        ampc_planfile_free(dn->plans);
+        free(dn->plans);
+    }
+    if (dn->handle)
+        AMPC_CHECK(AMPC_API_CUDA, cudaStreamSynchronize(cx->stream));
+    for (int i = 0; i < 4; i++)
+        if (dn->scratch[i])
+            AMPC_CHECK(AMPC_API_CUDA, cudaFree(dn->scratch[i]));
     if (dn->handle)
         AMPC_CHECK(AMPC_API_CUDNN, dn->F.Destroy(dn->handle));
     free(dn);

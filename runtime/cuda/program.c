@@ -81,7 +81,10 @@ static RtCudaConfig cuda_config(const RtDeviceConfig *dc, AmpcStream stream)
                           .workspace_limit = (size_t)dc->cudnn_workspace_mb << 20,
                           .autotune = dc->cudnn_autotune,
                           .fp32 = dc->cudnn_fp32,
-                          .nondeterministic = dc->cudnn_nondeterministic};
+                          .nondeterministic = dc->cudnn_nondeterministic,
+                          .autotune_max = dc->cudnn_autotune_max,
+                          .runtime_compiled = dc->cudnn_runtime_compiled,
+                          .plan_cache = dc->cudnn_plan_cache};
 }
 
 int rt_cuda_check_model(const RtModel *m, const RtDeviceConfig *dc, int64_t batch, FILE *out,

@@ -62,6 +62,9 @@ typedef struct {
                                 instead of taking the heuristic's first that fits */
     int fp32;                /* the fp32 engine rule: plan.h's AmpcFp32Mode (0: exact) */
     bool nondeterministic;   /* engines noted nondeterministic allowed */
+    int autotune_max;        /* candidates timed per convolution at most (tune.h) */
+    bool runtime_compiled;   /* runtime-compiled engines considered */
+    const char *plan_cache;  /* the plan cache file (tune.h), or NULL */
 } RtCudaConfig;
 
 struct RtCudaDnn;  /* conv.c's: cuDNN's functions, handle, plan cache, offline checks */
@@ -158,6 +161,8 @@ bool rt_cuda_dnn_check_geom(RtCudaCtx *cx, const char *node, const struct AmpcCo
  * created and set.  False with a message naming node. */
 bool rt_cuda_blas_check_gemm(RtCudaCtx *cx, const char *node, const struct AmpcGemm *g, RtDType dt,
                              bool bias, char *err, size_t errlen);
+/* autotune's counts so far: candidates timed, plans the plan cache file gave */
+void rt_cuda_dnn_tune_counts(RtCudaCtx *cx, long *timed, long *from_file);
 /* the loaded cuDNN's version (cudnnGetVersion), 0 before it is opened */
 size_t rt_cuda_dnn_version(RtCudaCtx *cx);
 

@@ -148,33 +148,63 @@ static void test_device_flags(void **state)
     char err[256] = "";
     RtDeviceConfig dc;
     /* not given: fine anywhere, the defaults */
-    assert_true(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, -1, -1}, &dc, err, sizeof err));
+    assert_true(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, -1, -1, -1, -1, NULL}, &dc, err,
+                                    sizeof err));
     assert_true(dc.cudnn_autotune);
     assert_int_equal(dc.cudnn_workspace_mb, RT_CUDNN_WORKSPACE_MB_DEFAULT);
     /* a CPU program refuses either, naming it */
-    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){0, -1, -1, -1}, &dc, err, sizeof err));
+    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){0, -1, -1, -1, -1, -1, NULL}, &dc, err,
+                                     sizeof err));
     assert_non_null(strstr(err, "--cudnn-autotune"));
     assert_non_null(strstr(err, "--target=cuda"));
-    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, 64, -1, -1}, &dc, err, sizeof err));
+    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, 64, -1, -1, -1, -1, NULL}, &dc, err,
+                                     sizeof err));
     assert_non_null(strstr(err, "--cudnn-workspace-mb"));
     /* a GPU program takes them, each call from the defaults (no state between runs) */
-    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){0, 64, -1, -1}, &dc, err, sizeof err));
+    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){0, 64, -1, -1, -1, -1, NULL}, &dc, err,
+                                    sizeof err));
     assert_false(dc.cudnn_autotune);
     assert_int_equal(dc.cudnn_workspace_mb, 64);
-    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){1, -1, -1, -1}, &dc, err, sizeof err));
+    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){1, -1, -1, -1, -1, -1, NULL}, &dc, err,
+                                    sizeof err));
     assert_true(dc.cudnn_autotune);
     assert_int_equal(dc.cudnn_workspace_mb, RT_CUDNN_WORKSPACE_MB_DEFAULT);
     /* the fp32 engine rule and the nondeterministic engines: exact and
      * refused by default, refused by a CPU program, taken by a GPU one */
     assert_int_equal(dc.cudnn_fp32, 0);
     assert_false(dc.cudnn_nondeterministic);
-    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, 1, -1}, &dc, err, sizeof err));
+    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, 1, -1, -1, -1, NULL}, &dc, err,
+                                     sizeof err));
     assert_non_null(strstr(err, "--cudnn-fp32"));
-    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, -1, 1}, &dc, err, sizeof err));
+    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, -1, 1, -1, -1, NULL}, &dc, err,
+                                     sizeof err));
     assert_non_null(strstr(err, "--cudnn-nondeterministic"));
-    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){-1, -1, 2, 1}, &dc, err, sizeof err));
+    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){-1, -1, 2, 1, -1, -1, NULL}, &dc, err,
+                                    sizeof err));
     assert_int_equal(dc.cudnn_fp32, 2);
     assert_true(dc.cudnn_nondeterministic);
+    /* bounded autotune and the plan cache (issue 26): 4, skipped, none by default;
+     * refused by a CPU program, taken by a GPU one */
+    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){-1, -1, -1, -1, -1, -1, NULL}, &dc, err,
+                                    sizeof err));
+    assert_int_equal(dc.cudnn_autotune_max, RT_CUDNN_AUTOTUNE_MAX_DEFAULT);
+    assert_int_equal(RT_CUDNN_AUTOTUNE_MAX_DEFAULT, 4);
+    assert_false(dc.cudnn_runtime_compiled);
+    assert_null(dc.cudnn_plan_cache);
+    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, -1, -1, 2, -1, NULL}, &dc, err,
+                                     sizeof err));
+    assert_non_null(strstr(err, "--cudnn-autotune-max"));
+    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, -1, -1, -1, 1, NULL}, &dc, err,
+                                     sizeof err));
+    assert_non_null(strstr(err, "--cudnn-runtime-compiled"));
+    assert_false(rt_device_configure(&cpu, &(RtDeviceFlags){-1, -1, -1, -1, -1, -1, "p"}, &dc, err,
+                                     sizeof err));
+    assert_non_null(strstr(err, "--cudnn-plan-cache"));
+    assert_true(rt_device_configure(&gpu, &(RtDeviceFlags){-1, -1, -1, -1, 2, 1, "p"}, &dc, err,
+                                    sizeof err));
+    assert_int_equal(dc.cudnn_autotune_max, 2);
+    assert_true(dc.cudnn_runtime_compiled);
+    assert_string_equal(dc.cudnn_plan_cache, "p");
     /* --cudnn-check: a CPU program refuses it */
     FILE *sink = tmpfile();
     assert_non_null(sink);
