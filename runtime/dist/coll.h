@@ -164,6 +164,8 @@ typedef struct {
     int launched_early;    /* of those, launched during backward (by grad_ready) */
     int64_t steps;
     bool program_buckets;  /* the program's kvstore buckets (else the size rule) */
+    int64_t host_waits;    /* steps that waited for the watchdog to let go of a slot (the
+                              device WATCH_SLOTS steps behind); 0 in the steady state */
 } RtNcclStats;
 void rt_nccl_stats(RtDevice *d, RtNcclStats *st);
 /* Bucket b of the last step as parameter indices, in launch order; the

@@ -19,11 +19,12 @@
  *     flushes the open bucket (and announces a gradient the step did not),
  *     then makes the compute stream wait for the comm stream, so that the
  *     finite check and the update read the sums; the host never waits.
- *   - check_grads: the inner check, then the flag reduced (max of 0/1 over
- *     the ranks, an int32 all-reduce), so an overflow on one rank skips the
- *     step and backs off the scale on every rank.  The flag is read through
- *     device.h (read_flag, one counted wait, and the maximum read back: two
- *     per step under a dynamic scale).
+ *   - check_grads: the inner check, then the flag reduced in place in the
+ *     device's step state (max of 0/1 over the ranks, an int32 all-reduce
+ *     on the compute stream), so an overflow on one rank skips the step and
+ *     backs off the scale on every rank.  The host reads nothing (before
+ *     issue 26 it read the flag and the maximum back: two waits per step
+ *     under a dynamic scale).
  *   - train_update: a step whose buckets were not waited for is finished
  *     first (no update before its reductions), then the inner device's own
  *     fused update runs, the same on every rank on the same sums.
@@ -33,18 +34,24 @@
  * rounds D - 1 times); for two ranks that is the MPI engine's fp32 sum
  * rounded once, bit for bit.  An overflow becomes inf on every rank (NCCL
  * hands every rank the same result), which the reduced flag skips.
- * The deadline: where the host needs the reductions (the step's end: the
- * trainer's all-reduce, or the update that finishes the step; the finite
- * flag's maximum before it is read back; a broadcast) it polls (an event
- * recorded after each bucket's group, else the stream; never a blocking
- * synchronize) and the comm's asynchronous error, sleeping between polls,
- * for at most the run's --mpi-timeout.  A reduction still not done then (a
- * rank stopped, hung or dead) or an asynchronous error aborts the comm
- * (ncclCommAbort) and ends the job with "nccl: rank R: step S: the
- * all-reduce of bucket B (of N) did not complete within T s (a rank
- * stalled or died)" (rt_mpi_finish(1): MPI_Abort ends every rank).  The
- * cost: the host waits for a step's all-reduces before it queues the
- * update.
+ * The deadline, off the host's path (issue 26): the step's end hands the
+ * events recorded after each bucket's group (and check_grads the event
+ * after the flag's all-reduce) to a watchdog thread, one per engine, and
+ * returns; the device orders the update after the reductions (the compute
+ * stream waits for the comm stream).  The watchdog polls the oldest step's
+ * events and the comm's asynchronous error, sleeping between polls, for at
+ * most the run's --mpi-timeout from the hand-over.  A reduction still not
+ * done then (a rank stopped, hung or dead) or an asynchronous error aborts
+ * the comm (ncclCommAbort) and ends the job with "nccl: rank R: step S: the
+ * all-reduce of bucket B (of N) did not complete within T s (a rank stalled
+ * or died)" (rt_mpi_finish(1): MPI_Abort ends every rank).  The events of
+ * WATCH_SLOTS steps are in flight at once; a step whose slot is still
+ * watched waits for it (counted: RtNcclStats.host_waits; never in the
+ * steady state, where the device is less than a few steps behind).  Closing
+ * the device waits for the watched steps.  A broadcast and the start-up
+ * check (once per run) still poll on the host, within the same deadline.
+ * One mutex orders the host's collective calls and the watchdog's polls and
+ * abort (an aborted comm is gone).
  * A failing call is reported as "nccl: rank R of W: CALL failed at
  * FILE:LINE: NCCL's string (error N)"; one inside grad_ready (which cannot
  * return an error) is kept and returned by the trainer's all-reduce, and no
@@ -61,6 +68,18 @@
 #include "fwd.h"
 #include "mpi_rt.h"
 #include "rt.h"
+
+enum { WATCH_SLOTS = 4 }; /* steps whose reductions the watchdog holds at once */
+
+/* What the watchdog waits for: events of one step, each done in order */
+typedef struct {
+    bool active;
+    long long step;
+    void **ev;
+    int n, done;
+    bool flag; /* the finite flag's all-reduce (else the buckets') */
+    double deadline;
+} Watch;
 
 typedef struct {
     RtFwd f; /* first */
@@ -92,12 +111,20 @@ typedef struct {
     /* the last finished step */
     int *last, *last_start, last_nb, last_early;
     int64_t steps;
-    int32_t *flag_dev;  /* the flag's all-reduce buffer (device) */
-    int32_t *flag_host; /* its host side (host_alloc) */
-    void **ev;          /* ev[b]: recorded on the comm stream after bucket b's group */
+    /* ev[s * nev + b]: recorded on the comm stream after bucket b's group of a
+     * step in watch slot s; nev (np + 1) per slot */
+    void **ev;
     int nev;
+    void *fev[WATCH_SLOTS]; /* after the finite flag's all-reduce, per slot (compute stream) */
     bool failed;
     char err[512];
+    /* the watchdog (above): w[kind * WATCH_SLOTS + slot], kind 0 the buckets, 1 the flag */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t watchdog;
+    bool watching, stop;
+    Watch w[2 * WATCH_SLOTS];
+    int64_t host_waits;
 } NcclDev;
 
 static NcclDev *nd(RtDevice *d) { return (NcclDev *)d; }
@@ -159,58 +186,92 @@ static long long step_no(const NcclDev *m)
     return s >= 0 ? (long long)s : (long long)m->steps;
 }
 
-/* The comm is gone: abort it, say why, end the job (a test's hook returns:
- * the engine has failed then, and launches nothing more). */
-static void give_up(NcclDev *m, const char *what, const char *why)
+/* Under m->mu: the comm is gone: abort it and keep why (the caller ends
+ * the job once it has let go of the lock: end_job). */
+static void give_up(NcclDev *m, long long step, const char *what, const char *why)
 {
     if (m->comm)
         m->t->comm_abort(m->t->self, m->comm);
     m->comm = NULL;
-    snprintf(m->err, sizeof m->err, "nccl: rank %d: step %lld: %s %s", m->rank, step_no(m),
-             what, why);
+    snprintf(m->err, sizeof m->err, "nccl: rank %d: step %lld: %s %s", m->rank, step, what, why);
     m->failed = true;
-    g_end_job(m->err);
 }
+
+/* The job ends with m's message (a test's hook returns: the engine has
+ * failed then, and launches nothing more).  m->err no longer changes once
+ * failed: read without the lock. */
+static void end_job(NcclDev *m) { g_end_job(m->err); }
 
 static double limit_s(const NcclDev *m) { return m->cfg.timeout_s > 0 ? m->cfg.timeout_s : 60; }
 
-/* Polls `obj` (an event, else a stream) until its work is done, the comm
- * reports an asynchronous error or the deadline passes (then give_up).
- * Sleeps 1 us doubling to 1 ms between polls, so that a waiting rank
- * leaves the CPU to the others. */
-static bool wait_until(NcclDev *m, bool event, void *obj, double deadline, const char *what)
+/* One poll of `obj` (an event, else a stream), under m->mu: 1 done, 0 not
+ * yet, -1 failed (the comm's asynchronous error given up: *gave set; or a
+ * failed query). */
+static int poll_once(NcclDev *m, bool event, void *obj, long long step, const char *what,
+                     bool *gave)
 {
     if (m->failed || !m->comm)
-        return false;
+        return -1;
     const RtCollOps *t = m->t;
-    long nap = 1000; /* ns */
+    int async = 0;
+    if (!COLL(m, t->comm_async_error(t->self, m->comm, &async), "ncclCommGetAsyncError"))
+        return -1;
+    if (async != 0 && async != 7 /* ncclInProgress: a non-blocking comm's */) {
+        char why[256];
+        snprintf(why, sizeof why,
+                 "failed: NCCL reported an asynchronous error: %s (error "
+                 "%d; a rank stalled or died)",
+                 t->error_string(t->self, "ncclAllReduce", async), async);
+        give_up(m, step, what, why);
+        *gave = true;
+        return -1;
+    }
+    int rc = event ? t->event_query(t->self, obj) : t->stream_query(t->self, obj);
+    if (rc == 0)
+        return 1;
+    if (rc != RT_COLL_PENDING)
+        return COLL(m, rc, event ? "cudaEventQuery" : "cudaStreamQuery") ? 1 : -1;
+    return 0;
+}
+
+/* A deadline passed: given up, *gave set */
+static void too_late(NcclDev *m, long long step, const char *what, bool *gave)
+{
+    char why[128];
+    snprintf(why, sizeof why, "did not complete within %g s (a rank stalled or died)", limit_s(m));
+    give_up(m, step, what, why);
+    *gave = true;
+}
+
+static void nap(long *ns)
+{
+    struct timespec ts = {0, *ns};
+    nanosleep(&ts, NULL);
+    *ns = *ns < 1000000 ? *ns * 2 : 1000000;
+}
+
+/* The host polls `obj` until its work is done, the comm reports an
+ * asynchronous error or the deadline passes (then the job ends).  Sleeps
+ * 1 us doubling to 1 ms between polls, so that a waiting rank leaves the
+ * CPU to the others.  Only where the run needs the result on the host
+ * (a broadcast, the start-up check); a step's reductions are the
+ * watchdog's. */
+static bool wait_until(NcclDev *m, bool event, void *obj, double deadline, const char *what)
+{
+    long ns = 1000;
     for (;;) {
-        int async = 0;
-        if (!COLL(m, t->comm_async_error(t->self, m->comm, &async), "ncclCommGetAsyncError"))
-            return false;
-        if (async != 0 && async != 7 /* ncclInProgress: a non-blocking comm's */) {
-            char why[256];
-            snprintf(why, sizeof why, "failed: NCCL reported an asynchronous error: %s (error "
-                     "%d; a rank stalled or died)", t->error_string(t->self, "ncclAllReduce",
-                                                                    async), async);
-            give_up(m, what, why);
-            return false;
-        }
-        int rc = event ? t->event_query(t->self, obj) : t->stream_query(t->self, obj);
-        if (rc == 0)
-            return true;
-        if (rc != RT_COLL_PENDING)
-            return COLL(m, rc, event ? "cudaEventQuery" : "cudaStreamQuery");
-        if (now_s() > deadline) {
-            char why[128];
-            snprintf(why, sizeof why, "did not complete within %g s (a rank stalled or died)",
-                     limit_s(m));
-            give_up(m, what, why);
-            return false;
-        }
-        struct timespec ts = {0, nap};
-        nanosleep(&ts, NULL);
-        nap = nap < 1000000 ? nap * 2 : 1000000;
+        bool gave = false;
+        pthread_mutex_lock(&m->mu);
+        long long step = step_no(m);
+        int r = poll_once(m, event, obj, step, what, &gave);
+        if (r == 0 && now_s() > deadline)
+            too_late(m, step, what, &gave), r = -1;
+        pthread_mutex_unlock(&m->mu);
+        if (gave)
+            end_job(m);
+        if (r != 0)
+            return r > 0;
+        nap(&ns);
     }
 }
 
@@ -219,6 +280,107 @@ static bool wait_done(NcclDev *m, void *stream, const char *what)
 {
     return wait_until(m, false, stream, now_s() + limit_s(m), what);
 }
+
+/* ---- the watchdog -------------------------------------------------------------------- */
+
+/* the watched step furthest behind (the earliest deadline), or NULL */
+static Watch *oldest(NcclDev *m)
+{
+    Watch *o = NULL;
+    for (int i = 0; i < 2 * WATCH_SLOTS; i++)
+        if (m->w[i].active && (!o || m->w[i].deadline < o->deadline))
+            o = &m->w[i];
+    return o;
+}
+
+static void watch_what(const Watch *w, char *what, size_t len)
+{
+    if (w->flag)
+        snprintf(what, len, "the all-reduce of the finite flag");
+    else
+        snprintf(what, len, "the all-reduce of bucket %d (of %d)", w->done, w->n);
+}
+
+/* Polls the oldest watched step's events (under m->mu): true when it has
+ * made progress or ended (no nap before the next poll) */
+static bool watch_step(NcclDev *m, Watch *w, bool *gave)
+{
+    char what[96];
+    int r = 1;
+    while (w->done < w->n) {
+        watch_what(w, what, sizeof what);
+        if ((r = poll_once(m, true, w->ev[w->done], w->step, what, gave)) != 1)
+            break;
+        w->done++;
+    }
+    if (w->done == w->n) {
+        w->active = false;
+        return true;
+    }
+    if (r == 0 && now_s() > w->deadline)
+        too_late(m, w->step, what, gave);
+    return m->failed;
+}
+
+static void *watchdog_main(void *arg)
+{
+    NcclDev *m = arg;
+    long ns = 1000;
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        Watch *w = oldest(m);
+        if (!w) {
+            if (m->stop)
+                break;
+            pthread_cond_wait(&m->cv, &m->mu);
+            ns = 1000;
+            continue;
+        }
+        bool gave = false;
+        bool moved = watch_step(m, w, &gave);
+        if (m->failed) /* nothing more completes: every step let go */
+            for (int i = 0; i < 2 * WATCH_SLOTS; i++)
+                m->w[i].active = false;
+        if (moved || m->failed) {
+            pthread_cond_broadcast(&m->cv);
+            ns = 1000;
+        }
+        pthread_mutex_unlock(&m->mu);
+        if (gave)
+            end_job(m);
+        else if (!moved && !m->failed)
+            nap(&ns);
+        pthread_mutex_lock(&m->mu);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+/* Under m->mu: waits until watch slot i is free (its step confirmed, or the
+ * engine failed), counting a wait.  Its events are queried first (without
+ * blocking): the watchdog may simply not have run since they completed. */
+static void slot_free(NcclDev *m, int i)
+{
+    Watch *w = &m->w[i];
+    while (w->active && !m->failed && w->done < w->n &&
+           m->t->event_query(m->t->self, w->ev[w->done]) == 0)
+        w->done++;
+    if (w->active && w->done == w->n)
+        w->active = false;
+    if (m->w[i].active)
+        m->host_waits++;
+    while (m->w[i].active && !m->failed)
+        pthread_cond_wait(&m->cv, &m->mu);
+}
+
+/* Under m->mu: the watchdog takes over n events of this step */
+static void watch(NcclDev *m, int i, void **ev, int n, bool flag)
+{
+    m->w[i] = (Watch){true, step_no(m), ev, n, 0, flag, now_s() + limit_s(m)};
+    pthread_cond_broadcast(&m->cv);
+}
+
+static int slot_of(const NcclDev *m) { return (int)(m->steps % WATCH_SLOTS); }
 
 /* ---- bootstrap ---------------------------------------------------------------------- */
 
@@ -314,12 +476,14 @@ static NcclDev *reg_find(const RtCtx *ctx)
 static RtCollType coll_type(RtDType dt) { return (RtCollType)dt; }
 
 /* One bucket: the comm stream after the compute stream, then one group. */
-static void launch(NcclDev *m, const int *params, int n)
+static void launch_locked(NcclDev *m, const int *params, int n)
 {
     if (m->failed || n == 0)
         return;
     if (m->nlb >= m->np + 1)
-        return; /* cannot happen: at most one bucket per gradient */
+        return;      /* cannot happen: at most one bucket per gradient */
+    if (m->nlb == 0) /* the step's events: its slot's, once the watchdog let go of them */
+        slot_free(m, slot_of(m));
     m->lstart[m->nlb++] = m->nlaunch;
     for (int i = 0; i < n; i++)
         m->launch[m->nlaunch++] = params[i];
@@ -336,13 +500,18 @@ static void launch(NcclDev *m, const int *params, int n)
             break;
     }
     if (COLL(m, t->group_end(t->self), "ncclGroupEnd") && m->nlb <= m->nev)
-        COLL(m, t->event_record(t->self, m->ev[m->nlb - 1], m->kstream), "cudaEventRecord");
+        COLL(m, t->event_record(t->self, m->ev[slot_of(m) * m->nev + m->nlb - 1], m->kstream),
+             "cudaEventRecord");
 }
 
-static size_t grad_bytes(const NcclDev *m, int k)
+static void launch(NcclDev *m, const int *params, int n)
 {
-    return m->g[k].n * rt_dtype_size(m->g[k].dt);
+    pthread_mutex_lock(&m->mu);
+    launch_locked(m, params, n);
+    pthread_mutex_unlock(&m->mu);
 }
+
+static size_t grad_bytes(const NcclDev *m, int k) { return m->g[k].n * rt_dtype_size(m->g[k].dt); }
 
 /* Parameter k's gradient is final. */
 static void grad_final(NcclDev *m, int k)
@@ -386,18 +555,15 @@ static bool finish(NcclDev *m, char *err, size_t errlen)
         m->open_from = m->nready;
     }
     m->in_finish = false;
-    if (m->pending && COLL(m, m->t->stream_wait(m->t->self, m->cstream, m->kstream),
-                           "cudaStreamWaitEvent")) {
-        /* bucket by bucket, so that the message names the first one not done;
-         * one deadline for all */
-        double deadline = now_s() + limit_s(m);
-        for (int b = 0; b < m->nlb && b < m->nev; b++) {
-            char what[96];
-            snprintf(what, sizeof what, "the all-reduce of bucket %d (of %d)", b, m->nlb);
-            if (!wait_until(m, true, m->ev[b], deadline, what))
-                break;
-        }
-    }
+    /* the device orders what follows after the reductions; the watchdog
+     * holds their deadline, bucket by bucket (its message names the first
+     * one not done), one deadline for all */
+    pthread_mutex_lock(&m->mu);
+    if (m->pending &&
+        COLL(m, m->t->stream_wait(m->t->self, m->cstream, m->kstream), "cudaStreamWaitEvent"))
+        watch(m, slot_of(m), m->ev + slot_of(m) * m->nev, m->nlb < m->nev ? m->nlb : m->nev, false);
+    bool failed = m->failed;
+    pthread_mutex_unlock(&m->mu);
     /* the record of this step, for the stats */
     memcpy(m->last, m->launch, sizeof *m->last * (size_t)m->nlaunch);
     memcpy(m->last_start, m->lstart, sizeof *m->last_start * (size_t)m->nlb);
@@ -411,7 +577,7 @@ static bool finish(NcclDev *m, char *err, size_t errlen)
     m->next = m->nready = m->open_from = m->nlaunch = m->nlb = m->early = 0;
     m->open_bytes = 0;
     m->pending = false;
-    if (m->failed) {
+    if (failed) {
         snprintf(err, errlen, "%s", m->err);
         return false;
     }
@@ -463,11 +629,8 @@ static bool n_allreduce(RtDevice *d, const RtDevTensor *b, int n, RtReduceOp op,
     }
     /* other tensors: at once, on the compute stream (in order with its work) */
     const RtCollOps *t = m->t;
-    if (m->failed) { /* the comm may be aborted */
-        snprintf(err, errlen, "%s", m->err);
-        return false;
-    }
-    if (COLL(m, t->group_start(t->self), "ncclGroupStart")) {
+    pthread_mutex_lock(&m->mu);
+    if (!m->failed && COLL(m, t->group_start(t->self), "ncclGroupStart")) {
         for (int i = 0; i < n; i++)
             if (!COLL(m, t->all_reduce(t->self, b[i].ptr, b[i].ptr, b[i].n, coll_type(b[i].dt),
                                        op == RT_REDUCE_SUM ? RT_COLL_SUM : RT_COLL_AVG, m->comm,
@@ -475,9 +638,11 @@ static bool n_allreduce(RtDevice *d, const RtDevTensor *b, int n, RtReduceOp op,
                 break;
         COLL(m, t->group_end(t->self), "ncclGroupEnd");
     }
-    if (m->failed)
+    bool failed = m->failed; /* the comm may be aborted */
+    pthread_mutex_unlock(&m->mu);
+    if (failed)
         snprintf(err, errlen, "%s", m->err);
-    return !m->failed;
+    return !failed;
 }
 
 static bool n_broadcast(RtDevice *d, const RtDevTensor *b, int n, int root, char *err,
@@ -491,39 +656,50 @@ static bool n_broadcast(RtDevice *d, const RtDevTensor *b, int n, int root, char
     if (!check_bucket(b, n, "broadcast", err, errlen))
         return false;
     const RtCollOps *t = m->t;
-    if (m->failed) {
-        snprintf(err, errlen, "%s", m->err);
-        return false;
-    }
-    if (COLL(m, t->group_start(t->self), "ncclGroupStart")) {
+    pthread_mutex_lock(&m->mu);
+    bool queued = !m->failed && COLL(m, t->group_start(t->self), "ncclGroupStart");
+    if (queued) {
         for (int i = 0; i < n; i++)
-            if (!COLL(m, t->broadcast(t->self, b[i].ptr, b[i].ptr, b[i].n, coll_type(b[i].dt),
-                                      root, m->comm, m->cstream), "ncclBroadcast"))
+            if (!COLL(m,
+                      t->broadcast(t->self, b[i].ptr, b[i].ptr, b[i].n, coll_type(b[i].dt), root,
+                                   m->comm, m->cstream),
+                      "ncclBroadcast"))
                 break;
-        if (COLL(m, t->group_end(t->self), "ncclGroupEnd"))
-            wait_done(m, m->cstream, "the broadcast");
+        queued = COLL(m, t->group_end(t->self), "ncclGroupEnd");
     }
+    pthread_mutex_unlock(&m->mu);
+    if (queued) /* once per run: the host waits, within the deadline */
+        wait_done(m, m->cstream, "the broadcast");
     if (m->failed)
         snprintf(err, errlen, "%s", m->err);
     return !m->failed;
 }
 
-/* The local check, then the maximum of every rank's "not finite". */
+/* The local check, then the maximum of every rank's "not finite", in
+ * place in the device's step state (0 or 1: rt.h's RtStepState.flag), on
+ * the compute stream: the update that follows reads it there.  The host
+ * reads nothing; the watchdog holds the deadline. */
 static void n_check_grads(RtDevice *d)
 {
     NcclDev *m = nd(d);
     RtDevice *in = fwd_in(d);
     in->ops->check_grads(in);
-    d->syncs += 2; /* the flag read, and its maximum read back */
-    *m->flag_host = in->ops->read_flag(in) ? 0 : 1;
-    in->ops->to_device(in, m->flag_dev, m->flag_host, sizeof *m->flag_host);
+    int32_t *flag = (int32_t *)&in->ops->step_state(in)->flag;
+    int i = WATCH_SLOTS + slot_of(m);
+    pthread_mutex_lock(&m->mu);
+    slot_free(m, i);
     if (!m->failed &&
-        COLL(m, m->t->all_reduce(m->t->self, m->flag_dev, m->flag_dev, 1, RT_COLL_I32,
-                                 RT_COLL_MAX, m->comm, m->cstream), "ncclAllReduce"))
-        wait_done(m, m->cstream, "the all-reduce of the finite flag");
-    in->ops->to_host(in, m->flag_host, m->flag_dev, sizeof *m->flag_host);
+        COLL(m,
+             m->t->all_reduce(m->t->self, flag, flag, 1, RT_COLL_I32, RT_COLL_MAX, m->comm,
+                              m->cstream),
+             "ncclAllReduce") &&
+        COLL(m, m->t->event_record(m->t->self, m->fev[slot_of(m)], m->cstream), "cudaEventRecord"))
+        watch(m, i, &m->fev[slot_of(m)], 1, true);
+    bool failed = m->failed;
+    pthread_mutex_unlock(&m->mu);
     /* a failed reduction must not let one rank update alone: not finite */
-    in->ops->set_flag(in, !m->failed && *m->flag_host == 0);
+    if (failed)
+        in->ops->set_flag(in, false);
 }
 
 static void n_train_update(RtDevice *d, float *const *state, float *const *state2,
@@ -534,7 +710,10 @@ static void n_train_update(RtDevice *d, float *const *state, float *const *state
         char err[8];
         (void)finish(m, err, sizeof err); /* the error stays in m->err */
     }
-    if (m->failed) {
+    pthread_mutex_lock(&m->mu);
+    bool failed = m->failed;
+    pthread_mutex_unlock(&m->mu);
+    if (failed) {
         fprintf(stderr, "%s\n", m->err);
         /* the ranks' weights would part: the job cannot go on (MPI_Abort
          * ends the other ranks too) */
@@ -567,9 +746,13 @@ bool rt_nccl_allgather(void *self, const void *mine, void *all, size_t bytes, ch
     if (!buf)
         return false;
     in->ops->to_device(in, buf, all, total);
-    if (!m->failed &&
-        COLL(m, m->t->all_reduce(m->t->self, buf, buf, total / 4, RT_COLL_I32, RT_COLL_SUM,
-                                 m->comm, m->cstream), "ncclAllReduce"))
+    pthread_mutex_lock(&m->mu);
+    bool queued = !m->failed && COLL(m,
+                                     m->t->all_reduce(m->t->self, buf, buf, total / 4, RT_COLL_I32,
+                                                      RT_COLL_SUM, m->comm, m->cstream),
+                                     "ncclAllReduce");
+    pthread_mutex_unlock(&m->mu);
+    if (queued)
         wait_done(m, m->cstream, "the start-up check");
     if (!m->failed)
         in->ops->to_host(in, all, buf, total);
@@ -684,18 +867,44 @@ static bool grads_setup(NcclDev *m, const RtModel *mo, const RtCtx *ctx, char *e
 }
 
 /* One event per possible bucket (at most one per gradient), made once. */
+/* The events of WATCH_SLOTS steps (np + 1 buckets at most, and the flag)
+ * and the watchdog that polls them */
 static bool events_setup(NcclDev *m, char *err, size_t errlen)
 {
     int n = m->np + 1;
-    if (!(m->ev = calloc((size_t)n, sizeof *m->ev))) {
+    if (!(m->ev = calloc((size_t)n * WATCH_SLOTS, sizeof *m->ev))) {
         snprintf(err, errlen, "nccl: out of memory for the buckets' events");
         return false;
     }
-    for (; m->nev < n; m->nev++)
-        if (!boot_ok(m->t, m->t->event_create(m->t->self, &m->ev[m->nev]), m->rank,
+    for (int i = 0; i < n * WATCH_SLOTS; i++)
+        if (!boot_ok(m->t, m->t->event_create(m->t->self, &m->ev[i]), m->rank,
                      "cudaEventCreateWithFlags", __FILE__, __LINE__, err, errlen))
             return false;
+    m->nev = n;
+    for (int s = 0; s < WATCH_SLOTS; s++)
+        if (!boot_ok(m->t, m->t->event_create(m->t->self, &m->fev[s]), m->rank,
+                     "cudaEventCreateWithFlags", __FILE__, __LINE__, err, errlen))
+            return false;
+    if (pthread_create(&m->watchdog, NULL, watchdog_main, m) != 0) {
+        snprintf(err, errlen, "nccl: rank %d: cannot start the watchdog thread", m->rank);
+        return false;
+    }
+    m->watching = true;
     return true;
+}
+
+/* the watched steps done (or the engine failed: the deadline bounds the
+ * wait), then the watchdog stopped */
+static void watchdog_stop(NcclDev *m)
+{
+    if (!m->watching)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->stop = true;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->watchdog, NULL);
+    m->watching = false;
 }
 
 static bool n_setup(RtDevice *d, const RtModel *mo, const RtCtx *ctx, char *err, size_t errlen)
@@ -730,6 +939,7 @@ static void n_close(RtDevice *d)
     RtDevice *in = fwd_in(d);
     const RtCollOps *t = m->t;
     reg_remove(m);
+    watchdog_stop(m);
     /* the flag's all-reduce and broadcasts run on the compute stream: done
      * before the comm goes */
     if (m->comm) /* else aborted: the streams' NCCL kernels have ended */
@@ -739,16 +949,20 @@ static void n_close(RtDevice *d)
             COLL(m, t->stream_sync(t->self, m->kstream), "cudaStreamSynchronize");
         COLL(m, t->stream_destroy(t->self, m->kstream), "cudaStreamDestroy");
     }
-    for (int b = 0; b < m->nev; b++)
-        COLL(m, t->event_destroy(t->self, m->ev[b]), "cudaEventDestroy");
+    for (int b = 0; m->ev && b < m->nev * WATCH_SLOTS; b++)
+        if (m->ev[b])
+            COLL(m, t->event_destroy(t->self, m->ev[b]), "cudaEventDestroy");
+    for (int s = 0; s < WATCH_SLOTS; s++)
+        if (m->fev[s])
+            COLL(m, t->event_destroy(t->self, m->fev[s]), "cudaEventDestroy");
     free(m->ev);
     if (m->comm)
         COLL(m, t->comm_destroy(t->self, m->comm), "ncclCommDestroy");
     if (m->failed)
         fprintf(stderr, "%s\n", m->err);
-    in->ops->free(in, m->flag_dev);
-    in->ops->host_free(in, m->flag_host);
     grads_free(m);
+    pthread_cond_destroy(&m->cv);
+    pthread_mutex_destroy(&m->mu);
     free(m);
     rt_device_close(in);
 }
@@ -789,18 +1003,14 @@ RtDevice *rt_nccl_wrap(RtDevice *inner, const RtCollOps *t, RtCollComm *comm, in
     m->cfg = *c;
     m->cstream = c->compute_stream ? c->compute_stream(inner) : NULL;
     int rc = t->stream_create(t->self, c->device, &m->kstream);
-    if (!boot_ok(t, rc, rank, "cudaStreamCreateWithFlags", __FILE__, __LINE__, err, errlen) ||
-        !(m->flag_dev = inner->ops->alloc(inner, sizeof(int32_t), "the finite flag's all-reduce",
-                                          err, errlen)) ||
-        !(m->flag_host = inner->ops->host_alloc(inner, sizeof(int32_t), "the finite flag", err,
-                                                errlen))) {
+    if (!boot_ok(t, rc, rank, "cudaStreamCreateWithFlags", __FILE__, __LINE__, err, errlen)) {
         if (m->kstream)
             t->stream_destroy(t->self, m->kstream);
-        if (m->flag_dev)
-            inner->ops->free(inner, m->flag_dev);
         free(m);
         return NULL;
     }
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
     m->comm = comm;
     return &m->f.base;
 }
@@ -812,6 +1022,9 @@ void rt_nccl_stats(RtDevice *d, RtNcclStats *st)
     st->launched_early = m->last_early;
     st->steps = m->steps;
     st->program_buckets = m->table;
+    pthread_mutex_lock(&m->mu);
+    st->host_waits = m->host_waits;
+    pthread_mutex_unlock(&m->mu);
 }
 
 int rt_nccl_bucket_params(RtDevice *d, int b, int *params, int cap)
