@@ -41,14 +41,15 @@ typedef enum {
     K_STRIDED_CONV, /* a strided convolution's over an unstrided one */
     K_GEMM_LARGE,   /* cuBLASLt: all of M, N, K >= 1024: share of the tensor peak */
     K_GEMM_SMALL,   /* otherwise */
-    K_CUDNN_HOST,   /* host us per cuDNN execution: variant pack, execute (conv.c) */
+    K_CUDNN_HOST,   /* host us per cuDNN execution (conv.c: its call site's pack reused) */
     K_FILL_NS,      /* host ns per element the synthetic source fills */
     K_PCIE,         /* share of the machine's pcie_GBps a pinned copy gets */
     K_WAIT_US,      /* a host wait: the event's completion seen by a sleeping thread */
     K_PLAN_MS,      /* autotune off: one plan's heuristic query and finalize */
     K_CAND_MS,      /* autotune: one candidate's finalize (its runs added apart) */
-    K_CANDIDATES,   /* candidates timed per plan (conv.c's cap: 16) */
-    K_SCRATCH_MS,   /* autotune: a plan's scratch allocated and freed */
+    K_CANDIDATES,   /* candidates timed per plan (tune.h: --cudnn-autotune-max, 4) */
+    K_SCRATCH_MS,   /* autotune: one growth of the shared scratch (a buffer freed, allocated) */
+    K_SCRATCH_N,    /* autotune: growths of the shared scratch in a start-up */
     K_CONTEXT_MB,   /* the CUDA context, cuDNN and cuBLASLt handles */
     K_COUNT
 } GcKey;
@@ -72,17 +73,22 @@ static const GcConst konst[K_COUNT] = {
     [K_STRIDED_CONV] = {"strided_conv", 0.90, 0.80, "estimate"},
     [K_GEMM_LARGE] = {"gemm_large", 0.75, 0.50, "estimate"},
     [K_GEMM_SMALL] = {"gemm_small", 0.35, 0.10, "estimate"},
-    [K_CUDNN_HOST] = {"cudnn_host_us", 10, 30, "estimate (shared/notes/cuda-read.md)"},
+    [K_CUDNN_HOST] = {"cudnn_host_us", 5, 15,
+                      "estimate: the execute call, the call site's variant pack reused "
+                      "(issue 26; 10-30 with a pack per call, shared/notes/cuda-read.md)"},
     [K_FILL_NS] = {"fill_ns", 6.5, 9.0,
                    "measured on this project's build machine, not the GPU's host: "
                    "bench/fill_rate.sh, fastest and median pass"},
     [K_PCIE] = {"pcie", 1.0, 0.8, "estimate: pinned memory"},
     [K_WAIT_US] = {"wait_us", 5, 20, "estimate"},
     [K_PLAN_MS] = {"plan_ms", 1, 20, "estimate"},
-    [K_CAND_MS] = {"cand_ms", 2, 50, "estimate: runtime-compiled engines take the longest"},
-    [K_CANDIDATES] = {"candidates", 8, 16, "runtime/cuda/conv.c MAX_CANDIDATES; estimate"},
-    [K_SCRATCH_MS] = {"scratch_ms", 1, 5,
-                      "estimate: cudaMalloc of the workspace limit and x, w, y"},
+    [K_CAND_MS] = {"cand_ms", 2, 10,
+                   "estimate: runtime-compiled engines are skipped unless asked (tune.h)"},
+    [K_CANDIDATES] = {"candidates", 3, 4,
+                      "runtime/cuda/tune.h: at most --cudnn-autotune-max (4) timed; estimate"},
+    [K_SCRATCH_MS] = {"scratch_ms", 1, 5, "estimate: a cudaFree and a cudaMalloc"},
+    [K_SCRATCH_N] = {"scratch_grows", 4, 40,
+                     "estimate: x, w, y and a workspace, each grown a few times (tune.h)"},
     [K_CONTEXT_MB] = {"context_mb", 300, 600, "estimate"},
 };
 
@@ -711,19 +717,49 @@ static void host_path(const Gc *gc, GcResult *r, double batch_elems)
  * queue, so it costs a wake-up; once per log interval the metrics' read-back
  * waits for the device to drain, which then idles while the host fills the
  * next batch (the shorter of the two sides). */
-static void waits(const Gc *gc, GcResult *r)
+static void step_of(const Gc *gc, GcRange host, GcRange dev, double nwaits, GcRange *waits_cost,
+                    GcRange *step, GcRange *images_s)
 {
     int interval = gc->o->log_interval > 0 ? gc->o->log_interval : 50;
     double per = 1.0 / (interval + 1);
-    r->waits = 1 + per;
     for (int e = 0; e < 2; e++) {
-        double host = e ? r->host.slow : r->host.fast, dev = e ? r->device.slow : r->device.fast;
-        double w = r->waits * kv(K_WAIT_US, e) * 1e-6 + per * fmin(host, dev);
-        *(e ? &r->waits_cost.slow : &r->waits_cost.fast) = w;
-        double step = fmax(host, dev) + w;
-        *(e ? &r->step.slow : &r->step.fast) = step;
-        *(e ? &r->images_s.slow : &r->images_s.fast) = (double)gc->N / step;
+        double h = e ? host.slow : host.fast, d = e ? dev.slow : dev.fast;
+        double w = nwaits * kv(K_WAIT_US, e) * 1e-6 + per * fmin(h, d);
+        *(e ? &waits_cost->slow : &waits_cost->fast) = w;
+        *(e ? &step->slow : &step->fast) = fmax(h, d) + w;
+        *(e ? &images_s->slow : &images_s->fast) = (double)gc->N / (fmax(h, d) + w);
     }
+}
+
+static void waits(const Gc *gc, GcResult *r)
+{
+    int interval = gc->o->log_interval > 0 ? gc->o->log_interval : 50;
+    r->waits = 1 + 1.0 / (interval + 1);
+    step_of(gc, r->host, r->device, r->waits, &r->waits_cost, &r->step, &r->images_s);
+}
+
+/* What the synthetic batch made on the device (cuda/synthetic.cuh, issue
+ * 26; no program calls it yet) would give: its kernel (GPU_AUX's row,
+ * writing the data input as the program has it, with the labels) on the
+ * device in place of the batch's copies, the host's fill gone, and with it
+ * the staging buffer's wait. */
+static void synthetic_on_device(const Gc *gc, GcResult *r, const GkStepDims *sd)
+{
+    GkDims d;
+    memset(&d, 0, sizeof d);
+    d.n = d.m = sd->xb / 4, d.N = (double)gc->N, d.s = 4, d.da = 1;
+    GkLaunch l;
+    if (gk_describe_aux("ampc_k_synthetic_batch", &d, &l) != 1)
+        DIE("kernels.def has no row for ampc_k_synthetic_batch");
+    r->synth = price(gc->m, &l, DT_F32).t;
+    GcRange dev = r->device, host = r->host;
+    for (int i = 0; i < r->ncalls; i++)
+        if (r->calls[i].step == -1 && strcmp(r->calls[i].entry, "copy_h2d") == 0)
+            dev.fast -= r->calls[i].t.fast, dev.slow -= r->calls[i].t.slow;
+    add_range(&dev, r->synth);
+    host.fast -= r->fill.fast, host.slow -= r->fill.slow;
+    GcRange w;
+    step_of(gc, host, dev, r->waits - 1, &w, &r->synth_step, &r->synth_images_s);
 }
 
 static double lin_bytes(LinExpr e, int64_t N)
@@ -770,8 +806,10 @@ static void memory(const Gc *gc, GcResult *r, double pad_max, double max_c)
 
 /* Start-up: every distinct cuDNN plan chosen once (conv.c's cache; the
  * workspace sizer plans the accumulating variant of an unpadded backward
- * too).  With autotune each plan allocates its scratch and times up to 16
- * candidates, each finalized and run four times (a warm-up, three timed). */
+ * too).  With autotune (tune.h) each plan times at most `candidates`, each
+ * finalized and run twice (a warm-up, one timed), on one shared scratch
+ * grown `scratch_grows` times in all; with the plan cache file the next
+ * start finalizes each plan's cached candidate, untimed (plan_ms). */
 static void startup(const Gc *gc, GcResult *r)
 {
     r->plans = 0;
@@ -797,11 +835,14 @@ static void startup(const Gc *gc, GcResult *r)
         run[1] += variants * c->t.slow;
     }
     for (int e = 0; e < 2; e++) {
-        double t = gc->o->autotune ? r->plans * (kv(K_SCRATCH_MS, e) * 1e-3 +
-                                                 kv(K_CANDIDATES, e) * kv(K_CAND_MS, e) * 1e-3) +
-                                         kv(K_CANDIDATES, e) * 4 * run[e]
-                                   : r->plans * kv(K_PLAN_MS, e) * 1e-3;
+        double untimed = r->plans * kv(K_PLAN_MS, e) * 1e-3;
+        double t = gc->o->autotune
+                       ? kv(K_SCRATCH_N, e) * kv(K_SCRATCH_MS, e) * 1e-3 +
+                             r->plans * kv(K_CANDIDATES, e) * kv(K_CAND_MS, e) * 1e-3 +
+                             kv(K_CANDIDATES, e) * 2 * run[e]
+                       : untimed;
         *(e ? &r->autotune.slow : &r->autotune.fast) = t;
+        *(e ? &r->autotune_cached.slow : &r->autotune_cached.fast) = untimed;
     }
 }
 
@@ -861,6 +902,7 @@ bool gpucost_predict(const Graph *train, const Program *p, const KvMachine *m, c
     step_dims(&gc, &sd);
     host_path(&gc, r, sd.xb / 4);
     waits(&gc, r);
+    synthetic_on_device(&gc, r, &sd);
     double pad_max, max_c;
     pads_and_channels(&gc, &pad_max, &max_c);
     memory(&gc, r, pad_max, max_c);
@@ -974,9 +1016,15 @@ void gpucost_print_report(FILE *f, const Graph *train, const GcResult *r)
     fprintf(f, "gpu: host per step: the batch's fill ");
     print_range(f, r->fill);
     fprintf(f, " (the synthetic source at its rate on this project's build machine), launches "
-               "and cuDNN variant packs: ");
+               "and cuDNN executions: ");
     print_range(f, (GcRange){r->host.fast - r->fill.fast, r->host.slow - r->fill.slow});
     fputc('\n', f);
+    fprintf(f, "gpu: with the synthetic batch made on the device (cuda/synthetic.cuh, not yet "
+               "called by the program): its kernel ");
+    print_range(f, r->synth);
+    fprintf(f, " in place of the batch's copies, no fill: step ");
+    print_range(f, r->synth_step);
+    fprintf(f, ": %.4g-%.4g images/s\n", r->synth_images_s.slow, r->synth_images_s.fast);
     fprintf(f,
             "gpu: peak device memory %.3g-%.3g GiB of %g GB: arena %.3g GiB, workspace "
             "%.3g-%.3g GiB, parameters %.3g GiB, fp32 masters %.3g GiB, optimizer state "
@@ -988,10 +1036,13 @@ void gpucost_print_report(FILE *f, const Graph *train, const GcResult *r)
         fprintf(f, "gpu: the step does not fit the device's %g GB\n", m->device_mem_GB);
     fprintf(f, "gpu: autotune start-up ");
     print_range(f, r->autotune);
-    fprintf(f, " (%d cuDNN plans%s)\n", r->plans,
-            r->o.autotune ? ", up to 16 candidates each timed; --cudnn-autotune 0 takes the "
+    fprintf(f, " (%d cuDNN plans%s)", r->plans,
+            r->o.autotune ? ", at most 4 candidates each timed; --cudnn-autotune 0 takes the "
                             "heuristic's first"
                           : ", the heuristic's first candidate each");
+    fprintf(f, "; with --cudnn-plan-cache, the next start ");
+    print_range(f, r->autotune_cached);
+    fprintf(f, "\n");
     fprintf(f, "gpu: %-12s %12s %12s %7s\n", "family", "fast ms", "slow ms", "share");
     for (int k = 0; k < GF_COUNT; k++)
         if (r->family[k].slow > 0)

@@ -93,6 +93,9 @@ typedef struct {
     GcRange autotune; /* start-up: cuDNN plans chosen (and timed, with autotune) */
     int plans;        /* distinct cuDNN plans */
     GcRange fill;     /* host: the data source's fill of one batch */
+    GcRange autotune_cached; /* start-up with the plan cache file: each plan untimed */
+    /* the synthetic batch made on the device (not yet in a program): its kernel, the step */
+    GcRange synth, synth_step, synth_images_s;
     const KvMachine *m;
     GcOptions o;
 } GcResult;
