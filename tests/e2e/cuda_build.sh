@@ -11,14 +11,17 @@
 # - a GPU program's run without a GPU, whatever the table holds: a CPU
 #   program's C with open_device = rt_cuda_open_device, linked as
 #   codegen/build.c links one, exits 1 with "no CUDA device: ... --target=cuda",
-#   also with --cudnn-autotune=0 and --cudnn-workspace-mb; a bad
-#   AMPC_CUDA_DEVICE is named;
+#   also with --cudnn-autotune=0 and --cudnn-workspace-mb, and with
+#   --cudnn-autotune-max, --cudnn-runtime-compiled and --cudnn-plan-cache
+#   (no plan file written before a device opens); a bad AMPC_CUDA_DEVICE is
+#   named;
 # - --target=auto here (no GPU) builds a CPU program, and --report says why;
 # - --target=cuda --kernels=cpu builds a CPU-runtime program that trains,
 #   and its --profile prints the device->host syncs per step;
 # - the placements local, device and nccl build (nccl linking MPI) and say
 #   which in the C;
-# - a CPU program refuses --cudnn-autotune and --cudnn-workspace-mb.
+# - a CPU program refuses --cudnn-autotune, --cudnn-workspace-mb,
+#   --cudnn-autotune-max and --cudnn-plan-cache.
 # Without libampccuda.a beside ampc (no nvcc at build time) it prints one
 # SKIPPED line.
 # usage: cuda_build.sh AMPC
@@ -156,11 +159,17 @@ if "$ampc" examples/mlp.sym -S -o "$tmp/g.c" >>"$tmp/log" 2>&1 &&
     no_device "$tmp/g" --cudnn-autotune=0 --cudnn-workspace-mb 64 &&
         ok "a GPU program takes --cudnn-autotune and --cudnn-workspace-mb" ||
         bad "a GPU program with --cudnn-autotune=0 --cudnn-workspace-mb 64"
+    no_device "$tmp/g" --cudnn-autotune-max 2 --cudnn-runtime-compiled --cudnn-plan-cache "$tmp/plans" &&
+        [ ! -e "$tmp/plans" ] &&
+        ok "a GPU program takes --cudnn-autotune-max, --cudnn-runtime-compiled and --cudnn-plan-cache (no file written without a device)" ||
+        bad "a GPU program with --cudnn-autotune-max 2 --cudnn-runtime-compiled --cudnn-plan-cache"
     AMPC_CUDA_DEVICE=x "$tmp/g" --data synthetic >"$tmp/run" 2>&1
     rc=$?
     [ "$rc" = 1 ] && grep -q "AMPC_CUDA_DEVICE='x' is not a GPU number" "$tmp/run" &&
         ok "a bad AMPC_CUDA_DEVICE is named" || bad "AMPC_CUDA_DEVICE=x: exit $rc: $(head -1 "$tmp/run")"
     "$tmp/g" --help | grep -q -- '--cudnn-autotune 0|1' && "$tmp/g" --help | grep -q -- '--cudnn-workspace-mb N' &&
+        "$tmp/g" --help | grep -q -- '--cudnn-autotune-max K  a GPU program: time at most K candidate plans per' &&
+        "$tmp/g" --help | grep -q -- '--cudnn-plan-cache FILE' &&
         ok "--help lists the cuDNN flags" || bad "--help lists the cuDNN flags"
 else
     bad "linking a program with the CUDA device"
@@ -247,7 +256,8 @@ fi
 # a CPU program refuses the GPU's flags
 : >"$tmp/log"
 if "$ampc" examples/mlp.sym -o "$tmp/c" >>"$tmp/log" 2>&1; then
-    for flag in --cudnn-autotune=1 --cudnn-workspace-mb=64; do
+    for flag in --cudnn-autotune=1 --cudnn-workspace-mb=64 --cudnn-autotune-max=2 \
+        --cudnn-plan-cache="$tmp/plans"; do
         "$tmp/c" --data synthetic --max-steps 1 "$flag" >"$tmp/run" 2>&1
         rc=$?
         [ "$rc" = 2 ] && grep -q -- "${flag%%=*} applies to a program built for a GPU (ampc --target=cuda)" "$tmp/run" &&
