@@ -117,6 +117,15 @@ typedef struct {
     int64_t num_update;     /* updates applied, ls_init's included */
 } RtDevLsState;
 
+/* A synthetic batch made on the device (synthetic_batch): data/synthetic.c's
+ * values of n samples of `sample` fp32 elements each (a sample's element e is
+ * draw k * sample + e of the split's data stream, key_x) and their labels in
+ * [0, classes) (key_y): rt_synthetic_keys's keys. */
+typedef struct {
+    size_t n, sample;
+    uint64_t key_x, key_y, classes;
+} RtDevSynth;
+
 typedef struct {
     const char *name; /* "cpu" */
     /* ---- memory ---- */
@@ -136,6 +145,12 @@ typedef struct {
     void (*to_host_async)(RtDevice *d, void *host_dst, const void *src, size_t bytes);
     /* n elements of dt set to value (rounded to dt once, as rt_from_f32) */
     void (*fill)(RtDevice *d, void *dst, RtDType dt, size_t n, float value);
+    /* Optional (NULL: the loop fills the batch on the host and copies it):
+     * the synthetic batch of the n sample indices at idx (device memory) into
+     * x [n, sample] and y [n] (fp32, device memory) without the host, queued
+     * (CUDA: cuda/synthetic.cuh's kernel; CPU: the same draws) */
+    void (*synthetic_batch)(RtDevice *d, const RtDevSynth *s, const int64_t *idx, float *x,
+                            float *y);
     /* ---- per-run state made once ---- */
     /* Before the first step: records the model and its buffers (ctx.buf,
      * ctx.master must not move afterwards) and makes what every later call
@@ -277,6 +292,12 @@ static inline void rt_dev_to_host_async(RtDevice *d, void *dst, const void *src,
 static inline void rt_dev_fill(RtDevice *d, void *dst, RtDType dt, size_t n, float value)
 {
     d->ops->fill(d, dst, dt, n, value);
+}
+static inline bool rt_dev_has_synthetic(const RtDevice *d) { return d->ops->synthetic_batch; }
+static inline void rt_dev_synthetic_batch(RtDevice *d, const RtDevSynth *s, const int64_t *idx,
+                                          float *x, float *y)
+{
+    d->ops->synthetic_batch(d, s, idx, x, y);
 }
 static inline bool rt_dev_setup(RtDevice *d, const RtModel *m, const RtCtx *ctx, char *err,
                                 size_t errlen)

@@ -290,6 +290,10 @@ typedef struct {
     RtCheckpoint ck;
     bool have_ck;
     int64_t *perm, *idx;
+    /* the synthetic source's batch made on the device (device.h's
+     * synthetic_batch): the epoch's order there, its sample indices; NULL:
+     * the host fills the staging buffers and copies them */
+    int64_t *perm_dev;
     char *path;
     float *scratch; /* --augment: one sample */
     Prof prof, *pf; /* --profile (pf: NULL without) */
@@ -328,6 +332,7 @@ static void run_free(Run *r)
 {
     if (r->have_t) {
         later_free(&r->later);
+        rt_dev_free(r->t.dev, r->perm_dev);
         rt_trainer_free(&r->t);
     }
     if (r->have_ck)
@@ -537,6 +542,7 @@ static int run_check(Run *R)
 
 static int run_device(Run *R);
 static int run_start(Run *R, double t_device);
+static int run_synthetic_on_device(Run *R);
 
 /* The run up to its first step: the options checked (run_check), the ranks
  * started, the data, the device and its parameters (run_device; or a
@@ -715,6 +721,28 @@ static int run_device(Run *R)
     return run_start(R, t_device);
 }
 
+/* The synthetic source's batches made by the device, where it can and
+ * nothing on the host changes them (--augment does): the epoch's order kept
+ * in device memory too, so that a step neither fills nor copies a batch and
+ * never waits for its staging buffer (issue 26).  The same values as the
+ * host's fill, bit for bit (device.h).  RUN_GO, or an exit status. */
+static int run_synthetic_on_device(Run *R)
+{
+    RtTrainer *t = &R->t;
+    const RtModel *m = R->m;
+    if (!rt_data_is_synthetic(&R->ds) || R->augment || !rt_dev_has_synthetic(t->dev) ||
+        m->label < 0 || m->label >= m->nbuffers)
+        return RUN_GO;
+    char derr[256];
+    R->perm_dev = rt_dev_alloc(t->dev, (size_t)R->ds.ntrain * sizeof *R->perm_dev,
+                               "the epoch's order", derr, sizeof derr);
+    if (!R->perm_dev) {
+        fprintf(R->err, "%s: %s\n", R->o->prog, derr);
+        return 1;
+    }
+    return RUN_GO;
+}
+
 /* run_open's second half: where the run starts (a checkpoint's step, scale
  * and parameters), its first log lines, and the device's per-run state. */
 static int run_start(Run *R, double t_device)
@@ -793,7 +821,7 @@ static int run_start(Run *R, double t_device)
     later_lr(lt);
     /* the hooks read the device per node: then the step's lines come at once */
     R->eager = R->hooks.nm != NULL;
-    return RUN_GO;
+    return run_synthetic_on_device(R);
 }
 
 /* One micro-batch of the step: the batch of the rank the device computes now
@@ -813,8 +841,18 @@ static int run_micro_batch(Run *R, double *ph)
     int me = R->nsim > 1 ? rt_dev_rank(t->dev) : R->rank; /* the rank whose batch this is */
     float *x = t->x_host; /* host staging: the device's batch is loaded from it */
     rt_trainer_staging_ready(t);
-    const int64_t *shard = R->perm + R->nbatch * R->gb + (int64_t)me * b; /* this rank's */
-    ds->fill(ds, RT_SPLIT_TRAIN, shard, b, x, t->y_host);
+    int64_t at = R->nbatch * R->gb + (int64_t)me * b;
+    const int64_t *shard = R->perm + at; /* this rank's */
+    if (R->perm_dev) {
+        /* made by the device; the host keeps the labels for the metrics */
+        RtSyntheticKeys key = rt_synthetic_keys(ds->seed, RT_SPLIT_TRAIN);
+        RtDevSynth s = {.n = (size_t)b, .sample = (size_t)R->sample, .key_x = key.x,
+                        .key_y = key.y, .classes = (uint64_t)ds->classes};
+        rt_trainer_synthetic_batch(t, &s, R->perm_dev + at);
+        rt_synthetic_labels(ds, RT_SPLIT_TRAIN, shard, b, t->y_host);
+    } else {
+        ds->fill(ds, RT_SPLIT_TRAIN, shard, b, x, t->y_host);
+    }
     if (R->augment)
         for (int64_t j = 0; j < b; j++)
             rt_augment(x + j * R->sample, (int)m->data_shape[0], (int)m->data_shape[1],
@@ -824,7 +862,8 @@ static int run_micro_batch(Run *R, double *ph)
         fprintf(R->err, "%s: %s\n", o->prog, ds->error(ds));
         return 1;
     }
-    rt_trainer_load_batch(t);
+    if (!R->perm_dev)
+        rt_trainer_load_batch(t);
     t->ctx.batch = b;
     t->ctx.step = (uint64_t)step;
     /* the step's loss scale, from the device's (no read-back) */
@@ -1053,6 +1092,8 @@ static int run_epoch(Run *R)
     int64_t epoch = R->epoch;
     R->r.epochs = (int)epoch + 1;
     rt_shuffle(R->perm, ds->ntrain, R->seed, epoch);
+    if (R->perm_dev) /* in stream order: after the last epoch's batches */
+        rt_dev_to_device(t->dev, R->perm_dev, R->perm, (size_t)ds->ntrain * sizeof *R->perm);
     R->global = (Metric){0};
     R->local = (Metric){0};
     lt->epoch = epoch;

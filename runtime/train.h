@@ -109,6 +109,9 @@ bool rt_trainer_setup(RtTrainer *t, char *err, size_t errlen);
 void rt_trainer_staging_ready(RtTrainer *t);
 /* The staged batch (x_host, y_host) to the data and label buffers. */
 void rt_trainer_load_batch(RtTrainer *t);
+/* The synthetic batch of the sample indices at idx (device memory) made by
+ * the device into the data and label buffers (rt_dev_has_synthetic). */
+void rt_trainer_synthetic_batch(RtTrainer *t, const RtDevSynth *s, const int64_t *idx);
 /* The first n rows of the loss head's output in buffer prob, copied to
  * prob_host. */
 const void *rt_trainer_read_rows(const RtTrainer *t, int prob, int64_t n);

@@ -374,6 +374,12 @@ void rt_trainer_load_batch(RtTrainer *t)
     rt_dev_event_record(t->dev, &t->batch_copied);
 }
 
+void rt_trainer_synthetic_batch(RtTrainer *t, const RtDevSynth *s, const int64_t *idx)
+{
+    const RtModel *m = t->m;
+    rt_dev_synthetic_batch(t->dev, s, idx, t->ctx.buf[m->data], t->ctx.buf[m->label]);
+}
+
 const void *rt_trainer_read_rows(const RtTrainer *t, int prob, int64_t n)
 {
     const RtModel *m = t->m;

@@ -24,6 +24,7 @@
 
 #include "cpu/cpu.h" /* the optimizer (optim.c) */
 #include "device.h"
+#include "kernels/splitmix.h" /* the synthetic source's draws */
 
 typedef struct {
     RtDevice base;        /* first: an RtDevice * is a CpuDevice * */
@@ -100,6 +101,24 @@ static void cpu_to_host(RtDevice *d, void *dst, const void *src, size_t bytes)
 {
     waited_all(cpu(d));
     cpu_copy(d, dst, src, bytes);
+}
+
+/* The synthetic source's batch (data/synthetic.c's synthetic_fill, the same
+ * draws in the same order) written straight into the device's buffers: what
+ * cuda/synthetic.cuh's kernel does, so the loop neither fills a staging
+ * buffer nor waits for one. */
+static void cpu_synthetic_batch(RtDevice *d, const RtDevSynth *s, const int64_t *idx, float *x,
+                                float *y)
+{
+    (void)d;
+    for (size_t j = 0; j < s->n; j++) {
+        uint64_t k = (uint64_t)idx[j];
+        float *row = x + j * s->sample;
+        for (size_t e = 0; e < s->sample; e++)
+            row[e] = ampc_synthetic_x(s->key_x, k * s->sample + e);
+        if (y)
+            y[j] = ampc_synthetic_y(s->key_y, k, s->classes);
+    }
 }
 
 static void cpu_fill(RtDevice *d, void *dst, RtDType dt, size_t n, float value)
@@ -416,6 +435,7 @@ static const RtDeviceOps cpu_ops = {
     .to_host = cpu_to_host,
     .to_host_async = cpu_copy,
     .fill = cpu_fill,
+    .synthetic_batch = cpu_synthetic_batch,
     .setup = cpu_setup,
     .check_grads = cpu_check_grads,
     .check_finite = cpu_check_finite,

@@ -184,6 +184,23 @@ static void cu_fill(RtDevice *d, void *dst, RtDType dt, size_t n, float value)
     CU_MUST(ampc_cu_fill(cu(d)->stream, dst, (int)dt, n, value));
 }
 
+/* The synthetic batch by cuda/synthetic.cuh's kernel: fp32, [n, sample]
+ * (one channel of `sample` elements: the data input's own layout) */
+static void cu_synthetic_batch(RtDevice *d, const RtDevSynth *s, const int64_t *idx, float *x,
+                               float *y)
+{
+    AmpcSynthBatch b = {};
+    b.n = s->n;
+    b.c = b.cp = 1;
+    b.inner = s->sample;
+    b.nhwc = 0;
+    b.dt = AMPC_DT_F32;
+    b.key_x = s->key_x;
+    b.key_y = s->key_y;
+    b.classes = s->classes;
+    CU_MUST(ampc_cu_synthetic_batch(cu(d)->stream, &b, idx, x, y));
+}
+
 /* ---- the multi-tensor tables ----------------------------------------------------------- */
 
 static void table_free(DevTable *t)
@@ -671,6 +688,7 @@ static constexpr RtDeviceOps make_ops(void)
     o.to_device = cu_to_device;
     o.to_host = cu_to_host;
     o.fill = cu_fill;
+    o.synthetic_batch = cu_synthetic_batch;
     o.setup = cu_setup;
     o.check_grads = cu_check_grads;
     o.check_finite = cu_check_finite;

@@ -56,6 +56,13 @@ typedef struct {
 RtSyntheticKeys rt_synthetic_keys(uint64_t seed, RtSplit split);
 void rt_data_synthetic(RtDataset *ds, int64_t sample_size, int64_t classes, uint64_t seed,
                        int64_t ntrain, int64_t nval);
+/* whether ds is rt_data_synthetic's (a device may make its batches: the
+ * loop asks the device, device.h's synthetic_batch) */
+bool rt_data_is_synthetic(const RtDataset *ds);
+/* the labels of samples idx[0..n) alone (fill's y): the host's copy of a
+ * batch the device made, for the metrics */
+void rt_synthetic_labels(const RtDataset *ds, RtSplit split, const int64_t *idx, int64_t n,
+                         float *y);
 
 /* ---- data/digits.c ---------------------------------------------------------- */
 

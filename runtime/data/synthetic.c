@@ -33,8 +33,18 @@ static void synthetic_fill(const RtDataset *ds, RtSplit split, const int64_t *id
         float *row = x + (size_t)j * size;
         for (uint64_t e = 0; e < size; e++)
             row[e] = ampc_synthetic_x(key.x, k * size + e);
-        y[j] = ampc_synthetic_y(key.y, k, (uint64_t)ds->classes);
     }
+    rt_synthetic_labels(ds, split, idx, n, y);
+}
+
+bool rt_data_is_synthetic(const RtDataset *ds) { return ds->fill == synthetic_fill; }
+
+void rt_synthetic_labels(const RtDataset *ds, RtSplit split, const int64_t *idx, int64_t n,
+                         float *y)
+{
+    RtSyntheticKeys key = rt_synthetic_keys(ds->seed, split);
+    for (int64_t j = 0; j < n; j++)
+        y[j] = ampc_synthetic_y(key.y, (uint64_t)idx[j], (uint64_t)ds->classes);
 }
 
 void rt_data_synthetic(RtDataset *ds, int64_t sample_size, int64_t classes, uint64_t seed,

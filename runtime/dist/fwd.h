@@ -111,6 +111,11 @@ static bool fwd_event_done(RtDevice *d, const RtDevEvent *e)
 {
     return fwd_in(d)->ops->event_done(fwd_in(d), e);
 }
+static void fwd_synthetic_batch(RtDevice *d, const RtDevSynth *s, const int64_t *idx, float *x,
+                                float *y)
+{
+    fwd_in(d)->ops->synthetic_batch(fwd_in(d), s, idx, x, y);
+}
 static void fwd_synchronize(RtDevice *d) { fwd_in(d)->ops->synchronize(fwd_in(d)); }
 static void fwd_time_reset(RtDevice *d)
 {
@@ -138,8 +143,10 @@ static bool fwd_broadcast(RtDevice *d, const RtDevTensor *b, int n, int root, ch
     return fwd_in(d)->ops->broadcast(fwd_in(d), b, n, root, err, errlen);
 }
 
-/* Every call forwarded; name and close are the wrapper's. */
-static inline RtDeviceOps rt_fwd_ops(const char *name, void (*close)(RtDevice *))
+/* Every call forwarded; name and close are the wrapper's.  An optional
+ * call (synthetic_batch) is forwarded where the inner device `in` has it. */
+static inline RtDeviceOps rt_fwd_ops(const char *name, const RtDevice *in,
+                                     void (*close)(RtDevice *))
 {
     RtDeviceOps o = {
         .name = name,
@@ -151,6 +158,7 @@ static inline RtDeviceOps rt_fwd_ops(const char *name, void (*close)(RtDevice *)
         .to_host = fwd_to_host,
         .to_host_async = fwd_to_host_async,
         .fill = fwd_fill,
+        .synthetic_batch = in->ops->synthetic_batch ? fwd_synthetic_batch : NULL,
         .setup = fwd_setup,
         .ls_init = fwd_ls_init,
         .step_begin = fwd_step_begin,

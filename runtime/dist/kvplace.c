@@ -348,7 +348,7 @@ RtDevice *rt_kv_local_wrap(RtDevice *inner, char *err, size_t errlen)
         snprintf(err, errlen, "local: %s", inner ? "out of memory for the device" : "no device");
         return NULL;
     }
-    l->ops = rt_fwd_ops("local", l_close);
+    l->ops = rt_fwd_ops("local", inner, l_close);
     l->ops.setup = l_setup;
     l->ops.train_update = l_train_update;
     l->ops.ls_init = l_ls_init;

@@ -987,7 +987,7 @@ RtDevice *rt_nccl_wrap(RtDevice *inner, const RtCollOps *t, RtCollComm *comm, in
         snprintf(err, errlen, "nccl: out of memory for the device");
         return NULL;
     }
-    m->ops = rt_fwd_ops("nccl", n_close);
+    m->ops = rt_fwd_ops("nccl", inner, n_close);
     m->ops.setup = n_setup;
     m->ops.check_grads = n_check_grads;
     m->ops.train_update = n_train_update;

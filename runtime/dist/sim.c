@@ -121,7 +121,7 @@ RtDevice *rt_sim_wrap(RtDevice *inner, int nsim, char *err, size_t errlen)
                             : "not > 1");
         return NULL;
     }
-    s->ops = rt_fwd_ops("sim", sim_close);
+    s->ops = rt_fwd_ops("sim", inner, sim_close);
     s->ops.allreduce = sim_allreduce;
     s->ops.world_size = sim_world_size;
     s->ops.rank = sim_rank;

@@ -11,8 +11,9 @@
 # Then the waits a GPU would make, on the CPU device's lagging mode
 # (tests/e2e/lagcount.c): the CUDA plan (--target=cuda --kernels=cpu) waits
 # once per steady step (one that logs nothing after one that logged
-# nothing), for the single staging buffer of
-# runtime/trainer.c (the host path's issue brings it to 0: change WAITS).
+# nothing) on digits, for the single staging buffer of runtime/trainer.c,
+# and never on the synthetic source, whose batch the device makes
+# (device.h's synthetic_batch: no staging buffer, no copy).
 # usage: device_loop.sh AMPC DATA_DIR
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -77,5 +78,7 @@ lag() {
 
 lag digits_cnn float16 1 --max-steps 12 --batch-size 32
 lag mlp float16 1 --max-steps 12 --loss-scale=dynamic --inject-inf-at-step 7
+lag digits_cnn float16 0 --max-steps 12 --batch-size 32 --data synthetic
+lag mlp float16 0 --max-steps 12 --loss-scale=dynamic --inject-inf-at-step 7 --data synthetic
 echo "device_loop: $pass passed, $fail failed"
 [ "$fail" = 0 ]

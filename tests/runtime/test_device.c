@@ -29,6 +29,7 @@
 #include "ref_loop.h"
 #include "train.h"
 #include "cpu/cpu.h"
+#include "data/data.h"
 #include "dist/mpi_rt.h"
 
 static RtDevice *open_cpu(void)
@@ -427,6 +428,49 @@ static void test_sim_ranks(void **state)
     rt_device_close(one);
 }
 
+/* The synthetic batch the device makes (synthetic_batch, the loop's on the
+ * CPU device and, wrapped, --sim-ranks') equals the source's host fill bit
+ * for bit, the labels rt_synthetic_labels gives the host too; a device
+ * without the call is asked for none (the wrapper's follows its inner's). */
+static void test_synthetic_batch(void **state)
+{
+    (void)state;
+    enum { SAMPLE = 3 * 5 * 7, N = 6 };
+    RtDataset ds;
+    rt_data_synthetic(&ds, SAMPLE, 1000, 42, RT_SYNTHETIC_TRAIN, RT_SYNTHETIC_VAL);
+    assert_true(rt_data_is_synthetic(&ds));
+    const int64_t idx[N] = {0, 9, 10239, 3, 3, 4000};
+    static float hx[N * SAMPLE], hy[N], ly[N];
+    ds.fill(&ds, RT_SPLIT_TRAIN, idx, N, hx, hy);
+    rt_synthetic_labels(&ds, RT_SPLIT_TRAIN, idx, N, ly);
+    assert_memory_equal(ly, hy, sizeof hy);
+    char err[256];
+    RtDevice *d = rt_sim_wrap(open_cpu(), 2, err, sizeof err);
+    assert_non_null(d);
+    assert_true(rt_dev_has_synthetic(d));
+    float *x = rt_dev_alloc(d, sizeof hx, "x", err, sizeof err);
+    float *y = rt_dev_alloc(d, sizeof hy, "y", err, sizeof err);
+    int64_t *di = rt_dev_alloc(d, sizeof idx, "idx", err, sizeof err);
+    assert_true(x && y && di);
+    rt_dev_to_device(d, di, idx, sizeof idx);
+    RtSyntheticKeys k = rt_synthetic_keys(42, RT_SPLIT_TRAIN);
+    RtDevSynth s = {.n = N, .sample = SAMPLE, .key_x = k.x, .key_y = k.y, .classes = 1000};
+    rt_dev_synthetic_batch(d, &s, di, x, y);
+    assert_memory_equal(x, hx, sizeof hx);
+    assert_memory_equal(y, hy, sizeof hy);
+    assert_false(memcmp(x, x + SAMPLE, SAMPLE * sizeof *x) == 0); /* samples differ */
+    rt_dev_free(d, x);
+    rt_dev_free(d, y);
+    rt_dev_free(d, di);
+    rt_device_close(d);
+    RtDevice *cpu = open_cpu();
+    RtDeviceOps none = *cpu->ops;
+    rt_device_close(cpu);
+    none.synthetic_batch = NULL;
+    RtDevice bare = {.ops = &none};
+    assert_false(rt_dev_has_synthetic(&bare));
+}
+
 /* One device: the sum and the mean over it are the tensor itself, bit for
  * bit; broadcast from rank 0 keeps it; bad requests are refused. */
 static void test_collectives(void **state)
@@ -596,6 +640,7 @@ int main(void)
         cmocka_unit_test(test_events),
         cmocka_unit_test(test_events_lagging),
         cmocka_unit_test(test_sim_ranks),
+        cmocka_unit_test(test_synthetic_batch),
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_staging),
         cmocka_unit_test(test_loop_matches_reference),

@@ -126,7 +126,7 @@ static RtDevice *recorder(RtCollFake *fake, int rank)
     RtDevice *cpu = rt_device_cpu_open(err, sizeof err);
     if (!r || !cpu)
         return NULL;
-    r->ops = rt_fwd_ops("rec", rec_close);
+    r->ops = rt_fwd_ops("rec", cpu, rec_close);
     r->ops.train_update = rec_update;
     r->f.base.ops = &r->ops;
     r->f.in = cpu;
