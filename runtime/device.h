@@ -250,7 +250,32 @@ typedef struct {
 struct RtDevice {
     const RtDeviceOps *ops;
     uint64_t syncs; /* calls that made the host wait for the device (the wrappers count) */
+    /* The capture mode (rt_dev_capture_mode): between a step's begin
+     * (step_begin) and its end (ls_update) the step must be one a CUDA graph
+     * can hold, so every call below that waits for the device (a wait, a
+     * synchronisation, a read-back: the only way the host can branch on a
+     * device value), allocates or frees, or writes a value the host decided
+     * (set_flag) is an error: counted, the first one's name kept.  The
+     * wrappers check; a wrapping engine's own calls to its inner device are
+     * not seen (MPI's flag round trip is a host read: not capture-safe). */
+    bool capture, in_step;
+    uint64_t capture_errors;
+    const char *capture_what; /* the first error's call */
 };
+
+static inline void rt_dev_capture_mode(RtDevice *d, bool on)
+{
+    d->capture = on;
+    d->in_step = false;
+    d->capture_errors = 0;
+    d->capture_what = NULL;
+}
+/* what a call that a captured step may not make does first */
+static inline void rt_dev_uncapturable(RtDevice *d, const char *what)
+{
+    if (d->capture && d->in_step && d->capture_errors++ == 0)
+        d->capture_what = what;
+}
 
 /* runtime/cpu/device.c: the CPU device (world size 1, rank 0).  NULL with a
  * message when out of memory. */
@@ -267,21 +292,32 @@ void rt_device_cpu_lagging(RtDevice *d, bool on);
 static inline void *rt_dev_alloc(RtDevice *d, size_t bytes, const char *what, char *err,
                                  size_t errlen)
 {
+    rt_dev_uncapturable(d, "alloc");
     return d->ops->alloc(d, bytes, what, err, errlen);
 }
-static inline void rt_dev_free(RtDevice *d, void *p) { d->ops->free(d, p); }
+static inline void rt_dev_free(RtDevice *d, void *p)
+{
+    rt_dev_uncapturable(d, "free");
+    d->ops->free(d, p);
+}
 static inline void *rt_dev_host_alloc(RtDevice *d, size_t bytes, const char *what, char *err,
                                       size_t errlen)
 {
+    rt_dev_uncapturable(d, "host_alloc");
     return d->ops->host_alloc(d, bytes, what, err, errlen);
 }
-static inline void rt_dev_host_free(RtDevice *d, void *p) { d->ops->host_free(d, p); }
+static inline void rt_dev_host_free(RtDevice *d, void *p)
+{
+    rt_dev_uncapturable(d, "host_free");
+    d->ops->host_free(d, p);
+}
 static inline void rt_dev_to_device(RtDevice *d, void *dst, const void *src, size_t bytes)
 {
     d->ops->to_device(d, dst, src, bytes);
 }
 static inline void rt_dev_to_host(RtDevice *d, void *dst, const void *src, size_t bytes)
 {
+    rt_dev_uncapturable(d, "to_host");
     d->syncs++;
     d->ops->to_host(d, dst, src, bytes);
 }
@@ -311,11 +347,13 @@ static inline void rt_dev_check_finite(RtDevice *d, const void *p, size_t n, RtD
 }
 static inline bool rt_dev_read_flag(RtDevice *d)
 {
+    rt_dev_uncapturable(d, "read_flag");
     d->syncs++;
     return d->ops->read_flag(d);
 }
 static inline int rt_dev_first_nonfinite(RtDevice *d)
 {
+    rt_dev_uncapturable(d, "first_nonfinite");
     d->syncs++;
     return d->ops->first_nonfinite(d);
 }
@@ -323,9 +361,11 @@ static inline bool rt_dev_ls_init(RtDevice *d, const RtDevLsInit *c, char *err, 
 {
     return d->ops->ls_init(d, c, err, errlen);
 }
+/* the step's begin (the capture mode's) */
 static inline void rt_dev_step_begin(RtDevice *d, bool inject_inf)
 {
     d->ops->step_begin(d, inject_inf);
+    d->in_step = d->capture;
 }
 static inline const RtStepState *rt_dev_step_state(RtDevice *d) { return d->ops->step_state(d); }
 static inline struct RtCudaCtx *rt_dev_kernel_ctx(RtDevice *d) { return d->ops->kernel_ctx(d); }
@@ -343,14 +383,24 @@ static inline void rt_dev_train_update(RtDevice *d, float *const *state, float *
 {
     d->ops->train_update(d, state, state2, oc);
 }
-static inline void rt_dev_ls_update(RtDevice *d) { d->ops->ls_update(d); }
+/* the step's end (the capture mode's) */
+static inline void rt_dev_ls_update(RtDevice *d)
+{
+    d->ops->ls_update(d);
+    d->in_step = false;
+}
 static inline void rt_dev_ls_read(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps,
                                   int64_t from)
 {
+    rt_dev_uncapturable(d, "ls_read");
     d->syncs++;
     d->ops->ls_read(d, st, steps, from);
 }
-static inline void rt_dev_set_flag(RtDevice *d, bool finite) { d->ops->set_flag(d, finite); }
+static inline void rt_dev_set_flag(RtDevice *d, bool finite)
+{
+    rt_dev_uncapturable(d, "set_flag");
+    d->ops->set_flag(d, finite);
+}
 static inline void rt_dev_optim_step(RtDevice *d, float *const *state, float *const *state2,
                                      const struct RtOptConfig *c)
 {
@@ -360,6 +410,7 @@ static inline void rt_dev_event_record(RtDevice *d, RtDevEvent *e) { d->ops->eve
 /* counted only when the host really waits (the event is not complete) */
 static inline void rt_dev_event_wait(RtDevice *d, const RtDevEvent *e)
 {
+    rt_dev_uncapturable(d, "event_wait");
     if (!d->ops->event_done(d, e))
         d->syncs++;
     d->ops->event_wait(d, e);
@@ -374,6 +425,7 @@ static inline bool rt_dev_event_done(RtDevice *d, const RtDevEvent *e)
 }
 static inline void rt_dev_synchronize(RtDevice *d)
 {
+    rt_dev_uncapturable(d, "synchronize");
     d->syncs++;
     d->ops->synchronize(d);
 }

@@ -140,6 +140,7 @@ bool rt_prof_step_nodes(Prof *pf, RtDevice *d, const RtModel *m)
         const ProfMark *k = &pf->mark[i];
         if (!k->marked)
             continue; /* its time goes to the next marked node */
+        rt_dev_uncapturable(d, "time_elapsed");
         double sec = d->ops->time_elapsed(d, &prev, &k->t);
         waited = true;
         prof_node(pf, m, 0, k->node, k->name, k->op, k->buffer, k->backward, sec);

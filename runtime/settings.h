@@ -176,6 +176,7 @@ typedef struct {
     bool cudnn_check;             /* check every convolution and GEMM against cuDNN and
                                    * cuBLASLt's descriptors without a GPU, then exit */
     bool device_lag;        /* testing, no flag: the CPU device's lagging mode (device.h) */
+    bool device_capture;    /* testing, no flag: the device's capture mode (device.h) */
     const char *dump_state; /* testing: after the first step's backward, write the
                                state (rt_dump_state) here and stop */
     /* MXNet interoperability (runtime/predict.c, docs/mxnet.md) */

@@ -684,6 +684,8 @@ static int run_device(Run *R)
     bool ok = rt_trainer_init(t, m, b, rt_optim_nstate(&R->oc), &how, msg, msgsz);
     t_device = rt_now_s() - t_device;
     R->have_t = ok;
+    if (ok) /* a test mode: every step one a CUDA graph could hold */
+        rt_dev_capture_mode(t->dev, o->device_capture);
     if (ok && world > 1 && rt_nccl_is(t->dev) &&
         (rc = check_ranks(&rec, world, rank, rt_nccl_allgather, t->dev, o, err)) != 0)
         return rc;
@@ -839,8 +841,8 @@ static int run_micro_batch(Run *R, double *ph)
     Prof *pf = R->pf;
     int64_t step = R->step, b = R->b;
     int me = R->nsim > 1 ? rt_dev_rank(t->dev) : R->rank; /* the rank whose batch this is */
-    float *x = t->x_host; /* host staging: the device's batch is loaded from it */
-    rt_trainer_staging_ready(t);
+    rt_trainer_staging_ready(t); /* the next staging slot */
+    float *x = t->x_host;        /* the device's batch is loaded from it */
     int64_t at = R->nbatch * R->gb + (int64_t)me * b;
     const int64_t *shard = R->perm + at; /* this rank's */
     if (R->perm_dev) {
@@ -989,6 +991,13 @@ static int run_step(Run *R)
     prof_phase(pf, t, PH_MOVING, &ph);
     rt_dev_train_update(t->dev, t->state, t->state2, &R->oc);
     rt_dev_ls_update(t->dev);
+    if (t->dev->capture_errors) {
+        fprintf(err, "%s: capture mode: step %lld called %s between its begin and its end (%llu "
+                "such calls): a captured step may not wait for the device, read it back, "
+                "allocate or free\n", o->prog, (long long)R->step, t->dev->capture_what,
+                (unsigned long long)t->dev->capture_errors);
+        return 1;
+    }
     prof_phase(pf, t, PH_OPTIM, &ph);
     lt->steps++;
     if ((R->eager || lt->steps >= lt->cap_steps) && (rc = flush(lt, nm, R->eager)) != 0)

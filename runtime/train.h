@@ -70,10 +70,15 @@ typedef struct {
     int ngrads;
     /* host staging: the data loader fills x_host [batch, sample] and y_host
      * [batch], rt_trainer_load_batch copies them to the data and label
-     * buffers; prob_host receives the loss head's output for the metrics */
+     * buffers; prob_host receives the loss head's output for the metrics.
+     * Two slots used in turn (x_host, y_host: the current one's), so that
+     * the next batch is filled while the device may still copy the last:
+     * a device one step behind the host never makes it wait (issue 26) */
     float *x_host, *y_host;
+    float *x_slot[2], *y_slot[2];
+    int slot;
     void *prob_host;
-    RtDevEvent batch_copied; /* the staging buffers may be refilled once it is done */
+    RtDevEvent copied[2]; /* a slot may be refilled once its event is done */
     void *hook;          /* the driver's after_node state (--check-numerics, --inject-nan) */
 } RtTrainer;
 
@@ -104,8 +109,8 @@ int64_t rt_buffer_elems(const RtModel *m, int b, int64_t batch);
 /* The device's setup step (rt_dev_setup over the trainer's buffers), once
  * before the first step; false with a message. */
 bool rt_trainer_setup(RtTrainer *t, char *err, size_t errlen);
-/* The host staging buffers may be written (the previous batch's copy to the
- * device has finished). */
+/* The next staging slot becomes x_host, y_host, and may be written once
+ * this returns (the copy from it two batches ago has finished). */
 void rt_trainer_staging_ready(RtTrainer *t);
 /* The staged batch (x_host, y_host) to the data and label buffers. */
 void rt_trainer_load_batch(RtTrainer *t);

@@ -47,8 +47,10 @@ void rt_trainer_free(RtTrainer *t)
             rt_dev_free(d, t->state ? t->state[i] : NULL);
             rt_dev_free(d, t->state2 ? t->state2[i] : NULL);
         }
-        rt_dev_host_free(d, t->x_host);
-        rt_dev_host_free(d, t->y_host);
+        for (int s = 0; s < 2; s++) {
+            rt_dev_host_free(d, t->x_slot[s]);
+            rt_dev_host_free(d, t->y_slot[s]);
+        }
         rt_dev_host_free(d, t->prob_host);
         rt_device_close(d);
     }
@@ -302,12 +304,16 @@ bool rt_trainer_init(RtTrainer *t, const RtModel *m, int64_t batch, int nstate,
         return false;
     }
     size_t prob = (size_t)m->classes * (size_t)batch * sizeof(float);
+    for (int s = 0; s < 2; s++)
+        ok = ok &&
+             (t->x_slot[s] = rt_dev_host_alloc(d, (size_t)(sample * batch) * sizeof(float),
+                                               "the batch", derr, sizeof derr)) &&
+             (t->y_slot[s] = rt_dev_host_alloc(d, (size_t)batch * sizeof(float), "the labels",
+                                               derr, sizeof derr));
     ok = ok &&
-         (t->x_host = rt_dev_host_alloc(d, (size_t)(sample * batch) * sizeof(float), "the batch",
-                                        derr, sizeof derr)) &&
-         (t->y_host = rt_dev_host_alloc(d, (size_t)batch * sizeof(float), "the labels", derr,
-                                        sizeof derr)) &&
          (t->prob_host = rt_dev_host_alloc(d, prob, "the loss head's output", derr, sizeof derr));
+    t->x_host = t->x_slot[0];
+    t->y_host = t->y_slot[0];
     if (!ok) {
         snprintf(err, errlen, "model %s: out of memory for the buffers at batch size %lld",
                  m->name, (long long)batch);
@@ -358,7 +364,13 @@ bool rt_trainer_setup(RtTrainer *t, char *err, size_t errlen)
     return rt_dev_setup(t->dev, t->m, &t->ctx, err, errlen);
 }
 
-void rt_trainer_staging_ready(RtTrainer *t) { rt_dev_event_wait(t->dev, &t->batch_copied); }
+void rt_trainer_staging_ready(RtTrainer *t)
+{
+    t->slot ^= 1;
+    t->x_host = t->x_slot[t->slot];
+    t->y_host = t->y_slot[t->slot];
+    rt_dev_event_wait(t->dev, &t->copied[t->slot]);
+}
 
 void rt_trainer_load_batch(RtTrainer *t)
 {
@@ -371,7 +383,7 @@ void rt_trainer_load_batch(RtTrainer *t)
     if (m->label >= 0 && m->label < m->nbuffers) /* none without a loss head */
         rt_dev_to_device(t->dev, t->ctx.buf[m->label], t->y_host,
                          (size_t)t->batch * sizeof(float));
-    rt_dev_event_record(t->dev, &t->batch_copied);
+    rt_dev_event_record(t->dev, &t->copied[t->slot]);
 }
 
 void rt_trainer_synthetic_batch(RtTrainer *t, const RtDevSynth *s, const int64_t *idx)

@@ -9,11 +9,14 @@
 # bf16), SGD momentum, NAG and Adam, a dynamic loss scale with a skipped
 # overflow step and a static one with a non-finite step.
 # Then the waits a GPU would make, on the CPU device's lagging mode
-# (tests/e2e/lagcount.c): the CUDA plan (--target=cuda --kernels=cpu) waits
-# once per steady step (one that logs nothing after one that logged
-# nothing) on digits, for the single staging buffer of runtime/trainer.c,
-# and never on the synthetic source, whose batch the device makes
-# (device.h's synthetic_batch: no staging buffer, no copy).
+# (tests/e2e/lagcount.c): the CUDA plan (--target=cuda --kernels=cpu) never
+# waits in a steady step (one that logs nothing after one that logged
+# nothing): on digits the host fills runtime/trainer.c's two staging slots in
+# turn (with one it waited once per step), and on the synthetic source the
+# device makes the batch (device.h's synthetic_batch: no staging, no copy).  lagcount runs
+# the steps in the device's capture mode (nothing between a step's begin and
+# its end waits, reads back or allocates); --check-numerics, which reads each
+# node's flag, is refused there by name.
 # usage: device_loop.sh AMPC DATA_DIR
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -76,9 +79,19 @@ lag() {
     fi
 }
 
-lag digits_cnn float16 1 --max-steps 12 --batch-size 32
-lag mlp float16 1 --max-steps 12 --loss-scale=dynamic --inject-inf-at-step 7
+lag digits_cnn float16 0 --max-steps 12 --batch-size 32
+lag mlp float16 0 --max-steps 12 --loss-scale=dynamic --inject-inf-at-step 7
 lag digits_cnn float16 0 --max-steps 12 --batch-size 32 --data synthetic
 lag mlp float16 0 --max-steps 12 --loss-scale=dynamic --inject-inf-at-step 7 --data synthetic
+# the capture mode names a step that reads the device back
+rm -f "$tmp/log"
+what="capture mode: mlp --check-numerics (a read-back per node) fails the step"
+if "$tmp/lag" 0 --data synthetic --max-steps 3 --check-numerics >"$tmp/log" 2>&1; then
+    bad "$what (it ran)"
+elif grep -q "capture mode: step 0 called read_flag between its begin and its end" "$tmp/log"; then
+    ok "$what"
+else
+    bad "$what"
+fi
 echo "device_loop: $pass passed, $fail failed"
 [ "$fail" = 0 ]

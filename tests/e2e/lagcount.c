@@ -6,7 +6,9 @@
  * log nothing after a step that logged nothing (RtTrainResult's
  * steady_syncs over steady_steps; a step after one that logged finds the
  * device idle), which the synchronous CPU device never shows
- * (tests/e2e/device_loop.sh).
+ * (tests/e2e/device_loop.sh).  In the device's capture mode too: a step
+ * that waits for, reads back, allocates or frees between its begin and its
+ * end fails the run (device.h's rt_dev_capture_mode).
  *
  *   lagcount WAITS [the program's flags...]
  *
@@ -45,6 +47,7 @@ int main(int argc, char **argv)
     if (rt_train_parse_args(&o, argc - 1, argv + 1, stdout, stderr) >= 0)
         return 2;
     o.device_lag = true;
+    o.device_capture = true; /* every step one a CUDA graph could hold, or the run fails */
     RtTrainResult r;
     int rc = rt_train_run(m, &o, stdout, stderr, &r);
     if (rc != 0) {

@@ -471,6 +471,48 @@ static void test_synthetic_batch(void **state)
     assert_false(rt_dev_has_synthetic(&bare));
 }
 
+/* The capture mode: between step_begin and ls_update every wait, read-back,
+ * allocation, free and set_flag is counted and the first named; queued work
+ * (copies to the device, fills, the update) is not; outside a step nothing
+ * is; the mode off counts nothing. */
+static void test_capture_mode(void **state)
+{
+    (void)state;
+    char err[256];
+    RtDevice *d = open_cpu();
+    float *p = rt_dev_alloc(d, 64, "p", err, sizeof err), h[4] = {1, 2, 3, 4}, q[4];
+    assert_non_null(p);
+    rt_dev_capture_mode(d, true);
+    rt_dev_to_host(d, q, p, sizeof q); /* before the step: allowed */
+    rt_dev_step_begin(d, false);
+    rt_dev_to_device(d, p, h, sizeof h);
+    rt_dev_fill(d, p, RT_F32, 4, 0.5f);
+    RtDevEvent e = {0};
+    rt_dev_event_record(d, &e);
+    assert_int_equal(d->capture_errors, 0);
+    (void)rt_dev_read_flag(d);
+    assert_int_equal(d->capture_errors, 1);
+    assert_string_equal(d->capture_what, "read_flag");
+    void *more = rt_dev_alloc(d, 64, "more", err, sizeof err);
+    rt_dev_free(d, more);
+    rt_dev_event_wait(d, &e);
+    rt_dev_synchronize(d);
+    rt_dev_to_host(d, q, p, sizeof q);
+    rt_dev_set_flag(d, true);
+    assert_int_equal(d->capture_errors, 7);
+    assert_string_equal(d->capture_what, "read_flag"); /* the first */
+    rt_dev_ls_update(d);
+    rt_dev_synchronize(d); /* after the step's end: allowed */
+    assert_int_equal(d->capture_errors, 7);
+    rt_dev_capture_mode(d, false);
+    rt_dev_step_begin(d, false);
+    (void)rt_dev_read_flag(d);
+    assert_int_equal(d->capture_errors, 0);
+    rt_dev_ls_update(d);
+    rt_dev_free(d, p);
+    rt_device_close(d);
+}
+
 /* One device: the sum and the mean over it are the tensor itself, bit for
  * bit; broadcast from rank 0 keeps it; bad requests are refused. */
 static void test_collectives(void **state)
@@ -522,13 +564,13 @@ static void test_staging(void **state)
     (void)state;
     RtTrainer t;
     mix_trainer(&t, 0);
+    rt_trainer_staging_ready(&t);
     for (int i = 0; i < 8; i++)
         t.x_host[i] = (float)i + 0.5f;
     t.y_host[0] = 2;
     t.y_host[1] = 1;
-    rt_trainer_staging_ready(&t);
     rt_trainer_load_batch(&t);
-    assert_true(rt_dev_event_done(t.dev, &t.batch_copied));
+    assert_true(rt_dev_event_done(t.dev, &t.copied[t.slot]));
     float back[8];
     rt_trainer_read_f32(&t, back, t.ctx.buf[mix.data], 8, RT_F32);
     assert_memory_equal(back, t.x_host, sizeof back);
@@ -547,6 +589,21 @@ static void test_staging(void **state)
     char err[256];
     assert_true(rt_trainer_reduce_grads(&t, err, sizeof err));
     assert_true(rt_trainer_broadcast_params(&t, err, sizeof err));
+    rt_trainer_free(&t);
+    /* the two slots in turn: on a device one step behind the host the
+     * staging never waits (one slot waited once per step) */
+    RtDeviceOpen lag = {.lagging = true};
+    assert_true(rt_trainer_init(&t, &mix, 2, 0, &lag, err, sizeof err));
+    uint64_t syncs = t.dev->syncs;
+    float *seen[2] = {NULL, NULL};
+    for (int step = 0; step < 6; step++) {
+        rt_trainer_staging_ready(&t);
+        seen[step % 2] = t.x_host;
+        rt_trainer_load_batch(&t);
+        rt_dev_ls_update(t.dev); /* the step's end */
+    }
+    assert_int_equal(t.dev->syncs, syncs);
+    assert_true(seen[0] && seen[1] && seen[0] != seen[1]);
     rt_trainer_free(&t);
 }
 
@@ -641,6 +698,7 @@ int main(void)
         cmocka_unit_test(test_events_lagging),
         cmocka_unit_test(test_sim_ranks),
         cmocka_unit_test(test_synthetic_batch),
+        cmocka_unit_test(test_capture_mode),
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_staging),
         cmocka_unit_test(test_loop_matches_reference),
