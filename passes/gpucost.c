@@ -739,7 +739,7 @@ static void waits(const Gc *gc, GcResult *r)
 }
 
 /* What the synthetic batch made on the device (cuda/synthetic.cuh, issue
- * 26; no program calls it yet) would give: its kernel (GPU_AUX's row,
+ * 26; the trainer calls it on --data synthetic without --augment) gives: its kernel (GPU_AUX's row,
  * writing the data input as the program has it, with the labels) on the
  * device in place of the batch's copies, the host's fill gone, and with it
  * the staging buffer's wait. */
@@ -1019,8 +1019,8 @@ void gpucost_print_report(FILE *f, const Graph *train, const GcResult *r)
                "and cuDNN executions: ");
     print_range(f, (GcRange){r->host.fast - r->fill.fast, r->host.slow - r->fill.slow});
     fputc('\n', f);
-    fprintf(f, "gpu: with the synthetic batch made on the device (cuda/synthetic.cuh, not yet "
-               "called by the program): its kernel ");
+    fprintf(f, "gpu: with the synthetic batch made on the device (cuda/synthetic.cuh, as the "
+               "program does on --data synthetic): its kernel ");
     print_range(f, r->synth);
     fprintf(f, " in place of the batch's copies, no fill: step ");
     print_range(f, r->synth_step);
