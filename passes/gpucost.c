@@ -712,11 +712,11 @@ static void host_path(const Gc *gc, GcResult *r, double batch_elems)
     }
 }
 
-/* The waits: every step the host waits for the previous batch's copy (the
- * one pinned staging buffer, runtime/trainer.c) - the device keeps its
- * queue, so it costs a wake-up; once per log interval the metrics' read-back
- * waits for the device to drain, which then idles while the host fills the
- * next batch (the shorter of the two sides). */
+/* The waits: the batch's staging has two pinned slots used in turn
+ * (runtime/trainer.c, issue 26), so a steady step does not wait for its
+ * copy; once per log interval the metrics' read-back waits for the device
+ * to drain, which then idles while the host fills the next batch (the
+ * shorter of the two sides). */
 static void step_of(const Gc *gc, GcRange host, GcRange dev, double nwaits, GcRange *waits_cost,
                     GcRange *step, GcRange *images_s)
 {
@@ -734,15 +734,14 @@ static void step_of(const Gc *gc, GcRange host, GcRange dev, double nwaits, GcRa
 static void waits(const Gc *gc, GcResult *r)
 {
     int interval = gc->o->log_interval > 0 ? gc->o->log_interval : 50;
-    r->waits = 1 + 1.0 / (interval + 1);
+    r->waits = 1.0 / (interval + 1);
     step_of(gc, r->host, r->device, r->waits, &r->waits_cost, &r->step, &r->images_s);
 }
 
 /* What the synthetic batch made on the device (cuda/synthetic.cuh, issue
  * 26; the trainer calls it on --data synthetic without --augment) gives: its kernel (GPU_AUX's row,
  * writing the data input as the program has it, with the labels) on the
- * device in place of the batch's copies, the host's fill gone, and with it
- * the staging buffer's wait. */
+ * device in place of the batch's copies and the host's fill gone. */
 static void synthetic_on_device(const Gc *gc, GcResult *r, const GkStepDims *sd)
 {
     GkDims d;
@@ -759,7 +758,7 @@ static void synthetic_on_device(const Gc *gc, GcResult *r, const GkStepDims *sd)
     add_range(&dev, r->synth);
     host.fast -= r->fill.fast, host.slow -= r->fill.slow;
     GcRange w;
-    step_of(gc, host, dev, r->waits - 1, &w, &r->synth_step, &r->synth_images_s);
+    step_of(gc, host, dev, r->waits, &w, &r->synth_step, &r->synth_images_s);
 }
 
 static double lin_bytes(LinExpr e, int64_t N)
@@ -1009,8 +1008,8 @@ void gpucost_print_report(FILE *f, const Graph *train, const GcResult *r)
     fprintf(f, ": %.4g-%.4g images/s\n", r->images_s.slow, r->images_s.fast);
     fprintf(f,
             "gpu: per step %d device launches (%d cuDNN executions and cuBLASLt matmuls, "
-            "%d custom kernels), %d copies; %.3g host waits (the batch's staging buffer, and "
-            "the metrics' read-back every %d steps)\n",
+            "%d custom kernels), %d copies; %.3g host waits (the metrics' read-back, once "
+            "every %d steps; the batch's two staging slots make no wait)\n",
             r->launches, r->libcalls, r->launches - r->libcalls, r->copies, r->waits,
             (r->o.log_interval > 0 ? r->o.log_interval : 50) + 1);
     fprintf(f, "gpu: host per step: the batch's fill ");
