@@ -147,6 +147,13 @@ typedef struct {
 char *mxnet_import(Diag *d, const char *path, const char *text, size_t textlen,
                    const MxImportOptions *o, size_t *len);
 
+/* Whether s may be a name or string value in MXNet symbol JSON that ampc
+ * reads or writes (and so in the ampc source an import makes): valid UTF-8
+ * without control characters (U+0000 to U+001F, U+007F to U+009F).  If
+ * not, why (cap bytes) says which and where: "control character U+000A at
+ * byte 2".  docs/mxnet.md, "Strings". */
+bool mx_text_ok(const char *s, char *why, size_t cap);
+
 /* mxnet_export.c: --emit-mxnet-json.  Writes g, a forward graph (after
  * cast-elide, so with --amp the rewritten one), to path as MXNet symbol JSON
  * (atomically, never over an input).  False after an error through d. */

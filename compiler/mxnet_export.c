@@ -67,7 +67,7 @@ static void attr_text(const AttrSpec *as, const AttrVal *v, char *buf, size_t ca
     case AT_BOOL: snprintf(buf, cap, "%s", v->b ? "True" : "False"); break;
     case AT_ENUM: snprintf(buf, cap, "%s", as->choices[v->e]); break;
     case AT_DTYPE: snprintf(buf, cap, "%s", dtype_long((DType)v->e)); break;
-    case AT_STR: snprintf(buf, cap, "%s", v->s ? v->s : ""); break;
+    case AT_STR: break; /* op_attrs adds it as it is */
     case AT_TUPLE: tuple_text(v->t.v, v->t.n, buf, cap); break;
     }
 }
@@ -104,6 +104,10 @@ static json_object *op_attrs(const Node *n)
     json_object *a = json_object_new_object();
     char buf[512];
     for (int k = 0; k < oi->nattrs; k++) {
+        if (oi->attrs[k].type == AT_STR) { /* the whole string, however long */
+            add_str(a, oi->attrs[k].name, n->attrs[k].s ? n->attrs[k].s : "");
+            continue;
+        }
         attr_text(&oi->attrs[k], &n->attrs[k], buf, sizeof buf);
         add_str(a, oi->attrs[k].name, buf);
     }
@@ -123,6 +127,31 @@ static json_object *entry(int id, int version)
     return e;
 }
 
+/* Every string the file will hold from the model (the node's name, a string
+ * attribute) as MXNet reads it back, and ampc's --from-mxnet too: valid
+ * UTF-8 without control characters (mx_text_ok).  dmlc-core's reader knows
+ * only the escapes \n \r \t \" and \\, not json-c's \u0001, so a control
+ * character would make a file MXNet refuses. */
+static bool strings_ok(Diag *d, const Node *n)
+{
+    const OpInfo *oi = op_info(n->op);
+    char why[64];
+    if (!mx_text_ok(n->name, why, sizeof why)) {
+        diag_plain_error(
+            d, "--emit-mxnet-json: node '%s' (%s): the name: %s (MXNet's names hold none)", n->name,
+            oi->name, why);
+        return false;
+    }
+    for (int k = 0; k < oi->nattrs; k++)
+        if (oi->attrs[k].type == AT_STR && n->attrs[k].s &&
+            !mx_text_ok(n->attrs[k].s, why, sizeof why)) {
+            diag_plain_error(d, "--emit-mxnet-json: node '%s' (%s): attribute '%s': %s", n->name,
+                             oi->name, oi->attrs[k].name, why);
+            return false;
+        }
+    return true;
+}
+
 /* The forward ops MXNet has under the same name: the DSL's, and amp_cast. */
 static bool exportable(OpKind k)
 {
@@ -139,11 +168,13 @@ static json_object *build(Diag *d, const Graph *g)
     int count = 0;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = g->nodes[i];
-        if (!exportable(n->op)) {
+        bool forward = exportable(n->op);
+        if (!forward)
             diag_plain_error(d,
                              "--emit-mxnet-json: node '%s' (%s) is not a forward op: export "
                              "a forward graph",
                              n->name, op_info(n->op)->name);
+        if (!forward || !strings_ok(d, n)) {
             free(idx);
             json_object_put(nodes);
             json_object_put(args);

@@ -219,6 +219,52 @@ static bool one_of(const char *v, const char *list)
     return false;
 }
 
+/* ---- text ------------------------------------------------------------------------ */
+
+/* The length of the UTF-8 sequence at s (1 to 4), or 0 when it is not
+ * one: overlong forms, surrogates and code points above U+10FFFF are not;
+ * *cp gets the code point. */
+static int utf8_char(const unsigned char *s, unsigned *cp)
+{
+    static const unsigned min[] = {0, 0, 0x80, 0x800, 0x10000};
+    int n = s[0] < 0x80                   ? 1
+            : s[0] >= 0xc2 && s[0] < 0xe0 ? 2
+            : s[0] >= 0xe0 && s[0] < 0xf0 ? 3
+            : s[0] >= 0xf0 && s[0] < 0xf5 ? 4
+                                          : 0;
+    if (n == 0)
+        return 0;
+    unsigned c = n == 1 ? s[0] : s[0] & (0x7f >> n);
+    for (int k = 1; k < n; k++) {
+        if ((s[k] & 0xc0) != 0x80)
+            return 0;
+        c = c << 6 | (s[k] & 0x3f);
+    }
+    if (c < min[n] || c > 0x10ffff || (c >= 0xd800 && c < 0xe000))
+        return 0;
+    *cp = c;
+    return n;
+}
+
+bool mx_text_ok(const char *s, char *why, size_t cap)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; p[i];) {
+        unsigned c;
+        int n = utf8_char(p + i, &c);
+        if (n == 0) {
+            snprintf(why, cap, "invalid UTF-8 at byte %zu", i);
+            return false;
+        }
+        if (c < 0x20 || (c >= 0x7f && c < 0xa0)) {
+            snprintf(why, cap, "control character U+%04X at byte %zu", c, i);
+            return false;
+        }
+        i += (size_t)n;
+    }
+    return true;
+}
+
 /* ---- reading the JSON ---------------------------------------------------------- */
 
 static json_object *get(json_object *o, const char *key)
@@ -264,6 +310,77 @@ static Loc offset_loc(const SrcFile *f, int file, size_t offset)
     return l;
 }
 
+/* What json-c 0.16's strict mode still lets through, which RFC 8259 and
+ * MXNet's own reader (dmlc-core's JSONReader) do not: a raw control
+ * character inside a string (dmlc stops at a raw newline; a JSON writer
+ * escapes them), a single-quoted string, and bare words other than true,
+ * false and null (NaN, Infinity).  Runs over text json-c accepted, so
+ * strings and numbers are well formed.  True when it finds one: *at gets
+ * its offset, why says what it is. */
+static bool json_lenient_text(const char *t, size_t len, size_t *at, char *why, size_t cap)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)t[i];
+        *at = i;
+        if (c == '"') {
+            for (i++; i < len && t[i] != '"'; i++) {
+                *at = i;
+                if (t[i] == '\\') {
+                    i++;
+                } else if ((unsigned char)t[i] < 0x20) {
+                    snprintf(why, cap, "control character U+%04X inside a string (JSON escapes it)",
+                             (unsigned char)t[i]);
+                    return true;
+                }
+            }
+        } else if (c == '\'') {
+            snprintf(why, cap, "a single-quoted string (JSON strings take double quotes)");
+            return true;
+        } else if ((c | 32) >= 'a' && (c | 32) <= 'z') {
+            size_t k = i;
+            while (k < len && (t[k] | 32) >= 'a' && (t[k] | 32) <= 'z')
+                k++;
+            if (!(k - i == 4 && (memcmp(t + i, "true", 4) == 0 || memcmp(t + i, "null", 4) == 0)) &&
+                !(k - i == 5 && memcmp(t + i, "false", 5) == 0)) {
+                snprintf(why, cap, "'%.*s' is not a JSON value", (int)(k - i > 20 ? 20 : k - i),
+                         t + i);
+                return true;
+            }
+            i = k - 1;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            while (i + 1 < len && t[i + 1] && strchr("0123456789.eE+-", t[i + 1]))
+                i++;
+        }
+    }
+    return false;
+}
+
+/* Where json-c's tokener stopped at `end`: the offset of a trailing comma
+ * (one followed by '}' or ']') at or just before it, or len.  json-c stops
+ * on the comma in an array and on the bracket in an object. */
+static size_t trailing_comma(const char *t, size_t len, size_t end)
+{
+    size_t c = end;
+    if (c < len && (t[c] == '}' || t[c] == ']')) {
+        while (c > 0 && strchr(" \t\r\n", t[c - 1]) && t[c - 1])
+            c--;
+        if (c == 0)
+            return len;
+        c--;
+    }
+    if (c >= len || t[c] != ',')
+        return len;
+    size_t k = c + 1;
+    while (k < len && t[k] && strchr(" \t\r\n", t[k]))
+        k++;
+    return k < len && (t[k] == '}' || t[k] == ']') ? c : len;
+}
+
+/* The file as JSON (RFC 8259, which MXNet's writer follows): json-c's
+ * strict tokener with UTF-8 validation, then json_lenient_text for what
+ * that still accepts.  So trailing commas, comments, raw control characters
+ * in strings, single quotes, NaN and invalid UTF-8 are refused at their
+ * line and column (docs/mxnet.md, "The JSON dialect"). */
 static json_object *parse_json(Mx *m, int file)
 {
     const SrcFile *f = diag_file(m->d, file);
@@ -274,26 +391,42 @@ static json_object *parse_json(Mx *m, int file)
     json_tokener *tok = json_tokener_new_ex(MX_MAX_DEPTH);
     if (!tok)
         DIE("out of memory");
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_ALLOW_TRAILING_CHARS |
+                                    JSON_TOKENER_VALIDATE_UTF8);
     json_object *root = json_tokener_parse_ex(tok, f->text, (int)f->len);
     enum json_tokener_error err = json_tokener_get_error(tok);
     size_t end = json_tokener_get_parse_end(tok);
     json_tokener_free(tok);
     if (root && err == json_tokener_success) {
         /* only white space may follow the value */
-        while (end < f->len && strchr(" \t\r\n", f->text[end]))
+        while (end < f->len && f->text[end] && strchr(" \t\r\n", f->text[end]))
             end++;
-        if (end == f->len)
+        size_t at;
+        char why[96];
+        bool lenient = end == f->len && json_lenient_text(f->text, f->len, &at, why, sizeof why);
+        if (end == f->len && !lenient)
             return root;
         json_object_put(root);
+        if (lenient) {
+            diag_error(m->d, offset_loc(f, file, at), "malformed JSON: %s", why);
+            return NULL;
+        }
         diag_error(m->d, offset_loc(f, file, end),
                    "malformed JSON: text after the end of the symbol's object");
         return NULL;
     }
     if (root)
         json_object_put(root);
+    size_t comma = trailing_comma(f->text, f->len, end);
     if (err == json_tokener_continue || err == json_tokener_success)
         diag_error(m->d, offset_loc(f, file, f->len),
                    "malformed JSON: the file ends inside a value (truncated?)");
+    else if (end < f->len && f->text[end] == '/')
+        diag_error(m->d, offset_loc(f, file, end), "malformed JSON: a comment (JSON has none)");
+    else if (comma < f->len)
+        diag_error(m->d, offset_loc(f, file, comma),
+                   "malformed JSON: a comma before '%c' (JSON has no trailing commas)",
+                   f->text[comma + 1 + strspn(f->text + comma + 1, " \t\r\n")]);
     else
         diag_error(m->d, offset_loc(f, file, end), "malformed JSON: %s",
                    json_tokener_error_desc(err));
@@ -341,9 +474,9 @@ static bool read_node(Mx *m, int i, json_object *j)
     if (!*n->name || strlen(n->name) > MX_MAX_NAME || strlen(n->op) > MX_MAX_NAME)
         return file_fail(m, "node %d: the name and the op must have 1 to %d bytes", i,
                          MX_MAX_NAME);
-    for (const char *p = n->name; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f)
-            return file_fail(m, "node %d: the name '%s' holds a control character", i, n->name);
+    char why[64];
+    if (!mx_text_ok(n->name, why, sizeof why))
+        return file_fail(m, "node %d: the name '%s': %s", i, n->name, why);
     static const char *const keys[] = {"attrs", "attr", "param"};
     for (int k = 0; k < 3; k++) {
         json_object *a = get(j, keys[k]);
@@ -547,17 +680,23 @@ static bool is_ident(const char *s)
     return true;
 }
 
-/* A DSL string literal: the escapes the lexer knows (read_node refused
- * every other control character). */
-static void put_string(FILE *f, const char *s)
+/* A string from the file as a DSL string literal: quotes and backslashes
+ * escaped; a control character or invalid UTF-8 refused (mx_text_ok), with
+ * what names the string in the message ("the name", "attribute
+ * 'act_type'"). */
+static bool put_text(Mx *m, const MxNode *n, const char *what, const char *s)
 {
-    fputc('"', f);
+    char why[64];
+    if (!mx_text_ok(s, why, sizeof why))
+        return node_fail(m, n, "%s: %s", what, why);
+    fputc('"', m->out);
     for (; *s; s++) {
         if (*s == '"' || *s == '\\')
-            fputc('\\', f);
-        fputc(*s, f);
+            fputc('\\', m->out);
+        fputc(*s, m->out);
     }
-    fputc('"', f);
+    fputc('"', m->out);
+    return true;
 }
 
 /* The shortest text that reads back to the same double, as a DSL float
@@ -665,7 +804,11 @@ static bool put_attr(Mx *m, const MxNode *n, const AttrSpec *as, const char *v)
         fputs(is_true(v) ? "true" : "false", f);
         return true;
     case AT_ENUM:
-    case AT_STR: put_string(f, v); return true;
+    case AT_STR: {
+        char what[MX_MAX_NAME + 16];
+        snprintf(what, sizeof what, "attribute '%s'", as->name);
+        return put_text(m, n, what, v);
+    }
     case AT_DTYPE: {
         DType t = dtype_parse(v);
         if (t == DT_UNKNOWN)
@@ -784,7 +927,8 @@ static bool put_op(Mx *m, int i)
     if (!put_attrs(m, n))
         return false;
     fputs(", name=", m->out);
-    put_string(m->out, n->name);
+    if (!put_text(m, n, "the name", n->name))
+        return false;
     fputs(")\n", m->out);
     return true;
 }
@@ -796,7 +940,8 @@ static bool put_param(Mx *m, int i)
     const MxNode *n = &m->nodes[i];
     FILE *f = m->out;
     fprintf(f, "    %s%d = param(name=", m->prefix, i);
-    put_string(f, n->name);
+    if (!put_text(m, n, "the name", n->name))
+        return false;
     static const char *const mults[][2] = {{"__wd_mult__", "wd_mult"},
                                            {"__lr_mult__", "lr_mult"},
                                            {"wd_mult", "wd_mult"},

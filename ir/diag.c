@@ -165,16 +165,21 @@ int diag_push_frame(Diag *d, const char *fn, Loc call, int parent)
 }
 
 /* Text from the model (names, strings, import paths) may hold control bytes
- * (a newline, a terminal escape): written as \xNN, so a diagnostic keeps
- * its lines and cannot drive the terminal. */
+ * (a newline, a terminal escape, or a C1 control such as U+009B, CSI, in
+ * UTF-8): written as \xNN, so a diagnostic keeps its lines and cannot drive
+ * the terminal. */
 static void put_escaped(FILE *out, const char *s)
 {
     for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if ((c < 32 && c != '\t') || c == 127)
+        unsigned char c = (unsigned char)*s, next = (unsigned char)s[1];
+        if ((c < 32 && c != '\t') || c == 127) {
             fprintf(out, "\\x%02x", c);
-        else
+        } else if (c == 0xc2 && next >= 0x80 && next < 0xa0) {
+            fprintf(out, "\\x%02x\\x%02x", c, next);
+            s++;
+        } else {
             fputc(c, out);
+        }
     }
 }
 

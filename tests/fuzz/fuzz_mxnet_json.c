@@ -3,8 +3,9 @@
  *
  * Each input is imported as a symbol file, with an --input-shape for an
  * input named data and --loss=softmax on every other input.  What the
- * importer writes must parse as ampc source (a syntax error there is the
- * importer's bug: a name or value not escaped); it is then elaborated with
+ * importer writes must parse as ampc source and hold no control character
+ * but its newlines (either is the importer's bug: a name or value not
+ * escaped or refused); it is then elaborated with
  * small limits and run through every pass, verified after each, as
  * `ampc --from-mxnet` would.  Diagnostics go to /dev/null.  A crash, leak,
  * sanitizer report or failed check (abort()) is a bug.
@@ -34,9 +35,18 @@ static void bug(const char *what, const char *text, size_t len)
     abort();
 }
 
-/* The importer's source must parse: its own output, never the user's text. */
+/* The importer's source must parse: its own output, never the user's text.
+ * And it holds no control character but the newlines that end its lines
+ * (docs/mxnet.md, "Strings"): the lexer takes a raw tab or CR inside a
+ * string, so parsing alone would not see one copied from the file. */
 static void check_parses(const char *text, size_t len)
 {
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)text[i],
+                      next = i + 1 < len ? (unsigned char)text[i + 1] : 0;
+        if ((c < 0x20 && c != '\n') || c == 0x7f || (c == 0xc2 && next >= 0x80 && next < 0xa0))
+            bug("the importer wrote a control character into ampc source", text, len);
+    }
     Diag d;
     diag_init(&d, null_out());
     Arena a;

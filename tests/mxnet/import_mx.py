@@ -15,6 +15,9 @@
       the graph is cut at stages to say where it starts; and a small Gluon
       network trained a few steps by the program from MXNet's weights is
       loaded back by MXNet (SymbolBlock.imports) and predicts the same;
+  (d) the JSON dialect: names MXNet saves with quotes, backslashes, '/'
+      and non-ASCII letters import and export back; control characters are
+      refused with their messages;
   (c) AMP decisions: for the imported ResNets, ampc's dtype for every op is
       the one amp.convert_symbol(..., cast_optional_params=True) gives, and
       ampc's cast count is at most MXNet's (both printed).
@@ -386,6 +389,33 @@ def check_no_loss(name, size):
           "%.3g <= %g)" % (name, diff, TOL_F32))
 
 
+def check_dialect():
+    """The JSON dialect (RFC 8259, strictly: docs/mxnet.md) against what
+    MXNet's own writer makes of awkward names: quotes, backslashes, slashes
+    and non-ASCII letters import, and --emit-mxnet-json gives MXNet back the
+    same names; a newline (which MXNet escapes) is refused by the importer's
+    own message, U+0001 (which MXNet writes raw) as malformed JSON."""
+    def saved(fc_name, tag):
+        y = mx.sym.FullyConnected(mx.sym.var("data", shape=(1, 4)), num_hidden=2, name=fc_name)
+        p = path(tag + "-symbol.json")
+        y.save(p)
+        return p, y
+    name = 'fc "q" \\ a/b \u00e9t\u00e9 \u2192 \U0001f642'
+    js, sym = saved(name, "dialect")
+    back = path("dialect-back.json")
+    r = run([AMPC, "--from-mxnet", js, "--emit-mxnet-json", back], "ampc --from-mxnet dialect")
+    check(r.returncode == 0 and mx.sym.load(back).list_arguments() == sym.list_arguments(),
+          "a symbol MXNet saved with quotes, backslashes, '/' and non-ASCII in a name imports, "
+          "and exports back to MXNet with the same names")
+    for bad, tag, message in (("fc\n1", "dialect_nl", "control character U+000A at byte 2"),
+                              ("fc\x011", "dialect_soh",
+                               "malformed JSON: control character U+0001 inside a string")):
+        js, _ = saved(bad, tag)
+        r = subprocess.run([AMPC, "--from-mxnet", js], capture_output=True, text=True, cwd=ROOT)
+        check(r.returncode == 1 and message in r.stderr,
+              "a name holding %r, as MXNet saves it, is refused: %s" % (bad, message))
+
+
 # ---- (c) AMP decisions ----------------------------------------------------------------
 
 def check_amp(name, js, size):
@@ -436,6 +466,7 @@ def main():
     check_no_loss("resnet18_v1", 64)
     check_train_roundtrip()
     check_module()
+    check_dialect()
     for name in ("resnet18_v1", "resnet50_v2"):
         check_amp(name, jsons[name], 64)
     print("import_mx.py: %d passed, %d failed" % (PASSED, FAILED))
