@@ -53,9 +53,17 @@ float rt_mx_get(const RtMxArray *a, int64_t i)
 
 /* ---- reading ------------------------------------------------------------------- */
 
+/* The bytes being parsed: a whole buffer (rt_mx_parse), or a file read as
+ * the parse needs it (rt_mx_read: fd >= 0).  len is the size either way, so
+ * every size is checked against the whole file before it is used, but a
+ * file is read only as far as the parse has got: a 3 GB file that is not a
+ * params file is refused after its first 16 bytes, not read. */
 typedef struct {
-    const unsigned char *p;
+    const unsigned char *p; /* byte 0 (moves when buf grows) */
     size_t len, at;
+    int fd;                 /* -1: p holds all len bytes */
+    unsigned char *buf;     /* fd >= 0: the first `loaded` bytes of the file */
+    size_t loaded, cap;
     const char *file;
     char *err;
     size_t errlen;
@@ -80,7 +88,35 @@ static bool fail(Rd *r, const char *fmt, ...)
 
 static size_t left(const Rd *r) { return r->len - r->at; }
 
-/* n bytes at the cursor, or a "truncated" message saying what was wanted */
+/* Reading from a file: the first `end` bytes (end <= len) in r->buf, read
+ * ahead by at least 64 KiB, the buffer grown by doubling. */
+static bool load_to(Rd *r, size_t end)
+{
+    if (r->fd < 0 || end <= r->loaded)
+        return true;
+    size_t want = end - r->loaded < 65536 ? r->loaded + 65536 : end;
+    want = want < r->len ? want : r->len;
+    if (want > r->cap) {
+        size_t cap = r->cap * 2 > want && r->cap * 2 <= r->len ? r->cap * 2 : want;
+        unsigned char *b = realloc(r->buf, cap);
+        if (!b)
+            return fail(r, "out of memory for %zu bytes", cap);
+        r->buf = b, r->cap = cap, r->p = b;
+    }
+    while (r->loaded < want) {
+        ssize_t k = pread(r->fd, r->buf + r->loaded, want - r->loaded, (off_t)r->loaded);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return fail(r, "read error after %zu of %zu bytes%s%s", r->loaded, r->len,
+                        k < 0 ? ": " : " (the file shrank)", k < 0 ? strerror(errno) : "");
+        r->loaded += (size_t)k;
+    }
+    return true;
+}
+
+/* n bytes at the cursor, or a "truncated" message saying what was wanted.
+ * The pointer holds until the next take (the buffer may move). */
 static const unsigned char *take(Rd *r, size_t n, const char *what)
 {
     if (r->failed)
@@ -90,6 +126,8 @@ static const unsigned char *take(Rd *r, size_t n, const char *what)
              r->at, left(r));
         return NULL;
     }
+    if (!load_to(r, r->at + n))
+        return NULL;
     const unsigned char *q = r->p + r->at;
     r->at += n;
     return q;
@@ -237,8 +275,8 @@ static bool read_array(Rd *r, RtMxArray *a, int i, uint64_t n)
                     "byte %zu", where, rt_mx_dtype_name(a->type_flag), left(r), r->at);
     a->numel = (int64_t)numel;
     snprintf(what, sizeof what, "%s: its elements", where);
-    a->data = take(r, (size_t)numel * es, what);
-    return a->data != NULL;
+    a->offset = r->at; /* data is set once the buffer stops moving */
+    return take(r, (size_t)numel * es, what) != NULL;
 }
 
 /* A name for messages: printable ASCII as it is, other bytes as \xNN, cut at
@@ -293,48 +331,68 @@ static bool read_names(Rd *r, RtMxList *l, uint64_t n)
     return true;
 }
 
+static bool parse(Rd *r, RtMxList *l);
+
 bool rt_mx_parse(const void *buf, size_t len, const char *name, RtMxList *l, char *err,
                  size_t errlen)
 {
     memset(l, 0, sizeof *l);
-    Rd r = {.p = buf, .len = len, .file = name, .err = err, .errlen = errlen};
+    Rd r = {.p = buf, .len = len, .fd = -1, .file = name, .err = err, .errlen = errlen};
+    return parse(&r, l);
+}
+
+/* The list in r; the arrays' data point into r->p. */
+static bool parse(Rd *r, RtMxList *l)
+{
+    size_t len = r->len;
     uint64_t magic, reserved, n;
     if (len < 16)
-        return fail(&r, "truncated: %zu bytes, shorter than the 16-byte header of an MXNet "
+        return fail(r, "truncated: %zu bytes, shorter than the 16-byte header of an MXNet "
                     "NDArray file", len);
-    get_u64(&r, &magic, "the header");
-    get_u64(&r, &reserved, "the header");
-    if (magic != RT_MX_LIST_MAGIC && memcmp(buf, RT_CKPT_MAGIC, 8) == 0)
-        return fail(&r,
+    if (!get_u64(r, &magic, "the header") || !get_u64(r, &reserved, "the header"))
+        return false;
+    if (magic != RT_MX_LIST_MAGIC && memcmp(r->p, RT_CKPT_MAGIC, 8) == 0)
+        return fail(r,
                     "this is an ampc checkpoint (--save-dir), not an MXNet .params file: "
                     "continue from it with --resume %s (or predict from it: --resume %s "
                     "--predict X.npy)",
-                    name, name);
+                    r->file, r->file);
     if (magic != RT_MX_LIST_MAGIC)
-        return fail(&r, "not an MXNet NDArray file (mx.nd.save, .params): its first 8 bytes "
+        return fail(r, "not an MXNet NDArray file (mx.nd.save, .params): its first 8 bytes "
                     "are 0x%016llx, not the list magic 0x112", (unsigned long long)magic);
-    if (!get_u64(&r, &n, "the array count"))
+    if (!get_u64(r, &n, "the array count"))
         return false;
     /* every array takes at least its 4-byte header */
-    if (n > left(&r) / 4)
-        return fail(&r, "truncated: %llu arrays cannot fit the %zu bytes left after byte 24",
-                    (unsigned long long)n, left(&r));
+    if (n > left(r) / 4)
+        return fail(r, "truncated: %llu arrays cannot fit the %zu bytes left after byte 24",
+                    (unsigned long long)n, left(r));
     if (n > INT32_MAX / 2)
-        return fail(&r, "%llu arrays: more than ampc reads", (unsigned long long)n);
-    l->a = calloc((size_t)n + 1, sizeof *l->a);
-    if (!l->a)
-        return fail(&r, "out of memory");
-    l->n = (int)n;
-    for (int i = 0; i < l->n && !r.failed; i++)
-        read_array(&r, &l->a[i], i, n);
-    if (!r.failed)
-        read_names(&r, l, n);
-    if (!r.failed && left(&r) != 0)
-        fail(&r, "%zu bytes of trailing data after the names (at byte %zu)", left(&r), r.at);
-    if (r.failed) {
+        return fail(r, "%llu arrays: more than ampc reads", (unsigned long long)n);
+    /* the table grows with the arrays read, not with the count the file claims */
+    size_t cap = 0;
+    for (int i = 0; (uint64_t)i < n && !r->failed; i++) {
+        if ((size_t)i == cap) {
+            cap = cap ? (cap * 2 < n ? cap * 2 : n) : (n < 64 ? n : 64);
+            RtMxArray *a = realloc(l->a, cap * sizeof *a);
+            if (!a)
+                return fail(r, "out of memory");
+            l->a = a;
+        }
+        memset(&l->a[i], 0, sizeof l->a[i]);
+        l->n = i + 1;
+        read_array(r, &l->a[i], i, n);
+    }
+    if (!r->failed)
+        read_names(r, l, n);
+    if (!r->failed && left(r) != 0)
+        fail(r, "%zu bytes of trailing data after the names (at byte %zu)", left(r), r->at);
+    if (r->failed) {
         rt_mx_free(l);
         return false;
     }
+    for (int i = 0; i < l->n; i++)
+        if (!l->a[i].none)
+            l->a[i].data = r->p + l->a[i].offset;
     return true;
 }
 
@@ -354,37 +412,16 @@ bool rt_mx_read(const char *path, RtMxList *l, char *err, size_t errlen)
     int fd = rt_open_input(path, "params file", &size, err, errlen);
     if (fd < 0)
         return false;
-    size_t len = (size_t)size;
-    unsigned char *buf = malloc(len ? len : 1);
-    if (!buf) {
-        snprintf(err, errlen, "%s: out of memory for %zu bytes", path, len);
-        close(fd);
-        return false;
-    }
-    size_t got = 0;
-    int e = 0;
-    while (got < len) {
-        ssize_t k = read(fd, buf + got, len - got);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            e = k < 0 ? errno : 0;
-            break;
-        }
-        got += (size_t)k;
-    }
+    Rd r = {.len = (size_t)size, .fd = fd, .file = path, .err = err, .errlen = errlen};
+    bool ok = parse(&r, l);
     close(fd);
-    if (got != len) {
-        snprintf(err, errlen, "%s: read error after %zu of %zu bytes%s%s", path, got, len,
-                 e ? ": " : " (the file shrank)", e ? strerror(e) : "");
-        free(buf);
+    if (!ok) {
+        free(r.buf);
+        l->bytes_read = r.loaded;
         return false;
     }
-    if (!rt_mx_parse(buf, len, path, l, err, errlen)) {
-        free(buf);
-        return false;
-    }
-    l->owned = buf;
+    l->owned = r.buf;
+    l->bytes_read = r.loaded;
     return true;
 }
 

@@ -53,6 +53,7 @@ typedef struct {
     int64_t shape[RT_MAX_RANK];
     int64_t numel;
     const void *data;  /* numel elements of type_flag, little endian, maybe unaligned */
+    size_t offset;     /* where data starts in the file */
 } RtMxArray;
 
 typedef struct {
@@ -60,6 +61,8 @@ typedef struct {
     RtMxArray *a;
     bool named;        /* the file holds a name per array */
     void *owned;       /* the file's bytes (the data point into them), freed with the list */
+    size_t bytes_read; /* rt_mx_read: bytes of the file read, also after a refusal (it reads
+                          only as far as the parse has got) */
 } RtMxList;
 
 /* mshadow's name of a type flag ("float32", "int8", ...), or NULL. */
@@ -73,7 +76,9 @@ size_t rt_mx_dtype_size(int type_flag);
 bool rt_mx_parse(const void *buf, size_t len, const char *name, RtMxList *l, char *err,
                  size_t errlen);
 /* Reads and parses path (a regular file, noted as one of the run's
- * inputs: fileio.h). */
+ * inputs: fileio.h), reading only as far as the parse has got: the header
+ * is checked before the rest is read, and every size against the file's
+ * size before its bytes are read. */
 bool rt_mx_read(const char *path, RtMxList *l, char *err, size_t errlen);
 void rt_mx_free(RtMxList *l);
 
