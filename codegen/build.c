@@ -269,6 +269,21 @@ bool cg_cuda_usable(const char *argv0, char *why, size_t whylen)
     return find_cudart(cu, sizeof cu, why, whylen) && driver_has_device(why, whylen);
 }
 
+/* A compiler that exits 0 must have written the program: a regular file
+ * that is not empty (CC=true would leave the empty file the caller made
+ * for it, and ampc would install it as the program).  A device or FIFO
+ * written in place (-o /dev/null) cannot be checked. */
+static bool made_program(Diag *d, const char *cc, const char *exe)
+{
+    struct stat st;
+    bool found = stat(exe, &st) == 0;
+    if (found && (!S_ISREG(st.st_mode) || st.st_size > 0))
+        return true;
+    diag_plain_error(d, "the C compiler '%s' exited 0 but wrote no program (%s): check CC", cc,
+                     found ? "the output is empty" : "no output file");
+    return false;
+}
+
 bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)
 {
     char inc[PATH_MAX], lib[PATH_MAX];
@@ -354,6 +369,7 @@ bool cg_build(Diag *d, const char *c_file, const char *exe, const char *argv0)
                              WIFSIGNALED(status) ? WTERMSIG(status) : 0, cmd);
         free(cmd);
     }
+    ok = ok && made_program(d, a.v[0], exe);
     argv_free(&a);
     return ok;
 }
