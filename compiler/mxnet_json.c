@@ -461,6 +461,28 @@ static bool read_entry(Mx *m, json_object *e, int limit, const char *where, int 
     return true;
 }
 
+/* A key given under more than one of "attrs", "attr" and "param" (a file
+ * upgraded by hand, or written by a tool that kept both spellings) must
+ * have one value: the importer will not pick one silently. */
+static bool attrs_agree(Mx *m, const MxNode *n)
+{
+    static const char *const keys[] = {"attrs", "attr", "param"};
+    for (int k = 1; k < 3; k++) {
+        if (!n->attrs[k])
+            continue;
+        json_object_object_foreach(n->attrs[k], key, val)
+        {
+            for (int j = 0; j < k; j++) {
+                const char *other = str_of(get(n->attrs[j], key));
+                if (other && strcmp(other, str_of(val)) != 0)
+                    return node_fail(m, n, "attribute '%s' is '%s' under '%s' but '%s' under '%s'",
+                                     key, other, keys[j], str_of(val), keys[k]);
+            }
+        }
+    }
+    return true;
+}
+
 static bool read_node(Mx *m, int i, json_object *j)
 {
     MxNode *n = &m->nodes[i];
@@ -491,6 +513,8 @@ static bool read_node(Mx *m, int i, json_object *j)
         }
         n->attrs[k] = a;
     }
+    if (!attrs_agree(m, n))
+        return false;
     json_object *in = get(j, "inputs");
     size_t nin = in && json_object_is_type(in, json_type_array) ? json_object_array_length(in) : 0;
     if (in && !json_object_is_type(in, json_type_array))
@@ -736,7 +760,8 @@ static bool parse_int(const char *s, int64_t *out)
     return true;
 }
 
-/* "(3, 3)", "[3,3]", "(3,)", "()", "3": at most AMPC_MAX_RANK ints. */
+/* "(3, 3)", "[3,3]", "(3,)", "()", "3", "3,3" (not "3,3,"): at most
+ * AMPC_MAX_RANK ints. */
 static bool parse_tuple(const char *s, int64_t *v, int *n)
 {
     *n = 0;
@@ -761,10 +786,13 @@ static bool parse_tuple(const char *s, int64_t *v, int *n)
         s = end;
         while (*s == ' ')
             s++;
-        if (*s == ',')
+        if (*s == ',') {
             s++;
-        else if (*s != close || (!close && *s))
+            if (!close && !s[strspn(s, " ")]) /* "1,3,": a Python tuple needs its brackets */
+                return false;
+        } else if (*s != close || (!close && *s)) {
             return false;
+        }
     }
     s++;
     while (close && *s == ' ')
@@ -987,6 +1015,12 @@ static bool check_given_shapes(Mx *m)
 {
     for (int k = 0; k < m->o->nshapes; k++) {
         const char *s = m->o->shapes[k], *eq = strchr(s, '=');
+        for (int j = 0; eq && j < k; j++) {
+            const char *o = m->o->shapes[j];
+            if (strncmp(o, s, (size_t)(eq - s + 1)) == 0)
+                return file_fail(m, "--input-shape '%s' and '%s': input '%.*s' is given twice", o,
+                                 s, (int)(eq - s), s);
+        }
         bool found = false;
         for (int i = 0; eq && i < m->n; i++)
             found |= m->nodes[i].kind == OP_COUNT && m->nodes[i].role != ROLE_PARAM &&
@@ -1033,16 +1067,18 @@ static bool put_input(Mx *m, const MxNode *v, bool first)
         return file_fail(m, "input '%s': the shape '%s' is not a list of 1 to %d integers", v->name,
                          text ? text : hint, AMPC_MAX_RANK);
     }
+    /* The dtype hint holds with or without --input-shape, which gives the
+     * shape only; -1 is MXNet's "unknown", the default float32. */
     DType t = DT_F32;
     const char *dt = node_attr(v, "__dtype__");
-    if (dt && !text) {
+    if (dt) {
         /* mshadow's type flags */
         static const DType flags[] = {DT_F32, DT_F64, DT_F16, DT_U8, DT_I32, DT_I8, DT_I64};
         int64_t k;
-        if (!parse_int(dt, &k) || k < 0 || k > 12 || (k > 6 && k != 12))
+        if (!parse_int(dt, &k) || k < -1 || k > 12 || (k > 6 && k != 12))
             return file_fail(m, "input '%s': __dtype__='%s' is not a dtype ampc knows", v->name,
                              dt);
-        t = k == 12 ? DT_BF16 : flags[k];
+        t = k == 12 ? DT_BF16 : k == -1 ? DT_F32 : flags[k];
     }
     fprintf(m->out, "%s%s: %s[N", first ? "" : ", ", v->name, dtype_long(t));
     for (int k = 1; k < rank; k++) {
