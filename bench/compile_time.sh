@@ -10,7 +10,8 @@
 #   unrolled  every op of every block written out (text grows with the model)
 #   from-ir   `AMPC --from-ir` on the loop model's dump after infer-types (the IR
 #             reader, then the passes after infer-types)
-# and on examples/resnet50_v1d.sym.  Each file is run once to warm the caches,
+# on chains of 200k and 1M relus imported from MXNet JSON, and on
+# examples/resnet50_v1d.sym.  Each file is run once to warm the caches,
 # then BENCH_REPS times (default 5; 3 for runs over a second), and the median
 # time is printed with the node count, the cost per node and the peak RSS
 # (from /usr/bin/time, when installed).  The time is CPU time from `perf stat`
@@ -111,4 +112,28 @@ for kind in loop unrolled from-ir; do
         echo "  $kind: cost per node at $lastn blocks is ${ratio}x that at 100 blocks: $verdict"
     fi
 done
+# Chains of relus imported from MXNet JSON (--from-mxnet), to the 1M-node
+# limit: the shape that made elaboration quadratic (issue 21: 200k nodes took
+# over a minute); tests/unit/test_passes.c holds it linear by count.
+base=''
+for n in ${BENCH_CHAIN_SIZES:-200000 999999}; do
+    awk -v n="$n" 'BEGIN {
+        print "{\"nodes\": [{\"op\": \"null\", \"name\": \"data\", \"attrs\": {\"__shape__\": \"(1,4)\"}, \"inputs\": []},"
+        for (i = 1; i <= n; i++)
+            printf "{\"op\": \"relu\", \"name\": \"r%d\", \"inputs\": [[%d, 0, 0]]}%s\n", i, i - 1, i < n ? "," : ""
+        printf "], \"heads\": [[%d, 0, 0]]}\n", n
+    }' >"$tmp/chain$n.json"
+    bench "chain $n (JSON)" "$tmp/chain$n.json" --from-mxnet
+    [ -n "$base" ] || base=$row_us_per_node basen=$n
+    last=$row_us_per_node lastn=$n
+done
+if [ -n "$base" ] && [ "$lastn" != "$basen" ]; then
+    ratio=$(awk -v a="$last" -v b="$base" 'BEGIN {printf "%.2f", a / b}')
+    verdict=flat
+    if awk -v r="$ratio" -v m="$max_ratio" 'BEGIN {exit !(r > m)}'; then
+        verdict="NOT flat (more than ${max_ratio}x): look for a quadratic step (docs/performance.md)"
+        status=1
+    fi
+    echo "  chain: cost per node at $lastn nodes is ${ratio}x that at $basen: $verdict"
+fi
 exit $status

@@ -155,6 +155,8 @@ int *strmap_get(const StrMap *m, const char *key)
     if (!m->cap)
         return NULL;
     for (uint32_t i = str_hash(key) & (uint32_t)(m->cap - 1);; i = (i + 1) & (uint32_t)(m->cap - 1)) {
+        if (m->probes)
+            ++*m->probes;
         if (!m->keys[i])
             return NULL;
         if (strcmp(m->keys[i], key) == 0)
@@ -183,9 +185,12 @@ bool strmap_put(StrMap *m, const char *key, int val)
     if ((m->len + 1) * 2 > m->cap)
         strmap_grow(m);
     uint32_t i = str_hash(key) & (uint32_t)(m->cap - 1);
-    for (; m->keys[i]; i = (i + 1) & (uint32_t)(m->cap - 1))
+    for (; m->keys[i]; i = (i + 1) & (uint32_t)(m->cap - 1)) {
+        if (m->probes)
+            ++*m->probes;
         if (strcmp(m->keys[i], key) == 0)
             return false;
+    }
     m->keys[i] = key;
     m->vals[i] = val;
     m->len++;

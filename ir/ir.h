@@ -50,11 +50,13 @@ void vec_free(Vec *v);
 #define VEC_AT(v, T, i) (((T *)(v).data)[i])
 
 /* A string -> int map (open addressing), for names and interning. Keys are
- * not copied: they must outlive the map (arena strings). */
+ * not copied: they must outlive the map (arena strings).  probes, when set,
+ * counts the slots every get and put looks at (elaborate's linearity test). */
 typedef struct {
     const char **keys;
     int *vals;
     int cap, len;
+    int64_t *probes;
 } StrMap;
 void strmap_free(StrMap *m);
 int *strmap_get(const StrMap *m, const char *key);   /* NULL if absent */

@@ -23,6 +23,9 @@ typedef struct {
                                evaluated (0: 10,000,000, well under a second) */
     int64_t max_memory;     /* bytes held by values, names and the graph, of the
                                calls in progress and the nodes made (0: 1 GiB) */
+    int64_t *probes;        /* when set, gets the slots elaboration's name tables
+                               (variables, counters, functions, node names) looked at:
+                               linear in the model (tests/unit/test_passes.c) */
 } ElabOptions;
 Graph *elaborate(const AstProgram *prog, Diag *d, const ElabOptions *opt);
 

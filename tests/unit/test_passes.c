@@ -503,6 +503,52 @@ static void test_runaway_limits(void **state)
                                    "names and nodes): is a loop, a recursion or a string too long?\n");
 }
 
+/* The probes elaboration's name tables make for a chain of n statements
+ * that rotate through a wrapper call, a named op and an unnamed one (as
+ * an imported MXNet chain reads, and a hand-written model). */
+static int64_t chain_probes(Fx *fx, int n)
+{
+    size_t cap = (size_t)n * 64 + 256, len = 0;
+    char *src = malloc(cap);
+    assert_non_null(src);
+    len += (size_t)snprintf(src + len, cap - len,
+                            "def relu(x) = Activation(x, act_type=\"relu\")\n"
+                            "model m(data: float32[N,4]) {\n    x0 = data\n");
+    for (int i = 1; i <= n; i++)
+        len += (size_t)snprintf(src + len, cap - len,
+                                i % 3 == 0   ? "    x%d = relu(x%d)\n"
+                                : i % 3 == 1 ? "    x%d = Activation(x%d, act_type=\"relu\", name=\"r%d\")\n"
+                                             : "    x%d = Activation(x%d, act_type=\"relu\")\n",
+                                i, i - 1, i);
+    snprintf(src + len, cap - len, "    return x%d\n}\n", n);
+    int64_t probes = 0;
+    ElabOptions opt = {.probes = &probes, .max_work = 100 * (int64_t)n};
+    Graph *g = frontend_elaborate(&fx->d, "chain.sym", src, strlen(src), &opt);
+    assert_non_null(g);
+    assert_int_equal(g->nnodes, n + 1);
+    graph_free(g);
+    free(src);
+    return probes;
+}
+
+/* Elaboration is linear in the model (issue 21: a chain imported from JSON
+ * took 6.7 s at 40k nodes and over a minute at 200k, when each new variable
+ * walked the list of all before it).  Counted, not timed: each doubling of
+ * the chain may at most double the probes of the name tables (variables,
+ * call counters, functions, node names), with room for hash clustering
+ * (2.2).  bench/compile_time.sh keeps the times of 200k and 1M. */
+static void test_elaboration_linear(void **state)
+{
+    Fx *fx = *state;
+    int64_t p20 = chain_probes(fx, 20000), p40 = chain_probes(fx, 40000),
+            p80 = chain_probes(fx, 80000);
+    print_message("elaboration probes: 20k %lld, 40k %lld, 80k %lld\n", (long long)p20,
+                  (long long)p40, (long long)p80);
+    assert_true(p20 >= 20000); /* every statement looks its names up */
+    assert_true((double)p40 / (double)p20 <= 2.2);
+    assert_true((double)p80 / (double)p40 <= 2.2);
+}
+
 /* arena_release frees both runs of blocks made since the mark: new blocks in
  * front of the marked head and large ones put behind it (ASan sees a leak or
  * a double free), and allocation resumes where the mark was. */
@@ -1069,6 +1115,7 @@ int main(void)
         T(test_graph_stats_resnet50),
         T(test_graph_stats_small),
         T(test_runaway_limits),
+        T(test_elaboration_linear),
         T(test_call_memory_release),
         T(test_arena_mark_release),
     };
