@@ -672,6 +672,77 @@ static bool verify_conversion(const Program *p, StepKind k, const ProgCall *c, F
     return ok;
 }
 
+/* The dtypes a call's operands must have, from the text alone: each in
+ * the call's dtype (that of its first D operand present, outputs first),
+ * except where a signature below says F, fp32 (BatchNorm's parameters,
+ * moving and saved statistics, whatever its data), or *, any (a label,
+ * either side of a cast).  Inputs, then '|', then outputs; the last letter
+ * of a side stands for the operands after it (Concat).  An fp32 master
+ * (mK) is fp32.  Ops without a row: "D|D", every operand in one dtype, as
+ * their kernels take one dtype argument for all (codegen/emit_c.c). */
+static const char *const dtype_sigs[OP_COUNT] = {
+    [OP_Cast] = "*|*",
+    [OP_amp_cast] = "*|*",
+    [OP_BatchNorm] = "DFFFF|DFF",
+    [OP__fused_BatchNorm_relu] = "DFFFF|DFF",
+    [OP__backward_BatchNorm] = "DDFFF|DFF",
+    [OP__backward_fused_BatchNorm_relu] = "DDDFFF|DFF",
+    [OP__fused_BatchNorm_add_relu] = "DFFFFD|DFF",
+    [OP__backward_fused_BatchNorm_add_relu] = "DDDFFF|DFFD",
+    [OP_bn_moving_update] = "FFFF|F",
+    [OP_SoftmaxOutput] = "D*|D",
+    [OP__backward_SoftmaxOutput] = "D*|D",
+    [OP__fused_cast_SoftmaxOutput] = "**|F",
+    [OP__backward_fused_SoftmaxOutput_cast] = "F*|*",
+};
+
+/* The letter of operand j of one side of a signature. */
+static char sig_at(const char *side, size_t len, int j)
+{
+    return side[(size_t)j < len ? (size_t)j : len - 1];
+}
+
+static DType arg_dtype(const Program *p, int a) { return a <= -2 ? DT_F32 : p->buf[a].dtype; }
+
+/* Operand dtypes against the op's signature (issue 21: a parameter buffer
+ * whose dtype no longer matched its op's operands passed). */
+static bool verify_dtypes(const Program *p, StepKind k, int ci, const ProgCall *c, FILE *err)
+{
+    const char *sig = dtype_sigs[c->op] ? dtype_sigs[c->op] : "D|D", *bar = strchr(sig, '|');
+    const char *side[2] = {bar + 1, sig};
+    size_t len[2] = {strlen(bar + 1), (size_t)(bar - sig)};
+    const int *args[2] = {c->out, c->in}, nargs[2] = {c->nout, c->nin};
+    int call_arg = -1; /* the operand that sets the call's dtype */
+    for (int s = 0; s < 2 && call_arg < 0; s++)
+        for (int j = 0; j < nargs[s] && call_arg < 0; j++)
+            if (args[s][j] != -1 && arg_ok(p, args[s][j]) && sig_at(side[s], len[s], j) == 'D')
+                call_arg = args[s][j];
+    bool ok = true;
+    for (int s = 0; s < 2; s++)
+        for (int j = 0; j < nargs[s]; j++) {
+            int a = args[s][j];
+            char want = sig_at(side[s], len[s], j);
+            if (a == -1 || !arg_ok(p, a) || want == '*')
+                continue;
+            DType need = want == 'F' ? DT_F32 : arg_dtype(p, call_arg);
+            if (arg_dtype(p, a) == need)
+                continue;
+            const char *name = a <= -2 ? "an fp32 master" : p->buf[a].name;
+            if (want == 'F')
+                ERR("program: %s call %d (%%%d %s): %s buffer %d ('%s') is %s, but the op takes "
+                    "it in float32\n",
+                    step_name(k), ci, c->node, op_info(c->op)->name, s ? "input" : "output", a,
+                    name, dtype_short(arg_dtype(p, a)));
+            else
+                ERR("program: %s call %d (%%%d %s): %s buffer %d ('%s') is %s, but the call's "
+                    "operands are %s (buffer %d)\n",
+                    step_name(k), ci, c->node, op_info(c->op)->name, s ? "input" : "output", a,
+                    name, dtype_short(arg_dtype(p, a)), dtype_short(need), call_arg);
+            return ok;
+        }
+    return ok;
+}
+
 bool program_verify(const Program *p, FILE *err)
 {
     bool ok = verify_kv(p, err);
@@ -691,7 +762,8 @@ bool program_verify(const Program *p, FILE *err)
     }
     for (int k = 0; k < STEP_COUNT; k++)
         for (int c = 0; c < p->step[k].ncalls; c++)
-            ok = verify_conversion(p, (StepKind)k, &p->step[k].calls[c], err) && ok;
+            ok = verify_conversion(p, (StepKind)k, &p->step[k].calls[c], err) &&
+                 verify_dtypes(p, (StepKind)k, c, &p->step[k].calls[c], err) && ok;
     if (!ok)
         return false;
     static const StepKind train[] = {STEP_TRAIN, STEP_MOVING}, infer[] = {STEP_INFER};
