@@ -5,6 +5,7 @@
 #include "../ir/plan.h"
 #include "../passes/kvstore.h"
 #include "../runtime/fileio.h"
+#include "../runtime/settings.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -164,15 +165,10 @@ static void usage(FILE *f)
     fputc('\n', f);
 }
 
+/* settings.h's number grammar: decimal, no hex, no spaces */
 static bool parse_int(const char *s, int64_t *out)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end)
-        return false;
-    *out = v;
-    return true;
+    return rt_parse_i64(s, INT64_MIN, INT64_MAX, out);
 }
 
 /* the kvstore flags, in the order of their enum (docs/kvstore.md) */
@@ -181,7 +177,6 @@ static bool kv_option(int which, const char *arg, Options *o, Diag *d)
     static const char *const names[] = {"--kvstore", "--machine", "--devices", "--machines",
                                         "--kv-bucket-mb", "--kv-wire"};
     int64_t n;
-    char *end;
     o->kv_flags = true;
     switch (which) {
     case 0: o->kv.kvstore = arg; return true; /* checked by the pass, with the rest */
@@ -195,10 +190,8 @@ static bool kv_option(int which, const char *arg, Options *o, Diag *d)
         *(which == 2 ? &o->kv.devices : &o->kv.machines) = (int)n;
         return true;
     case 4:
-        errno = 0;
-        o->kv.bucket_mb = strtod(arg, &end);
         o->kv_bucket_set = true;
-        if (end == arg || *end || errno || !(o->kv.bucket_mb >= 0 && o->kv.bucket_mb <= 65536)) {
+        if (!rt_parse_f64(arg, 0, 65536, &o->kv.bucket_mb)) {
             diag_plain_error(d, "--kv-bucket-mb must be a number of MiB from 0 to 65536, not '%s'",
                              arg);
             return false;

@@ -19,6 +19,7 @@
  * fix_gamma=True, eps=1e-3) they are written out.  An op ampc does not have,
  * or an attribute value it cannot honour, is refused with the node's name. */
 #include "driver.h"
+#include "../runtime/settings.h"
 
 #include <errno.h>
 #include <json-c/json.h>
@@ -738,26 +739,16 @@ static void put_float(FILE *f, double v)
         fputs(".0", f);
 }
 
+/* Numbers as MXNet's parameter parser reads them (a C++ stream: decimal,
+ * no hex), in settings.h's grammar. */
 static bool parse_float(const char *s, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno == ERANGE || !isfinite(v))
-        return false;
-    *out = v;
-    return true;
+    return rt_parse_f64(s, -HUGE_VAL, HUGE_VAL, out);
 }
 
 static bool parse_int(const char *s, int64_t *out)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end || errno)
-        return false;
-    *out = v;
-    return true;
+    return rt_parse_i64(s, INT64_MIN, INT64_MAX, out);
 }
 
 /* "(3, 3)", "[3,3]", "(3,)", "()", "3", "3,3" (not "3,3,"): at most

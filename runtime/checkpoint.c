@@ -546,9 +546,12 @@ bool rt_checkpoint_parse(const void *buf, size_t len, const char *name, RtCheckp
         return false;
     }
     if (plen != len - RT_CKPT_HEADER_BYTES) {
-        snprintf(err, errlen, "checkpoint %s: %s: %zu bytes, the header says %llu", name,
+        /* the payload size as the header holds it: plus the header it could
+         * wrap (2^64-1 was reported as 31) */
+        snprintf(err, errlen, "checkpoint %s: %s: %zu bytes, the header says a payload of %llu "
+                 "after its %d", name,
                  plen > len - RT_CKPT_HEADER_BYTES ? "truncated" : "trailing data after the end",
-                 len, (unsigned long long)(plen + RT_CKPT_HEADER_BYTES));
+                 len, (unsigned long long)plen, RT_CKPT_HEADER_BYTES);
         return false;
     }
     if (crc(p + RT_CKPT_HEADER_BYTES, (size_t)plen) != pcrc) {
@@ -716,7 +719,8 @@ static const float *device_order(const RtParam *p, const float *v, float *perm)
     return perm;
 }
 
-bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name, FILE *warn,
+bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *prog,
+                         const char *name, FILE *warn,
                          char *err, size_t errlen)
 {
     const RtModel *m = t->m;
@@ -800,13 +804,17 @@ bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name,
             unused++;
     }
     free(perm);
+    const char *sep = prog ? ": " : "";
+    prog = prog ? prog : "";
     if (warn && missing)
-        fprintf(warn, "warning: checkpoint %s holds no %s for %d parameters: it starts "
-                "from zero\n", name, t->state2 ? "Adam state (mean, var)" : "momentum", missing);
+        fprintf(warn, "%s%swarning: checkpoint %s holds no %s for %d parameters: it starts "
+                "from zero\n", prog, sep, name, t->state2 ? "Adam state (mean, var)" : "momentum",
+                missing);
     if (warn && unused)
-        fprintf(warn, "warning: checkpoint %s holds %s for %d parameters that this run "
-                "does not use (%s)\n", name, ck_adam ? "Adam state (mean, var)" : "momentum",
-                unused, t->state2 ? "Adam" : t->state ? "another optimizer" : "momentum 0");
+        fprintf(warn, "%s%swarning: checkpoint %s holds %s for %d parameters that this run "
+                "does not use (%s)\n", prog, sep, name,
+                ck_adam ? "Adam state (mean, var)" : "momentum", unused,
+                t->state2 ? "Adam" : t->state ? "another optimizer" : "momentum 0");
     return true;
 }
 

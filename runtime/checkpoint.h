@@ -85,9 +85,10 @@ bool rt_checkpoint_read(const char *path, RtCheckpoint *ck, char *err, size_t er
 void rt_checkpoint_free(RtCheckpoint *ck);
 /* Checks that ck's parameter table matches the trainer's model (count, names,
  * shapes) and loads it: masters and shadows, fp32 parameters, BatchNorm
- * moving statistics, momentum.  Notes (a momentum missing on one side) go to
- * warn.  False with a message naming name otherwise. */
-bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *name, FILE *warn,
-                         char *err, size_t errlen);
+ * moving statistics, momentum.  Warnings (a momentum missing on one side) go
+ * to warn, "PROG: warning: ..." (prog may be NULL).  False with a message
+ * naming name otherwise. */
+bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *prog,
+                         const char *name, FILE *warn, char *err, size_t errlen);
 
 #endif

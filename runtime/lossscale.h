@@ -24,6 +24,7 @@ typedef struct {
     /* dynamic, a fresh run before its first finite step: its overflows
      * calibrate the initial scale, said in one line, not one per step */
     bool calibrating;
+    const char *prog; /* names the program in warnings ("PROG: warning: ..."), or NULL */
 } RtLossScaler;
 
 void rt_loss_scaler_init(RtLossScaler *ls, const RtLossScaleConfig *c, const char *amp);

@@ -327,7 +327,7 @@ int rt_predict_run(const RtModel *m, const RtTrainOptions *o, const RtDeviceConf
     t.ctx.seed = seed;
     if (!rt_trainer_init_params(&t, o->init, seed, msg, sizeof msg) ||
         /* no warning about optimizer state: predicting uses none */
-        (have_ck && !rt_checkpoint_apply(&ck, &t, o->resume, NULL, msg, sizeof msg)) ||
+        (have_ck && !rt_checkpoint_apply(&ck, &t, o->prog, o->resume, NULL, msg, sizeof msg)) ||
         (o->load_params && !rt_params_load(&t, o->load_params, msg, sizeof msg)) ||
         !rt_trainer_setup(&t, msg, sizeof msg))
         goto fail;

@@ -122,13 +122,8 @@ bool rt_call_num(const RtCall *c, const char *key, double *v, bool *bad)
     int i = call_find(c, key);
     if (i < 0)
         return false;
-    char *end;
-    errno = 0;
-    double d = strtod(c->val[i], &end);
-    if (end == c->val[i] || *end || errno == ERANGE || !isfinite(d))
+    if (!rt_parse_f64(c->val[i], -HUGE_VAL, HUGE_VAL, v))
         *bad = true;
-    else
-        *v = d;
     return true;
 }
 
@@ -313,21 +308,22 @@ static bool arg(const RtCall *c, const char *key, const char *alt, double *v, bo
 
 bool rt_loss_scale_parse(const char *s, RtLossScaleConfig *c, char *err, size_t errlen)
 {
-    char *end;
-    double x = strtod(s, &end);
-    if (end != s) {
-        while (*end == ' ')
-            end++;
-        if (*end == 0) {
-            if (!(x > 0) || !isfinite(x) || x > FLT_MAX) {
-                snprintf(err, errlen, "loss scale '%s': a static scale must be a positive "
-                         "finite number", s);
-                return false;
-            }
-            c->mode = RT_LS_STATIC;
-            c->init = (float)x;
-            return true;
+    size_t len = rt_decimal_len(s, false);
+    if (len && !s[len + strspn(s + len, " ")]) { /* a number: a static scale */
+        char num[64];
+        double x = 0;
+        if (len < sizeof num) {
+            memcpy(num, s, len);
+            num[len] = 0;
         }
+        if (len >= sizeof num || !rt_parse_f64(num, 0, FLT_MAX, &x) || !(x > 0)) {
+            snprintf(err, errlen, "loss scale '%s': a static scale must be a number above 0 and "
+                     "at most 3.4028235e+38 (the largest float)", s);
+            return false;
+        }
+        c->mode = RT_LS_STATIC;
+        c->init = (float)x;
+        return true;
     }
     RtCall call;
     char e[256];
@@ -465,12 +461,30 @@ void rt_train_options_default(RtTrainOptions *o)
     o->prog = "train";
 }
 
+/* ---- the number grammar ------------------------------------------------------ */
+
 bool rt_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *v)
 {
-    char *end;
+    size_t n = rt_decimal_len(s, true);
+    if (n == 0 || s[n])
+        return false;
     errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (end == s || *end || errno == ERANGE || x < lo || x > hi)
+    long long x = strtoll(s, NULL, 10);
+    if (errno == ERANGE || x < lo || x > hi)
+        return false;
+    *v = x;
+    return true;
+}
+
+bool rt_parse_f64(const char *s, double lo, double hi, double *v)
+{
+    size_t n = rt_decimal_len(s, false);
+    if (n == 0 || s[n])
+        return false;
+    errno = 0;
+    double x = strtod(s, NULL);
+    if ((errno == ERANGE && (x == HUGE_VAL || x == -HUGE_VAL)) || !isfinite(x) || x < lo ||
+        x > hi)
         return false;
     *v = x;
     return true;
@@ -478,23 +492,22 @@ bool rt_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *v)
 
 static bool parse_u64(const char *s, uint64_t *v)
 {
-    char *end;
-    errno = 0;
-    if (*s == '-')
+    size_t n = rt_decimal_len(s, true);
+    if (n == 0 || s[n] || *s == '-' || *s == '+')
         return false;
-    unsigned long long x = strtoull(s, &end, 0);
-    if (end == s || *end || errno == ERANGE)
+    errno = 0;
+    unsigned long long x = strtoull(s, NULL, 10);
+    if (errno == ERANGE)
         return false;
     *v = x;
     return true;
 }
 
+/* A float setting: the bounds are doubles (0.001 as a float is above 0.001). */
 static bool parse_float(const char *s, double lo, double hi, float *v)
 {
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (end == s || *end || errno == ERANGE || !isfinite(x) || x < lo || x > hi)
+    double x;
+    if (!rt_parse_f64(s, lo, hi, &x))
         return false;
     *v = (float)x;
     return true;
@@ -508,8 +521,9 @@ static bool call_float(const RtCall *c, const char *key, float *dst, const char 
     bool bad = false;
     if (!rt_call_num(c, key, &v, &bad))
         return true;
-    if (bad) {
-        snprintf(err, errlen, "%s: %s must be a number", what, key);
+    if (bad || !(fabs(v) <= FLT_MAX)) {
+        snprintf(err, errlen, "%s: %s must be a decimal number from -3.4028235e+38 to "
+                 "3.4028235e+38 (a float)", what, key);
         return false;
     }
     *dst = (float)v;
@@ -609,10 +623,11 @@ static int parse_steps(const char *v, int64_t *steps)
             q++;
         if (!*q)
             break;
+        size_t len = rt_decimal_len(q, true);
         char *end;
         errno = 0;
-        long long x = strtoll(q, &end, 10);
-        if (end == q || errno == ERANGE || x < 1 || n == RT_LR_MAX_STEPS ||
+        long long x = len ? strtoll(q, &end, 10) : 0;
+        if (len == 0 || errno == ERANGE || x < 1 || n == RT_LR_MAX_STEPS ||
             (n > 0 && x <= steps[n - 1]))
             return -1;
         steps[n++] = x;
@@ -1032,21 +1047,23 @@ SETTING(set_kvstore)
 /* Every train-block key and every flag of the program.  A key with a flag is
  * the flag's name with '_' for '-'; docs/training.md lists the exceptions. */
 const RtSetting rt_settings[] = {
-    {"epochs", "epochs", KEY | FLAG, true, "an integer >= 0", set_epochs},
-    {"max_steps", "max-steps", KEY | FLAG, true, "an integer >= 0", set_max_steps},
+    {"epochs", "epochs", KEY | FLAG, true, "an integer from 0 to 2147483647", set_epochs},
+    {"max_steps", "max-steps", KEY | FLAG, true, "an integer from 0 to 9223372036854775807",
+     set_max_steps},
     {"batch_size", "batch-size", KEY | FLAG, true, "an integer from 1 to 2147483647",
      set_batch_size},
-    {"lr", "lr", KEY | FLAG, true, "a number >= 0", set_lr},
+    {"lr", "lr", KEY | FLAG, true, "a number from 0 to 1e30", set_lr},
     {"optimizer", "optimizer", KEY | FLAG | AMPC, true, "sgd(...), nag(...) or adam(...)",
      set_optimizer},
     {"init", "init", KEY | FLAG, true, "an initialiser", set_init},
     {"momentum", "momentum", KEY | FLAG, true, "a number in [0, 1]", set_momentum},
-    {"wd", "wd", KEY | FLAG, true, "a number >= 0", set_wd},
+    {"wd", "wd", KEY | FLAG, true, "a number from 0 to 1e30", set_wd},
     {"loss_scale", "loss-scale", KEY | FLAG | AMPC, true, "a loss scale", set_loss_scale},
-    {"seed", "seed", KEY | FLAG, true, "an unsigned integer", set_seed},
+    {"seed", "seed", KEY | FLAG, true, "an integer from 0 to 18446744073709551615", set_seed},
     {"data", "data", KEY | FLAG, true, "a data source", set_data},
     {"augment", "augment", KEY | FLAG, true, "crop=PAD, mirror or off", set_augment},
-    {"log_interval", "log-interval", KEY | FLAG, true, "an integer >= 0", set_log_interval},
+    {"log_interval", "log-interval", KEY | FLAG, true, "an integer from 0 to 2147483647",
+     set_log_interval},
     {"amp", NULL, KEY | AMPC, true, "off, float16 or bfloat16", set_amp},
     {"kvstore", NULL, KEY | AMPC, true, "auto, local, device, nccl or dist_sync", set_kvstore},
     {NULL, "data-dir", FLAG, true, "a directory", set_data_dir},
@@ -1062,8 +1079,9 @@ const RtSetting rt_settings[] = {
     {NULL, "overwrite", FLAG, false, "", set_overwrite},
     {NULL, "eval-only", FLAG, false, "", set_eval_only},
     {NULL, "check-numerics", FLAG, false, "", set_check_numerics},
-    {NULL, "inject-inf-at-step", FLAG, true, "a step number >= 0", set_inject_inf},
-    {NULL, "inject-nan", FLAG, true, "NODE:STEP (a node name, a step number >= 0)",
+    {NULL, "inject-inf-at-step", FLAG, true, "a step number from 0 to 9223372036854775807",
+     set_inject_inf},
+    {NULL, "inject-nan", FLAG, true, "NODE:STEP (a node name, a step number from 0 to 9223372036854775807)",
      set_inject_nan},
     {NULL, "dump-state", FLAG, true, "a file name", set_dump_state},
     {NULL, "mpi-timeout", FLAG, true, "seconds from 0.001 to 1e6", set_mpi_timeout},

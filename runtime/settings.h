@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "decimal.h"
+
 /* ---- loss scale ------------------------------------------------------------ */
 
 typedef enum {
@@ -268,7 +270,10 @@ bool rt_data_spec_parse(const char *s, RtDataSpec *d, char *err, size_t errlen);
 const char *rt_settings_check(const RtTrainOptions *o, const char *model, int rank,
                               const int64_t *shape, int64_t classes, char *err, size_t errlen);
 
+/* The number grammar (decimal.h: rt_decimal_len) as whole strings. */
 /* A decimal integer in [lo, hi] (the whole string). */
 bool rt_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *v);
+/* A decimal number in [lo, hi] (the whole string; finite). */
+bool rt_parse_f64(const char *s, double lo, double hi, double *v);
 
 #endif /* AMPC_SETTINGS_H */

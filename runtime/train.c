@@ -756,9 +756,10 @@ static int run_start(Run *R, double t_device)
     char *msg = R->msg;
     size_t msgsz = sizeof R->msg;
     rt_loss_scaler_init(&R->ls, &o->loss_scale, m->amp);
+    R->ls.prog = o->prog;
     RtRunState at = {0}; /* epoch, batch_in_epoch, step, num_update */
     if (R->have_ck) {
-        if (!rt_checkpoint_apply(&R->ck, t, o->resume, err, msg, msgsz)) {
+        if (!rt_checkpoint_apply(&R->ck, t, o->prog, o->resume, err, msg, msgsz)) {
             fprintf(err, "%s: %s\n", o->prog, msg);
             return 1;
         }

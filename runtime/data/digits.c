@@ -23,6 +23,7 @@
 
 #include "fileio.h"
 #include "data.h"
+#include "decimal.h" /* the pixels' number grammar */
 
 /* The most decompressed bytes a digits file may hold: the real one is
  * 0.5 MB, so 64 MiB is no digits file (and bounds a gzip bomb). */
@@ -52,33 +53,6 @@ static void digits_fill(const RtDataset *ds, RtSplit split, const int64_t *idx, 
     }
 }
 
-/* The length of the decimal number at s ([+-]digits[.digits][e[+-]digits],
- * at least one mantissa digit), 0 when there is none. */
-static size_t decimal_len(const char *s)
-{
-    const char *p = s;
-    if (*p == '+' || *p == '-')
-        p++;
-    size_t digits = strspn(p, "0123456789");
-    p += digits;
-    if (*p == '.') {
-        size_t frac = strspn(p + 1, "0123456789");
-        digits += frac;
-        p += 1 + frac;
-    }
-    if (digits == 0)
-        return 0;
-    if (*p == 'e' || *p == 'E') {
-        const char *q = p + 1;
-        if (*q == '+' || *q == '-')
-            q++;
-        size_t ex = strspn(q, "0123456789");
-        if (ex == 0)
-            return 0;
-        p = q + ex;
-    }
-    return (size_t)(p - s);
-}
 
 /* Parses one data row of 65 values into px[64] and *label; false with a
  * message (without the file name) otherwise. */
@@ -90,7 +64,7 @@ static bool parse_row(char *s, float *px, float *label, char *err, size_t errlen
             s++;
         char *end;
         errno = 0;
-        size_t n = decimal_len(s);
+        size_t n = rt_decimal_len(s, false);
         double v = n ? strtod(s, &end) : 0;
         if (n == 0 || end != s + n || errno == ERANGE || !isfinite(v)) {
             /* strtod alone would take 0x10, inf and nan */
@@ -101,16 +75,19 @@ static bool parse_row(char *s, float *px, float *label, char *err, size_t errlen
         }
         while (*end == ' ' || *end == '\t' || *end == '\r')
             end++;
+        /* a value is shown as the file spells it: %g would print 16.0000001 as 16 */
+        int shown = (int)(n > 40 ? 40 : n);
         if (col < RT_DIGITS_PIXELS) {
             if (v < 0 || v > 16) {
-                snprintf(err, errlen, "column %d: pixel value %g outside 0..16", col + 1, v);
+                snprintf(err, errlen, "column %d: pixel value %.*s outside 0..16", col + 1, shown,
+                         s);
                 return false;
             }
             px[col] = (float)(v / 16.0);
         } else if (col == RT_DIGITS_PIXELS) {
             if (v != floor(v) || v < 0 || v >= RT_DIGITS_CLASSES) {
-                snprintf(err, errlen, "column %d: label %g is not an integer 0..%d", col + 1, v,
-                         RT_DIGITS_CLASSES - 1);
+                snprintf(err, errlen, "column %d: label %.*s is not an integer 0..%d", col + 1,
+                         shown, s, RT_DIGITS_CLASSES - 1);
                 return false;
             }
             *label = (float)v;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "decimal.h"
 #include "recordio.h"
 
 static uint32_t le32(const uint8_t *b)
@@ -323,11 +324,14 @@ void rt_rec_options_default(RtRecOptions *o)
     o->prefetch = 4;
 }
 
+/* decimal.h's grammar: resize=0x10 is refused, not read as 16 (issue 21) */
 static bool num(const char *v, double lo, double hi, double *out)
 {
-    char *end;
-    double d = strtod(v, &end);
-    if (end == v || *end || !(d >= lo && d <= hi))
+    size_t n = rt_decimal_len(v, false);
+    if (n == 0 || v[n])
+        return false;
+    double d = strtod(v, NULL);
+    if (!(d >= lo && d <= hi))
         return false;
     *out = d;
     return true;

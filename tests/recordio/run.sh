@@ -154,6 +154,8 @@ if [ -n "$a_rec" ] && [ -n "$a_idx" ] &&
 else bad "training from .rec ($a_rec) against IDX ($a_idx)"; fi
 "$tmp/fashion" --data "recordio(\"$tmp/train.rec\", \"$tmp/val.rec\", colour=1)" --max-steps 0 >"$tmp/log" 2>&1
 [ $? -eq 2 ] && grep -q "recordio() has no option 'colour'" "$tmp/log" && ok "an unknown recordio() option: exit 2 naming it" || bad "unknown option"
+"$tmp/fashion" --data "recordio(\"$tmp/train.rec\", \"$tmp/val.rec\", resize=0x10)" --max-steps 0 >"$tmp/log" 2>&1
+[ $? -eq 2 ] && grep -q "resize=0x10 is not an integer" "$tmp/log" && ok "resize=0x10: the number grammar is decimal (exit 2)" || bad "resize=0x10 accepted"
 
 printf '0\t12\tpng/0.png\n' >"$tmp/label.lst"
 "$im2rec" "$tmp/label.lst" "$tmp/img" "$tmp/label.rec" >/dev/null 2>&1

@@ -16,7 +16,7 @@
 #      below (`allowed`): the backends (cpu/, cuda/), the data readers
 #      (data/) and the engines of several devices (dist/) include nothing of
 #      the loop: of runtime/'s own headers only the shared ones (rt.h,
-#      program.h, device.h and the leaves rand.h, fileio.h), never train.h,
+#      program.h, device.h and the leaves rand.h, fileio.h, decimal.h), never train.h,
 #      train_internal.h, lossscale.h, checkpoint.h, init.h, lr.h, hooks.h or
 #      any other header of the driver; the driver reaches no backend's
 #      header (cpu/, cuda/, emu/);
@@ -65,7 +65,7 @@ allowed() {
     # fileio.h: the leaf file-safety module (the cuDNN plan cache file, cuda/tune.c)
     cuda) echo "cuda/* kernels/* emu/* rt.h program.h device.h dist/coll.h fileio.h" ;;
     # kernels/splitmix.h: the generator the synthetic source shares with its CUDA kernel
-    data) echo "data/* kernels/* rand.h fileio.h" ;;
+    data) echo "data/* kernels/* rand.h fileio.h decimal.h" ;;
     # cpu/cpu.h: the `local` placement updates on the host with the CPU's optimizer
     dist) echo "dist/* kernels/* rt.h program.h device.h rand.h cpu/cpu.h" ;;
     emu) echo "emu/* cuda/* kernels/* rt.h" ;;

@@ -143,7 +143,7 @@ static void test_round_trip(void **state)
             assert_int_equal(ck.params[i].rank, p->rank);
             assert_non_null(ck.params[i].state);
         }
-        if (!rt_checkpoint_apply(&ck, &b, path, NULL, err, sizeof err))
+        if (!rt_checkpoint_apply(&ck, &b, NULL, path, NULL, err, sizeof err))
             fail_msg("%s", err);
         for (int i = 0; i < m->nparams; i++) {
             const RtParam *p = &m->params[i];
@@ -172,7 +172,7 @@ static void test_round_trip(void **state)
     assert_true(rt_checkpoint_save(path, &a, &rs, err, sizeof err));
     RtCheckpoint ck;
     assert_true(rt_checkpoint_read(path, &ck, err, sizeof err));
-    assert_true(rt_checkpoint_apply(&ck, &b, path, NULL, err, sizeof err));
+    assert_true(rt_checkpoint_apply(&ck, &b, NULL, path, NULL, err, sizeof err));
     assert_memory_equal(b.ctx.master[0], a.ctx.buf[tiny_model_f16.params[0].buffer],
                         (size_t)tiny_model_f16.params[0].numel * sizeof(float));
     for (int64_t e = 0; e < tiny_model_f16.params[0].numel; e++)
@@ -226,6 +226,17 @@ static void test_corruption(void **state)
         }
     assert_true(rt_checkpoint_parse(buf, len, "good.params", &ck, err, sizeof err));
     rt_checkpoint_free(&ck);
+    /* a payload size of 2^64-1 (header checksum mended) is reported as it is,
+     * not wrapped by adding the header's 32 bytes (issue 21: "31") */
+    unsigned char *forged = malloc(len);
+    memcpy(forged, buf, len);
+    memset(forged + 16, 0xff, 8);
+    uint32_t hc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), forged, 28);
+    memcpy(forged + 28, &hc, 4);
+    assert_false(rt_checkpoint_parse(forged, len, "huge.params", &ck, err, sizeof err));
+    assert_non_null(strstr(err, "truncated"));
+    assert_non_null(strstr(err, "the header says a payload of 18446744073709551615 after its 32"));
+    free(forged);
     /* the file reader: a truncated file on disk */
     char cut[420];
     snprintf(cut, sizeof cut, "%s/cut.params", dir);
@@ -264,7 +275,7 @@ static void test_table_mismatch(void **state)
     /* a renamed parameter */
     p[2].name = "head_weight";
     trainer(&b, &m, 11);
-    assert_false(rt_checkpoint_apply(&ck, &b, path, NULL, err, sizeof err));
+    assert_false(rt_checkpoint_apply(&ck, &b, NULL, path, NULL, err, sizeof err));
     assert_non_null(strstr(err, "does not match model tiny_mlp: parameter 2 is fc2_weight "
                                 "[10,32] in the checkpoint, head_weight [10,32] in the model"));
     assert_non_null(strstr(err, path));
@@ -274,14 +285,14 @@ static void test_table_mismatch(void **state)
     p[2].shape[0] = 5;
     p[2].shape[1] = 64;
     trainer(&b, &m, 11);
-    assert_false(rt_checkpoint_apply(&ck, &b, path, NULL, err, sizeof err));
+    assert_false(rt_checkpoint_apply(&ck, &b, NULL, path, NULL, err, sizeof err));
     assert_non_null(strstr(err, "fc2_weight [10,32] in the checkpoint, fc2_weight [5,64]"));
     rt_trainer_free(&b);
     /* fewer parameters */
     memcpy(p, par_f32, sizeof p);
     m.nparams = 3;
     trainer(&b, &m, 11);
-    assert_false(rt_checkpoint_apply(&ck, &b, path, NULL, err, sizeof err));
+    assert_false(rt_checkpoint_apply(&ck, &b, NULL, path, NULL, err, sizeof err));
     assert_non_null(strstr(err, "it holds 4 parameters (model tiny_mlp), the model has 3"));
     rt_trainer_free(&b);
     /* momentum in the checkpoint, none in this run: loaded without it, said */
@@ -289,12 +300,14 @@ static void test_table_mismatch(void **state)
     char ebuf[512];
     assert_true(rt_trainer_init(&b, &m, 8, false, NULL, ebuf, sizeof ebuf));
     FILE *warn = tmpfile();
-    assert_true(rt_checkpoint_apply(&ck, &b, path, warn, err, sizeof err));
+    assert_true(rt_checkpoint_apply(&ck, &b, "train_tiny", path, warn, err, sizeof err));
     rewind(warn);
     size_t n = fread(ebuf, 1, sizeof ebuf - 1, warn);
     ebuf[n] = 0;
     fclose(warn);
     assert_non_null(strstr(ebuf, "holds momentum for 4 parameters that this run does not use"));
+    /* a warning names the program, as every message does (issue 21) */
+    assert_int_equal(strncmp(ebuf, "train_tiny: warning: checkpoint ", 32), 0);
     assert_memory_equal(b.ctx.buf[par_f32[0].buffer], a.ctx.buf[par_f32[0].buffer],
                         (size_t)par_f32[0].numel * sizeof(float));
     rt_trainer_free(&b);
@@ -390,7 +403,7 @@ static void test_adam_state(void **state)
         fail_msg("%s", err);
     assert_int_equal(ck.run.optimizer, RT_OPT_ADAM);
     assert_int_equal(ck.run.num_update, 149);
-    if (!rt_checkpoint_apply(&ck, &b, path, stderr, err, sizeof err))
+    if (!rt_checkpoint_apply(&ck, &b, NULL, path, stderr, err, sizeof err))
         fail_msg("%s", err);
     for (int i = 0; i < m->nparams; i++) {
         if (!a.state[i])
@@ -406,7 +419,7 @@ static void test_adam_state(void **state)
     RtTrainer c;
     assert_true(rt_trainer_init(&c, m, 8, 1, NULL, err, sizeof err));
     FILE *w = tmpfile();
-    assert_true(rt_checkpoint_apply(&ck, &c, path, w, err, sizeof err));
+    assert_true(rt_checkpoint_apply(&ck, &c, NULL, path, w, err, sizeof err));
     char text[1024] = "";
     rewind(w);
     size_t got = fread(text, 1, sizeof text - 1, w);
@@ -427,7 +440,7 @@ static void test_adam_state(void **state)
     assert_true(rt_checkpoint_save(path2, &c, &rs, err, sizeof err));
     assert_true(rt_checkpoint_read(path2, &ck, err, sizeof err));
     w = tmpfile();
-    assert_true(rt_checkpoint_apply(&ck, &b, path2, w, err, sizeof err));
+    assert_true(rt_checkpoint_apply(&ck, &b, NULL, path2, w, err, sizeof err));
     rewind(w);
     got = fread(text, 1, sizeof text - 1, w);
     text[got] = 0;
@@ -653,7 +666,7 @@ static void test_forged_fields(void **state)
     assert_true(rt_checkpoint_parse(b, len, "renamed.params", &ck, err, sizeof err));
     RtTrainer c;
     trainer(&c, &tiny_model_f16, 22);
-    assert_false(rt_checkpoint_apply(&ck, &c, "renamed.params", NULL, err, sizeof err));
+    assert_false(rt_checkpoint_apply(&ck, &c, NULL, "renamed.params", NULL, err, sizeof err));
     assert_non_null(strstr(err, "checkpoint renamed.params does not match model tiny_mlp_f16: "
                                 "it was written by model tiny_mlp_x16"));
     rt_checkpoint_free(&ck);

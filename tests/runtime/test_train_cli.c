@@ -172,7 +172,7 @@ static void test_train_defaults(void **state)
          "train default 'batch_size=0': '0' is not an integer from 1 to 2147483647"},
         {"epochs=ten", "'epochs=ten'"},
         {"lr=fast", "lr 'fast'"},
-        {"lr=cosine(base=x)", "base must be a number"},
+        {"lr=cosine(base=x)", "base must be a decimal number"},
         {"optimizer=rmsprop()", "optimizer 'rmsprop' is not supported"},
         {"optimizer=sgd(momentum=", "not of the form"},
         {"optimizer=sgd(lazy_update=true)", "sgd() has no argument 'lazy_update' (momentum, wd, "},
@@ -205,7 +205,7 @@ static void test_flags(void **state)
     RtTrainOptions o;
     rt_train_options_default(&o);
     int rc = parse(&o, ARGS("--max-steps", "100", "--epochs=3", "--batch-size", "64", "--lr", "0.5",
-                            "--momentum", "0", "--wd", "0.001", "--seed", "0x10", "--data",
+                            "--momentum", "0", "--wd", "0.001", "--seed", "16", "--data",
                             "digits", "--data-dir", "/d", "--log-interval", "10", "--threads", "2",
                             "--loss-scale", "dynamic(init=1024, backoff=0.25)", "--save-dir", "ck",
                             "--resume", "ck/m-0002.ckpt", "--eval-only", "--check-numerics",
@@ -305,16 +305,16 @@ static void test_flag_errors(void **state)
     expect_error(ARGS("--bogus"), "unknown option '--bogus'\nTry 'train_tiny --help'.");
     expect_error(ARGS("-x"), "unknown option '-x'");
     expect_error(ARGS("--lr"), "option '--lr' needs a value");
-    expect_error(ARGS("--lr", "fast"), "--lr: 'fast' is not a number >= 0");
-    expect_error(ARGS("--lr=-1"), "--lr: '-1' is not a number >= 0");
+    expect_error(ARGS("--lr", "fast"), "--lr: 'fast' is not a number from 0 to 1e30");
+    expect_error(ARGS("--lr=-1"), "--lr: '-1' is not a number from 0 to 1e30");
     expect_error(ARGS("--lr", "nan"), "--lr: 'nan'");
     expect_error(ARGS("--batch-size", "0"),
                  "--batch-size: '0' is not an integer from 1 to 2147483647");
     expect_error(ARGS("--batch-size", "12abc"), "--batch-size: '12abc'");
     expect_error(ARGS("--epochs", "99999999999"), "--epochs: '99999999999'");
-    expect_error(ARGS("--max-steps", "-5"), "--max-steps: '-5' is not an integer >= 0");
+    expect_error(ARGS("--max-steps", "-5"), "--max-steps: '-5' is not an integer from 0 to 9223372036854775807");
     expect_error(ARGS("--momentum", "1.5"), "--momentum: '1.5' is not a number in [0, 1]");
-    expect_error(ARGS("--seed", "-1"), "--seed: '-1' is not an unsigned integer");
+    expect_error(ARGS("--seed", "-1"), "--seed: '-1' is not an integer from 0 to 18446744073709551615");
     expect_error(ARGS("--data", "mnist"), "--data: 'mnist' is not synthetic, digits, fashion_mnist");
     expect_error(ARGS("--data", "idx(a, b, c)"), "idx() needs train_images");
     expect_error(ARGS("--data", "cifar10(\"a\", \"b\")"), "too many arguments");
@@ -334,7 +334,13 @@ static void test_flag_errors(void **state)
     expect_error(ARGS("--help=3"), "option '--help' takes no value");
     expect_error(ARGS("--eval-only=yes"), "option '--eval-only' takes no value");
     expect_error(ARGS("--loss-scale", "0"), "--loss-scale: loss scale '0': a static scale must be "
-                                            "a positive finite number");
+                                            "a number above 0 and at most 3.4028235e+38");
+    /* the number grammar (settings.h): decimal only, real bounds (issue 21) */
+    expect_error(ARGS("--lr", "0x10"), "train_tiny: --lr: '0x10' is not a number from 0 to 1e30");
+    expect_error(ARGS("--lr", "1e39"), "--lr: '1e39' is not a number from 0 to 1e30");
+    expect_error(ARGS("--seed", "0x10"), "--seed: '0x10' is not an integer from 0 to");
+    expect_error(ARGS("--epochs", "9223372036854775807"),
+                 "--epochs: '9223372036854775807' is not an integer from 0 to 2147483647");
     expect_error(ARGS("--loss-scale", "dynamic(init=1024"), "--loss-scale: loss scale ");
     expect_error(ARGS("--loss-scale=dynamic(interval=0)"), "interval must be an integer >= 1");
     expect_error(ARGS("--inject-inf-at-step", "-1"), "--inject-inf-at-step: '-1' is not a step number");

@@ -488,6 +488,19 @@ static void test_digits_hostile(void **state)
         free(text);
         free(row);
     }
+    /* a value out of range is shown as the file spells it: %g printed a
+     * pixel of 16.0000001 as 16 (issue 21) */
+    text = rows_text(20, "", "\n");
+    char *row = malloc(strlen(text) + 700), *q = row;
+    q += sprintf(q, "16.0000001,");
+    for (int c = 1; c < 64; c++)
+        q += sprintf(q, "0,");
+    sprintf(q, "1\n%s", text);
+    p = write_gz("over.csv.gz", row);
+    snprintf(want, sizeof want, "%s:1: column 1: pixel value 16.0000001 outside 0..16", p);
+    expect_digits_error(p, want);
+    free(text);
+    free(row);
     /* a FIFO (no writer: the open must not block) and a device */
     p = path_of("fifo.csv.gz");
     assert_int_equal(mkfifo(p, 0600), 0);

@@ -224,7 +224,7 @@ static void test_checkpoint_both_ways(void **state)
     trainer(&b, &m_nhwc, 999);
     RtCheckpoint ck;
     if (!rt_checkpoint_read(fa, &ck, err, sizeof err) ||
-        !rt_checkpoint_apply(&ck, &b, fa, stderr, err, sizeof err))
+        !rt_checkpoint_apply(&ck, &b, NULL, fa, stderr, err, sizeof err))
         fail_msg("%s", err);
     rt_checkpoint_free(&ck);
     same_trainers(&a, &b);
@@ -236,8 +236,8 @@ static void test_checkpoint_both_ways(void **state)
     trainer(&c, &m_nchw, 1000);
     trainer(&d, &m_nhwc, 1001);
     if (!rt_checkpoint_read(fb, &ck, err, sizeof err) ||
-        !rt_checkpoint_apply(&ck, &c, fb, stderr, err, sizeof err) ||
-        !rt_checkpoint_apply(&ck, &d, fb, stderr, err, sizeof err))
+        !rt_checkpoint_apply(&ck, &c, NULL, fb, stderr, err, sizeof err) ||
+        !rt_checkpoint_apply(&ck, &d, NULL, fb, stderr, err, sizeof err))
         fail_msg("%s", err);
     rt_checkpoint_free(&ck);
     for (int i = 0; i < NP; i++) {

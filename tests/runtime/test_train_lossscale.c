@@ -170,9 +170,10 @@ static void test_minimum_and_warning(void **state)
     /* no floor: a warning when the scale falls below 1, once per crossing */
     c = cfg("dynamic(init=2)");
     rt_loss_scaler_init(&ls, &c, "float16");
+    ls.prog = "train_tiny"; /* a warning names the program (issue 21) */
     steps(&ls, "foooo", used, tr, skip);
     assert_float_equal(ls.s.scale, 0.125, 0);
-    assert_non_null(strstr(warn_text, "warning: AMP: the loss scale fell below 1 (to 0.5)"));
+    assert_non_null(strstr(warn_text, "train_tiny: warning: AMP: the loss scale fell below 1 (to 0.5)"));
     assert_non_null(strstr(warn_text, "--check-numerics"));
     assert_null(strstr(strstr(warn_text, "below 1") + 1, "below 1"));
     assert_non_null(strstr(log_text, "AMP: decreasing loss scale to 0.5\n"));
@@ -266,9 +267,10 @@ static void test_parse(void **state)
     static const struct {
         const char *s, *msg;
     } bad[] = {
-        {"0", "a static scale must be a positive finite number"},
-        {"-8", "positive"},
-        {"inf", "positive"},
+        {"0", "a static scale must be a number above 0 and at most 3.4028235e+38"},
+        {"-8", "a static scale must be a number above 0"},
+        {"inf", "expected dynamic"},
+        {"0x10", "expected dynamic"},
         {"often", "expected dynamic"},
         {"static(4)", "not of the form"},
         {"dynamic(", "not of the form"},

@@ -13,6 +13,8 @@
 #include "fixture.h"
 #include "../runtime/settings.h"
 
+#include <math.h>
+
 /* ---- the table itself ------------------------------------------------------------- */
 
 static void test_table_is_consistent(void **state)
@@ -165,7 +167,7 @@ static void test_bad_values_refused_at_entry(void **state)
 {
     Fx *fx = *state;
     static const char *const bad[][2] = {
-        {"lr = -1", "t.sym:5:5: error: train setting 'lr': '-1' is not a number >= 0"},
+        {"lr = -1", "t.sym:5:5: error: train setting 'lr': '-1' is not a number from 0 to 1e30"},
         {"batch_size = 0", "train setting 'batch_size': '0' is not an integer from 1 to"},
         {"momentum = 5", "train setting 'momentum': '5' is not a number in [0, 1]"},
         {"loss_scale = dynamic(interval=0)", "interval must be an integer >= 1"},
@@ -181,6 +183,82 @@ static void test_bad_values_refused_at_entry(void **state)
             fail_msg("'%s' accepted", bad[i][0]);
         assert_contains(last_diag(fx), bad[i][1]);
     }
+}
+
+/* ---- the number grammar (issue 21) ------------------------------------------------------ */
+
+/* flag value -> the message, or NULL when accepted */
+static const char *flag_error(const char *flag, const char *v)
+{
+    static char err[512];
+    RtTrainOptions o;
+    rt_train_options_default(&o);
+    const RtSetting *s = rt_setting_by_flag(flag);
+    assert_non_null(s);
+    return rt_setting_apply(&o, s, v, RT_FROM_FLAG, err, sizeof err) ? NULL : err;
+}
+
+/* Decimal only, in ampc and the programs alike (settings.h): no hex (strtod
+ * and strtoull with base 0 took --lr 0x10 and --seed 0x10 as 16), no
+ * octal, no white space, no inf or nan; a refusal gives the real bounds
+ * (--epochs 2^63-1 and --lr 1e39 were refused as "not an integer >= 0" and
+ * "not a number >= 0"), and a float bound is compared as a double
+ * (--mpi-timeout 0.001 was refused by "seconds from 0.001 to 1e6"). */
+static void test_number_grammar(void **state)
+{
+    (void)state;
+    static const char *const refused[][3] = {
+        {"lr", "0x10", "'0x10' is not a number from 0 to 1e30"},
+        {"lr", " 0.1", "is not a number from 0 to 1e30"},
+        {"lr", "0.1 ", "is not a number from 0 to 1e30"},
+        {"lr", "inf", "is not a number from 0 to 1e30"},
+        {"lr", "nan", "is not a number from 0 to 1e30"},
+        {"lr", "1e39", "'1e39' is not a number from 0 to 1e30"},
+        {"wd", "0x1p3", "is not a number from 0 to 1e30"},
+        {"epochs", "9223372036854775807", "is not an integer from 0 to 2147483647"},
+        {"epochs", "0x10", "is not an integer from 0 to 2147483647"},
+        {"max-steps", "99999999999999999999", "is not an integer from 0 to 9223372036854775807"},
+        {"seed", "0x10", "is not an integer from 0 to 18446744073709551615"},
+        {"seed", "+5", "is not an integer from 0 to 18446744073709551615"},
+        {"seed", "18446744073709551616", "is not an integer from 0"},
+        {"batch-size", "1e2", "is not an integer from 1 to 2147483647"},
+        {"loss-scale", "0x10", "loss scale '0x10'"},
+        {"loss-scale", "1e39", "a static scale must be a number above 0 and at most "
+                               "3.4028235e+38"},
+        {"optimizer", "sgd(lr=1e39)", "lr must be a decimal number from -3.4028235e+38 to"},
+        {"optimizer", "sgd(momentum=0x1)", "momentum must be a decimal number"},
+        {"lr", "step(factor=0.5, steps=0x10)", "the steps must be integers >= 1"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        const char *e = flag_error(refused[i][0], refused[i][1]);
+        if (!e || !strstr(e, refused[i][2]))
+            fail_msg("--%s '%s': %s (wanted '%s')", refused[i][0], refused[i][1],
+                     e ? e : "accepted", refused[i][2]);
+    }
+    static const char *const accepted[][2] = {
+        {"lr", "0.1"},          {"lr", ".5"},           {"lr", "1e-3"},  {"lr", "1E+2"},
+        {"lr", "1e30"},         {"seed", "010"},        {"epochs", "0"}, {"mpi-timeout", "0.001"},
+        {"loss-scale", "128"}, {"max-steps", "9223372036854775807"},
+    };
+    for (size_t i = 0; i < sizeof accepted / sizeof accepted[0]; i++) {
+        const char *e = flag_error(accepted[i][0], accepted[i][1]);
+        if (e)
+            fail_msg("--%s '%s' refused: %s", accepted[i][0], accepted[i][1], e);
+    }
+    RtTrainOptions o;
+    rt_train_options_default(&o);
+    char err[256];
+    assert_true(rt_setting_apply(&o, rt_setting_by_flag("seed"), "010", RT_FROM_FLAG, err,
+                                 sizeof err));
+    assert_true(o.seed == 10); /* decimal, not octal 8 */
+    assert_int_equal(rt_decimal_len("12.5e-3,", false), 7);
+    assert_int_equal(rt_decimal_len("12.5e-3,", true), 2);
+    assert_int_equal(rt_decimal_len("0x10", false), 1);
+    assert_int_equal(rt_decimal_len("e5", false), 0);
+    assert_int_equal(rt_decimal_len("1e", false), 0);
+    double d;
+    assert_false(rt_parse_f64("1e400", 0, HUGE_VAL, &d));
+    assert_true(rt_parse_f64("1e-400", 0, 1, &d) && d == 0); /* underflow: 0 */
 }
 
 /* ---- docs/training.md lists the same keys and flags ------------------------------------ */
@@ -290,6 +368,7 @@ int main(void)
         cmocka_unit_test(test_data_path_escapes_round_trip),
         cmocka_unit_test_setup_teardown(test_train_block_takes_every_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_values_refused_at_entry, setup, teardown),
+        cmocka_unit_test(test_number_grammar),
         cmocka_unit_test(test_docs_list_the_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
