@@ -428,6 +428,8 @@ MXJSON_FUZZ_RUNS ?= 4000
 REC_OPTIONS_FUZZ_RUNS ?= 100000
 # fuzz_plancache's: one parse, two serializations per input (a few seconds)
 PLANCACHE_FUZZ_RUNS ?= 100000
+# fuzz_machine's: each machine file accepted is placed twice (one and two machines)
+MACHINE_FUZZ_RUNS ?= 20000
 # FORCE: the sub-make decides what to rebuild, so fixes in ir/, passes/ and
 # grammar/ reach the fuzzer.  One rule builds the library for both targets,
 # so under -j two sub-makes never write the same objects at once.
@@ -442,7 +444,8 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h fuzzlib
 # count), for each target.
 fuzz-check: $(BUILD)/fuzz/fuzz_frontend $(BUILD)/fuzz/fuzz_emit_c $(BUILD)/ampc \
             $(BUILD)/fuzz/fuzz_mxparams $(BUILD)/fuzz/fuzz_npy $(BUILD)/fuzz/fuzz_mxnet_json \
-            $(BUILD)/fuzz/fuzz_recordio $(BUILD)/fuzz/fuzz_rec_options $(BUILD)/fuzz/fuzz_plancache
+            $(BUILD)/fuzz/fuzz_recordio $(BUILD)/fuzz/fuzz_rec_options $(BUILD)/fuzz/fuzz_plancache \
+            $(BUILD)/fuzz/fuzz_machine
 	AMPC=$(BUILD)/ampc tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_frontend check
 	AMPC=$(BUILD)/ampc FUZZ_RUNS=$(EMIT_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_emit_c check
 	tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_mxparams check
@@ -451,6 +454,7 @@ fuzz-check: $(BUILD)/fuzz/fuzz_frontend $(BUILD)/fuzz/fuzz_emit_c $(BUILD)/ampc 
 	FUZZ_RUNS=$(PLANCACHE_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_plancache check
 	FUZZ_RUNS=$(REC_OPTIONS_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_rec_options check
 	FUZZ_RUNS=$(MXJSON_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_mxnet_json check
+	FUZZ_RUNS=$(MACHINE_FUZZ_RUNS) tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_machine check
 
 # The training program's file readers (--load-params, --predict): each
 # target is its reader's source built with the fuzzer (no library).

@@ -21,6 +21,7 @@
  * wins unless one is named.  Cheap (one sweep of the calls, then a few
  * hundred small simulations) and deterministic: no clock, no randomness. */
 #include "kvstore.h"
+#include "../runtime/settings.h"
 
 #include <errno.h>
 #include <math.h>
@@ -139,6 +140,13 @@ static bool mfail(Diag *d, int file, int line, int col, const char *fmt, const c
     return false;
 }
 
+/* The range of a machine file's numbers: every rate and latency at most
+ * 1e9 (a million times today's largest), a rate the model divides by at
+ * least 1e-6, so every prediction is finite and fits the program's int64
+ * microseconds (found by fuzz_machine: 1e308 made an internal error). */
+#define MACHINE_MAX 1e9
+#define MACHINE_MIN_RATE 1e-6
+
 /* one `key = value` line (trimmed, not empty, not a comment) */
 static bool machine_line(Diag *d, int file, int line, const char *s, size_t n, KvMachine *m,
                          int *seen)
@@ -155,8 +163,14 @@ static bool machine_line(Diag *d, int file, int line, const char *s, size_t n, K
     int vcol = (int)(v - s) + 1;
     char key[64], val[64];
     size_t vl = (size_t)(s + n - v);
-    if (kl == 0 || kl >= sizeof key)
+    if (kl == 0)
         return mfail(d, file, line, 1, "expected a key before '='%s%s", "", "");
+    if (kl >= sizeof key) {
+        diag_error(d, (Loc){file, line, 1}, "a key of %zu bytes: no machine-file key is longer "
+                                            "than %zu (docs/kvstore.md)",
+                   kl, sizeof key - 1);
+        return false;
+    }
     memcpy(key, s, kl);
     key[kl] = 0;
     int k = 0;
@@ -171,8 +185,14 @@ static bool machine_line(Diag *d, int file, int line, const char *s, size_t n, K
         return false;
     }
     seen[k] = line;
-    if (vl == 0 || vl >= sizeof val)
+    if (vl == 0)
         return mfail(d, file, line, vcol, "'%s' needs a value%s", key, "");
+    if (vl >= sizeof val) {
+        diag_error(d, (Loc){file, line, vcol},
+                   "the value of '%s' is %zu bytes, longer than the %zu a machine file takes", key,
+                   vl, sizeof val - 1);
+        return false;
+    }
     memcpy(val, v, vl);
     val[vl] = 0;
     char *field = (char *)m + mkeys[k].off;
@@ -185,11 +205,10 @@ static bool machine_line(Diag *d, int file, int line, const char *s, size_t n, K
         snprintf(field, sizeof m->name, "%s", val);
         return true;
     }
-    errno = 0;
-    char *end;
-    double x = strtod(val, &end);
-    if (end == val || *end || errno || !isfinite(x) || x < 0)
-        return mfail(d, file, line, vcol, "'%s' must be a number >= 0, not '%s'", key, val);
+    double x; /* settings.h's number grammar: decimal; bounded, so no prediction overflows */
+    if (!rt_parse_f64(val, 0, MACHINE_MAX, &x))
+        return mfail(d, file, line, vcol, "'%s' must be a decimal number from 0 to 1e9, not '%s'",
+                     key, val);
     if (mkeys[k].kind == MK_NUM) {
         *(double *)(void *)field = x;
         return true;
@@ -226,9 +245,12 @@ static bool machine_check(Diag *d, int file, const KvMachine *m, const int *seen
             need |= strcmp(always[i], key) == 0;
         for (size_t i = 0; m->devices > 0 && i < sizeof gpu / sizeof gpu[0]; i++)
             need |= strcmp(gpu[i], key) == 0;
-        if (need && machine_value(m, k) <= 0)
-            return mfail(d, file, seen[k], 1, "'%s' must be > 0%s", key,
-                         m->devices > 0 ? " on a machine with devices" : "");
+        bool count = mkeys[k].kind == MK_INT; /* sm_count, threads_per_sm */
+        if (need && machine_value(m, k) < (count ? 1 : MACHINE_MIN_RATE))
+            return mfail(d, file, seen[k], 1,
+                         count ? "'%s' must be at least 1 (the model divides by it)%s"
+                               : "'%s' must be at least 1e-6 (the model divides by it)%s",
+                         key, m->devices > 0 ? " on a machine with devices" : "");
     }
     return true;
 }
@@ -237,6 +259,16 @@ static bool machine_parse(Diag *d, int file, KvMachine *m)
 {
     const SrcFile *f = diag_file(d, file);
     memset(m, 0, sizeof *m);
+    const char *nul = memchr(f->text, 0, f->len);
+    if (nul) { /* the lines below are C strings: a NUL would cut one short */
+        Loc l = {file, 1, 1};
+        for (const char *q = f->text; q < nul; q++) {
+            l.col = *q == '\n' ? 1 : l.col + 1;
+            l.line += *q == '\n';
+        }
+        diag_error(d, l, "a NUL byte in a machine file (it is text: docs/kvstore.md)");
+        return false;
+    }
     int seen[NMKEYS] = {0}, line = 0;
     const char *p = f->text, *end = f->text + f->len;
     while (p < end) {
@@ -271,14 +303,19 @@ bool kv_machine_load(Diag *d, const char *path, KvMachine *m)
     return machine_parse(d, file, m);
 }
 
+bool kv_machine_parse_text(Diag *d, const char *name, const char *text, size_t len,
+                           KvMachine *m)
+{
+    return machine_parse(d, diag_add_buffer(d, name, text, len), m);
+}
+
 bool kv_machine_builtin(Diag *d, const char *name, KvMachine *m)
 {
     for (int i = 0; kv_builtin_names[i]; i++)
         if (strcmp(kv_builtin_names[i], name) == 0) {
             char path[96];
             snprintf(path, sizeof path, "<built-in machine %s>", name);
-            int file = diag_add_buffer(d, path, builtin_text[i], strlen(builtin_text[i]));
-            if (!machine_parse(d, file, m))
+            if (!kv_machine_parse_text(d, path, builtin_text[i], strlen(builtin_text[i]), m))
                 DIE("the built-in machine %s does not parse", name);
             return true;
         }
@@ -693,7 +730,9 @@ static void write_plan(const Kv *v, Program *p, KvPlace k, double mib, const KvR
             o->bufs[j] = v->g[b[i].first + j].buf;
     }
     for (int i = 0; i < KV_COUNT; i++)
-        kv->step_us[i] = r->step_ms[i] < 0 ? -1 : (int64_t)llround(r->step_ms[i] * 1e3);
+        kv->step_us[i] = r->step_ms[i] < 0    ? -1
+                         : r->step_ms[i] > 4e15 ? (int64_t)4e18 /* a thousand centuries */
+                                                : (int64_t)llround(r->step_ms[i] * 1e3);
     free(b);
 }
 
