@@ -1011,6 +1011,27 @@ static bool check_nodes(const Graph *g)
 
 /* A program that only predicts (autodiff_predict): a data input, and the
  * inference graph's one output in float32 (what --predict writes). */
+/* A program reads its data and labels as float32 (the data sources, the
+ * --predict .npy, runtime/trainer.c): an input of another dtype is refused
+ * here, at its declaration, not when the program starts (issue 21). */
+static bool check_inputs(const Graph *g)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = g->nodes[i];
+        if (n->op != OP_Input || n->dtype == DT_F32)
+            continue;
+        bool label = node_enum(n, INPUT_ROLE) == INPUT_LABEL;
+        diag_error(g->diag, n->loc,
+                   "%s input '%s' is %s: a program reads its data and labels as float32 (the "
+                   "data sources, --predict's .npy); declare it float32%s",
+                   label ? "the label" : "the data", n->name, dtype_long(n->dtype),
+                   label ? "" : " and cast it in the model (Cast(x, dtype=float16)), or give "
+                                "--amp");
+        return false;
+    }
+    return true;
+}
+
 static bool check_predict(const Graph *train)
 {
     const Graph *infer = train->infer;
@@ -1023,7 +1044,7 @@ static bool check_predict(const Graph *train)
     }
     if (infer->noutputs != 1 || infer->nodes[infer->outputs[0]]->dtype != DT_F32)
         DIE("codegen: a predicting model's inference graph has one float32 output (autodiff_predict)");
-    return check_nodes(infer);
+    return check_inputs(infer) && check_nodes(infer);
 }
 
 bool cg_check(const Graph *train)
@@ -1048,7 +1069,7 @@ bool cg_check(const Graph *train)
         diag_plain_error(train->diag, "code generation needs a data input and a label input");
         return false;
     }
-    return check_nodes(train) && check_nodes(infer);
+    return check_inputs(train) && check_nodes(train) && check_nodes(infer);
 }
 
 /* Whether every call of prog has a function in the target's column of the
