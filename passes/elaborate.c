@@ -919,6 +919,12 @@ static Value call_param(Elab *e, const AstNode *x, const Arg *args, int nargs)
             if (g->v.k != V_SYM && g->v.k != V_STR)
                 error_at(e, g->loc, "param: init must be an initialiser such as zero, one or "
                                     "msra_prelu()");
+            /* the program's own parser, so what it would refuse when it starts
+             * (normal(sigma=-1)) is refused here, at the argument */
+            RtInit ini;
+            char why[256];
+            if (strcmp(g->v.s, "default") != 0 && !rt_init_parse(g->v.s, &ini, why, sizeof why))
+                error_at(e, g->loc, "param: %s", why);
             p->attrs[PARAM_INIT].s = arena_strdup(&e->g->arena, g->v.s);
         } else {
             int a = op_attr_index(OP_Param, g->name);

@@ -204,15 +204,27 @@ bool rt_init_parse(const char *s, RtInit *ini, char *err, size_t errlen)
         static const char *const keys[] = {"scale", NULL};
         ini->kind = RT_INIT_UNIFORM;
         ini->scale = 0.07f; /* MXNet's Uniform default */
-        return only_keys(&c, keys, s, err, errlen) &&
-               get_num(&c, "scale", &ini->scale, s, err, errlen);
+        if (!only_keys(&c, keys, s, err, errlen) ||
+            !get_num(&c, "scale", &ini->scale, s, err, errlen))
+            return false;
+        if (!(ini->scale >= 0)) { /* MXNet: low must be less or equal to high */
+            snprintf(err, errlen, "initialiser '%s': scale must be >= 0", s);
+            return false;
+        }
+        return true;
     }
     if (strcmp(c.name, "normal") == 0) {
         static const char *const keys[] = {"sigma", NULL};
         ini->kind = RT_INIT_NORMAL;
         ini->scale = 0.01f; /* MXNet's Normal default */
-        return only_keys(&c, keys, s, err, errlen) &&
-               get_num(&c, "sigma", &ini->scale, s, err, errlen);
+        if (!only_keys(&c, keys, s, err, errlen) ||
+            !get_num(&c, "sigma", &ini->scale, s, err, errlen))
+            return false;
+        if (!(ini->scale > 0)) { /* MXNet: the scale "has to be positive" */
+            snprintf(err, errlen, "initialiser '%s': sigma must be > 0", s);
+            return false;
+        }
+        return true;
     }
     if (strcmp(c.name, "xavier") == 0) {
         static const char *const keys[] = {"rnd_type", "factor_type", "magnitude", NULL};

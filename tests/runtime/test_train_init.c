@@ -140,6 +140,13 @@ static void test_init_parse(void **state)
     assert_false(rt_init_parse("orthogonal()", &ini, err, sizeof err));
     assert_non_null(strstr(err, "unknown initialiser 'orthogonal()'"));
     assert_false(rt_init_parse("zero(value=1)", &ini, err, sizeof err));
+    /* what MXNet refuses (issue 21): normal's sigma > 0, uniform's scale >= 0 */
+    assert_false(rt_init_parse("normal(sigma=-1)", &ini, err, sizeof err));
+    assert_non_null(strstr(err, "sigma must be > 0"));
+    assert_false(rt_init_parse("normal(sigma=0)", &ini, err, sizeof err));
+    assert_false(rt_init_parse("uniform(scale=-0.1)", &ini, err, sizeof err));
+    assert_non_null(strstr(err, "scale must be >= 0"));
+    assert_true(rt_init_parse("uniform(scale=0)", &ini, err, sizeof err));
 }
 
 static void test_fans(void **state)
