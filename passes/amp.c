@@ -138,6 +138,23 @@ static bool force_op(Amp *a, const char *name, const char *flag)
                          flag, name);
         return false;
     }
+    /* MXNet's convert_symbol refuses an op in both its target and its
+     * conditional lists ("Ops cannot be in two or more lists"): moved to
+     * fp16, softrelu, elu and selu would either leave the class silently or
+     * run in 16 bits against the list's intent */
+    char which[160] = "";
+    for (size_t i = 0; to16 && i < sizeof cond_fp32 / sizeof cond_fp32[0]; i++)
+        if (cond_fp32[i].op == k)
+            snprintf(which + strlen(which), sizeof which - strlen(which), "%s%s",
+                     which[0] ? ", " : "", cond_fp32[i].text);
+    if (which[0]) {
+        diag_plain_error(a->old->diag,
+                         "%s: %s is conditional fp32 (%s: fp32, MXNet's CONDITIONAL_FP32_FUNCS), "
+                         "so it cannot also be moved to the %s class (MXNet refuses the same); "
+                         "its other act_types already follow their input",
+                         flag, name, which, dname(a->opt->target));
+        return false;
+    }
     if ((to16 && a->force32[k]) || (!to16 && a->force16[k])) {
         diag_plain_error(a->old->diag, "%s is in both --amp-fp16 and --amp-fp32", name);
         return false;
