@@ -602,6 +602,19 @@ static void emit_unary_backward_y(Cg *c, const Node *n, const KernelRow *k)
             numelx(c, n), DT, IN(1), IN(0), OUT);
 }
 
+/* dy, x, with the function named by the op attribute (_backward_unary) */
+static void emit_unary_backward_op(Cg *c, const Node *n, const KernelRow *k)
+{
+    const AttrSpec *as = &op_info(n->op)->attrs[BWD_UNARY_OP];
+    char mode[48] = "RT_UNARY_";
+    size_t at = strlen(mode);
+    for (const char *p = as->choices[node_enum(n, BWD_UNARY_OP)]; *p && at + 1 < sizeof mode; p++)
+        mode[at++] = (char)(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
+    mode[at] = 0;
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, NULL, %s, %s, false);\n", I, k->cpu, mode, numelx(c, n),
+            DT, IN(1), IN(0), OUT);
+}
+
 /* x, a_min, a_max (clip) */
 static void emit_clip_forward(Cg *c, const Node *n, const KernelRow *k)
 {

@@ -1,6 +1,7 @@
 /* gpu_kernels.c - the GPUK and GPU_STEP rows of kernels.def evaluated at
  * given sizes (gpu_kernels.h): the counts of each launch a call makes. */
 #include "gpu_kernels.h"
+#include "../runtime/kernels/unary.h"
 
 #include <math.h>
 #include <string.h>
@@ -45,6 +46,102 @@ static double bn_ntiles(double r, double c)
 static double bn_tile1(double r, double c)
 {
     return r > 0 && c > 0 ? mn((double)ampc_bn_tile((int64_t)r, (int64_t)c), r) : 0;
+}
+
+/* kernels/unary.h's math per element, as the emulator counts it: each + -
+ * * / one, a sqrtf one SQRT, any other libm call one FUNC, a compare one
+ * CMP, sign's int to float one CVT; literals, fabsf and negation free.
+ * ampc_unary (the forward) and ampc_unary_grad (f'(x) of _backward_unary,
+ * whose dy * f'(x) the row adds) by AMPC_UNARY_<NAME>. */
+typedef struct {
+    unsigned char add, mul, div, sqrt, func, cmp, cvt;
+} UFlops;
+#define F1                                                                                         \
+    {                                                                                              \
+        .func = 1                                                                                  \
+    }
+static const UFlops ufwd[AMPC_UNARY_COUNT] = {
+    [AMPC_UNARY_EXP] = F1,
+    [AMPC_UNARY_LOG] = F1,
+    [AMPC_UNARY_SQRT] = {.sqrt = 1},
+    [AMPC_UNARY_SIN] = F1,
+    [AMPC_UNARY_COS] = F1,
+    [AMPC_UNARY_TAN] = F1,
+    [AMPC_UNARY_ARCSIN] = F1,
+    [AMPC_UNARY_ARCCOS] = F1,
+    [AMPC_UNARY_ARCTAN] = F1,
+    [AMPC_UNARY_SINH] = F1,
+    [AMPC_UNARY_COSH] = F1,
+    [AMPC_UNARY_ARCSINH] = F1,
+    [AMPC_UNARY_ARCCOSH] = F1,
+    [AMPC_UNARY_ARCTANH] = F1,
+    [AMPC_UNARY_EXPM1] = F1,
+    [AMPC_UNARY_LOG1P] = F1,
+    [AMPC_UNARY_LOG2] = F1,
+    [AMPC_UNARY_LOG10] = F1,
+    [AMPC_UNARY_CBRT] = F1,
+    [AMPC_UNARY_RCBRT] = {.div = 1, .func = 1}, /* 1 / cbrtf(x) */
+    [AMPC_UNARY_RSQRT] = {.div = 1, .sqrt = 1}, /* 1 / sqrtf(x) */
+    [AMPC_UNARY_RECIPROCAL] = {.div = 1},       /* 1 / x */
+    [AMPC_UNARY_SQUARE] = {.mul = 1},           /* x * x */
+    [AMPC_UNARY_ABS] = {0},                     /* fabsf */
+    [AMPC_UNARY_NEGATIVE] = {0},                /* -x */
+    [AMPC_UNARY_SIGN] = {.cmp = 2, .cvt = 1},   /* (x > 0) - (x < 0) */
+    [AMPC_UNARY_ERF] = F1,
+    [AMPC_UNARY_DEGREES] = {.mul = 1},
+    [AMPC_UNARY_RADIANS] = {.mul = 1},
+    [AMPC_UNARY_FLOOR] = F1,
+    [AMPC_UNARY_CEIL] = F1,
+    [AMPC_UNARY_ROUND] = F1,
+    [AMPC_UNARY_TRUNC] = F1,
+    [AMPC_UNARY_FIX] = F1,
+    [AMPC_UNARY_RINT] = F1,
+};
+static const UFlops ugrad[AMPC_UNARY_COUNT] = {
+    [AMPC_UNARY_EXP] = F1,                                           /* expf(x) */
+    [AMPC_UNARY_LOG] = {.div = 1},                                   /* 1 / x */
+    [AMPC_UNARY_SQRT] = {.div = 1, .sqrt = 1},                       /* 0.5 / sqrtf(x) */
+    [AMPC_UNARY_SIN] = F1,                                           /* cosf(x) */
+    [AMPC_UNARY_COS] = F1,                                           /* -sinf(x) */
+    [AMPC_UNARY_TAN] = {.add = 1, .mul = 1, .func = 1},              /* 1 + t * t */
+    [AMPC_UNARY_ARCSIN] = {.add = 1, .mul = 1, .div = 1, .sqrt = 1}, /* 1 / sqrt(1 - x x) */
+    [AMPC_UNARY_ARCCOS] = {.add = 1, .mul = 1, .div = 1, .sqrt = 1},
+    [AMPC_UNARY_ARCTAN] = {.add = 1, .mul = 1, .div = 1}, /* 1 / (1 + x x) */
+    [AMPC_UNARY_SINH] = F1,
+    [AMPC_UNARY_COSH] = F1,
+    [AMPC_UNARY_ARCSINH] = {.add = 1, .mul = 1, .div = 1, .sqrt = 1},
+    [AMPC_UNARY_ARCCOSH] = {.add = 1, .mul = 1, .div = 1, .sqrt = 1},
+    [AMPC_UNARY_ARCTANH] = {.add = 1, .mul = 1, .div = 1},
+    [AMPC_UNARY_EXPM1] = F1,
+    [AMPC_UNARY_LOG1P] = {.add = 1, .div = 1}, /* 1 / (1 + x) */
+    [AMPC_UNARY_LOG2] = {.mul = 1, .div = 1},  /* 1 / (x ln 2) */
+    [AMPC_UNARY_LOG10] = {.mul = 1, .div = 1},
+    [AMPC_UNARY_CBRT] = {.mul = 2, .div = 1, .func = 1},  /* 1 / (3 c c) */
+    [AMPC_UNARY_RCBRT] = {.mul = 2, .div = 1, .func = 1}, /* -1 / (3 x c) */
+    [AMPC_UNARY_RSQRT] = {.mul = 1, .div = 1, .sqrt = 1}, /* -0.5 / (x sqrt) */
+    [AMPC_UNARY_RECIPROCAL] = {.mul = 1, .div = 1},       /* -1 / (x x) */
+    [AMPC_UNARY_SQUARE] = {.mul = 1},                     /* 2 x */
+    [AMPC_UNARY_ABS] = {.cmp = 2, .cvt = 1},              /* sign(x) */
+    [AMPC_UNARY_ERF] = {.mul = 2, .func = 1},             /* c exp(-x x) */
+    /* negative, degrees, radians: a literal; sign and the rounding ops: 0 */
+};
+#undef F1
+
+static double uflops(int u, int grad, GkFlop f)
+{
+    if (u < 0 || u >= AMPC_UNARY_COUNT)
+        return 0;
+    const UFlops *t = grad ? &ugrad[u] : &ufwd[u];
+    switch (f) {
+    case GK_F32_ADD: return t->add;
+    case GK_F32_MUL: return t->mul;
+    case GK_F32_DIV: return t->div;
+    case GK_F32_SQRT: return t->sqrt;
+    case GK_F32_FUNC: return t->func;
+    case GK_F32_CMP: return t->cmp;
+    case GK_CVT: return t->cvt;
+    default: return 0;
+    }
 }
 
 static void add(GkLaunch *out, int *k, const GkLaunch *l)

@@ -354,6 +354,8 @@ enum { PART_INDEX, PART_NATTRS };
 enum { SLICE_AXIS, SLICE_BEGIN, SLICE_END, SLICE_NATTRS };
 enum { BCAST_OP, BCAST_NATTRS };
 enum { BCAST_ADD, BCAST_MUL };
+/* _backward_unary: the unary op differentiated, by its name (ops/elemwise.c) */
+enum { BWD_UNARY_OP, BWD_UNARY_NATTRS };
 /* _layout (ops/layout.c): the layout it converts to */
 enum { LAYOUT_TO, LAYOUT_NATTRS };
 

@@ -363,6 +363,8 @@ static void call_dims(const Gc *c, const Node *n, const ProgCall *call, GkDims *
         d->inner = 1;
     } else if (is_family(n, "act_forward") || is_family(n, "act_backward")) {
         d->mode = node_enum(n, ACT_TYPE);
+    } else if (is_family(n, "unary_backward_op")) {
+        d->mode = node_enum(n, BWD_UNARY_OP); /* AMPC_UNARY_<NAME> */
     } else if (is_family(n, "relu_backward")) {
         d->mode = ACT_RELU;
     } else if (is_family(n, "dropout_forward") || is_family(n, "dropout_backward")) {

@@ -54,6 +54,8 @@ typedef struct RtStepState {
     int32_t dynamic;    /* a dynamic loss scale: a step whose flag is set changes nothing */
 } RtStepState;
 
+#include "kernels/unary.h"
+
 /* ---- dtype.c: storage dtypes, conversion, finite checks, copies ---------- */
 
 typedef enum { RT_F32, RT_F16, RT_BF16 } RtDType;
@@ -382,10 +384,21 @@ void rt_clip_forward(size_t n, RtDType dt, const void *x, float lo, float hi, vo
 void rt_clip_backward(size_t n, RtDType dt, const void *x, float lo, float hi, const void *dy,
                       void *dx, bool accumulate);
 
-/* exp, log, sqrt. */
-typedef enum { RT_UNARY_EXP, RT_UNARY_LOG, RT_UNARY_SQRT } RtUnaryOp;
+/* exp, log, sqrt and the unary math of MXNet's AMP lists (sin ... rint), in
+ * the order of kernels/unary.h's list, whose element math both the CPU and
+ * the CUDA kernels use (cpu/elemwise.c asserts the two agree). */
+typedef enum {
+    RT_UNARY_EXP, RT_UNARY_LOG, RT_UNARY_SQRT, RT_UNARY_SIN, RT_UNARY_COS, RT_UNARY_TAN,
+    RT_UNARY_ARCSIN, RT_UNARY_ARCCOS, RT_UNARY_ARCTAN, RT_UNARY_SINH, RT_UNARY_COSH,
+    RT_UNARY_ARCSINH, RT_UNARY_ARCCOSH, RT_UNARY_ARCTANH, RT_UNARY_EXPM1, RT_UNARY_LOG1P,
+    RT_UNARY_LOG2, RT_UNARY_LOG10, RT_UNARY_CBRT, RT_UNARY_RCBRT, RT_UNARY_RSQRT,
+    RT_UNARY_RECIPROCAL, RT_UNARY_SQUARE, RT_UNARY_ABS, RT_UNARY_NEGATIVE, RT_UNARY_SIGN,
+    RT_UNARY_ERF, RT_UNARY_DEGREES, RT_UNARY_RADIANS, RT_UNARY_FLOOR, RT_UNARY_CEIL,
+    RT_UNARY_ROUND, RT_UNARY_TRUNC, RT_UNARY_FIX, RT_UNARY_RINT, RT_UNARY_COUNT
+} RtUnaryOp;
 void rt_unary_forward(RtUnaryOp op, size_t n, RtDType dt, const void *x, void *y);
-/* exp and sqrt differentiate through y, log through x (the other may be NULL). */
+/* exp and sqrt differentiate through y, log and the others through x (the
+ * one not read may be NULL). */
 void rt_unary_backward(RtUnaryOp op, size_t n, RtDType dt, const void *x, const void *y,
                        const void *dy, void *dx, bool accumulate);
 

@@ -1,6 +1,9 @@
 /* elemwise.c - binary elementwise ops (shapes must match), broadcasting ops
  * (numpy rules) and tensor-scalar ops. */
 #include "ops_impl.h"
+#include "../../runtime/kernels/unary.h"
+
+#include <string.h>
 
 const AttrSpec scalar_attrs[] = {
     {"scalar", AT_FLOAT, true, NULL, -1e300, 1e300, NULL},
@@ -197,6 +200,34 @@ bool scalar_grad(GradCtx *c, const Node *n, int dy)
     return g >= 0;
 }
 
+/* The unary ops' names in runtime/kernels/unary.h's order (RtUnaryOp):
+ * _backward_unary's op attribute, which the emitter prints as
+ * RT_UNARY_<NAME>.  The ops' own rows are ops.def's. */
+#define UNARY_NAME(N, n) #n,
+static const char *const unary_names[] = {AMPC_UNARY_LIST(UNARY_NAME) NULL};
+#undef UNARY_NAME
+const AttrSpec bwd_unary_attrs[] = {
+    {"op", AT_ENUM, true, NULL, 0, 0, unary_names},
+    ATTR_END,
+};
+_Static_assert(BWD_UNARY_OP == 0 && BWD_UNARY_NATTRS == 1, "bwd_unary_attrs and ir.h agree");
+
+/* exp, log and sqrt have their own backward (dy * y, _backward_log through
+ * x, _backward_sqrt through y): the runtime's unary backward reads y for exp
+ * and sqrt, which _backward_unary does not pass */
+bool bwd_unary_check(Graph *g, Node *n)
+{
+    int k = node_enum(n, BWD_UNARY_OP);
+    if (k == AMPC_UNARY_EXP || k == AMPC_UNARY_LOG || k == AMPC_UNARY_SQRT) {
+        node_error(g, n, "_backward_unary: op=%s has its own backward (%s)", unary_names[k],
+                   k == AMPC_UNARY_EXP   ? "elemwise_mul of dy and y"
+                   : k == AMPC_UNARY_LOG ? "_backward_log"
+                                         : "_backward_sqrt");
+        return false;
+    }
+    return true;
+}
+
 bool unary_grad(GradCtx *c, const Node *n, int dy)
 {
     int g;
@@ -206,9 +237,18 @@ bool unary_grad(GradCtx *c, const Node *n, int dy)
     } else if (n->op == OP_log) {
         int in[2] = {dy, n->in[0]};
         g = grad_emit(c, OP__backward_log, in, 2, n);
-    } else { /* sqrt: dy / (2 y) */
+    } else if (n->op == OP_sqrt) { /* dy / (2 y) */
         int in[2] = {dy, n->id};
         g = grad_emit(c, OP__backward_sqrt, in, 2, n);
+    } else { /* dy * f'(x), f the op's function */
+        int k = 0;
+        while (unary_names[k] && strcmp(unary_names[k], op_info(n->op)->name) != 0)
+            k++;
+        if (!unary_names[k])
+            DIE("unary_grad: %s is not in runtime/kernels/unary.h's list", op_info(n->op)->name);
+        AttrVal op = {.type = AT_ENUM, .e = k};
+        int in[2] = {dy, n->in[0]};
+        g = grad_emit_attrs(c, OP__backward_unary, in, 2, &op, n);
     }
     grad_add(c, n->in[0], g);
     return g >= 0;

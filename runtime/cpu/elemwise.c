@@ -314,7 +314,14 @@ void rt_clip_backward(size_t n, RtDType dt, const void *x, float lo, float hi, c
     }
 }
 
-/* ---- exp, log, sqrt ------------------------------------------------------------ */
+/* ---- exp, log, sqrt and the other unary math (kernels/unary.h) ---------------- */
+
+/* rt.h spells RtUnaryOp out; kernels/unary.h's list is the order */
+#define UNARY_AGREE(N, n) \
+    _Static_assert((int)RT_UNARY_##N == AMPC_UNARY_##N, "rt.h and kernels/unary.h: " #n);
+AMPC_UNARY_LIST(UNARY_AGREE)
+#undef UNARY_AGREE
+_Static_assert((int)RT_UNARY_COUNT == AMPC_UNARY_COUNT, "rt.h and kernels/unary.h agree");
 
 void rt_unary_forward(RtUnaryOp op, size_t n, RtDType dt, const void *x, void *y)
 {
@@ -322,10 +329,11 @@ void rt_unary_forward(RtUnaryOp op, size_t n, RtDType dt, const void *x, void *y
     RT_CHUNKS(n, off, m) {
         const float *v = rt__view(x, off, m, dt, xb);
         float *r = rt__out(y, off, dt, false, yb);
-        switch (op) {
+        switch (op) { /* the common three without a switch per element */
         case RT_UNARY_EXP: for (size_t i = 0; i < m; i++) r[i] = expf(v[i]); break;
         case RT_UNARY_LOG: for (size_t i = 0; i < m; i++) r[i] = logf(v[i]); break;
         case RT_UNARY_SQRT: for (size_t i = 0; i < m; i++) r[i] = sqrtf(v[i]); break;
+        default: for (size_t i = 0; i < m; i++) r[i] = ampc_unary((int)op, v[i]); break;
         }
         rt__commit(y, off, r, m, dt, false);
     }
@@ -335,14 +343,19 @@ void rt_unary_backward(RtUnaryOp op, size_t n, RtDType dt, const void *x, const 
                        const void *dy, void *dx, bool accumulate)
 {
     float vb[RT_CHUNK], gb[RT_CHUNK], ob[RT_CHUNK];
+    bool by_y = op == RT_UNARY_EXP || op == RT_UNARY_SQRT;
     RT_CHUNKS(n, off, m) {
-        const float *v = rt__view(op == RT_UNARY_LOG ? x : y, off, m, dt, vb);
+        const float *v = rt__view(by_y ? y : x, off, m, dt, vb);
         const float *g = rt__view(dy, off, m, dt, gb);
         float *r = rt__out(dx, off, dt, accumulate, ob);
         switch (op) {
         case RT_UNARY_EXP: for (size_t i = 0; i < m; i++) r[i] = g[i] * v[i]; break;
         case RT_UNARY_LOG: for (size_t i = 0; i < m; i++) r[i] = g[i] / v[i]; break;
         case RT_UNARY_SQRT: for (size_t i = 0; i < m; i++) r[i] = g[i] * 0.5f / v[i]; break;
+        default:
+            for (size_t i = 0; i < m; i++)
+                r[i] = g[i] * ampc_unary_grad((int)op, v[i]);
+            break;
         }
         rt__commit(dx, off, r, m, dt, accumulate);
     }

@@ -100,26 +100,27 @@ __global__ void ampc_k_prelu_dgamma(size_t outer, size_t c, size_t inner, int dt
     }
 }
 
-/* ---- exp, log, sqrt (elemwise.c) ------------------------------------------------------ */
+/* ---- exp, log, sqrt and the other unary math (elemwise.c, kernels/unary.h) ------------ */
 
 __global__ void ampc_k_unary(int op, size_t n, int dt, ampc_dptr<const void> x, ampc_dptr<void> y)
 {
-    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
-        float v = ampc_cu_load(x, i, dt);
-        float r = op == RT_UNARY_EXP ? expf(v) : op == RT_UNARY_LOG ? logf(v) : sqrtf(v);
-        ampc_cu_store(y, i, dt, r);
-    }
+    for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride())
+        ampc_cu_store(y, i, dt, ampc_unary(op, ampc_cu_load(x, i, dt)));
 }
 
-/* exp, sqrt through y; log through x */
+/* exp, sqrt through y; log and the others through x */
 __global__ void ampc_k_unary_bwd(int op, size_t n, int dt, ampc_dptr<const void> x,
                                  ampc_dptr<const void> y, ampc_dptr<const void> dy,
                                  ampc_dptr<void> dx, int acc)
 {
-    ampc_dptr<const void> src = op == RT_UNARY_LOG ? x : y;
+    bool by_y = op == RT_UNARY_EXP || op == RT_UNARY_SQRT;
+    ampc_dptr<const void> src = by_y ? y : x;
     for (size_t i = ampc_cu_first(); i < n; i += ampc_cu_stride()) {
         float v = ampc_cu_load(src, i, dt), g = ampc_cu_load(dy, i, dt);
-        float r = op == RT_UNARY_EXP ? g * v : op == RT_UNARY_LOG ? g / v : g * 0.5f / v;
+        float r = op == RT_UNARY_EXP    ? g * v
+                  : op == RT_UNARY_LOG  ? g / v
+                  : op == RT_UNARY_SQRT ? g * 0.5f / v
+                                        : g * ampc_unary_grad(op, v);
         ampc_cu_store_acc(dx, i, dt, r, acc);
     }
 }

@@ -329,6 +329,49 @@ static double smo_loss(const Ref *r, const Node *n)
     return total * gs / div;
 }
 
+/* The unary math (runtime/kernels/unary.h) in double, MXNet's definitions. */
+static double unary_ref(OpKind op, double x)
+{
+    switch (op) {
+    case OP_exp: return exp(x);
+    case OP_log: return log(x);
+    case OP_sqrt: return sqrt(x);
+    case OP_sin: return sin(x);
+    case OP_cos: return cos(x);
+    case OP_tan: return tan(x);
+    case OP_arcsin: return asin(x);
+    case OP_arccos: return acos(x);
+    case OP_arctan: return atan(x);
+    case OP_sinh: return sinh(x);
+    case OP_cosh: return cosh(x);
+    case OP_arcsinh: return asinh(x);
+    case OP_arccosh: return acosh(x);
+    case OP_arctanh: return atanh(x);
+    case OP_expm1: return expm1(x);
+    case OP_log1p: return log1p(x);
+    case OP_log2: return log2(x);
+    case OP_log10: return log10(x);
+    case OP_cbrt: return cbrt(x);
+    case OP_rcbrt: return 1 / cbrt(x);
+    case OP_rsqrt: return 1 / sqrt(x);
+    case OP_reciprocal: return 1 / x;
+    case OP_square: return x * x;
+    case OP_abs: return fabs(x);
+    case OP_negative: return -x;
+    case OP_sign: return x > 0 ? 1 : x < 0 ? -1 : 0;
+    case OP_erf: return erf(x);
+    case OP_degrees: return x * 180 / M_PI;
+    case OP_radians: return x * M_PI / 180;
+    case OP_floor: return floor(x);
+    case OP_ceil: return ceil(x);
+    case OP_round: return round(x);
+    case OP_trunc:
+    case OP_fix: return trunc(x);
+    case OP_rint: return rint(x);
+    default: return NAN;
+    }
+}
+
 static bool eval_node(const Ref *r, const Node *n, double *y)
 {
     const Graph *g = r->g;
@@ -390,11 +433,11 @@ static bool eval_node(const Ref *r, const Node *n, double *y)
                  : n->op == OP__div_scalar ? x[k] / s : s / x[k];
         break;
     }
-    case OP_exp:
-    case OP_log:
-    case OP_sqrt:
+#define UNARY_CASE(N, n) case OP_##n:
+        AMPC_UNARY_LIST(UNARY_CASE)
+#undef UNARY_CASE
         for (int64_t k = 0; k < e; k++)
-            y[k] = n->op == OP_exp ? exp(x[k]) : n->op == OP_log ? log(x[k]) : sqrt(x[k]);
+            y[k] = unary_ref(n->op, x[k]);
         break;
     case OP_clip: {
         double lo = node_float(n, CLIP_A_MIN), hi = node_float(n, CLIP_A_MAX);

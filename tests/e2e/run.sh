@@ -50,6 +50,7 @@ gradcheck digits_cnn examples/digits_cnn.sym digits 8 20
 gradcheck resnet_2block tests/e2e/models/resnet_2block.sym synthetic 4 10 --model=resnet_2block
 gradcheck resnext_small tests/e2e/models/resnext_small.sym synthetic 4 6 --model=resnext_small
 gradcheck clip_small tests/e2e/models/clip_small.sym digits 8 20
+gradcheck unary_small tests/e2e/models/unary_small.sym digits 8 20
 
 # 3. AMP numerics against fp32
 if "$ampc" examples/digits_cnn.sym --amp=off -o "$tmp/d32" >"$tmp/log" 2>&1 &&

@@ -315,15 +315,71 @@ static void un_fwd(const TuUnary *u, size_t n, RtDType dt, const void *x, void *
 static void un_bwd(const TuUnary *u, size_t n, RtDType dt, const void *x, const void *y,
                    const void *dy, void *dx, bool acc)
 {
-    bool by_x = u->op == RT_UNARY_LOG;
+    bool by_x = u->op != RT_UNARY_EXP && u->op != RT_UNARY_SQRT;
     rt_unary_backward((RtUnaryOp)u->op, n, dt, by_x ? x : NULL, by_x ? NULL : y, dy, dx, acc);
 }
+
+/* the unary math of MXNet's AMP lists (kernels/unary.h): references in
+ * double, MXNet's definitions (round halves away from zero, rint to even,
+ * fix toward zero, sign(0) = 0) */
+#define D1(name, expr) static double name(double x, double a) { (void)x, (void)a; return (expr); }
+D1(f_sin, sin(x)) D1(d_sin, cos(x)) D1(f_cos, cos(x)) D1(d_cos, -sin(x))
+D1(f_tan, tan(x)) D1(d_tan, 1 / (cos(x) * cos(x)))
+D1(f_asin, asin(x)) D1(d_asin, 1 / sqrt(1 - x * x)) D1(f_acos, acos(x))
+D1(d_acos, -1 / sqrt(1 - x * x)) D1(f_atan, atan(x)) D1(d_atan, 1 / (1 + x * x))
+D1(f_sinh, sinh(x)) D1(f_cosh, cosh(x)) D1(f_asinh, asinh(x)) D1(d_asinh, 1 / sqrt(x * x + 1))
+D1(f_acosh, acosh(x)) D1(d_acosh, 1 / sqrt(x * x - 1)) D1(f_atanh, atanh(x))
+D1(d_atanh, 1 / (1 - x * x)) D1(f_expm1, expm1(x)) D1(f_log1p, log1p(x)) D1(d_log1p, 1 / (1 + x))
+D1(f_log2, log2(x)) D1(d_log2, 1 / (x * log(2.0))) D1(f_log10, log10(x))
+D1(d_log10, 1 / (x * log(10.0))) D1(f_cbrt, cbrt(x)) D1(d_cbrt, 1 / (3 * cbrt(x) * cbrt(x)))
+D1(f_rcbrt, 1 / cbrt(x)) D1(d_rcbrt, -1 / (3 * x * cbrt(x))) D1(f_rsqrt, 1 / sqrt(x))
+D1(d_rsqrt, -0.5 / (x * sqrt(x))) D1(f_recip, 1 / x) D1(d_recip, -1 / (x * x)) D1(f_square, x * x)
+D1(d_square, 2 * x) D1(f_abs, fabs(x)) D1(f_sign, x > 0 ? 1 : x < 0 ? -1 : 0) D1(f_neg, -x)
+D1(d_mone1, -1) D1(d_zero, 0) D1(f_erf, erf(x)) D1(d_erf, 2 / sqrt(M_PI) * exp(-x * x))
+D1(f_deg, x * 180 / M_PI) D1(d_deg, 180 / M_PI) D1(f_rad, x * M_PI / 180) D1(d_rad, M_PI / 180)
+D1(f_floor, floor(x)) D1(f_ceil, ceil(x)) D1(f_round, round(x)) D1(f_trunc, trunc(x))
+D1(f_rint, rint(x))
+#undef D1
 
 static const TuUnary unary_cases[] = {
     {"exp", f_exp, f_exp, un_fwd, un_bwd, 0, 3, false, 0, RT_UNARY_EXP},
     {"log", f_log, d_log, un_fwd, un_bwd, 0.1, 5, true, 0, RT_UNARY_LOG},
     {"sqrt", f_sqrt, d_sqrt, un_fwd, un_bwd, 0.1, 5, true, 0, RT_UNARY_SQRT},
+    {"sin", f_sin, d_sin, un_fwd, un_bwd, 0, 4, false, 0, RT_UNARY_SIN},
+    {"cos", f_cos, d_cos, un_fwd, un_bwd, 0, 4, false, 0, RT_UNARY_COS},
+    {"tan", f_tan, d_tan, un_fwd, un_bwd, 0, 1.2, false, 0, RT_UNARY_TAN},
+    {"arcsin", f_asin, d_asin, un_fwd, un_bwd, 0, 0.9, false, 0, RT_UNARY_ARCSIN},
+    {"arccos", f_acos, d_acos, un_fwd, un_bwd, 0, 0.9, false, 0, RT_UNARY_ARCCOS},
+    {"arctan", f_atan, d_atan, un_fwd, un_bwd, 0, 4, false, 0, RT_UNARY_ARCTAN},
+    {"sinh", f_sinh, f_cosh, un_fwd, un_bwd, 0, 3, false, 0, RT_UNARY_SINH},
+    {"cosh", f_cosh, f_sinh, un_fwd, un_bwd, 0, 3, false, 0, RT_UNARY_COSH},
+    {"arcsinh", f_asinh, d_asinh, un_fwd, un_bwd, 0, 4, false, 0, RT_UNARY_ARCSINH},
+    {"arccosh", f_acosh, d_acosh, un_fwd, un_bwd, 1.1, 4, true, 0, RT_UNARY_ARCCOSH},
+    {"arctanh", f_atanh, d_atanh, un_fwd, un_bwd, 0, 0.9, false, 0, RT_UNARY_ARCTANH},
+    {"expm1", f_expm1, f_exp, un_fwd, un_bwd, 0, 3, false, 0, RT_UNARY_EXPM1},
+    {"log1p", f_log1p, d_log1p, un_fwd, un_bwd, 0, 3, true, 0, RT_UNARY_LOG1P},
+    {"log2", f_log2, d_log2, un_fwd, un_bwd, 0.1, 5, true, 0, RT_UNARY_LOG2},
+    {"log10", f_log10, d_log10, un_fwd, un_bwd, 0.1, 5, true, 0, RT_UNARY_LOG10},
+    {"cbrt", f_cbrt, d_cbrt, un_fwd, un_bwd, 0.2, 5, false, 0, RT_UNARY_CBRT},
+    {"rcbrt", f_rcbrt, d_rcbrt, un_fwd, un_bwd, 0.2, 5, false, 0, RT_UNARY_RCBRT},
+    {"rsqrt", f_rsqrt, d_rsqrt, un_fwd, un_bwd, 0.2, 5, true, 0, RT_UNARY_RSQRT},
+    {"reciprocal", f_recip, d_recip, un_fwd, un_bwd, 0.2, 5, false, 0, RT_UNARY_RECIPROCAL},
+    {"square", f_square, d_square, un_fwd, un_bwd, 0, 3, false, 0, RT_UNARY_SQUARE},
+    {"abs", f_abs, f_sign, un_fwd, un_bwd, 0.01, 3, false, 0, RT_UNARY_ABS},
+    {"negative", f_neg, d_mone1, un_fwd, un_bwd, 0, 3, false, 0, RT_UNARY_NEGATIVE},
+    {"sign", f_sign, d_zero, un_fwd, un_bwd, 0.01, 3, false, 0, RT_UNARY_SIGN},
+    {"erf", f_erf, d_erf, un_fwd, un_bwd, 0, 2.5, false, 0, RT_UNARY_ERF},
+    {"degrees", f_deg, d_deg, un_fwd, un_bwd, 0, 3, false, 0, RT_UNARY_DEGREES},
+    {"radians", f_rad, d_rad, un_fwd, un_bwd, 0, 300, false, 0, RT_UNARY_RADIANS},
+    {"floor", f_floor, d_zero, un_fwd, un_bwd, 0, 6, false, 0, RT_UNARY_FLOOR},
+    {"ceil", f_ceil, d_zero, un_fwd, un_bwd, 0, 6, false, 0, RT_UNARY_CEIL},
+    {"round", f_round, d_zero, un_fwd, un_bwd, 0, 6, false, 0, RT_UNARY_ROUND},
+    {"trunc", f_trunc, d_zero, un_fwd, un_bwd, 0, 6, false, 0, RT_UNARY_TRUNC},
+    {"fix", f_trunc, d_zero, un_fwd, un_bwd, 0, 6, false, 0, RT_UNARY_FIX},
+    {"rint", f_rint, d_zero, un_fwd, un_bwd, 0, 6, false, 0, RT_UNARY_RINT},
 };
+_Static_assert(sizeof unary_cases / sizeof unary_cases[0] == RT_UNARY_COUNT,
+               "a case for every unary op of kernels/unary.h");
 
 static void test_unary(void **state)
 {

@@ -8,7 +8,8 @@
  *
  *   Activation (all five, forward and backward, overwrite and accumulate),
  *   LeakyReLU (leaky, elu, selu, prelu with dgamma), Dropout (the same mask,
- *   forward and backward), exp/log/sqrt, clip, casts and copies, the binary
+ *   forward and backward), exp/log/sqrt and the other unary math of
+ *   kernels/unary.h (sin ... rint), clip, casts and copies, the binary
  *   and scalar ops, Concat and slice, the layout conversion (against the
  *   permutation written out), broadcasting forward and backward (reduced
  *   sides, rows longer than a 512-element chunk, add/sub/mul), sum and mean,
@@ -251,7 +252,7 @@ static void test_unary_clip(void **st)
     {
         RtDType dt = dts[t];
         void *x = buf(n, dt, true), *dy = buf(n, dt, true);
-        for (int op = 0; op < 3; op++) {
+        for (int op = 0; op < RT_UNARY_COUNT; op++) {
             void *yg = buf(n, dt, false), *yc = buf(n, dt, false);
             rt_cuda_unary_forward(&cx, (RtUnaryOp)op, n, dt, x, yg);
             rt_unary_forward((RtUnaryOp)op, n, dt, x, yc);
@@ -278,7 +279,7 @@ static void test_unary_clip(void **st)
         }
         dfree(x), dfree(dy), dfree(yg), dfree(yc);
     }
-    assert_int_equal(compared, 3 * 3 * (3 * 3 + 3));
+    assert_int_equal(compared, 3 * 3 * (RT_UNARY_COUNT * 3 + 3));
 }
 
 /* ---- the wrappers of kernels.cuh's launchers ------------------------------------------ */

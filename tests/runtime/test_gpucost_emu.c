@@ -345,7 +345,12 @@ static void test_elementwise(void **st)
 {
     (void)st;
     static const OpKind bin[] = {OP_elemwise_add, OP_elemwise_sub, OP_elemwise_mul};
-    static const OpKind un[] = {OP_exp, OP_log, OP_sqrt};
+#define UNARY_OP(N, name) OP_##name,
+#define UNARY_NAME(N, name) #name,
+    static const OpKind un[] = {AMPC_UNARY_LIST(UNARY_OP)};
+    static const char *const un_name[] = {AMPC_UNARY_LIST(UNARY_NAME)};
+#undef UNARY_OP
+#undef UNARY_NAME
     for (int z = 0; z < 2; z++) {
         const Size *s = &sizes[z];
         size_t n = ew_n(z);
@@ -366,10 +371,18 @@ static void test_elementwise(void **st)
         start(z);
         rt_cuda_scalar_backward(&cx, RT_SCALAR_RDIV, n, s->dt, b[0], 1.5f, b[2], b[3], s->acc);
         expect_op("_backward_rdiv_scalar", OP__backward_rdiv_scalar, GE_MAIN, &da);
-        for (int o = RT_UNARY_EXP; o <= RT_UNARY_SQRT; o++) {
+        for (int o = 0; o < AMPC_UNARY_COUNT; o++) { /* exp ... rint */
             start(z);
-            rt_cuda_unary_forward(&cx, (RtUnaryOp)o, n, s->dt, b[0], b[3]);
-            expect_op("unary", un[o], GE_MAIN, &d);
+            rt_cuda_unary_forward(&cx, (RtUnaryOp)o, n, s->dt, b[2], b[3]);
+            expect_op(un_name[o], un[o], GE_MAIN, &d);
+        }
+        /* _backward_unary: every op but exp, log and sqrt, through x */
+        for (int o = RT_UNARY_SQRT + 1; o < AMPC_UNARY_COUNT; o++) {
+            GkDims du = da;
+            du.mode = o;
+            start(z);
+            rt_cuda_unary_backward(&cx, (RtUnaryOp)o, n, s->dt, b[2], NULL, b[1], b[3], s->acc);
+            expect_op(un_name[o], OP__backward_unary, GE_MAIN, &du);
         }
         start(z);
         rt_cuda_unary_backward(&cx, RT_UNARY_LOG, n, s->dt, b[0], NULL, b[2], b[3], s->acc);

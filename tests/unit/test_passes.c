@@ -262,7 +262,7 @@ static void test_if_else_chains(void **state)
 {
     Fx *fx = *state;
     static const char defs[] =
-        "def sign(n) {\n"
+        "def signum(n) {\n"
         "    if n < 0 { return -1 } else if n == 0 { return 0 } else if n < 10 { return 1 }\n"
         "    else { return 2 }\n"
         "}\n"
@@ -272,10 +272,10 @@ static void test_if_else_chains(void **state)
         "    if n < 0 { r = 0 } else { r = r * 1 }\n"
         "    return r\n"
         "}";
-    assert_num(eval_in(fx, defs, "", "sign(-5)"), -1);
-    assert_num(eval_in(fx, defs, "", "sign(0)"), 0);
-    assert_num(eval_in(fx, defs, "", "sign(5)"), 1);
-    assert_num(eval_in(fx, defs, "", "sign(50)"), 2);
+    assert_num(eval_in(fx, defs, "", "signum(-5)"), -1);
+    assert_num(eval_in(fx, defs, "", "signum(0)"), 0);
+    assert_num(eval_in(fx, defs, "", "signum(5)"), 1);
+    assert_num(eval_in(fx, defs, "", "signum(50)"), 2);
     assert_num(eval_in(fx, defs, "", "clamp(7) * 100 + clamp(-3) * 10 + clamp(2)"), 502);
     /* an if in the model body picks which ops are built */
     must_compile(fx, "model m(x: float32[N,2], deep=true) {\n"
