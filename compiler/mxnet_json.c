@@ -19,6 +19,7 @@
  * fix_gamma=True, eps=1e-3) they are written out.  An op ampc does not have,
  * or an attribute value it cannot honour, is refused with the node's name. */
 #include "driver.h"
+#include "../runtime/kernels/unary.h"
 #include "../runtime/settings.h"
 
 #include <errno.h>
@@ -35,8 +36,11 @@
 
 enum { ROLE_UNUSED, ROLE_DATA, ROLE_LABEL, ROLE_PARAM };
 
+enum { CAST_NONE, CAST_ONE, CAST_MULTI }; /* amp_cast, amp_multicast: read through */
+
 typedef struct {
     const char *name, *op; /* json-c strings, live as long as the root */
+    int cast;              /* CAST_*: an AMP cast, which readers see through */
     json_object *attrs[3]; /* "attrs", "attr", "param" (any may be NULL) */
     int nin;
     int *in;         /* node ids */
@@ -57,6 +61,9 @@ typedef struct {
     FILE *out;
     char prefix[16]; /* temporaries: <prefix><node id> */
 } Mx;
+
+static const char *node_attr(const MxNode *n, const char *key);
+static bool parse_int(const char *s, int64_t *out);
 
 /* ---- messages ---------------------------------------------------------------- */
 
@@ -131,9 +138,9 @@ static const struct {
     {"_DivScalar", "_div_scalar", NULL},
     {"_rdiv_scalar", "_rdiv_scalar", NULL},
     {"_RDivScalar", "_rdiv_scalar", NULL},
-    {"exp", "exp", NULL},
-    {"log", "log", NULL},
-    {"sqrt", "sqrt", NULL},
+#define MX_UNARY(N, n) {#n, #n, NULL},
+    AMPC_UNARY_LIST(MX_UNARY) /* exp, log, sqrt, sin ... rint: the same names */
+#undef MX_UNARY
     {"Cast", "Cast", NULL},
     {"cast", "Cast", NULL},
     {"softmax", "softmax", NULL},
@@ -455,10 +462,38 @@ static bool read_entry(Mx *m, json_object *e, int limit, const char *where, int 
                          limit == m->n ? "does not exist"
                                        : "does not come before the node "
                                          "reading it");
+    /* an AMP cast is read as what it casts (MXNet's RemoveAmpCast): output
+     * k of amp_multicast is its input k */
+    const MxNode *src = &m->nodes[id];
+    if (src->cast == CAST_MULTI && idx < src->nin) {
+        *out = src->in[idx];
+        return true;
+    }
     if (idx != 0)
         return file_fail(m, "%s: output %lld of node '%s': ampc's ops have one output", where,
-                         (long long)idx, m->nodes[id].name);
-    *out = (int)id;
+                         (long long)idx, src->name);
+    *out = src->cast == CAST_ONE ? src->in[0] : (int)id;
+    return true;
+}
+
+/* An AMP-converted graph (what MXNet's convert_symbol and ampc's own
+ * --emit-mxnet-json --amp write) is read as the fp32 graph it was made
+ * from: amp_cast and amp_multicast are kinds of node read_entry sees
+ * through, checked here (one input; as many outputs as inputs). */
+static bool read_cast(Mx *m, MxNode *n)
+{
+    n->cast = strcmp(n->op, "amp_cast") == 0        ? CAST_ONE
+              : strcmp(n->op, "amp_multicast") == 0 ? CAST_MULTI
+                                                    : CAST_NONE;
+    if (n->cast == CAST_ONE && n->nin != 1)
+        return node_fail(m, n, "an amp_cast with %d inputs (it casts one)", n->nin);
+    if (n->cast == CAST_MULTI) {
+        const char *k = node_attr(n, "num_outputs");
+        int64_t outs;
+        if (n->nin < 1 || !k || !parse_int(k, &outs) || outs != n->nin)
+            return node_fail(m, n, "an amp_multicast of %d inputs needs num_outputs=%d", n->nin,
+                             n->nin);
+    }
     return true;
 }
 
@@ -531,7 +566,7 @@ static bool read_node(Mx *m, int i, json_object *j)
     for (size_t k = 0; k < nin; k++)
         if (!read_entry(m, json_object_array_get_idx(in, k), i, where, &n->in[k]))
             return false;
-    return true;
+    return read_cast(m, n);
 }
 
 /* The attribute `key` of a node (attrs first, then attr, then param), or NULL. */
@@ -613,13 +648,8 @@ static bool classify(Mx *m)
                 n->kind = op_lookup(mx_ops[k].ampc);
                 n->act = mx_ops[k].act;
             }
-        if (n->kind == OP_COUNT) {
-            if (strcmp(n->op, "amp_cast") == 0 || strcmp(n->op, "amp_multicast") == 0)
-                return node_fail(m, n,
-                                 "not supported: the file holds an AMP-converted graph; "
-                                 "import the fp32 one and give --amp");
+        if (n->kind == OP_COUNT && n->cast == CAST_NONE)
             return node_fail(m, n, "not supported");
-        }
     }
     return true;
 }
@@ -671,11 +701,18 @@ static bool assign_roles(Mx *m)
             int role = !ss || ss->kind == SLOT_DATA ? ROLE_DATA
                        : ss->kind == SLOT_LABEL     ? ROLE_LABEL
                                                     : ROLE_PARAM;
-            if (v->role != ROLE_UNUSED && v->role != role)
+            /* read both by a parameter slot and as data (MXNet's AMP test:
+             * FullyConnected(x, y) + sin(y)): a parameter, which ampc's ops
+             * may also read as data (amp reads its master where it must) */
+            bool both = (v->role == ROLE_PARAM && role == ROLE_DATA) ||
+                        (v->role == ROLE_DATA && role == ROLE_PARAM);
+            if (both)
+                role = ROLE_PARAM;
+            else if (v->role != ROLE_UNUSED && v->role != role) {
+                static const char *const roles[] = {"", "data input", "label", "parameter"};
                 return node_fail(m, n, "variable '%s' is read as a %s here and as a %s by '%s'",
-                                 v->name, role == ROLE_PARAM ? "parameter" : "data input",
-                                 v->role == ROLE_PARAM ? "parameter" : "data input",
-                                 m->nodes[v->reader].name);
+                                 v->name, roles[role], roles[v->role], m->nodes[v->reader].name);
+            }
             if (v->role == ROLE_UNUSED)
                 v->reader = i;
             v->role = role;
