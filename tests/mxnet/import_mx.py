@@ -18,6 +18,8 @@
   (d) the JSON dialect: names MXNet saves with quotes, backslashes, '/'
       and non-ASCII letters import and export back; control characters are
       refused with their messages;
+  (e) MXNet's own AMP test cases (check_amp_convert_symbol, fp16 and bf16)
+      through both, and ampc's bf16 dtypes against MXNet's bf16 rewrite;
   (c) AMP decisions: for the imported ResNets, ampc's dtype for every op is
       the one amp.convert_symbol(..., cast_optional_params=True) gives, and
       ampc's cast count is at most MXNet's (both printed).
@@ -446,11 +448,121 @@ def check_amp(name, js, size):
           % (name, len(ops), "".join("\n    " + b for b in bad[:5])))
     j = json.loads(csym.tojson(remove_amp_cast=False))  # tojson() drops them by default
     mx_casts = sum(1 for n in j["nodes"] if n["op"] in ("amp_cast", "amp_multicast"))
+    # MXNet's converted symbol, casts and 16-bit variables kept, reads as the
+    # fp32 one it was made from (docs/mxnet.md, "AMP-converted files")
+    conv = path(name + "_amp-symbol.json")
+    with open(conv, "w") as f:
+        f.write(csym.tojson(remove_amp_cast=False))
+    shape = ["--input-shape", "data=1,3,%d,%d" % (size, size), "--dump=infer-types"]
+    a = run([AMPC, "--from-mxnet", conv, *shape], "ampc --from-mxnet (MXNet's AMP rewrite)")
+    b = run([AMPC, "--from-mxnet", js, *shape], "ampc --from-mxnet (fp32)")
+    strip = lambda t: [l for l in t.splitlines() if not l.startswith("model")]
+    check(a.returncode == 0 and b.returncode == 0 and strip(a.stdout) == strip(b.stdout),
+          "%s: MXNet's AMP rewrite (%d casts kept) reads as the fp32 graph" % (name, mx_casts))
     for place, d in sorted(dumps.items()):
         casts = sum(1 for dt, _, op in d.values() if op == "amp_cast")
         print("    %s casts: ampc (%s) %d, MXNet %d" % (name, place, casts, mx_casts))
         check(casts <= mx_casts, "%s: ampc's casts (%s placement, %d) are at most MXNet's (%d)"
               % (name, place, casts, mx_casts))
+
+
+def mx_dt(t):
+    """A dtype infer_type gives, as ampc's dump spells it (bfloat16 is a
+    numpy struct dtype in MXNet 1.9)."""
+    if t is None:
+        return None
+    t = np.dtype(t)
+    return "bf16" if t.names == ("bfloat16",) else MX_DT.get(t.type, str(t))
+
+
+# The ops MXNet 1.9.1's bf16 lists put in fp32 that ampc keeps in the fp16
+# lists' classes (docs/amp.md, "Against MXNet's lists"): its bf16 lists follow
+# the kernels oneDNN had, ampc has bf16 kernels for every op.
+BF16_DIFFERENCES = {"Dropout", "Flatten", "Reshape", "Concat", "broadcast_mul", "_plus_scalar",
+                    "_minus_scalar", "_rminus_scalar", "_mul_scalar", "_div_scalar", "Cast"}
+
+
+def check_mxnet_amp_cases():
+    """MXNet 1.9.1's own AMP test cases (tests/python/gpu/test_contrib_amp.py
+    and tests/python/mkl/test_contrib_amp.py, check_amp_convert_symbol), for
+    float16 and bfloat16, through MXNet's convert_symbol and through ampc:
+    FullyConnected(x, y) with y also read by sin, FullyConnected in the
+    target class and sin in fp32, with the two as heads (the test adds them,
+    which only a batch of 10 can shape); then the flag combinations MXNet
+    refuses.  docs/amp.md, "Against MXNet's lists"."""
+    x, y = mx.sym.var("x"), mx.sym.var("y")
+    z = mx.sym.FullyConnected(x, y, num_hidden=10, no_bias=True)
+    group = mx.sym.Group([z, mx.sym.sin(y)])
+    js = path("amp_case-symbol.json")
+    group.save(js)
+    for target, short in (("float16", "f16"), ("bfloat16", "bf16")):
+        conv = amp.convert_symbol(group, target_dtype=target, target_dtype_ops=["FullyConnected"],
+                                  fp32_ops=["sin"])
+        internals = conv.get_internals()
+        _, types, _ = internals.infer_type(x="float32", y="float32")
+        theirs = {o[:-len("_output")]: mx_dt(t) for o, t in zip(internals.list_outputs(), types)
+                  if o.endswith("_output")}
+        mx_casts = sum(1 for n in json.loads(conv.tojson(remove_amp_cast=False))["nodes"]
+                       if n["op"] in ("amp_cast", "amp_multicast"))
+        r = run([AMPC, "--from-mxnet", js, "--input-shape", "x=4,20", "--amp=" + target,
+                 "--amp-fp16=FullyConnected", "--amp-fp32=sin", "--batch-size=4",
+                 "--dump=cast-elide"], "ampc the AMP test case")
+        ours = parse_dump(r.stdout) if r.returncode == 0 else {}
+        casts = sum(1 for _, _, op in ours.values() if op == "amp_cast")
+        same = all(ours.get(n, (None,))[0] == theirs.get(n) for n in ("fullyconnected0", "sin0"))
+        check(r.returncode == 0 and same and theirs["fullyconnected0"] == short and
+              theirs["sin0"] == "f32" and casts <= mx_casts,
+              "MXNet's AMP test case, %s: FullyConnected %s and sin(y) fp32 in both (ampc %s, %s), "
+              "casts: ampc %d, MXNet %d" % (target, short, ours.get("fullyconnected0", ("?",))[0],
+                                           ours.get("sin0", ("?",))[0], casts, mx_casts))
+        # the combinations MXNet's test expects convert_symbol to refuse
+        cases = [(["FullyConnected"], ["elemwise_add"], None, "--amp-fp32=elemwise_add", True),
+                 (["Activation"], ["Activation"], [("Activation", "act_type", ["selu"])],
+                  "--amp-fp16=Activation", True),
+                 (["FullyConnected"], ["FullyConnected"], None,
+                  "--amp-fp16=FullyConnected --amp-fp32=FullyConnected", True),
+                 # a deliberate difference: ampc moves every Activation to fp32
+                 (["FullyConnected"], ["Activation"], [("Activation", "act_type", ["selu"])],
+                  "--amp-fp32=Activation", False)]
+        for lo, hi, cond, flags, refused in cases:
+            try:
+                amp.convert_symbol(group, target_dtype=target, target_dtype_ops=lo, fp32_ops=hi,
+                                   conditional_fp32_ops=cond)
+                mx_refused = False
+            except AssertionError:
+                mx_refused = True
+            r = subprocess.run([AMPC, "--from-mxnet", js, "--input-shape", "x=4,20",
+                                "--amp=" + target, *flags.split(), "--dump=amp"],
+                               capture_output=True, text=True, cwd=ROOT)
+            check(mx_refused and (r.returncode != 0) == refused,
+                  "%s %s: MXNet refuses target %s / fp32 %s; ampc %s" %
+                  (target, flags, lo, hi, "refuses it" if refused else
+                   "accepts it (docs/amp.md: a deliberate difference)"))
+
+
+def check_amp_bf16(name, js, size):
+    """ampc's bf16 dtypes against MXNet's bf16 convert_symbol: the same op by
+    op except the ops BF16_DIFFERENCES lists (and the ops they feed)."""
+    r = run([AMPC, "--from-mxnet", js, "--input-shape", "data=1,3,%d,%d" % (size, size),
+             "--amp=bfloat16", "--amp-placement=greedy", "--batch-size=1", "--dump=cast-elide"],
+            "ampc --amp=bfloat16")
+    if not check(r.returncode == 0, "%s: ampc --amp=bfloat16" % name):
+        return
+    ours = parse_dump(r.stdout)
+    csym = amp.convert_symbol(mx.sym.load(js), target_dtype="bfloat16", cast_optional_params=True,
+                              data_names=["data"])
+    internals = csym.get_internals()
+    _, types, _ = internals.infer_type(data="float32")
+    theirs = {o[:-len("_output")]: mx_dt(t) for o, t in zip(internals.list_outputs(), types)
+              if o.endswith("_output")}
+    ops = [(n, dt, op) for n, (dt, _, op) in ours.items() if op not in ("Input", "Param", "amp_cast")]
+    differ = [(n, op) for n, dt, op in ops if theirs.get(n) != dt]
+    check(all(op in BF16_DIFFERENCES for _, op in differ),
+          "%s --amp=bfloat16: ampc's dtype for each of its %d ops is MXNet's bf16 rewrite's, but "
+          "on the documented differences (%s)%s" % (
+              name, len(ops), ", ".join(sorted({op for _, op in differ})) or "none here",
+              "".join("\n    %s (%s): ampc %s, MXNet %s" % (n, op, ours[n][0], theirs.get(n))
+                      for n, op in differ if op not in BF16_DIFFERENCES)))
 
 
 def main():
@@ -469,6 +581,8 @@ def main():
     check_dialect()
     for name in ("resnet18_v1", "resnet50_v2"):
         check_amp(name, jsons[name], 64)
+    check_amp_bf16("resnet18_v1", jsons["resnet18_v1"], 64)
+    check_mxnet_amp_cases()
     print("import_mx.py: %d passed, %d failed" % (PASSED, FAILED))
     sys.exit(1 if FAILED else 0)
 
