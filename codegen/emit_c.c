@@ -611,8 +611,8 @@ static void emit_unary_backward_op(Cg *c, const Node *n, const KernelRow *k)
     for (const char *p = as->choices[node_enum(n, BWD_UNARY_OP)]; *p && at + 1 < sizeof mode; p++)
         mode[at++] = (char)(*p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p);
     mode[at] = 0;
-    fprintf(c->f, "%s%s(%s, %s, %s, %s, NULL, %s, %s, false);\n", I, k->cpu, mode, numelx(c, n),
-            DT, IN(1), IN(0), OUT);
+    fprintf(c->f, "%s%s(%s, %s, %s, %s, NULL, %s, %s, false);\n", I, k->cpu, mode, numelx(c, n), DT,
+            IN(1), IN(0), OUT);
 }
 
 /* x, a_min, a_max (clip) */
@@ -1038,8 +1038,9 @@ static bool check_inputs(const Graph *g)
                    "%s input '%s' is %s: a program reads its data and labels as float32 (the "
                    "data sources, --predict's .npy); declare it float32%s",
                    label ? "the label" : "the data", n->name, dtype_long(n->dtype),
-                   label ? "" : " and cast it in the model (Cast(x, dtype=float16)), or give "
-                                "--amp");
+                   label ? ""
+                         : " and cast it in the model (Cast(x, dtype=float16)), or give "
+                           "--amp");
         return false;
     }
     return true;

@@ -166,8 +166,9 @@ static bool machine_line(Diag *d, int file, int line, const char *s, size_t n, K
     if (kl == 0)
         return mfail(d, file, line, 1, "expected a key before '='%s%s", "", "");
     if (kl >= sizeof key) {
-        diag_error(d, (Loc){file, line, 1}, "a key of %zu bytes: no machine-file key is longer "
-                                            "than %zu (docs/kvstore.md)",
+        diag_error(d, (Loc){file, line, 1},
+                   "a key of %zu bytes: no machine-file key is longer "
+                   "than %zu (docs/kvstore.md)",
                    kl, sizeof key - 1);
         return false;
     }
@@ -303,8 +304,7 @@ bool kv_machine_load(Diag *d, const char *path, KvMachine *m)
     return machine_parse(d, file, m);
 }
 
-bool kv_machine_parse_text(Diag *d, const char *name, const char *text, size_t len,
-                           KvMachine *m)
+bool kv_machine_parse_text(Diag *d, const char *name, const char *text, size_t len, KvMachine *m)
 {
     return machine_parse(d, diag_add_buffer(d, name, text, len), m);
 }
@@ -730,7 +730,7 @@ static void write_plan(const Kv *v, Program *p, KvPlace k, double mib, const KvR
             o->bufs[j] = v->g[b[i].first + j].buf;
     }
     for (int i = 0; i < KV_COUNT; i++)
-        kv->step_us[i] = r->step_ms[i] < 0    ? -1
+        kv->step_us[i] = r->step_ms[i] < 0      ? -1
                          : r->step_ms[i] > 4e15 ? (int64_t)4e18 /* a thousand centuries */
                                                 : (int64_t)llround(r->step_ms[i] * 1e3);
     free(b);

@@ -48,8 +48,7 @@ typedef struct {
 bool kv_machine_load(Diag *d, const char *path, KvMachine *m);
 /* The same for the text of one (name names it in messages): the fuzz
  * target's entry (tests/fuzz/fuzz_machine.c). */
-bool kv_machine_parse_text(Diag *d, const char *name, const char *text, size_t len,
-                           KvMachine *m);
+bool kv_machine_parse_text(Diag *d, const char *name, const char *text, size_t len, KvMachine *m);
 /* A built-in description by name (its text parsed as a file is), or false
  * when there is none of that name. */
 bool kv_machine_builtin(Diag *d, const char *name, KvMachine *m);

@@ -548,8 +548,10 @@ bool rt_checkpoint_parse(const void *buf, size_t len, const char *name, RtCheckp
     if (plen != len - RT_CKPT_HEADER_BYTES) {
         /* the payload size as the header holds it: plus the header it could
          * wrap (2^64-1 was reported as 31) */
-        snprintf(err, errlen, "checkpoint %s: %s: %zu bytes, the header says a payload of %llu "
-                 "after its %d", name,
+        snprintf(err, errlen,
+                 "checkpoint %s: %s: %zu bytes, the header says a payload of %llu "
+                 "after its %d",
+                 name,
                  plen > len - RT_CKPT_HEADER_BYTES ? "truncated" : "trailing data after the end",
                  len, (unsigned long long)plen, RT_CKPT_HEADER_BYTES);
         return false;
@@ -719,9 +721,8 @@ static const float *device_order(const RtParam *p, const float *v, float *perm)
     return perm;
 }
 
-bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *prog,
-                         const char *name, FILE *warn,
-                         char *err, size_t errlen)
+bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *prog, const char *name,
+                         FILE *warn, char *err, size_t errlen)
 {
     const RtModel *m = t->m;
     if (ck->nparams != m->nparams) {
@@ -807,14 +808,18 @@ bool rt_checkpoint_apply(const RtCheckpoint *ck, RtTrainer *t, const char *prog,
     const char *sep = prog ? ": " : "";
     prog = prog ? prog : "";
     if (warn && missing)
-        fprintf(warn, "%s%swarning: checkpoint %s holds no %s for %d parameters: it starts "
-                "from zero\n", prog, sep, name, t->state2 ? "Adam state (mean, var)" : "momentum",
-                missing);
+        fprintf(warn,
+                "%s%swarning: checkpoint %s holds no %s for %d parameters: it starts "
+                "from zero\n",
+                prog, sep, name, t->state2 ? "Adam state (mean, var)" : "momentum", missing);
     if (warn && unused)
-        fprintf(warn, "%s%swarning: checkpoint %s holds %s for %d parameters that this run "
-                "does not use (%s)\n", prog, sep, name,
-                ck_adam ? "Adam state (mean, var)" : "momentum", unused,
-                t->state2 ? "Adam" : t->state ? "another optimizer" : "momentum 0");
+        fprintf(warn,
+                "%s%swarning: checkpoint %s holds %s for %d parameters that this run "
+                "does not use (%s)\n",
+                prog, sep, name, ck_adam ? "Adam state (mean, var)" : "momentum", unused,
+                t->state2  ? "Adam"
+                : t->state ? "another optimizer"
+                           : "momentum 0");
     return true;
 }
 

@@ -76,10 +76,11 @@ bool rt_loss_scaler_report(RtLossScaler *ls, bool finite, AmpcLossScale next, FI
         fflush(log);
     }
     if (now < 1.0f && old >= 1.0f && warn) {
-        fprintf(warn, "%s%swarning: AMP: the loss scale fell below 1 (to %g): the gradients "
+        fprintf(warn,
+                "%s%swarning: AMP: the loss scale fell below 1 (to %g): the gradients "
                 "overflow even unscaled, so the forward pass, the loss or the data may hold inf "
-                "or NaN (find the node with --check-numerics)\n", ls->prog ? ls->prog : "",
-                ls->prog ? ": " : "", (double)now);
+                "or NaN (find the node with --check-numerics)\n",
+                ls->prog ? ls->prog : "", ls->prog ? ": " : "", (double)now);
         fflush(warn);
     }
     return !finite;

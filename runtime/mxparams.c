@@ -61,8 +61,8 @@ float rt_mx_get(const RtMxArray *a, int64_t i)
 typedef struct {
     const unsigned char *p; /* byte 0 (moves when buf grows) */
     size_t len, at;
-    int fd;                 /* -1: p holds all len bytes */
-    unsigned char *buf;     /* fd >= 0: the first `loaded` bytes of the file */
+    int fd;             /* -1: p holds all len bytes */
+    unsigned char *buf; /* fd >= 0: the first `loaded` bytes of the file */
     size_t loaded, cap;
     const char *file;
     char *err;
@@ -347,8 +347,10 @@ static bool parse(Rd *r, RtMxList *l)
     size_t len = r->len;
     uint64_t magic, reserved, n;
     if (len < 16)
-        return fail(r, "truncated: %zu bytes, shorter than the 16-byte header of an MXNet "
-                    "NDArray file", len);
+        return fail(r,
+                    "truncated: %zu bytes, shorter than the 16-byte header of an MXNet "
+                    "NDArray file",
+                    len);
     if (!get_u64(r, &magic, "the header") || !get_u64(r, &reserved, "the header"))
         return false;
     if (magic != RT_MX_LIST_MAGIC && memcmp(r->p, RT_CKPT_MAGIC, 8) == 0)
@@ -358,8 +360,10 @@ static bool parse(Rd *r, RtMxList *l)
                     "--predict X.npy)",
                     r->file, r->file);
     if (magic != RT_MX_LIST_MAGIC)
-        return fail(r, "not an MXNet NDArray file (mx.nd.save, .params): its first 8 bytes "
-                    "are 0x%016llx, not the list magic 0x112", (unsigned long long)magic);
+        return fail(r,
+                    "not an MXNet NDArray file (mx.nd.save, .params): its first 8 bytes "
+                    "are 0x%016llx, not the list magic 0x112",
+                    (unsigned long long)magic);
     if (!get_u64(r, &n, "the array count"))
         return false;
     /* every array takes at least its 4-byte header */

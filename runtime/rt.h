@@ -387,6 +387,7 @@ void rt_clip_backward(size_t n, RtDType dt, const void *x, float lo, float hi, c
 /* exp, log, sqrt and the unary math of MXNet's AMP lists (sin ... rint), in
  * the order of kernels/unary.h's list, whose element math both the CPU and
  * the CUDA kernels use (cpu/elemwise.c asserts the two agree). */
+// clang-format off
 typedef enum {
     RT_UNARY_EXP, RT_UNARY_LOG, RT_UNARY_SQRT, RT_UNARY_SIN, RT_UNARY_COS, RT_UNARY_TAN,
     RT_UNARY_ARCSIN, RT_UNARY_ARCCOS, RT_UNARY_ARCTAN, RT_UNARY_SINH, RT_UNARY_COSH,
@@ -396,6 +397,7 @@ typedef enum {
     RT_UNARY_ERF, RT_UNARY_DEGREES, RT_UNARY_RADIANS, RT_UNARY_FLOOR, RT_UNARY_CEIL,
     RT_UNARY_ROUND, RT_UNARY_TRUNC, RT_UNARY_FIX, RT_UNARY_RINT, RT_UNARY_COUNT
 } RtUnaryOp;
+// clang-format on
 void rt_unary_forward(RtUnaryOp op, size_t n, RtDType dt, const void *x, void *y);
 /* exp and sqrt differentiate through y, log and the others through x (the
  * one not read may be NULL). */

@@ -329,8 +329,10 @@ bool rt_loss_scale_parse(const char *s, RtLossScaleConfig *c, char *err, size_t 
             num[len] = 0;
         }
         if (len >= sizeof num || !rt_parse_f64(num, 0, FLT_MAX, &x) || !(x > 0)) {
-            snprintf(err, errlen, "loss scale '%s': a static scale must be a number above 0 and "
-                     "at most 3.4028235e+38 (the largest float)", s);
+            snprintf(err, errlen,
+                     "loss scale '%s': a static scale must be a number above 0 and "
+                     "at most 3.4028235e+38 (the largest float)",
+                     s);
             return false;
         }
         c->mode = RT_LS_STATIC;
@@ -495,8 +497,7 @@ bool rt_parse_f64(const char *s, double lo, double hi, double *v)
         return false;
     errno = 0;
     double x = strtod(s, NULL);
-    if ((errno == ERANGE && (x == HUGE_VAL || x == -HUGE_VAL)) || !isfinite(x) || x < lo ||
-        x > hi)
+    if ((errno == ERANGE && (x == HUGE_VAL || x == -HUGE_VAL)) || !isfinite(x) || x < lo || x > hi)
         return false;
     *v = x;
     return true;
@@ -534,8 +535,10 @@ static bool call_float(const RtCall *c, const char *key, float *dst, const char 
     if (!rt_call_num(c, key, &v, &bad))
         return true;
     if (bad || !(fabs(v) <= FLT_MAX)) {
-        snprintf(err, errlen, "%s: %s must be a decimal number from -3.4028235e+38 to "
-                 "3.4028235e+38 (a float)", what, key);
+        snprintf(err, errlen,
+                 "%s: %s must be a decimal number from -3.4028235e+38 to "
+                 "3.4028235e+38 (a float)",
+                 what, key);
         return false;
     }
     *dst = (float)v;

@@ -317,7 +317,7 @@ void rt_clip_backward(size_t n, RtDType dt, const void *x, float lo, float hi, c
 /* ---- exp, log, sqrt and the other unary math (kernels/unary.h) ---------------- */
 
 /* rt.h spells RtUnaryOp out; kernels/unary.h's list is the order */
-#define UNARY_AGREE(N, n) \
+#define UNARY_AGREE(N, n)                                                                          \
     _Static_assert((int)RT_UNARY_##N == AMPC_UNARY_##N, "rt.h and kernels/unary.h: " #n);
 AMPC_UNARY_LIST(UNARY_AGREE)
 #undef UNARY_AGREE
@@ -333,7 +333,10 @@ void rt_unary_forward(RtUnaryOp op, size_t n, RtDType dt, const void *x, void *y
         case RT_UNARY_EXP: for (size_t i = 0; i < m; i++) r[i] = expf(v[i]); break;
         case RT_UNARY_LOG: for (size_t i = 0; i < m; i++) r[i] = logf(v[i]); break;
         case RT_UNARY_SQRT: for (size_t i = 0; i < m; i++) r[i] = sqrtf(v[i]); break;
-        default: for (size_t i = 0; i < m; i++) r[i] = ampc_unary((int)op, v[i]); break;
+        default:
+            for (size_t i = 0; i < m; i++)
+                r[i] = ampc_unary((int)op, v[i]);
+            break;
         }
         rt__commit(y, off, r, m, dt, false);
     }

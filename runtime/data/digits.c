@@ -53,7 +53,6 @@ static void digits_fill(const RtDataset *ds, RtSplit split, const int64_t *idx, 
     }
 }
 
-
 /* Parses one data row of 65 values into px[64] and *label; false with a
  * message (without the file name) otherwise. */
 static bool parse_row(char *s, float *px, float *label, char *err, size_t errlen)

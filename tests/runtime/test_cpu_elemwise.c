@@ -322,6 +322,7 @@ static void un_bwd(const TuUnary *u, size_t n, RtDType dt, const void *x, const 
 /* the unary math of MXNet's AMP lists (kernels/unary.h): references in
  * double, MXNet's definitions (round halves away from zero, rint to even,
  * fix toward zero, sign(0) = 0) */
+// clang-format off
 #define D1(name, expr) static double name(double x, double a) { (void)x, (void)a; return (expr); }
 D1(f_sin, sin(x)) D1(d_sin, cos(x)) D1(f_cos, cos(x)) D1(d_cos, -sin(x))
 D1(f_tan, tan(x)) D1(d_tan, 1 / (cos(x) * cos(x)))
@@ -378,6 +379,7 @@ static const TuUnary unary_cases[] = {
     {"fix", f_trunc, d_zero, un_fwd, un_bwd, 0, 6, false, 0, RT_UNARY_FIX},
     {"rint", f_rint, d_zero, un_fwd, un_bwd, 0, 6, false, 0, RT_UNARY_RINT},
 };
+// clang-format on
 _Static_assert(sizeof unary_cases / sizeof unary_cases[0] == RT_UNARY_COUNT,
                "a case for every unary op of kernels/unary.h");
 

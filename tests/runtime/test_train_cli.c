@@ -205,8 +205,8 @@ static void test_flags(void **state)
     RtTrainOptions o;
     rt_train_options_default(&o);
     int rc = parse(&o, ARGS("--max-steps", "100", "--epochs=3", "--batch-size", "64", "--lr", "0.5",
-                            "--momentum", "0", "--wd", "0.001", "--seed", "16", "--data",
-                            "digits", "--data-dir", "/d", "--log-interval", "10", "--threads", "2",
+                            "--momentum", "0", "--wd", "0.001", "--seed", "16", "--data", "digits",
+                            "--data-dir", "/d", "--log-interval", "10", "--threads", "2",
                             "--loss-scale", "dynamic(init=1024, backoff=0.25)", "--save-dir", "ck",
                             "--resume", "ck/m-0002.ckpt", "--eval-only", "--check-numerics",
                             "--inject-inf-at-step=7", "--inject-nan=stage1_unit1_conv1:12"));
@@ -312,9 +312,11 @@ static void test_flag_errors(void **state)
                  "--batch-size: '0' is not an integer from 1 to 2147483647");
     expect_error(ARGS("--batch-size", "12abc"), "--batch-size: '12abc'");
     expect_error(ARGS("--epochs", "99999999999"), "--epochs: '99999999999'");
-    expect_error(ARGS("--max-steps", "-5"), "--max-steps: '-5' is not an integer from 0 to 9223372036854775807");
+    expect_error(ARGS("--max-steps", "-5"),
+                 "--max-steps: '-5' is not an integer from 0 to 9223372036854775807");
     expect_error(ARGS("--momentum", "1.5"), "--momentum: '1.5' is not a number in [0, 1]");
-    expect_error(ARGS("--seed", "-1"), "--seed: '-1' is not an integer from 0 to 18446744073709551615");
+    expect_error(ARGS("--seed", "-1"),
+                 "--seed: '-1' is not an integer from 0 to 18446744073709551615");
     expect_error(ARGS("--data", "mnist"), "--data: 'mnist' is not synthetic, digits, fashion_mnist");
     expect_error(ARGS("--data", "idx(a, b, c)"), "idx() needs train_images");
     expect_error(ARGS("--data", "cifar10(\"a\", \"b\")"), "too many arguments");

@@ -173,7 +173,8 @@ static void test_minimum_and_warning(void **state)
     ls.prog = "train_tiny"; /* a warning names the program (issue 21) */
     steps(&ls, "foooo", used, tr, skip);
     assert_float_equal(ls.s.scale, 0.125, 0);
-    assert_non_null(strstr(warn_text, "train_tiny: warning: AMP: the loss scale fell below 1 (to 0.5)"));
+    assert_non_null(
+        strstr(warn_text, "train_tiny: warning: AMP: the loss scale fell below 1 (to 0.5)"));
     assert_non_null(strstr(warn_text, "--check-numerics"));
     assert_null(strstr(strstr(warn_text, "below 1") + 1, "below 1"));
     assert_non_null(strstr(log_text, "AMP: decreasing loss scale to 0.5\n"));

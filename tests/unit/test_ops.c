@@ -83,7 +83,8 @@ static const ShapeCase shape_cases[] = {
     {"Input", "x: float32[N,3,5,5]", "Activation(x, act_type=\"relu\")", "x", "[N,3,5,5]"},
     {"Param", IMG, "Convolution(x, kernel=(3,3), num_filter=8)", "conv1_weight", "[8,4,3,3]"},
     {"Convolution", IMG,
-     "Convolution(x, kernel=(3,3), stride=(2,2), pad=(1,1), dilate=(2,2), num_filter=6, num_group=2)",
+     "Convolution(x, kernel=(3,3), stride=(2,2), pad=(1,1), dilate=(2,2), num_filter=6, "
+     "num_group=2)",
      NULL, "[N,6,4,4]"},
     {"FullyConnected", "x: float32[N,3,4,5]", "FullyConnected(x, num_hidden=7)", NULL, "[N,7]"},
     {"BatchNorm", "x: float32[N,3,4,5]", "BatchNorm(x)", NULL, "[N,3,4,5]"},

@@ -516,9 +516,10 @@ static int64_t chain_probes(Fx *fx, int n)
                             "model m(data: float32[N,4]) {\n    x0 = data\n");
     for (int i = 1; i <= n; i++)
         len += (size_t)snprintf(src + len, cap - len,
-                                i % 3 == 0   ? "    x%d = relu(x%d)\n"
-                                : i % 3 == 1 ? "    x%d = Activation(x%d, act_type=\"relu\", name=\"r%d\")\n"
-                                             : "    x%d = Activation(x%d, act_type=\"relu\")\n",
+                                i % 3 == 0 ? "    x%d = relu(x%d)\n"
+                                : i % 3 == 1
+                                    ? "    x%d = Activation(x%d, act_type=\"relu\", name=\"r%d\")\n"
+                                    : "    x%d = Activation(x%d, act_type=\"relu\")\n",
                                 i, i - 1, i);
     snprintf(src + len, cap - len, "    return x%d\n}\n", n);
     int64_t probes = 0;

@@ -223,8 +223,9 @@ static void test_number_grammar(void **state)
         {"seed", "18446744073709551616", "is not an integer from 0"},
         {"batch-size", "1e2", "is not an integer from 1 to 2147483647"},
         {"loss-scale", "0x10", "loss scale '0x10'"},
-        {"loss-scale", "1e39", "a static scale must be a number above 0 and at most "
-                               "3.4028235e+38"},
+        {"loss-scale", "1e39",
+         "a static scale must be a number above 0 and at most "
+         "3.4028235e+38"},
         {"optimizer", "sgd(lr=1e39)", "lr must be a decimal number from -3.4028235e+38 to"},
         {"optimizer", "sgd(momentum=0x1)", "momentum must be a decimal number"},
         {"lr", "step(factor=0.5, steps=0x10)", "the steps must be integers >= 1"},
@@ -236,8 +237,10 @@ static void test_number_grammar(void **state)
                      e ? e : "accepted", refused[i][2]);
     }
     static const char *const accepted[][2] = {
-        {"lr", "0.1"},          {"lr", ".5"},           {"lr", "1e-3"},  {"lr", "1E+2"},
-        {"lr", "1e30"},         {"seed", "010"},        {"epochs", "0"}, {"mpi-timeout", "0.001"},
+        {"lr", "0.1"},         {"lr", ".5"},
+        {"lr", "1e-3"},        {"lr", "1E+2"},
+        {"lr", "1e30"},        {"seed", "010"},
+        {"epochs", "0"},       {"mpi-timeout", "0.001"},
         {"loss-scale", "128"}, {"max-steps", "9223372036854775807"},
     };
     for (size_t i = 0; i < sizeof accepted / sizeof accepted[0]; i++) {
@@ -248,8 +251,8 @@ static void test_number_grammar(void **state)
     RtTrainOptions o;
     rt_train_options_default(&o);
     char err[256];
-    assert_true(rt_setting_apply(&o, rt_setting_by_flag("seed"), "010", RT_FROM_FLAG, err,
-                                 sizeof err));
+    assert_true(
+        rt_setting_apply(&o, rt_setting_by_flag("seed"), "010", RT_FROM_FLAG, err, sizeof err));
     assert_true(o.seed == 10); /* decimal, not octal 8 */
     assert_int_equal(rt_decimal_len("12.5e-3,", false), 7);
     assert_int_equal(rt_decimal_len("12.5e-3,", true), 2);
