@@ -63,7 +63,7 @@ bench() {
     local cmd=("$ampc")
     [ -z "$flag" ] || cmd+=("$flag")
     cmd+=("$file")
-    if ! nodes=$("${cmd[@]}" --report 2>"$tmp/err" | sed -nE '1s/^model .*: ([0-9]+) nodes$/\1/p') ||
+    if ! nodes=$("${cmd[@]}" --report 2>"$tmp/err" | sed -nE '1s/^model .*: ([0-9]+) nodes( .*)?$/\1/p') ||
         [ -z "$nodes" ]; then
         echo "compile_time.sh: $label: ampc failed:" >&2
         head -5 "$tmp/err" >&2
@@ -85,6 +85,19 @@ bench() {
         "$(awk -v us="$us" 'BEGIN {print us / 1000}')" "$row_us_per_node" "$rss" "$n"
 }
 
+# flatness KIND LAST BASE AT BASE_AT: says how the cost per node at the
+# largest size (LAST us) compares with that at the base (BASE); status 1
+# when more than max_ratio times
+flatness() {
+    local ratio verdict=flat
+    ratio=$(awk -v a="$2" -v b="$3" 'BEGIN {printf "%.2f", a / b}')
+    if awk -v r="$ratio" -v m="$max_ratio" 'BEGIN {exit !(r > m)}'; then
+        verdict="NOT flat (more than ${max_ratio}x): look for a quadratic step (docs/performance.md)"
+        status=1
+    fi
+    echo "  $1: cost per node at $4 is ${ratio}x that at $5: $verdict"
+}
+
 echo "ampc front-end compile time: $("$ampc" --version), $(nproc) cores, median $clock of $reps runs"
 printf '%-24s %8s %9s %10s %9s %8s %4s\n' model lines nodes ms us/node "MiB" runs
 bench resnet50_v1d.sym "$root/examples/resnet50_v1d.sym"
@@ -103,13 +116,7 @@ for kind in loop unrolled from-ir; do
         last=$row_us_per_node lastn=$n
     done
     if [ -n "$base" ] && [ "$lastn" != 100 ]; then
-        ratio=$(awk -v a="$last" -v b="$base" 'BEGIN {printf "%.2f", a / b}')
-        verdict=flat
-        if awk -v r="$ratio" -v m="$max_ratio" 'BEGIN {exit !(r > m)}'; then
-            verdict="NOT flat (more than ${max_ratio}x): look for a quadratic step (docs/performance.md)"
-            status=1
-        fi
-        echo "  $kind: cost per node at $lastn blocks is ${ratio}x that at 100 blocks: $verdict"
+        flatness "$kind" "$last" "$base" "$lastn blocks" "100 blocks"
     fi
 done
 # Chains of relus imported from MXNet JSON (--from-mxnet), to the 1M-node
@@ -128,12 +135,6 @@ for n in ${BENCH_CHAIN_SIZES:-200000 999999}; do
     last=$row_us_per_node lastn=$n
 done
 if [ -n "$base" ] && [ "$lastn" != "$basen" ]; then
-    ratio=$(awk -v a="$last" -v b="$base" 'BEGIN {printf "%.2f", a / b}')
-    verdict=flat
-    if awk -v r="$ratio" -v m="$max_ratio" 'BEGIN {exit !(r > m)}'; then
-        verdict="NOT flat (more than ${max_ratio}x): look for a quadratic step (docs/performance.md)"
-        status=1
-    fi
-    echo "  chain: cost per node at $lastn nodes is ${ratio}x that at $basen: $verdict"
+    flatness chain "$last" "$base" "$lastn nodes" "$basen"
 fi
 exit $status
