@@ -61,8 +61,9 @@ typedef struct Frame {
     const char *path;   /* "" for the model body */
     int diag_frame;     /* Diag call frame, -1 for the model body */
     Var *vars;          /* newest first (did-you-mean walks them) */
-    StrMap var_index;   /* name -> index in var_ptrs: a lookup is not a walk */
-    Vec var_ptrs;       /* Var *, in the order assigned */
+    int nvars;
+    StrMap var_index;   /* past FRAME_WALK_MAX variables, name -> index in var_ptrs */
+    Vec var_ptrs;       /* Var *, once indexed */
     StrMap counters;    /* base name -> uses so far */
     Vec ops;            /* int: node ids created directly in this frame */
     const AstNode *fn;  /* the def, or NULL for the model */
@@ -148,14 +149,32 @@ static const char *suggest_text(Elab *e, const Suggest *s)
 
 /* ---- variables ----------------------------------------------------------------- */
 
-/* A frame's variables are found through a hash map: a model of n
- * statements (an imported chain of a million ops) elaborates in time
- * linear in n, not n^2 as a walk of the list did. */
+/* A frame's variables are found through a hash map once it has more than
+ * FRAME_WALK_MAX of them: a model of n statements (an imported chain of a
+ * million ops) elaborates in time linear in n, not n^2 as a walk of the
+ * list did.  A smaller frame (most calls of a recursion) walks its few
+ * variables and allocates no table. */
+enum { FRAME_WALK_MAX = 8 };
+
 static Value *lookup(Elab *e, const char *name)
 {
     Frame *f = e->frame;
-    int *k = strmap_get(&f->var_index, name);
-    return k ? &VEC_AT(f->var_ptrs, Var *, *k)->v : NULL;
+    if (f->var_index.cap) {
+        int *k = strmap_get(&f->var_index, name);
+        return k ? &VEC_AT(f->var_ptrs, Var *, *k)->v : NULL;
+    }
+    for (Var *v = f->vars; v; v = v->next) {
+        e->probes++;
+        if (strcmp(v->name, name) == 0)
+            return &v->v;
+    }
+    return NULL;
+}
+
+static void index_var(Frame *f, Var *var)
+{
+    strmap_put(&f->var_index, var->name, f->var_ptrs.len);
+    *(Var **)vec_push(&f->var_ptrs, sizeof(Var *)) = var;
 }
 
 static void assign(Elab *e, const char *name, Value v)
@@ -171,8 +190,11 @@ static void assign(Elab *e, const char *name, Value v)
     var->v = v;
     var->next = f->vars;
     f->vars = var;
-    strmap_put(&f->var_index, name, f->var_ptrs.len);
-    *(Var **)vec_push(&f->var_ptrs, sizeof(Var *)) = var;
+    if (++f->nvars == FRAME_WALK_MAX + 1)
+        for (Var *v = f->vars; v; v = v->next)
+            index_var(f, v);
+    else if (f->nvars > FRAME_WALK_MAX)
+        index_var(f, var);
 }
 
 static int next_count(Frame *f, const char *base)
