@@ -214,6 +214,12 @@ static bool read_dims(Reader *r, Node *n)
                 return false;
             if (v < 0 || v > INT32_MAX)
                 return rd_error(r, dat, "dimension out of range");
+            /* no rule makes an empty dimension and elaborate refuses one in an
+             * input: a dump that holds one is refused as the model would be
+             * (the memory planner's in-place rule assumes every tensor has
+             * bytes) */
+            if (v == 0)
+                return rd_error(r, dat, "dimension 0: every dimension is at least 1");
             d = v;
             if (r->p < r->end && *r->p == 'N') {
                 r->p++;

@@ -910,6 +910,12 @@ static void test_read_errors(void **state)
                "t.ir:4:56: error: unexpected text at the end of the line\n");
     read_fails(fx, "%1:f32[N,-4] = Activation(%0) {name=\"a\", act_type=relu}",
                "t.ir:4:10: error: dimension out of range\n");
+    /* an empty dimension, in a value's type or as a multiple of N (the fuzzed
+     * dump that reached the memory planner: f32[N,0,8,8]) */
+    read_fails(fx, "%1:f32[N,0] = Activation(%0) {name=\"a\", act_type=relu}",
+               "t.ir:4:10: error: dimension 0: every dimension is at least 1\n");
+    read_fails(fx, "%1:f32[0N,4] = Activation(%0) {name=\"a\", act_type=relu}",
+               "t.ir:4:8: error: dimension 0: every dimension is at least 1\n");
     read_fails(fx, "%1:f32[N,4] = Activation(%0) {name=\"a, act_type=relu}",
                "t.ir:4:36: error: unterminated string\n");
     read_fails(fx, "%1:f32[N,4] = Convolution(%0) {name=\"a\", kernel=(1,1,1,1,1,1,1,1,1), num_filter=1}",
