@@ -295,12 +295,16 @@ gpu-check-dry: gpu-check-pack
 # emulated in unit (tests/runtime/test_cuda_emu.c).  The library discovery smoke
 # test loads the toolkit's own cuDNN, cuBLAS(Lt) and NCCL: a fresh machine's
 # loader cache does not list the toolkit, so it is named (AMPC_CUDA_LIB_PATH).
-cuda-check: cuda $(if $(NVCC),sass-env $(BUILD)/cuda/kernel_vectorized)
+cuda-check: cuda $(if $(NVCC),$(BUILD)/cuda/kernel_vectorized)
 	@if [ -n "$(NVCC)" ]; then tests/runtime/cuda_ptx_check.sh $(NVCC) $(BUILD)/cuda && \
 	    tests/runtime/cuda_layout_ptx_check.sh $(BUILD)/cuda && \
 	    tests/runtime/cuda_state_check.sh $(BUILD)/libampccuda.a "$(CC)" && \
-	    tests/runtime/cuda_sass_check.sh $(NVCC) $(BUILD)/cuda $(SASS_ENV)/bin \
-	        $(BUILD)/cuda/kernel_vectorized && \
+	    if $(MAKE) --no-print-directory sass-env; then \
+	        tests/runtime/cuda_sass_check.sh $(NVCC) $(BUILD)/cuda $(SASS_ENV)/bin \
+	            $(BUILD)/cuda/kernel_vectorized; \
+	    elif [ "$${AMPC_REQUIRE_SASS:-0}" = 1 ]; then \
+	        echo "cuda-check: FAILED: the SASS tools' environment could not be made and AMPC_REQUIRE_SASS=1 (make sass-env)"; false; \
+	    else echo "SKIPPED: the SASS check (tests/runtime/cuda_sass_check.sh): make sass-env could not install cuobjdump and nvdisasm from PyPI (above); CI sets AMPC_REQUIRE_SASS=1"; fi && \
 	    $(MAKE) --no-print-directory $(BUILD)/cuda/cuda_device_smoke $(BUILD)/cuda/cuda_kernels_gpu \
 	        $(BUILD)/cuda/cuda_libs_smoke $(BUILD)/cuda/cuda_dnn_gpu $(BUILD)/gpu/optim_bw \
 	        $(BUILD)/cuda/cuda_dnn_offline && \
@@ -313,7 +317,9 @@ cuda-check: cuda $(if $(NVCC),sass-env $(BUILD)/cuda/kernel_vectorized)
 
 # cuobjdump and nvdisasm for the SASS check (tests/runtime/cuda_sass_check.sh):
 # NVIDIA's hash-pinned PyPI wheels in a virtual environment (the toolkit
-# here ships neither), made once; SASS_ENV/bin holds both tools.
+# here ships neither), made once; SASS_ENV/bin holds both tools.  Where PyPI
+# cannot be reached cuda-check says SKIPPED for the SASS check, as the MXNet
+# tests do without their environment, unless AMPC_REQUIRE_SASS=1 (CI).
 SASS_ENV ?= $(CURDIR)/build/sass-env
 .PHONY: sass-env
 sass-env: $(SASS_ENV)/.installed
