@@ -15,8 +15,14 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 shift
-filecheck=${FILECHECK:-/usr/lib/llvm-14/bin/FileCheck}
-if ! [ -x "$filecheck" ] && ! command -v "$filecheck" >/dev/null; then
+# $FILECHECK first, then where llvm-14-tools puts it: the make that calls this
+# may have set FILECHECK before its own deps-test installed the package (a
+# fresh machine's make check), so a FILECHECK that is not there is not final
+filecheck=
+for f in ${FILECHECK:+"$FILECHECK"} /usr/lib/llvm-14/bin/FileCheck FileCheck-14 FileCheck; do
+    if [ -x "$f" ] || command -v "$f" >/dev/null; then filecheck=$f; break; fi
+done
+if [ -z "$filecheck" ]; then
     echo "run.sh: FileCheck not found (install llvm-14-tools or set FILECHECK)" >&2
     exit 1
 fi
