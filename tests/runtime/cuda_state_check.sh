@@ -4,7 +4,9 @@
 # state"): every writable object of the CUDA runtime library (the symbols
 # objdump places in .data, .bss, .tdata or .tbss; .data.rel.ro is read-only
 # once relocated) is on the list below, or is what nvcc writes for every
-# kernel (its launch stubs' caches, the fat binary's handle).  The run state
+# kernel (its launch stubs' caches, the fat binary's handle) or what a
+# sanitizer build adds (clang's __unnamed_N: UBSan's source locations, which
+# its handlers write, in asan-check's library).  The run state
 # lives in the context the device owns (rt_cuda.h's RtCudaCtx).
 #
 # Allowed, process-wide and set once:
@@ -28,7 +30,8 @@ state() {
     for o in "$tmp/x"/*.o; do
         objdump -t "$o" | awk -v o="$(basename "$o")" '
             $0 ~ / (\.data|\.bss|\.tdata|\.tbss)/ && $0 !~ /\.data\.rel\.ro/ && $NF !~ /^\./ &&
-            $NF !~ /__device_stub__|__cudaFatCubinHandle|__fatDeviceText|__gxx_personality_v0/ {
+            $NF !~ /__device_stub__|__cudaFatCubinHandle|__fatDeviceText|__gxx_personality_v0/ &&
+            $NF !~ /^__unnamed_[0-9]+$/ {
                 print o ":" $NF
             }'
     done | sort -u
