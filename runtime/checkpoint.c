@@ -951,10 +951,14 @@ static bool is_checkpoint(const char *dir, const char *name)
     char path[4200], magic[8];
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
         return false;
-    FILE *f = fopen(path, "rb");
-    bool ck = f && fread(magic, 1, 8, f) == 8 && memcmp(magic, RT_CKPT_MAGIC, 8) == 0;
-    if (f)
-        fclose(f);
+    /* O_NONBLOCK: a FIFO of that name without a writer would block the open
+     * forever; only a regular file is read */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    struct stat st;
+    bool ck = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+              read(fd, magic, 8) == 8 && memcmp(magic, RT_CKPT_MAGIC, 8) == 0;
+    if (fd >= 0)
+        close(fd);
     return ck;
 }
 

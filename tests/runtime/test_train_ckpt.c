@@ -695,6 +695,32 @@ static void test_non_regular_input(void **state)
     assert_non_null(strstr(err, "checkpoint /dev/zero: not a regular file (a character device)"));
 }
 
+/* A FIFO in --save-dir named like an old-style checkpoint (.params) is not
+ * one and is never opened for reading in a way that blocks: the directory
+ * check answers at once and still finds the real checkpoint beside it. */
+static void test_save_dir_fifo(void **state)
+{
+    (void)state;
+    char sub[420], fifo[460], err[512];
+    snprintf(sub, sizeof sub, "%s/savefifo", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    snprintf(fifo, sizeof fifo, "%s/other-0001.params", sub);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(10); /* a hang fails the test instead of stalling it */
+    assert_true(rt_save_dir_check(sub, "tiny_mlp_f16", err, sizeof err));
+    char ck[460];
+    snprintf(ck, sizeof ck, "%s/tiny_mlp_f16-0001.ckpt", sub);
+    FILE *f = fopen(ck, "wb");
+    assert_non_null(f);
+    fclose(f);
+    assert_false(rt_save_dir_check(sub, "tiny_mlp_f16", err, sizeof err));
+    alarm(0);
+    assert_non_null(strstr(err, "holds 1 checkpoint of another run"));
+    unlink(ck);
+    unlink(fifo);
+    rmdir(sub);
+}
+
 /* A checkpoint path that is a device is written directly, never renamed
  * over (as root a rename would replace the node): a node made with mknod in
  * the scratch folder, never the real /dev. */
@@ -755,6 +781,7 @@ int main(void)
         cmocka_unit_test(test_forged_fields),
         cmocka_unit_test(test_non_regular_input),
         cmocka_unit_test(test_device_target),
+        cmocka_unit_test(test_save_dir_fifo),
     };
     return cmocka_run_group_tests_name("train_ckpt", tests, setup, teardown);
 }
