@@ -6,8 +6,9 @@
 #   tests/fuzz/run.sh BINARY SECONDS   replay, then fuzz open-ended for SECONDS (make fuzz)
 #
 # BINARY is the libFuzzer target (make build/fuzz/fuzz_frontend).  The seed
-# corpus is assembled in seeds-TARGET/ beside BINARY (build/fuzz/, remade each
-# run) from examples/*.sym,
+# corpus is assembled in seeds-TARGET-MODE/ beside BINARY (build/fuzz/, remade
+# each run; MODE is check or fuzz, so make fuzz and make fuzz-check can run at
+# once) from examples/*.sym,
 # tests/golden/**/*.{sym,ir} and tests/fuzz/corpus/* (regression inputs: every
 # crash ever found, minimised), so nothing is kept twice in git, plus the
 # dumps of the examples after every pass when build/ampc (or $AMPC) exists.
@@ -15,8 +16,10 @@
 # check: -seed=1 and a fixed -runs=FUZZ_RUNS (30,000: about a minute on 2
 # cores) from the seeds alone, without ASLR (setarch -R) or corpus reloads, so
 # two runs on the same tree execute the same inputs.
-# SECONDS: a random seed; what it learns is kept in tests/fuzz/corpus-work/
-# (ignored by git) and used as seeds next time.
+# SECONDS: a random seed; what it learns is kept in tests/fuzz/corpus-work/TARGET/
+# (ignored by git) and used as that target's seeds next time: each target's
+# own, since one target's inputs (a DSL file) mean nothing to another's reader
+# (a plan cache file) and only slow its start.
 #
 # A crash, leak, timeout (-timeout=10), out-of-memory (-rss_limit_mb=2048) or
 # sanitizer report fails the run (exit 1) and says where the reproducer went
@@ -42,7 +45,8 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/ampc-fuzz.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 # The corpus folders have fixed paths (libFuzzer's run depends on them, so a
 # random temporary name would make check mode vary); they are remade each run.
-seeds=$fuzzdir/seeds-$target
+kind=$([ "$mode" = check ] && echo check || echo fuzz)
+seeds=$fuzzdir/seeds-$target-$kind
 work=$fuzzdir/check-corpus-$target
 rm -rf "$seeds" "$work"
 mkdir -p "$seeds" "$work"
@@ -151,10 +155,10 @@ if [ "$mode" = check ]; then
     fi
     dirs=("$work" "$seeds")
 else
-    keep=$root/tests/fuzz/corpus-work
+    keep=$root/tests/fuzz/corpus-work/$target
     mkdir -p "$keep"
     flags+=("-max_total_time=$mode")
-    echo "fuzz: fuzzing for ${mode}s (new inputs kept in tests/fuzz/corpus-work/)"
+    echo "fuzz: fuzzing for ${mode}s (new inputs kept in tests/fuzz/corpus-work/$target/)"
     dirs=("$keep" "$seeds")
 fi
 log=$tmp/fuzz.log
