@@ -65,9 +65,10 @@ typedef struct RtCudaDnn {
     AmpcPlanCache cache;  /* ConvPlan (or, offline, ConvCheck) by shape */
     ConvCheck **checks;   /* the offline check's distinct convolutions, in order */
     size_t nchecks, checks_cap;
-    /* autotune's one shared scratch (x, w, y, workspace), grown to the largest asked */
-    void *scratch[4];
-    size_t scratch_bytes[4];
+    /* autotune's one shared scratch (x, w, y, workspace, statistics), grown to the
+     * largest asked */
+    void *scratch[5];
+    size_t scratch_bytes[5];
     AmpcPlanFile *plans;   /* --cudnn-plan-cache; NULL without */
     AmpcTuneEnv env;       /* what the file's entries are valid for */
     long timed, from_file; /* candidates timed; plans the file gave */
@@ -80,7 +81,8 @@ typedef struct RtCudaDnn {
 #define ATTR_OPERATIONGRAPH_HANDLE ((cudnnBackendAttributeName_t)800)
 #define ATTR_EXECUTION_PLAN_HANDLE ((cudnnBackendAttributeName_t)400)
 
-enum { UID_X = 1, UID_W = 2, UID_Y = 3, MAX_CANDIDATES = 16 };
+/* the statistics' sum and sum of squares: one buffer of 2 x k floats */
+enum { UID_X = 1, UID_W = 2, UID_Y = 3, UID_SUM = 4, UID_SQSUM = 5, MAX_CANDIDATES = 16 };
 
 static const char *pass_name(RtPass pass)
 {
@@ -203,24 +205,44 @@ static Desc operation(Build *b, RtPass pass, Desc x, Desc w, Desc y, Desc conv, 
     return op;
 }
 
-/* One convolution's operation graph and what it is made of.  Built without a
+/* The generation of y's per-channel statistics (cuDNN's GEN_STATS in
+ * SUM_SQSUM mode, fp32 arithmetic): sum and sqsum of every element of a
+ * channel, what BatchNorm's training forward would otherwise read y again for */
+static Desc gen_stats(Build *b, Desc y, Desc sum, Desc sqsum)
+{
+    Desc op = make(b, CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
+    cudnnGenStatsMode_t mode = CUDNN_GENSTATS_SUM_SQSUM;
+    cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+    SET(b, op, CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &mode);
+    SET(b, op, CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
+    SET(b, op, CUDNN_ATTR_OPERATION_GENSTATS_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    SET(b, op, CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &sum);
+    SET(b, op, CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &sqsum);
+    finalize(b, op);
+    return op;
+}
+
+/* One convolution's operation graph and what it is made of: the
+ * convolution, and for a forward with statistics (rt_cuda_conv_forward_stats)
+ * the generation of y's statistics after it, in one graph.  Built without a
  * handle (none exists in the offline check); the handle is attached when one
  * exists, as cuDNN 9.0's graphs still expected. */
 typedef struct {
     Desc x, w, y, conv, op, graph;
+    Desc sum, sqsum, stats; /* NULL without statistics */
 } ConvGraph;
 
 static void conv_graph_drop(Dnn *dn, ConvGraph *cg)
 {
-    drop(dn, cg->graph), drop(dn, cg->op), drop(dn, cg->conv), drop(dn, cg->x), drop(dn, cg->w),
-        drop(dn, cg->y);
+    drop(dn, cg->graph), drop(dn, cg->stats), drop(dn, cg->op), drop(dn, cg->conv), drop(dn, cg->x),
+        drop(dn, cg->w), drop(dn, cg->y), drop(dn, cg->sum), drop(dn, cg->sqsum);
     memset(cg, 0, sizeof *cg);
 }
 
 /* false (nothing left allocated) with the library's message in
- * ampc_api_last_error() */
+ * ampc_api_last_error(); stats: the forward with y's statistics (g->stats) */
 static bool conv_graph(Dnn *dn, const AmpcConvGeom *g, RtDType dt, RtPass pass, bool acc,
-                       ConvGraph *cg)
+                       bool stats, ConvGraph *cg)
 {
     Build b = {true, &dn->F};
     memset(cg, 0, sizeof *cg);
@@ -228,10 +250,17 @@ static bool conv_graph(Dnn *dn, const AmpcConvGeom *g, RtDType dt, RtPass pass, 
     cg->y = tensor(&b, &g->y, UID_Y, dt), cg->conv = conv_desc(&b, g);
     /* the operation's x/w/y are the pass's: dx for backward-data, dw for backward-filter */
     cg->op = operation(&b, pass, cg->x, cg->w, cg->y, cg->conv, acc);
+    Desc ops[2] = {cg->op, NULL};
+    if (stats) {
+        cg->sum = tensor(&b, &g->stats, UID_SUM, RT_F32);
+        cg->sqsum = tensor(&b, &g->stats, UID_SQSUM, RT_F32);
+        ops[1] = cg->stats = gen_stats(&b, cg->y, cg->sum, cg->sqsum);
+    }
     cg->graph = make(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     if (dn->handle)
         SET(&b, cg->graph, ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &dn->handle);
-    SET(&b, cg->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cg->op);
+    SET(&b, cg->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, stats ? 2 : 1,
+        ops);
     finalize(&b, cg->graph);
     if (!b.ok)
         conv_graph_drop(dn, cg);
@@ -351,15 +380,18 @@ static bool engine_notes(Dnn *dn, Desc ecfg, int64_t *index, unsigned *bits, boo
 }
 
 /* A variant pack of x, w, y (in the operation's roles: dx or dw is an
- * output, const only here) and the workspace; NULL when cuDNN refuses it */
-static Desc variant_pack(Dnn *dn, const void *x, const void *w, const void *y, void *ws)
+ * output, const only here), the statistics (sum then sqsum, k floats each;
+ * NULL: none) and the workspace; NULL when cuDNN refuses it */
+static Desc variant_pack(Dnn *dn, const void *x, const void *w, const void *y, float *stats,
+                         int64_t k, void *ws)
 {
-    int64_t uids[3] = {UID_X, UID_W, UID_Y};
-    void *ptrs[3] = {(void *)x, (void *)w, (void *)y};
+    int64_t uids[5] = {UID_X, UID_W, UID_Y, UID_SUM, UID_SQSUM};
+    void *ptrs[5] = {(void *)x, (void *)w, (void *)y, stats, stats ? stats + k : NULL};
+    int64_t n = stats ? 5 : 3;
     Build b = {true, &dn->F};
     Desc vp = make(&b, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-    SET(&b, vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
-    SET(&b, vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
+    SET(&b, vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
+    SET(&b, vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
     SET(&b, vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
     finalize(&b, vp);
     if (!b.ok) {
@@ -411,12 +443,14 @@ static void *scratch(Dnn *dn, int i, size_t bytes)
 /* runs plan p at the call site of these pointers: its variant pack made
  * on the site's first call, then reused (a pack per call costs host time
  * on every one of a step's calls) */
-static void execute(Dnn *dn, ConvPlan *p, const void *x, const void *w, const void *y, void *ws)
+static void execute_stats(Dnn *dn, ConvPlan *p, const void *x, const void *w, const void *y,
+                          float *stats, void *ws)
 {
-    const void *site[4] = {x, w, y, ws};
+    const void *site[AMPC_SITE_PTRS] = {x, w, y, ws, stats};
     Desc vp = ampc_site_get(&p->sites, site);
     if (!vp) {
-        if (!(vp = variant_pack(dn, x, w, y, ws)) || !ampc_site_put(&p->sites, site, vp)) {
+        if (!(vp = variant_pack(dn, x, w, y, stats, p->g.stats.dims[1], ws)) ||
+            !ampc_site_put(&p->sites, site, vp)) {
             fprintf(stderr, "ampc: cuDNN variant pack: %s\n",
                     vp ? "out of memory" : ampc_api_last_error());
             exit(1);
@@ -425,12 +459,19 @@ static void execute(Dnn *dn, ConvPlan *p, const void *x, const void *w, const vo
     run_plan(dn, p->plan, vp, false);
 }
 
+static void execute(Dnn *dn, ConvPlan *p, const void *x, const void *w, const void *y, void *ws)
+{
+    execute_stats(dn, p, x, w, y, NULL, ws);
+}
+
 /* one warm-up run and one timed run on the scratch, in ms (inf when a run fails) */
-static float time_plan(Dnn *dn, Desc plan, const AmpcConvGeom *g, RtDType dt, size_t ws)
+static float time_plan(Dnn *dn, Desc plan, const AmpcConvGeom *g, RtDType dt, bool stats, size_t ws)
 {
     void *x = scratch(dn, 0, desc_bytes(&g->x, dt)), *w = scratch(dn, 1, desc_bytes(&g->w, dt));
     void *y = scratch(dn, 2, desc_bytes(&g->y, dt)), *wsp = scratch(dn, 3, ws);
-    Desc vp = variant_pack(dn, x, w, y, wsp);
+    int64_t k = g->stats.dims[1];
+    float *st = stats ? scratch(dn, 4, 2 * desc_bytes(&g->stats, RT_F32)) : NULL;
+    Desc vp = variant_pack(dn, x, w, y, st, k, wsp);
     if (!run_plan(dn, plan, vp, true)) { /* warm-up */
         drop(dn, vp);
         return INFINITY;
@@ -466,6 +507,7 @@ typedef struct {
     Desc *cfgs, *plans;
     const AmpcConvGeom *g;
     RtDType dt;
+    bool stats; /* the graph generates y's statistics too */
 } Tuning;
 
 static bool tune_build(void *ctx, int i, size_t *ws)
@@ -497,7 +539,7 @@ static float tune_time(void *ctx, int i)
     AMPC_CHECK(AMPC_API_CUDNN,
                t->dn->F.GetAttribute(t->plans[i], CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                      CUDNN_TYPE_INT64, 1, &one, &bytes));
-    return time_plan(t->dn, t->plans[i], t->g, t->dt, (size_t)bytes);
+    return time_plan(t->dn, t->plans[i], t->g, t->dt, t->stats, (size_t)bytes);
 }
 
 static void tune_drop(void *ctx, int i)
@@ -510,7 +552,7 @@ static void tune_drop(void *ctx, int i)
 /* The candidates of one heuristic mode (0: A, 1: the fallback list) for the
  * convolution of key: the chosen plan (p->plan NULL when none), through the
  * plan cache file when there is one. */
-static void pick(Dnn *dn, Desc graph, int mode, const AmpcConvGeom *g, RtDType dt,
+static void pick(Dnn *dn, Desc graph, int mode, const AmpcConvGeom *g, RtDType dt, bool stats,
                  const AmpcPlanKey *key, Pick *p)
 {
     Desc heur = heuristic(dn, graph, mode ? CUDNN_HEUR_MODE_FALLBACK : CUDNN_HEUR_MODE_A);
@@ -546,7 +588,7 @@ static void pick(Dnn *dn, Desc graph, int mode, const AmpcConvGeom *g, RtDType d
     const AmpcTuneEntry *hit = dn->plans ? ampc_planfile_find(dn->plans, key, &dn->env) : NULL;
     if (hit && hit->mode != mode)
         hit = NULL;
-    Tuning t = {dn, usable, plans, g, dt};
+    Tuning t = {dn, usable, plans, g, dt, stats};
     const AmpcTuneOps ops = {tune_build, tune_time, tune_drop};
     AmpcTuneResult r;
     ampc_tune_choose(cand, nc, dt, &policy, &ops, &t, hit ? (int)hit->candidate : -1,
@@ -583,12 +625,27 @@ static Dnn *dnn_of(RtCudaCtx *cx)
 
 static const char *node_name(const char *node) { return node ? node : "(unnamed)"; }
 
+/* the plan-cache key of a convolution's variant: accumulating, or a forward
+ * generating y's statistics too (in the last slot, which ampc_conv_key
+ * leaves 0) */
+static void variant_key(const RtConvDims *d, RtDType dt, RtPass pass, bool acc, bool stats,
+                        AmpcPlanKey *key)
+{
+    ampc_conv_key(d, dt, pass, key);
+    key->v[AMPC_KEY_LEN - 1] = (int64_t)acc | (int64_t)stats << 1;
+}
+
+static const char *variant_name(RtPass pass, bool stats)
+{
+    return stats ? "forward (with statistics)" : pass_name(pass);
+}
+
 /* the cached plan of a shape, chosen now when it is new */
-static ConvPlan *conv_plan(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass, bool acc)
+static ConvPlan *conv_plan_of(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass, bool acc,
+                              bool stats)
 {
     AmpcPlanKey key;
-    ampc_conv_key(d, dt, pass, &key);
-    key.v[AMPC_KEY_LEN - 1] = acc; /* a slot ampc_conv_key leaves 0 */
+    variant_key(d, dt, pass, acc, stats, &key);
     ConvPlan *p = ampc_cache_get(&dn->cache, &key);
     if (p)
         return p;
@@ -606,15 +663,15 @@ static ConvPlan *conv_plan(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass
     p->xbytes = p->g.pad_bytes ? ampc_padded_bytes(p->xrows, p->g.c, dt) : 0;
 
     ConvGraph cg;
-    if (!conv_graph(dn, &p->g, dt, pass, acc, &cg)) {
+    if (!conv_graph(dn, &p->g, dt, pass, acc, stats, &cg)) {
         fprintf(stderr, "ampc: node '%s': the %s convolution's cuDNN graph: %s\n",
-                node_name(d->node), pass_name(pass), ampc_api_last_error());
+                node_name(d->node), variant_name(pass, stats), ampc_api_last_error());
         exit(1);
     }
     Pick a = {0}, fb = {0};
-    pick(dn, cg.graph, 0, &p->g, dt, &key, &a);
+    pick(dn, cg.graph, 0, &p->g, dt, stats, &key, &a);
     if (!a.plan) /* none left: the fallback list, then a stop naming the node */
-        pick(dn, cg.graph, 1, &p->g, dt, &key, &fb);
+        pick(dn, cg.graph, 1, &p->g, dt, stats, &key, &fb);
     conv_graph_drop(dn, &cg);
     Pick *got = a.plan ? &a : &fb;
     if (!got->plan) {
@@ -623,7 +680,7 @@ static ConvPlan *conv_plan(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass
                 "ampc: node '%s': cuDNN has no engine for the %s convolution (n %d, c %d, k %d, "
                 "groups %d, %d-D, %s) within the workspace limit of %zu bytes: %d candidates "
                 "proposed, %d refused by the engine rule (%s; --cudnn-fp32=%s%s)%s%s\n",
-                node_name(d->node), pass_name(pass), d->n, d->c, d->k, d->groups, d->nsp,
+                node_name(d->node), variant_name(pass, stats), d->n, d->c, d->k, d->groups, d->nsp,
                 rt_dtype_name(dt), dn->cx->cfg.workspace_limit, a.proposed + fb.proposed,
                 a.refused + fb.refused,
                 ampc_note_names(a.refused_notes | fb.refused_notes, notes, sizeof notes),
@@ -640,6 +697,11 @@ static ConvPlan *conv_plan(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass
     return p;
 }
 
+static ConvPlan *conv_plan(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass, bool acc)
+{
+    return conv_plan_of(dn, d, dt, pass, acc, false);
+}
+
 /* ---- the offline check (--cudnn-check: no GPU, no handle) -------------------------- */
 
 /* One distinct convolution checked: the first node that asked for it. */
@@ -650,11 +712,11 @@ struct ConvCheck {
     char err[384];
 };
 
-static void check_describe(const AmpcConvGeom *g, RtDType dt, RtPass pass, bool acc, char *out,
-                           size_t len)
+static void check_describe(const AmpcConvGeom *g, RtDType dt, RtPass pass, bool acc, bool stats,
+                           char *out, size_t len)
 {
     const AmpcTensorDesc *t[3] = {&g->x, &g->w, &g->y};
-    int at = snprintf(out, len, "%s%s %s %s", pass_name(pass), acc ? " (accumulate)" : "",
+    int at = snprintf(out, len, "%s%s %s %s", variant_name(pass, stats), acc ? " (accumulate)" : "",
                       rt_dtype_name(dt), g->layout == AMPC_NHWC ? "nhwc" : "nchw");
     for (int k = 0; k < 3 && at > 0 && (size_t)at < len; k++) {
         at += snprintf(out + at, len - (size_t)at, " %c[", "xwy"[k]);
@@ -669,8 +731,9 @@ static void check_describe(const AmpcConvGeom *g, RtDType dt, RtPass pass, bool 
                        (long long)g->stride[i], (long long)g->pad[i], (long long)g->dilate[i]);
 }
 
-bool rt_cuda_dnn_check_geom(RtCudaCtx *cx, const char *node, const AmpcConvGeom *g, RtDType dt,
-                            RtPass pass, bool acc, int64_t candidates[2], char *err, size_t errlen)
+static bool check_geom(RtCudaCtx *cx, const char *node, const AmpcConvGeom *g, RtDType dt,
+                       RtPass pass, bool acc, bool stats, int64_t candidates[2], char *err,
+                       size_t errlen)
 {
     candidates[0] = candidates[1] = -1;
     Dnn *dn = cx ? cx->dnn : NULL;
@@ -678,38 +741,53 @@ bool rt_cuda_dnn_check_geom(RtCudaCtx *cx, const char *node, const AmpcConvGeom 
         snprintf(err, errlen, "node '%s': cuDNN is not open", node_name(node));
         return false;
     }
-    const AmpcTensorDesc *t[3] = {&g->x, &g->w, &g->y};
+    const AmpcTensorDesc *t[4] = {&g->x, &g->w, &g->y, &g->stats};
+    static const char *const names[4] = {"x", "w", "y", "statistics"};
     char why[256];
-    for (int k = 0; k < 3; k++)
-        if (!ampc_desc_check(t[k], g->layout, why, sizeof why)) {
-            snprintf(err, errlen, "node '%s': the %s convolution's %c: %s", node_name(node),
-                     pass_name(pass), "xwy"[k], why);
+    for (int k = 0; k < (stats ? 4 : 3); k++)
+        if (!(k < 3 ? ampc_desc_check(t[k], g->layout, why, sizeof why)
+                    : ampc_stats_check(g, why, sizeof why))) {
+            snprintf(err, errlen, "node '%s': the %s convolution's %s: %s", node_name(node),
+                     variant_name(pass, stats), names[k], why);
             return false;
         }
     ConvGraph cg;
-    if (!conv_graph(dn, g, dt, pass, acc, &cg)) {
+    if (!conv_graph(dn, g, dt, pass, acc, stats, &cg)) {
         snprintf(err, errlen, "node '%s': the %s convolution's cuDNN graph is refused: %s",
-                 node_name(node), pass_name(pass), ampc_api_last_error());
+                 node_name(node), variant_name(pass, stats), ampc_api_last_error());
         return false;
     }
     candidates[0] = heuristic_count(dn, cg.graph, CUDNN_HEUR_MODE_A);
     candidates[1] = heuristic_count(dn, cg.graph, CUDNN_HEUR_MODE_FALLBACK);
     conv_graph_drop(dn, &cg);
     if (candidates[0] < 1 && candidates[1] < 1) {
-        snprintf(err, errlen, "node '%s': cuDNN's heuristics propose no engine for the %s "
-                 "convolution%s%s", node_name(node), pass_name(pass),
-                 ampc_api_last_error()[0] ? ": " : "", ampc_api_last_error());
+        snprintf(err, errlen,
+                 "node '%s': cuDNN's heuristics propose no engine for the %s "
+                 "convolution%s%s",
+                 node_name(node), variant_name(pass, stats), ampc_api_last_error()[0] ? ": " : "",
+                 ampc_api_last_error());
         return false;
     }
     return true;
 }
 
+bool rt_cuda_dnn_check_geom(RtCudaCtx *cx, const char *node, const AmpcConvGeom *g, RtDType dt,
+                            RtPass pass, bool acc, int64_t candidates[2], char *err, size_t errlen)
+{
+    return check_geom(cx, node, g, dt, pass, acc, false, candidates, err, errlen);
+}
+
+bool rt_cuda_dnn_check_stats_geom(RtCudaCtx *cx, const char *node, const AmpcConvGeom *g,
+                                  RtDType dt, int64_t candidates[2], char *err, size_t errlen)
+{
+    return check_geom(cx, node, g, dt, RT_PASS_FORWARD, false, true, candidates, err, errlen);
+}
+
 /* the sizer's job in the offline check: each distinct convolution once */
-static void check_conv(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass, bool acc)
+static void check_conv(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass, bool acc, bool stats)
 {
     AmpcPlanKey key;
-    ampc_conv_key(d, dt, pass, &key);
-    key.v[AMPC_KEY_LEN - 1] = acc;
+    variant_key(d, dt, pass, acc, stats, &key);
     if (ampc_cache_get(&dn->cache, &key))
         return;
     ConvCheck *c = calloc(1, sizeof *c);
@@ -729,11 +807,10 @@ static void check_conv(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass, bo
     char why[256];
     c->ok = ampc_conv_geom(d, dt, pass, &g, why, sizeof why);
     if (c->ok) {
-        check_describe(&g, dt, pass, acc, c->what, sizeof c->what);
-        c->ok =
-            rt_cuda_dnn_check_geom(dn->cx, d->node, &g, dt, pass, acc, cand, c->err, sizeof c->err);
+        check_describe(&g, dt, pass, acc, stats, c->what, sizeof c->what);
+        c->ok = check_geom(dn->cx, d->node, &g, dt, pass, acc, stats, cand, c->err, sizeof c->err);
     } else {
-        snprintf(c->what, sizeof c->what, "%s %s", pass_name(pass), rt_dtype_name(dt));
+        snprintf(c->what, sizeof c->what, "%s %s", variant_name(pass, stats), rt_dtype_name(dt));
         snprintf(c->err, sizeof c->err, "node '%s': %s", c->node, why);
     }
     c->cand_a = cand[0], c->cand_fallback = cand[1];
@@ -770,14 +847,14 @@ size_t rt_cuda_conv_workspace_bytes(RtCudaCtx *cx, const RtConvDims *d, RtDType 
 {
     Dnn *dn = cx->dnn;
     if (cx->offline && dn) {
-        check_conv(dn, d, dt, pass, false);
+        check_conv(dn, d, dt, pass, false, false);
         RtConvDims n = *d;
         AmpcConvGeom g;
         char e[64];
         /* the sizer plans the accumulating variant where no padding intervenes */
         if (pass != RT_PASS_FORWARD && rt_conv_dims_init(&n) &&
             ampc_conv_geom(&n, dt, pass, &g, e, sizeof e) && !g.pad_bytes)
-            check_conv(dn, d, dt, pass, true);
+            check_conv(dn, d, dt, pass, true, false);
         return 0;
     }
     dn = dnn_of(cx);
@@ -793,8 +870,7 @@ size_t rt_cuda_conv_workspace_bytes(RtCudaCtx *cx, const RtConvDims *d, RtDType 
 static ConvPlan *cached_plan(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass, bool accumulate)
 {
     AmpcPlanKey key;
-    ampc_conv_key(d, dt, pass, &key);
-    key.v[AMPC_KEY_LEN - 1] = accumulate;
+    variant_key(d, dt, pass, accumulate, false, &key);
     return dn && !dn->cx->offline ? ampc_cache_get(&dn->cache, &key) : NULL;
 }
 
@@ -822,19 +898,27 @@ static void bias_shape(const ConvPlan *p, const RtConvDims *d, size_t *outer, si
     *inner = last ? 1 : (size_t)p->yinner;
 }
 
+/* the forward's x and w: the channel-padded copies at the front of ws when
+ * the plan pads */
+static void forward_inputs(RtCudaCtx *cx, const ConvPlan *p, const RtConvDims *d, RtDType dt,
+                           const void **x, const void **w, char *pad)
+{
+    if (!p->g.pad_bytes)
+        return;
+    AMPC_CHECK(AMPC_API_CUDA,
+               ampc_cu_pad_channels(cx->stream, (size_t)p->xrows, d->c, p->g.c, idt(dt), *x, pad));
+    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cx->stream, (size_t)p->wrows, d->c, p->g.c,
+                                                   idt(dt), *w, pad + p->xbytes));
+    *x = pad, *w = pad + p->xbytes;
+}
+
 void rt_cuda_conv_forward(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const void *x,
                           const void *w, const void *bias, void *y, void *ws)
 {
     Dnn *dn = dnn_of(cx);
     ConvPlan *p = conv_plan(dn, d, dt, RT_PASS_FORWARD, false);
     char *pad = ws;
-    if (p->g.pad_bytes) {
-        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cx->stream, (size_t)p->xrows, d->c, p->g.c,
-                                                       idt(dt), x, pad));
-        AMPC_CHECK(AMPC_API_CUDA, ampc_cu_pad_channels(cx->stream, (size_t)p->wrows, d->c, p->g.c,
-                                                       idt(dt), w, pad + p->xbytes));
-        x = pad, w = pad + p->xbytes;
-    }
+    forward_inputs(cx, p, d, dt, &x, &w, pad);
     execute(dn, p, x, w, y, pad + p->g.pad_bytes);
     if (bias) {
         size_t outer, inner;
@@ -842,6 +926,29 @@ void rt_cuda_conv_forward(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const 
         AMPC_CHECK(AMPC_API_CUDA,
                    ampc_cu_bias_add(cx->stream, outer, d->k, inner, idt(dt), y, bias));
     }
+}
+
+/* ---- the convolution with its statistics (prepared, not enabled: docs/backend-cuda.md) -- */
+
+size_t rt_cuda_conv_stats_workspace_bytes(RtCudaCtx *cx, const RtConvDims *d, RtDType dt)
+{
+    Dnn *dn = cx->dnn;
+    if (cx->offline && dn) {
+        check_conv(dn, d, dt, RT_PASS_FORWARD, false, true);
+        return 0;
+    }
+    ConvPlan *p = conv_plan_of(dnn_of(cx), d, dt, RT_PASS_FORWARD, false, true);
+    return p->g.pad_bytes + p->ws;
+}
+
+void rt_cuda_conv_forward_stats(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const void *x,
+                                const void *w, void *y, float *stats, void *ws)
+{
+    Dnn *dn = dnn_of(cx);
+    ConvPlan *p = conv_plan_of(dn, d, dt, RT_PASS_FORWARD, false, true);
+    char *pad = ws;
+    forward_inputs(cx, p, d, dt, &x, &w, pad);
+    execute_stats(dn, p, x, w, y, stats, pad + p->g.pad_bytes);
 }
 
 void rt_cuda_conv_backward_data(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const void *w,
@@ -1045,7 +1152,7 @@ void rt_cuda_dnn_shutdown(RtCudaCtx *cx)
     }
     if (dn->handle)
         AMPC_CHECK(AMPC_API_CUDA, cudaStreamSynchronize(cx->stream));
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (dn->scratch[i])
             AMPC_CHECK(AMPC_API_CUDA, cudaFree(dn->scratch[i]));
     if (dn->handle)

@@ -103,7 +103,8 @@ bool ampc_conv_geom(const RtConvDims *din, RtDType dt, RtPass pass, AmpcConvGeom
     int64_t cg = g->c / d.groups;
     if (!fill_desc(&g->x, d.n, g->c, g->nsp, in, g->layout) ||
         !fill_desc(&g->w, d.k, cg, g->nsp, ker, g->layout) ||
-        !fill_desc(&g->y, d.n, d.k, g->nsp, out, g->layout)) {
+        !fill_desc(&g->y, d.n, d.k, g->nsp, out, g->layout) ||
+        !fill_desc(&g->stats, 1, d.k, g->nsp, (int64_t[3]){1, 1, 1}, g->layout)) {
         snprintf(err, errlen, "convolution: a tensor of more than 2^63 elements");
         return false;
     }
@@ -144,6 +145,23 @@ bool ampc_desc_check(const AmpcTensorDesc *t, AmpcLayout lay, char *err, size_t 
                      lay == AMPC_NHWC ? "NHWC" : "NCHW");
     }
     return ok;
+}
+
+bool ampc_stats_check(const AmpcConvGeom *g, char *err, size_t errlen)
+{
+    const AmpcTensorDesc *t = &g->stats;
+    bool ok = t->nd == g->y.nd && t->dims[0] == 1 && t->dims[1] == g->y.dims[1];
+    for (int i = 2; ok && i < t->nd; i++)
+        ok = t->dims[i] == 1;
+    if (!ok) {
+        snprintf(err, errlen,
+                 "dims [%lld,%lld,...] (%d-D) for a %d-D y of %lld channels: not "
+                 "one sum per channel",
+                 (long long)t->dims[0], (long long)t->dims[1], t->nd, g->y.nd,
+                 (long long)g->y.dims[1]);
+        return false;
+    }
+    return ampc_desc_check(t, g->layout, err, errlen);
 }
 
 /* ---- keys and the cache ------------------------------------------------------ */

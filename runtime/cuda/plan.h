@@ -63,6 +63,10 @@ typedef struct AmpcConvGeom {
     int c;     /* channels as cuDNN sees them (padded) */
     int nsp;   /* spatial axes as cuDNN sees them: 2 or 3 */
     AmpcTensorDesc x, w, y;
+    /* y's per-channel statistics as a fused generation of statistics writes
+     * them (rt_cuda_conv_forward_stats): [1, k, 1...] fp32, packed in the
+     * layout, one for the sum and one for the sum of squares */
+    AmpcTensorDesc stats;
     int64_t pad[3], stride[3], dilate[3];
     /* padding buffers carved from the front of the workspace (0: none):
      * the padded x (forward, backward-filter), w (forward, backward-data),
@@ -78,6 +82,12 @@ bool ampc_conv_geom(const RtConvDims *d, RtDType dt, RtPass pass, AmpcConvGeom *
  * dims in layout lay (what the kernels and the memory plan assume; cuDNN
  * itself accepts overlapping strides such as a 0) */
 bool ampc_desc_check(const AmpcTensorDesc *t, AmpcLayout lay, char *err, size_t errlen);
+
+/* false with a message unless g->stats is what a generation of y's
+ * statistics writes: [1, k, 1...] of y's rank, k y's channels, packed in
+ * g->layout.  cuDNN's own finalize and heuristics accept any dims there
+ * without a GPU (cuda_dnn_offline shows it), so the offline check asks this. */
+bool ampc_stats_check(const AmpcConvGeom *g, char *err, size_t errlen);
 
 /* the plan-cache key: dims, dtype, layout, pass, one int64 each */
 #define AMPC_KEY_LEN 24

@@ -118,6 +118,18 @@ void rt_cuda_conv_backward_data(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, 
                                 const void *dy, void *dx, bool accumulate, void *ws);
 void rt_cuda_conv_backward_weight(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const void *x,
                                   const void *dy, void *dw, void *dbias, bool accumulate, void *ws);
+/* The forward fused with the generation of y's per-channel statistics in one
+ * cuDNN operation graph (GEN_STATS, SUM_SQSUM, fp32): y as
+ * rt_cuda_conv_forward writes it (no bias), stats[0, k) the sum of each
+ * channel's elements of y, stats[k, 2k) the sum of their squares, in fp32 and
+ * in cuDNN's order.  BatchNorm's training forward from these sums
+ * (rt_cuda_batchnorm_forward_train_sums) then reads y once instead of twice.
+ * Prepared, not enabled: no program calls it until a GPU run shows it
+ * correct (docs/backend-cuda.md, "The convolution with BatchNorm's
+ * statistics"); its descriptors are checked offline (cuda_dnn_offline). */
+size_t rt_cuda_conv_stats_workspace_bytes(RtCudaCtx *cx, const RtConvDims *d, RtDType dt);
+void rt_cuda_conv_forward_stats(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const void *x,
+                                const void *w, void *y, float *stats, void *ws);
 /* which engine the cached plan of a shape uses (-1 when none yet), for logs */
 long rt_cuda_conv_engine(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, RtPass pass,
                          bool accumulate);
@@ -156,6 +168,10 @@ size_t rt_cuda_blas_check_count(RtCudaCtx *cx);
 bool rt_cuda_dnn_check_geom(RtCudaCtx *cx, const char *node, const struct AmpcConvGeom *g,
                             RtDType dt, RtPass pass, bool acc, int64_t candidates[2], char *err,
                             size_t errlen);
+/* the same for the forward with statistics (rt_cuda_conv_forward_stats):
+ * the convolution and its GEN_STATS over y into g->stats, one graph */
+bool rt_cuda_dnn_check_stats_geom(RtCudaCtx *cx, const char *node, const struct AmpcConvGeom *g,
+                                  RtDType dt, int64_t candidates[2], char *err, size_t errlen);
 /* One GEMM (plan.h's AmpcGemm) checked: its shape against itself
  * (ampc_gemm_check) and cuBLASLt's matmul and matrix layout descriptors
  * created and set.  False with a message naming node. */

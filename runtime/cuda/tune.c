@@ -399,7 +399,7 @@ void ampc_planfile_free(AmpcPlanFile *f)
 
 /* ---- call sites ---------------------------------------------------------------------- */
 
-void *ampc_site_get(const AmpcSiteTable *t, const void *const ptr[4])
+void *ampc_site_get(const AmpcSiteTable *t, const void *const ptr[AMPC_SITE_PTRS])
 {
     for (size_t i = 0; i < t->n; i++)
         if (memcmp(t->e[i].ptr, ptr, sizeof t->e[i].ptr) == 0)
@@ -407,7 +407,7 @@ void *ampc_site_get(const AmpcSiteTable *t, const void *const ptr[4])
     return NULL;
 }
 
-bool ampc_site_put(AmpcSiteTable *t, const void *const ptr[4], void *value)
+bool ampc_site_put(AmpcSiteTable *t, const void *const ptr[AMPC_SITE_PTRS], void *value)
 {
     if (t->n == t->cap) {
         size_t cap = t->cap ? 2 * t->cap : 4;

@@ -145,12 +145,14 @@ uint64_t ampc_planfile_hash(const void *data, size_t n, uint64_t h);
 
 /* ---- call sites ---------------------------------------------------------------------- */
 
-/* What a plan keeps per call site (its pointers: x, w, y, workspace), so
+/* What a plan keeps per call site (its pointers: x, w, y, workspace, and
+ * the statistics of a convolution fused with their generation, else NULL), so
  * that a cuDNN variant pack is built once per site instead of once per call
  * (a convolution of one shape runs at a few sites, with the arena's fixed
  * buffers).  Linear: a plan has few sites. */
+#define AMPC_SITE_PTRS 5
 typedef struct {
-    const void *ptr[4];
+    const void *ptr[AMPC_SITE_PTRS];
     void *value;
 } AmpcSite;
 typedef struct {
@@ -158,9 +160,9 @@ typedef struct {
     size_t n, cap;
 } AmpcSiteTable;
 
-void *ampc_site_get(const AmpcSiteTable *t, const void *const ptr[4]);
+void *ampc_site_get(const AmpcSiteTable *t, const void *const ptr[AMPC_SITE_PTRS]);
 /* false when out of memory */
-bool ampc_site_put(AmpcSiteTable *t, const void *const ptr[4], void *value);
+bool ampc_site_put(AmpcSiteTable *t, const void *const ptr[AMPC_SITE_PTRS], void *value);
 /* calls drop(ctx, value) for each (drop may be NULL), frees the table */
 void ampc_site_free(AmpcSiteTable *t, void (*drop)(void *ctx, void *value), void *ctx);
 

@@ -4,7 +4,10 @@
  * fail.  A valid convolution of each pass and dtype builds its cuDNN graph
  * and gets heuristic candidates; the same convolution with a wrong filter
  * stride, a wrong tensor stride or mismatched channels is refused by cuDNN
- * with a message naming the node; a GEMM with a leading dimension short of
+ * with a message naming the node; the forward fused with BatchNorm's
+ * statistics (GEN_STATS) builds its graph and gets candidates, and with
+ * statistics of the wrong channels, per sample or of stride 0 is refused
+ * naming the node; a GEMM with a leading dimension short of
  * its rows, or a transpose flipped, is refused naming the node.  Then the
  * sizer's path: the check of a valid model's convolutions and GEMMs through
  * rt_cuda_conv_workspace_bytes / rt_cuda_fc_workspace_bytes, and a dims
@@ -83,6 +86,55 @@ static void convolutions(void)
     refused("a 3-D input", &g, RT_F16, RT_PASS_BACKWARD);
 }
 
+/* a forward with statistics whose geometry is planted wrong must be refused, naming its node */
+static void stats_refused(const char *what, const AmpcConvGeom *g, RtDType dt)
+{
+    char err[1024] = "";
+    int64_t cand[2];
+    bool ok = rt_cuda_dnn_check_stats_geom(cx, "planted_stats", g, dt, cand, err, sizeof err);
+    char label[160];
+    snprintf(label, sizeof label, "%s is refused", what);
+    expect(!ok, label, err);
+    snprintf(label, sizeof label, "%s: the message names the node", what);
+    expect(strstr(err, "node 'planted_stats'") != NULL, label, err);
+    if (!ok)
+        printf("cuda_dnn_offline: planted %s: %s\n", what, err);
+}
+
+/* the convolution fused with BatchNorm's statistics (GEN_STATS after the
+ * forward, one graph): valid in both layouts and every dtype, refused with
+ * statistics of the wrong channels or per sample */
+static void statistics(void)
+{
+    char err[1024];
+    static const RtDType dts[] = {RT_F32, RT_F16, RT_BF16};
+    for (int t = 0; t < 3; t++) {
+        RtConvDims d = conv3x3(dts[t] == RT_F32 ? RT_LAYOUT_NCHW : RT_LAYOUT_NHWC);
+        AmpcConvGeom g;
+        expect(ampc_conv_geom(&d, dts[t], RT_PASS_FORWARD, &g, err, sizeof err), "geometry", err);
+        int64_t cand[2] = {0, 0};
+        bool ok = rt_cuda_dnn_check_stats_geom(cx, d.node, &g, dts[t], cand, err, sizeof err);
+        expect(ok, "a valid convolution with statistics passes", err);
+        expect(cand[0] >= 1 || cand[1] >= 1, "a valid convolution with statistics has candidates",
+               err);
+        printf("cuda_dnn_offline: %s forward with statistics: %s; %lld candidates (mode A), "
+               "%lld (fallback)\n",
+               rt_dtype_name(dts[t]), ok ? "finalized" : err, (long long)cand[0],
+               (long long)cand[1]);
+    }
+    RtConvDims d = conv3x3(RT_LAYOUT_NHWC);
+    AmpcConvGeom good, g;
+    expect(ampc_conv_geom(&d, RT_F16, RT_PASS_FORWARD, &good, err, sizeof err), "geometry", err);
+    g = good, g.stats.dims[1] = good.stats.dims[1] / 2; /* 16 sums for 32 channels */
+    g.stats.strides[0] = g.stats.strides[2] = g.stats.strides[3] = g.stats.dims[1];
+    stats_refused("statistics of 16 channels for 32", &g, RT_F16);
+    g = good, g.stats.dims[0] = good.y.dims[0]; /* a sum per sample, not per channel */
+    g.stats.strides[0] = g.stats.dims[1];
+    stats_refused("statistics per sample", &g, RT_F16);
+    g = good, g.stats.strides[1] = 0; /* every channel's sum at one address */
+    stats_refused("statistics of stride 0", &g, RT_F16);
+}
+
 static void gemms(void)
 {
     char err[1024];
@@ -118,8 +170,10 @@ static void sizers(void)
         expect(rt_cuda_fc_workspace_bytes(cx, &f, RT_F16, (RtPass)p) == 0, "no workspace offline",
                "");
     }
-    /* 3 passes, the two backward ones also accumulating; asked twice, counted once */
-    expect(rt_cuda_dnn_check_count(cx) == 5, "five distinct convolutions", "");
+    expect(rt_cuda_conv_stats_workspace_bytes(cx, &d, RT_F16) == 0, "no workspace offline", "");
+    /* 3 passes, the two backward ones also accumulating, the forward with
+     * statistics; asked twice, counted once */
+    expect(rt_cuda_dnn_check_count(cx) == 6, "six distinct convolutions", "");
     expect(rt_cuda_blas_check_count(cx) == 6, "six distinct GEMMs", "");
     RtConvDims bad = d;
     bad.node = "bad_dims", bad.groups = 3; /* 16 channels in 3 groups */
@@ -134,6 +188,8 @@ static void sizers(void)
     expect(strstr(text, "conv stage1_conv2: forward float16 nhwc") != NULL,
            "a line per convolution", text);
     expect(strstr(text, "gemm fc1: backward-weight float16") != NULL, "a line per GEMM", text);
+    expect(strstr(text, "conv stage1_conv2: forward (with statistics) float16 nhwc") != NULL,
+           "a line for the forward with statistics", text);
     free(text), free(etext);
 }
 
@@ -147,6 +203,7 @@ int main(void)
         return 1;
     }
     convolutions();
+    statistics();
     gemms();
     sizers();
     rt_cuda_close(cx);

@@ -202,6 +202,48 @@ static void test_geom_errors(void **state)
     assert_int_equal(g.pad_bytes, ampc_padded_bytes(200, 4, RT_BF16) + ampc_padded_bytes(72, 4, RT_BF16));
 }
 
+/* the statistics a fused GEN_STATS writes: one fp32 sum per channel of y,
+ * [1, k, 1, 1] packed in the layout (the first convolution's padded input
+ * channels do not reach y) */
+static void test_stats_desc(void **state)
+{
+    (void)state;
+    char err[256];
+    AmpcConvGeom g;
+    RtConvDims rgb = {.n = 2,
+                      .c = 3,
+                      .k = 24,
+                      .groups = 1,
+                      .nsp = 2,
+                      .in = {10, 10},
+                      .kernel = {3, 3},
+                      .stride = {1, 1},
+                      .dilate = {1, 1},
+                      .layout = RT_LAYOUT_NHWC};
+    for (int l = 0; l < 2; l++) {
+        rgb.layout = l ? RT_LAYOUT_NCHW : RT_LAYOUT_NHWC;
+        assert_true(ampc_conv_geom(&rgb, RT_F16, RT_PASS_FORWARD, &g, err, sizeof err));
+        assert_int_equal(g.stats.nd, 4);
+        assert_int_equal(g.stats.dims[0], 1);
+        assert_int_equal(g.stats.dims[1], 24);
+        assert_int_equal(g.stats.dims[2] * g.stats.dims[3], 1);
+        assert_int_equal(g.stats.strides[1], 1);
+        assert_int_equal(g.stats.strides[0], 24);
+        assert_true(ampc_stats_check(&g, err, sizeof err));
+    }
+    AmpcConvGeom bad = g;
+    bad.stats.dims[1] = 12;
+    assert_false(ampc_stats_check(&bad, err, sizeof err));
+    assert_non_null(strstr(err, "not one sum per channel"));
+    bad = g, bad.stats.dims[3] = 10; /* a sum per column */
+    assert_false(ampc_stats_check(&bad, err, sizeof err));
+    bad = g, bad.stats.nd = 3;
+    assert_false(ampc_stats_check(&bad, err, sizeof err));
+    bad = g, bad.stats.strides[1] = 2;
+    assert_false(ampc_stats_check(&bad, err, sizeof err));
+    assert_non_null(strstr(err, "packed NCHW strides"));
+}
+
 static void test_keys(void **state)
 {
     (void)state;
@@ -408,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_layout_and_padding),
         cmocka_unit_test(test_descriptors_against_cpu_conv),
         cmocka_unit_test(test_geom_errors),
+        cmocka_unit_test(test_stats_desc),
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_cache),
         cmocka_unit_test(test_fc_gemms),

@@ -344,9 +344,9 @@ static void test_eight_ranks(void **state)
 }
 
 /* a variant pack per call site: a step's calls of one plan at three sites
- * (three blocks' buffers) build three, then find them */
+ * (three blocks' buffers, one with statistics) build three, then find them */
 static int packs_built;
-static void *build_pack(const void *const site[4])
+static void *build_pack(const void *const site[AMPC_SITE_PTRS])
 {
     packs_built++;
     return (void *)((uintptr_t)site[0] + 1);
@@ -359,7 +359,8 @@ static void test_site_table(void **state)
     char arena[64];
     for (int step = 0; step < 50; step++)
         for (int s = 0; s < 3; s++) {
-            const void *site[4] = {arena + s, arena + 10 + s, arena + 20, arena + 30};
+            const void *site[AMPC_SITE_PTRS] = {arena + s, arena + 10 + s, arena + 20, arena + 30,
+                                                s == 2 ? arena + 40 : NULL};
             void *vp = ampc_site_get(&t, site);
             if (!vp) {
                 vp = build_pack(site);
@@ -369,8 +370,11 @@ static void test_site_table(void **state)
         }
     assert_int_equal(packs_built, 3);
     assert_int_equal(t.n, 3);
-    const void *other[4] = {arena, arena + 10, arena + 20, arena + 31}; /* another workspace */
+    const void *other[AMPC_SITE_PTRS] = {arena, arena + 10, arena + 20,
+                                         arena + 31}; /* another ws */
     assert_null(ampc_site_get(&t, other));
+    const void *stats[AMPC_SITE_PTRS] = {arena + 2, arena + 12, arena + 20, arena + 30, arena + 41};
+    assert_null(ampc_site_get(&t, stats)); /* another statistics buffer */
     ampc_site_free(&t, NULL, NULL);
 }
 
