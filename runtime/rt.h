@@ -208,6 +208,22 @@ typedef struct {
 void rt_batchnorm_forward_train(const RtBnDims *d, RtDType dt, const void *x,
                                 const float *gamma, const float *beta, float eps,
                                 bool fix_gamma, void *y, float *save_mean, float *save_invstd);
+/* The statistics a convolution fused with their generation writes (the
+ * conv_bn_stats fusion; on the GPU cuDNN's GEN_STATS, rt_cuda.h's
+ * rt_cuda_conv_forward_stats): stats[0, c) each channel's sum of x,
+ * stats[c, 2c) its sum of squares, fp32 (here summed in double in the CPU's
+ * order, each rounded once).  Then the training forward from them: mean =
+ * sum/m and biased var = sqsum/m - mean^2 in double (clamped at 0), the rest
+ * as rt_batchnorm_forward_train, with the relu (relu) or the residual add
+ * and relu (sc non-NULL) fused as rt_batchnorm_relu_ / _add_relu_ do.  The
+ * unshifted moments cancel where a channel's mean is large against its
+ * spread, which the shifted ones of rt_batchnorm_forward_train do not:
+ * results differ by rounding (docs/backend-cuda.md states the tolerance). */
+void rt_batchnorm_stats(const RtBnDims *d, RtDType dt, const void *x, float *stats);
+void rt_batchnorm_forward_train_sums(const RtBnDims *d, RtDType dt, const void *x, const void *sc,
+                                     bool relu, const float *stats, const float *gamma,
+                                     const float *beta, float eps, bool fix_gamma, void *y,
+                                     float *save_mean, float *save_invstd);
 /* moving = moving*momentum + batch*(1 - momentum), with the UNBIASED batch
  * variance (count/(count-1)) as cuDNN and PyTorch do; count = outer*inner
  * (the biased variance when count is 1).  Separate from the forward so a

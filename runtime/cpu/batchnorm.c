@@ -180,6 +180,8 @@ typedef struct {
     const void *ry;   /* its backward: the relu's output, dy is masked by ry > 0 */
     const void *sc;   /* BatchNorm + add + relu: y = relu(bn(x) + sc) */
     void *dsc;        /* its backward: the masked dy, which the shortcut receives */
+    const float *sums; /* the statistics given: sum [c] then sum of squares [c] */
+    float *sums_out;   /* rt_batchnorm_stats's: written so */
     void *y;
     float *save_mean, *save_invstd, *dgamma, *dbeta;
     int64_t gs; /* channels a group */
@@ -349,9 +351,12 @@ static void bn_train_range(void *p, size_t g0, size_t g1)
         int64_t c0 = (int64_t)gi * j->gs, c1 = c0 + j->gs < d->c ? c0 + j->gs : d->c;
         for (int64_t c = c0; c < c1; c++) {
             s1[c - c0] = s2[c - c0] = 0.0;
-            kk[c - c0] = rt__get(j->x, (size_t)c * (size_t)d->inner, j->dt);
+            kk[c - c0] = j->sums ? 0.0 : rt__get(j->x, (size_t)c * (size_t)d->inner, j->dt);
         }
-        if (d->order == RT_BN_ORDER_TILED) {
+        if (j->sums) { /* given: the moments about 0 (rt_batchnorm_forward_train_sums) */
+            for (int64_t c = c0; c < c1; c++)
+                s1[c - c0] = j->sums[c], s2[c - c0] = j->sums[d->c + c];
+        } else if (d->order == RT_BN_ORDER_TILED) {
             for (int64_t c = c0; c < c1; c++)
                 tree_sums(j, c, moment_terms, &s1[c - c0], &s2[c - c0]);
         } else {
@@ -406,6 +411,58 @@ void rt_batchnorm_forward_train(const RtBnDims *d, RtDType dt, const void *x,
                .fix_gamma = fix_gamma, .y = y, .save_mean = save_mean,
                .save_invstd = save_invstd};
     bn_run(d, &j, 2, bn_train_range);
+}
+
+/* ---- BatchNorm from statistics given (the conv_bn_stats fusion's) ---------- */
+
+/* each channel's sum and sum of squares, in double in the CPU's order, each
+ * rounded once to fp32 */
+static void bn_stats_range(void *p, size_t g0, size_t g1)
+{
+    const BnJob *j = p;
+    const RtBnDims *d = j->d;
+    float buf[RT_CHUNK];
+    double s1[RT_BN_GROUP], s2[RT_BN_GROUP];
+    for (size_t gi = g0; gi < g1; gi++) {
+        int64_t c0 = (int64_t)gi * j->gs, c1 = c0 + j->gs < d->c ? c0 + j->gs : d->c;
+        for (int64_t c = c0; c < c1; c++)
+            s1[c - c0] = s2[c - c0] = 0.0;
+        FOR_GROUP_CHUNKS(d, c0, c1, j->x, j->dt, buf, c, v, m, off, {
+            (void)off;
+            j->f->moments(v, m, 0.0, &s1[c - c0], &s2[c - c0]);
+        })
+        for (int64_t c = c0; c < c1; c++) {
+            j->sums_out[c] = (float)s1[c - c0];
+            j->sums_out[d->c + c] = (float)s2[c - c0];
+        }
+    }
+}
+
+void rt_batchnorm_stats(const RtBnDims *d, RtDType dt, const void *x, float *stats)
+{
+    BnJob j = {.d = d, .dt = dt, .x = x, .sums_out = stats};
+    bn_run(d, &j, 1, bn_stats_range);
+}
+
+void rt_batchnorm_forward_train_sums(const RtBnDims *d, RtDType dt, const void *x, const void *sc,
+                                     bool relu, const float *stats, const float *gamma,
+                                     const float *beta, float eps, bool fix_gamma, void *y,
+                                     float *save_mean, float *save_invstd)
+{
+    BnJob j = {.d = d,
+               .dt = dt,
+               .x = x,
+               .gamma = gamma,
+               .beta = beta,
+               .eps = eps,
+               .fix_gamma = fix_gamma,
+               .y = y,
+               .save_mean = save_mean,
+               .save_invstd = save_invstd,
+               .relu = relu || sc,
+               .sc = sc,
+               .sums = stats};
+    bn_run(d, &j, 1, bn_train_range);
 }
 
 void rt_batchnorm_update_moving(int64_t c, int64_t count, const float *save_mean,

@@ -180,6 +180,19 @@ void rt_cuda_batchnorm_add_relu_backward(RtCudaCtx *cx, const RtBnDims *d, RtDTy
             dx, dgamma, dbeta, acc_dx, acc_param);
 }
 
+void rt_cuda_batchnorm_forward_train_sums(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
+                                          const void *x, const void *sc, bool relu,
+                                          const float *stats, const float *gamma, const float *beta,
+                                          float eps, bool fix_gamma, void *y, float *save_mean,
+                                          float *save_invstd)
+{
+    bn_dims_ok(d);
+    AMPC_CHECK(AMPC_API_CUDA, ampc_cu_batchnorm_forward_train_sums(
+                                  cx->stream, (size_t)d->outer, (int)d->c, (size_t)d->inner,
+                                  idt(dt), x, sc, relu || sc, stats, gamma, beta, eps, fix_gamma, y,
+                                  save_mean, save_invstd, bn_scratch(cx, d->c)));
+}
+
 /* rt_cuda_close's: the scratch freed */
 void rt_cuda_bn_release(RtCudaCtx *cx)
 {

@@ -331,6 +331,30 @@ __global__ void ampc_k_bn_final(size_t outer, int c, size_t inner, size_t ntiles
     ws[(size_t)c + ch] = beta[ch] - fmean * scale;
 }
 
+/* step 2 from statistics given (the conv_bn_stats fusion: cuDNN's GEN_STATS
+ * after the convolution wrote them): stats[0, c) the sums, [c, 2c) the sums
+ * of squares, fp32; batchnorm.c's bn_train_range with them, a thread per
+ * channel (nothing to reduce) */
+__global__ void ampc_k_bn_final_sums(size_t outer, int c, size_t inner,
+                                     ampc_dptr<const float> stats, ampc_dptr<const float> gamma,
+                                     ampc_dptr<const float> beta, float eps, int fix_gamma,
+                                     ampc_dptr<float> save_mean, ampc_dptr<float> save_invstd,
+                                     ampc_dptr<float> ws)
+{
+    AMPC_LAY_FOR(ch, (size_t)c)
+    {
+        double cnt = (double)outer * (double)inner;
+        double m1 = (double)stats[ch] / cnt, var = (double)stats[(size_t)c + ch] / cnt - m1 * m1;
+        var = var > 0.0 ? var : 0.0;
+        float fmean = (float)m1, invstd = (float)(1.0 / sqrt(var + (double)eps));
+        save_mean[ch] = fmean;
+        save_invstd[ch] = invstd;
+        float scale = (fix_gamma ? 1.0f : (float)gamma[ch]) * invstd;
+        ws[ch] = scale;
+        ws[(size_t)c + ch] = beta[ch] - fmean * scale;
+    }
+}
+
 /* step 2 of the backward: batchnorm.c's bn_bwd_range from the sums: dgamma,
  * dbeta, and dx's constants k, mdy, mdyx with mean and invstd beside them */
 __global__ void ampc_k_bn_grad_final(size_t outer, int c, size_t inner, size_t ntiles,
@@ -558,6 +582,23 @@ AMPC_LAY_API int ampc_cu_batchnorm_forward_train(AmpcStream s, size_t outer, int
                 inner, p.ntiles, p.part, x, dt, gamma, beta, eps, fix_gamma, save_mean, save_invstd,
                 (float *)ws);
     e = AMPC_LAUNCH_ERROR();
+    return e ? e : ampc_bnr_apply(s, outer, c, inner, dt, x, sc, relu, (const float *)ws, y);
+}
+
+/* The training forward from statistics given (stats: sums [c], then sums of
+ * squares [c], fp32): their constants (ampc_k_bn_final_sums), then step 3,
+ * reading x once.  Prepared for the conv_bn_stats fusion, which no program
+ * enables yet (docs/backend-cuda.md). */
+AMPC_LAY_API int ampc_cu_batchnorm_forward_train_sums(
+    AmpcStream s, size_t outer, int c, size_t inner, int dt, const void *x, const void *sc,
+    int relu, const float *stats, const float *gamma, const float *beta, float eps, int fix_gamma,
+    void *y, float *save_mean, float *save_invstd, void *ws)
+{
+    if (outer * inner == 0 || c <= 0)
+        return 0;
+    AMPC_LAUNCH(ampc_k_bn_final_sums, ampc_lay_grid((size_t)c), AMPC_LAY_THREADS, s, outer, c,
+                inner, stats, gamma, beta, eps, fix_gamma, save_mean, save_invstd, (float *)ws);
+    int e = AMPC_LAUNCH_ERROR();
     return e ? e : ampc_bnr_apply(s, outer, c, inner, dt, x, sc, relu, (const float *)ws, y);
 }
 

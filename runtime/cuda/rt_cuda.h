@@ -245,6 +245,15 @@ void rt_cuda_batchnorm_relu_backward(RtCudaCtx *cx, const RtBnDims *d, RtDType d
                                      const float *save_mean, const float *save_invstd,
                                      bool fix_gamma, bool use_global_stats, void *dx, float *dgamma,
                                      float *dbeta, bool acc_dx, bool acc_param);
+/* The training forward from the statistics rt_cuda_conv_forward_stats wrote
+ * (stats: sums [c], then sums of squares [c]): rt.h's
+ * rt_batchnorm_forward_train_sums, sc the residual add (then relu), relu the
+ * relu; y read once.  Prepared, not enabled (docs/backend-cuda.md). */
+void rt_cuda_batchnorm_forward_train_sums(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
+                                          const void *x, const void *sc, bool relu,
+                                          const float *stats, const float *gamma, const float *beta,
+                                          float eps, bool fix_gamma, void *y, float *save_mean,
+                                          float *save_invstd);
 /* BatchNorm + residual add + relu (the fuse pass's): one kernel writes y, and
  * in the backward the one that sums dy writes the relu's gradient dsc. */
 void rt_cuda_batchnorm_add_relu_forward_train(RtCudaCtx *cx, const RtBnDims *d, RtDType dt,
@@ -384,6 +393,12 @@ int ampc_cu_batchnorm_forward_train(AmpcStream s, size_t outer, int c, size_t in
                                     const void *x, const void *sc, int relu, const float *gamma,
                                     const float *beta, float eps, int fix_gamma, void *y,
                                     float *save_mean, float *save_invstd, void *ws);
+/* the training forward from statistics given (rt_batchnorm_forward_train_sums) */
+int ampc_cu_batchnorm_forward_train_sums(AmpcStream s, size_t outer, int c, size_t inner, int dt,
+                                         const void *x, const void *sc, int relu,
+                                         const float *stats, const float *gamma, const float *beta,
+                                         float eps, int fix_gamma, void *y, float *save_mean,
+                                         float *save_invstd, void *ws);
 int ampc_cu_batchnorm_forward_inference(AmpcStream s, size_t outer, int c, size_t inner, int dt,
                                         const void *x, const void *sc, int relu, const float *gamma,
                                         const float *beta, const float *moving_mean,

@@ -563,6 +563,70 @@ static void test_batchnorm_many_tiles(void **state)
     assert_true(cases >= 4);
 }
 
+/* BatchNorm's training forward from statistics given (the conv_bn_stats
+ * fusion's, batchnorm.cuh's ampc_cu_batchnorm_forward_train_sums) against
+ * rt_batchnorm_forward_train_sums, bit for bit, from rt_batchnorm_stats's
+ * sums, plain, with the relu and with the add (in place over the shortcut
+ * too); and near the shifted statistics of rt_batchnorm_forward_train on
+ * data whose mean is small against its spread (the unshifted sums cancel
+ * otherwise: docs/backend-cuda.md's tolerance) */
+static void bn_sums_case(int64_t outer, int64_t c, int64_t inner, RtDType dt, int fuse,
+                         bool misaligned)
+{
+    RtBnDims d = {.outer = outer, .c = c, .inner = inner};
+    size_t n = (size_t)(outer * c * inner), es = rt_dtype_size(dt), C = (size_t)c, off = misaligned;
+    char *xb = randbuf(n + off, dt, false), *scb = randbuf(n + off, dt, true);
+    void *x = xb + off * es, *sc = scb + off * es, *s = fuse == BN_ADD ? sc : NULL;
+    float *gamma = fbuf(C, 0.5f, 2.0f), *beta = fbuf(C, -1, 1), *stats = dmem(2 * C * 4);
+    void *ws = dmem(ampc_batchnorm_ws_bytes((size_t)outer, (int)c, (size_t)inner));
+    void *y0 = dmem(n * es), *y1 = dmem(n * es);
+    float *sm0 = dmem(C * 4), *si0 = dmem(C * 4), *sm1 = dmem(C * 4), *si1 = dmem(C * 4);
+    float *sm2 = dmem(C * 4), *si2 = dmem(C * 4);
+    rt_batchnorm_stats(&d, dt, x, stats);
+    for (int fix = 0; fix < 2; fix++) {
+        rt_batchnorm_forward_train_sums(&d, dt, x, s, fuse == BN_RELU, stats, gamma, beta, 1e-5f,
+                                        fix, y0, sm0, si0);
+        assert_int_equal(ampc_cu_batchnorm_forward_train_sums(
+                             NULL, (size_t)outer, (int)c, (size_t)inner, (int)dt, x, s,
+                             fuse != BN_PLAIN, stats, gamma, beta, 1e-5f, fix, y1, sm1, si1, ws),
+                         0);
+        same_f(sm1, sm0, C, "save_mean from sums");
+        same_f(si1, si0, C, "save_invstd from sums");
+        same(y1, y0, n, dt, true, "batchnorm forward from sums");
+        bn_cpu_forward(&d, dt, fuse, false, x, sc, gamma, beta, NULL, NULL, fix, y1, sm2, si2);
+        for (size_t i = 0; i < C; i++) /* the shifted sums' statistics, to rounding */
+            if (fabsf(sm2[i] - sm0[i]) > 1e-5f || fabsf(si2[i] / si0[i] - 1.0f) > 1e-5f)
+                fail_msg("channel %zu: mean %.9g vs %.9g, invstd %.9g vs %.9g from sums", i, sm2[i],
+                         sm0[i], si2[i], si0[i]);
+    }
+    if (fuse == BN_ADD) { /* y over the shortcut, in place */
+        void *s1 = dcopy(sc, n * es);
+        assert_int_equal(ampc_cu_batchnorm_forward_train_sums(
+                             NULL, (size_t)outer, (int)c, (size_t)inner, (int)dt, x, s1, 1, stats,
+                             gamma, beta, 1e-5f, 1, s1, sm1, si1, ws),
+                         0);
+        same(s1, y0, n, dt, true, "batchnorm + add from sums in place over the shortcut");
+        dfree(s1);
+    }
+    dfree(xb), dfree(scb), dfree(gamma), dfree(beta), dfree(stats), dfree(ws), dfree(y0);
+    dfree(y1), dfree(sm0), dfree(si0), dfree(sm1), dfree(si1), dfree(sm2), dfree(si2);
+}
+
+static void test_batchnorm_from_sums(void **state)
+{
+    (void)state;
+    static const int64_t shapes[][3] = {{3, 5, 103}, {200, 3, 1}, {97, 4, 1}, {60, 24, 1}};
+    int k = 0;
+    EMU_PASSES
+    {
+        for (int t = 0; t < 3; t++)
+            for (int s = 0; s < 4; s++, k++)
+                bn_sums_case(shapes[s][0], shapes[s][1], shapes[s][2], dts[t], k % BN_FUSIONS,
+                             s == 3 && t == 1);
+    }
+    assert_true(k >= 12);
+}
+
 int main(void)
 {
     /* The reference is the CPU twins' default path: AVX2 where the machine
@@ -579,6 +643,7 @@ int main(void)
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_batchnorm_many_tiles),
+        cmocka_unit_test(test_batchnorm_from_sums),
     };
     if (getenv("EMU_TEST_FILTER")) /* one test, by name pattern */
         cmocka_set_test_filter(getenv("EMU_TEST_FILTER"));

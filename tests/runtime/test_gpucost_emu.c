@@ -653,6 +653,34 @@ static GkDims bn_dims(const BnSize *b, const Size *s)
     return d;
 }
 
+/* the training forward from given statistics (the conv_bn_stats fusion's,
+ * no op yet): GPU_AUX's ampc_k_bn_final_sums (the statistics, sums then sums
+ * of squares, are mm and mv's 2c floats), then the op's own ampc_k_bn_apply row */
+static void sums_forward(int z, const BnSize *b, const GkDims *d, const void *x, const void *add,
+                         int relu, const float *gamma, const float *beta, void *y, float *sm,
+                         float *si, void *ws)
+{
+    const Size *s = &sizes[z];
+    float *stats = fdata(2 * (size_t)b->c, 1, 2);
+    GkDims f = ew((double)b->c, s);
+    f.da = !d->fix;
+    GkLaunch rows[GK_MAX_LAUNCHES];
+    assert_int_equal(gk_describe_aux("ampc_k_bn_final_sums", &f, &rows[0]), 1);
+    int n = gk_describe(add    ? OP__fused_BatchNorm_add_relu
+                        : relu ? OP__fused_BatchNorm_relu
+                               : OP_BatchNorm,
+                        GE_TRAIN, d, rows + 1);
+    assert_string_equal(rows[n].kernel, "ampc_k_bn_apply");
+    rows[1] = rows[n];
+    start(z);
+    assert_int_equal(ampc_cu_batchnorm_forward_train_sums(
+                         NULL, (size_t)b->outer, (int)b->c, (size_t)b->inner, (int)s->dt, x, add,
+                         relu, stats, gamma, beta, 1e-5f, (int)d->fix, y, sm, si, ws),
+                     0);
+    expect("BatchNorm training from sums", rows, 2);
+    ampc_emu_free(stats);
+}
+
 /* training and inference forward (plain, with the fused relu, with the
  * fused add and relu), the backward (batch and global statistics,
  * fix_gamma, the fusions; the add's with and without its shortcut gradient
@@ -690,6 +718,7 @@ static void bn_size(int z, const BnSize *b)
                                                 (int)s->dt, x, add, f > 0, gamma, beta, mm, mv,
                                                 1e-3f, fix, y, sm, si, ws);
             expect_op("BatchNorm inference", fwd[f], GE_INFER, &d);
+            sums_forward(z, b, &d, x, add, f > 0, gamma, beta, y, sm, si, ws);
             for (int glob = 0; glob < 2; glob++)
                 for (int keep = 0; keep < 1 + (f == 2); keep++) {
                     GkDims g = bn_dims(b, s);
