@@ -30,6 +30,7 @@
 #include <cudnn_graph.h>
 #include <dlfcn.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -641,8 +642,30 @@ static const char *variant_name(RtPass pass, bool stats)
 }
 
 /* the cached plan of a shape, chosen now when it is new */
+/* a plan that cannot be made: a stop naming the node, or with why (a probe)
+ * the message there and NULL */
+static ConvPlan *no_plan(ConvPlan *p, char *why, size_t whylen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static ConvPlan *no_plan(ConvPlan *p, char *why, size_t whylen, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    free(p);
+    if (!why) {
+        fprintf(stderr, "ampc: %s\n", msg);
+        exit(1);
+    }
+    snprintf(why, whylen, "%s", msg);
+    return NULL;
+}
+
+/* the cached plan of a shape, chosen now when it is new; why: NULL (a
+ * failure stops the program) or where a probe's failure is told */
 static ConvPlan *conv_plan_of(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass, bool acc,
-                              bool stats)
+                              bool stats, char *why, size_t whylen)
 {
     AmpcPlanKey key;
     variant_key(d, dt, pass, acc, stats, &key);
@@ -651,10 +674,9 @@ static ConvPlan *conv_plan_of(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass p
         return p;
     p = calloc(1, sizeof *p);
     char err[256];
-    if (!p || !ampc_conv_geom(d, dt, pass, &p->g, err, sizeof err)) {
-        fprintf(stderr, "ampc: node '%s': %s\n", node_name(d->node), p ? err : "out of memory");
-        exit(1);
-    }
+    if (!p || !ampc_conv_geom(d, dt, pass, &p->g, err, sizeof err))
+        return no_plan(p, why, whylen, "node '%s': %s", node_name(d->node),
+                       p ? err : "out of memory");
     RtConvDims n = *d;
     rt_conv_dims_init(&n);
     p->xrows = n.n, p->wrows = n.k, p->yinner = 1;
@@ -663,11 +685,9 @@ static ConvPlan *conv_plan_of(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass p
     p->xbytes = p->g.pad_bytes ? ampc_padded_bytes(p->xrows, p->g.c, dt) : 0;
 
     ConvGraph cg;
-    if (!conv_graph(dn, &p->g, dt, pass, acc, stats, &cg)) {
-        fprintf(stderr, "ampc: node '%s': the %s convolution's cuDNN graph: %s\n",
-                node_name(d->node), variant_name(pass, stats), ampc_api_last_error());
-        exit(1);
-    }
+    if (!conv_graph(dn, &p->g, dt, pass, acc, stats, &cg))
+        return no_plan(p, why, whylen, "node '%s': the %s convolution's cuDNN graph: %s",
+                       node_name(d->node), variant_name(pass, stats), ampc_api_last_error());
     Pick a = {0}, fb = {0};
     pick(dn, cg.graph, 0, &p->g, dt, stats, &key, &a);
     if (!a.plan) /* none left: the fallback list, then a stop naming the node */
@@ -676,18 +696,18 @@ static ConvPlan *conv_plan_of(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass p
     Pick *got = a.plan ? &a : &fb;
     if (!got->plan) {
         char notes[160];
-        fprintf(stderr,
-                "ampc: node '%s': cuDNN has no engine for the %s convolution (n %d, c %d, k %d, "
-                "groups %d, %d-D, %s) within the workspace limit of %zu bytes: %d candidates "
-                "proposed, %d refused by the engine rule (%s; --cudnn-fp32=%s%s)%s%s\n",
-                node_name(d->node), variant_name(pass, stats), d->n, d->c, d->k, d->groups, d->nsp,
-                rt_dtype_name(dt), dn->cx->cfg.workspace_limit, a.proposed + fb.proposed,
-                a.refused + fb.refused,
-                ampc_note_names(a.refused_notes | fb.refused_notes, notes, sizeof notes),
-                ampc_fp32_mode_name((AmpcFp32Mode)dn->cx->cfg.fp32),
-                dn->cx->cfg.nondeterministic ? ", --cudnn-nondeterministic" : "",
-                ampc_api_last_error()[0] ? "; last error: " : "", ampc_api_last_error());
-        exit(1);
+        return no_plan(
+            p, why, whylen,
+            "node '%s': cuDNN has no engine for the %s convolution (n %d, c %d, k %d, "
+            "groups %d, %d-D, %s) within the workspace limit of %zu bytes: %d candidates "
+            "proposed, %d refused by the engine rule (%s; --cudnn-fp32=%s%s)%s%s",
+            node_name(d->node), variant_name(pass, stats), d->n, d->c, d->k, d->groups, d->nsp,
+            rt_dtype_name(dt), dn->cx->cfg.workspace_limit, a.proposed + fb.proposed,
+            a.refused + fb.refused,
+            ampc_note_names(a.refused_notes | fb.refused_notes, notes, sizeof notes),
+            ampc_fp32_mode_name((AmpcFp32Mode)dn->cx->cfg.fp32),
+            dn->cx->cfg.nondeterministic ? ", --cudnn-nondeterministic" : "",
+            ampc_api_last_error()[0] ? "; last error: " : "", ampc_api_last_error());
     }
     p->plan = got->plan, p->ws = got->ws, p->engine = got->engine, p->notes = got->notes;
     if (!ampc_cache_put(&dn->cache, &key, p)) {
@@ -699,7 +719,7 @@ static ConvPlan *conv_plan_of(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass p
 
 static ConvPlan *conv_plan(Dnn *dn, const RtConvDims *d, RtDType dt, RtPass pass, bool acc)
 {
-    return conv_plan_of(dn, d, dt, pass, acc, false);
+    return conv_plan_of(dn, d, dt, pass, acc, false, NULL, 0);
 }
 
 /* ---- the offline check (--cudnn-check: no GPU, no handle) -------------------------- */
@@ -937,15 +957,22 @@ size_t rt_cuda_conv_stats_workspace_bytes(RtCudaCtx *cx, const RtConvDims *d, Rt
         check_conv(dn, d, dt, RT_PASS_FORWARD, false, true);
         return 0;
     }
-    ConvPlan *p = conv_plan_of(dnn_of(cx), d, dt, RT_PASS_FORWARD, false, true);
+    ConvPlan *p = conv_plan_of(dnn_of(cx), d, dt, RT_PASS_FORWARD, false, true, NULL, 0);
     return p->g.pad_bytes + p->ws;
+}
+
+bool rt_cuda_conv_stats_probe(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, char *err,
+                              size_t errlen)
+{
+    return cx->dnn && !cx->offline &&
+           conv_plan_of(cx->dnn, d, dt, RT_PASS_FORWARD, false, true, err, errlen);
 }
 
 void rt_cuda_conv_forward_stats(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const void *x,
                                 const void *w, void *y, float *stats, void *ws)
 {
     Dnn *dn = dnn_of(cx);
-    ConvPlan *p = conv_plan_of(dn, d, dt, RT_PASS_FORWARD, false, true);
+    ConvPlan *p = conv_plan_of(dn, d, dt, RT_PASS_FORWARD, false, true, NULL, 0);
     char *pad = ws;
     forward_inputs(cx, p, d, dt, &x, &w, pad);
     execute_stats(dn, p, x, w, y, stats, pad + p->g.pad_bytes);

@@ -130,6 +130,11 @@ void rt_cuda_conv_backward_weight(RtCudaCtx *cx, const RtConvDims *d, RtDType dt
 size_t rt_cuda_conv_stats_workspace_bytes(RtCudaCtx *cx, const RtConvDims *d, RtDType dt);
 void rt_cuda_conv_forward_stats(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const void *x,
                                 const void *w, void *y, float *stats, void *ws);
+/* whether cuDNN on this device has an engine for it (its plan then made and
+ * cached): false with cuDNN's message, where the two calls above would stop
+ * the program; the GPU test asks it first (cuda_dnn_gpu) */
+bool rt_cuda_conv_stats_probe(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, char *err,
+                              size_t errlen);
 /* which engine the cached plan of a shape uses (-1 when none yet), for logs */
 long rt_cuda_conv_engine(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, RtPass pass,
                          bool accumulate);

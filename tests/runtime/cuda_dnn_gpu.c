@@ -12,7 +12,9 @@
  * accumulate's second rounding).  16-bit convolutions run NHWC/KRSC
  * (the test converts), with the RGB-like 3- and 5-channel inputs padded.
  * Pooling and BatchNorm (custom kernels, pool.cuh and batchnorm.cuh) must equal
- * rt_pool_* and rt_batchnorm_* bit for bit (tolerance 0).  Prints one line per op and dtype; exits 1 on a failure, 3 without a GPU.
+ * rt_pool_* and rt_batchnorm_* bit for bit (tolerance 0).  The convolution
+ * fused with BatchNorm's statistics (prepared, not enabled) runs where this
+ * device's cuDNN has an engine for it (stats_case; an info line otherwise).  Prints one line per op and dtype; exits 1 on a failure, 3 without a GPU.
  * AMPC_CUDNN_AUTOTUNE=1 times the candidate plans; AMPC_CUDNN_FP32=exact|tf32|fast
  * sets the fp32 engine rule (default exact, as the programs'), and every
  * plan's engine and numerical notes are printed ("engine" lines, one per
@@ -135,8 +137,62 @@ static int64_t prod(const int *v, int n)
     return p;
 }
 
-/* one convolution shape, every pass, both accumulate flags */
-static void conv_case(RtConvDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
+/* The forward fused with BatchNorm's statistics (cuDNN's GEN_STATS;
+ * prepared, not enabled: docs/backend-cuda.md), where this device's cuDNN
+ * has an engine for it (else an info line): st[0] y against rt_conv_forward
+ * (tol(dt)); st[1] the sums and sums of squares against rt_batchnorm_stats of
+ * the GPU's own y (relative to the largest, 1e-4: fp32 sums in cuDNN's
+ * order); st[2] BatchNorm + relu from them against its CPU twin from the same
+ * sums (bit for bit); st[3] that against the BatchNorm + relu that sums y
+ * again (tol(dt) on y, save_mean and save_invstd). */
+static void stats_case(const RtConvDims *d, const RtConvDims *dl, RtDType dt, const void *x,
+                       const void *w, const void *X, const void *W, size_t O, Row *st)
+{
+    char why[1024];
+    if (!rt_cuda_conv_stats_probe(cx, dl, dt, why, sizeof why)) {
+        printf("info: conv+stats %s n%d c%d k%d g%d %dD: not run, no engine here: %s\n",
+               rt_dtype_name(dt), d->n, d->c, d->k, d->groups, d->nsp, why);
+        return;
+    }
+    bool last = dl->layout == RT_LAYOUT_NHWC;
+    size_t es = rt_dtype_size(dt), K = (size_t)d->k, yn = (size_t)d->n * K * O;
+    void *cpu = malloc(yn * es), *out = malloc(yn * es), *ty = malloc(yn * es),
+         *ry = malloc(yn * es), *C = ws_host(rt_conv_workspace_bytes(d, dt, RT_PASS_FORWARD));
+    void *Y = dev(yn * es), *Y2 = dev(yn * es),
+         *G = dev(rt_cuda_conv_stats_workspace_bytes(cx, dl, dt));
+    float *ST = dev(2 * K * 4), *P = dev(4 * K * 4), *gamma = rnd(K, RT_F32),
+          *beta = rnd(K, RT_F32);
+    float *gs = malloc(2 * K * 4), *cs = malloc(2 * K * 4), *gk = malloc(2 * K * 4),
+          *tk = malloc(2 * K * 4), *rk = malloc(2 * K * 4);
+    up(P, gamma, K * 4), up(P + K, beta, K * 4);
+    rt_conv_forward(d, dt, x, w, NULL, cpu, C);
+    rt_cuda_conv_forward_stats(cx, dl, dt, X, W, Y, ST, G);
+    down(out, Y, yn * es), down(gs, ST, 2 * K * 4);
+    void *o = last ? permute(out, d->n, O, K, es, true) : out;
+    note(&st[0], err_of(o, cpu, yn, dt));
+    if (last)
+        free(o);
+    /* y as BatchNorm sees it in its layout: NHWC [n*O, k, 1], NCHW [n, k, O] */
+    RtBnDims bd = {
+        .outer = last ? d->n * (int64_t)O : d->n, .c = d->k, .inner = last ? 1 : (int64_t)O};
+    rt_batchnorm_stats(&bd, dt, out, cs);
+    note(&st[1], fmax(err_of(gs, cs, K, RT_F32), err_of(gs + K, cs + K, K, RT_F32)));
+    rt_cuda_batchnorm_forward_train_sums(cx, &bd, dt, Y, NULL, true, ST, P, P + K, 1e-5f, false, Y2,
+                                         P + 2 * K, P + 3 * K);
+    rt_batchnorm_forward_train_sums(&bd, dt, out, NULL, true, gs, gamma, beta, 1e-5f, false, ty, tk,
+                                    tk + K);
+    down(ry, Y2, yn * es), down(gk, P + 2 * K, 2 * K * 4);
+    note(&st[2], fmax(err_of(ry, ty, yn, dt), err_of(gk, tk, 2 * K, RT_F32)));
+    rt_batchnorm_relu_forward_train(&bd, dt, out, gamma, beta, 1e-5f, false, ry, rk, rk + K);
+    note(&st[3], fmax(err_of(ty, ry, yn, dt),
+                      fmax(err_of(tk, rk, K, RT_F32), err_of(tk + K, rk + K, K, RT_F32))));
+    cudaFree(Y), cudaFree(Y2), cudaFree(G), cudaFree(ST), cudaFree(P);
+    free(cpu), free(out), free(ty), free(ry), free(C), free(gamma), free(beta), free(gs);
+    free(cs), free(gk), free(tk), free(rk);
+}
+
+/* one convolution shape, every pass, both accumulate flags; st: stats_case's rows */
+static void conv_case(RtConvDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt, Row *st)
 {
     rt_conv_dims_init(&d);
     /* the CUDA calls' dims: the schedule's layout for dt (the CPU's stay NCHW) */
@@ -177,6 +233,7 @@ static void conv_case(RtConvDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt)
     note(fwd, err_of(o, cpu, yn, dt));
     if (last)
         free(o);
+    stats_case(&d, &dl, dt, x, w, X, W, O, st);
     for (int acc = 0; acc < 2; acc++) {
         /* backward-data: dx starts as x (so accumulate adds to something) */
         memcpy(cpu, x, xn * es);
@@ -412,9 +469,16 @@ int main(void)
     for (int t = 0; t < 3; t++) {
         Row f = {"conv forward", 0, 0}, b = {"conv backward-data", 0, 0},
             w = {"conv backward-filter", 0, 0};
+        Row st[4] = {{"conv+stats forward", 0, 0},
+                     {"conv+stats sums", 0, 0},
+                     {"bn from sums vs twin", 0, 0},
+                     {"bn from sums vs bn", 0, 0}};
         for (size_t i = 0; i < sizeof convs / sizeof *convs; i++)
-            conv_case(convs[i], dts[t], &f, &b, &w);
+            conv_case(convs[i], dts[t], &f, &b, &w, st);
         report(&f, dts[t]), report(&b, dts[t]), report(&w, dts[t]);
+        if (st[0].cases) /* prepared, not enabled: only where cuDNN had an engine */
+            report(&st[0], dts[t]), report_tol(&st[1], dts[t], 1e-4), report_tol(&st[2], dts[t], 0),
+                report(&st[3], dts[t]);
         Row ff = {"fc forward", 0, 0}, fb = {"fc backward-data", 0, 0},
             fw = {"fc backward-weight", 0, 0};
         for (size_t i = 0; i < sizeof fcs / sizeof *fcs; i++)
