@@ -603,6 +603,43 @@ static GcCall *push_call(GcResult *r, int *cap)
     return c;
 }
 
+static void add_range(GcRange *a, GcRange b)
+{
+    a->fast += b.fast;
+    a->slow += b.slow;
+}
+
+/* The conv_bn_stats fusion's BatchNorm (prepared, not enabled:
+ * docs/backend-cuda.md): a training forward whose x a convolution writes
+ * takes its statistics from the convolution's GEN_STATS, so its launches
+ * lose the tiles' sums and their final step (ampc_k_bn_tiles, ampc_k_bn_final)
+ * and gain ampc_k_bn_final_sums.  The convolution is priced as before: the
+ * statistics come from its epilogue, 8 bytes a channel a block, which the
+ * model does not price (an assumption until a GPU measures it).  c: the
+ * call as priced; into r's stats_bn_fwd. */
+static void stats_fusion(const Gc *gc, GcResult *r, const Node *n, const GkDims *d,
+                         const GkLaunch *l, int nl, const GcCall *c)
+{
+    if (c->step != STEP_TRAIN || c->family != GF_BN_FWD)
+        return;
+    r->bns++;
+    if (in_node(gc, n, 0)->op != OP_Convolution) {
+        add_range(&r->stats_bn_fwd, c->t);
+        return;
+    }
+    r->stats_bns++;
+    GkDims f;
+    memset(&f, 0, sizeof f);
+    f.n = d->c, f.s = 4, f.da = !d->fix;
+    GkLaunch fs;
+    if (gk_describe_aux("ampc_k_bn_final_sums", &f, &fs) != 1)
+        DIE("kernels.def has no row for ampc_k_bn_final_sums");
+    add_range(&r->stats_bn_fwd, price(gc->m, &fs, DT_F32).t);
+    for (int q = 0; q < nl; q++)
+        if (strcmp(l[q].kernel, "ampc_k_bn_tiles") && strcmp(l[q].kernel, "ampc_k_bn_final"))
+            add_range(&r->stats_bn_fwd, price(gc->m, &l[q], d->dtype).t);
+}
+
 static void price_step(Gc *gc, GcResult *r, StepKind k, int *cap)
 {
     const ProgStep *st = &gc->p->step[k];
@@ -628,6 +665,7 @@ static void price_step(Gc *gc, GcResult *r, StepKind k, int *cap)
                 Priced p = price(gc->m, &l[q], d.dtype);
                 add_launch(c, &l[q], &p, &worst);
             }
+            stats_fusion(gc, r, n, &d, l, nl, c);
             mid += 0.5 * (c->t.fast + c->t.slow);
         }
         if (k == STEP_TRAIN)
@@ -693,12 +731,6 @@ static void price_runtime(Gc *gc, GcResult *r, int *cap)
 
 /* ---- the step: host, waits, memory, start-up --------------------------------------------- */
 
-static void add_range(GcRange *a, GcRange b)
-{
-    a->fast += b.fast;
-    a->slow += b.slow;
-}
-
 /* The host's side of a step: the batch filled (the synthetic source's rate
  * measured on this project's machine), every launch's API call, each cuDNN
  * execution's variant pack. */
@@ -761,6 +793,18 @@ static void synthetic_on_device(const Gc *gc, GcResult *r, const GkStepDims *sd)
     host.fast -= r->fill.fast, host.slow -= r->fill.slow;
     GcRange w;
     step_of(gc, host, dev, r->waits, &w, &r->synth_step, &r->synth_images_s);
+}
+
+/* the step with the conv_bn_stats fusion: BatchNorm's forward as
+ * stats_fusion priced it in place of its family's time */
+static void stats_step(const Gc *gc, GcResult *r)
+{
+    GcRange dev = r->device;
+    dev.fast += r->stats_bn_fwd.fast - r->family[GF_BN_FWD].fast;
+    dev.slow += r->stats_bn_fwd.slow - r->family[GF_BN_FWD].slow;
+    r->stats_device = dev;
+    GcRange w;
+    step_of(gc, r->host, dev, r->waits, &w, &r->stats_step, &r->stats_images_s);
 }
 
 static double lin_bytes(LinExpr e, int64_t N)
@@ -904,6 +948,7 @@ bool gpucost_predict(const Graph *train, const Program *p, const KvMachine *m, c
     host_path(&gc, r, sd.xb / 4);
     waits(&gc, r);
     synthetic_on_device(&gc, r, &sd);
+    stats_step(&gc, r);
     double pad_max, max_c;
     pads_and_channels(&gc, &pad_max, &max_c);
     memory(&gc, r, pad_max, max_c);
@@ -1026,6 +1071,19 @@ void gpucost_print_report(FILE *f, const Graph *train, const GcResult *r)
     fprintf(f, " in place of the batch's copies, no fill: step ");
     print_range(f, r->synth_step);
     fprintf(f, ": %.4g-%.4g images/s\n", r->synth_images_s.slow, r->synth_images_s.fast);
+    fprintf(f,
+            "gpu: with conv_bn_stats (prepared, not enabled: BatchNorm's statistics from its "
+            "convolution's cuDNN GEN_STATS, the convolution priced as alone): %d of %d "
+            "training BatchNorms, their forward ",
+            r->stats_bns, r->bns);
+    print_range(f, r->stats_bn_fwd);
+    fprintf(f, " (now ");
+    print_range(f, r->family[GF_BN_FWD]);
+    fprintf(f, "), device ");
+    print_range(f, r->stats_device);
+    fprintf(f, ", step ");
+    print_range(f, r->stats_step);
+    fprintf(f, ": %.4g-%.4g images/s\n", r->stats_images_s.slow, r->stats_images_s.fast);
     fprintf(f,
             "gpu: peak device memory %.3g-%.3g GiB of %g GB: arena %.3g GiB, workspace "
             "%.3g-%.3g GiB, parameters %.3g GiB, fp32 masters %.3g GiB, optimizer state "

@@ -412,6 +412,13 @@ static void test_program(void **state)
             mids += 0.5 * (r.calls[i].t.fast + r.calls[i].t.slow);
     near(sum, mids);
     assert_true(r.step.fast <= r.step.slow && r.images_s.slow <= r.images_s.fast);
+    /* conv_bn_stats (prepared, not enabled): bn1 reads c1, so its forward
+     * loses the tiles' sums and their final step for ampc_k_bn_final_sums */
+    assert_int_equal(r.bns, 1);
+    assert_int_equal(r.stats_bns, 1);
+    assert_true(r.stats_bn_fwd.fast > 0 && r.stats_bn_fwd.fast < r.family[GF_BN_FWD].fast);
+    assert_true(r.stats_bn_fwd.slow < r.family[GF_BN_FWD].slow);
+    near(r.device.fast - r.stats_device.fast, r.family[GF_BN_FWD].fast - r.stats_bn_fwd.fast);
     gpucost_free(&r);
     /* a machine without devices has no GPU to price */
     machine("cpu", &m);
