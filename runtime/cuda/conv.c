@@ -964,8 +964,12 @@ size_t rt_cuda_conv_stats_workspace_bytes(RtCudaCtx *cx, const RtConvDims *d, Rt
 bool rt_cuda_conv_stats_probe(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, char *err,
                               size_t errlen)
 {
-    return cx->dnn && !cx->offline &&
-           conv_plan_of(cx->dnn, d, dt, RT_PASS_FORWARD, false, true, err, errlen);
+    if (!cx->dnn || cx->offline) {
+        snprintf(err, errlen, "node '%s': %s", node_name(d->node),
+                 cx->offline ? "cuDNN is open for the offline check only" : "cuDNN is not open");
+        return false;
+    }
+    return conv_plan_of(cx->dnn, d, dt, RT_PASS_FORWARD, false, true, err, errlen) != NULL;
 }
 
 void rt_cuda_conv_forward_stats(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const void *x,

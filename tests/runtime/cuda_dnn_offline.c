@@ -171,6 +171,10 @@ static void sizers(void)
                "");
     }
     expect(rt_cuda_conv_stats_workspace_bytes(cx, &d, RT_F16) == 0, "no workspace offline", "");
+    char why[256] = "";
+    expect(!rt_cuda_conv_stats_probe(cx, &d, RT_F16, why, sizeof why) &&
+               strstr(why, "offline check only"),
+           "the probe says no plan can be made offline", why);
     /* 3 passes, the two backward ones also accumulating, the forward with
      * statistics; asked twice, counted once */
     expect(rt_cuda_dnn_check_count(cx) == 6, "six distinct convolutions", "");
