@@ -518,6 +518,7 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/run.sh $(BUILD)/ampc $(BUILD)/e2e/refcheck $(BUILD)/e2e/statcmp $(DATA_DIR)
 	tests/e2e/training.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/device_loop.sh $(BUILD)/ampc $(DATA_DIR)
+	tests/e2e/cuda_graph.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/hostile_run.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/fashion.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/recordio/run.sh $(BUILD) $(DATA_DIR)

@@ -476,17 +476,23 @@ static void emit_lrelu_backward(Cg *c, const Node *n, const KernelRow *k)
             c->uses[n->id] ? OUT : "NULL", or_null(part_of(c, n, 1)));
 }
 
+/* The step's number from the device's step state (rt.h's RtStepState.step),
+ * never the host's by value: a CUDA kernel reads it on the device, so a
+ * captured CUDA graph of the step (--cuda-graph) draws each step's mask. */
+#define DROPOUT_STEP (c->kernels == TARGET_CUDA ? "&ctx->step_state->step" : "rt_ctx_step(ctx)")
+
 static void emit_dropout_forward(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %uu, %s);\n", I, k->cpu,
-            CX, numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), rng_stream(n->name), OUT);
+    fprintf(c->f, "%s%s(%s%s, %s, %s, (float)%.9g, ctx->seed, %s, %uu, %s);\n", I, k->cpu, CX,
+            numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), DROPOUT_STEP, rng_stream(n->name),
+            OUT);
 }
 
 /* the mask's stream is the forward node's (input 1), never read as data */
 static void emit_dropout_backward(Cg *c, const Node *n, const KernelRow *k)
 {
-    fprintf(c->f, "%s%s(%s%s, %s, %s, (float)%.9g, ctx->seed, ctx->step, %uu, %s, false);\n", I,
-            k->cpu, CX, numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P),
+    fprintf(c->f, "%s%s(%s%s, %s, %s, (float)%.9g, ctx->seed, %s, %uu, %s, false);\n", I,
+            k->cpu, CX, numelx(c, n), DT, IN(0), node_float(n, DROPOUT_P), DROPOUT_STEP,
             rng_stream(INODE(1)->name), OUT);
 }
 

@@ -106,6 +106,14 @@ typedef struct {
     AmpcLossScaleRule rule;
     double batch;           /* rescale_grad = (float)(1 / (batch x the step's scale)) */
     int64_t num_update;     /* updates applied before (a resumed run) */
+    /* The first step's number (RtStepState.step, which each ls_update
+     * advances: Dropout's counter, read on the device) */
+    int64_t step;
+    /* --inject-inf-at-step decided on the device: when inject_inf, step_begin
+     * of step inject_inf_at makes the scale inf (the host passes nothing per
+     * step, so a captured CUDA graph injects it too) */
+    bool inject_inf;
+    int64_t inject_inf_at;
 } RtDevLsInit;
 
 /* What ls_read returns: the state after the last ls_update. */
@@ -162,9 +170,9 @@ typedef struct {
     /* The loss scale's state, the rule and the update count; the ring
      * emptied.  After setup, before the first step. */
     bool (*ls_init)(RtDevice *d, const RtDevLsInit *c, char *err, size_t errlen);
-    /* The step's loss scale := the device's scale (inf with inject_inf:
-     * --inject-inf-at-step), in the step's state (step_state), where the
-     * loss head's backward reads it; no read-back. */
+    /* The step's loss scale := the device's scale (inf with inject_inf, or
+     * at ls_init's inject_inf_at: --inject-inf-at-step), in the step's state
+     * (step_state), where the loss head's backward reads it; no read-back. */
     void (*step_begin)(RtDevice *d, bool inject_inf);
     /* A device pointer to the step's state (rt.h's RtStepState: the scale,
      * the finite flag, the update count), valid from open to close: what the
@@ -243,6 +251,23 @@ typedef struct {
     /* In place: every device's tensors become root's. */
     bool (*broadcast)(RtDevice *d, const RtDevTensor *bucket, int n, int root, char *err,
                       size_t errlen);
+    /* ---- the step as one CUDA graph (--cuda-graph 1; docs/backend-cuda.md) ---- */
+    /* Optional (NULL: the emitted step's kernels are called at once): fn(ctx),
+     * the emitted train step's kernels queued on the device's stream (the
+     * CPU device records it while a graph is captured) */
+    void (*launch)(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx);
+    /* Optional, all three or none.  graph_begin: the calls from here to the
+     * step's end (ls_update) are captured, not run.  graph_end: the captured
+     * calls made into the device's graph, then launched once (the step ran);
+     * false with why: no graph (the step did not run; the loop runs it
+     * eagerly).  graph_replay: the captured step run again, with what it
+     * captured (the host's calls skipped); false with why (the step's state
+     * is then unknown).  CUDA: cudaStreamBeginCapture, EndCapture,
+     * GraphInstantiate, GraphLaunch; CPU: a recording of the calls, replayed
+     * (a value the host passes by value that changed since is an error). */
+    bool (*graph_begin)(RtDevice *d, char *err, size_t errlen);
+    bool (*graph_end)(RtDevice *d, char *err, size_t errlen);
+    bool (*graph_replay)(RtDevice *d, char *err, size_t errlen);
     void (*close)(RtDevice *d);
 } RtDeviceOps;
 
@@ -261,6 +286,8 @@ struct RtDevice {
     bool capture, in_step;
     uint64_t capture_errors;
     const char *capture_what; /* the first error's call */
+    bool graphing; /* between graph_begin and graph_end: the same rules as capture */
+    uint64_t graph_replays; /* graph_replay calls that ran the step (counted, never timed) */
 };
 
 static inline void rt_dev_capture_mode(RtDevice *d, bool on)
@@ -273,7 +300,7 @@ static inline void rt_dev_capture_mode(RtDevice *d, bool on)
 /* what a call that a captured step may not make does first */
 static inline void rt_dev_uncapturable(RtDevice *d, const char *what)
 {
-    if (d->capture && d->in_step && d->capture_errors++ == 0)
+    if ((d->capture || d->graphing) && d->in_step && d->capture_errors++ == 0)
         d->capture_what = what;
 }
 
@@ -365,7 +392,7 @@ static inline bool rt_dev_ls_init(RtDevice *d, const RtDevLsInit *c, char *err, 
 static inline void rt_dev_step_begin(RtDevice *d, bool inject_inf)
 {
     d->ops->step_begin(d, inject_inf);
-    d->in_step = d->capture;
+    d->in_step = d->capture || d->graphing;
 }
 static inline const RtStepState *rt_dev_step_state(RtDevice *d) { return d->ops->step_state(d); }
 static inline struct RtCudaCtx *rt_dev_kernel_ctx(RtDevice *d) { return d->ops->kernel_ctx(d); }
@@ -440,6 +467,34 @@ static inline bool rt_dev_broadcast(RtDevice *d, const RtDevTensor *bucket, int 
                                     char *err, size_t errlen)
 {
     return d->ops->broadcast(d, bucket, n, root, err, errlen);
+}
+/* the emitted train step on the device (launch, else called at once) */
+static inline void rt_dev_launch(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx)
+{
+    if (d->ops->launch)
+        d->ops->launch(d, fn, ctx);
+    else
+        fn(ctx);
+}
+static inline bool rt_dev_has_graph(const RtDevice *d)
+{
+    return d->ops->launch && d->ops->graph_begin && d->ops->graph_end && d->ops->graph_replay;
+}
+static inline bool rt_dev_graph_begin(RtDevice *d, char *err, size_t errlen)
+{
+    d->graphing = d->ops->graph_begin(d, err, errlen);
+    return d->graphing;
+}
+static inline bool rt_dev_graph_end(RtDevice *d, char *err, size_t errlen)
+{
+    d->graphing = false;
+    return d->ops->graph_end(d, err, errlen);
+}
+static inline bool rt_dev_graph_replay(RtDevice *d, char *err, size_t errlen)
+{
+    bool ok = d->ops->graph_replay(d, err, errlen);
+    d->graph_replays += ok;
+    return ok;
 }
 static inline void rt_device_close(RtDevice *d)
 {

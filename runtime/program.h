@@ -81,7 +81,10 @@ typedef struct RtCtx {
     /* the run state every rt_cuda_* call takes (stream, library handles,
      * plans), the CUDA device's; NULL on the CPU */
     struct RtCudaCtx *cuda;
-    uint64_t seed, step;  /* Dropout masks: a function of (seed, step, node) */
+    /* Dropout masks: a function of (seed, step, node).  The kernels take the
+     * step from the device's step state (rt_ctx_step); step is the host's
+     * copy (the hooks', and a harness's without a device) */
+    uint64_t seed, step;
     void *ws;             /* workspace, grown by rt_ctx_ws */
     size_t ws_bytes;
     int check_node;       /* --check-numerics: called after each node when set */
@@ -101,6 +104,14 @@ typedef struct RtCtx {
  * device, asking for more than start-up allocated ends the program with a
  * message). */
 void *rt_ctx_ws(RtCtx *ctx, size_t bytes);
+
+/* The step's number a CPU kernel takes (Dropout's counter): the device's
+ * (RtStepState.step, which a CUDA graph does not freeze; a CUDA kernel reads
+ * it on the device), else the host's. */
+static inline uint64_t rt_ctx_step(const RtCtx *ctx)
+{
+    return ctx->step_state ? ctx->step_state->step : ctx->step;
+}
 
 struct RtDevice;       /* device.h */
 struct RtDeviceConfig; /* below: the device options a GPU program opens its device with */

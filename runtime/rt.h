@@ -43,15 +43,18 @@
 /* The state of the step in progress, in the memory of the device the steps
  * run on (RtCtx.step_state: a device pointer), written by the device
  * (runtime/device.h: its loss scale, finite flag and update count) and read
- * on the device by the two kernels whose work depends on it: the loss
- * head's backward (the scale) and BatchNorm's moving update (a step whose
- * flag a dynamic loss scale skips changes nothing).  NULL: scale 1, never
- * skipped. */
+ * on the device by the kernels whose work depends on it: the loss head's
+ * backward (the scale), BatchNorm's moving update (a step whose flag a
+ * dynamic loss scale skips changes nothing) and Dropout (the step's number,
+ * its mask's counter).  NULL: scale 1, never skipped, the step RtCtx.step.
+ * Nothing here is passed by value from the host per step, so a captured
+ * CUDA graph of the step replays it unchanged (--cuda-graph). */
 typedef struct RtStepState {
     float scale;        /* the loss scale this step's loss head multiplies its gradient by */
     int32_t flag;       /* the finite flag: nonzero once a checked value held inf or NaN */
     int64_t num_update; /* optimizer updates applied before this step */
     int32_t dynamic;    /* a dynamic loss scale: a step whose flag is set changes nothing */
+    uint64_t step;      /* this step's number (ls_init's first, one more per ls_update) */
 } RtStepState;
 
 #include "kernels/unary.h"

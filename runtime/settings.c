@@ -931,6 +931,7 @@ SETTING(set_eval_only) { UNUSED_ARGS; o->eval_only = true; return true; }
 SETTING(set_overwrite) { UNUSED_ARGS; o->overwrite = true; return true; }
 SETTING(set_check_numerics) { UNUSED_ARGS; o->check_numerics = true; return true; }
 SETTING(set_profile) { UNUSED_ARGS; o->profile = true; return true; }
+SETTING(set_cuda_graph) { UNUSED_ARGS; return int_into(v, 0, 1, &o->cuda_graph); }
 
 /* A file or directory name: any non-empty string. */
 static bool path_into(const char *v, const char **dst)
@@ -1114,6 +1115,7 @@ const RtSetting rt_settings[] = {
     {NULL, "cudnn-runtime-compiled", FLAG, false, "", set_cudnn_runtime_compiled},
     {NULL, "cudnn-plan-cache", FLAG, true, "a file", set_cudnn_plan_cache},
     {NULL, "cudnn-check", FLAG, false, "", set_cudnn_check},
+    {NULL, "cuda-graph", FLAG, true, "0 or 1", set_cuda_graph},
     {NULL, "load-params", FLAG, true, "an MXNet .params file", set_load_params},
     {NULL, "save-params", FLAG, true, "a file name", set_save_params},
     {NULL, "save-params-16bit", FLAG, false, "", set_save_params_16bit},

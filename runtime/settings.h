@@ -179,6 +179,8 @@ typedef struct {
                                    * cuBLASLt's descriptors without a GPU, then exit */
     bool device_lag;        /* testing, no flag: the CPU device's lagging mode (device.h) */
     bool device_capture;    /* testing, no flag: the device's capture mode (device.h) */
+    int cuda_graph;         /* 1: the steady step captured once and replayed (device.h's
+                             * graph_begin; the CPU device emulates it) */
     const char *dump_state; /* testing: after the first step's backward, write the
                                state (rt_dump_state) here and stop */
     /* MXNet interoperability (runtime/predict.c, docs/mxnet.md) */

@@ -323,6 +323,11 @@ typedef struct {
     int64_t epoch, nbatch, logged; /* logged: the batch of the last Speedometer line */
     bool first, after_quiet;
     double t0, tic;
+    /* --cuda-graph 1 (device.h's graph_begin): off, eager until the capture
+     * (the run's second step), or each step a replay of the captured one */
+    enum { GRAPH_OFF, GRAPH_WARM, GRAPH_REPLAY } graph;
+    int64_t graph_step; /* the step captured */
+    bool capturing;     /* this step's calls are captured */
 } Run;
 
 /* run_open's and the steps' "go on" (any other value is an exit status) */
@@ -745,6 +750,27 @@ static int run_synthetic_on_device(Run *R)
     return RUN_GO;
 }
 
+/* --cuda-graph 1: the steps from the run's second on replay the captured
+ * step, unless something needs the host inside a step; then the steps run
+ * eagerly, said once. */
+static void graph_setup(Run *R)
+{
+    const RtTrainOptions *o = R->o;
+    const RtDevice *d = R->t.dev;
+    static const char *const cannot = "the device cannot capture a step: ";
+    const char *why = !o->cuda_graph     ? NULL
+                      : o->profile         ? "--profile times each call"
+                      : o->check_numerics  ? "--check-numerics reads each node's flag"
+                      : o->inject_nan_node[0] ? "--inject-nan writes one step's node output"
+                      : R->nsim > 1        ? "--sim-ranks computes its ranks' micro-batches in turn"
+                      : !rt_dev_has_graph(d) ? cannot
+                                             : NULL;
+    R->graph = o->cuda_graph && !why ? GRAPH_WARM : GRAPH_OFF;
+    if (why) /* the device's name after its reason */
+        fprintf(R->out, "CUDA graph: off (%s%s): the steps run eagerly\n", why,
+                why == cannot ? d->ops->name : "");
+}
+
 /* run_open's second half: where the run starts (a checkpoint's step, scale
  * and parameters), its first log lines, and the device's per-run state. */
 static int run_start(Run *R, double t_device)
@@ -815,8 +841,12 @@ static int run_start(Run *R, double t_device)
                   .total = R->steps_per_epoch * o->epochs, .step0 = R->step,
                   .skipped0 = R->ls.skipped, .nonfinite0 = R->ls.nonfinite, .inject_k = -1,
                   .global = &R->global, .local = &R->local};
+    /* one device per process: --inject-inf-at-step decided on the device too
+     * (--sim-ranks picks the rank's micro-batch: step_begin's flag) */
     RtDevLsInit lsi = {.dynamic = R->ls.mode == RT_LS_DYNAMIC, .s = R->ls.s, .rule = R->ls.rule,
-                       .batch = (double)R->gb, .num_update = R->num_update};
+                       .batch = (double)R->gb, .num_update = R->num_update, .step = R->step,
+                       .inject_inf = R->nsim == 1 && o->inject_inf_step >= 0,
+                       .inject_inf_at = o->inject_inf_step};
     if (!later_init(lt, R->nsim, msg, msgsz) || !rt_dev_ls_init(t->dev, &lsi, msg, msgsz)) {
         fprintf(err, "%s: %s\n", o->prog, msg);
         return 1;
@@ -824,7 +854,41 @@ static int run_start(Run *R, double t_device)
     later_lr(lt);
     /* the hooks read the device per node: then the step's lines come at once */
     R->eager = R->hooks.nm != NULL;
+    graph_setup(R);
     return run_synthetic_on_device(R);
+}
+
+static int run_micro_batch_calls(Run *R, int me, bool inject, double *ph);
+static int run_step_calls(Run *R, double *php, bool capture);
+
+/* --cuda-graph 1: the capture of this step begun, or false (said once: the
+ * steps then run eagerly). */
+static bool graph_begin(Run *R)
+{
+    if (rt_dev_graph_begin(R->t.dev, R->msg, sizeof R->msg))
+        return true;
+    fprintf(R->out, "CUDA graph: off (step %lld cannot be captured: %s): the steps run eagerly\n",
+            (long long)R->step, R->msg);
+    R->graph = GRAPH_OFF;
+    return false;
+}
+
+/* The capture ended: the graph made and run once, the later steps replay
+ * it; else (said once) nothing of the step ran, and it runs now, eagerly,
+ * as every later step.  RUN_GO, or an exit status. */
+static int graph_end(Run *R, double *ph)
+{
+    R->capturing = false;
+    if (rt_dev_graph_end(R->t.dev, R->msg, sizeof R->msg)) {
+        R->graph = GRAPH_REPLAY;
+        R->graph_step = R->step;
+        return RUN_GO;
+    }
+    fprintf(R->out, "CUDA graph: off (step %lld made no graph: %s): the steps run eagerly\n",
+            (long long)R->step, R->msg);
+    R->graph = GRAPH_OFF;
+    int rc = run_micro_batch_calls(R, R->rank, R->step == R->o->inject_inf_step, ph);
+    return rc != RUN_GO ? rc : run_step_calls(R, ph, false);
 }
 
 /* One micro-batch of the step: the batch of the rank the device computes now
@@ -839,7 +903,6 @@ static int run_micro_batch(Run *R, double *ph)
     RtTrainer *t = &R->t;
     RtDataset *ds = &R->ds;
     Later *lt = &R->later;
-    Prof *pf = R->pf;
     int64_t step = R->step, b = R->b;
     int me = R->nsim > 1 ? rt_dev_rank(t->dev) : R->rank; /* the rank whose batch this is */
     rt_trainer_staging_ready(t); /* the next staging slot */
@@ -867,14 +930,35 @@ static int run_micro_batch(Run *R, double *ph)
     }
     if (!R->perm_dev)
         rt_trainer_load_batch(t);
-    t->ctx.batch = b;
-    t->ctx.step = (uint64_t)step;
-    /* the step's loss scale, from the device's (no read-back) */
+    /* the step's loss scale, from the device's (no read-back); one device
+     * injects on its own (ls_init's inject_inf_at) */
     bool inject = step == o->inject_inf_step &&
                   (R->nsim == 1 || o->inject_rank < 0 || o->inject_rank == me);
-    rt_dev_step_begin(t->dev, inject);
     if (step == o->inject_inf_step)
         lt->inject_k = inject ? step - lt->step0 : -1;
+    /* a replay: the captured step makes the calls; the run's second step
+     * captured (the first has made what the device makes lazily), from its
+     * begin: the batch is in the device's buffers already */
+    if (R->graph == GRAPH_REPLAY)
+        return RUN_GO;
+    R->capturing = R->graph == GRAPH_WARM && R->run_steps >= 1 && graph_begin(R);
+    return run_micro_batch_calls(R, me, inject, ph);
+}
+
+/* run_micro_batch's calls from the step's begin: the train step on the
+ * micro-batch the device holds, its gradients all-reduced.  RUN_GO, or an
+ * exit status. */
+static int run_micro_batch_calls(Run *R, int me, bool inject, double *ph)
+{
+    const RtModel *m = R->m;
+    const RtTrainOptions *o = R->o;
+    RtTrainer *t = &R->t;
+    Later *lt = &R->later;
+    Prof *pf = R->pf;
+    int64_t step = R->step, b = R->b;
+    t->ctx.batch = b;
+    t->ctx.step = (uint64_t)step; /* the host's (the hooks'); the kernels read the device's */
+    rt_dev_step_begin(t->dev, inject && R->nsim > 1);
     t->ctx.seed = rt_rank_seed(R->seed, me); /* Dropout masks differ between ranks */
     R->nm.train = true;
     R->nm.past_head = false;
@@ -884,7 +968,7 @@ static int run_micro_batch(Run *R, double *ph)
         pf->last = *ph;
         rt_prof_step_begin(pf, t->dev);
     }
-    m->train_step(&t->ctx);
+    rt_dev_launch(t->dev, m->train_step, &t->ctx);
     if (R->nsim > 1)
         later_rows(lt);
     rt_mpi_set_step(step);
@@ -930,9 +1014,8 @@ static int run_speedometer(Run *R, bool *logs)
  * line is due (flush).  RUN_GO, or an exit status. */
 static int run_step(Run *R)
 {
-    const RtModel *m = R->m;
     const RtTrainOptions *o = R->o;
-    FILE *out = R->out, *err = R->err;
+    FILE *err = R->err;
     RtTrainer *t = &R->t;
     Later *lt = &R->later;
     Prof *pf = R->pf;
@@ -949,6 +1032,63 @@ static int run_step(Run *R)
     for (int k = 0; k < R->nsim; k++)
         if ((rc = run_micro_batch(R, &ph)) != RUN_GO)
             return rc;
+    if (R->graph == GRAPH_REPLAY) {
+        if (!rt_dev_graph_replay(t->dev, R->msg, sizeof R->msg)) {
+            fprintf(err, "%s: step %lld: the CUDA graph's replay failed: %s\n", o->prog,
+                    (long long)R->step, R->msg);
+            return 1;
+        }
+    } else if ((rc = run_step_calls(R, &ph, R->capturing)) != RUN_GO) {
+        return rc;
+    }
+    /* the loss head's rows, after the step's end: a CUDA graph's copy would
+     * keep the slot it captured */
+    if (R->nsim == 1)
+        later_rows(lt);
+    lt->steps++;
+    if ((R->eager || lt->steps >= lt->cap_steps) && (rc = flush(lt, nm, R->eager)) != 0)
+        return rc;
+    R->step++;
+    R->run_steps++;
+    if ((rc = run_speedometer(R, &logs)) != 0)
+        return rc;
+    prof_phase(pf, t, PH_OTHER, &ph);
+    /* a step that logs nothing (a flush of full slots in it counts) */
+    uint64_t n = t->dev->syncs - syncs0 - (pf ? pf->own_syncs - own0 : 0);
+    if (!logs) {
+        R->r.quiet_syncs += (int64_t)n;
+        R->r.quiet_steps++;
+        R->r.steady_syncs += R->after_quiet ? (int64_t)n : 0;
+        R->r.steady_steps += R->after_quiet;
+    }
+    R->after_quiet = !logs;
+    if (pf && pf->on) {
+        pf->step_sec += ph - ph0;
+        pf->steps++;
+        pf->syncs += n;
+        if (!logs) {
+            pf->quiet_syncs += n;
+            pf->quiet_steps++;
+        }
+    }
+    if (rt_jl_failed(&R->jl, o, err))
+        return 1;
+    return RUN_GO;
+}
+
+/* The step's calls after its micro-batches, up to its end (ls_update): the
+ * hooks' verdicts, the finite check, the BatchNorm commit, the update and
+ * the loss scale's rule; a capture ended (capture: graph_end, and the step
+ * run eagerly when it made no graph).  RUN_GO, or an exit status. */
+static int run_step_calls(Run *R, double *php, bool capture)
+{
+    const RtModel *m = R->m;
+    const RtTrainOptions *o = R->o;
+    FILE *out = R->out, *err = R->err;
+    RtTrainer *t = &R->t;
+    Prof *pf = R->pf;
+    Numerics *nm = &R->nm;
+    double ph = *php;
     /* the nodes have added their times to forward and backward (marked
      * nodes now, from the device's marks); what follows the last node goes
      * to its pass */
@@ -979,9 +1119,7 @@ static int run_step(Run *R)
                 "in the output of node '%s' (loss scale %g)\n", (long long)R->epoch,
                 (long long)R->nbatch, (long long)R->step, nm->name,
                 (double)rt_trainer_step_scale(t));
-    if (R->nsim == 1)
-        later_rows(lt);
-    prof_phase(pf, t, PH_OTHER, &ph); /* the metrics */
+    prof_phase(pf, t, PH_OTHER, &ph);
     /* dynamic: every gradient checked before anything changes, and the
      * device skips the BatchNorm statistics and the update on its own flag;
      * else the check is fused into the update (which cannot be skipped) */
@@ -1000,35 +1138,8 @@ static int run_step(Run *R)
         return 1;
     }
     prof_phase(pf, t, PH_OPTIM, &ph);
-    lt->steps++;
-    if ((R->eager || lt->steps >= lt->cap_steps) && (rc = flush(lt, nm, R->eager)) != 0)
-        return rc;
-    R->step++;
-    R->run_steps++;
-    if ((rc = run_speedometer(R, &logs)) != 0)
-        return rc;
-    prof_phase(pf, t, PH_OTHER, &ph);
-    /* a step that logs nothing (a flush of full slots in it counts) */
-    uint64_t n = t->dev->syncs - syncs0 - (pf ? pf->own_syncs - own0 : 0);
-    if (!logs) {
-        R->r.quiet_syncs += (int64_t)n;
-        R->r.quiet_steps++;
-        R->r.steady_syncs += R->after_quiet ? (int64_t)n : 0;
-        R->r.steady_steps += R->after_quiet;
-    }
-    R->after_quiet = !logs;
-    if (pf && pf->on) {
-        pf->step_sec += ph - ph0;
-        pf->steps++;
-        pf->syncs += n;
-        if (!logs) {
-            pf->quiet_syncs += n;
-            pf->quiet_steps++;
-        }
-    }
-    if (rt_jl_failed(&R->jl, o, err))
-        return 1;
-    return RUN_GO;
+    *php = ph;
+    return capture ? graph_end(R, php) : RUN_GO;
 }
 
 /* The end of an epoch: the last lines, the epoch's metrics, its checkpoint
@@ -1153,6 +1264,9 @@ static int run_end(Run *R)
         fprintf(out, "Saved parameters to %s\n", o->save_params);
     }
     rt_log_end(out, &R->jl, m, &R->ls, R->step, R->num_update, &R->val);
+    if (R->graph == GRAPH_REPLAY) /* counted, never timed */
+        fprintf(out, "CUDA graph: step %lld captured, replayed %llu times\n",
+                (long long)R->graph_step, (unsigned long long)t->dev->graph_replays);
     if (m->workspace_bytes && t->ctx.ws_bytes > t->ws_start)
         fprintf(err, "%s: warning: the workspace grew from %zu to %zu bytes after start-up (the "
                 "program's workspace_bytes asked for too little)\n", o->prog, t->ws_start,
@@ -1170,6 +1284,7 @@ static int run_done(Run *R, int rc, RtTrainResult *res)
     r->steps = R->step;
     r->num_update = R->num_update;
     r->skipped = R->ls.skipped;
+    r->graph_replays = R->have_t ? (int64_t)R->t.dev->graph_replays : 0;
     r->loss_scale = R->ls.s.scale;
     r->val_accuracy = rt_metric_acc(&R->val);
     r->val_cross_entropy = rt_metric_ce(&R->val);

@@ -45,6 +45,7 @@ typedef struct {
      * of them after a step that logged nothing too (a step after one that
      * logged finds the device idle: the log waited for it) */
     int64_t quiet_syncs, quiet_steps, steady_syncs, steady_steps;
+    int64_t graph_replays; /* --cuda-graph 1: the steps the captured step's replay ran */
 } RtTrainResult;
 
 /* Parses the command line (getopt_long; resets optind).  Returns -1 to go on,

@@ -16,6 +16,17 @@
  * (event_wait, synchronize, or a call that reads the device back).  The
  * work itself still runs at once: only event_done, and so the waits that
  * RtDevice.syncs counts, change.
+ *
+ * A CUDA graph (graph_begin .. graph_end, graph_replay: --cuda-graph 1) is
+ * emulated faithfully enough to test without a GPU that a graph of the step
+ * would be right: between graph_begin and graph_end the step's calls are
+ * recorded, not run, with their arguments as a graph would freeze them (the
+ * values, and copies of the host memory the calls read through pointers:
+ * the RtCtx the emitted step reads, the optimizer's settings, the state
+ * tables); graph_end runs the recording once and graph_replay again.  A
+ * replay first compares what it froze with the host's memory now: anything
+ * the host changed since the capture (a value it would have passed by
+ * value, which a real graph would replay stale) is an error naming it.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -25,6 +36,37 @@
 #include "cpu/cpu.h" /* the optimizer (optim.c) */
 #include "device.h"
 #include "kernels/splitmix.h" /* the synthetic source's draws */
+
+/* One recorded call of a captured step (the graph's node), its arguments
+ * frozen: by value, and what the host's pointers showed at the capture. */
+typedef enum {
+    REC_STEP_BEGIN,
+    REC_LAUNCH,
+    REC_MOVING,
+    REC_TRAIN_UPDATE,
+    REC_LS_UPDATE,
+    REC_CHECK_GRADS,
+    REC_CHECK_FINITE,
+    REC_OPTIM_STEP,
+    REC_FILL,
+    REC_COPY,
+} RecKind;
+
+typedef struct {
+    RecKind kind;
+    bool inject;                  /* step_begin */
+    void (*fn)(RtCtx *);          /* launch, moving_update: fn(ctx) */
+    RtCtx *ctx;
+    RtCtx ctx_at;                 /* *ctx at the capture */
+    float *const *state, *const *state2; /* train_update, optim_step */
+    const RtOptConfig *ocp;
+    RtOptConfig oc;               /* *ocp at the capture */
+    void *dst;                    /* fill, copies, check_finite */
+    const void *src;
+    size_t n;
+    RtDType dt;
+    float value;
+} Rec;
 
 typedef struct {
     RtDevice base;        /* first: an RtDevice * is a CpuDevice * */
@@ -52,9 +94,45 @@ typedef struct {
     int64_t lr_first;
     int lr_n;
     RtOptConfig oc;       /* lr_ahead's other values */
+    bool inject;          /* ls_init's: step inject_at's scale is inf */
+    int64_t inject_at;
+    /* the emulated CUDA graph (above): the recorded calls, whether a
+     * capture is under way, whether a graph was made; the host memory the
+     * recorded calls read through pointers, as at the capture */
+    Rec *rec;
+    int nrec, caprec;
+    bool recording, graph, rec_lost; /* rec_lost: a call not recorded (memory) */
+    Rec rec_spare;
+    void **buf_at;        /* ctx->buf[0 .. nbuffers) */
+    float **master_at;    /* ctx->master[0 .. nparams) */
+    float **state_at, **state2_at; /* the optimizer's state tables */
 } CpuDevice;
 
 static CpuDevice *cpu(RtDevice *d) { return (CpuDevice *)d; }
+
+/* While a graph is captured: the call's record (the caller fills it)
+ * instead of the call; NULL otherwise, and the call runs.  Out of memory
+ * for the record: the call is dropped all the same, and graph_end refuses
+ * the recording. */
+static Rec *recorded(CpuDevice *c, RecKind kind)
+{
+    if (!c->recording)
+        return NULL;
+    if (c->nrec == c->caprec) {
+        int cap = c->caprec ? 2 * c->caprec : 32;
+        Rec *r = realloc(c->rec, (size_t)cap * sizeof *r);
+        if (!r) {
+            c->rec_lost = true;
+            return &c->rec_spare;
+        }
+        c->rec = r;
+        c->caprec = cap;
+    }
+    Rec *r = &c->rec[c->nrec++];
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    return r;
+}
 
 /* the finite flag of the step's state: 0 while every value checked was finite */
 static bool flag_finite(const CpuDevice *c) { return c->step.flag == 0; }
@@ -91,7 +169,11 @@ static void cpu_free(RtDevice *d, void *p)
 
 static void cpu_copy(RtDevice *d, void *dst, const void *src, size_t bytes)
 {
-    (void)d;
+    Rec *r = recorded(cpu(d), REC_COPY);
+    if (r) {
+        *r = (Rec){.kind = REC_COPY, .dst = dst, .src = src, .n = bytes};
+        return;
+    }
     if (bytes && dst != src)
         memmove(dst, src, bytes);
 }
@@ -100,7 +182,8 @@ static void cpu_copy(RtDevice *d, void *dst, const void *src, size_t bytes)
 static void cpu_to_host(RtDevice *d, void *dst, const void *src, size_t bytes)
 {
     waited_all(cpu(d));
-    cpu_copy(d, dst, src, bytes);
+    if (bytes && dst != src)
+        memmove(dst, src, bytes);
 }
 
 /* The synthetic source's batch (data/synthetic.c's synthetic_fill, the same
@@ -123,7 +206,11 @@ static void cpu_synthetic_batch(RtDevice *d, const RtDevSynth *s, const int64_t 
 
 static void cpu_fill(RtDevice *d, void *dst, RtDType dt, size_t n, float value)
 {
-    (void)d;
+    Rec *r = recorded(cpu(d), REC_FILL);
+    if (r) {
+        *r = (Rec){.kind = REC_FILL, .dst = dst, .dt = dt, .n = n, .value = value};
+        return;
+    }
     if (dt == RT_F32) {
         float *p = dst;
         for (size_t i = 0; i < n; i++)
@@ -193,6 +280,8 @@ enum { CHUNK = 64 };
 static void cpu_check_grads(RtDevice *d)
 {
     CpuDevice *c = cpu(d);
+    if (recorded(c, REC_CHECK_GRADS))
+        return;
     bool ok = true;
     for (int i = 0; i < c->ngrads; i += CHUNK)
         ok &= rt_multi_all_finite(c->grads + i, c->ngrads - i < CHUNK ? c->ngrads - i : CHUNK);
@@ -201,6 +290,11 @@ static void cpu_check_grads(RtDevice *d)
 
 static void cpu_check_finite(RtDevice *d, const void *p, size_t n, RtDType dt)
 {
+    Rec *r = recorded(cpu(d), REC_CHECK_FINITE);
+    if (r) {
+        *r = (Rec){.kind = REC_CHECK_FINITE, .src = p, .n = n, .dt = dt};
+        return;
+    }
     set_finite(cpu(d), n == 0 || rt_all_finite(p, n, dt));
 }
 
@@ -221,6 +315,11 @@ static void cpu_optim_step(RtDevice *d, float *const *state, float *const *state
                            const RtOptConfig *oc)
 {
     CpuDevice *c = cpu(d);
+    Rec *r = recorded(c, REC_OPTIM_STEP);
+    if (r) {
+        *r = (Rec){.kind = REC_OPTIM_STEP, .state = state, .state2 = state2, .ocp = oc, .oc = *oc};
+        return;
+    }
     if (!c->m)
         return;
     set_finite(c, rt_optim_step2(c->m, c->ctx, state, state2, oc));
@@ -242,6 +341,9 @@ static bool cpu_ls_init(RtDevice *d, const RtDevLsInit *in, char *err, size_t er
     c->batch = in->batch;
     c->step.scale = in->s.scale;
     c->step.num_update = in->num_update;
+    c->step.step = (uint64_t)in->step;
+    c->inject = in->inject_inf;
+    c->inject_at = in->inject_inf_at;
     memset(&c->st, 0, sizeof c->st);
     c->lr_n = 0;
     return true;
@@ -250,7 +352,13 @@ static bool cpu_ls_init(RtDevice *d, const RtDevLsInit *in, char *err, size_t er
 static void cpu_step_begin(RtDevice *d, bool inject_inf)
 {
     CpuDevice *c = cpu(d);
-    c->step.scale = inject_inf ? INFINITY : c->ls.scale;
+    Rec *r = recorded(c, REC_STEP_BEGIN);
+    if (r) {
+        r->inject = inject_inf;
+        return;
+    }
+    bool at = c->inject && (int64_t)c->step.step == c->inject_at;
+    c->step.scale = inject_inf || at ? INFINITY : c->ls.scale;
 }
 
 static const RtStepState *cpu_step_state(RtDevice *d) { return &cpu(d)->step; }
@@ -273,18 +381,39 @@ static void cpu_lr_ahead(RtDevice *d, const RtOptConfig *oc, const float *lr, in
     c->oc = *oc;
 }
 
+static void record_ctx(CpuDevice *c, RecKind kind, void (*fn)(RtCtx *), RtCtx *ctx);
+
+/* fn(ctx) now, or its record while a graph is captured */
+static void call_or_record(RtDevice *d, RecKind kind, void (*fn)(RtCtx *), RtCtx *ctx)
+{
+    if (cpu(d)->recording)
+        record_ctx(cpu(d), kind, fn, ctx);
+    else if (fn)
+        fn(ctx);
+}
+
 /* the kernels read the step's state: a skipped step's statistics stay */
 static void cpu_moving_update(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx)
 {
-    (void)d;
-    if (fn)
-        fn(ctx);
+    call_or_record(d, REC_MOVING, fn, ctx);
+}
+
+/* the emitted train step: its kernels are the CPU's, called at once */
+static void cpu_launch(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx)
+{
+    call_or_record(d, REC_LAUNCH, fn, ctx);
 }
 
 static void cpu_train_update(RtDevice *d, float *const *state, float *const *state2,
                              const RtOptConfig *oc)
 {
     CpuDevice *c = cpu(d);
+    Rec *r = recorded(c, REC_TRAIN_UPDATE);
+    if (r) {
+        *r = (Rec){.kind = REC_TRAIN_UPDATE, .state = state, .state2 = state2, .ocp = oc,
+                   .oc = *oc};
+        return;
+    }
     if (!c->m || (c->step.dynamic && !flag_finite(c)))
         return;
     RtOptConfig u = *oc;
@@ -300,6 +429,8 @@ static void cpu_train_update(RtDevice *d, float *const *state, float *const *sta
 static void cpu_ls_update(RtDevice *d)
 {
     CpuDevice *c = cpu(d);
+    if (recorded(c, REC_LS_UPDATE))
+        return;
     /* the step's end: lagging, the device has now finished the step before */
     c->done = c->step_end > c->done ? c->step_end : c->done;
     c->step_end = c->seq;
@@ -313,6 +444,7 @@ static void cpu_ls_update(RtDevice *d)
     c->ring[c->st.steps % RT_DEV_LS_RING] =
         (AmpcLossScaleStep){.s = c->ls, .num_update = c->step.num_update, .finite = ok};
     c->st.steps++;
+    c->step.step++;
 }
 
 static void cpu_ls_read(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps, int64_t from)
@@ -329,6 +461,177 @@ static void cpu_ls_read(RtDevice *d, RtDevLsState *st, AmpcLossScaleStep *steps,
 }
 
 static void cpu_set_flag(RtDevice *d, bool ok) { set_finite(cpu(d), ok); }
+
+/* ---- the emulated CUDA graph (above) ------------------------------------------------- */
+
+/* a copy of n pointers (NULL for none), or false when out of memory */
+static bool copy_ptrs(void *dstp, const void *src, int n)
+{
+    void **dst = dstp;
+    free(*dst);
+    *dst = NULL;
+    if (!src || n <= 0)
+        return true;
+    *dst = malloc((size_t)n * sizeof(void *));
+    if (*dst)
+        memcpy(*dst, src, (size_t)n * sizeof(void *));
+    return *dst != NULL;
+}
+
+static void record_ctx(CpuDevice *c, RecKind kind, void (*fn)(RtCtx *), RtCtx *ctx)
+{
+    Rec *r = recorded(c, kind);
+    if (!r || r == &c->rec_spare)
+        return;
+    r->fn = fn;
+    r->ctx = ctx;
+    r->ctx_at = *ctx;
+    int nb = c->m ? c->m->nbuffers : 0, np = c->m ? c->m->nparams : 0;
+    if (!c->buf_at && (!copy_ptrs(&c->buf_at, ctx->buf, nb) ||
+                       !copy_ptrs(&c->master_at, ctx->master, np)))
+        c->rec_lost = true;
+}
+
+static bool cpu_graph_begin(RtDevice *d, char *err, size_t errlen)
+{
+    CpuDevice *c = cpu(d);
+    if (c->recording) {
+        snprintf(err, errlen, "cpu: graph_begin while a graph is captured");
+        return false;
+    }
+    c->nrec = 0;
+    c->graph = c->rec_lost = false;
+    free(c->buf_at);
+    free(c->master_at);
+    free(c->state_at);
+    free(c->state2_at);
+    c->buf_at = NULL;
+    c->master_at = c->state_at = c->state2_at = NULL;
+    c->recording = true;
+    return true;
+}
+
+/* The host memory a recorded call reads through a pointer, as the capture
+ * saw it: the first difference named in err, else true. */
+#define SAME_FIELD(f)                                                                              \
+    if (memcmp(&now->f, &at->f, sizeof now->f) != 0) {                                            \
+        snprintf(err, errlen, "RtCtx.%s", #f);                                                     \
+        return false;                                                                              \
+    }
+static bool same_ctx(const CpuDevice *c, const RtCtx *now, const RtCtx *at, char *err,
+                     size_t errlen)
+{
+    SAME_FIELD(batch) SAME_FIELD(buf) SAME_FIELD(master) SAME_FIELD(step_state)
+    SAME_FIELD(cuda) SAME_FIELD(seed) SAME_FIELD(step) SAME_FIELD(ws) SAME_FIELD(ws_bytes)
+    SAME_FIELD(check_node) SAME_FIELD(after_node) SAME_FIELD(grad_ready) SAME_FIELD(ws_device)
+    for (int i = 0; c->buf_at && c->m && i < c->m->nbuffers; i++)
+        if (now->buf[i] != c->buf_at[i]) {
+            snprintf(err, errlen, "RtCtx.buf[%d]", i);
+            return false;
+        }
+    for (int i = 0; c->master_at && c->m && i < c->m->nparams; i++)
+        if (now->master[i] != c->master_at[i]) {
+            snprintf(err, errlen, "RtCtx.master[%d]", i);
+            return false;
+        }
+    return true;
+}
+#undef SAME_FIELD
+
+static bool same_tables(const CpuDevice *c, const Rec *r, char *err, size_t errlen)
+{
+    int np = c->m ? c->m->nparams : 0;
+    if (memcmp(r->ocp, &r->oc, sizeof r->oc) != 0) {
+        snprintf(err, errlen, "the optimizer's settings (RtOptConfig)");
+        return false;
+    }
+    if ((r->state && c->state_at && memcmp(r->state, c->state_at, (size_t)np * sizeof(float *))) ||
+        (r->state2 && c->state2_at &&
+         memcmp(r->state2, c->state2_at, (size_t)np * sizeof(float *)))) {
+        snprintf(err, errlen, "the optimizer's state table");
+        return false;
+    }
+    return true;
+}
+
+/* Every recorded call's frozen arguments against the host's memory now. */
+static bool graph_unchanged(CpuDevice *c, char *err, size_t errlen)
+{
+    char what[96] = "";
+    for (int i = 0; i < c->nrec; i++) {
+        const Rec *r = &c->rec[i];
+        bool ok = true;
+        if (r->kind == REC_LAUNCH || r->kind == REC_MOVING)
+            ok = same_ctx(c, r->ctx, &r->ctx_at, what, sizeof what);
+        else if (r->kind == REC_TRAIN_UPDATE || r->kind == REC_OPTIM_STEP)
+            ok = same_tables(c, r, what, sizeof what);
+        if (!ok) {
+            snprintf(err, errlen, "cpu: the captured step's call %d reads %s, which the host "
+                     "changed since the capture: a CUDA graph would replay the value it "
+                     "captured (move it into the step's state on the device)", i + 1, what);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The recording run, call by call, with what it froze. */
+static void graph_run(RtDevice *d)
+{
+    CpuDevice *c = cpu(d);
+    for (int i = 0; i < c->nrec; i++) {
+        Rec *r = &c->rec[i];
+        switch (r->kind) {
+        case REC_STEP_BEGIN: cpu_step_begin(d, r->inject); break;
+        case REC_LAUNCH: cpu_launch(d, r->fn, r->ctx); break;
+        case REC_MOVING: cpu_moving_update(d, r->fn, r->ctx); break;
+        case REC_TRAIN_UPDATE: cpu_train_update(d, r->state, r->state2, &r->oc); break;
+        case REC_LS_UPDATE: cpu_ls_update(d); break;
+        case REC_CHECK_GRADS: cpu_check_grads(d); break;
+        case REC_CHECK_FINITE: cpu_check_finite(d, r->src, r->n, r->dt); break;
+        case REC_OPTIM_STEP: cpu_optim_step(d, r->state, r->state2, &r->oc); break;
+        case REC_FILL: cpu_fill(d, r->dst, r->dt, r->n, r->value); break;
+        case REC_COPY: cpu_copy(d, r->dst, r->src, r->n); break;
+        }
+    }
+}
+
+static bool cpu_graph_replay(RtDevice *d, char *err, size_t errlen)
+{
+    CpuDevice *c = cpu(d);
+    if (!c->graph) {
+        snprintf(err, errlen, "cpu: graph_replay without a captured graph");
+        return false;
+    }
+    if (!graph_unchanged(c, err, errlen))
+        return false;
+    graph_run(d);
+    return true;
+}
+
+static bool cpu_graph_end(RtDevice *d, char *err, size_t errlen)
+{
+    CpuDevice *c = cpu(d);
+    bool ends = false;
+    int np = c->m ? c->m->nparams : 0;
+    c->recording = false;
+    for (int i = 0; i < c->nrec; i++) {
+        const Rec *r = &c->rec[i];
+        ends |= r->kind == REC_LS_UPDATE;
+        if ((r->kind == REC_TRAIN_UPDATE || r->kind == REC_OPTIM_STEP) && !c->state_at &&
+            (!copy_ptrs(&c->state_at, r->state, np) || !copy_ptrs(&c->state2_at, r->state2, np)))
+            c->rec_lost = true;
+    }
+    if (c->rec_lost || !ends) {
+        snprintf(err, errlen, "cpu: %s", c->rec_lost ? "out of memory for the graph's record"
+                                                      : "the captured calls hold no step's end");
+        c->nrec = 0;
+        return false;
+    }
+    c->graph = true;
+    graph_run(d); /* launched once: the captured step runs */
+    return true;
+}
 
 /* ---- ordering: every call above has finished when it returns ---------------------- */
 
@@ -422,6 +725,11 @@ static void cpu_close(RtDevice *d)
     free(c->buf0);
     free(c->master0);
     free(c->grads);
+    free(c->rec);
+    free(c->buf_at);
+    free(c->master_at);
+    free(c->state_at);
+    free(c->state2_at);
     free(c);
 }
 
@@ -463,6 +771,10 @@ static const RtDeviceOps cpu_ops = {
     .rank = cpu_rank,
     .allreduce = cpu_allreduce,
     .broadcast = cpu_broadcast,
+    .launch = cpu_launch,
+    .graph_begin = cpu_graph_begin,
+    .graph_end = cpu_graph_end,
+    .graph_replay = cpu_graph_replay,
     .close = cpu_close,
 };
 

@@ -68,10 +68,13 @@ AMPC_CU_API int ampc_cu_relu_backward(AmpcStream s, size_t n, int dt, const void
     return AMPC_LAUNCH_ERROR();
 }
 
-/* one thread per four elements (one Philox call): out = in * (kept ? 1/(1-p) : 0) */
+/* one thread per four elements (one Philox call): out = in * (kept ? 1/(1-p) : 0); the
+ * step's number read on the device (the step state's: a CUDA graph replays it unfrozen) */
 __global__ void ampc_k_dropout(size_t n, int dt, ampc_dptr<const void> in, float p, uint64_t seed,
-                               uint64_t step, uint32_t stream, ampc_dptr<void> out, int acc)
+                               ampc_dptr<const uint64_t> stepp, uint32_t stream,
+                               ampc_dptr<void> out, int acc)
 {
+    uint64_t step = *stepp;
     float scale = 1.0f / (1.0f - p);
     size_t nq = n / 4 + (n % 4 != 0);
     for (size_t q = ampc_cu_first(); q < nq; q += ampc_cu_stride()) {
@@ -86,13 +89,14 @@ __global__ void ampc_k_dropout(size_t n, int dt, ampc_dptr<const void> in, float
 }
 
 AMPC_CU_API void rt_cuda_dropout_forward(RtCudaCtx *cx, size_t n, RtDType dt, const void *x, float p,
-                                         uint64_t seed, uint64_t step, uint32_t stream, void *y)
+                                         uint64_t seed, const uint64_t *step, uint32_t stream,
+                                         void *y)
 {
     AMPC_CU_GO(ampc_k_dropout, n / 4 + (n % 4 != 0), n, (int)dt, x, p, seed, step, stream, y, 0);
 }
 
 AMPC_CU_API void rt_cuda_dropout_backward(RtCudaCtx *cx, size_t n, RtDType dt, const void *dy, float p,
-                                          uint64_t seed, uint64_t step, uint32_t stream,
+                                          uint64_t seed, const uint64_t *step, uint32_t stream,
                                           void *dx, bool accumulate)
 {
     AMPC_CU_GO(ampc_k_dropout, n / 4 + (n % 4 != 0), n, (int)dt, dy, p, seed, step, stream, dx,

@@ -121,6 +121,8 @@ typedef struct AmpcDevLs {
     int64_t steps, nonfinite;
     int64_t lr_first; /* lr[i] is update lr_first + 1 + i */
     int32_t lr_n;
+    int32_t inject;    /* --inject-inf-at-step: step inject_at's scale is inf */
+    int64_t inject_at;
 } AmpcDevLs;
 
 int ampc_cu_set_flag(AmpcStream s, int32_t *flag, int32_t value);
@@ -164,10 +166,11 @@ int ampc_cu_loss_scale(AmpcStream s, AmpcLossScale *state, const int32_t *found,
                        AmpcLossScaleRule rule, AmpcLossScaleStats *stats);
 
 /* The step without the host (step.cuh), one thread each: ls->st.scale =
- * ls->ls.scale (inf when inject); *cur = table[st.num_update - lr_first] (a
+ * ls->ls.scale (inf when inject, or ls->inject at step ls->inject_at); *cur = table[st.num_update - lr_first] (a
  * NaN lr past the schedule written); st.num_update++ unless st.dynamic and
  * *flag; ring[steps++ % ring_len] = {ls, st.num_update, *flag == 0} (the
- * step's record, after the rule), nonfinite counted unless dynamic. */
+ * step's record, after the rule), nonfinite counted unless dynamic, and
+ * st.step advanced (the next step's number). */
 int ampc_cu_step_begin(AmpcStream s, AmpcDevLs *ls, int inject);
 int ampc_cu_step_pick(AmpcStream s, const AmpcDevLs *ls, const AmpcMtStep *table, AmpcMtStep *cur);
 int ampc_cu_step_count(AmpcStream s, AmpcDevLs *ls, const int32_t *flag);

@@ -101,6 +101,9 @@ typedef struct {
      * after each time_reset */
     cudaEvent_t *timing;
     int64_t ntiming, used_timing;
+    /* --cuda-graph 1: the captured step and its executable */
+    cudaGraph_t graph;
+    cudaGraphExec_t graph_exec;
 } CudaDevice;
 
 static CudaDevice *cu(RtDevice *d) { return (CudaDevice *)d; }
@@ -362,6 +365,9 @@ static bool cu_ls_init(RtDevice *d, const RtDevLsInit *in, char *err, size_t err
     c->ls_host->st.scale = in->s.scale;
     c->ls_host->st.num_update = in->num_update;
     c->ls_host->st.dynamic = in->dynamic;
+    c->ls_host->st.step = (uint64_t)in->step;
+    c->ls_host->inject = in->inject_inf;
+    c->ls_host->inject_at = in->inject_inf_at;
     c->rule = in->rule;
     c->batch = in->batch;
     c->dynamic = in->dynamic;
@@ -643,6 +649,67 @@ static bool cu_broadcast(RtDevice *d, const RtDevTensor *bucket, int n, int root
     return check_bucket(bucket, n, "broadcast", err, errlen);
 }
 
+/* ---- the step as one CUDA graph (--cuda-graph 1) ------------------------------------------ */
+
+/* The emitted train step's kernels, queued on the device's stream (and so
+ * captured with it). */
+static void cu_launch(RtDevice *d, void (*fn)(RtCtx *), RtCtx *ctx)
+{
+    (void)d;
+    if (fn)
+        fn(ctx);
+}
+
+static void graph_drop(CudaDevice *c)
+{
+    if (c->graph_exec)
+        (void)cudaGraphExecDestroy(c->graph_exec);
+    if (c->graph)
+        (void)cudaGraphDestroy(c->graph);
+    c->graph_exec = NULL;
+    c->graph = NULL;
+}
+
+/* Thread-local capture: a CUDA call another thread makes meanwhile (the NCCL
+ * watchdog's polls, a data source's copies) is not the capture's and does
+ * not invalidate it; every call of the step is on this thread and stream. */
+static bool cu_graph_begin(RtDevice *d, char *err, size_t errlen)
+{
+    CudaDevice *c = cu(d);
+    graph_drop(c);
+    return CU_TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), err,
+                  errlen);
+}
+
+/* The capture ended, instantiated and launched once; on any failure nothing
+ * of the step ran (the loop runs it eagerly) and the error is cleared. */
+static bool cu_graph_end(RtDevice *d, char *err, size_t errlen)
+{
+    CudaDevice *c = cu(d);
+    bool ok = CU_TRY(cudaStreamEndCapture(c->stream, &c->graph), err, errlen);
+    if (ok && !c->graph) {
+        snprintf(err, errlen, "cuda: the capture made no graph");
+        ok = false;
+    }
+    ok = ok && CU_TRY(cudaGraphInstantiateWithFlags(&c->graph_exec, c->graph, 0), err, errlen) &&
+         CU_TRY(cudaGraphLaunch(c->graph_exec, c->stream), err, errlen);
+    if (!ok) {
+        (void)cudaGetLastError();
+        graph_drop(c);
+    }
+    return ok;
+}
+
+static bool cu_graph_replay(RtDevice *d, char *err, size_t errlen)
+{
+    CudaDevice *c = cu(d);
+    if (!c->graph_exec) {
+        snprintf(err, errlen, "cuda: graph_replay without a captured graph");
+        return false;
+    }
+    return CU_TRY(cudaGraphLaunch(c->graph_exec, c->stream), err, errlen);
+}
+
 /* ---- open and close --------------------------------------------------------------------- */
 
 static void step_free_into(CudaDevice *c, char *more, size_t morelen);
@@ -652,6 +719,7 @@ static void cu_close(RtDevice *d)
     CudaDevice *c = cu(d);
     if (c->stream)
         CU_MUST(cudaStreamSynchronize(c->stream)); /* nothing queued may still use a plan */
+    graph_drop(c);
     rt_cuda_close(c->kernels); /* before the stream and the device they were made on */
     table_free(&c->grads);
     table_free(&c->opt);
@@ -717,6 +785,10 @@ static constexpr RtDeviceOps make_ops(void)
     o.rank = cu_rank;
     o.allreduce = cu_allreduce;
     o.broadcast = cu_broadcast;
+    o.launch = cu_launch;
+    o.graph_begin = cu_graph_begin;
+    o.graph_end = cu_graph_end;
+    o.graph_replay = cu_graph_replay;
     o.close = cu_close;
     return o;
 }

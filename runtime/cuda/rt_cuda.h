@@ -301,10 +301,11 @@ void rt_cuda_leaky_relu_backward(RtCudaCtx *cx, RtLeaky t, int64_t outer, int64_
                                  RtDType dt, const void *x, const void *gamma, float slope,
                                  const void *dy, void *dx, void *dgamma, bool acc_dx,
                                  bool acc_dgamma);
+/* step: the step's number in device memory (RtStepState.step), read by the kernel */
 void rt_cuda_dropout_forward(RtCudaCtx *cx, size_t n, RtDType dt, const void *x, float p,
-                             uint64_t seed, uint64_t step, uint32_t stream, void *y);
+                             uint64_t seed, const uint64_t *step, uint32_t stream, void *y);
 void rt_cuda_dropout_backward(RtCudaCtx *cx, size_t n, RtDType dt, const void *dy, float p,
-                              uint64_t seed, uint64_t step, uint32_t stream, void *dx,
+                              uint64_t seed, const uint64_t *step, uint32_t stream, void *dx,
                               bool accumulate);
 void rt_cuda_elemwise_forward(RtCudaCtx *cx, RtBinOp op, size_t n, RtDType dt, const void *a,
                               const void *b, void *y);

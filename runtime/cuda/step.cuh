@@ -35,13 +35,17 @@ __global__ void ampc_k_loss_scale(ampc_dptr<AmpcLossScale> state, ampc_dptr<cons
     }
 }
 
-/* The step's scale: the device's, or inf (--inject-inf-at-step). */
+/* The step's scale: the device's, or inf (--inject-inf-at-step: the host's
+ * flag, or the step's number the device was told at ls_init, which a CUDA
+ * graph replays unfrozen). */
 __global__ void ampc_k_step_begin(ampc_dptr<AmpcDevLs> s, int inject)
 {
     if (blockIdx.x != 0 || threadIdx.x != 0)
         return;
     AmpcLossScale ls = *AMPC_FIELD(s, ls);
-    *AMPC_FIELD(s, st.scale) = inject ? __int_as_float(0x7f800000) : ls.scale;
+    int at = *AMPC_FIELD(s, inject) &&
+             (int64_t)*AMPC_FIELD(s, st.step) == *AMPC_FIELD(s, inject_at);
+    *AMPC_FIELD(s, st.scale) = inject || at ? __int_as_float(0x7f800000) : ls.scale;
 }
 
 /* This update's scalars: the schedule's entry for the device's update
@@ -86,6 +90,7 @@ __global__ void ampc_k_step_ring(ampc_dptr<AmpcDevLs> s, ampc_dptr<const int32_t
     *AMPC_FIELD(s, steps) = steps + 1;
     if (!*AMPC_FIELD(s, st.dynamic))
         *AMPC_FIELD(s, nonfinite) += f != 0;
+    *AMPC_FIELD(s, st.step) += 1; /* the next step's number (Dropout's counter) */
 }
 
 AMPC_CU_API int ampc_cu_loss_scale(AmpcStream s, AmpcLossScale *state, const int32_t *found,

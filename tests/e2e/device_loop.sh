@@ -16,7 +16,9 @@
 # device makes the batch (device.h's synthetic_batch: no staging, no copy).  lagcount runs
 # the steps in the device's capture mode (nothing between a step's begin and
 # its end waits, reads back or allocates); --check-numerics, which reads each
-# node's flag, is refused there by name.
+# node's flag, is refused there by name.  With --cuda-graph 1 the steps after
+# the second replay the captured one (the CPU device's emulated CUDA graph;
+# tests/e2e/cuda_graph.sh compares its states), still without a wait.
 # usage: device_loop.sh AMPC DATA_DIR
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -83,6 +85,13 @@ lag digits_cnn float16 0 --max-steps 12 --batch-size 32
 lag mlp float16 0 --max-steps 12 --loss-scale=dynamic --inject-inf-at-step 7
 lag digits_cnn float16 0 --max-steps 12 --batch-size 32 --data synthetic
 lag mlp float16 0 --max-steps 12 --loss-scale=dynamic --inject-inf-at-step 7 --data synthetic
+# --cuda-graph 1: the steps after the second replay the captured one (the capture mode's rules hold in it)
+lag mlp float16 0 --max-steps 12 --loss-scale=dynamic --inject-inf-at-step 7 --cuda-graph 1
+if grep -q "lagcount: 10 steps replayed the captured CUDA graph" "$tmp/log"; then
+    ok "lagging device, --cuda-graph 1: steps 2 to 11 replayed the graph of step 1"
+else
+    bad "lagging device, --cuda-graph 1: steps 2 to 11 replayed the graph of step 1"
+fi
 # the capture mode names a step that reads the device back
 rm -f "$tmp/log"
 what="capture mode: mlp --check-numerics (a read-back per node) fails the step"

@@ -58,6 +58,9 @@ int main(int argc, char **argv)
            "that did not log)\n",
            (long long)r.steady_syncs, (long long)r.steady_steps, (long long)r.quiet_syncs,
            (long long)r.quiet_steps);
+    if (r.graph_replays > 0) /* --cuda-graph 1 */
+        printf("lagcount: %lld steps replayed the captured CUDA graph\n",
+               (long long)r.graph_replays);
     if (r.steady_steps == 0 || r.steady_syncs != want * r.steady_steps) {
         fprintf(stderr, "lagcount: expected %lld per step\n", want);
         return 1;

@@ -36,6 +36,9 @@
 #                  steps after the second, peak device memory, autotune
 #                  start-up (the start event's device_setup_ms)
 #   r50-waits      the same with --profile: host waits per step that does not log
+#   cuda-graph     digits_cnn, 50 steps with --cuda-graph 0 and 1: the two
+#                  checkpoints compared byte for byte, the replays counted,
+#                  images/s of each (info: the default stays 0 until it holds)
 # --full (make gpu-check) adds r50-kv-local and r50-kv-device (issue 12's
 # placements) and runs r50-b256 longer.  --dry: no GPU; the GPU rows say n/a
 # after checking their programs are in the pack, and the CPU halves run (the
@@ -336,9 +339,39 @@ row_r50_plan_cache() {
     exit 1
 }
 
+# --cuda-graph 1 against 0 (issue 26): digits_cnn (BatchNorm, Dropout) 50
+# steps of the synthetic source under a dynamic scale with an injected
+# overflow; the two checkpoints (parameters, masters, optimizer state,
+# BatchNorm statistics, the loss scale's state) compared byte for byte, as
+# tests/e2e/cuda_graph.sh compares the CPU device's emulated graph.  Info:
+# the table of docs/backend-cuda.md ("A CUDA graph of the step").
+row_cuda_graph() {
+    need digits_cnn.cuda
+    dry_na digits_cnn.cuda
+    local g ck same replays ips0 ips1
+    for g in 0 1; do
+        rm -rf "$WORK/graph$g"
+        runp "$G/digits_cnn.cuda" --data synthetic --batch-size 64 --max-steps 50 --log-interval 10 \
+            --cudnn-autotune 0 --loss-scale dynamic --inject-inf-at-step 20 --cuda-graph $g \
+            --save-dir "$WORK/graph$g" --json-log "$WORK/graph$g.jsonl" | tee "$WORK/graph$g.log"
+        [ "${PIPESTATUS[0]}" = 0 ] || { result "the run with --cuda-graph $g failed"; exit 1; }
+    done
+    ck=digits_cnn-step000050.ckpt
+    if cmp "$WORK/graph0/$ck" "$WORK/graph1/$ck"; then same=yes; else same=no; fi
+    replays=$(sed -n 's/^CUDA graph: step 1 captured, replayed \([0-9]*\) times$/\1/p' "$WORK/graph1.log")
+    ips0=$(speeds "$WORK/graph0.jsonl" 10 | median)
+    ips1=$(speeds "$WORK/graph1.jsonl" 10 | median)
+    fig same_bits "$same"
+    fig replays "${replays:-0}"
+    fig images_per_sec_eager "$ips0"
+    fig images_per_sec_graph "$ips1"
+    result "50 steps: the same checkpoint bytes: $same; ${replays:-no} replays (48 expected); ${ips0:-?} images/s eager, ${ips1:-?} with the graph"
+    exit 4
+}
+
 export -f runp result fig need dry_na median speeds smi_start smi_peak row_plant row_env \
     row_cudnn_check row_libs row_device_smoke row_kernels row_cudnn row_cudnn_tf32_off row_step \
-    row_r50_calls row_optimizer row_torch row_r50 row_r50_waits row_r50_plan_cache
+    row_r50_calls row_optimizer row_torch row_r50 row_r50_waits row_r50_plan_cache row_cuda_graph
 
 gpu=n/a
 [ $dry = 0 ] && gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
@@ -367,6 +400,7 @@ row r50-b256 "$([ $full = 1 ] && echo 240 || echo 150)" row_r50 "" "$([ $full = 
     "$WORK/plans.cache"
 row r50-waits 45 row_r50_waits
 row r50-plan-cache 40 row_r50_plan_cache
+row cuda-graph 40 row_cuda_graph
 if [ $full = 1 ]; then
     row r50-kv-local 60 row_r50 local 30
     row r50-kv-device 60 row_r50 device 30

@@ -378,10 +378,12 @@ static void other_elementwise(size_t n, int dt)
     rt_cuda_clip_backward(&cx, n, t, X, -2.5f, 3.0f, DY, O, false);
     compare_tol("clip bwd", O, y, n, dt, 0.0);
     rt_dropout_forward(n, t, x, 0.3f, 42, 7, 11, y);
-    rt_cuda_dropout_forward(&cx, n, t, X, 0.3f, 42, 7, 11, O);
+    uint64_t step7 = 7, *STEP = dev(&step7, sizeof step7); /* the step state's number */
+    rt_cuda_dropout_forward(&cx, n, t, X, 0.3f, 42, STEP, 11, O);
     compare_tol("dropout", O, y, n, dt, 0.0);
     rt_dropout_backward(n, t, dy, 0.3f, 42, 7, 11, y, false);
-    rt_cuda_dropout_backward(&cx, n, t, DY, 0.3f, 42, 7, 11, O, false);
+    rt_cuda_dropout_backward(&cx, n, t, DY, 0.3f, 42, STEP, 11, O, false);
+    CHECK(cudaFree(STEP));
     compare_tol("dropout bwd", O, y, n, dt, 0.0);
     /* LeakyReLU over [n/7 (at least 1), 7, ...]: outer x 7 channels x 1 */
     int64_t c = 7, outer = (int64_t)n / 7;

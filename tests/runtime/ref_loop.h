@@ -62,6 +62,7 @@ static int ref_loop_run(const RtModel *m, const RtTrainOptions *o, int64_t steps
         ds.fill(&ds, RT_SPLIT_TRAIN, perm + step * b, b, t.ctx.buf[m->data], t.ctx.buf[m->label]);
         t.ctx.batch = b;
         t.ctx.step = (uint64_t)step;
+        st.step = (uint64_t)step; /* what the kernels read (Dropout) */
         st.scale = step == o->inject_inf_step ? INFINITY : ls.s.scale;
         m->train_step(&t.ctx);
         bool finite = ls.mode != RT_LS_DYNAMIC || rt_optim_grads_finite(m, &t.ctx);

@@ -755,7 +755,9 @@ static void test_loss_scale(void **st)
 /* ---- the step without the host (step.cuh) ------------------------------------------ */
 
 /* The one-thread kernels over ten steps, a static and a dynamic scale, an
- * injected inf and steps past the schedule written, against the CPU
+ * injected inf (the host's flag at step 4, the device's own at step 7: the
+ * step's number, which the ring's kernel advances) and steps past the
+ * schedule written, against the CPU
  * device's rules (runtime/cpu/device.c: step_begin, train_update's count
  * and learning rate, ls_update's ring and counters). */
 static void test_step_kernels(void **st)
@@ -773,6 +775,9 @@ static void test_step_kernels(void **st)
         ls->st.num_update = 5;
         ls->lr_first = 5;
         ls->lr_n = 3; /* updates 6, 7, 8 are written */
+        ls->st.step = 100;
+        ls->inject = 1;
+        ls->inject_at = 107;
         for (int i = 0; i < 3; i++) {
             memset(&table[i], 0, sizeof table[i]);
             table[i].kind = AMPC_OPT_NAG;
@@ -784,9 +789,11 @@ static void test_step_kernels(void **st)
         for (int step = 0; step < 10; step++) {
             ampc_emu_pass(step % 3);
             int inject = step == 4;
+            assert_int_equal(ls->st.step, 100 + step);
             assert_int_equal(ampc_cu_step_begin(NULL, ls, inject), 0);
-            assert_int_equal(ampc_f32_bits(ls->st.scale),
-                             inject ? 0x7f800000u : ampc_f32_bits(ls->ls.scale));
+            assert_int_equal(ampc_f32_bits(ls->st.scale), inject || step == 7
+                                                              ? 0x7f800000u
+                                                              : ampc_f32_bits(ls->ls.scale));
             assert_int_equal(ampc_cu_step_pick(NULL, ls, table, cur), 0);
             int64_t i = num_update - 5;
             if (i >= 0 && i < 3) {

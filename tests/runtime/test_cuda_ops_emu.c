@@ -228,17 +228,21 @@ static void test_dropout(void **st)
         size_t n = sizes[s];
         uint64_t seed = 0x123456789abcull + (uint64_t)s, step = (uint64_t)7 << 33 | 5;
         void *x = buf(n, dt, true), *yg = buf(n, dt, false), *yc = buf(n, dt, false);
-        rt_cuda_dropout_forward(&cx, n, dt, x, 0.3f, seed, step, 0xdeadbeefu, yg);
+        /* the device reads the step's number from its memory (RtStepState.step) */
+        uint64_t *sd = dmem(2 * sizeof *sd);
+        sd[0] = step;
+        sd[1] = step + 1;
+        rt_cuda_dropout_forward(&cx, n, dt, x, 0.3f, seed, sd, 0xdeadbeefu, yg);
         rt_dropout_forward(n, dt, x, 0.3f, seed, step, 0xdeadbeefu, yc);
         same(yg, yc, n, dt, "dropout forward");
         for (int acc = 0; acc < 2; acc++) {
             void *dg = buf(n, dt, true), *dc = dup(dg, n, dt);
-            rt_cuda_dropout_backward(&cx, n, dt, x, 0.5f, seed, step + 1, 3, dg, acc);
+            rt_cuda_dropout_backward(&cx, n, dt, x, 0.5f, seed, sd + 1, 3, dg, acc);
             rt_dropout_backward(n, dt, x, 0.5f, seed, step + 1, 3, dc, acc);
             same(dg, dc, n, dt, "dropout backward");
             dfree(dg), dfree(dc);
         }
-        dfree(x), dfree(yg), dfree(yc);
+        dfree(x), dfree(yg), dfree(yc), dfree(sd);
     }
     assert_int_equal(compared, 3 * 3 * 3 * 3);
 }

@@ -513,6 +513,90 @@ static void test_capture_mode(void **state)
     rt_device_close(d);
 }
 
+/* The CPU device's emulated CUDA graph (--cuda-graph 1): the captured calls
+ * do not run; graph_end runs them once and each replay again, the step's
+ * number and --inject-inf-at-step coming from the device's step state; a
+ * wait in the capture is an error as in the capture mode; a value the host
+ * changed since the capture (RtCtx.step passed by value, the optimizer's
+ * settings) is refused by name; a capture without its step's end, or a
+ * replay without a graph, makes none. */
+static uint64_t graph_steps[8];
+static float graph_scales[8];
+static int graph_calls;
+static void graph_fn(RtCtx *ctx)
+{
+    if (graph_calls < 8) {
+        graph_steps[graph_calls] = rt_ctx_step(ctx);
+        graph_scales[graph_calls] = ctx->step_state->scale;
+    }
+    graph_calls++;
+}
+
+static void test_graph_emulation(void **state)
+{
+    (void)state;
+    char err[256];
+    RtDevice *d = open_cpu();
+    assert_true(rt_dev_has_graph(d));
+    RtDevLsInit li = {.s = {.scale = 8}, .rule = ampc_loss_scale_rule_default(), .batch = 4,
+                      .step = 10, .inject_inf = true, .inject_inf_at = 12};
+    assert_true(rt_dev_ls_init(d, &li, err, sizeof err));
+    RtCtx ctx = {.step_state = rt_dev_step_state(d), .step = 10};
+    RtOptConfig oc = {.kind = RT_OPT_SGD, .lr = 0.1f, .clip_gradient = -1};
+    float *p = rt_dev_alloc(d, 64, "p", err, sizeof err), q[4];
+    assert_non_null(p);
+    graph_calls = 0;
+    assert_false(rt_dev_graph_replay(d, err, sizeof err)); /* no graph yet */
+    assert_non_null(strstr(err, "without a captured graph"));
+    assert_true(rt_dev_graph_begin(d, err, sizeof err));
+    rt_dev_step_begin(d, false);
+    rt_dev_launch(d, graph_fn, &ctx);
+    rt_dev_fill(d, p, RT_F32, 4, 2.5f);
+    rt_dev_train_update(d, NULL, NULL, &oc);
+    rt_dev_ls_update(d);
+    assert_int_equal(d->capture_errors, 0);
+    assert_int_equal(graph_calls, 0); /* captured, not run */
+    rt_dev_to_host(d, q, p, sizeof q);
+    assert_float_equal(q[0], 0.0f, 0);
+    assert_true(rt_dev_graph_end(d, err, sizeof err)); /* launched once: step 10 */
+    rt_dev_to_host(d, q, p, sizeof q);
+    assert_float_equal(q[3], 2.5f, 0);
+    for (int k = 0; k < 3; k++) /* steps 11, 12 (injected), 13 */
+        assert_true(rt_dev_graph_replay(d, err, sizeof err));
+    assert_int_equal(d->graph_replays, 3);
+    assert_int_equal(graph_calls, 4);
+    for (int k = 0; k < 4; k++) {
+        assert_int_equal(graph_steps[k], 10 + k);
+        assert_true(k == 2 ? isinf(graph_scales[k]) : graph_scales[k] == 8.0f);
+    }
+    RtDevLsState st;
+    rt_dev_ls_read(d, &st, NULL, 0);
+    assert_int_equal(st.steps, 4);
+    /* what the host passes by value, changed since the capture */
+    ctx.step = 14;
+    assert_false(rt_dev_graph_replay(d, err, sizeof err));
+    assert_non_null(strstr(err, "RtCtx.step,"));
+    ctx.step = 10;
+    oc.lr = 0.2f;
+    assert_false(rt_dev_graph_replay(d, err, sizeof err));
+    assert_non_null(strstr(err, "the optimizer's settings"));
+    oc.lr = 0.1f;
+    assert_true(rt_dev_graph_replay(d, err, sizeof err));
+    assert_int_equal(graph_calls, 5);
+    /* a wait inside a capture: the capture mode's error; no step's end: no graph */
+    assert_true(rt_dev_graph_begin(d, err, sizeof err));
+    rt_dev_step_begin(d, false);
+    (void)rt_dev_read_flag(d);
+    assert_int_equal(d->capture_errors, 1);
+    assert_string_equal(d->capture_what, "read_flag");
+    assert_false(rt_dev_graph_end(d, err, sizeof err));
+    assert_non_null(strstr(err, "no step's end"));
+    assert_false(rt_dev_graph_replay(d, err, sizeof err));
+    assert_int_equal(graph_calls, 5);
+    rt_dev_free(d, p);
+    rt_device_close(d);
+}
+
 /* One device: the sum and the mean over it are the tensor itself, bit for
  * bit; broadcast from rank 0 keeps it; bad requests are refused. */
 static void test_collectives(void **state)
@@ -699,6 +783,7 @@ int main(void)
         cmocka_unit_test(test_sim_ranks),
         cmocka_unit_test(test_synthetic_batch),
         cmocka_unit_test(test_capture_mode),
+        cmocka_unit_test(test_graph_emulation),
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_staging),
         cmocka_unit_test(test_loop_matches_reference),

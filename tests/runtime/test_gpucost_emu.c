@@ -322,17 +322,18 @@ static void test_dropout(void **st)
     for (int z = 0; z < 2; z++) {
         const Size *s = &sizes[z];
         size_t n = ew_n(z);
-        void *b[2] = {data(n, s->dt, -3, 3), data(n, s->dt, -3, 3)};
+        void *b[3] = {data(n, s->dt, -3, 3), data(n, s->dt, -3, 3), dev(sizeof(uint64_t), "step")};
+        *(uint64_t *)b[2] = 3; /* the step's number, in device memory */
         GkDims d = ew((double)n, s);
         d.acc = 0;
         start(z);
-        rt_cuda_dropout_forward(&cx, n, s->dt, b[0], 0.0f, 7, 3, 1, b[1]);
+        rt_cuda_dropout_forward(&cx, n, s->dt, b[0], 0.0f, 7, b[2], 1, b[1]);
         expect_op("Dropout", OP_Dropout, GE_MAIN, &d);
         d.acc = s->acc;
         start(z);
-        rt_cuda_dropout_backward(&cx, n, s->dt, b[0], 0.0f, 7, 3, 1, b[1], s->acc);
+        rt_cuda_dropout_backward(&cx, n, s->dt, b[0], 0.0f, 7, b[2], 1, b[1], s->acc);
         expect_op("_backward_Dropout", OP__backward_Dropout, GE_MAIN, &d);
-        release(b, 2);
+        release(b, 3);
     }
     done();
 }
