@@ -101,6 +101,8 @@ typedef struct {
      * time with the statistics from the convolution's GEN_STATS, the step */
     int stats_bns, bns;
     GcRange stats_bn_fwd, stats_device, stats_step, stats_images_s;
+    /* ... and with --cuda-graph 1: the host's launches one graph launch */
+    GcRange graph_host, graph_step, graph_images_s;
     const KvMachine *m;
     GcOptions o;
 } GcResult;
