@@ -104,8 +104,8 @@ typedef struct {
     bool recording, graph, rec_lost; /* rec_lost: a call not recorded (memory) */
     Rec rec_spare;
     void **buf_at;        /* ctx->buf[0 .. nbuffers) */
-    float **master_at;    /* ctx->master[0 .. nparams) */
-    float **state_at, **state2_at; /* the optimizer's state tables */
+    void **master_at;     /* ctx->master[0 .. nparams) */
+    void **state_at, **state2_at; /* the optimizer's state tables */
 } CpuDevice;
 
 static CpuDevice *cpu(RtDevice *d) { return (CpuDevice *)d; }
@@ -464,18 +464,17 @@ static void cpu_set_flag(RtDevice *d, bool ok) { set_finite(cpu(d), ok); }
 
 /* ---- the emulated CUDA graph (above) ------------------------------------------------- */
 
-/* a copy of n pointers (NULL for none), or false when out of memory */
-static bool copy_ptrs(void *dstp, const void *src, int n)
+/* a copy of the n pointers at src (NULL for none; out of memory: NULL and
+ * *lost set) */
+static void **copy_ptrs(const void *src, int n, bool *lost)
 {
-    void **dst = dstp;
-    free(*dst);
-    *dst = NULL;
     if (!src || n <= 0)
-        return true;
-    *dst = malloc((size_t)n * sizeof(void *));
-    if (*dst)
-        memcpy(*dst, src, (size_t)n * sizeof(void *));
-    return *dst != NULL;
+        return NULL;
+    void **p = malloc((size_t)n * sizeof *p);
+    if (p)
+        memcpy(p, src, (size_t)n * sizeof *p);
+    *lost |= !p;
+    return p;
 }
 
 static void record_ctx(CpuDevice *c, RecKind kind, void (*fn)(RtCtx *), RtCtx *ctx)
@@ -487,9 +486,10 @@ static void record_ctx(CpuDevice *c, RecKind kind, void (*fn)(RtCtx *), RtCtx *c
     r->ctx = ctx;
     r->ctx_at = *ctx;
     int nb = c->m ? c->m->nbuffers : 0, np = c->m ? c->m->nparams : 0;
-    if (!c->buf_at && (!copy_ptrs(&c->buf_at, ctx->buf, nb) ||
-                       !copy_ptrs(&c->master_at, ctx->master, np)))
-        c->rec_lost = true;
+    if (!c->buf_at && !c->master_at) {
+        c->buf_at = copy_ptrs(ctx->buf, nb, &c->rec_lost);
+        c->master_at = copy_ptrs(ctx->master, np, &c->rec_lost);
+    }
 }
 
 static bool cpu_graph_begin(RtDevice *d, char *err, size_t errlen)
@@ -505,8 +505,7 @@ static bool cpu_graph_begin(RtDevice *d, char *err, size_t errlen)
     free(c->master_at);
     free(c->state_at);
     free(c->state2_at);
-    c->buf_at = NULL;
-    c->master_at = c->state_at = c->state2_at = NULL;
+    c->buf_at = c->master_at = c->state_at = c->state2_at = NULL;
     c->recording = true;
     return true;
 }
@@ -619,8 +618,10 @@ static bool cpu_graph_end(RtDevice *d, char *err, size_t errlen)
         const Rec *r = &c->rec[i];
         ends |= r->kind == REC_LS_UPDATE;
         if ((r->kind == REC_TRAIN_UPDATE || r->kind == REC_OPTIM_STEP) && !c->state_at &&
-            (!copy_ptrs(&c->state_at, r->state, np) || !copy_ptrs(&c->state2_at, r->state2, np)))
-            c->rec_lost = true;
+            !c->state2_at) {
+            c->state_at = copy_ptrs(r->state, np, &c->rec_lost);
+            c->state2_at = copy_ptrs(r->state2, np, &c->rec_lost);
+        }
     }
     if (c->rec_lost || !ends) {
         snprintf(err, errlen, "cpu: %s", c->rec_lost ? "out of memory for the graph's record"
