@@ -528,6 +528,7 @@ e2e: $(BUILD)/ampc $(BUILD)/libampcrt.a $(BUILD)/e2e/refcheck $(BUILD)/e2e/statc
 	tests/e2e/fuse.sh $(BUILD)/ampc
 	tests/e2e/memplan.sh $(BUILD)/ampc
 	tests/e2e/cuda_plan_cpu.sh $(BUILD)/ampc $(BUILD)/e2e/statcmp
+	tests/e2e/conv_bn_stats.sh $(BUILD)/ampc $(BUILD)/e2e/statcmp
 	tests/e2e/predict.sh $(BUILD)/ampc $(DATA_DIR)
 	tests/e2e/threads.sh $(BUILD)/ampc
 	tests/e2e/mpi.sh $(BUILD)/ampc $(DATA_DIR)

@@ -386,6 +386,35 @@ static void emit_bn_add_forward(Cg *c, const Node *n, const KernelRow *k)
     bn_forward_call(c, n, k, true);
 }
 
+/* conv_bn_stats: the convolution writing y and its statistics (part 1);
+ * its sizer takes no pass (the forward's).  A CUDA program's sizer also
+ * asks the device's cuDNN for an engine at set-up, and stops the program
+ * there, naming the node, where it has none (rt_cuda_conv_stats_probe). */
+static void emit_conv_stats_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    conv_dims(c, n, INODE(0), I);
+    const char *ws = arena_printf(&c->a, "%s(%s&d, %s)", k->ws, CX, DT);
+    if (!ws_line(c, ws))
+        fprintf(c->f, "%s%s(%s&d, %s, %s, %s, %s, (float *)%s, rt_ctx_ws(ctx, %s));\n", I, k->cpu,
+                CX, DT, IN(0), IN(1), OUT, or_null(part_of(c, n, 1)), ws);
+}
+
+/* The BatchNorm family's training forward from the statistics of x (its
+ * last input): plain, with the relu, or with the shortcut (input 5) and the
+ * relu, saving the batch's statistics in the node's parts. */
+static void emit_bn_sums_forward(Cg *c, const Node *n, const KernelRow *k)
+{
+    bn_dims(c, n, INODE(0), I);
+    bool add = n->op == OP__fused_BatchNorm_add_relu_stats;
+    bool relu = add || n->op == OP__fused_BatchNorm_relu_stats;
+    fprintf(c->f,
+            "%s%s(%s&d, %s, %s, %s, %s, (const float *)%s, %s, %s, (float)%.9g, %s, %s, %s, "
+            "%s);\n",
+            I, k->cpu, CX, DT, IN(0), add ? IN(5) : "NULL", relu ? "true" : "false", IN(n->nin - 1),
+            IN(1), IN(2), node_float(n, BN_EPS), node_bool(n, BN_FIX_GAMMA) ? "true" : "false", OUT,
+            or_null(part_of(c, n, 1)), or_null(part_of(c, n, 2)));
+}
+
 /* nothing written on a step the device skips: the kernel reads the step's state */
 static void emit_bn_moving(Cg *c, const Node *n, const KernelRow *k)
 {

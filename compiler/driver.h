@@ -25,6 +25,7 @@ typedef struct {
     bool no_schedule;         /* --no-schedule: keep the order the passes left */
     FILE *out;                /* where --explain prints */
     unsigned no_fuse;         /* --no-fuse: the fusions turned off (bit k: rule k) */
+    unsigned fuse;            /* --fuse: the fusions off by default turned on (bit k: rule k) */
     Target target;            /* --target: what the schedule pass plans for */
 } PassOptions;
 

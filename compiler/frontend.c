@@ -63,8 +63,9 @@ static bool run_fuse(Graph **g, const PassOptions *o)
 {
     if (o->explain && o->explain_name && !explain_training_node(*g, o))
         return false;
-    FuseOptions fo = {.disabled = o->no_fuse, .explain = o->explain,
-                      .explain_name = o->explain_name, .out = o->out, .target = o->target};
+    FuseOptions fo = {.disabled = o->no_fuse, .enabled = o->fuse, .warn = true,
+                      .explain = o->explain, .explain_name = o->explain_name, .out = o->out,
+                      .target = o->target};
     return fuse(g, &fo);
 }
 

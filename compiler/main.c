@@ -122,7 +122,11 @@ static void usage(FILE *f)
           "                          bn_add_relu (BatchNorm + add + relu; needs add_relu),\n"
           "                          cast_softmax_output (AMP's cast of the logits into the\n"
           "                          loss head), softmax_output_bwd_cast (the cast of its\n"
-          "                          gradient into its backward); docs/codegen.md\n"
+          "                          gradient into its backward), conv_bn_stats; docs/codegen.md\n"
+          "  --fuse=NAME,...         turn on the fusions off by default (repeatable):\n"
+          "                          conv_bn_stats (a 16-bit convolution writing the\n"
+          "                          statistics of the training BatchNorm reading it;\n"
+          "                          --target=cuda; not yet run on a GPU: docs/backend-cuda.md)\n"
           "  --report[=text|json]    op counts, parameters, FLOPs, activation bytes, casts,\n"
           "                          the memory plan, the placement (docs/report.md)\n"
           "  --expect FILE           check the result against FILE's assertions (docs/ci.md)\n"
@@ -270,7 +274,7 @@ static bool dump_options_ok(const Options *o, Diag *d)
 static int parse_options(int argc, char **argv, Options *o, Diag *d)
 {
     enum { O_DUMP = 256, O_DUMP_DIR, O_DUMP_FORMAT, O_FROM_IR, O_BATCH, O_REPORT, O_HELP,
-           O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE, O_TIME, O_AMP_PLACE, O_NO_FUSE };
+           O_VERSION, O_MODEL, O_VERIFY, O_AMP, O_AMP16, O_AMP32, O_AMPX, O_EXPLAIN, O_SHUFFLE, O_TARGET, O_OPTIMIZER, O_LOSS_SCALE, O_TIME, O_AMP_PLACE, O_NO_FUSE, O_FUSE };
     enum { O_NO_MEMPLAN = 400, O_NO_INPLACE, O_NO_SCHEDULE, O_CHECK_PROGRAM };
     enum { O_FROM_MXNET = 500, O_INPUT_SHAPE, O_LOSS, O_EMIT_SYM, O_EMIT_MXNET };
     enum { O_KVSTORE = 600, O_MACHINE, O_DEVICES, O_MACHINES, O_KV_BUCKET, O_KV_WIRE, O_MPI = 650,
@@ -314,6 +318,7 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
         {"amp-placement", required_argument, NULL, O_AMP_PLACE},
         {"explain", optional_argument, NULL, O_EXPLAIN},
         {"no-fuse", required_argument, NULL, O_NO_FUSE},
+        {"fuse", required_argument, NULL, O_FUSE},
         {"shuffle-seed", required_argument, NULL, O_SHUFFLE},
         {"target", required_argument, NULL, O_TARGET},
         {"optimizer", required_argument, NULL, O_OPTIMIZER},
@@ -429,6 +434,10 @@ static int parse_options(int argc, char **argv, Options *o, Diag *d)
             break;
         case O_NO_FUSE:
             if (!fuse_disable(d, optarg, &o->pass.no_fuse))
+                return 1;
+            break;
+        case O_FUSE:
+            if (!fuse_enable(d, optarg, &o->pass.fuse))
                 return 1;
             break;
         case 'h':

@@ -20,9 +20,10 @@
 static const char *const output_flags[] = {
     "model",         "amp",       "amp-fp16",    "amp-fp32",   "amp-exclude",
     "amp-placement", "optimizer", "loss-scale",  "batch-size", "target",
-    "kernels",       "no-fuse",   "no-schedule", "no-memplan", "no-inplace",
-    "kvstore",       "machine",   "devices",     "machines",   "kv-bucket-mb",
-    "kv-wire",       "mpi",       "input-shape", "loss",       NULL};
+    "kernels",       "no-fuse",   "fuse",        "no-schedule", "no-memplan",
+    "no-inplace",    "kvstore",   "machine",     "devices",     "machines",
+    "kv-bucket-mb",  "kv-wire",   "mpi",         "input-shape", "loss",
+    NULL};
 
 void provenance_note(Provenance *p, const char *flag, const char *arg)
 {

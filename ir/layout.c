@@ -43,6 +43,11 @@ static const LayoutRule rules[OP_COUNT] = {
     [OP__backward_fused_BatchNorm_relu] = FOLLOW(S(0) | S(1) | S(2)), /* dy, y, x */
     [OP__fused_BatchNorm_add_relu] = FOLLOW(S(0) | S(5)),             /* x, the shortcut */
     [OP__backward_fused_BatchNorm_add_relu] = FOLLOW(S(0) | S(1) | S(2)),
+    /* conv_bn_stats: the statistics (rank 2) are canonical */
+    [OP__fused_Convolution_stats] = {LC_ANCHOR, S(0) | S(1)},
+    [OP__fused_BatchNorm_stats] = FOLLOW(S(0)),
+    [OP__fused_BatchNorm_relu_stats] = FOLLOW(S(0)),
+    [OP__fused_BatchNorm_add_relu_stats] = FOLLOW(S(0) | S(5)),
     [OP_Pooling] = FOLLOW(S(0)),
     [OP__backward_Pooling] = FOLLOW(S(0) | S(1)),
     [OP_Activation] = FOLLOW(S(0)),
@@ -105,6 +110,9 @@ bool layout_op_allows(const Graph *g, const Node *n)
     case OP__backward_fused_BatchNorm_relu:
     case OP__fused_BatchNorm_add_relu:
     case OP__backward_fused_BatchNorm_add_relu:
+    case OP__fused_BatchNorm_stats:
+    case OP__fused_BatchNorm_relu_stats:
+    case OP__fused_BatchNorm_add_relu_stats:
         return node_int(n, BN_AXIS) == 1 || node_int(n, BN_AXIS) == -3;
     default: return true;
     }

@@ -29,6 +29,12 @@
  *     it become one node at q's place: its value is q's (the shortcut's
  *     gradient), its parts 1 and 2 are b's, and b itself becomes its part
  *     3 (BatchNorm's data gradient), keeping its name and readers.
+ * And one rule off unless asked (--fuse=conv_bn_stats, a CUDA program's:
+ * fuse_stats below): a convolution whose value a training BatchNorm (plain,
+ * or fused with the relu or the add and relu) reads becomes a
+ * _fused_Convolution_stats that also writes the value's statistics as its
+ * part 1, and the BatchNorm its _stats form reading them; both keep their
+ * names, and the backward is not touched.
  * The fused node's `absorbed` attribute names the other node, so that
  * fuse_check can expand a dump back into the unfused graph, derive it again
  * with autodiff, and fuse it again.
@@ -65,7 +71,8 @@ struct FuseRule {
     OpKind fused;         /* the pair */
     OpKind fused_bwd;     /* their backward nodes (OP_COUNT: the rule rewrites none) */
     FusePlace place;
-    int round; /* 0, or 1: matched after round 0's fusions (on their nodes) */
+    int round;   /* 0, or 1: matched after round 0's fusions (on their nodes); 2: fuse_stats */
+    bool opt_in; /* off unless --fuse names it */
     /* the attributes the fused ops keep of the node whose place they take
      * (then, with cast_dtype, r's target dtype; then `absorbed`) */
     int kept_attrs;
@@ -118,6 +125,12 @@ static const FuseRule rules[] = {
      .second = OP_amp_cast, .fused = OP__backward_fused_SoftmaxOutput_cast,
      .fused_bwd = OP_COUNT, .place = FUSE_AT_FIRST, .kept_attrs = SMO_NATTRS,
      .cast_dtype = true, .pair_ok = narrowing_cast_ok},
+    /* a convolution writing the statistics of its value, which the
+     * BatchNorm reading it (as any of the three forms above) then reads
+     * instead of summing x again: after the rounds, on the training graph,
+     * for --target=cuda, off unless asked (fuse_stats) */
+    {.name = "conv_bn_stats", .first = OP_Convolution, .second = OP_BatchNorm,
+     .fused = OP__fused_Convolution_stats, .fused_bwd = OP_COUNT, .round = 2, .opt_in = true},
 };
 enum { NRULES = sizeof rules / sizeof rules[0] };
 _Static_assert(NRULES <= 32, "--no-fuse keeps one bit per rule");
@@ -487,10 +500,155 @@ static Graph *fuse_round(Graph *g, unsigned disabled, const Explain *ex, int rou
     return nmatch ? graph_compact(g) : g;
 }
 
-/* The rounds: the pairs, then the merges into their fused nodes. */
-static Graph *fuse_graph(Graph *g, unsigned disabled, const Explain *ex)
+/* ---- conv_bn_stats ------------------------------------------------------------ */
+
+enum { STATS_RULE = NRULES - 1 }; /* the table's last row */
+
+/* The _stats form of a BatchNorm family's training forward, or OP_COUNT. */
+static OpKind stats_form(OpKind k)
 {
-    return fuse_round(fuse_round(g, disabled, ex, 0), disabled, ex, 1);
+    switch (k) {
+    case OP_BatchNorm: return OP__fused_BatchNorm_stats;
+    case OP__fused_BatchNorm_relu: return OP__fused_BatchNorm_relu_stats;
+    case OP__fused_BatchNorm_add_relu: return OP__fused_BatchNorm_add_relu_stats;
+    default: return OP_COUNT;
+    }
+}
+
+/* The op a conv_bn_stats op was made from (k itself for the others). */
+static OpKind unstats(OpKind k)
+{
+    switch (k) {
+    case OP__fused_Convolution_stats: return OP_Convolution;
+    case OP__fused_BatchNorm_stats: return OP_BatchNorm;
+    case OP__fused_BatchNorm_relu_stats: return OP__fused_BatchNorm_relu;
+    case OP__fused_BatchNorm_add_relu_stats: return OP__fused_BatchNorm_add_relu;
+    default: return k;
+    }
+}
+
+static bool is_bn_backward(OpKind k)
+{
+    return k == OP__backward_BatchNorm || k == OP__backward_fused_BatchNorm_relu ||
+           k == OP__backward_fused_BatchNorm_add_relu;
+}
+
+/* Why conv p and the BatchNorm r reading it cannot become the pair (NULL:
+ * they can): what rt_cuda_conv_forward_stats computes (a 2-D convolution
+ * without groups or bias, in 16-bit, so NHWC in the CUDA plan: the shapes
+ * the offline check builds the graph for and NVIDIA's ResNet-50 runs), the
+ * sums BatchNorm over axis 1 takes in training, and no reader of y but the
+ * BatchNorm and its backward (which reads y as its x). */
+static const char *stats_refusal(Graph *g, const Readers *rd, const Node *p, const Node *r)
+{
+    if (node_bool(r, BN_USE_GLOBAL_STATS))
+        return "the BatchNorm uses the moving statistics (use_global_stats), not the batch's";
+    if (node_int(r, BN_AXIS) != 1 && node_int(r, BN_AXIS) != -3)
+        return "the BatchNorm's axis is not 1";
+    if (p->nin > 2)
+        return "the convolution has a bias";
+    if (p->shape.rank != 4 || node_int(p, CONV_NUM_GROUP) != 1)
+        return "the convolution is not 2-D without groups";
+    if (!is_16bit(p->dtype) || r->dtype != p->dtype)
+        return "the convolution is not float16 or bfloat16 (cuDNN's statistics graph runs on "
+               "the NHWC layout of the 16-bit convolutions)";
+    if (p->flags & NF_OUTPUT)
+        return "the convolution's value is an output of the graph";
+    for (int k = rd->start[p->id]; k < rd->start[p->id + 1]; k++) {
+        const Node *q = g->nodes[rd->user[k]];
+        if (q != r && !is_bn_backward(q->op))
+            return arena_printf(&g->arena, "'%s' reads the convolution's value too", q->name);
+        for (int j = 1; q == r && j < r->nin; j++)
+            if (r->in[j] == p->id)
+                return "the BatchNorm reads the convolution's value twice";
+    }
+    return NULL;
+}
+
+/* A name for the statistics of conv: "<conv>_stats", else numbered. */
+static void name_stats(Graph *g, Node *part, const char *conv)
+{
+    const char *name = arena_printf(&g->arena, "%s_stats", conv);
+    for (int k = 2; !graph_set_name(g, part, name); k++)
+        name = arena_printf(&g->arena, "%s_stats%d", conv, k);
+}
+
+/* conv p and BatchNorm r become the pair; the part stands at *stats. */
+static void apply_stats(Graph *g, Node *p, Node *r, const Explain *ex, int *stats)
+{
+    node_become(g, p, OP__fused_Convolution_stats, p->in, p->nin, CONV_NATTRS, NULL);
+    Node *part = graph_add(g, OP_part, &p->id, 1, p->loc, p->frame);
+    part->attrs[PART_INDEX] = (AttrVal){.type = AT_INT, .i = 1};
+    part->shape = (Shape){.rank = 2, .d = {2, node_int(p, CONV_NUM_FILTER)}};
+    part->dtype = DT_F32;
+    name_stats(g, part, p->name);
+    *stats = part->id;
+    int in[7];
+    memcpy(in, r->in, sizeof(int) * (size_t)r->nin);
+    in[r->nin] = part->id;
+    OpKind base = r->op;
+    node_become(g, r, stats_form(base), in, r->nin + 1, op_info(base)->nattrs, NULL);
+    const char *only = ex->only;
+    if (ex->out && (!only || !strcmp(only, p->name) || !strcmp(only, r->name)))
+        fprintf(ex->out, "fuse conv_bn_stats: %s + %s -> %s %s + %s %s%s\n", p->name, r->name,
+                op_info(p->op)->name, p->name, op_info(r->op)->name, r->name, ex->graph);
+}
+
+/* The conv_bn_stats rule over the training graph: each BatchNorm family's
+ * forward reading a convolution, paired or (warn) refused with a warning
+ * at the BatchNorm saying why.  The statistics' part node is stored right
+ * after its convolution. */
+static Graph *fuse_stats(Graph *g, const Explain *ex, bool warn)
+{
+    Readers rd = readers_of(g);
+    int n = g->nnodes;
+    int *stats = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    int *order = graph_canonical_order(g);
+    if (!stats)
+        DIE("out of memory");
+    int made = 0;
+    for (int i = 0; i < n; i++)
+        stats[i] = -1;
+    for (int k = 0; k < n; k++) {
+        Node *r = g->nodes[order[k]];
+        if (stats_form(r->op) == OP_COUNT || r->nin < 1 ||
+            g->nodes[r->in[0]]->op != OP_Convolution || stats[r->in[0]] >= 0)
+            continue;
+        Node *p = g->nodes[r->in[0]];
+        const char *why = stats_refusal(g, &rd, p, r);
+        if (why && warn)
+            diag_warning(g->diag, r->loc,
+                         "--fuse=conv_bn_stats: '%s' and the convolution '%s' "
+                         "it reads stay apart: %s",
+                         r->name, p->name, why);
+        if (!why)
+            apply_stats(g, p, r, ex, &stats[p->id]), made++;
+    }
+    free(order);
+    free(rd.start);
+    free(rd.user);
+    if (made) {
+        int *to = malloc(sizeof(int) * (size_t)g->nnodes), m = 0;
+        if (!to)
+            DIE("out of memory");
+        for (int i = 0; i < n; i++) {
+            to[m++] = i;
+            if (stats[i] >= 0)
+                to[m++] = stats[i];
+        }
+        g = graph_reorder(g, to);
+        free(to);
+    }
+    free(stats);
+    return g;
+}
+
+/* The rounds: the pairs, then the merges into their fused nodes, then (on
+ * the training graph, when asked) the statistics. */
+static Graph *fuse_graph(Graph *g, unsigned disabled, const Explain *ex, bool train, bool warn)
+{
+    g = fuse_round(fuse_round(g, disabled, ex, 0), disabled, ex, 1);
+    return train && !(disabled & (1u << STATS_RULE)) ? fuse_stats(g, ex, warn) : g;
 }
 
 /* The rules target has no kernels for: for TARGET_CUDA, those whose fused
@@ -516,8 +674,20 @@ bool fuse(Graph **gp, const FuseOptions *o)
     Graph *g = *gp, *infer = g->infer;
     g->infer = NULL;
     unsigned disabled = o->disabled | rules_without_kernels(o->target);
-    g = fuse_graph(g, disabled, &train);
-    g->infer = infer ? fuse_graph(infer, disabled, &inf) : NULL;
+    for (int k = 0; k < NRULES; k++)
+        if (rules[k].opt_in && !(o->enabled & (1u << k)))
+            disabled |= 1u << k;
+    /* the CPU program sums BatchNorm's statistics itself: nothing to gain */
+    if (!(disabled & (1u << STATS_RULE)) && o->target != TARGET_CUDA) {
+        if (o->warn)
+            diag_warning(g->diag, loc_none(),
+                         "--fuse=conv_bn_stats applies to --target=cuda "
+                         "only: not applied for --target=%s",
+                         target_name(o->target));
+        disabled |= 1u << STATS_RULE;
+    }
+    g = fuse_graph(g, disabled, &train, true, o->warn);
+    g->infer = infer ? fuse_graph(infer, disabled, &inf, false, false) : NULL;
     *gp = g;
     return true;
 }
@@ -538,6 +708,33 @@ bool fuse_disable(Diag *d, const char *list, unsigned *disabled)
             *disabled |= 1u << k;
         } else {
             diag_plain_error(d, "--no-fuse: unknown fusion '%.*s' (the fusions are %sor all)",
+                             (int)len, s, valid);
+            return false;
+        }
+        if (!s[len])
+            return true;
+        s += len + 1;
+    }
+}
+
+bool fuse_enable(Diag *d, const char *list, unsigned *enabled)
+{
+    char valid[128] = "";
+    for (int k = 0; k < NRULES; k++)
+        if (rules[k].opt_in)
+            snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%s",
+                     valid[0] ? ", " : "", rules[k].name);
+    for (const char *s = list;;) {
+        size_t len = strcspn(s, ",");
+        int k = 0;
+        while (k < NRULES && !(strlen(rules[k].name) == len && !strncmp(rules[k].name, s, len)))
+            k++;
+        if (k < NRULES && rules[k].opt_in) {
+            *enabled |= 1u << k;
+        } else {
+            diag_plain_error(d, "--fuse: %s '%.*s' (the fusions --fuse turns on are %s)",
+                             k < NRULES ? "the fusion is on unless --no-fuse turns it off:"
+                                        : "unknown fusion",
                              (int)len, s, valid);
             return false;
         }
@@ -599,7 +796,7 @@ static Node *add_relu_node(Expand *e, const Node *o, OpKind op, const int *in, i
 static bool pairs_with(Expand *e, const Node *o, OpKind want)
 {
     const Node *y = e->g->nodes[o->in[1]];
-    if (y->op == want)
+    if (unstats(y->op) == want)
         return true;
     node_error(e->g, o, "'%s': %s reads '%s' as y, which is not a %s", o->name,
                op_info(o->op)->name, y->name, op_info(want)->name);
@@ -705,6 +902,17 @@ static Graph *unfuse_graph(const Graph *g)
     for (int i = 0; i < g->nnodes && e.ok; i++) {
         const Node *o = g->nodes[i];
         e.first[i] = e.add[i] = -1;
+        /* conv_bn_stats: the ops it was made from, without the statistics */
+        Node plain;
+        if (unstats(o->op) != o->op) {
+            plain = *o;
+            plain.op = unstats(o->op);
+            plain.nin = o->nin - (o->op != OP__fused_Convolution_stats);
+            o = &plain;
+        } else if (o->op == OP_part && g->nodes[o->in[0]]->op == OP__fused_Convolution_stats) {
+            e.val[i] = -1; /* the statistics: read by the BatchNorm that reads them no more */
+            continue;
+        }
         if (expand_fused(&e, o))
             continue;
         /* a bn_add_relu backward's part 3 is the BatchNorm backward's value */
@@ -770,13 +978,15 @@ static bool same_as(const Graph *have, const Graph *want, const char *what)
 static unsigned rules_absent(const Graph *g, unsigned absent)
 {
     for (int i = 0; g && i < g->nnodes; i++)
-        for (int k = 0; k < NRULES; k++)
-            if (g->nodes[i]->op == rules[k].fused || g->nodes[i]->op == rules[k].fused_bwd) {
+        for (int k = 0; k < NRULES; k++) {
+            OpKind op = g->nodes[i]->op, base = unstats(op); /* conv_bn_stats' forms */
+            if (op == rules[k].fused || base == rules[k].fused || op == rules[k].fused_bwd) {
                 absent &= ~(1u << k);
                 for (int j = 0; rules[k].round > 0 && j < NRULES; j++)
                     if (rules[j].fused == rules[k].second)
                         absent &= ~(1u << j);
             }
+        }
     return absent;
 }
 
@@ -794,7 +1004,9 @@ bool fuse_check(const Graph *g)
     if (ok) {
         /* fused again with the rules the dump shows, it must be the dump */
         unsigned disabled = rules_absent(g->infer, rules_absent(g, (1u << NRULES) - 1));
-        FuseOptions fo = {.disabled = disabled};
+        bool stats = !(disabled & (1u << STATS_RULE)); /* a CUDA program's */
+        FuseOptions fo = {
+            .disabled = disabled, .enabled = ~disabled, .target = stats ? TARGET_CUDA : TARGET_CPU};
         ok = fuse(&u, &fo) && same_as(g, u, "the training graph") &&
              (!g->infer || same_as(g->infer, u->infer, "the inference graph"));
     }

@@ -279,8 +279,9 @@ static void call_dims(const Gc *c, const Node *n, const ProgCall *call, GkDims *
     d->dgamma = writes(call, 1);
     d->dbeta = writes(call, 2);
     d->skip = c->o->dynamic;
-    if (is_family(n, "conv_forward") || is_family(n, "conv_backward")) {
-        bool fwd = is_family(n, "conv_forward");
+    if (is_family(n, "conv_forward") || is_family(n, "conv_stats_forward") ||
+        is_family(n, "conv_backward")) {
+        bool fwd = !is_family(n, "conv_backward");
         conv_view(n, in_node(c, n, fwd ? 0 : 1), fwd ? n : in_node(c, n, 0), N, d);
         d->bias = fwd ? n->nin > 2 : writes(call, 2);
     } else if (is_family(n, "fc_forward") || is_family(n, "fc_backward")) {
@@ -293,8 +294,9 @@ static void call_dims(const Gc *c, const Node *n, const ProgCall *call, GkDims *
         d->bias = is_family(n, "fc_forward") ? n->nin > 2 : writes(call, 2);
     } else if (is_family(n, "bn_forward") || is_family(n, "bn_backward") ||
                is_family(n, "bn_relu_backward") || is_family(n, "bn_add_forward") ||
-               is_family(n, "bn_add_relu_backward")) {
-        bool fwd = is_family(n, "bn_forward") || is_family(n, "bn_add_forward");
+               is_family(n, "bn_add_relu_backward") || is_family(n, "bn_sums_forward")) {
+        bool fwd = is_family(n, "bn_forward") || is_family(n, "bn_add_forward") ||
+                   is_family(n, "bn_sums_forward");
         int xi = fwd ? 0 : is_family(n, "bn_backward") ? 1 : 2;
         if (is_family(n, "bn_add_relu_backward")) { /* its value is the shortcut's gradient */
             d->dsc = d->dx;
@@ -387,7 +389,8 @@ static int call_entries(const Node *n, const ProgCall *call, GkEntry *e)
             e[k++] = GE_WEIGHT;
         return k;
     }
-    if (is_family(n, "bn_forward") || is_family(n, "bn_add_forward")) {
+    if (is_family(n, "bn_forward") || is_family(n, "bn_add_forward") ||
+        is_family(n, "bn_sums_forward")) {
         e[0] = node_bool(n, BN_USE_GLOBAL_STATS) ? GE_INFER : GE_TRAIN;
         return 1;
     }
@@ -400,11 +403,12 @@ static int call_entries(const Node *n, const ProgCall *call, GkEntry *e)
 static GcFamily family_of(const Node *n, GkEntry e)
 {
     const char *f = kfamily[n->op] ? kfamily[n->op] : "";
-    if (strcmp(f, "conv_forward") == 0)
+    if (strcmp(f, "conv_forward") == 0 || strcmp(f, "conv_stats_forward") == 0)
         return GF_CONV_FWD;
     if (strcmp(f, "conv_backward") == 0)
         return e == GE_DATA ? GF_CONV_DGRAD : GF_CONV_WGRAD;
-    if (strcmp(f, "bn_forward") == 0 || strcmp(f, "bn_add_forward") == 0)
+    if (strcmp(f, "bn_forward") == 0 || strcmp(f, "bn_add_forward") == 0 ||
+        strcmp(f, "bn_sums_forward") == 0)
         return GF_BN_FWD;
     if (strcmp(f, "bn_backward") == 0 || strcmp(f, "bn_relu_backward") == 0 ||
         strcmp(f, "bn_add_relu_backward") == 0)
@@ -609,7 +613,7 @@ static void add_range(GcRange *a, GcRange b)
     a->slow += b.slow;
 }
 
-/* The conv_bn_stats fusion's BatchNorm (prepared, not enabled:
+/* The conv_bn_stats fusion's BatchNorm (off unless --fuse=conv_bn_stats:
  * docs/backend-cuda.md): a training forward whose x a convolution writes
  * takes its statistics from the convolution's GEN_STATS, so its launches
  * lose the tiles' sums and their final step (ampc_k_bn_tiles, ampc_k_bn_final)
@@ -623,6 +627,11 @@ static void stats_fusion(const Gc *gc, GcResult *r, const Node *n, const GkDims 
     if (c->step != STEP_TRAIN || c->family != GF_BN_FWD)
         return;
     r->bns++;
+    if (is_family(n, "bn_sums_forward")) { /* built with --fuse=conv_bn_stats: priced as it is */
+        r->stats_bns++;
+        add_range(&r->stats_bn_fwd, c->t);
+        return;
+    }
     if (in_node(gc, n, 0)->op != OP_Convolution) {
         add_range(&r->stats_bn_fwd, c->t);
         return;
@@ -638,6 +647,36 @@ static void stats_fusion(const Gc *gc, GcResult *r, const Node *n, const GkDims 
     for (int q = 0; q < nl; q++)
         if (strcmp(l[q].kernel, "ampc_k_bn_tiles") && strcmp(l[q].kernel, "ampc_k_bn_final"))
             add_range(&r->stats_bn_fwd, price(gc->m, &l[q], d->dtype).t);
+}
+
+/* n's launches (kernels.def's GPUK rows).  conv_bn_stats' ops have none:
+ * the convolution is priced as alone (its statistics come from cuDNN's
+ * epilogue, unpriced, as in stats_fusion), the BatchNorm from the sums as
+ * its op's training forward without the tiles' sums and their final step,
+ * with ampc_k_bn_final_sums. */
+static int describe(const Node *n, GkEntry e, const GkDims *d, GkLaunch *l)
+{
+    OpKind op = n->op;
+    bool sums = is_family(n, "bn_sums_forward");
+    if (op == OP__fused_Convolution_stats)
+        op = OP_Convolution;
+    else if (sums)
+        op = op == OP__fused_BatchNorm_stats        ? OP_BatchNorm
+             : op == OP__fused_BatchNorm_relu_stats ? OP__fused_BatchNorm_relu
+                                                    : OP__fused_BatchNorm_add_relu;
+    if (!sums)
+        return gk_describe(op, e, d, l);
+    GkLaunch all[GK_MAX_LAUNCHES];
+    int nl = gk_describe(op, e, d, all), k = 0;
+    GkDims f;
+    memset(&f, 0, sizeof f);
+    f.n = d->c, f.s = 4, f.da = !d->fix;
+    if (gk_describe_aux("ampc_k_bn_final_sums", &f, &l[k++]) != 1)
+        DIE("kernels.def has no row for ampc_k_bn_final_sums");
+    for (int q = 0; q < nl; q++)
+        if (strcmp(all[q].kernel, "ampc_k_bn_tiles") && strcmp(all[q].kernel, "ampc_k_bn_final"))
+            l[k++] = all[q];
+    return k;
 }
 
 static void price_step(Gc *gc, GcResult *r, StepKind k, int *cap)
@@ -659,7 +698,7 @@ static void price_step(Gc *gc, GcResult *r, StepKind k, int *cap)
             snprintf(c->entry, sizeof c->entry, "%s%s", row->cuda ? row->cuda : "?",
                      gk_entry_suffix[entries[j]]);
             GkLaunch l[GK_MAX_LAUNCHES];
-            int nl = gk_describe(n->op, entries[j], &d, l);
+            int nl = describe(n, entries[j], &d, l);
             double worst = -1;
             for (int q = 0; q < nl; q++) {
                 Priced p = price(gc->m, &l[q], d.dtype);
@@ -1084,7 +1123,7 @@ void gpucost_print_report(FILE *f, const Graph *train, const GcResult *r)
     print_range(f, r->graph_step);
     fprintf(f, ": %.4g-%.4g images/s\n", r->graph_images_s.slow, r->graph_images_s.fast);
     fprintf(f,
-            "gpu: with conv_bn_stats (prepared, not enabled: BatchNorm's statistics from its "
+            "gpu: with conv_bn_stats (--fuse=conv_bn_stats, off by default: BatchNorm's statistics from its "
             "convolution's cuDNN GEN_STATS, the convolution priced as alone): %d of %d "
             "training BatchNorms, their forward ",
             r->stats_bns, r->bns);

@@ -96,7 +96,7 @@ typedef struct {
     GcRange autotune_cached; /* start-up with the plan cache file: each plan untimed */
     /* the synthetic batch made on the device (not yet in a program): its kernel, the step */
     GcRange synth, synth_step, synth_images_s;
-    /* the conv_bn_stats fusion (prepared, not enabled; docs/backend-cuda.md):
+    /* the conv_bn_stats fusion (off unless --fuse=conv_bn_stats; docs/backend-cuda.md):
      * the training BatchNorms whose x a convolution writes, their forward's
      * time with the statistics from the convolution's GEN_STATS, the step */
     int stats_bns, bns;

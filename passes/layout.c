@@ -26,18 +26,24 @@
 
 static bool is_16bit(DType t) { return t == DT_F16 || t == DT_BF16; }
 
+/* the convolution's forward, plain or writing its statistics (conv_bn_stats) */
+static bool is_conv_forward(OpKind k)
+{
+    return k == OP_Convolution || k == OP__fused_Convolution_stats;
+}
+
 /* A convolution (or its backward) cuDNN runs in NHWC: 2 spatial dims,
  * 16-bit data. */
 static bool anchor_ok(const Graph *g, const Node *n)
 {
-    const Node *x = g->nodes[n->in[n->op == OP_Convolution ? 0 : 1]];
+    const Node *x = g->nodes[n->in[is_conv_forward(n->op) ? 0 : 1]];
     return layout_op_allows(g, n) && x->shape.rank == 4 && is_16bit(n->dtype);
 }
 
 /* The weight slot of a convolution or its backward, -1 for other ops. */
 static int weight_slot(OpKind k)
 {
-    return k == OP_Convolution ? 1 : k == OP__backward_Convolution ? 2 : -1;
+    return is_conv_forward(k) ? 1 : k == OP__backward_Convolution ? 2 : -1;
 }
 
 /* The layouts of g's nodes, into lay: nodes with `canon` set stay NCHW;

@@ -130,6 +130,8 @@ bool autodiff_check(const Graph *g, bool elided);
  * when NULL), only those naming explain_name when that is set.  Replaces *g. */
 typedef struct {
     unsigned disabled;
+    unsigned enabled; /* the rules off unless asked (--fuse: conv_bn_stats) that are asked */
+    bool warn;        /* say at each pair such a rule refuses why (the driver's run) */
     bool explain;
     const char *explain_name;
     FILE *out;
@@ -139,6 +141,9 @@ bool fuse(Graph **g, const FuseOptions *o);
 /* --no-fuse=LIST: sets the bits of the rules a comma-separated list names
  * ("all": every one); an unknown name is reported, with the valid ones. */
 bool fuse_disable(Diag *d, const char *list, unsigned *disabled);
+/* --fuse=LIST: sets the bits of the rules off unless asked that a list
+ * names; a rule on by default, or an unknown name, is reported. */
+bool fuse_enable(Diag *d, const char *list, unsigned *enabled);
 int fuse_rule_count(void);
 const char *fuse_rule_name(int k); /* NULL past the last */
 /* A training graph read from a dump after fuse, checked: its fused nodes

@@ -169,6 +169,14 @@ void rt_conv_forward(const RtConvDims *d, RtDType dt, const void *x, const void 
                      const void *bias, void *y, void *ws);
 void rt_conv_backward_data(const RtConvDims *d, RtDType dt, const void *w, const void *dy,
                            void *dx, bool accumulate, void *ws);
+/* The forward without bias that also writes y's statistics as BatchNorm
+ * over axis 1 sums them (rt_batchnorm_stats: stats[0, k) the sums,
+ * stats[k, 2k) the sums of squares), the CPU twin of rt_cuda.h's
+ * rt_cuda_conv_forward_stats (the conv_bn_stats fusion); its workspace is
+ * the forward's. */
+size_t rt_conv_stats_workspace_bytes(const RtConvDims *d, RtDType dt);
+void rt_conv_forward_stats(const RtConvDims *d, RtDType dt, const void *x, const void *w, void *y,
+                           float *stats, void *ws);
 /* dbias may be NULL (no_bias); accumulate applies to dw and dbias. */
 void rt_conv_backward_weight(const RtConvDims *d, RtDType dt, const void *x, const void *dy,
                              void *dw, void *dbias, bool accumulate, void *ws);

@@ -138,3 +138,62 @@ double fused_bnadd_flops(const Graph *g, const Node *n)
 {
     return bn_flops(g, n) + elem_flops(g, n) + act_flops(g, n);
 }
+
+/* ---- conv_bn_stats: the convolution that writes its value's statistics ---- */
+
+/* a convolution's data and weight: no bias, as a BatchNorm follows */
+const SlotSpec convst_slots[] = {
+    {"data", SLOT_DATA, NULL, false},
+    {"weight", SLOT_PARAM, "weight", false},
+    SLOT_END,
+};
+/* BatchNorm's five, then the statistics of its x (the convolution's part 1) */
+const SlotSpec bnst_slots[] = {
+    BN_SLOT_SPECS,
+    {"stats", SLOT_DATA, NULL, true}, /* fp32 whatever x is */
+    SLOT_END,
+};
+/* BatchNorm's five, the residual add's shortcut, then the statistics */
+const SlotSpec bnaddst_slots[] = {
+    BN_SLOT_SPECS,
+    {"shortcut", SLOT_DATA, NULL, false},
+    {"stats", SLOT_DATA, NULL, true}, /* fp32 whatever x is */
+    SLOT_END,
+};
+
+/* The convolution's shape; its part 1 (part_shape) is fp32 [2, num_filter]. */
+bool conv_stats_shape(Graph *g, Node *n)
+{
+    if (n->nin != 2 || !node_bool(n, CONV_NO_BIAS)) {
+        node_error(g, n,
+                   "'%s': %s has no bias (a BatchNorm follows it): no_bias=true and two "
+                   "inputs",
+                   n->name, op_info(n->op)->name);
+        return false;
+    }
+    return conv_shape(g, n);
+}
+
+/* The statistics the BatchNorm family's node n reads (its last input) are
+ * part 1 of the _fused_Convolution_stats whose value is its x (directly,
+ * or through a layout conversion), so they are the sums of x. */
+static bool stats_of_x(Graph *g, Node *n)
+{
+    const Node *st = in_node(g, n, n->nin - 1), *x = in_node(g, n, 0);
+    const Node *conv = st->op == OP_part ? in_node(g, st, 0) : NULL;
+    if (x->op == OP__layout)
+        x = in_node(g, x, 0);
+    if (!conv || conv->op != OP__fused_Convolution_stats || node_int(st, PART_INDEX) != 1 ||
+        x != conv) {
+        node_error(g, n,
+                   "'%s': %s reads '%s' as the statistics of '%s', but they are not part "
+                   "1 of the _fused_Convolution_stats that writes it",
+                   n->name, op_info(n->op)->name, st->name, in_node(g, n, 0)->name);
+        return false;
+    }
+    return true;
+}
+
+bool bn_stats_shape(Graph *g, Node *n) { return stats_of_x(g, n) && bn_shape(g, n); }
+
+bool bnadd_stats_shape(Graph *g, Node *n) { return stats_of_x(g, n) && fused_bnadd_shape(g, n); }

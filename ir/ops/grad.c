@@ -88,8 +88,18 @@ bool part_shape(Graph *g, Node *n)
     case OP_BatchNorm: /* save_mean, save_invstd: fp32 [C] */
     case OP__fused_BatchNorm_relu:
     case OP__fused_BatchNorm_add_relu:
+    case OP__fused_BatchNorm_stats:
+    case OP__fused_BatchNorm_relu_stats:
+    case OP__fused_BatchNorm_add_relu_stats:
         if (k <= 2) {
             n->shape = in_node(g, p, 1)->shape;
+            n->dtype = DT_F32;
+            return true;
+        }
+        break;
+    case OP__fused_Convolution_stats: /* its value's sums, then sums of squares: fp32 [2, K] */
+        if (k == 1) {
+            n->shape = (Shape){.rank = 2, .d = {2, node_int(p, CONV_NUM_FILTER)}};
             n->dtype = DT_F32;
             return true;
         }

@@ -1335,3 +1335,28 @@ void rt_conv_backward_weight(const RtConvDims *d, RtDType dt, const void *x, con
             rt__set(dbias, (size_t)k, (float)s, dt, accumulate);
         }
 }
+
+/* ---- the convolution with its value's statistics (conv_bn_stats) ------------ */
+
+size_t rt_conv_stats_workspace_bytes(const RtConvDims *d, RtDType dt)
+{
+    return rt_conv_workspace_bytes(d, dt, RT_PASS_FORWARD);
+}
+
+/* y as rt_conv_forward writes it without bias, then its sums per output
+ * channel as BatchNorm over axis 1 views it: [n, k, out...] in NCHW,
+ * [n*out..., k, 1] in NHWC */
+void rt_conv_forward_stats(const RtConvDims *d, RtDType dt, const void *x, const void *w, void *y,
+                           float *stats, void *ws)
+{
+    rt_conv_forward(d, dt, x, w, NULL, y, ws);
+    int64_t pixels = 1;
+    for (int i = 0; i < d->nsp; i++)
+        pixels *= d->out[i];
+    bool nhwc = d->layout == RT_LAYOUT_NHWC;
+    RtBnDims bd = {.outer = nhwc ? (int64_t)d->n * pixels : d->n,
+                   .c = d->k,
+                   .inner = nhwc ? 1 : pixels,
+                   .order = RT_BN_ORDER_CPU};
+    rt_batchnorm_stats(&bd, dt, y, stats);
+}

@@ -948,7 +948,7 @@ void rt_cuda_conv_forward(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const 
     }
 }
 
-/* ---- the convolution with its statistics (prepared, not enabled: docs/backend-cuda.md) -- */
+/* ---- the convolution with its statistics (--fuse=conv_bn_stats: docs/backend-cuda.md) ---- */
 
 size_t rt_cuda_conv_stats_workspace_bytes(RtCudaCtx *cx, const RtConvDims *d, RtDType dt)
 {
@@ -956,6 +956,18 @@ size_t rt_cuda_conv_stats_workspace_bytes(RtCudaCtx *cx, const RtConvDims *d, Rt
     if (cx->offline && dn) {
         check_conv(dn, d, dt, RT_PASS_FORWARD, false, true);
         return 0;
+    }
+    /* a program's sizers run at set-up, before its first step: a device
+     * whose cuDNN has no engine for the graph stops the program here,
+     * naming the node, not in a step */
+    char why[1024];
+    if (!rt_cuda_conv_stats_probe(cx, d, dt, why, sizeof why)) {
+        fprintf(stderr,
+                "ampc: %s\nampc: this program was built with --fuse=conv_bn_stats (the "
+                "convolution writing BatchNorm's statistics), which this device's cuDNN cannot "
+                "run: build it again without that flag\n",
+                why);
+        exit(1);
     }
     ConvPlan *p = conv_plan_of(dnn_of(cx), d, dt, RT_PASS_FORWARD, false, true, NULL, 0);
     return p->g.pad_bytes + p->ws;

@@ -124,9 +124,11 @@ void rt_cuda_conv_backward_weight(RtCudaCtx *cx, const RtConvDims *d, RtDType dt
  * channel's elements of y, stats[k, 2k) the sum of their squares, in fp32 and
  * in cuDNN's order.  BatchNorm's training forward from these sums
  * (rt_cuda_batchnorm_forward_train_sums) then reads y once instead of twice.
- * Prepared, not enabled: no program calls it until a GPU run shows it
- * correct (docs/backend-cuda.md, "The convolution with BatchNorm's
- * statistics"); its descriptors are checked offline (cuda_dnn_offline). */
+ * Off unless asked: only a program built with --fuse=conv_bn_stats calls it
+ * (docs/backend-cuda.md, "The convolution with BatchNorm's statistics"); its
+ * descriptors are checked offline (cuda_dnn_offline).  The sizer, which a
+ * program calls at set-up, probes first (below) and stops the program,
+ * naming the node and the flag, where the device's cuDNN has no engine. */
 size_t rt_cuda_conv_stats_workspace_bytes(RtCudaCtx *cx, const RtConvDims *d, RtDType dt);
 void rt_cuda_conv_forward_stats(RtCudaCtx *cx, const RtConvDims *d, RtDType dt, const void *x,
                                 const void *w, void *y, float *stats, void *ws);

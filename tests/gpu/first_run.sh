@@ -36,9 +36,14 @@
 #                  steps after the second, peak device memory, autotune
 #                  start-up (the start event's device_setup_ms)
 #   r50-waits      the same with --profile: host waits per step that does not log
+#   r50-plan-cache r50-b256's program started again with its plan cache file
 #   cuda-graph     digits_cnn, 50 steps with --cuda-graph 0 and 1: the two
 #                  checkpoints compared byte for byte, the replays counted,
 #                  images/s of each (info: the default stays 0 until it holds)
+#   r50-conv-bn-stats  r50-b256 (20 steps) built with --fuse=conv_bn_stats
+#                  (issue 25 item 6, off by default): images/s against
+#                  r50-b256's, info only; a device whose cuDNN has no engine
+#                  for a fused convolution stops at set-up naming it (FAIL)
 # --full (make gpu-check) adds r50-kv-local and r50-kv-device (issue 12's
 # placements) and runs r50-b256 longer.  --dry: no GPU; the GPU rows say n/a
 # after checking their programs are in the pack, and the CPU halves run (the
@@ -401,6 +406,7 @@ row r50-b256 "$([ $full = 1 ] && echo 240 || echo 150)" row_r50 "" "$([ $full = 
 row r50-waits 45 row_r50_waits
 row r50-plan-cache 40 row_r50_plan_cache
 row cuda-graph 40 row_cuda_graph
+row r50-conv-bn-stats 90 row_r50 conv_bn_stats 20
 if [ $full = 1 ]; then
     row r50-kv-local 60 row_r50 local 30
     row r50-kv-device 60 row_r50 device 30

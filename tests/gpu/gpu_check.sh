@@ -71,6 +71,9 @@ build_all() {
             "$ampc" --target=cuda --kvstore=$kv "$here/examples/resnet50_v1d.sym" \
                 -o "$G/resnet50_v1d_$kv.cuda" 2>"$tmp/kv.log" || { cat "$tmp/kv.log"; return 1; }
         done
+        # issue 25 item 6: the convolutions writing BatchNorm's statistics (off by default)
+        "$ampc" --target=cuda --fuse=conv_bn_stats "$here/examples/resnet50_v1d.sym" \
+            -o "$G/resnet50_v1d_conv_bn_stats.cuda" || return 1
     else
         echo "SKIPPED: gpu_check.sh: the CUDA programs (no $B/libampccuda.a: no nvcc)"
     fi

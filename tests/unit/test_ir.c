@@ -1351,13 +1351,14 @@ static void test_fuse_disable(void **state)
 {
     Fx *fx = *state;
     unsigned m = 0;
-    assert_int_equal(fuse_rule_count(), 5);
+    assert_int_equal(fuse_rule_count(), 6);
     assert_string_equal(fuse_rule_name(0), "bn_relu");
     assert_string_equal(fuse_rule_name(1), "add_relu");
     assert_string_equal(fuse_rule_name(2), "bn_add_relu");
     assert_string_equal(fuse_rule_name(3), "cast_softmax_output");
     assert_string_equal(fuse_rule_name(4), "softmax_output_bwd_cast");
-    assert_null(fuse_rule_name(5));
+    assert_string_equal(fuse_rule_name(5), "conv_bn_stats");
+    assert_null(fuse_rule_name(6));
     assert_true(fuse_disable(&fx->d, "add_relu", &m));
     assert_int_equal(m, 2u);
     m = 0;
@@ -1370,11 +1371,123 @@ static void test_fuse_disable(void **state)
     assert_false(fuse_disable(&fx->d, "bn_relu,bn_rel", &m));
     assert_contains(last_diag(fx), "--no-fuse: unknown fusion 'bn_rel' (the fusions are "
                                    "bn_relu, add_relu, bn_add_relu, cast_softmax_output, "
-                                   "softmax_output_bwd_cast, or all)");
+                                   "softmax_output_bwd_cast, conv_bn_stats, or all)");
     m = 0;
     assert_true(fuse_disable(&fx->d, "softmax_output_bwd_cast,cast_softmax_output", &m));
     assert_int_equal(m, 24u);
     assert_false(fuse_disable(&fx->d, "", &m));
+}
+
+/* --fuse names only the rules off by default (conv_bn_stats). */
+static void test_fuse_enable(void **state)
+{
+    Fx *fx = *state;
+    unsigned m = 0;
+    assert_true(fuse_enable(&fx->d, "conv_bn_stats", &m));
+    assert_int_equal(m, 1u << 5);
+    fx->off = strlen(diag_text(fx));
+    assert_false(fuse_enable(&fx->d, "conv_bn_stats,bn_relu", &m));
+    assert_contains(last_diag(fx), "--fuse: the fusion is on unless --no-fuse turns it off: "
+                                   "'bn_relu' (the fusions --fuse turns on are conv_bn_stats)");
+    fx->off = strlen(diag_text(fx));
+    assert_false(fuse_enable(&fx->d, "conv_bn", &m));
+    assert_contains(last_diag(fx), "--fuse: unknown fusion 'conv_bn'");
+    assert_false(fuse_enable(&fx->d, "", &m));
+}
+
+/* conv_bn_stats over three pairs it takes (BatchNorm + relu, + add + relu,
+ * alone) and four it refuses (a bias, another reader of the convolution's
+ * value, groups, the moving statistics): each refusal a warning at its
+ * BatchNorm saying why; the pairs checked by fuse_check.  For
+ * --target=cpu, or in fp32, nothing is fused. */
+static const char stats_src[] =
+    "def c(x, name) = Convolution(x, num_filter=8, kernel=(3,3), pad=(1,1), no_bias=true, "
+    "name=name)\n"
+    "model m(data: float32[N,3,8,8], label: float32[N]) {\n"
+    "    a = Activation(BatchNorm(c(data, \"c1\"), name=\"bn1\"), act_type=\"relu\", name=\"r1\")\n"
+    "    x = Activation(BatchNorm(c(a, \"c2\"), name=\"bn2\") + a, act_type=\"relu\", "
+    "name=\"r2\")\n"
+    "    y = BatchNorm(c(x, \"c3\"), name=\"bn3\")\n"
+    "    b = BatchNorm(Convolution(y, num_filter=8, kernel=(1,1), name=\"biased\"), name=\"bnb\")\n"
+    "    s = c(b, \"shared\")\n"
+    "    t = BatchNorm(s, name=\"bns\") + s\n"
+    "    g = BatchNorm(Convolution(t, num_filter=8, kernel=(1,1), no_bias=true, num_group=2, "
+    "name=\"grouped\"), name=\"bng\")\n"
+    "    z = BatchNorm(c(g, \"frozen\"), use_global_stats=true, name=\"bnf\")\n"
+    "    return SoftmaxOutput(FullyConnected(Flatten(z), num_hidden=10), label)\n"
+    "}\n"
+    "train m { batch_size = 4; lr = 0.1; data = digits; amp = float16 }\n";
+
+static Graph *stats_compile(Fx *fx, const char *src, Target target)
+{
+    PassOptions po = {.fuse = 1u << 5, .target = target};
+    fx->off = strlen(diag_text(fx));
+    Graph *g = frontend_compile(&fx->d, "stats.sym", src, strlen(src), &po);
+    if (!g)
+        fail_msg("%s", diag_text(fx));
+    return g;
+}
+
+static void test_fuse_conv_bn_stats(void **state)
+{
+    Fx *fx = *state;
+    Graph *g = fx->g = stats_compile(fx, stats_src, TARGET_CUDA);
+    const char *text = diag_text(fx) + fx->off;
+    static const struct {
+        const char *conv, *bn;
+        OpKind op;
+    } made[] = {{"c1", "r1", OP__fused_BatchNorm_relu_stats},
+                {"c2", "r2", OP__fused_BatchNorm_add_relu_stats},
+                {"c3", "bn3", OP__fused_BatchNorm_stats}};
+    for (int k = 0; k < 3; k++) {
+        const Node *conv = graph_find(g, made[k].conv), *bn = graph_find(g, made[k].bn);
+        assert_non_null(conv);
+        assert_non_null(bn);
+        assert_int_equal(conv->op, OP__fused_Convolution_stats);
+        assert_int_equal(bn->op, made[k].op);
+        const Node *st = g->nodes[bn->in[bn->nin - 1]];
+        assert_int_equal(st->op, OP_part);
+        assert_int_equal(st->in[0], conv->id);
+        assert_int_equal(st->dtype, DT_F32);
+        assert_int_equal(st->shape.rank, 2);
+        assert_int_equal(st->shape.d[0], 2);
+        assert_int_equal(st->shape.d[1], 8);
+        assert_int_equal(bn->in[0], conv->id);
+        /* the inference graph keeps the plain convolution */
+        assert_int_equal(graph_find(g->infer, made[k].conv)->op, OP_Convolution);
+    }
+    static const char *const refused[] = {
+        "'bnb' and the convolution 'biased' it reads stay apart: the convolution has a bias",
+        "'bns' and the convolution 'shared' it reads stay apart: 'plus2' reads the "
+        "convolution's value too",
+        "'bng' and the convolution 'grouped' it reads stay apart: the convolution is not 2-D "
+        "without groups",
+        "'bnf' and the convolution 'frozen' it reads stay apart: the BatchNorm uses the moving "
+        "statistics"};
+    for (int k = 0; k < 4; k++) {
+        assert_contains(text, refused[k]);
+        static const char *const conv[] = {"biased", "shared", "grouped", "frozen"};
+        assert_int_equal(graph_find(g, conv[k])->op, OP_Convolution);
+    }
+    /* the graph after schedule: fuse_check on it without its layouts */
+    assert_true(training_graph_check(g, pass_index("schedule")));
+    /* statistics of another convolution: the shape rule refuses them */
+    Node *bn3 = graph_find(g, "bn3");
+    int own = bn3->in[5];
+    bn3->in[5] = graph_find(g, "r1")->in[5];
+    fx->off = strlen(diag_text(fx));
+    assert_false(op_info(bn3->op)->shape(g, bn3));
+    assert_contains(last_diag(fx), "'bn3': _fused_BatchNorm_stats reads 'c1_stats' as the "
+                                   "statistics of 'c3', but they are not part 1");
+    bn3->in[5] = own;
+    graph_free(fx->g);
+    fx->g = NULL;
+    /* the CPU program: a warning, nothing fused */
+    g = fx->g = stats_compile(fx, stats_src, TARGET_CPU);
+    assert_contains(diag_text(fx) + fx->off, "--fuse=conv_bn_stats applies to --target=cuda only");
+    assert_int_equal(graph_find(g, "c1")->op, OP_Convolution);
+    graph_free(fx->g);
+    fx->g = NULL;
 }
 
 static void test_verify_frontend_graphs(void **state)
@@ -1465,6 +1578,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fuse_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fuse_cast_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fuse_disable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fuse_enable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fuse_conv_bn_stats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_diag_format, setup, teardown),
     };
     return cmocka_run_group_tests_name("ir", tests, NULL, NULL);
