@@ -60,7 +60,8 @@ JSON_LIBS := $(shell pkg-config --libs json-c 2>/dev/null || echo -ljson-c) -lne
 # The emulator's tests link libampcemu.a and run in emu-check (below), not the plain loop.
 EMU_TEST_SRC := tests/runtime/test_cuda_emu.c tests/runtime/test_cuda_ops_emu.c \
                 tests/runtime/test_cuda_layout_emu.c tests/runtime/test_emu_checker.c \
-                tests/runtime/test_gpucost_emu.c tests/runtime/test_cuda_synthetic_emu.c
+                tests/runtime/test_gpucost_emu.c tests/runtime/test_cuda_synthetic_emu.c \
+                tests/runtime/test_cuda_ingest_emu.c
 RTEST_SRC := $(filter-out $(EMU_TEST_SRC),$(wildcard tests/runtime/test_*.c))
 RTEST_BIN := $(patsubst tests/runtime/%.c,$(BUILD)/rtests/%,$(RTEST_SRC))
 # cuda-check loads the real cuDNN, cuBLAS(Lt) and NCCL (cuda_libs_smoke); not under ASan

@@ -242,6 +242,15 @@ bool program_read(Diag *d, int file, Program *out);
  * so a program read back has the same; the emitted step tells the runtime
  * there (codegen/emit_c.c: RtCtx.grad_ready).  ready has p->nparams entries. */
 void program_grad_ready(const Program *p, int *ready);
+/* The data input's chain at the start of step k (runtime/program.h's
+ * RtInputForm): the data input's amp_cast, then that value's _layout if one
+ * follows, as the step's first calls, the data buffer (`data`) read by the
+ * cast alone and the cast's value by the layout alone.  Returns its calls
+ * (0: none, *form = data), *form the chain's last buffer, where a device
+ * that writes the batch in that buffer's dtype and layout lets the step
+ * skip them (the emitted RtModel.input_form; the cost model's batch made
+ * on the device). */
+int program_input_chain(const Program *p, StepKind k, int data, int *form);
 /* Checks p from itself: buffer numbers, sizes and offsets in range and
  * aligned, each step's calls writing an arena buffer before reading it, and
  * no two arena buffers live at once in a step sharing a byte for any

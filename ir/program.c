@@ -775,3 +775,37 @@ bool program_verify(const Program *p, FILE *err)
     bool b = verify_sequence(p, infer, 1, STEP_INFER, err);
     return a && b;
 }
+
+/* whether a call of st from `from` on, or what is read after the step,
+ * reads buffer b */
+static bool read_from(const ProgStep *st, int from, int b)
+{
+    for (int i = from; i < st->ncalls; i++)
+        for (int j = 0; j < st->calls[i].nin; j++)
+            if (st->calls[i].in[j] == b)
+                return true;
+    for (int i = 0; i < st->nresults; i++)
+        if (st->results[i] == b)
+            return true;
+    return false;
+}
+
+int program_input_chain(const Program *p, StepKind k, int data, int *form)
+{
+    const ProgStep *st = &p->step[k];
+    *form = data;
+    if (data < 0 || st->ncalls < 2)
+        return 0;
+    const ProgCall *cast = &st->calls[0], *lay = &st->calls[1];
+    if (cast->op != OP_amp_cast || cast->nin != 1 || cast->in[0] != data || cast->nout != 1 ||
+        cast->out[0] < 0 || read_from(st, 1, data))
+        return 0;
+    int b = cast->out[0];
+    if (lay->op != OP__layout || lay->nin != 1 || lay->in[0] != b || lay->nout != 1 ||
+        lay->out[0] < 0 || read_from(st, 2, b)) {
+        *form = b;
+        return 1;
+    }
+    *form = lay->out[0];
+    return 2;
+}

@@ -41,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data/data.h" /* RtIngestNorm: a raw batch's normalisation */
 #include "kernels/lossscale.h"
 #include "program.h"
 #include "settings.h" /* RtOptKind: the optimizer= setting's kinds */
@@ -125,14 +126,55 @@ typedef struct {
     int64_t num_update;     /* updates applied, ls_init's included */
 } RtDevLsState;
 
+/* The form a batch is written in on the device (synthetic_batch, ingest):
+ * the first layer's (program.h's RtInputForm: the dtype and layout the
+ * steps' first calls would cast and lay the data input out to, which the
+ * step then skips) or, all zero, the data input's own (fp32, [n, sample]).
+ * A sample is c channels of `sample / c` elements (c 0: one channel). */
+typedef struct {
+    size_t c;
+    RtDType dt;
+    bool nhwc;
+} RtDevForm;
+
 /* A synthetic batch made on the device (synthetic_batch): data/synthetic.c's
- * values of n samples of `sample` fp32 elements each (a sample's element e is
- * draw k * sample + e of the split's data stream, key_x) and their labels in
- * [0, classes) (key_y): rt_synthetic_keys's keys. */
+ * values of n samples of `sample` elements each (a sample's element e is
+ * draw k * sample + e of the split's data stream, key_x), written in `form`,
+ * and their labels in [0, classes) (key_y): rt_synthetic_keys's keys. */
 typedef struct {
     size_t n, sample;
     uint64_t key_x, key_y, classes;
+    RtDevForm form; /* of x */
 } RtDevSynth;
+
+/* A batch of a source's raw samples uploaded and normalised on the device
+ * (ingest; issue 26, point 2): n samples of `sample` bytes at host_raw and
+ * n fp32 labels at host_y (host_alloc's memory, which the caller leaves
+ * alone until `copied` is done), copied through `scratch` (device memory of
+ * rt_dev_ingest_scratch_bytes) into x, each byte v of channel ch (the
+ * sample's [norm's channels][inner] order) as kernels/ingest.h's
+ * ((float)v / div - mean[ch]) / std[ch] written in `form`, and the labels
+ * into y (may be NULL). */
+typedef struct {
+    size_t n, sample;
+    const uint8_t *host_raw;
+    const float *host_y;
+    void *scratch, *x;
+    float *y;
+    RtIngestNorm norm; /* the source's (data.h): channels 1, or form.c */
+    RtDevForm form;
+} RtDevIngest;
+
+/* the device memory an ingest of n samples of `sample` bytes copies through:
+ * the bytes, then the labels at a multiple of 16 bytes */
+static inline size_t rt_dev_ingest_labels_at(size_t n, size_t sample)
+{
+    return (n * sample + 15) / 16 * 16;
+}
+static inline size_t rt_dev_ingest_scratch_bytes(size_t n, size_t sample)
+{
+    return rt_dev_ingest_labels_at(n, sample) + n * sizeof(float);
+}
 
 typedef struct {
     const char *name; /* "cpu" */
@@ -155,10 +197,18 @@ typedef struct {
     void (*fill)(RtDevice *d, void *dst, RtDType dt, size_t n, float value);
     /* Optional (NULL: the loop fills the batch on the host and copies it):
      * the synthetic batch of the n sample indices at idx (device memory) into
-     * x [n, sample] and y [n] (fp32, device memory) without the host, queued
-     * (CUDA: cuda/synthetic.cuh's kernel; CPU: the same draws) */
-    void (*synthetic_batch)(RtDevice *d, const RtDevSynth *s, const int64_t *idx, float *x,
+     * x (in s->form) and y [n] (fp32; may be NULL), device memory, without
+     * the host, queued (CUDA: cuda/synthetic.cuh's kernel; CPU: the same
+     * draws, then the program's own cast and layout calls) */
+    void (*synthetic_batch)(RtDevice *d, const RtDevSynth *s, const int64_t *idx, void *x,
                             float *y);
+    /* Optional (NULL: the loop normalises on the host and copies floats):
+     * g's raw batch copied to the device (CUDA: on a copy stream, after the
+     * previous ingest's kernel has read the scratch, so it overlaps the step
+     * before) and normalised into g->x and g->y on the compute stream once
+     * copied; `copied` recorded where the host's buffers may be refilled.
+     * Queued: no wait. */
+    void (*ingest)(RtDevice *d, const RtDevIngest *g, RtDevEvent *copied);
     /* ---- per-run state made once ---- */
     /* Before the first step: records the model and its buffers (ctx.buf,
      * ctx.master must not move afterwards) and makes what every later call
@@ -358,9 +408,14 @@ static inline void rt_dev_fill(RtDevice *d, void *dst, RtDType dt, size_t n, flo
 }
 static inline bool rt_dev_has_synthetic(const RtDevice *d) { return d->ops->synthetic_batch; }
 static inline void rt_dev_synthetic_batch(RtDevice *d, const RtDevSynth *s, const int64_t *idx,
-                                          float *x, float *y)
+                                          void *x, float *y)
 {
     d->ops->synthetic_batch(d, s, idx, x, y);
+}
+static inline bool rt_dev_has_ingest(const RtDevice *d) { return d->ops->ingest; }
+static inline void rt_dev_ingest(RtDevice *d, const RtDevIngest *g, RtDevEvent *copied)
+{
+    d->ops->ingest(d, g, copied);
 }
 static inline bool rt_dev_setup(RtDevice *d, const RtModel *m, const RtCtx *ctx, char *err,
                                 size_t errlen)

@@ -98,6 +98,10 @@ typedef struct RtCtx {
     /* ws is device memory (a model with open_device), allocated once at
      * start-up from workspace_bytes: rt_ctx_ws cannot grow it */
     bool ws_device;
+    /* the batch is already in the first layer's form (RtModel.input_form):
+     * the step skips its data input's cast and layout calls (the trainer
+     * sets it for the batch it wrote so) */
+    bool input_formed;
 } RtCtx;
 
 /* A workspace of at least `bytes` (grows on the first step only; on a
@@ -115,6 +119,21 @@ static inline uint64_t rt_ctx_step(const RtCtx *ctx)
 
 struct RtDevice;       /* device.h */
 struct RtDeviceConfig; /* below: the device options a GPU program opens its device with */
+
+/* The first layer's form of the data input in one step: where the step's
+ * first calls (the data input's amp_cast, then its _layout, each read only
+ * by the next) leave it, and how.  A device that writes a batch (device.h's
+ * synthetic_batch, ingest) may write it there in that dtype and layout
+ * instead of the data buffer, and set RtCtx.input_formed: the step then
+ * skips those calls (their reads of the data buffer and their writes, which
+ * no other call reads).  set false: none (the data buffer itself). */
+typedef struct {
+    bool set;
+    int buffer; /* the chain's last buffer */
+    int calls;  /* the first calls of the step the chain is (1 or 2) */
+    RtDType dtype;
+    bool nhwc;
+} RtInputForm;
 
 typedef struct RtModel {
     const char *name;                 /* the model */
@@ -178,6 +197,7 @@ typedef struct RtModel {
      * ampc's command line without absolute paths (NULL in models written by
      * hand) */
     const char *ampc_version, *model_hash, *built_with;
+    RtInputForm input_form[2]; /* the train step's [0], the inference step's [1] */
 } RtModel;
 
 /* The device's run-time options (the program's --cudnn-* flags,

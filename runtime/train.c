@@ -68,12 +68,18 @@ static bool validate(const RtModel *m, RtTrainer *t, const RtDataset *ds, int64_
         for (int64_t j = 0; j < b; j++)
             idx[j] = at + (j < n ? j : 0);
         rt_trainer_staging_ready(t);
-        ds->fill(ds, RT_SPLIT_VAL, idx, b, t->x_host, t->y_host);
+        if (t->raw_dev) /* the raw path (run_raw_on_device) */
+            ds->fill_raw(ds, RT_SPLIT_VAL, idx, b, t->raw_host, t->y_host);
+        else
+            ds->fill(ds, RT_SPLIT_VAL, idx, b, t->x_host, t->y_host);
         if (ds->error && ds->error(ds)) { /* a record that did not decode */
             fprintf(err, "%s: %s\n", prog, ds->error(ds));
             return false;
         }
-        rt_trainer_load_batch(t);
+        if (t->raw_dev)
+            rt_trainer_ingest_batch(t, &ds->norm, true);
+        else
+            rt_trainer_load_batch(t);
         t->ctx.batch = b;
         nm->train = false;
         nm->found = false;
@@ -771,6 +777,29 @@ static void graph_setup(Run *R)
                 why == cannot ? d->ops->name : "");
 }
 
+/* A source's raw samples uploaded as bytes and normalised by the device
+ * (issue 26, point 2; device.h's ingest), where the source has them
+ * (data.h's fill_raw), nothing on the host changes its floats (--augment
+ * does) and the device can; and the batches the device writes, synthetic
+ * or raw, in the first layer's form where nothing on the host reads the
+ * data buffer (rt_trainer_form).  RUN_GO, or an exit status. */
+static int run_raw_on_device(Run *R)
+{
+    RtTrainer *t = &R->t;
+    const RtModel *m = R->m;
+    const RtIngestNorm *g = &R->ds.norm;
+    rt_trainer_form(t, !t->ctx.after_node && !R->o->dump_state);
+    bool channels = g->channels == 1 || (m->data_rank == 3 && g->channels == m->data_shape[0]);
+    if (!R->ds.fill_raw || R->augment || !rt_dev_has_ingest(t->dev) || !channels ||
+        g->channels > RT_INGEST_MAXC || R->ds.sample_size != R->sample)
+        return RUN_GO;
+    if (!rt_trainer_raw_staging(t, R->msg, sizeof R->msg)) {
+        fprintf(R->err, "%s: %s\n", R->o->prog, R->msg);
+        return 1;
+    }
+    return RUN_GO;
+}
+
 /* run_open's second half: where the run starts (a checkpoint's step, scale
  * and parameters), its first log lines, and the device's per-run state. */
 static int run_start(Run *R, double t_device)
@@ -855,7 +884,8 @@ static int run_start(Run *R, double t_device)
     /* the hooks read the device per node: then the step's lines come at once */
     R->eager = R->hooks.nm != NULL;
     graph_setup(R);
-    return run_synthetic_on_device(R);
+    int rc = run_synthetic_on_device(R);
+    return rc == RUN_GO ? run_raw_on_device(R) : rc;
 }
 
 static int run_micro_batch_calls(Run *R, int me, bool inject, double *ph);
@@ -916,6 +946,8 @@ static int run_micro_batch(Run *R, double *ph)
                         .key_y = key.y, .classes = (uint64_t)ds->classes};
         rt_trainer_synthetic_batch(t, &s, R->perm_dev + at);
         rt_synthetic_labels(ds, RT_SPLIT_TRAIN, shard, b, t->y_host);
+    } else if (t->raw_dev) {
+        ds->fill_raw(ds, RT_SPLIT_TRAIN, shard, b, t->raw_host, t->y_host);
     } else {
         ds->fill(ds, RT_SPLIT_TRAIN, shard, b, x, t->y_host);
     }
@@ -928,8 +960,12 @@ static int run_micro_batch(Run *R, double *ph)
         fprintf(R->err, "%s: %s\n", o->prog, ds->error(ds));
         return 1;
     }
-    if (!R->perm_dev)
+    if (t->raw_dev)
+        rt_trainer_ingest_batch(t, &ds->norm, false);
+    else if (!R->perm_dev)
         rt_trainer_load_batch(t);
+    R->r.ingested += t->raw_dev != NULL;
+    R->r.formed += t->ctx.input_formed;
     /* the step's loss scale, from the device's (no read-back); one device
      * injects on its own (ls_init's inject_inf_at) */
     bool inject = step == o->inject_inf_step &&

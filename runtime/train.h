@@ -46,6 +46,10 @@ typedef struct {
      * logged finds the device idle: the log waited for it) */
     int64_t quiet_syncs, quiet_steps, steady_syncs, steady_steps;
     int64_t graph_replays; /* --cuda-graph 1: the steps the captured step's replay ran */
+    /* train batches uploaded as the source's bytes and normalised by the
+     * device (device.h's ingest), and those written in the first layer's
+     * form (the step skipping its input's cast and layout calls) */
+    int64_t ingested, formed;
 } RtTrainResult;
 
 /* Parses the command line (getopt_long; resets optind).  Returns -1 to go on,
@@ -81,6 +85,15 @@ typedef struct {
     void *prob_host;
     RtDevEvent copied[2]; /* a slot may be refilled once its event is done */
     void *hook;          /* the driver's after_node state (--check-numerics, --inject-nan) */
+    /* a source's raw samples (rt_trainer_raw_staging): raw_host [batch,
+     * sample] bytes, the current slot's of raw_slot (the slots turn with
+     * x_host's), copied through raw_dev (device memory) by the device's
+     * ingest; NULL when not used */
+    uint8_t *raw_host, *raw_slot[2];
+    void *raw_dev;
+    /* the batches the device writes take the first layer's form
+     * (RtModel.input_form; rt_trainer_form) */
+    bool formed;
 } RtTrainer;
 
 /* How the trainer opens its device. */
@@ -118,6 +131,19 @@ void rt_trainer_load_batch(RtTrainer *t);
 /* The synthetic batch of the sample indices at idx (device memory) made by
  * the device into the data and label buffers (rt_dev_has_synthetic). */
 void rt_trainer_synthetic_batch(RtTrainer *t, const RtDevSynth *s, const int64_t *idx);
+/* Whether the batches the device writes (synthetic_batch, ingest) take the
+ * first layer's form where the program has one (RtModel.input_form, the
+ * step then skipping its input's cast and layout calls), or the data
+ * input's own: only when nothing on the host reads the data buffer or a
+ * skipped call's value (no after_node hook, no --dump-state). */
+void rt_trainer_form(RtTrainer *t, bool formed);
+/* The raw path's buffers: two pinned slots of a batch's bytes and the
+ * device scratch ingest copies through; false with a message. */
+bool rt_trainer_raw_staging(RtTrainer *t, char *err, size_t errlen);
+/* The staged raw batch (raw_host, y_host) uploaded and normalised by the
+ * device (rt_dev_ingest) into the data (or first-layer, rt_trainer_form)
+ * and label buffers of step `infer` (false: the train step's). */
+void rt_trainer_ingest_batch(RtTrainer *t, const RtIngestNorm *norm, bool infer);
 /* The first n rows of the loss head's output in buffer prob, copied to
  * prob_host. */
 const void *rt_trainer_read_rows(const RtTrainer *t, int prob, int64_t n);

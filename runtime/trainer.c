@@ -50,7 +50,9 @@ void rt_trainer_free(RtTrainer *t)
         for (int s = 0; s < 2; s++) {
             rt_dev_host_free(d, t->x_slot[s]);
             rt_dev_host_free(d, t->y_slot[s]);
+            rt_dev_host_free(d, t->raw_slot[s]);
         }
+        rt_dev_free(d, t->raw_dev);
         rt_dev_host_free(d, t->prob_host);
         rt_device_close(d);
     }
@@ -369,6 +371,7 @@ void rt_trainer_staging_ready(RtTrainer *t)
     t->slot ^= 1;
     t->x_host = t->x_slot[t->slot];
     t->y_host = t->y_slot[t->slot];
+    t->raw_host = t->raw_slot[t->slot];
     rt_dev_event_wait(t->dev, &t->copied[t->slot]);
 }
 
@@ -384,12 +387,72 @@ void rt_trainer_load_batch(RtTrainer *t)
         rt_dev_to_device(t->dev, t->ctx.buf[m->label], t->y_host,
                          (size_t)t->batch * sizeof(float));
     rt_dev_event_record(t->dev, &t->copied[t->slot]);
+    t->ctx.input_formed = false;
+}
+
+static int64_t sample_elems(const RtModel *m)
+{
+    int64_t sample = 1;
+    for (int i = 0; i < m->data_rank; i++)
+        sample *= m->data_shape[i];
+    return sample;
+}
+
+void rt_trainer_form(RtTrainer *t, bool formed) { t->formed = formed; }
+
+/* Where a batch the device writes for step `infer` goes, and in what form:
+ * the first layer's buffer, dtype and layout (rt_trainer_form), else the
+ * data buffer's fp32 [n, sample]; ctx.input_formed says which.  An image's
+ * channels either way (a normalisation's per-channel order). */
+static void *batch_form(RtTrainer *t, bool infer, RtDevForm *f)
+{
+    const RtModel *m = t->m;
+    const RtInputForm *in = &m->input_form[infer ? 1 : 0];
+    *f = (RtDevForm){.c = m->data_rank == 3 ? (size_t)m->data_shape[0] : 1, .dt = RT_F32};
+    t->ctx.input_formed = t->formed && in->set && in->buffer >= 0 && in->buffer < m->nbuffers;
+    if (!t->ctx.input_formed)
+        return t->ctx.buf[m->data];
+    f->dt = in->dtype;
+    f->nhwc = in->nhwc;
+    return t->ctx.buf[in->buffer];
 }
 
 void rt_trainer_synthetic_batch(RtTrainer *t, const RtDevSynth *s, const int64_t *idx)
 {
     const RtModel *m = t->m;
-    rt_dev_synthetic_batch(t->dev, s, idx, t->ctx.buf[m->data], t->ctx.buf[m->label]);
+    RtDevSynth formed = *s;
+    void *x = batch_form(t, false, &formed.form);
+    rt_dev_synthetic_batch(t->dev, &formed, idx, x, t->ctx.buf[m->label]);
+}
+
+bool rt_trainer_raw_staging(RtTrainer *t, char *err, size_t errlen)
+{
+    size_t n = (size_t)t->batch, sample = (size_t)sample_elems(t->m);
+    char derr[256];
+    bool ok = (t->raw_dev = rt_dev_alloc(t->dev, rt_dev_ingest_scratch_bytes(n, sample),
+                                         "the raw batch", derr, sizeof derr)) != NULL;
+    for (int s = 0; ok && s < 2; s++)
+        ok = (t->raw_slot[s] = rt_dev_host_alloc(t->dev, n * sample, "the raw batch", derr,
+                                                 sizeof derr)) != NULL;
+    t->raw_host = t->raw_slot[t->slot];
+    if (!ok)
+        snprintf(err, errlen, "model %s: out of memory for the raw batch at batch size %lld",
+                 t->m->name, (long long)t->batch);
+    return ok;
+}
+
+void rt_trainer_ingest_batch(RtTrainer *t, const RtIngestNorm *norm, bool infer)
+{
+    const RtModel *m = t->m;
+    RtDevIngest g = {.n = (size_t)t->batch,
+                     .sample = (size_t)sample_elems(m),
+                     .host_raw = t->raw_host,
+                     .host_y = t->y_host,
+                     .scratch = t->raw_dev,
+                     .norm = *norm};
+    g.x = batch_form(t, infer, &g.form);
+    g.y = m->label >= 0 && m->label < m->nbuffers ? t->ctx.buf[m->label] : NULL;
+    rt_dev_ingest(t->dev, &g, &t->copied[t->slot]);
 }
 
 const void *rt_trainer_read_rows(const RtTrainer *t, int prob, int64_t n)

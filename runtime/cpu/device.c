@@ -36,6 +36,7 @@
 #include "cpu/cpu.h" /* the optimizer (optim.c) */
 #include "device.h"
 #include "kernels/splitmix.h" /* the synthetic source's draws */
+#include "rt.h"               /* the cast and layout calls of a batch's form */
 
 /* One recorded call of a captured step (the graph's node), its arguments
  * frozen: by value, and what the host's pointers showed at the capture. */
@@ -106,6 +107,8 @@ typedef struct {
     void **buf_at;        /* ctx->buf[0 .. nbuffers) */
     void **master_at;     /* ctx->master[0 .. nparams) */
     void **state_at, **state2_at; /* the optimizer's state tables */
+    void *scratch;        /* synthetic_batch's and ingest's values before their form */
+    size_t scratch_bytes;
 } CpuDevice;
 
 static CpuDevice *cpu(RtDevice *d) { return (CpuDevice *)d; }
@@ -186,22 +189,85 @@ static void cpu_to_host(RtDevice *d, void *dst, const void *src, size_t bytes)
         memmove(dst, src, bytes);
 }
 
+static void cpu_event_record(RtDevice *d, RtDevEvent *e);
+
+/* The scratch the batches below are formed in (grown, kept to close). */
+static void *cpu_scratch(CpuDevice *c, size_t bytes)
+{
+    if (bytes > c->scratch_bytes) {
+        free(c->scratch);
+        c->scratch_bytes = 0;
+        if (!(c->scratch = malloc(bytes))) {
+            fprintf(stderr, "cpu: out of memory for a batch's scratch (%zu bytes)\n", bytes);
+            exit(1); /* a queued call has no error to return, as the CUDA device's */
+        }
+        c->scratch_bytes = bytes;
+    }
+    return c->scratch;
+}
+
+/* Where a batch's fp32 values [n, sample] go before they take form f: x
+ * itself for the data input's own form, else the scratch. */
+static float *form_values(CpuDevice *c, const RtDevForm *f, size_t n, size_t sample, void *x)
+{
+    if (f->dt == RT_F32 && !f->nhwc)
+        return x;
+    return cpu_scratch(c, n * sample * (sizeof(float) + rt_dtype_size(f->dt)));
+}
+
+/* The values v (form_values') into x in form f, by the calls the steps'
+ * first nodes would make (amp_cast: rt_cast_forward; _layout:
+ * rt_layout_convert), so a step that skips them reads the same bits. */
+static void put_form(const RtDevForm *f, size_t n, size_t sample, const float *v, void *x)
+{
+    size_t ch = f->c ? f->c : 1, total = n * sample;
+    if ((const void *)v == x)
+        return;
+    if (!f->nhwc) {
+        rt_cast_forward(total, RT_F32, v, f->dt, x);
+        return;
+    }
+    void *cast = (char *)(void *)v + total * sizeof(float);
+    rt_cast_forward(total, RT_F32, v, f->dt, cast);
+    rt_layout_convert((int64_t)n, (int64_t)ch, (int64_t)(sample / ch), f->dt, cast, x,
+                      RT_LAYOUT_NHWC);
+}
+
 /* The synthetic source's batch (data/synthetic.c's synthetic_fill, the same
- * draws in the same order) written straight into the device's buffers: what
- * cuda/synthetic.cuh's kernel does, so the loop neither fills a staging
- * buffer nor waits for one. */
-static void cpu_synthetic_batch(RtDevice *d, const RtDevSynth *s, const int64_t *idx, float *x,
+ * draws in the same order) written straight into the device's buffers, in
+ * s->form: what cuda/synthetic.cuh's kernel does, so the loop neither fills
+ * a staging buffer nor waits for one. */
+static void cpu_synthetic_batch(RtDevice *d, const RtDevSynth *s, const int64_t *idx, void *x,
                                 float *y)
 {
-    (void)d;
+    float *v = form_values(cpu(d), &s->form, s->n, s->sample, x);
     for (size_t j = 0; j < s->n; j++) {
         uint64_t k = (uint64_t)idx[j];
-        float *row = x + j * s->sample;
+        float *row = v + j * s->sample;
         for (size_t e = 0; e < s->sample; e++)
             row[e] = ampc_synthetic_x(s->key_x, k * s->sample + e);
         if (y)
             y[j] = ampc_synthetic_y(s->key_y, k, s->classes);
     }
+    put_form(&s->form, s->n, s->sample, v, x);
+}
+
+/* A raw batch normalised (data/ingest.c's rt_ingest_floats: the sources'
+ * own fill) into g->x in g->form, through the scratch as the CUDA device
+ * copies through it; `copied` recorded once the host's buffers are read. */
+static void cpu_ingest(RtDevice *d, const RtDevIngest *g, RtDevEvent *copied)
+{
+    CpuDevice *c = cpu(d);
+    uint8_t *raw = g->scratch;
+    float *labels = (float *)(void *)(raw + rt_dev_ingest_labels_at(g->n, g->sample));
+    memcpy(raw, g->host_raw, g->n * g->sample);
+    memcpy(labels, g->host_y, g->n * sizeof *labels);
+    cpu_event_record(d, copied);
+    float *v = form_values(c, &g->form, g->n, g->sample, g->x);
+    rt_ingest_floats(&g->norm, raw, (int64_t)g->n, (int64_t)g->sample, v);
+    put_form(&g->form, g->n, g->sample, v, g->x);
+    if (g->y)
+        memcpy(g->y, labels, g->n * sizeof *labels);
 }
 
 static void cpu_fill(RtDevice *d, void *dst, RtDType dt, size_t n, float value)
@@ -731,6 +797,7 @@ static void cpu_close(RtDevice *d)
     free(c->master_at);
     free(c->state_at);
     free(c->state2_at);
+    free(c->scratch);
     free(c);
 }
 
@@ -745,6 +812,7 @@ static const RtDeviceOps cpu_ops = {
     .to_host_async = cpu_copy,
     .fill = cpu_fill,
     .synthetic_batch = cpu_synthetic_batch,
+    .ingest = cpu_ingest,
     .setup = cpu_setup,
     .check_grads = cpu_check_grads,
     .check_finite = cpu_check_finite,

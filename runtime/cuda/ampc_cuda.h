@@ -20,6 +20,8 @@
  *   ampc_cu_mt_optim      rt_optim_step2: SGD, SGD with momentum, NAG, Adam,
  *                         multi-precision, all tensors in one launch
  *   ampc_cu_loss_scale    rt_loss_scaler_update's rule (kernels/lossscale.h)
+ *   ampc_cu_ingest        a raw batch normalised (kernels/ingest.h) in the
+ *                         first layer's dtype, layout and channel padding
  *   ampc_cu_synthetic_batch  the synthetic source's batch (data/synthetic.c,
  *                         kernels/splitmix.h) cast to the first layer's dtype,
  *                         in its layout and channel padding
@@ -33,7 +35,7 @@
  * cudaStream_t (a struct CUstream_st *; NULL is the default stream).
  * C and C++; host code only (the kernels themselves are in the family headers:
  * dtype.cuh, elemwise.cuh, act.cuh, optim.cuh, step.cuh, layout.cuh, pool.cuh,
- * batchnorm.cuh, synthetic.cuh).
+ * batchnorm.cuh, synthetic.cuh, ingest.cuh).
  */
 #ifndef AMPC_CUDA_H
 #define AMPC_CUDA_H
@@ -189,6 +191,23 @@ typedef struct {
 } AmpcSynthBatch;
 int ampc_cu_synthetic_batch(AmpcStream s, const AmpcSynthBatch *b, const int64_t *idx, void *x,
                             float *y);
+
+/* A raw batch normalised (ingest.cuh): n samples of c channels of inner
+ * bytes at raw (device memory), each byte v of channel ch becoming
+ * kernels/ingest.h's ((float)v / div - mean[ch']) / std[ch'] (ch' = ch when
+ * norm.channels > 1, else 0), written as dt in NCHW or NHWC with channels
+ * c..cp-1 zero, as AmpcSynthBatch's; y[j] = labels[j] when y is not NULL. */
+typedef struct {
+    int channels;
+    float div, mean[4], std[4];
+} AmpcIngestNorm;
+typedef struct {
+    size_t n, c, cp, inner;
+    int nhwc, dt;
+    AmpcIngestNorm norm;
+} AmpcIngest;
+int ampc_cu_ingest(AmpcStream s, const AmpcIngest *b, const uint8_t *raw, const float *labels,
+                   void *x, float *y);
 
 #ifdef __cplusplus
 }

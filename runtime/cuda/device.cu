@@ -104,6 +104,10 @@ typedef struct {
     /* --cuda-graph 1: the captured step and its executable */
     cudaGraph_t graph;
     cudaGraphExec_t graph_exec;
+    /* ingest's copy stream and the point its kernel last read the scratch
+     * (made on the first ingest) */
+    cudaStream_t copy;
+    cudaEvent_t ingest_read;
 } CudaDevice;
 
 static CudaDevice *cu(RtDevice *d) { return (CudaDevice *)d; }
@@ -187,21 +191,66 @@ static void cu_fill(RtDevice *d, void *dst, RtDType dt, size_t n, float value)
     CU_MUST(ampc_cu_fill(cu(d)->stream, dst, (int)dt, n, value));
 }
 
-/* The synthetic batch by cuda/synthetic.cuh's kernel: fp32, [n, sample]
- * (one channel of `sample` elements: the data input's own layout) */
-static void cu_synthetic_batch(RtDevice *d, const RtDevSynth *s, const int64_t *idx, float *x,
+/* A batch kernel's shape and form (AmpcSynthBatch's, AmpcIngest's): n samples
+ * of `sample` elements in form f (c 0: one channel), unpadded */
+template <class Batch> static void batch_form(Batch *b, size_t n, size_t sample, const RtDevForm *f)
+{
+    b->n = n;
+    b->c = b->cp = f->c ? f->c : 1;
+    b->inner = sample / b->c;
+    b->nhwc = f->nhwc;
+    b->dt = (int)f->dt;
+}
+
+/* The synthetic batch by cuda/synthetic.cuh's kernel, in s->form (the data
+ * input's own, fp32 [n, sample], or the first layer's) */
+static void cu_synthetic_batch(RtDevice *d, const RtDevSynth *s, const int64_t *idx, void *x,
                                float *y)
 {
     AmpcSynthBatch b = {};
-    b.n = s->n;
-    b.c = b.cp = 1;
-    b.inner = s->sample;
-    b.nhwc = 0;
-    b.dt = AMPC_DT_F32;
+    batch_form(&b, s->n, s->sample, &s->form);
     b.key_x = s->key_x;
     b.key_y = s->key_y;
     b.classes = s->classes;
     CU_MUST(ampc_cu_synthetic_batch(cu(d)->stream, &b, idx, x, y));
+}
+
+/* A raw batch (device.h's ingest): its bytes and labels copied on the copy
+ * stream once the last ingest's kernel has read the scratch, `copied`
+ * recorded there; the compute stream waits for the copy, then
+ * cuda/ingest.cuh's kernel writes x and y in g->form.  So the upload of the
+ * next batch overlaps the step before (the loop calls this before the
+ * step's begin), and the host waits for neither. */
+static void cu_ingest(RtDevice *d, const RtDevIngest *g, RtDevEvent *copied)
+{
+    CudaDevice *c = cu(d);
+    if (!c->copy) {
+        CU_MUST(cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking));
+        CU_MUST(cudaEventCreateWithFlags(&c->ingest_read, cudaEventDisableTiming));
+    }
+    uint8_t *raw = (uint8_t *)g->scratch;
+    float *labels = (float *)(void *)(raw + rt_dev_ingest_labels_at(g->n, g->sample));
+    CU_MUST(cudaStreamWaitEvent(c->copy, c->ingest_read, 0));
+    if (g->n && g->sample)
+        CU_MUST(
+            cudaMemcpyAsync(raw, g->host_raw, g->n * g->sample, cudaMemcpyHostToDevice, c->copy));
+    if (g->n)
+        CU_MUST(cudaMemcpyAsync(labels, g->host_y, g->n * sizeof(float), cudaMemcpyHostToDevice,
+                                c->copy));
+    uint64_t s = ++c->seq;
+    CU_MUST(cudaEventRecord(c->ev[s % NEVENTS], c->copy));
+    copied->seq = s;
+    CU_MUST(cudaStreamWaitEvent(c->stream, c->ev[s % NEVENTS], 0));
+    AmpcIngest b = {};
+    batch_form(&b, g->n, g->sample, &g->form);
+    b.norm.channels = g->norm.channels;
+    b.norm.div = g->norm.div;
+    for (int i = 0; i < 4; i++) {
+        b.norm.mean[i] = g->norm.mean[i];
+        b.norm.std[i] = g->norm.std[i];
+    }
+    CU_MUST(ampc_cu_ingest(c->stream, &b, raw, labels, g->x, g->y));
+    CU_MUST(cudaEventRecord(c->ingest_read, c->stream));
 }
 
 /* ---- the multi-tensor tables ----------------------------------------------------------- */
@@ -739,6 +788,10 @@ static void cu_close(RtDevice *d)
     free(c->timing);
     if (c->stream)
         CU_MUST(cudaStreamDestroy(c->stream));
+    if (c->ingest_read)
+        CU_MUST(cudaEventDestroy(c->ingest_read));
+    if (c->copy)
+        CU_MUST(cudaStreamDestroy(c->copy));
     free(c->buf0);
     free(c->master0);
     free(c);
@@ -757,6 +810,7 @@ static constexpr RtDeviceOps make_ops(void)
     o.to_host = cu_to_host;
     o.fill = cu_fill;
     o.synthetic_batch = cu_synthetic_batch;
+    o.ingest = cu_ingest;
     o.setup = cu_setup;
     o.check_grads = cu_check_grads;
     o.check_finite = cu_check_finite;

@@ -33,22 +33,16 @@
 const float rt_cifar10_mean[3] = {0.4914f, 0.4822f, 0.4465f};
 const float rt_cifar10_std[3] = {0.2470f, 0.2435f, 0.2616f};
 
-static void cifar_fill(const RtDataset *ds, RtSplit split, const int64_t *idx, int64_t n,
-                       float *x, float *y)
+/* the records of samples idx[0..n) of a split, as bytes (CHW), and their labels */
+static void cifar_fill_raw(const RtDataset *ds, RtSplit split, const int64_t *idx, int64_t n,
+                           uint8_t *raw, float *y)
 {
-    float lut[3][256];
-    for (int c = 0; c < 3; c++)
-        for (int v = 0; v < 256; v++)
-            lut[c][v] = ((float)v / 255.0f - rt_cifar10_mean[c]) / rt_cifar10_std[c];
     int64_t base = split == RT_SPLIT_VAL ? ds->ntrain : 0;
     const uint8_t *px = rt_data_bytes(ds);
     for (int64_t j = 0; j < n; j++) {
         int64_t r = base + idx[j];
-        const uint8_t *s = px + (size_t)r * RT_CIFAR10_PIXELS;
-        float *d = x + (size_t)j * RT_CIFAR10_PIXELS;
-        for (int c = 0; c < 3; c++)
-            for (int e = 0; e < 1024; e++)
-                d[c * 1024 + e] = lut[c][s[c * 1024 + e]];
+        memcpy(raw + (size_t)j * RT_CIFAR10_PIXELS, px + (size_t)r * RT_CIFAR10_PIXELS,
+               RT_CIFAR10_PIXELS);
         y[j] = ds->y[r];
     }
 }
@@ -147,7 +141,13 @@ bool rt_data_cifar10(RtDataset *ds, const char *dir, char *err, size_t errlen)
     ds->ntrain = total - ds->nval;
     ds->x = (float *)(void *)px; /* bytes: data_ext.h, storage */
     ds->y = y;
-    ds->fill = cifar_fill;
+    ds->fill = rt_fill_from_raw;
+    ds->fill_raw = cifar_fill_raw;
+    ds->norm = (RtIngestNorm){.channels = 3, .div = 255.0f};
+    for (int c = 0; c < 3; c++) {
+        ds->norm.mean[c] = rt_cifar10_mean[c];
+        ds->norm.std[c] = rt_cifar10_std[c];
+    }
     px = NULL;
     y = NULL;
     ok = true;

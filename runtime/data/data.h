@@ -14,6 +14,26 @@
 
 typedef enum { RT_SPLIT_TRAIN, RT_SPLIT_VAL } RtSplit;
 
+/* How a raw byte v of channel ch (the sample's [channels][inner] order:
+ * element e is in channel e / (sample_size / channels)) becomes a float:
+ * ((float)v / div - mean[ch]) / std[ch] (kernels/ingest.h).  channels 1:
+ * one mean and std for every element. */
+#define RT_INGEST_MAXC 4 /* kernels/ingest.h's AMPC_INGEST_MAXC */
+typedef struct {
+    int channels;
+    float div, mean[RT_INGEST_MAXC], std[RT_INGEST_MAXC];
+} RtIngestNorm;
+/* the scaling alone (IDX: 255, digits: 16): mean 0, std 1 */
+RtIngestNorm rt_ingest_scale(float div);
+/* fill's floats from fill_raw's bytes: n samples of sample_size, as the
+ * devices' ingest computes them (the sources' fill and the tests) */
+void rt_ingest_floats(const RtIngestNorm *g, const uint8_t *raw, int64_t n, int64_t sample_size,
+                      float *x);
+struct RtDataset;
+/* fill for a source with fill_raw: its bytes, then rt_ingest_floats */
+void rt_fill_from_raw(const struct RtDataset *ds, RtSplit split, const int64_t *idx, int64_t n,
+                      float *x, float *y);
+
 typedef struct RtDataset {
     const char *name;
     int64_t sample_size; /* floats per sample */
@@ -35,6 +55,16 @@ typedef struct RtDataset {
     const char *(*error)(const struct RtDataset *ds);
     void (*release)(struct RtDataset *ds);
     const char *summary; /* a line the run starts with (recordio: records, parts, threads) */
+    /* Optional (NULL: the source gives only floats): the raw form of the
+     * same samples, for a device that uploads bytes and normalises them
+     * itself (device.h's ingest; docs/data.md, "Raw samples").  Copies
+     * samples idx[0..n) of a split as the source keeps them, one byte per
+     * element, into raw [n, sample_size] and their labels into y; `norm`
+     * says how each byte becomes fill's float (kernels/ingest.h's
+     * ampc_ingest_value, bit for bit what fill gives). */
+    void (*fill_raw)(const struct RtDataset *ds, RtSplit split, const int64_t *idx, int64_t n,
+                     uint8_t *raw, float *y);
+    RtIngestNorm norm;
 } RtDataset;
 
 /* data/digits.c: frees what a reader allocated (x, y, its source state). */

@@ -24,6 +24,7 @@
 #include "fileio.h"
 #include "data.h"
 #include "decimal.h" /* the pixels' number grammar */
+#include "kernels/ingest.h"
 
 /* The most decompressed bytes a digits file may hold: the real one is
  * 0.5 MB, so 64 MiB is no digits file (and bounds a gzip bomb). */
@@ -51,6 +52,53 @@ static void digits_fill(const RtDataset *ds, RtSplit split, const int64_t *idx, 
         memcpy(x + (size_t)j * size, ds->x + (size_t)r * size, size * sizeof *x);
         y[j] = ds->y[r];
     }
+}
+
+/* The raw form (data.h's fill_raw): the pixels as bytes 0..16, kept in
+ * ds->src when every pixel's float is (float)byte / 16 (a file of whole
+ * numbers, as scikit-learn's is); the row order is digits_fill's. */
+static void digits_fill_raw(const RtDataset *ds, RtSplit split, const int64_t *idx, int64_t n,
+                            uint8_t *raw, float *y)
+{
+    const uint8_t *px = ds->src;
+    int64_t every = RT_DIGITS_VAL_EVERY;
+    for (int64_t j = 0; j < n; j++) {
+        int64_t k = idx[j];
+        int64_t r = split == RT_SPLIT_VAL ? k * every + every - 1
+                                          : k / (every - 1) * every + k % (every - 1);
+        memcpy(raw + j * RT_DIGITS_PIXELS, px + r * RT_DIGITS_PIXELS, RT_DIGITS_PIXELS);
+        y[j] = ds->y[r];
+    }
+}
+
+static void digits_release(RtDataset *ds)
+{
+    free(ds->src);
+    ds->src = NULL;
+}
+
+/* ds->src := the pixels as bytes, where each float is exactly a byte's
+ * ingest value (else no raw form: a pixel such as 2.5 has none) */
+static void digits_raw(RtDataset *ds, int64_t rows)
+{
+    size_t n = (size_t)rows * RT_DIGITS_PIXELS;
+    RtIngestNorm g = rt_ingest_scale(16.0f);
+    uint8_t *b = malloc(n ? n : 1);
+    for (size_t i = 0; b && i < n; i++) {
+        float v = ds->x[i] * 16.0f; /* exact for a pixel that is a whole number */
+        b[i] = (uint8_t)(v >= 0.0f && v <= 16.0f ? v : 0.0f);
+        float back = ampc_ingest_value(b[i], g.div, g.mean[0], g.std[0]);
+        if (memcmp(&back, &ds->x[i], sizeof back)) {
+            free(b);
+            return;
+        }
+    }
+    if (!b)
+        return; /* out of memory: floats only, as before */
+    ds->src = b;
+    ds->release = digits_release;
+    ds->fill_raw = digits_fill_raw;
+    ds->norm = g;
 }
 
 /* Parses one data row of 65 values into px[64] and *label; false with a
@@ -217,5 +265,6 @@ bool rt_data_digits(RtDataset *ds, const char *path, char *err, size_t errlen)
     ds->x = x;
     ds->y = y;
     ds->fill = digits_fill;
+    digits_raw(ds, n);
     return true;
 }

@@ -178,21 +178,16 @@ static bool idx_body(IdxIn *in, uint8_t *dst, char *err, size_t errlen)
     return rt_gz_check(in->fd, in->path, in->off, err, errlen);
 }
 
-static void idx_fill(const RtDataset *ds, RtSplit split, const int64_t *idx, int64_t n,
-                     float *x, float *y)
+/* the rows of samples idx[0..n) of a split, as bytes, and their labels */
+static void idx_fill_raw(const RtDataset *ds, RtSplit split, const int64_t *idx, int64_t n,
+                         uint8_t *raw, float *y)
 {
-    float lut[256];
-    for (int v = 0; v < 256; v++)
-        lut[v] = (float)v / 255.0f;
     size_t size = (size_t)ds->sample_size;
     int64_t base = split == RT_SPLIT_VAL ? ds->ntrain : 0;
     const uint8_t *px = rt_data_bytes(ds);
     for (int64_t j = 0; j < n; j++) {
         int64_t r = base + idx[j];
-        const uint8_t *s = px + (size_t)r * size;
-        float *d = x + (size_t)j * size;
-        for (size_t e = 0; e < size; e++)
-            d[e] = lut[s[e]];
+        memcpy(raw + (size_t)j * size, px + (size_t)r * size, size);
         y[j] = ds->y[r];
     }
 }
@@ -274,7 +269,9 @@ static bool idx_load(RtDataset *ds, const char *train_images, const char *train_
     ds->nval = nval;
     ds->x = (float *)(void *)px; /* bytes: data_ext.h, storage */
     ds->y = y;
-    ds->fill = idx_fill;
+    ds->fill = rt_fill_from_raw;
+    ds->fill_raw = idx_fill_raw;
+    ds->norm = rt_ingest_scale(255.0f);
     px = NULL;
     y = NULL;
     ok = true;

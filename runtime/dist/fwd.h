@@ -111,10 +111,14 @@ static bool fwd_event_done(RtDevice *d, const RtDevEvent *e)
 {
     return fwd_in(d)->ops->event_done(fwd_in(d), e);
 }
-static void fwd_synthetic_batch(RtDevice *d, const RtDevSynth *s, const int64_t *idx, float *x,
+static void fwd_synthetic_batch(RtDevice *d, const RtDevSynth *s, const int64_t *idx, void *x,
                                 float *y)
 {
     fwd_in(d)->ops->synthetic_batch(fwd_in(d), s, idx, x, y);
+}
+static void fwd_ingest(RtDevice *d, const RtDevIngest *g, RtDevEvent *copied)
+{
+    fwd_in(d)->ops->ingest(fwd_in(d), g, copied);
 }
 static void fwd_synchronize(RtDevice *d) { fwd_in(d)->ops->synchronize(fwd_in(d)); }
 static void fwd_time_reset(RtDevice *d)
@@ -144,7 +148,7 @@ static bool fwd_broadcast(RtDevice *d, const RtDevTensor *b, int n, int root, ch
 }
 
 /* Every call forwarded; name and close are the wrapper's.  An optional
- * call (synthetic_batch) is forwarded where the inner device `in` has it. */
+ * call (synthetic_batch, ingest) is forwarded where the inner device `in` has it. */
 static inline RtDeviceOps rt_fwd_ops(const char *name, const RtDevice *in,
                                      void (*close)(RtDevice *))
 {
@@ -159,6 +163,7 @@ static inline RtDeviceOps rt_fwd_ops(const char *name, const RtDevice *in,
         .to_host_async = fwd_to_host_async,
         .fill = fwd_fill,
         .synthetic_batch = in->ops->synthetic_batch ? fwd_synthetic_batch : NULL,
+        .ingest = in->ops->ingest ? fwd_ingest : NULL,
         .setup = fwd_setup,
         .ls_init = fwd_ls_init,
         .step_begin = fwd_step_begin,

@@ -13,10 +13,13 @@
 # waits in a steady step (one that logs nothing after one that logged
 # nothing): on digits the host fills runtime/trainer.c's two staging slots in
 # turn (with one it waited once per step), and on the synthetic source the
-# device makes the batch (device.h's synthetic_batch: no staging, no copy).  lagcount runs
-# the steps in the device's capture mode (nothing between a step's begin and
-# its end waits, reads back or allocates); --check-numerics, which reads each
-# node's flag, is refused there by name.  With --cuda-graph 1 the steps after
+# device makes the batch (device.h's synthetic_batch: no staging, no copy);
+# digits' batches go up as bytes (device.h's ingest) and, as the synthetic
+# ones, land in the first layer's form (the step's input cast skipped),
+# which an fp32 program (no cast) does not use (lagcount counts the batches
+# of each kind).  lagcount runs the steps in the device's capture mode
+# (nothing between a step's begin and its end waits, reads back or
+# allocates); --check-numerics, which reads each node's flag, is refused there by name.  With --cuda-graph 1 the steps after
 # the second replay the captured one (the CPU device's emulated CUDA graph;
 # tests/e2e/cuda_graph.sh compares its states), still without a wait.
 # usage: device_loop.sh AMPC DATA_DIR
@@ -62,9 +65,11 @@ check digits_cnn float16 6 --loss-scale=dynamic --inject-inf-at-step 2
 check digits_cnn bfloat16 5 --optimizer='nag(momentum=0.9)'
 check mlp off 6 --loss-scale=1e30
 check mlp float16 5 --optimizer=adam
-# model amp waits flags...: the lagging device's waits per steady step
+# model amp waits bytes formed flags...: the lagging device's waits per steady
+# step, and how its batches came (bytes: all of them uploaded as the source's
+# bytes, or none; formed: all written in the first layer's form, or none)
 lag() {
-    local model=$1 amp=$2 waits=$3; shift 3
+    local model=$1 amp=$2 waits=$3 bytes=$4 formed=$5; shift 5
     local c=$tmp/lag-$model-$amp.c
     local what="lagging device: $model --target=cuda --kernels=cpu --amp=$amp waits $waits per steady step $*"
     rm -f "$tmp/log"
@@ -74,19 +79,29 @@ lag() {
             -o "$tmp/lag" >>"$tmp/log" 2>&1; then
         bad "$what (build)"; return
     fi
-    if "$tmp/lag" "$waits" --data digits --log-interval 5 "$@" >"$tmp/log" 2>&1; then
-        ok "$what: $(grep -o '[0-9]* waits .*' "$tmp/log")"
+    if ! "$tmp/lag" "$waits" --data digits --log-interval 5 "$@" >"$tmp/log" 2>&1; then
+        bad "$what"; return
+    fi
+    # lagcount: A of B batches uploaded as bytes, C in the first layer's form
+    local got want
+    got=$(sed -n "s/^lagcount: \([0-9]*\) of \([0-9]*\) batches uploaded as bytes, \([0-9]*\) in .*/\1 \2 \3/p" "$tmp/log")
+    set -- $got
+    want="$([ "$bytes" = all ] && echo "${2:-x}" || echo 0) ${2:-x} $([ "$formed" = all ] && echo "${2:-x}" || echo 0)"
+    if [ -n "$got" ] && [ "${2:-0}" -gt 0 ] && [ "$got" = "$want" ]; then
+        ok "$what: $(grep -o '[0-9]* waits .*' "$tmp/log"); $bytes of the batches as bytes, $formed formed"
     else
-        bad "$what"
+        bad "$what: batches '$got', expected '$want' (bytes $bytes, formed $formed)"
     fi
 }
 
-lag digits_cnn float16 0 --max-steps 12 --batch-size 32
-lag mlp float16 0 --max-steps 12 --loss-scale=dynamic --inject-inf-at-step 7
-lag digits_cnn float16 0 --max-steps 12 --batch-size 32 --data synthetic
-lag mlp float16 0 --max-steps 12 --loss-scale=dynamic --inject-inf-at-step 7 --data synthetic
+lag digits_cnn float16 0 all all --max-steps 12 --batch-size 32
+lag mlp float16 0 all all --max-steps 12 --loss-scale=dynamic --inject-inf-at-step 7
+lag digits_cnn float16 0 none all --max-steps 12 --batch-size 32 --data synthetic
+lag mlp float16 0 none all --max-steps 12 --loss-scale=dynamic --inject-inf-at-step 7 --data synthetic
+# fp32: no cast to skip
+lag digits_cnn off 0 all none --max-steps 12 --batch-size 32
 # --cuda-graph 1: the steps after the second replay the captured one (the capture mode's rules hold in it)
-lag mlp float16 0 --max-steps 12 --loss-scale=dynamic --inject-inf-at-step 7 --cuda-graph 1
+lag mlp float16 0 all all --max-steps 12 --loss-scale=dynamic --inject-inf-at-step 7 --cuda-graph 1
 if grep -q "lagcount: 10 steps replayed the captured CUDA graph" "$tmp/log"; then
     ok "lagging device, --cuda-graph 1: steps 2 to 11 replayed the graph of step 1"
 else

@@ -58,6 +58,8 @@ int main(int argc, char **argv)
            "that did not log)\n",
            (long long)r.steady_syncs, (long long)r.steady_steps, (long long)r.quiet_syncs,
            (long long)r.quiet_steps);
+    printf("lagcount: %lld of %lld batches uploaded as bytes, %lld in the first layer's form\n",
+           (long long)r.ingested, (long long)r.steps, (long long)r.formed);
     if (r.graph_replays > 0) /* --cuda-graph 1 */
         printf("lagcount: %lld steps replayed the captured CUDA graph\n",
                (long long)r.graph_replays);

@@ -1,8 +1,8 @@
 #!/bin/sh
 # cuda_layout_ptx_check.sh CUDA_BUILD_DIR - the PTX of layout.cu, pool.cu,
-# batchnorm.cu and synthetic.cu (the layout, pooling, BatchNorm and synthetic
-# batch kernels: layout.cuh, pool.cuh, batchnorm.cuh, synthetic.cuh, each its
-# own nvcc object) holds no fma, .ftz or .approx, and ptxas reports no spills,
+# batchnorm.cu, synthetic.cu and ingest.cu (the layout, pooling, BatchNorm,
+# synthetic batch and raw batch kernels: layout.cuh, pool.cuh, batchnorm.cuh,
+# synthetic.cuh, ingest.cuh, each its own nvcc object) holds no fma, .ftz or .approx, and ptxas reports no spills,
 # as cuda_ptx_check.sh checks for kernels.cu: their CPU twins
 # round each operation, so these must too (make cuda-check;
 # docs/backend-cuda.md).
@@ -13,7 +13,7 @@ total=0
 # TU: the kernels its ptxas log must report
 for unit in "layout ampc_k_bias_grad ampc_k_pad_channels ampc_k_layout" "pool ampc_k_pool_backward" \
             "batchnorm ampc_k_bn_tiles ampc_k_bn_grad_tiles ampc_k_bn_moving" \
-            "synthetic ampc_k_synthetic_batch"; do
+            "synthetic ampc_k_synthetic_batch" "ingest ampc_k_ingest"; do
     set -- $unit
     tu=$1
     shift
@@ -40,5 +40,5 @@ for unit in "layout ampc_k_bias_grad ampc_k_pad_channels ampc_k_layout" "pool am
         grep -q "$k" "$log" || { echo "cuda_layout_ptx_check: FAIL: $k not in $log"; fail=1; }
     done
 done
-[ $fail = 0 ] && echo "cuda_layout_ptx_check: layout.cu, pool.cu, batchnorm.cu, synthetic.cu: no fma/ftz/approx (sm_80, sm_90), no spills ($total reports)"
+[ $fail = 0 ] && echo "cuda_layout_ptx_check: layout.cu, pool.cu, batchnorm.cu, synthetic.cu, ingest.cu: no fma/ftz/approx (sm_80, sm_90), no spills ($total reports)"
 exit $fail

@@ -5,7 +5,8 @@
 # the PyPI wheels, as the toolkit here ships neither); LISTER prints
 # ir/kernels.def's vectorized column (tests/runtime/sass/kernel_vectorized.c).
 #
-# 1. kernels.o, layout.o, pool.o, batchnorm.o, synthetic.o, device.o and math.o hold SASS for sm_80 and sm_90;
+# 1. kernels.o, layout.o, pool.o, batchnorm.o, synthetic.o, ingest.o, device.o and math.o hold
+#    SASS for sm_80 and sm_90;
 #    no kernel touches local memory without a stack frame in ptxas's report;
 #    no fused multiply-add outside the correctly rounded division, reciprocal
 #    and square-root sequences (math.o exempt: CUDA libm's own fma); every
@@ -31,7 +32,7 @@ vec=""
 for k in $("$LISTER"); do vec="$vec --vectorized $k"; done
 logs=""
 objs=""
-for o in kernels layout pool batchnorm synthetic device math; do
+for o in kernels layout pool batchnorm synthetic ingest device math; do
     logs="$logs --ptxas-log $DIR/$o.ptxas.log"
     objs="$objs $DIR/$o.o"
 done

@@ -6,8 +6,10 @@
  * layout conversion (rt_layout_convert) and padded with zero channels, bit
  * for bit: fp32, fp16 and bf16; NCHW and NHWC; padded 3 -> 4 and 3 -> 8 and
  * unpadded; both splits; shuffled sample indices, large ones included; the
- * labels, or none.  Also: the generator's header (kernels/splitmix.h) gives
- * rand.c's values, and a known draw, so a change to either shows. */
+ * labels, or none; and the CPU device's synthetic_batch (its twin, what the
+ * loop runs on the CPU) in each unpadded form gives the kernel's bytes.
+ * Also: the generator's header (kernels/splitmix.h) gives rand.c's values,
+ * and a known draw, so a change to either shows. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +21,8 @@
 
 #include "cuda/rt_cuda.h"
 #include "data/data.h"
+#include "device.h"
+#include "form_ref.h"
 #include "emu_test.h"
 #include "kernels/splitmix.h"
 #include "rand.h"
@@ -47,30 +51,45 @@ typedef struct {
     RtSplit split;
 } Case;
 
-/* the CPU's batch as the first layer sees it: the source's fp32 [n][c][inner],
- * cast to dt, to NHWC, channels padded with zeros to cp */
+/* the CPU's batch as the first layer sees it: the source's fp32 [n][c][inner]
+ * in the first layer's form (form_ref.h) */
 static void *cpu_batch(const Case *k, RtDType dt, uint64_t seed, const int64_t *idx, float *y)
 {
     RtDataset ds;
-    int64_t sample = k->c * k->inner, es = (int64_t)rt_dtype_size(dt);
+    int64_t sample = k->c * k->inner;
     rt_data_synthetic(&ds, sample, k->classes, seed, RT_SYNTHETIC_TRAIN, RT_SYNTHETIC_VAL);
     float *x = malloc((size_t)(k->n * sample) * sizeof *x);
-    char *cast = malloc((size_t)(k->n * sample * es)), *laid = malloc((size_t)(k->n * sample * es));
-    char *out = calloc((size_t)(k->n * k->cp * k->inner), (size_t)es);
-    assert_non_null(x), assert_non_null(cast), assert_non_null(laid), assert_non_null(out);
+    assert_non_null(x);
     ds.fill(&ds, k->split, idx, k->n, x, y);
-    rt_cast_forward((size_t)(k->n * sample), RT_F32, x, dt, cast);
-    if (k->nhwc)
-        rt_layout_convert(k->n, k->c, k->inner, dt, cast, laid, RT_LAYOUT_NHWC);
-    else
-        memcpy(laid, cast, (size_t)(k->n * sample * es));
-    /* rows of c (NHWC: a pixel; NCHW: a sample's planes) into rows of cp */
-    int64_t rows = k->nhwc ? k->n * k->inner : k->n, w = k->nhwc ? k->c : sample,
-            wp = k->nhwc ? k->cp : k->cp * k->inner;
-    for (int64_t r = 0; r < rows; r++)
-        memcpy(out + r * wp * es, laid + r * w * es, (size_t)(w * es));
-    free(x), free(cast), free(laid);
+    void *out = form_ref(x, k->n, k->c, k->cp, k->inner, dt, k->nhwc);
+    assert_non_null(out);
+    free(x);
     return out;
+}
+
+/* The CPU device's synthetic_batch (the CPU twin, which the loop runs on the
+ * CPU) in the unpadded form: the same bytes as the kernel's */
+static void cpu_twin(const Case *k, RtDType dt, uint64_t seed, const int64_t *idx,
+                     const char *kernel_x)
+{
+    char err[256];
+    RtDevice *d = rt_device_cpu_open(err, sizeof err);
+    assert_non_null(d);
+    size_t nout = (size_t)(k->n * k->c * k->inner) * rt_dtype_size(dt);
+    char *x = malloc(nout);
+    float *y = malloc((size_t)k->n * sizeof *y);
+    assert_non_null(x), assert_non_null(y);
+    RtSyntheticKeys key = rt_synthetic_keys(seed, k->split);
+    RtDevSynth s = {.n = (size_t)k->n,
+                    .sample = (size_t)(k->c * k->inner),
+                    .key_x = key.x,
+                    .key_y = key.y,
+                    .classes = (uint64_t)k->classes,
+                    .form = {.c = (size_t)k->c, .dt = dt, .nhwc = k->nhwc}};
+    rt_dev_synthetic_batch(d, &s, idx, x, y);
+    assert_memory_equal(x, kernel_x, nout);
+    free(x), free(y);
+    rt_device_close(d);
 }
 
 static void run_case(const Case *k, RtDType dt, uint64_t seed)
@@ -97,6 +116,8 @@ static void run_case(const Case *k, RtDType dt, uint64_t seed)
                      (long long)k->cp, i);
     if (k->labels)
         assert_memory_equal(y, want_y, (size_t)k->n * sizeof *y);
+    if (k->cp == k->c) /* the forms the loop asks for: the data's channels */
+        cpu_twin(k, dt, seed, idx, x);
     ampc_emu_free(idx), ampc_emu_free(x), ampc_emu_free(y);
     free(want), free(want_y);
 }

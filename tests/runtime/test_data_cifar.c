@@ -130,6 +130,23 @@ static void test_cifar_good(void **state)
     check_sample(x, y[0], 9 + 2);
     check_sample(x + 3072, y[1], 9);
     check_sample(x + 6144, y[2], 10);
+    /* the raw form (data.h's fill_raw): the records' bytes and labels, which
+     * the normalisation ds.norm (the devices' ingest) makes fill's floats */
+    assert_non_null(ds.fill_raw);
+    assert_int_equal(ds.norm.channels, 3);
+    uint8_t *raw = malloc(3 * 3072);
+    float *back = malloc(3 * 3072 * sizeof *back), ry[3];
+    assert_non_null(raw), assert_non_null(back);
+    ds.fill_raw(&ds, RT_SPLIT_VAL, va, 3, raw, ry);
+    static const int g[3] = {9 + 2, 9, 10};
+    for (int j = 0; j < 3; j++)
+        for (int c = 0; c < 3; c++)
+            for (int e = 0; e < 1024; e += 97)
+                assert_int_equal(raw[j * 3072 + c * 1024 + e], pixel_of(g[j], c, e));
+    assert_memory_equal(ry, y, sizeof y);
+    rt_ingest_floats(&ds.norm, raw, 3, 3072, back);
+    assert_memory_equal(back, x, 3 * 3072 * sizeof *x);
+    free(raw), free(back);
     free(x);
     rt_data_free(&ds);
 }

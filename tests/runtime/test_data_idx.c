@@ -170,6 +170,18 @@ static void check_good(bool gz)
     check_sample(x, y[0], 1, 2);
     check_sample(x + 12, y[1], 1, 1);
     check_sample(x + 24, y[2], 1, 0);
+    /* the raw form (data.h's fill_raw): the bytes and labels, which ds.norm
+     * (x/255, the devices' ingest) makes fill's floats bit for bit */
+    assert_non_null(ds.fill_raw);
+    uint8_t raw[3 * 12];
+    float ry[3], back[3 * 12];
+    ds.fill_raw(&ds, RT_SPLIT_VAL, va, 3, raw, ry);
+    for (int j = 0; j < 3; j++)
+        for (int e = 0; e < 12; e++)
+            assert_int_equal(raw[j * 12 + e], pix(1, 2 - j, e));
+    assert_memory_equal(ry, y, sizeof y);
+    rt_ingest_floats(&ds.norm, raw, 3, 12, back);
+    assert_memory_equal(back, x, sizeof x);
     rt_data_free(&ds);
 }
 

@@ -30,6 +30,7 @@
 #include "train.h"
 #include "cpu/cpu.h"
 #include "data/data.h"
+#include "dist/fwd.h"
 #include "dist/mpi_rt.h"
 
 static RtDevice *open_cpu(void)
@@ -471,6 +472,98 @@ static void test_synthetic_batch(void **state)
     assert_false(rt_dev_has_synthetic(&bare));
 }
 
+/* A raw batch the device uploads and normalises (ingest, the loop's for a
+ * source with fill_raw, and, wrapped, --sim-ranks'): the source's floats
+ * (rt_ingest_floats, what fill gives), in the data input's own form and,
+ * cast and laid out as the program's own calls would (rt_cast_forward,
+ * rt_layout_convert), in a first layer's fp16 NHWC; the labels; the copy's
+ * event recorded; the host's buffers unchanged.  The synthetic batch in the
+ * same form likewise.  A device without the call is asked for none. */
+static void test_ingest_batch(void **state)
+{
+    (void)state;
+    enum { C = 3, INNER = 5 * 7, SAMPLE = C * INNER, N = 4 };
+    static uint8_t raw[N * SAMPLE];
+    static float hy[N], want[N * SAMPLE], got[N * SAMPLE];
+    static uint16_t cast[N * SAMPLE], laid[N * SAMPLE], x16[N * SAMPLE];
+    for (int i = 0; i < N * SAMPLE; i++)
+        raw[i] = (uint8_t)(i * 29 + 3);
+    for (int j = 0; j < N; j++)
+        hy[j] = (float)(9 - j);
+    RtIngestNorm g = {
+        .channels = 3, .div = 255.0f, .mean = {0.5f, 0.4f, 0.3f}, .std = {0.2f, 0.25f, 0.3f}};
+    rt_ingest_floats(&g, raw, N, SAMPLE, want);
+    rt_cast_forward(N * SAMPLE, RT_F32, want, RT_F16, cast);
+    rt_layout_convert(N, C, INNER, RT_F16, cast, laid, RT_LAYOUT_NHWC);
+    char err[256];
+    RtDevice *d = rt_sim_wrap(open_cpu(), 2, err, sizeof err);
+    assert_non_null(d);
+    assert_true(rt_dev_has_ingest(d));
+    uint8_t *hraw = rt_dev_host_alloc(d, sizeof raw, "raw", err, sizeof err);
+    float *hlab = rt_dev_host_alloc(d, sizeof hy, "labels", err, sizeof err);
+    void *scratch = rt_dev_alloc(d, rt_dev_ingest_scratch_bytes(N, SAMPLE), "s", err, sizeof err);
+    void *x = rt_dev_alloc(d, sizeof got, "x", err, sizeof err);
+    float *y = rt_dev_alloc(d, sizeof hy, "y", err, sizeof err);
+    assert_true(hraw && hlab && scratch && x && y);
+    memcpy(hraw, raw, sizeof raw);
+    memcpy(hlab, hy, sizeof hy);
+    RtDevIngest in = {.n = N,
+                      .sample = SAMPLE,
+                      .host_raw = hraw,
+                      .host_y = hlab,
+                      .scratch = scratch,
+                      .x = x,
+                      .y = y,
+                      .norm = g,
+                      .form = {.c = C}};
+    RtDevEvent copied = {0};
+    rt_dev_ingest(d, &in, &copied);
+    assert_true(copied.seq > 0);
+    rt_dev_to_host(d, got, x, sizeof got);
+    assert_memory_equal(got, want, sizeof want);
+    assert_memory_equal(y, hy, sizeof hy);
+    in.form = (RtDevForm){.c = C, .dt = RT_F16, .nhwc = true};
+    in.y = NULL;
+    rt_dev_ingest(d, &in, &copied);
+    rt_dev_to_host(d, x16, x, sizeof x16);
+    assert_memory_equal(x16, laid, sizeof laid);
+    assert_memory_equal(hraw, raw, sizeof raw); /* the host's buffers are the loop's */
+    assert_memory_equal(hlab, hy, sizeof hy);
+    /* the synthetic batch in that form: the source's fill, cast and laid out */
+    RtDataset ds;
+    rt_data_synthetic(&ds, SAMPLE, 10, 42, RT_SYNTHETIC_TRAIN, RT_SYNTHETIC_VAL);
+    const int64_t idx[N] = {7, 0, 10000, 7};
+    ds.fill(&ds, RT_SPLIT_TRAIN, idx, N, want, hy);
+    rt_cast_forward(N * SAMPLE, RT_F32, want, RT_F16, cast);
+    rt_layout_convert(N, C, INNER, RT_F16, cast, laid, RT_LAYOUT_NHWC);
+    int64_t *di = rt_dev_alloc(d, sizeof idx, "idx", err, sizeof err);
+    assert_non_null(di);
+    rt_dev_to_device(d, di, idx, sizeof idx);
+    RtSyntheticKeys k = rt_synthetic_keys(42, RT_SPLIT_TRAIN);
+    RtDevSynth s = {.n = N,
+                    .sample = SAMPLE,
+                    .key_x = k.x,
+                    .key_y = k.y,
+                    .classes = 10,
+                    .form = {.c = C, .dt = RT_F16, .nhwc = true}};
+    rt_dev_synthetic_batch(d, &s, di, x, y);
+    rt_dev_to_host(d, x16, x, sizeof x16);
+    assert_memory_equal(x16, laid, sizeof laid);
+    assert_memory_equal(y, hy, sizeof hy);
+    rt_dev_host_free(d, hraw), rt_dev_host_free(d, hlab);
+    rt_dev_free(d, scratch), rt_dev_free(d, x), rt_dev_free(d, y), rt_dev_free(d, di);
+    rt_device_close(d);
+    RtDevice *cpu = open_cpu();
+    RtDeviceOps none = *cpu->ops;
+    rt_device_close(cpu);
+    none.ingest = NULL;
+    RtDevice bare = {.ops = &none};
+    assert_false(rt_dev_has_ingest(&bare));
+    RtDeviceOps wrapped = rt_fwd_ops("wrapper", &bare, NULL); /* the wrappers' table */
+    assert_null(wrapped.ingest);
+    assert_non_null(wrapped.to_device);
+}
+
 /* The capture mode: between step_begin and ls_update every wait, read-back,
  * allocation, free and set_flag is counted and the first named; queued work
  * (copies to the device, fills, the update) is not; outside a step nothing
@@ -782,6 +875,7 @@ int main(void)
         cmocka_unit_test(test_events_lagging),
         cmocka_unit_test(test_sim_ranks),
         cmocka_unit_test(test_synthetic_batch),
+        cmocka_unit_test(test_ingest_batch),
         cmocka_unit_test(test_capture_mode),
         cmocka_unit_test(test_graph_emulation),
         cmocka_unit_test(test_collectives),

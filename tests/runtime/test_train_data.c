@@ -143,6 +143,55 @@ static void test_digits_variants(void **state)
     rt_data_free(&ds);
 }
 
+/* The raw form (data.h's fill_raw): the pixels as bytes in fill's rows,
+ * the labels, and rt_ingest_floats over the bytes gives fill's floats bit
+ * for bit; a file with a pixel that is no byte / 16 has no raw form (the
+ * loop then copies floats), and its fill is as before. */
+static void test_digits_raw(void **state)
+{
+    (void)state;
+    char *text = rows_text(13, "", "\n");
+    const char *p = write_gz("raw.csv.gz", text);
+    free(text);
+    RtDataset ds;
+    char err[512];
+    assert_true(rt_data_digits(&ds, p, err, sizeof err));
+    assert_non_null(ds.fill_raw);
+    assert_int_equal(ds.norm.channels, 1);
+    float x[3 * 64], y[3], ry[3], back[3 * 64];
+    uint8_t raw[3 * 64];
+    int64_t tr[3] = {0, 5, 10}, va[2] = {1, 0}; /* rows 0, 6, 12; rows 11, 5 */
+    for (int split = 0; split < 2; split++) {
+        RtSplit sp = split ? RT_SPLIT_VAL : RT_SPLIT_TRAIN;
+        int n = split ? 2 : 3;
+        ds.fill(&ds, sp, split ? va : tr, n, x, y);
+        ds.fill_raw(&ds, sp, split ? va : tr, n, raw, ry);
+        static const int rows[2][3] = {{0, 6, 12}, {11, 5, 0}};
+        for (int j = 0; j < n; j++)
+            for (int c = 0; c < 64; c++)
+                assert_int_equal(raw[j * 64 + c], (rows[split][j] + c) % 17);
+        assert_memory_equal(ry, y, (size_t)n * sizeof *y);
+        rt_ingest_floats(&ds.norm, raw, n, 64, back);
+        assert_memory_equal(back, x, (size_t)n * 64 * sizeof *x);
+    }
+    rt_data_free(&ds);
+    static char line[8192];
+    char *q = line;
+    for (int r = 0; r < 6; r++) {
+        for (int c = 0; c < 64; c++)
+            q += sprintf(q, "%s,", c == 3 ? "2.5" : "1");
+        q += sprintf(q, "%d\n", r);
+    }
+    p = write_gz("half.csv.gz", line);
+    assert_true(rt_data_digits(&ds, p, err, sizeof err));
+    assert_null(ds.fill_raw);
+    int64_t i = 0;
+    ds.fill(&ds, RT_SPLIT_TRAIN, &i, 1, x, y);
+    assert_float_equal(x[3], 2.5f / 16.0f, 0);
+    assert_float_equal(x[4], 1.0f / 16.0f, 0);
+    rt_data_free(&ds);
+}
+
 /* a file whose row `bad` (0-based, of 8) is replaced by `row` fails with a
  * message naming the file, the line and `what` */
 static void check_bad_row(const char *row, const char *what)
@@ -524,6 +573,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_digits_good),
         cmocka_unit_test(test_digits_variants),
+        cmocka_unit_test(test_digits_raw),
         cmocka_unit_test(test_digits_bad_rows),
         cmocka_unit_test(test_digits_missing_and_short),
         cmocka_unit_test(test_digits_truncated),
