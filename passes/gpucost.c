@@ -811,26 +811,56 @@ static void waits(const Gc *gc, GcResult *r)
     step_of(gc, r->host, r->device, r->waits, &r->waits_cost, &r->step, &r->images_s);
 }
 
+/* The data input's chain of the train step (ir/program.c's
+ * program_input_chain): its calls, which a batch the device writes in the
+ * first layer's form skips (runtime/trainer.c), and that form's bytes per
+ * element (4, fp32, without one). */
+static int input_chain(const Gc *gc, double *elem_bytes)
+{
+    const Program *p = gc->p;
+    int data = -1, form;
+    for (int b = 0; b < p->nbuf && data < 0; b++)
+        if (p->buf[b].kind == PB_INPUT)
+            data = b; /* the first input is the data (step_dims' xb) */
+    int calls = program_input_chain(p, STEP_TRAIN, data, &form);
+    *elem_bytes = calls ? (double)dtype_size(p->buf[form].dtype) : 4;
+    return calls;
+}
+
+/* The device's step without the batch's copies to the device and the
+ * data input's first `chain` calls, plus `instead`. */
+static GcRange device_with(const GcResult *r, int chain, GcRange instead)
+{
+    GcRange dev = r->device;
+    for (int i = 0; i < r->ncalls; i++) {
+        const GcCall *c = &r->calls[i];
+        if ((c->step == -1 && strcmp(c->entry, "copy_h2d") == 0) ||
+            (c->step == STEP_TRAIN && c->call >= 0 && c->call < chain))
+            dev.fast -= c->t.fast, dev.slow -= c->t.slow;
+    }
+    add_range(&dev, instead);
+    return dev;
+}
+
 /* What the synthetic batch made on the device (cuda/synthetic.cuh, issue
- * 26; the trainer calls it on --data synthetic without --augment) gives: its kernel (GPU_AUX's row,
- * writing the data input as the program has it, with the labels) on the
- * device in place of the batch's copies and the host's fill gone. */
+ * 26; the trainer calls it on --data synthetic without --augment) gives: its
+ * kernel (GPU_AUX's row, writing the first layer's form, with the labels) on
+ * the device in place of the batch's copies and the data input's cast and
+ * layout calls, and the host's fill gone. */
 static void synthetic_on_device(const Gc *gc, GcResult *r, const GkStepDims *sd)
 {
     GkDims d;
     memset(&d, 0, sizeof d);
-    d.n = d.m = sd->xb / 4, d.N = (double)gc->N, d.s = 4, d.da = 1;
+    r->chain = input_chain(gc, &d.s);
+    d.n = d.m = sd->xb / 4, d.N = (double)gc->N, d.da = 1;
     GkLaunch l;
     if (gk_describe_aux("ampc_k_synthetic_batch", &d, &l) != 1)
         DIE("kernels.def has no row for ampc_k_synthetic_batch");
     r->synth = price(gc->m, &l, DT_F32).t;
-    GcRange dev = r->device, host = r->host;
-    for (int i = 0; i < r->ncalls; i++)
-        if (r->calls[i].step == -1 && strcmp(r->calls[i].entry, "copy_h2d") == 0)
-            dev.fast -= r->calls[i].t.fast, dev.slow -= r->calls[i].t.slow;
-    add_range(&dev, r->synth);
+    GcRange host = r->host;
     host.fast -= r->fill.fast, host.slow -= r->fill.slow;
     GcRange w;
+    GcRange dev = device_with(r, r->chain, r->synth);
     step_of(gc, host, dev, r->waits, &w, &r->synth_step, &r->synth_images_s);
     /* --cuda-graph 1 as well (issue 26): the host's API calls per step are the
      * synthetic kernel's launch, the graph's and the rows' copy; the device
@@ -851,6 +881,39 @@ static void stats_step(const Gc *gc, GcResult *r)
     r->stats_device = dev;
     GcRange w;
     step_of(gc, r->host, dev, r->waits, &w, &r->stats_step, &r->stats_images_s);
+}
+
+/* A source's raw bytes (device.h's ingest, issue 26; the trainer uploads
+ * them for idx, fashion_mnist, cifar10 and digits without --augment): the
+ * batch's bytes and labels, a quarter of the fp32 data's bytes, copied on a
+ * copy stream that overlaps the step before, and the ingest kernel
+ * (GPU_AUX's row, writing the first layer's form) in place of the fp32
+ * copies and the data input's cast and layout calls.  The host's side is
+ * the launches alone: the source's own fill (a copy of its bytes) is not
+ * priced. */
+static void ingest_on_device(const Gc *gc, GcResult *r, const GkStepDims *sd)
+{
+    GkDims d;
+    memset(&d, 0, sizeof d);
+    input_chain(gc, &d.s);
+    d.n = d.m = sd->xb / 4, d.N = (double)gc->N, d.da = 1;
+    GkLaunch l;
+    if (gk_describe_aux("ampc_k_ingest", &d, &l) != 1)
+        DIE("kernels.def has no row for ampc_k_ingest");
+    r->ingest = price(gc->m, &l, DT_F32).t;
+    r->upload_f32 = sd->xb + sd->yb;
+    r->upload_raw = sd->xb / 4 + sd->yb;
+    GkLaunch bytes = {
+        .kernel = "copy_h2d", .kind = GK_COPY_H2D, .rd = sd->xb / 4, .wr = sd->xb / 4};
+    GkLaunch labels = {.kernel = "copy_h2d", .kind = GK_COPY_H2D, .rd = sd->yb, .wr = sd->yb};
+    r->ingest_copy = price(gc->m, &bytes, DT_F32).t;
+    if (sd->yb > 0)
+        add_range(&r->ingest_copy, price(gc->m, &labels, DT_F32).t);
+    GcRange dev = device_with(r, r->chain, r->ingest), host = r->host, w;
+    dev.fast = fmax(dev.fast, r->ingest_copy.fast); /* the copy stream's, beside it */
+    dev.slow = fmax(dev.slow, r->ingest_copy.slow);
+    host.fast -= r->fill.fast, host.slow -= r->fill.slow;
+    step_of(gc, host, dev, r->waits, &w, &r->ingest_step, &r->ingest_images_s);
 }
 
 static double lin_bytes(LinExpr e, int64_t N)
@@ -995,6 +1058,7 @@ bool gpucost_predict(const Graph *train, const Program *p, const KvMachine *m, c
     waits(&gc, r);
     synthetic_on_device(&gc, r, &sd);
     stats_step(&gc, r);
+    ingest_on_device(&gc, r, &sd);
     double pad_max, max_c;
     pads_and_channels(&gc, &pad_max, &max_c);
     memory(&gc, r, pad_max, max_c);
@@ -1080,6 +1144,15 @@ static void print_range(FILE *f, GcRange r)
     fprintf(f, "%s-%s", fmt_s(r.fast, a, sizeof a), fmt_s(r.slow, b, sizeof b));
 }
 
+/* the end of a batch-on-the-device line: what it replaces, the step, its rate */
+static void print_instead(FILE *f, int chain, const char *host, GcRange step, GcRange images_s)
+{
+    fprintf(f, " in place of the batch's copies and %d input call%s, %s: step ", chain,
+            chain == 1 ? "" : "s", host);
+    print_range(f, step);
+    fprintf(f, ": %.4g-%.4g images/s\n", images_s.slow, images_s.fast);
+}
+
 void gpucost_print_report(FILE *f, const Graph *train, const GcResult *r)
 {
     const KvMachine *m = r->m;
@@ -1114,14 +1187,22 @@ void gpucost_print_report(FILE *f, const Graph *train, const GcResult *r)
     fprintf(f, "gpu: with the synthetic batch made on the device (cuda/synthetic.cuh, as the "
                "program does on --data synthetic): its kernel ");
     print_range(f, r->synth);
-    fprintf(f, " in place of the batch's copies, no fill: step ");
-    print_range(f, r->synth_step);
-    fprintf(f, ": %.4g-%.4g images/s\n", r->synth_images_s.slow, r->synth_images_s.fast);
+    fprintf(f, " in the first layer's form");
+    print_instead(f, r->chain, "no fill", r->synth_step, r->synth_images_s);
     fprintf(f, "gpu: and with --cuda-graph 1 (the step one graph launch): host ");
     print_range(f, r->graph_host);
     fprintf(f, ", step ");
     print_range(f, r->graph_step);
     fprintf(f, ": %.4g-%.4g images/s\n", r->graph_images_s.slow, r->graph_images_s.fast);
+    fprintf(f,
+            "gpu: with real data uploaded as bytes (device.h's ingest, as the program does "
+            "on an image source without --augment): %.3g MB a step instead of %.3g MB, "
+            "copied ",
+            r->upload_raw / 1e6, r->upload_f32 / 1e6);
+    print_range(f, r->ingest_copy);
+    fprintf(f, " on the copy stream, its kernel ");
+    print_range(f, r->ingest);
+    print_instead(f, r->chain, "the source's fill not priced", r->ingest_step, r->ingest_images_s);
     fprintf(f,
             "gpu: with conv_bn_stats (--fuse=conv_bn_stats, off by default: BatchNorm's statistics from its "
             "convolution's cuDNN GEN_STATS, the convolution priced as alone): %d of %d "

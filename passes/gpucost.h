@@ -94,7 +94,8 @@ typedef struct {
     int plans;        /* distinct cuDNN plans */
     GcRange fill;     /* host: the data source's fill of one batch */
     GcRange autotune_cached; /* start-up with the plan cache file: each plan untimed */
-    /* the synthetic batch made on the device (not yet in a program): its kernel, the step */
+    /* the synthetic batch made on the device: its kernel, the step; the
+     * data input's calls it skips (its cast and layout: the first layer's form) */
     GcRange synth, synth_step, synth_images_s;
     /* the conv_bn_stats fusion (off unless --fuse=conv_bn_stats; docs/backend-cuda.md):
      * the training BatchNorms whose x a convolution writes, their forward's
@@ -103,6 +104,11 @@ typedef struct {
     GcRange stats_bn_fwd, stats_device, stats_step, stats_images_s;
     /* ... and with --cuda-graph 1: the host's launches one graph launch */
     GcRange graph_host, graph_step, graph_images_s;
+    int chain;
+    /* real data uploaded as bytes (device.h's ingest): the copy (on a copy
+     * stream), the kernel, the step; bytes uploaded a step, as bytes and as fp32 */
+    GcRange ingest_copy, ingest, ingest_step, ingest_images_s;
+    double upload_raw, upload_f32;
     const KvMachine *m;
     GcOptions o;
 } GcResult;

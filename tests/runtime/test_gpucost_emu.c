@@ -1003,7 +1003,8 @@ static void test_step(void **st)
     done();
 }
 
-/* the fill, the one-tensor finite check, the binary backward, the synthetic batch */
+/* the fill, the one-tensor finite check, the binary backward, the synthetic
+ * batch, the raw batch normalised */
 static void test_aux(void **st)
 {
     (void)st;
@@ -1047,6 +1048,24 @@ static void test_aux(void **st)
         expect_aux("synthetic batch", "ampc_k_synthetic_batch", &g);
         void *sbuf[3] = {idx, x, y};
         release(sbuf, 3);
+        /* the raw batch normalised: the same form, CIFAR-10's three means */
+        uint8_t *raw = dev((size_t)g.m, "raw");
+        float *lab = dev((size_t)ns * 4, "labels");
+        memset(raw, 7, (size_t)g.m);
+        memset(lab, 0, (size_t)ns * 4);
+        x = dev((size_t)g.n * esz(s->dt), "x"), y = dev((size_t)ns * 4, "y");
+        AmpcIngest ib = {(size_t)ns,
+                         3,
+                         cp,
+                         inner,
+                         1,
+                         (int)s->dt,
+                         {3, 255.0f, {0.5f, 0.25f, 0.125f, 0}, {0.5f, 0.25f, 0.125f, 1}}};
+        start(z);
+        ampc_cu_ingest(NULL, &ib, raw, lab, x, z == 0 ? y : NULL);
+        expect_aux("ingest", "ampc_k_ingest", &g);
+        void *ibuf[4] = {raw, lab, x, y};
+        release(ibuf, 4);
     }
     done();
 }
