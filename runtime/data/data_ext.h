@@ -4,7 +4,9 @@
  *
  * Storage.  Both readers keep the pixels as bytes, as the files have them
  * (Fashion-MNIST: 55 MB instead of 220 MB of floats; CIFAR-10: 184 MB
- * instead of 737 MB), and normalise in `fill`.  RtDataset has no byte field
+ * instead of 737 MB), and normalise in `fill`; `fill_raw` hands the bytes
+ * out as they are, for a device that normalises them (data.h's raw form,
+ * with the normalisation in ds->norm).  RtDataset has no byte field
  * yet, so the byte block hangs off ds->x (a malloc'd block, only ever read
  * through rt_data_bytes); ds->y holds the labels as floats.  Rows are
  * [ntrain + nval, sample_size]: the training set, then the validation set,
