@@ -13,7 +13,7 @@
  * (the test converts), with the RGB-like 3- and 5-channel inputs padded.
  * Pooling and BatchNorm (custom kernels, pool.cuh and batchnorm.cuh) must equal
  * rt_pool_* and rt_batchnorm_* bit for bit (tolerance 0).  The convolution
- * fused with BatchNorm's statistics (prepared, not enabled) runs where this
+ * fused with BatchNorm's statistics (built behind --fuse=conv_bn_stats, off by default) runs where this
  * device's cuDNN has an engine for it (stats_case; an info line otherwise).  Prints one line per op and dtype; exits 1 on a failure, 3 without a GPU.
  * AMPC_CUDNN_AUTOTUNE=1 times the candidate plans; AMPC_CUDNN_FP32=exact|tf32|fast
  * sets the fp32 engine rule (default exact, as the programs'), and every
@@ -48,8 +48,9 @@ static void engine_line(const char *shape, const RtConvDims *d, RtDType dt, RtPa
     bool tc = notes >= 0 && (notes & AMPC_NOTE_TENSOR_CORE);
     bool bad = dt == RT_F32 && fp32_mode == AMPC_FP32_EXACT && tc;
     printf("engine %-9s %-28s %-15s%s engine %ld notes %s%s\n", rt_dtype_name(dt), shape,
-           pass == RT_PASS_FORWARD ? "forward" : pass == RT_PASS_BACKWARD ? "backward-data"
-                                                                          : "backward-filter",
+           pass == RT_PASS_FORWARD    ? "forward"
+           : pass == RT_PASS_BACKWARD ? "backward-data"
+                                      : "backward-filter",
            acc ? " acc" : "    ", engine, ampc_note_names((unsigned)notes, names, sizeof names),
            bad ? "  FAIL (a tensor-core engine under --cudnn-fp32=exact)" : "");
     failures += bad;
@@ -89,7 +90,10 @@ static void *rnd(size_t n, RtDType dt)
     return o;
 }
 
-static void *ws_host(size_t b) { return aligned_alloc(RT_WS_ALIGN, (b / RT_WS_ALIGN + 1) * RT_WS_ALIGN); }
+static void *ws_host(size_t b)
+{
+    return aligned_alloc(RT_WS_ALIGN, (b / RT_WS_ALIGN + 1) * RT_WS_ALIGN);
+}
 
 /* [a, c, s] <-> [a, s, c] (to_last) of es-byte elements */
 static void *permute(const void *src, size_t a, size_t c, size_t s, size_t es, bool to_last)
@@ -138,7 +142,7 @@ static int64_t prod(const int *v, int n)
 }
 
 /* The forward fused with BatchNorm's statistics (cuDNN's GEN_STATS;
- * prepared, not enabled: docs/backend-cuda.md), where this device's cuDNN
+ * off by default, --fuse=conv_bn_stats: docs/backend-cuda.md), where this device's cuDNN
  * has an engine for it (else an info line): st[0] y against rt_conv_forward
  * (tol(dt)); st[1] the sums and sums of squares against rt_batchnorm_stats of
  * the GPU's own y (relative to the largest, 1e-4: fp32 sums in cuDNN's
@@ -222,7 +226,8 @@ static void conv_case(RtConvDims d, RtDType dt, Row *fwd, Row *bwd, Row *wgt, Ro
     void *G = dev(gws), *C = ws_host(cws);
     void *out = malloc((xn > wn ? (xn > yn ? xn : yn) : (wn > yn ? wn : yn)) * es);
     void *cpu = malloc((xn > wn ? (xn > yn ? xn : yn) : (wn > yn ? wn : yn)) * es);
-    void *OUT = dev((xn > wn ? (xn > yn ? xn : yn) : (wn > yn ? wn : yn)) * es), *DB = dev(d.k * es);
+    void *OUT = dev((xn > wn ? (xn > yn ? xn : yn) : (wn > yn ? wn : yn)) * es),
+         *DB = dev(d.k * es);
     void *cdb = malloc(d.k * es), *gdb = malloc(d.k * es);
 
     /* forward with bias */
@@ -432,9 +437,12 @@ int main(void)
     }
     const char *tf32 = getenv("NVIDIA_TF32_OVERRIDE");
     printf("cuda_dnn_gpu: --cudnn-fp32=%s, autotune %s, NVIDIA_TF32_OVERRIDE=%s\n",
-           ampc_fp32_mode_name(fp32_mode), at && at[0] == '1' ? "on" : "off", tf32 ? tf32 : "unset");
-    RtCudaConfig cfg = {.stream = stream, .workspace_limit = (size_t)256 << 20,
-                        .autotune = at && at[0] == '1', .fp32 = fp32_mode};
+           ampc_fp32_mode_name(fp32_mode), at && at[0] == '1' ? "on" : "off",
+           tf32 ? tf32 : "unset");
+    RtCudaConfig cfg = {.stream = stream,
+                        .workspace_limit = (size_t)256 << 20,
+                        .autotune = at && at[0] == '1',
+                        .fp32 = fp32_mode};
     char err[4096];
     cx = rt_cuda_open(&cfg, err, sizeof err);
     if (!cx) {
@@ -443,22 +451,78 @@ int main(void)
     }
     static const RtConvDims convs[] = {
         /* ResNet's stem: RGB (padded to 4 in NHWC), 7x7 stride 2 */
-        {.n = 4, .c = 3, .k = 16, .groups = 1, .nsp = 2, .in = {32, 32}, .kernel = {7, 7},
-         .stride = {2, 2}, .pad = {3, 3}, .dilate = {1, 1}},
+        {.n = 4,
+         .c = 3,
+         .k = 16,
+         .groups = 1,
+         .nsp = 2,
+         .in = {32, 32},
+         .kernel = {7, 7},
+         .stride = {2, 2},
+         .pad = {3, 3},
+         .dilate = {1, 1}},
         /* a 3x3 block conv and a 1x1 projection with stride 2 */
-        {.n = 8, .c = 32, .k = 32, .groups = 1, .nsp = 2, .in = {14, 14}, .kernel = {3, 3},
-         .stride = {1, 1}, .pad = {1, 1}, .dilate = {1, 1}},
-        {.n = 8, .c = 32, .k = 64, .groups = 1, .nsp = 2, .in = {14, 14}, .kernel = {1, 1},
-         .stride = {2, 2}, .pad = {0, 0}, .dilate = {1, 1}},
+        {.n = 8,
+         .c = 32,
+         .k = 32,
+         .groups = 1,
+         .nsp = 2,
+         .in = {14, 14},
+         .kernel = {3, 3},
+         .stride = {1, 1},
+         .pad = {1, 1},
+         .dilate = {1, 1}},
+        {.n = 8,
+         .c = 32,
+         .k = 64,
+         .groups = 1,
+         .nsp = 2,
+         .in = {14, 14},
+         .kernel = {1, 1},
+         .stride = {2, 2},
+         .pad = {0, 0},
+         .dilate = {1, 1}},
         /* grouped and dilated; 5 channels (padded to 8); 1-D; 3-D */
-        {.n = 2, .c = 16, .k = 16, .groups = 4, .nsp = 2, .in = {9, 11}, .kernel = {3, 3},
-         .stride = {1, 2}, .pad = {2, 1}, .dilate = {2, 1}},
-        {.n = 3, .c = 5, .k = 8, .groups = 1, .nsp = 2, .in = {10, 10}, .kernel = {3, 3},
-         .stride = {1, 1}, .pad = {1, 1}, .dilate = {1, 1}},
-        {.n = 4, .c = 8, .k = 16, .groups = 1, .nsp = 1, .in = {50}, .kernel = {5},
-         .stride = {2}, .pad = {2}, .dilate = {1}},
-        {.n = 2, .c = 8, .k = 8, .groups = 1, .nsp = 3, .in = {6, 8, 8}, .kernel = {3, 3, 3},
-         .stride = {1, 1, 1}, .pad = {1, 1, 1}, .dilate = {1, 1, 1}},
+        {.n = 2,
+         .c = 16,
+         .k = 16,
+         .groups = 4,
+         .nsp = 2,
+         .in = {9, 11},
+         .kernel = {3, 3},
+         .stride = {1, 2},
+         .pad = {2, 1},
+         .dilate = {2, 1}},
+        {.n = 3,
+         .c = 5,
+         .k = 8,
+         .groups = 1,
+         .nsp = 2,
+         .in = {10, 10},
+         .kernel = {3, 3},
+         .stride = {1, 1},
+         .pad = {1, 1},
+         .dilate = {1, 1}},
+        {.n = 4,
+         .c = 8,
+         .k = 16,
+         .groups = 1,
+         .nsp = 1,
+         .in = {50},
+         .kernel = {5},
+         .stride = {2},
+         .pad = {2},
+         .dilate = {1}},
+        {.n = 2,
+         .c = 8,
+         .k = 8,
+         .groups = 1,
+         .nsp = 3,
+         .in = {6, 8, 8},
+         .kernel = {3, 3, 3},
+         .stride = {1, 1, 1},
+         .pad = {1, 1, 1},
+         .dilate = {1, 1, 1}},
     };
     static const RtFcDims fcs[] = {{.n = 32, .in = 100, .hidden = 10},
                                    {.n = 7, .in = 2048, .hidden = 1000},
@@ -476,7 +540,7 @@ int main(void)
         for (size_t i = 0; i < sizeof convs / sizeof *convs; i++)
             conv_case(convs[i], dts[t], &f, &b, &w, st);
         report(&f, dts[t]), report(&b, dts[t]), report(&w, dts[t]);
-        if (st[0].cases) /* prepared, not enabled: only where cuDNN had an engine */
+        if (st[0].cases) /* off by default: only where cuDNN had an engine */
             report(&st[0], dts[t]), report_tol(&st[1], dts[t], 1e-4), report_tol(&st[2], dts[t], 0),
                 report(&st[3], dts[t]);
         Row ff = {"fc forward", 0, 0}, fb = {"fc backward-data", 0, 0},
@@ -486,13 +550,26 @@ int main(void)
         report(&ff, dts[t]), report(&fb, dts[t]), report(&fw, dts[t]);
         Row pf = {"pool forward", 0, 0}, pb = {"pool backward", 0, 0};
         for (int ty = 0; ty < 3; ty++) {
-            RtPoolDims p3 = {.n = 8, .c = 64, .nsp = 2, .in = {56, 56}, .kernel = {3, 3},
-                             .stride = {2, 2}, .pad = {1, 1}, .type = (RtPoolType)ty};
-            RtPoolDims gl = {.n = 8, .c = 256, .nsp = 2, .in = {7, 7}, .type = (RtPoolType)ty,
-                             .global = true};
-            RtPoolDims full = {.n = 2, .c = 8, .nsp = 2, .in = {13, 11}, .kernel = {3, 2},
-                               .stride = {2, 3}, .pad = {1, 0}, .type = (RtPoolType)ty,
-                               .full_convention = true, .count_include_pad = ty == 1};
+            RtPoolDims p3 = {.n = 8,
+                             .c = 64,
+                             .nsp = 2,
+                             .in = {56, 56},
+                             .kernel = {3, 3},
+                             .stride = {2, 2},
+                             .pad = {1, 1},
+                             .type = (RtPoolType)ty};
+            RtPoolDims gl = {
+                .n = 8, .c = 256, .nsp = 2, .in = {7, 7}, .type = (RtPoolType)ty, .global = true};
+            RtPoolDims full = {.n = 2,
+                               .c = 8,
+                               .nsp = 2,
+                               .in = {13, 11},
+                               .kernel = {3, 2},
+                               .stride = {2, 3},
+                               .pad = {1, 0},
+                               .type = (RtPoolType)ty,
+                               .full_convention = true,
+                               .count_include_pad = ty == 1};
             pool_case(p3, dts[t], &pf, &pb), pool_case(gl, dts[t], &pf, &pb);
             pool_case(full, dts[t], &pf, &pb);
         }
