@@ -29,23 +29,10 @@ set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 statcmp=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
 . "$(dirname "$0")/lib.sh"
-rtlib=$(dirname "$ampc")/libampcrt.a
 tol=1e-3
 
-if ! cc -std=c11 -Wall -Wextra -Werror -Iruntime tests/e2e/ckptcmp.c "$rtlib" -lopenblas -lz -lm \
-        -o "$tmp/ckptcmp" >"$tmp/log" 2>&1; then
-    bad "building tests/e2e/ckptcmp.c"
-    echo "conv_bn_stats: $pass passed, $fail failed"
-    exit 1
-fi
+build_ckptcmp conv_bn_stats
 
-# build NAME MODEL FLAGS...: $tmp/NAME (the program) and $tmp/NAME.c
-build() {
-    local name=$1 model=$2
-    shift 2
-    "$ampc" "examples/$model.sym" "$@" -S -o "$tmp/$name.c" >"$tmp/log" 2>&1 &&
-        "$ampc" "examples/$model.sym" "$@" -o "$tmp/$name" >"$tmp/log" 2>&1
-}
 
 # train NAME: 5 steps at batch 4, each step's loss logged, the checkpoint in
 # $tmp/NAME.ck; no step skipped
@@ -62,8 +49,8 @@ losses() { grep -o 'Batch \[[0-9-]*\].*cross-entropy=[0-9.e+-]*' "$1" | sed 's/.
 
 for model in digits_cnn resnet20_cifar; do
     base=${model}_f16
-    if ! build "$base.off" "$model" --amp=float16 --target=cuda --kernels=cpu ||
-        ! build "$base.on" "$model" --amp=float16 --target=cuda --kernels=cpu \
+    if ! build_example "$base.off" "$model" --amp=float16 --target=cuda --kernels=cpu ||
+        ! build_example "$base.on" "$model" --amp=float16 --target=cuda --kernels=cpu \
             --fuse=conv_bn_stats; then
         bad "$model: compiling the CUDA plan for the CPU runtime"
         continue

@@ -23,23 +23,10 @@ set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 statcmp=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
 . "$(dirname "$0")/lib.sh"
-rtlib=$(dirname "$ampc")/libampcrt.a
 tol16=1e-3
 
-if ! cc -std=c11 -Wall -Wextra -Werror -Iruntime tests/e2e/ckptcmp.c "$rtlib" -lopenblas -lz -lm \
-        -o "$tmp/ckptcmp" >"$tmp/log" 2>&1; then
-    bad "building tests/e2e/ckptcmp.c"
-    echo "cuda_plan_cpu: $pass passed, $fail failed"
-    exit 1
-fi
+build_ckptcmp cuda_plan_cpu
 
-# build NAME MODEL FLAGS...: $tmp/NAME (the program) and $tmp/NAME.c
-build() {
-    local name=$1 model=$2
-    shift 2
-    "$ampc" "examples/$model.sym" "$@" -S -o "$tmp/$name.c" >"$tmp/log" 2>&1 &&
-        "$ampc" "examples/$model.sym" "$@" -o "$tmp/$name" >"$tmp/log" 2>&1
-}
 
 # train NAME: 5 steps at batch 4, checkpoint in $tmp/NAME.ck; no step skipped
 train() {
@@ -56,8 +43,8 @@ for m in examples/*.sym; do
     case $model in resnet50*) big=1 ;; esac
     for amp in off float16; do
         base=${model}_$amp
-        if ! build "$base.cpu" "$model" --amp=$amp --target=cpu ||
-            ! build "$base.cuda" "$model" --amp=$amp --target=cuda --kernels=cpu; then
+        if ! build_example "$base.cpu" "$model" --amp=$amp --target=cpu ||
+            ! build_example "$base.cuda" "$model" --amp=$amp --target=cuda --kernels=cpu; then
             bad "$model --amp=$amp: compiling"
             continue
         fi

@@ -16,13 +16,6 @@ ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 . "$(dirname "$0")/lib.sh"
 fused_calls='rt_batchnorm_relu_forward_train|rt_batchnorm_relu_backward|rt_batchnorm_add_relu_forward_train|rt_batchnorm_add_relu_backward'
 
-# build NAME MODEL FLAGS...: $tmp/NAME (the program) and $tmp/NAME.c
-build() {
-    local name=$1 model=$2
-    shift 2
-    "$ampc" "examples/$model.sym" "$@" -S -o "$tmp/$name.c" >"$tmp/log" 2>&1 &&
-        "$ampc" "examples/$model.sym" "$@" -o "$tmp/$name" >"$tmp/log" 2>&1
-}
 
 # train NAME [RUN [THREADS]]: program NAME, 3 steps at batch 4 on THREADS
 # threads (1); the checkpoint and the state under the name RUN (NAME)
@@ -54,7 +47,7 @@ same() {
 for model in digits_cnn resnet20_cifar; do
     for amp in off float16 bfloat16; do
         base=${model}_$amp
-        if ! build "$base" "$model" --amp=$amp || ! build "$base.nf" "$model" --amp=$amp --no-fuse=all
+        if ! build_example "$base" "$model" --amp=$amp || ! build_example "$base.nf" "$model" --amp=$amp --no-fuse=all
         then
             bad "$model --amp=$amp: compiling"
             continue
@@ -76,7 +69,7 @@ for model in digits_cnn resnet20_cifar; do
             bad "$model --amp=$amp: training on 2 threads"
         fi
         for rule in bn_relu add_relu bn_add_relu; do
-            if build "$base.no_$rule" "$model" --amp=$amp --no-fuse=$rule && train "$base.no_$rule"
+            if build_example "$base.no_$rule" "$model" --amp=$amp --no-fuse=$rule && train "$base.no_$rule"
             then
                 same "$base" "$base.no_$rule" "$model --amp=$amp fused vs --no-fuse=$rule"
             else
@@ -137,7 +130,7 @@ for m in examples/*.sym; do
             *) flags=--no-fuse=${v#no_} ;;
             esac
             # shellcheck disable=SC2086
-            build "$base.$v" "$model" --amp=$amp $flags || { bad "$model --amp=$amp $flags: compiling"; built=0; }
+            build_example "$base.$v" "$model" --amp=$amp $flags || { bad "$model --amp=$amp $flags: compiling"; built=0; }
         done
         [ $built = 1 ] || continue
         # where each fusion is on, its mixed-dtype call is there; off, it is not
