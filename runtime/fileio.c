@@ -203,9 +203,15 @@ static int temp_beside(const char *target, char **tmp)
         snprintf(*tmp, n, "%s%s.tmp.XXXXXX", here, target);
     else
         snprintf(*tmp, n, "%s%.*s.ampc.tmp.XXXXXX", here, dirlen, target);
+    /* registered before it exists: a signal between mkstemp's creating the
+     * file and a later registration would leave it behind (a SIGTERM sent
+     * as soon as a first temporary file appears lands there); before,
+     * the handler at worst unlinks a name nothing has yet */
+    live_add(*tmp);
     int fd = mkstemp(*tmp);
     if (fd < 0) {
         int e = errno;
+        live_remove(*tmp);
         free(*tmp);
         *tmp = NULL;
         errno = e;
@@ -282,7 +288,6 @@ static int open_temp(RtOutFile *o, const char *path, const char *what, mode_t df
                  strerror(errno));
         return -1;
     }
-    live_add(o->tmp);
     return fd;
 }
 
