@@ -117,11 +117,15 @@ for flags in "--amp=float16 --target=cpu" "--amp=off --target=cuda"; do
 done
 
 # the CUDA program built with the flag: the offline check (--cudnn-check, no
-# GPU) builds each convolution's graph with its statistics and finds candidates
+# GPU) builds each convolution's graph with its statistics and finds candidates;
+# the toolkit's libraries found as cuda_build.sh finds them (a fresh machine's
+# loader cache does not list the toolkit's lib64)
+cudalib=${AMPC_CUDA_HOME:+$AMPC_CUDA_HOME/lib64}
+cudalib=${cudalib:-$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/../lib64}
 if [ ! -f "$(dirname "$ampc")/libampccuda.a" ]; then
     echo "SKIPPED: the CUDA program's --cudnn-check: no libampccuda.a (this build had no nvcc)"
 elif "$ampc" examples/digits_cnn.sym --target=cuda --fuse=conv_bn_stats -o "$tmp/cu" >"$tmp/log" 2>&1 &&
-        "$tmp/cu" --cudnn-check >"$tmp/log" 2>&1 &&
+        AMPC_CUDA_LIB_PATH=${AMPC_CUDA_LIB_PATH:-$cudalib} "$tmp/cu" --cudnn-check >"$tmp/log" 2>&1 &&
         [ "$(grep -c 'forward (with statistics) float16 nhwc.*graph finalized' "$tmp/log")" = 2 ]; then
     ok "digits_cnn --target=cuda --fuse=conv_bn_stats: --cudnn-check builds both convolutions' graphs with statistics"
 else
