@@ -26,15 +26,9 @@
 set -u
 ampc=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 data=$2
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root" || exit 2
+. "$(dirname "$0")/lib.sh"
 lib=$(dirname "$ampc")/libampcrt.a
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 export AMPC_DATA_DIR=$data
-pass=0 fail=0
-ok() { pass=$((pass+1)); echo "PASS $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; [ -f "$tmp/log" ] && tail -20 "$tmp/log" | sed 's/^/    /'; }
 
 # model amp steps flags...
 check() {
